@@ -1,0 +1,5 @@
+import sys
+
+from lifecycle.cli import main
+
+sys.exit(main())

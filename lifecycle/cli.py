@@ -1,0 +1,32 @@
+"""`lifecycle` command line: parse, dispatch to one subcommand module, exit with its code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Each module in lifecycle/commands/ defines `register(subparsers)`; its parser sets `func(args) -> int`.
+COMMANDS: tuple[str, ...] = ("graph",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lifecycle",
+        description="Drive and audit Megatron training startup as an explicit state machine.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"lifecycle.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

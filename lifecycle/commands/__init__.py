@@ -1,0 +1,1 @@
+"""Subcommands of the `lifecycle` CLI, one module each (see `lifecycle.cli.COMMANDS`)."""
