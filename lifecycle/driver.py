@@ -135,6 +135,10 @@ class Lifecycle:
         """Every record logged so far, when created with `options={"keep_records": True}`."""
         return self._log.records
 
+    def record(self, event: str, **fields: Any) -> None:
+        """Add a record to this rank's startup log (training code logs `step_completed` this way)."""
+        self._log.emit(event, **fields)
+
     # -- triggers ---------------------------------------------------------------------------------
     def validate(self) -> Runtime:
         return self._fire(Trigger.VALIDATE)
