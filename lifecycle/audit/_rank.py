@@ -176,8 +176,8 @@ class RankAudit:
             self._flag_no_rebind("shut down")
         if self.failure is not None:
             self.flag("LA013", self.failure, line=last)
-        elif not self.shut and self.state != State.SHUT_DOWN.name and (
-            self.open_trigger is not None or self.state != self.target
+        elif self.open_trigger is not None or (
+            not self.shut and self.state not in (self.target, State.SHUT_DOWN.name)
         ):
             during = f" during {self.open_trigger!r}" if self.open_trigger else ""
             self.flag("LA010", f"log stops in state {self.state}{during}, before plan {self.plan or '?'}'s "
