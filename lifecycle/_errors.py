@@ -12,7 +12,8 @@
     ├── BindingError (RuntimeError)         callbacks could not be bound or verified
     │   └── BindingConflict                 a slot already holds a different callable
     ├── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
-    └── LogUnreadable (ValueError)          a startup log cannot be read (`lifecycle audit` exits 2)
+    ├── LogUnreadable (ValueError)          a startup log cannot be read (`lifecycle audit` exits 2)
+    └── ExtraNotInstalled (ImportError)     an optional dependency is missing; names the pip extra
 
 Every error keeps its context in keyword-only attributes and pickles across processes.
 """
@@ -92,3 +93,7 @@ class FinalizerNotCalled(LifecycleError, RuntimeError):
 
 class LogUnreadable(LifecycleError, ValueError):
     """A startup log line cannot be read: `source`, `line` and `reason` say where and why."""
+
+
+class ExtraNotInstalled(LifecycleError, ImportError):
+    """An optional dependency is missing; the message names the `pip install` extra that adds it."""

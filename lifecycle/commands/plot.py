@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lifecycle.audit import EXIT_UNREADABLE, audit
-    from lifecycle.audit._plot import PlotUnavailable, plot
+    from lifecycle._errors import ExtraNotInstalled
+    from lifecycle.audit._plot import plot
 
     result = audit(args.paths)
     for error in result.errors:
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     try:
         path = plot(result.ranks, args.output, max_ranks=args.max_ranks)
-    except (PlotUnavailable, ValueError) as exc:
+    except (ExtraNotInstalled, ValueError) as exc:
         print(f"lifecycle plot: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
     print(f"wrote {path}")
