@@ -17,7 +17,7 @@ import orjson
 from lifecycle._errors import LogUnreadable
 from lifecycle.audit._cross import cross_rank
 from lifecycle.audit._handlers import TABLES
-from lifecycle.audit._rank import _HASH_KEY, _KEY_END, _SUFFIX, RankAudit
+from lifecycle.audit._rank import _SUFFIX, RankAudit
 from lifecycle.audit._reader import STDIN, Lines, discover, open_source
 from lifecycle.audit._records import Finding, unreadable
 from lifecycle.audit._rules import BY_ID, enabled
@@ -128,12 +128,14 @@ def _read_source(name: str, streams: list[RankAudit], errors: list[LogUnreadable
 
 def _feed_lines(name: str, handle: Any, mine: list[RankAudit]) -> None:
     """Parse each line and feed it to its rank. Hot loop: a record that continues the current
-    rank's chain with the same envelope and verifies as written is checked here on locals, and
-    only records with a handler reach the RankAudit; everything else goes through `feed`."""
+    rank's chain with the same envelope and whose bytes hash to its `hash` as the writer laid them
+    out (sorted-keys body, then `,"hash":"<hex>"}`) is checked here on locals, and only records
+    with a handler reach the RankAudit; everything else goes through `feed`, which re-checks it
+    in full (re-serializing for the hash)."""
     router = _Router(name, mine)
     reader = Lines(name, handle)
     loads, decode_error, sha256 = orjson.loads, orjson.JSONDecodeError, hashlib.sha256
-    head, envelope, key, key_end, suffix = _HEAD, _ENVELOPE, _HASH_KEY, _KEY_END, -_SUFFIX
+    head, envelope, suffix = _HEAD, _ENVELOPE, -_SUFFIX
     cur: RankAudit | None = None
     nxt, prev, env, table = -1, "", (), TABLES[False, False]
     ts_last, fast, fast_line = 0.0, 0, 0
@@ -148,7 +150,7 @@ def _feed_lines(name: str, handle: Any, mine: list[RankAudit]) -> None:
             event, ts, seq, p, digest = head(rec)
             handler = table[event]
             ok = (seq == nxt and p == prev and type(ts) is float and envelope(rec) == env
-                  and line[suffix:key_end] == key and sha256(line[:suffix] + b"}").hexdigest() == digest)
+                  and sha256(line[:suffix] + b"}").hexdigest() == digest)
         except (KeyError, TypeError):  # a field missing, an unhashable event, not an object
             ok = False
         if ok:

@@ -17,6 +17,7 @@ _STATES = frozenset(s.name for s in State)
 _NUMBER = (float, int)
 _TRIGGERS_REBIND = frozenset({"rebuild", "restart"})
 _BOUND = State.CALLBACKS_BOUND.name
+_VALIDATED, _SHUT_DOWN, _FAILED = State.VALIDATED.name, State.SHUT_DOWN.name, State.FAILED.name
 
 
 def _str(audit: RankAudit, rec: dict[str, Any], key: str, *, optional: bool = False) -> Any:
@@ -61,7 +62,7 @@ def transition_completed(audit: RankAudit, rec: dict[str, Any], ts: float) -> No
                    f"but VALIDATED fingerprinted {audit.fingerprint[:16]}: the config changed")
     audit.state = dest
     audit.open_trigger = None
-    if dest == State.VALIDATED.name:
+    if dest == _VALIDATED:
         audit.validated = True
     if dest == audit.target:
         audit.failure = None
@@ -71,7 +72,7 @@ def transition_completed(audit: RankAudit, rec: dict[str, Any], ts: float) -> No
         audit.rebind_pending = True
         audit.rebuilt = False
         audit.rebind_line = audit.line
-    elif dest == State.SHUT_DOWN.name:
+    elif dest == _SHUT_DOWN:
         audit.shut = True
 
 
@@ -80,7 +81,7 @@ def transition_failed(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
     error_type = rec.get("error_type")
     audit.failure = (f"{trigger!r} failed in state {audit.state} with {error_type}: "
                      f"{str(rec.get('error'))[:200]}")
-    audit.state = State.FAILED.name
+    audit.state = _FAILED
     audit.open_trigger = None
 
 
@@ -101,9 +102,11 @@ def side_effect(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
 
 
 def tripwire(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+    trigger = rec.get("trigger")
+    during = f"during {trigger!r}" if trigger is not None else "outside any transition"
     audit.flag("LA012", f"tripwire on {str(rec.get('target'))!r} ({rec.get('kind')}, owned by "
-               f"{rec.get('owner')!r}) fired in state {rec.get('state')} during "
-               f"{rec.get('trigger')!r} with policy {rec.get('policy')!r}")
+               f"{rec.get('owner')!r}) fired in state {rec.get('state')} {during} "
+               f"with policy {rec.get('policy')!r}")
 
 
 def model_built(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:

@@ -61,18 +61,17 @@ class Lines:
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
         size = _size(self.handle)
-        if size is not None and size <= _CHUNK:
-            parts = self.handle.read().split(b"\n")
-            tail = parts.pop()
-            if parts and max(map(len, parts)) > MAX_LINE:
-                lineno = next(n for n, p in enumerate(parts, 1) if len(p) > MAX_LINE)
-                raise unreadable(self.name, lineno, f"line is over the {MAX_LINE}-byte limit")
-            yield from enumerate(parts, 1)
-            if tail:
-                self.cut = len(parts) + 1
-                yield self.cut, tail
-            return
-        yield from self._chunks()
+        if size is None or size > _CHUNK:
+            return self._chunks()
+        parts = self.handle.read().split(b"\n")
+        if not parts[-1]:
+            parts.pop()
+        else:
+            self.cut = len(parts)
+        if parts and max(map(len, parts)) > MAX_LINE:
+            lineno = next(n for n, p in enumerate(parts, 1) if len(p) > MAX_LINE)
+            raise unreadable(self.name, lineno, f"line is over the {MAX_LINE}-byte limit")
+        return enumerate(parts, 1)
 
     def _chunks(self) -> Iterator[tuple[int, bytes]]:
         buf = b""
