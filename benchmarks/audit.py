@@ -25,7 +25,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lifecycle.auditlog import GENESIS, rank_file  # noqa: E402
+from lifecycle.auditlog import GENESIS, rank_file
 
 STATES = ("VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND")
 TRIGGERS = ("validate", "start_services", "init_distributed", "build_model", "bind_callbacks")
@@ -64,7 +64,7 @@ def rank_records(w: ChainWriter, t: float, *, steps: int, slow: float = 1.0, fau
            pid=1000 + rank, host=f"node{rank // 8:04d}", rehearsal=None)
     fingerprint = hashlib.sha256(b"config").hexdigest()
     model_id, provider_id = f"0x7f00{rank:06x}10", f"0x7f00{rank:06x}20"
-    for trigger, source, dest in zip(TRIGGERS, SOURCES, STATES):
+    for trigger, source, dest in zip(TRIGGERS, SOURCES, STATES, strict=True):
         duration = BASE_S[trigger] * (1 + (rank % 97) / 500) * (slow if trigger == "build_model" else 1)
         w.emit(t, "transition_started", trigger=trigger, source=source)
         for kind in EFFECTS.get(trigger, ()):

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
-
 import hashlib
 import multiprocessing as mp
 import operator
 import os
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -137,7 +136,8 @@ def _feed_lines(name: str, handle: Any, mine: list[RankAudit]) -> None:
     loads, decode_error, sha256 = orjson.loads, orjson.JSONDecodeError, hashlib.sha256
     head, envelope, suffix = _HEAD, _ENVELOPE, -_SUFFIX
     cur: RankAudit | None = None
-    nxt, prev, env, table = -1, "", (), TABLES[False, False]
+    nxt, env, table = -1, (), TABLES[False, False]
+    prev: str | None = ""
     ts_last, fast, fast_line = 0.0, 0, 0
     for lineno, line in reader:
         try:

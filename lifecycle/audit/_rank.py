@@ -96,7 +96,7 @@ class RankAudit:
         path in _audit.py does the same for records that continue the chain unchanged.)"""
         self.line = lineno
         event = rec.get("event")
-        ts = rec.get("ts")
+        ts: Any = rec.get("ts")
         rank = rec.get("rank")
         run_id = rec.get("run_id")
         gen = rec.get("generation")
@@ -143,7 +143,8 @@ class RankAudit:
             if seq != self.next_seq:
                 self.flag("LA009", self._seq_message(seq))
             elif self.prev is not None and prev != self.prev:
-                what = "first record's prev_hash is not genesis" if seq == 0 else "prev_hash does not match the previous record's hash"
+                what = ("first record's prev_hash is not genesis" if seq == 0
+                        else "prev_hash does not match the previous record's hash")
                 self.flag("LA009", f"{what}: a record was changed, removed or reordered")
             if not _hash_matches(line, rec, digest):
                 self.flag("LA009", f"hash of record seq {seq} does not match its content: the record was changed")
@@ -201,9 +202,9 @@ def _with_count(finding: Finding, count: int) -> Finding:
 def _hash_matches(line: bytes, rec: dict[str, Any], digest: str) -> bool:
     """The writer hashes the sorted-keys JSON and appends `hash` last: hash those bytes directly,
     and fall back to re-serializing (record_hash) for a line formatted any other way."""
-    if line[-_SUFFIX:_KEY_END] == _HASH_KEY and line[-2:] == b'"}':
-        if _sha256(line[:-_SUFFIX] + b"}").hexdigest() == digest:
-            return True
+    as_written = line[-_SUFFIX:_KEY_END] == _HASH_KEY and line[-2:] == b'"}'
+    if as_written and _sha256(line[:-_SUFFIX] + b"}").hexdigest() == digest:
+        return True
     try:
         return record_hash(rec) == digest
     except (TypeError, ValueError):  # not serializable back (e.g. integers beyond 64 bits)

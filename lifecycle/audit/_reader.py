@@ -47,7 +47,7 @@ def open_source(name: str) -> tuple[str, BinaryIO]:
     """(display name, binary handle); the caller closes file handles, never stdin."""
     if name == STDIN:
         return STDIN_NAME, sys.stdin.buffer
-    return name, open(name, "rb")  # noqa: SIM115 - closed by the caller
+    return name, open(name, "rb")
 
 
 class Lines:

@@ -71,7 +71,7 @@ def as_json(result: AuditResult, *, with_timing: bool = True) -> bytes:
         "records": result.records,
         "sources": result.sources,
         "ranks": len(result.ranks),
-        "errors": [{"source": e.source, "line": e.line, "reason": e.reason} for e in result.errors],
+        "errors": [{key: e.context.get(key) for key in ("source", "line", "reason")} for e in result.errors],
         "findings": [
             {"rule": f.rule, "slug": BY_ID[f.rule].slug, "message": f.message, "run_id": f.run_id,
              "rank": f.rank, "source": f.source, "line": f.line, "count": f.count}

@@ -16,8 +16,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lifecycle.audit import EXIT_UNREADABLE, audit
     from lifecycle._errors import ExtraNotInstalled
+    from lifecycle.audit import EXIT_UNREADABLE, audit
     from lifecycle.audit._plot import plot
 
     result = audit(args.paths)

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "audit"))
 
-from audit_logs import engine_rank, train_and_shut_down  # noqa: E402
+from audit_logs import engine_rank, train_and_shut_down
 
-from lifecycle.audit import audit  # noqa: E402
-from states import State  # noqa: E402
+from lifecycle.audit import audit
+from states import State
 
 _SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -115,7 +115,8 @@ def clean_events(*, model_id: str = "0x10", provider_id: str = "0x20", fp: str =
     ev: Events = [("lifecycle_started", dict(plan="training", target="CALLBACKS_BOUND", policy="raise",
                                              pid=1, host="h", rehearsal=None))]
     steps = [
-        ("validate", "CONFIGURED", "VALIDATED", [("config_validated", dict(fingerprint=fp, config={}, environment=True))]),
+        ("validate", "CONFIGURED", "VALIDATED",
+         [("config_validated", dict(fingerprint=fp, config={}, environment=True))]),
         ("start_services", "VALIDATED", "SERVICES_READY",
          [("side_effect", dict(kind="tokenizer", trigger="start_services")),
           ("services_ready", dict(tokenizer="T", vocab_size=8, vocab_source="explicit"))]),

@@ -63,7 +63,7 @@ def test_json_output_lists_findings_and_timing(faulty: Path, capsys: pytest.Capt
 
 def test_select_and_ignore_take_ids_prefixes_and_slugs(faulty: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def rules(*args: str) -> set[str]:
-        code, out, _ = cli(capsys, "audit", str(faulty), "--format", "json", *args)
+        _, out, _ = cli(capsys, "audit", str(faulty), "--format", "json", *args)
         return {f["rule"] for f in orjson.loads(out)["findings"]}
 
     everything = rules()

@@ -38,6 +38,12 @@ def nth_line(data: bytes, n: int, new: bytes) -> bytes:
     return b"".join(lines)
 
 
+def with_field(data: bytes, key: str, value: object) -> bytes:
+    """The second record with one field replaced (re-serialized, so its hash no longer matches)."""
+    record = orjson.loads(data.splitlines()[1])
+    return nth_line(data, 1, orjson.dumps({**record, key: value}) + b"\n")
+
+
 UNREADABLE = {
     "not_json": lambda d: nth_line(d, 3, b"this is not json\n"),
     "binary_garbage": lambda d: nth_line(d, 2, bytes(range(256)) + b"\n"),
@@ -45,11 +51,11 @@ UNREADABLE = {
     "json_string": lambda d: nth_line(d, 1, b'"record"\n'),
     "deep_nesting": lambda d: nth_line(d, 1, b"[" * 100_000 + b"]" * 100_000 + b"\n"),
     "deep_object": lambda d: nth_line(d, 1, b'{"a":' * 5000 + b"1" + b"}" * 5000 + b"\n"),
-    "wrong_type_seq": lambda d: nth_line(d, 1, orjson.dumps({**orjson.loads(d.splitlines()[1]), "seq": "1"}) + b"\n"),
-    "wrong_type_rank": lambda d: nth_line(d, 1, orjson.dumps({**orjson.loads(d.splitlines()[1]), "rank": [1]}) + b"\n"),
-    "wrong_type_ts": lambda d: nth_line(d, 1, orjson.dumps({**orjson.loads(d.splitlines()[1]), "ts": "noon"}) + b"\n"),
-    "unhashable_event": lambda d: nth_line(d, 1, orjson.dumps({**orjson.loads(d.splitlines()[1]), "event": {"x": 1}}) + b"\n"),
-    "unknown_event": lambda d: nth_line(d, 1, orjson.dumps({**orjson.loads(d.splitlines()[1]), "event": "boom"}) + b"\n"),
+    "wrong_type_seq": lambda d: with_field(d, "seq", "1"),
+    "wrong_type_rank": lambda d: with_field(d, "rank", [1]),
+    "wrong_type_ts": lambda d: with_field(d, "ts", "noon"),
+    "unhashable_event": lambda d: with_field(d, "event", {"x": 1}),
+    "unknown_event": lambda d: with_field(d, "event", "boom"),
     "dest_not_a_state": lambda d: d.replace(b'"dest":"VALIDATED"', b'"dest":"NOWHERE"', 1),
     "dest_wrong_type": lambda d: d.replace(b'"dest":"VALIDATED"', b'"dest":7', 1),
     "huge_int": lambda d: nth_line(d, 1, d.splitlines()[1].replace(b'"seq":1', b'"seq":1' + b"0" * 40) + b"\n"),

@@ -13,7 +13,7 @@ from lifecycle.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from benchmarks.audit import write_run  # noqa: E402
+from benchmarks.audit import write_run
 
 pytest.importorskip("matplotlib")
 
