@@ -156,10 +156,9 @@ def _feed_lines(name: str, handle: Any, mine: list[RankAudit]) -> None:
         if ok:
             nxt, prev, ts_last, fast, fast_line = seq + 1, digest, ts, fast + 1, lineno
             if handler is not None and cur is not None:
-                _sync(cur, nxt, prev, ts_last, fast, fast_line)
-                fast = 0
+                cur.line = lineno  # where a finding points; the chain state is synced lazily
                 handler(cur, rec, ts)
-                table = cur.handlers = TABLES[cur.validated, cur.rebind_pending]
+                table = TABLES[cur.validated, cur.rebind_pending]
             continue
         _sync(cur, nxt, prev, ts_last, fast, fast_line)
         fast = 0
@@ -177,6 +176,7 @@ def _sync(cur: RankAudit | None, nxt: int, prev: Any, ts: float, fast: int, line
     if cur is not None and fast:
         cur.next_seq, cur.prev, cur.last_ts, cur.line = nxt, prev, ts, line
         cur.records += fast
+        cur.handlers = TABLES[cur.validated, cur.rebind_pending]
 
 
 def _cut_or_raise(name: str, lineno: int, line: bytes, cut: int, cur: RankAudit | None,

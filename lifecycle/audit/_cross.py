@@ -41,7 +41,7 @@ def cross_rank(streams: Sequence[RankAudit]) -> list[Finding]:
     for run_id, group in runs.items():
         findings += _ranks_present(run_id, group)
         findings += _agree(run_id, group, "LA006", "config fingerprint", lambda s: s.fingerprint, _short)
-        findings += _agree(run_id, group, "LA007", "final state", _final_state, str)
+        findings += _agree(run_id, group, "LA007", "final state", _final_state, _state)
         findings += _agree(run_id, group, "LA008", "transition sequence",
                            lambda s: tuple(s.transitions), _sequence)
     return findings
@@ -89,18 +89,26 @@ def _agree(
         return []
     ordered = sorted(values.items(), key=lambda kv: -len(kv[1]))
     common, _ = ordered[0]
-    parts = [f"{show(value)} on ranks {ranges(ranks)}" for value, ranks in ordered[1:4]]
+    parts = [f"{show(value, common)} on ranks {ranges(ranks)}" for value, ranks in ordered[1:4]]
     more = f" and {len(ordered) - 4} other values" if len(ordered) > 4 else ""
     return [Finding(rule=rule, run_id=run_id, message=f"ranks disagree on the {what}: most have "
-                    f"{show(common)} ({len(ordered[0][1])} ranks), but {'; '.join(parts)}{more}")]
+                    f"{show(common, None)} ({len(ordered[0][1])} ranks), but {'; '.join(parts)}{more}")]
 
 
-def _short(value: object) -> str:
+def _short(value: object, common: object) -> str:
     return str(value)[:16]
 
 
-def _sequence(value: tuple[tuple[str, str], ...]) -> str:
+def _state(value: object, common: object) -> str:
+    return str(value)
+
+
+def _sequence(value: tuple[tuple[str, str], ...], common: tuple[tuple[str, str], ...] | None) -> str:
     steps = [f"{trigger}→{dest}" for trigger, dest in value]
-    if len(steps) > 8:
-        steps = [*steps[:3], f"…({len(steps) - 6})…", *steps[-3:]]
-    return "[" + ", ".join(steps) + "]"
+    if common is None:
+        shown = steps if len(steps) <= 8 else [*steps[:3], f"…({len(steps) - 6})…", *steps[-3:]]
+        return "[" + ", ".join(shown) + "]"
+    at = next((i for i, (a, b) in enumerate(zip(value, common)) if a != b), min(len(value), len(common)))
+    theirs = steps[at] if at < len(steps) else "nothing (their log ends)"
+    wanted = "→".join(common[at]) if at < len(common) else "nothing"
+    return f"transition #{at + 1} {theirs} where the others have {wanted}"

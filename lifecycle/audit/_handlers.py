@@ -52,8 +52,7 @@ def transition_completed(audit: RankAudit, rec: dict[str, Any], ts: float) -> No
     dest = _state(audit, rec, "dest")
     start = audit.open_start if audit.open_trigger == trigger else ts
     if len(audit.segments) < _CAP:
-        audit.segments.append(Segment(state=dest, trigger=trigger, start=start, end=ts,
-                                      generation=audit.generation))
+        audit.segments.append(Segment(dest, trigger, start, ts, audit.generation))
     if len(audit.transitions) < _CAP:
         audit.transitions.append((trigger, dest))
     fingerprint = rec.get("config_fingerprint")

@@ -69,6 +69,15 @@ class RankAudit:
         self.handlers = TABLES[False, False]
         self._findings: dict[str, list[Any]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """For the worker processes: everything but the shared handler table."""
+        return {name: getattr(self, name) for name in self.__slots__ if name != "handlers"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+        self.handlers = TABLES[self.validated, self.rebind_pending]
+
     # -- findings ---------------------------------------------------------------------------
 
     def flag(self, rule: str, message: str, line: int | None = None) -> None:

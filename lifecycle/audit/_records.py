@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from lifecycle._errors import LogUnreadable
 
@@ -26,9 +27,10 @@ class Finding:
         return f"{self.source}:{self.line}" if self.line is not None else self.source
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Segment:
-    """The entry work of one state on one rank: from `transition_started` to `transition_completed`."""
+class Segment(NamedTuple):
+    """The entry work of one state on one rank: from `transition_started` to `transition_completed`.
+    A NamedTuple, not a dataclass: thousands per audit are made in the hot loop and sent between
+    processes."""
 
     state: str
     trigger: str
