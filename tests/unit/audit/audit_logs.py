@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +166,33 @@ def write_events(log_dir: Path, ev: Events, *, rank: int = 0, world: int = 1, ru
     log.close()
     return path
 
+
+
+class KilledPhases(InProcessPhases):
+    """Entry work whose process is SIGKILLed in the middle of `build_model`, once the other ranks
+    are done (so the launcher does not stop them first)."""
+
+    def __init__(self, log_dir: Path, others: int) -> None:
+        super().__init__()
+        self.log_dir = log_dir
+        self.others = others
+
+    def build_model(self, ctx: PhaseContext) -> Runtime:
+        from states import SideEffect
+
+        ctx.side_effect(SideEffect.MODEL)
+        deadline = time.monotonic() + 60
+        while len(list(self.log_dir.glob("done-*"))) < self.others and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable: the process was killed")
+
+
+def launched_rank(log_dir: str, die_rank: int) -> str:
+    """One rank under `lifecycle.launch.run_ranks` (RANK, WORLD_SIZE, MASTER_* in the environment)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    phases = KilledPhases(Path(log_dir), world - 1) if rank == die_rank else InProcessPhases()
+    lc = Lifecycle(RunConfig(), log_dir=log_dir, phases=phases, tripwires="off")
+    train_and_shut_down(lc)
+    (Path(log_dir) / f"done-{rank}").touch()
+    return lc.state.name

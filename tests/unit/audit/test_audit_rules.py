@@ -257,3 +257,20 @@ def test_every_rule_has_a_test_that_triggers_it() -> None:
     source = Path(__file__).read_text()
     missing = [r.id for r in RULES if f'"{r.id}"' not in source]
     assert missing == []
+
+
+@pytest.mark.slow
+def test_a_rank_process_killed_mid_build_is_reported_as_died_in_that_transition(tmp_path: Path) -> None:
+    from audit_logs import launched_rank
+
+    from lifecycle.launch import RankFailed, run_ranks
+
+    with pytest.raises(RankFailed) as info:
+        run_ranks(launched_rank, 3, str(tmp_path), 2, timeout_s=120)
+    assert info.value.rank == 2
+    result = audit([str(tmp_path)], jobs=1)
+    died = [f for f in result.findings if f.rule == "LA010"]
+    assert [(f.rank, f.source) for f in died] == [(2, str(tmp_path / "rank-00002.jsonl"))]
+    assert "state DISTRIBUTED during 'build_model'" in died[0].message
+    assert {f.rule for f in result.findings} == {"LA007", "LA008", "LA010"}
+    assert {f.rank for f in result.findings if f.rank is not None} == {2}
