@@ -19,7 +19,7 @@ from lifecycle.audit._handlers import TABLES
 from lifecycle.audit._rank import _SUFFIX, RankAudit
 from lifecycle.audit._reader import STDIN, Lines, discover, open_source
 from lifecycle.audit._records import Finding, unreadable
-from lifecycle.audit._rules import BY_ID, enabled
+from lifecycle.audit._rules import enabled
 from lifecycle.auditlog import GENESIS
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_UNREADABLE = 0, 1, 2
@@ -223,7 +223,3 @@ class _Router:
             self.tails.pop(stream.prev, None)
         return stream
 
-
-def rule_title(rule_id: str) -> str:
-    rule = BY_ID[rule_id]
-    return f"{rule.id} {rule.slug}"

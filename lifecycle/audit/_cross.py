@@ -108,7 +108,8 @@ def _sequence(value: tuple[tuple[str, str], ...], common: tuple[tuple[str, str],
     if common is None:
         shown = steps if len(steps) <= 8 else [*steps[:3], f"…({len(steps) - 6})…", *steps[-3:]]
         return "[" + ", ".join(shown) + "]"
-    at = next((i for i, (a, b) in enumerate(zip(value, common)) if a != b), min(len(value), len(common)))
+    shared = min(len(value), len(common))
+    at = next((i for i in range(shared) if value[i] != common[i]), shared)
     theirs = steps[at] if at < len(steps) else "nothing (their log ends)"
     wanted = "→".join(common[at]) if at < len(common) else "nothing"
     return f"transition #{at + 1} {theirs} where the others have {wanted}"

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 
 _CAP = 256
 _STATES = frozenset(s.name for s in State)
-_NUMBER = (float, int)
 _TRIGGERS_REBIND = frozenset({"rebuild", "restart"})
 _BOUND = State.CALLBACKS_BOUND.name
 _VALIDATED, _SHUT_DOWN, _FAILED = State.VALIDATED.name, State.SHUT_DOWN.name, State.FAILED.name

@@ -198,9 +198,6 @@ class RankAudit:
                   "without rebinding callbacks: gradients would not be synchronized")
         self.rebind_pending = False
 
-    @property
-    def started(self) -> float | None:
-        return self.first_ts
 
 
 def _with_count(finding: Finding, count: int) -> Finding:

@@ -13,7 +13,7 @@ from lifecycle.audit import audit, blame, critical_chain, stragglers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from benchmarks.audit import BASE_S, write_run  # noqa: E402
+from benchmarks.audit import BASE_S, write_run
 
 
 @pytest.fixture(scope="module")
