@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--blame", action="store_true", help="time per state, slowest first, and stragglers")
     parser.add_argument("--critical-chain", action="store_true",
                         help="the ranks and states that held the whole startup back")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="processes reading the files (default: one per CPU, up to 8, from 256 files on)")
     parser.set_defaults(func=run)
 
 
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from lifecycle.audit._render import as_json, text
 
     try:
-        result = audit(args.paths, select=args.select, ignore=args.ignore)
+        result = audit(args.paths, select=args.select, ignore=args.ignore, jobs=args.jobs)
     except ValueError as exc:  # an unknown rule name in --select/--ignore
         print(f"lifecycle audit: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
