@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from sys import intern
 from typing import TYPE_CHECKING, Any
 
 from lifecycle import events
@@ -47,8 +48,9 @@ def transition_started(audit: RankAudit, rec: dict[str, Any], ts: float) -> None
 
 
 def transition_completed(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
-    trigger = _str(audit, rec, "trigger")
-    dest = _state(audit, rec, "dest")
+    # Interned: every rank holds the same few names, once in memory and once per pickle.
+    trigger = intern(_str(audit, rec, "trigger"))
+    dest = intern(_state(audit, rec, "dest"))
     start = audit.open_start if audit.open_trigger == trigger else ts
     if len(audit.segments) < _CAP:
         audit.segments.append(Segment(dest, trigger, start, ts, audit.generation))
