@@ -24,6 +24,7 @@ from lifecycle.auditlog import GENESIS
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_UNREADABLE = 0, 1, 2
 PARALLEL_FROM = 256
+MAX_LOGS_PER_INPUT = 1 << 17
 _HEAD = operator.itemgetter("event", "ts", "seq", "prev_hash", "hash")
 _ENVELOPE = operator.itemgetter("generation", "rank", "run_id", "world_size")
 
@@ -216,6 +217,9 @@ class _Router:
         key = (rec.get("run_id"), rec.get("rank"))
         stream = None if fresh else self.by_key.get(key)
         if stream is None:
+            if len(self.streams) >= MAX_LOGS_PER_INPUT:
+                raise unreadable(self.name, None, f"more than {MAX_LOGS_PER_INPUT} logs start in this one input "
+                                 "(records with seq 0): this is not one run's startup logs")
             stream = RankAudit(self.name)
             self.streams.append(stream)
             self.by_key[key] = stream

@@ -141,3 +141,21 @@ def test_errors_in_one_file_do_not_hide_the_findings_of_the_others(good: Path, t
     result = audit([str(tmp_path)], jobs=1)
     assert result.exit_code == 2 and len(result.errors) == 1
     assert any(r.rank == 0 and r.records > 10 for r in result.ranks)
+
+
+def test_a_huge_world_size_is_reported_without_listing_every_rank(tmp_path: Path) -> None:
+    write_events(tmp_path, clean_events(), rank=0, world=10**12)
+    result = audit([str(tmp_path)], jobs=1)
+    [finding] = result.findings
+    assert finding.rule == "LA014" and "1-999999999999 (999999999999 ranks)" in finding.message
+
+
+def test_an_input_that_starts_too_many_logs_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    import lifecycle.audit._audit as audit_module
+
+    monkeypatch.setattr(audit_module, "MAX_LOGS_PER_INPUT", 20)
+    one = write_events(tmp_path / "one", clean_events()[:1]).read_bytes()
+    (tmp_path / "rank-00000.jsonl").write_bytes(one * 25)
+    code, _, err = run_cli(capsys, str(tmp_path / "rank-00000.jsonl"))
+    assert code == 2 and "more than 20 logs start in this one input" in err
