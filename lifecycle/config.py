@@ -237,11 +237,12 @@ class Snapshot:
             if dataclasses.is_dataclass(getattr(config, f.name))
         )
         self.values = tuple(get(section) for _, section, get in self.sections)
-        self.top = _getter(config)(config)
+        self.top_getter = _getter(config)
+        self.top = self.top_getter(config)
         self.flat = flatten(config.to_dict())
 
     def changes(self) -> list[tuple[str, Any, Any]]:
-        same = _getter(self.config)(self.config) == self.top and all(
+        same = self.top_getter(self.config) == self.top and all(
             get(section) == values for (_, section, get), values in zip(self.sections, self.values, strict=True)
         )
         return [] if same else diff(_unflatten(self.flat), self.config.to_dict())
