@@ -113,13 +113,14 @@ class RankAudit:
         if (type(event) is not str or type(ts) not in _NUMBER or type(rank) is not int
                 or type(run_id) is not str or type(gen) is not int or type(ws) is not int):
             raise self._bad_envelope(rec, lineno)
-        self._chain(rec, line, lineno)
-        if self.run_id != run_id:
-            if self.run_id is not None:
-                self.flag("LA016", f"run_id changes from {self.run_id!r} to {run_id!r} inside one log")
+        if self.run_id is None:
             self.run_id = run_id
         self.rank = rank
         self.world_size = ws
+        self._chain(rec, line, lineno)
+        if self.run_id != run_id:
+            self.flag("LA016", f"run_id changes from {self.run_id!r} to {run_id!r} inside one log")
+            self.run_id = run_id
         if gen != self.generation:
             self.generation = gen
             self.model_gen = False

@@ -159,3 +159,11 @@ def test_an_input_that_starts_too_many_logs_is_refused(tmp_path: Path, monkeypat
     (tmp_path / "rank-00000.jsonl").write_bytes(one * 25)
     code, _, err = run_cli(capsys, str(tmp_path / "rank-00000.jsonl"))
     assert code == 2 and "more than 20 logs start in this one input" in err
+
+
+def test_a_log_missing_its_head_is_reported_with_its_rank(good: Path, tmp_path: Path) -> None:
+    corrupt(good, tmp_path, lambda d: b"".join(d.splitlines(keepends=True)[3:]))
+    result = audit([str(tmp_path)], jobs=1)
+    head = [f for f in result.findings if f.rule == "LA009"]
+    assert [(f.rank, f.line) for f in head] == [(1, 1)]
+    assert "log starts at seq 3, not 0: its head is missing (truncated)" in head[0].message
