@@ -91,13 +91,17 @@ def _read_files(names: Sequence[str]) -> tuple[list[RankAudit], list[LogUnreadab
 
 def _read_parallel(names: Sequence[str], workers: int, streams: list[RankAudit],
                    errors: list[LogUnreadable]) -> None:
-    """Files split into contiguous chunks, read by `workers` processes; results kept in input order."""
-    chunks = max(workers * 4, 1)
+    """Files split into contiguous chunks, read by this process and `workers - 1` others; results
+    kept in input order. This process reads its share itself rather than wait idle."""
+    chunks = workers * 4
     size = -(-len(names) // chunks)
     parts = [names[i:i + size] for i in range(0, len(names), size)]
+    own = len(parts) // workers
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method)) as pool:
-        for part_streams, part_errors in pool.map(_read_files, parts):
+    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context(method)) as pool:
+        others = [pool.submit(_read_files, part) for part in parts[own:]]
+        mine = [_read_files(part) for part in parts[:own]]
+        for part_streams, part_errors in [*mine, *(f.result() for f in others)]:
             streams.extend(part_streams)
             errors.extend(part_errors)
 
