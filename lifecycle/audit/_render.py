@@ -11,14 +11,27 @@ from lifecycle.audit._cross import ranges
 from lifecycle.audit._rules import BY_ID
 from lifecycle.audit._timing import blame, critical_chain, rank_blame, stragglers
 
+PER_RULE = 10
 
-def text(result: AuditResult, *, show_blame: bool = False, show_chain: bool = False) -> str:
+
+def text(result: AuditResult, *, show_blame: bool = False, show_chain: bool = False,
+         per_rule: int = PER_RULE) -> str:
+    """The report. At most `per_rule` findings of each rule are printed, then the ranks of the rest
+    (`--format json` has every one)."""
     out = [_summary(result)]
+    shown: dict[str, int] = {}
+    rest: dict[str, list[int]] = {}
     for f in result.findings:
+        shown[f.rule] = shown.get(f.rule, 0) + 1
+        if shown[f.rule] > per_rule:
+            rest.setdefault(f.rule, []).append(-1 if f.rank is None else f.rank)
+            continue
         rule = BY_ID[f.rule]
         rank = "" if f.rank is None else f" rank {f.rank}"
         more = f" (x{f.count})" if f.count > 1 else ""
         out.append(f"{f.where}:{rank} {rule.id} [{rule.slug}] {f.message}{more}")
+    for rule_id, ranks in rest.items():
+        out.append(f"{rule_id} [{BY_ID[rule_id].slug}] also on ranks {ranges(ranks)}")
     if show_blame:
         out += _blame_lines(result)
     if show_chain:

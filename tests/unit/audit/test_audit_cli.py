@@ -165,3 +165,14 @@ def test_hand_written_and_engine_logs_of_one_rank_audit_alike(tmp_path: Path) ->
     hand, engine = audit([str(tmp_path / "hand")], jobs=1), audit([str(tmp_path / "engine")], jobs=1)
     assert hand.exit_code == engine.exit_code == 0
     assert hand.ranks[0].transitions[:5] == engine.ranks[0].transitions[:5]
+
+
+def test_the_text_report_lists_a_few_findings_per_rule_then_the_other_ranks(tmp_path: Path) -> None:
+    from lifecycle.audit._render import text
+
+    write_run(tmp_path, 40, steps=1, faults={r: "wrong_target" for r in range(40)})
+    result = audit([str(tmp_path)], jobs=1)
+    assert len(result.findings) == 40
+    report = text(result, per_rule=10)
+    assert report.count("LA003 [binding-wrong-target] callbacks bound") == 10
+    assert "LA003 [binding-wrong-target] also on ranks 10-39 (30 ranks)" in report
