@@ -8,6 +8,7 @@ import operator
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +64,13 @@ def audit(
         names, errors = [], [exc]
     workers = _workers(jobs, names)
     if workers > 1:
-        _read_parallel(names, workers, streams, errors)
-    else:
+        try:
+            _read_parallel(names, workers, streams, errors)
+        except (OSError, BrokenProcessPool):  # no processes to be had here: read them all ourselves
+            streams.clear()
+            errors.clear()
+            workers = 1
+    if workers == 1:
         for name in names:
             _read_source(name, streams, errors)
     findings = [f for s in streams for f in s.findings()] + cross_rank(streams)

@@ -176,3 +176,14 @@ def test_the_text_report_lists_a_few_findings_per_rule_then_the_other_ranks(tmp_
     report = text(result, per_rule=10)
     assert report.count("LA003 [binding-wrong-target] callbacks bound") == 10
     assert "LA003 [binding-wrong-target] also on ranks 10-39 (30 ranks)" in report
+
+
+def test_without_worker_processes_the_files_are_read_in_this_one(faulty: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import lifecycle.audit._audit as audit_module
+
+    def no_processes(*_args: object, **_kwargs: object) -> None:
+        raise OSError("fork: Resource temporarily unavailable")
+
+    monkeypatch.setattr(audit_module, "ProcessPoolExecutor", no_processes)
+    assert audit([str(faulty)], jobs=2).findings == audit([str(faulty)], jobs=1).findings
