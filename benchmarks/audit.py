@@ -135,20 +135,30 @@ def write_run(log_dir: Path, ranks: int, *, steps: int = 30, run_id: str = "benc
 
 
 def bare_loop(log_dir: Path) -> float:
-    start = time.perf_counter()
+    return _bare(log_dir)[0]
+
+
+def _bare(log_dir: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of the baseline: read every rank file, orjson.loads every line."""
+    start, cpu = time.perf_counter(), time.process_time()
     loads = orjson.loads
     for path in sorted(log_dir.glob("rank-*.jsonl")):
         for line in path.read_bytes().splitlines():
             loads(line)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def timed_audit(log_dir: Path, jobs: int | None = None) -> tuple[float, Any]:
+    return _timed(log_dir, jobs)[::2]
+
+
+def _timed(log_dir: Path, jobs: int | None) -> tuple[float, float, Any]:
+    """(wall, CPU of this process, result) of one audit."""
     from lifecycle.audit import audit
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = audit([str(log_dir)], jobs=jobs)
-    return time.perf_counter() - start, result
+    return time.perf_counter() - start, time.process_time() - cpu, result
 
 
 def peak_bytes(log_dir: Path) -> int:
@@ -181,12 +191,13 @@ def main() -> int:
     size = sum(p.stat().st_size for p in full.glob("rank-*.jsonl"))
     bare, single, parallel = [], [], []
     for _ in range(args.repeat):  # interleaved, best of each: the machine may be shared
-        bare.append(bare_loop(full))
-        single.append(timed_audit(full, jobs=1))
-        parallel.append(timed_audit(full, jobs=None))
-    bare_s = min(bare)
-    audit_s, result = min(single, key=lambda r: r[0])
-    par_s, par_result = min(parallel, key=lambda r: r[0])
+        bare.append(_bare(full))
+        single.append(_timed(full, 1))
+        parallel.append(_timed(full, None))
+    bare_s, bare_cpu = min(b[0] for b in bare), min(b[1] for b in bare)
+    audit_s, result = min(((s[0], s[2]) for s in single), key=lambda r: r[0])
+    audit_cpu = min(s[1] for s in single)
+    par_s, par_result = min(((p[0], p[2]) for p in parallel), key=lambda r: r[0])
     assert par_result.findings == result.findings, "parallel and single-process audits disagree"
     peak_full, peak_quarter = peak_bytes(full), peak_bytes(quarter)
     rules = Counter(f.rule for f in result.findings)
@@ -198,6 +209,8 @@ def main() -> int:
     print(f"lifecycle audit, default jobs ({_jobs(full)}): {par_s:.3f} s ({lines / par_s:,.0f} lines/s)")
     print(f"throughput ratio (audit / bare): 1 process {bare_s / audit_s:.2f}, "
           f"default jobs {bare_s / par_s:.2f}  (target >= 0.5)")
+    print(f"CPU-time ratio, 1 process (less sensitive to other load): {bare_cpu / audit_cpu:.2f} "
+          f"({bare_cpu:.3f} s / {audit_cpu:.3f} s)")
     print(f"peak traced memory: {peak_quarter / 2**20:.1f} MiB at {max(args.ranks // 4, 1)} ranks, "
           f"{peak_full / 2**20:.1f} MiB at {args.ranks} ranks ({peak_full / args.ranks / 1024:.1f} KiB/rank)")
     return 0
