@@ -83,8 +83,15 @@ def _workers(jobs: int | None, names: Sequence[str]) -> int:
     if STDIN in names:
         return 1
     if jobs is None:
-        jobs = min(os.cpu_count() or 1, 8) if len(names) >= PARALLEL_FROM else 1
+        jobs = min(_cpus(), 8) if len(names) >= PARALLEL_FROM else 1
     return max(1, min(jobs, len(names)))
+
+
+def _cpus() -> int:
+    """CPUs this process may run on (a container's share, not the host's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _read_files(names: Sequence[str]) -> tuple[list[RankAudit], list[LogUnreadable]]:
