@@ -39,7 +39,8 @@ RULES: tuple[Rule, ...] = (
     Rule(id="LA009", slug="hash-chain-broken",
          summary="a log's hash chain is broken or missing: records changed, removed, reordered or truncated"),
     Rule(id="LA010", slug="rank-died",
-         summary="a rank's log stops before its plan's target state without a failure or shutdown record"),
+         summary="a rank's log stops mid-transition, or before its plan's target state without a failure "
+                 "or shutdown record"),
     Rule(id="LA011", slug="first-step-not-finalized",
          summary="the first training step did not run the gradient finalizer exactly once"),
     Rule(id="LA012", slug="tripwire-violation",
