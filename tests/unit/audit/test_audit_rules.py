@@ -221,6 +221,16 @@ def test_a_failed_transition_is_reported_even_after_shutdown(tmp_path: Path) -> 
     assert "'build_model' failed" in result.findings[0].message
 
 
+def test_a_lifecycle_failed_on_purpose_and_shut_down_is_reported(tmp_path: Path) -> None:
+    lc = engine_rank(tmp_path)
+    lc.advance_to(State.SERVICES_READY)
+    lc.fail("operator gave up")
+    lc.shutdown()
+    result = audit([str(tmp_path)], jobs=1)
+    assert {f.rule for f in result.findings} == {"LA013"}
+    assert "from state SERVICES_READY: operator gave up" in result.findings[0].message
+
+
 def test_a_failure_recovered_by_restart_is_not_reported(tmp_path: Path) -> None:
     lc = engine_rank(tmp_path, phases=InProcessPhases(fail_on="build_model"))
     with pytest.raises(PhaseFailed):
