@@ -121,16 +121,17 @@ def test_parallel_reading_gives_the_same_result_as_one_process(faulty: Path) -> 
     assert [(r.rank, r.segments) for r in one.ranks] == [(r.rank, r.segments) for r in two.ranks]
 
 
-def test_the_audit_and_plot_commands_import_neither_torch_nor_megatron(faulty: Path) -> None:
+def test_the_audit_plot_and_graph_commands_import_neither_torch_nor_megatron(faulty: Path, tmp_path: Path) -> None:
     code = (
-        "import sys; from lifecycle.cli import main; rc = main(['audit', sys.argv[1], '--blame',"
-        " '--critical-chain', '--format', 'json']); "
+        "import sys; from lifecycle.cli import main; "
+        "rc = [main(['audit', sys.argv[1], '--blame', '--critical-chain', '--format', 'json']),"
+        " main(['plot', sys.argv[1], '-o', sys.argv[2]]), main(['graph', '--format', 'svg'])]; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron')), rc)"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code, str(faulty)], capture_output=True, text=True, env=env,
-                         check=True)
-    assert out.stdout.strip().splitlines()[-1] == "[] 1"
+    out = subprocess.run([sys.executable, "-c", code, str(faulty), str(tmp_path / "t.svg")], capture_output=True,
+                         text=True, env=env, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[] [1, 0, 0]"
 
 
 def test_the_benchmark_writer_produces_exactly_the_audit_log_format(tmp_path: Path) -> None:
