@@ -61,8 +61,9 @@ def transition_completed(audit: RankAudit, rec: dict[str, Any], ts: float) -> No
         audit.flag("LA005", f"{trigger!r} completed with config fingerprint {str(fingerprint)[:16]}, "
                    f"but VALIDATED fingerprinted {audit.fingerprint[:16]}: the config changed")
     if dest == _FAILED and audit.failure is None:  # `lc.fail(reason)`: no transition_failed before it
-        audit.failure = (f"{trigger!r} moved the rank to FAILED from state {audit.state}: "
-                         f"{str(rec.get('reason'))[:200]}")
+        reason = rec.get("reason")
+        audit.failure = (f"{trigger!r} moved the rank to FAILED from state {audit.state}"
+                         + (f": {str(reason)[:200]}" if reason else ""))
     audit.state = dest
     audit.open_trigger = None
     if dest == _VALIDATED:
