@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "audit"))
 
-from audit_logs import engine_rank  # noqa: E402
+from audit_logs import engine_rank
 
-from lifecycle import InProcessPhases, LifecycleError  # noqa: E402
-from lifecycle.audit import audit  # noqa: E402
-from states import Plan, State, Trigger  # noqa: E402
+from lifecycle import InProcessPhases, LifecycleError
+from lifecycle.audit import audit
+from states import Plan, State, Trigger
 
 USER_CAUSED = {"LA004", "LA013"}
 
