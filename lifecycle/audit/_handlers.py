@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from lifecycle import events
 from lifecycle.audit._records import Segment, unreadable
-from states import State
+from states import PLAN_TARGETS, State
 
 if TYPE_CHECKING:
     from lifecycle.audit._rank import RankAudit
@@ -17,6 +17,7 @@ _CAP = 256
 _STATES = frozenset(s.name for s in State)
 _TRIGGERS_REBIND = frozenset({"rebuild", "restart"})
 _BOUND = State.CALLBACKS_BOUND.name
+_PLAN_TARGETS = {plan.value: state.name for plan, state in PLAN_TARGETS.items()}
 _VALIDATED, _SHUT_DOWN, _FAILED = State.VALIDATED.name, State.SHUT_DOWN.name, State.FAILED.name
 
 
@@ -40,6 +41,8 @@ def started(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
     audit.plan = _str(audit, rec, "plan", optional=True)
     if rec.get("target") is not None:
         audit.target = _state(audit, rec, "target")
+    elif audit.plan in _PLAN_TARGETS:  # an older record without `target`: the plan decides it
+        audit.target = _PLAN_TARGETS[audit.plan]
 
 
 def transition_started(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:

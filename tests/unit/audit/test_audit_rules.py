@@ -284,3 +284,14 @@ def test_a_rank_process_killed_mid_build_is_reported_as_died_in_that_transition(
     assert "state DISTRIBUTED during 'build_model'" in died[0].message
     assert {f.rule for f in result.findings} == {"LA007", "LA008", "LA010"}
     assert {f.rank for f in result.findings if f.rank is not None} == {2}
+
+
+def test_without_a_target_field_the_plan_decides_where_a_rank_should_have_stopped(tmp_path: Path) -> None:
+    ev = clean_events()
+    ev[0] = ("lifecycle_started", {k: v for k, v in ev[0][1].items() if k != "target"} | {"plan": "inference"})
+    stop = index(ev, "transition_completed", trigger="build_model")
+    write_events(tmp_path / "inference", ev[: stop + 1])
+    assert audit_rules(tmp_path / "inference") == set()
+    ev[0] = ("lifecycle_started", ev[0][1] | {"plan": "training"})
+    write_events(tmp_path / "training", ev[: stop + 1])
+    assert audit_rules(tmp_path / "training") == {"LA010"}
