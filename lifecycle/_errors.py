@@ -11,7 +11,9 @@
     ├── PhaseFailed (RuntimeError)          a state's entry work raised; the lifecycle is FAILED
     ├── BindingError (RuntimeError)         callbacks could not be bound or verified
     │   └── BindingConflict                 a slot already holds a different callable
-    └── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
+    ├── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
+    ├── LogUnreadable (ValueError)          a startup log cannot be read (`lifecycle audit` exits 2)
+    └── ExtraNotInstalled (ImportError)     an optional dependency is missing; names the pip extra
 
 Every error keeps its context in keyword-only attributes and pickles across processes.
 """
@@ -87,3 +89,11 @@ class BindingConflict(BindingError):
 
 class FinalizerNotCalled(LifecycleError, RuntimeError):
     """The first training step ran without calling finalize_model_grads exactly once."""
+
+
+class LogUnreadable(LifecycleError, ValueError):
+    """A startup log line cannot be read: `source`, `line` and `reason` say where and why."""
+
+
+class ExtraNotInstalled(LifecycleError, ImportError):
+    """An optional dependency is missing; the message names the `pip install` extra that adds it."""
