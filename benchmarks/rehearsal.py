@@ -51,6 +51,7 @@ def plain_rank(_log_dir: str) -> float:
     start = time.perf_counter()
     import torch
     import torch.distributed as dist
+    from lifecycle.rehearsal import cpu_rehearsal
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
     from megatron.core.models.gpt import GPTModel
@@ -61,7 +62,6 @@ def plain_rank(_log_dir: str) -> float:
     from megatron.core.tokenizers import MegatronTokenizer  # noqa: F401  (same import work as the services)
     from megatron.core.transformer import TransformerConfig
 
-    from lifecycle.rehearsal import cpu_rehearsal
     from lifecycle.train import _batches, _forward_step
 
     cfg = _config()
@@ -120,8 +120,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in inner.items()}
     wall = {k: statistics.median(v) for k, v in outer.items()}
     print(f"runs per variant                         : {args.repeats} (2 gloo ranks each, {STEPS} steps)")
-    print(f"plain megatron script  startup+steps     : {med['plain']:.2f} s   (spawn end to end {wall['plain']:.1f} s)")
-    print(f"lifecycle              startup+steps     : {med['lifecycle']:.2f} s   (spawn end to end {wall['lifecycle']:.1f} s)")
+    for name in ("plain", "lifecycle"):
+        print(f"{name:<22} startup+steps     : {med[name]:.2f} s   (spawn end to end {wall[name]:.1f} s)")
     print(f"ratio lifecycle/plain  startup+steps     : {med['lifecycle'] / med['plain']:.2f}x  (target <= 1.2x)")
     print(f"ratio lifecycle/plain  end to end        : {wall['lifecycle'] / wall['plain']:.2f}x")
 
