@@ -11,7 +11,8 @@
     ├── PhaseFailed (RuntimeError)          a state's entry work raised; the lifecycle is FAILED
     ├── BindingError (RuntimeError)         callbacks could not be bound or verified
     │   └── BindingConflict                 a slot already holds a different callable
-    └── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
+    ├── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
+    └── RehearsalError (RuntimeError)       a CPU rehearsal nested, or closed on the wrong thread
 
 Every error keeps its context in keyword-only attributes and pickles across processes.
 """
@@ -84,3 +85,7 @@ class BindingConflict(BindingError):
 
 class FinalizerNotCalled(LifecycleError, RuntimeError):
     """The first training step ran without calling finalize_model_grads exactly once."""
+
+
+class RehearsalError(LifecycleError, RuntimeError):
+    """A CPU rehearsal was started twice, or closed from the wrong thread or out of order."""
