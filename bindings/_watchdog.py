@@ -46,6 +46,11 @@ class FirstStepWatchdog:
         self.checked = False
 
     @property
+    def finalizer(self) -> CountingFinalizer:
+        """The installed finalizer object (its `calls` count every call since binding)."""
+        return self._finalizer
+
+    @property
     def calls(self) -> int:
         """Finalizer calls since the watchdog was armed."""
         return self._finalizer.calls - self._start

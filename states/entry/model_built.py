@@ -62,20 +62,26 @@ def chunk_stages() -> list[tuple[bool, bool, int | None]]:
     return [(ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage(), None)]
 
 
-def build_chunks(provider: ModelProvider, config: Any, inputs: Any) -> list[Any]:
-    """Call the provider once per chunk; mark params as megatron's `get_model` does."""
+def prepare_chunk(chunk: Any) -> Any:
+    """What megatron's `get_model` does to each chunk: a model type, TP defaults on params."""
     from megatron.core import tensor_parallel
     from megatron.core.enums import ModelType
 
-    chunks = []
-    for pre, post, vp in chunk_stages():
-        chunk = provider(config, pre_process=pre, post_process=post, vp_stage=vp, inputs=inputs)
-        if not hasattr(chunk, "model_type"):
-            chunk.model_type = ModelType.encoder_or_decoder
-        for param in chunk.parameters():
-            tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
-        chunks.append(chunk)
-    return chunks
+    if not hasattr(chunk, "model_type"):
+        chunk.model_type = ModelType.encoder_or_decoder
+    for param in chunk.parameters():
+        tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
+    return chunk
+
+
+def build_chunks(provider: ModelProvider, config: Any, inputs: Any) -> list[Any]:
+    """Call the provider once per chunk, in virtual-pipeline order."""
+    return [
+        prepare_chunk(
+            provider(config, pre_process=pre, post_process=post, vp_stage=vp, inputs=inputs)
+        )
+        for pre, post, vp in chunk_stages()
+    ]
 
 
 def megatron_ddp_config(run: RunConfig) -> Any:
