@@ -67,7 +67,7 @@ class _ChainWriter:
         self.keep_records = False
         self.file: BinaryIO | None = None
 
-    def chain(self, _logger: Any, _name: str, event_dict: dict[str, Any]) -> bytes:
+    def chain(self, _logger: Any, _name: str, event_dict: Any) -> bytes:
         event_dict["seq"] = self.seq
         event_dict["prev_hash"] = self.prev
         body = orjson.dumps(event_dict, option=orjson.OPT_SORT_KEYS, default=str)
@@ -148,7 +148,7 @@ class AuditLog:
             self._writer.file = None
 
 
-def _add_timestamp(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _add_timestamp(_logger: Any, _name: str, event_dict: Any) -> Any:
     event_dict["ts"] = time.time()
     return event_dict
 
