@@ -158,7 +158,8 @@ class RunConfig:
     def from_dict(cls, data: Mapping[str, Any], overrides: Iterable[str] = ()) -> RunConfig:
         """Build from nested dicts; `overrides` are `"section.field=value"` strings (YAML values)."""
         merged = _apply_overrides(_plain(data), overrides)
-        return _build(cls, merged, "")
+        built: RunConfig = _build(cls, merged, "")
+        return built
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
@@ -202,7 +203,7 @@ class RunConfig:
         return hashlib.sha256(orjson.dumps(self.to_dict(), option=orjson.OPT_SORT_KEYS)).hexdigest()
 
     def replace(self, **changes: Any) -> RunConfig:
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]  # mypy: slots+kw_only
 
 
 def preset_names() -> list[str]:
@@ -280,7 +281,7 @@ def _build(cls: type[Any], data: Mapping[str, Any], where: str) -> Any:
             try:
                 kwargs[key] = _build(hint, value, path + ".")
             except ConfigError as exc:
-                problems.extend(exc.problems)
+                problems.extend(exc.context.get("problems", []))
             continue
         error = _type_problem(hint, value)
         if error:

@@ -1,0 +1,1 @@
+"""Each state's entry work against real megatron-core: one module per state (`enter`, `release`)."""
