@@ -158,8 +158,8 @@ class RunConfig:
     def from_dict(cls, data: Mapping[str, Any], overrides: Iterable[str] = ()) -> RunConfig:
         """Build from nested dicts; `overrides` are `"section.field=value"` strings (YAML values)."""
         merged = _apply_overrides(_plain(data), overrides)
-        config: RunConfig = _build(cls, merged, "")
-        return config
+        built: RunConfig = _build(cls, merged, "")
+        return built
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
@@ -201,6 +201,9 @@ class RunConfig:
     def fingerprint(self) -> str:
         """SHA-256 of the canonical JSON form; equal configs have equal fingerprints."""
         return hashlib.sha256(orjson.dumps(self.to_dict(), option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+    def replace(self, **changes: Any) -> RunConfig:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]  # mypy: slots+kw_only
 
 
 def preset_names() -> list[str]:
@@ -319,7 +322,7 @@ def _build(cls: type[Any], data: Mapping[str, Any], where: str) -> Any:
             try:
                 kwargs[key] = _build(hint, value, path + ".")
             except ConfigError as exc:
-                problems.extend(exc.problems)
+                problems.extend(exc.context.get("problems", []))
             continue
         error = _type_problem(hint, value)
         if error:
