@@ -131,8 +131,13 @@ def build_optimizer(run: RunConfig, model: list[Any], pg_collection: Any = None)
         params_dtype=mconf.params_dtype,
         use_distributed_optimizer=run.ddp.use_distributed_optimizer,
     )
-    kwargs = {} if pg_collection is None else {"pg_collection": pg_collection}
-    return get_megatron_optimizer(config, model, **kwargs)
+    if pg_collection is None:
+        return get_megatron_optimizer(config, model)
+    # megatron refuses its extra gloo groups with an explicit collection; the collection's own
+    # groups carry the distributed optimizer's traffic.
+    return get_megatron_optimizer(
+        config, model, use_gloo_process_groups=False, pg_collection=pg_collection
+    )
 
 
 def init_te_user_buffers(run: RunConfig, model_config: Any) -> bool:
