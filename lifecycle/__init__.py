@@ -20,6 +20,8 @@ from lifecycle._errors import (
     TripwireViolation,
 )
 from lifecycle.config import RunConfig
+from lifecycle.driver import Lifecycle
+from lifecycle.inprocess import InProcessPhases
 from lifecycle.phases import PhaseContext, PhaseSet, Runtime
 
 __all__ = [
@@ -29,7 +31,9 @@ __all__ = [
     "ConfigMutated",
     "FinalizerNotCalled",
     "GuardRejected",
+    "InProcessPhases",
     "InvalidTransition",
+    "Lifecycle",
     "LifecycleError",
     "PhaseContext",
     "PhaseFailed",

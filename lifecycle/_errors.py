@@ -47,6 +47,9 @@ def _rebuild(cls: type[LifecycleError], message: str, context: dict[str, Any]) -
 class ConfigError(LifecycleError, ValueError):
     """A config value or file is wrong. `problems` lists every one found."""
 
+    problems: list[Any]
+    field: str | None
+
 
 class InvalidTransition(LifecycleError, RuntimeError):
     """The transition table has no row for this trigger from this state."""

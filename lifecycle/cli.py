@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 # Each module in lifecycle/commands/ defines `register(subparsers)`; its parser sets `func(args) -> int`.
-COMMANDS: tuple[str, ...] = ("graph",)
+COMMANDS: tuple[str, ...] = ("graph", "run")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     code: int = args.func(args)
     return code
 

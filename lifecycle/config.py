@@ -158,8 +158,8 @@ class RunConfig:
     def from_dict(cls, data: Mapping[str, Any], overrides: Iterable[str] = ()) -> RunConfig:
         """Build from nested dicts; `overrides` are `"section.field=value"` strings (YAML values)."""
         merged = _apply_overrides(_plain(data), overrides)
-        built: RunConfig = _build(cls, merged, "")
-        return built
+        config: RunConfig = _build(cls, merged, "")
+        return config
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
@@ -202,9 +202,6 @@ class RunConfig:
         """SHA-256 of the canonical JSON form; equal configs have equal fingerprints."""
         return hashlib.sha256(orjson.dumps(self.to_dict(), option=orjson.OPT_SORT_KEYS)).hexdigest()
 
-    def replace(self, **changes: Any) -> RunConfig:
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]  # mypy: slots+kw_only
-
 
 def preset_names() -> list[str]:
     return sorted(p.stem for p in (Path(__file__).parent / "presets").glob("*.yaml"))
@@ -226,6 +223,48 @@ def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any,
     """(field, old, new) for every dotted field that differs."""
     a, b = flatten(old), flatten(new)
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+class Snapshot:
+    """The field values of a config at one moment; `changes()` names what differs now (fast: one
+    attrgetter per section, so the engine can check before every transition)."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.sections = tuple(
+            (f.name, getattr(config, f.name), _getter(getattr(config, f.name)))
+            for f in dataclasses.fields(typing.cast(Any, config))
+            if dataclasses.is_dataclass(getattr(config, f.name))
+        )
+        self.values = tuple(get(section) for _, section, get in self.sections)
+        self.top_getter = _getter(config)
+        self.top = self.top_getter(config)
+        self.flat = flatten(config.to_dict())
+
+    def changes(self) -> list[tuple[str, Any, Any]]:
+        same = self.top_getter(self.config) == self.top and all(
+            get(section) == values for (_, section, get), values in zip(self.sections, self.values, strict=True)
+        )
+        return [] if same else diff(_unflatten(self.flat), self.config.to_dict())
+
+
+def _getter(obj: Any) -> Any:
+    import operator
+
+    names = [f.name for f in dataclasses.fields(obj)]
+    get = operator.attrgetter(*names)
+    return (lambda o: (get(o),)) if len(names) == 1 else get
+
+
+def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
 
 
 def _to_dict(obj: Any) -> dict[str, Any]:
@@ -281,13 +320,14 @@ def _build(cls: type[Any], data: Mapping[str, Any], where: str) -> Any:
             try:
                 kwargs[key] = _build(hint, value, path + ".")
             except ConfigError as exc:
-                problems.extend(exc.context.get("problems", []))
+                problems.extend(exc.problems)
             continue
         error = _type_problem(hint, value)
         if error:
             problems.append(f"{path}: {error}")
         else:
-            kwargs[key] = float(value) if _is_float(hint) and isinstance(value, int) and not isinstance(value, bool) else value
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            kwargs[key] = float(value) if _is_float(hint) and is_int else value
     if problems:
         raise ConfigError(
             "invalid config:\n  - " + "\n  - ".join(problems), field=where.rstrip(".") or None, problems=problems

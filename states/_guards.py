@@ -44,12 +44,12 @@ def services_are_ready(facts: Facts) -> bool:
 
 
 def distributed_is_initialized(facts: Facts) -> bool:
-    """Process groups, parallel state and RNG exist before a model is built or rebuilt: Megatron's layers read them at construction."""
+    """Process groups, parallel state and RNG exist before a model is (re)built: Megatron's layers read them."""
     return facts.distributed
 
 
 def model_is_built(facts: Facts) -> bool:
-    """Callbacks are bound only to a built model: the scheduler reads get_model_config(model[0]), which exists only after MODEL_BUILT."""
+    """Callbacks are bound only to a built model: the scheduler reads get_model_config(model[0])."""
     return facts.model_built
 
 

@@ -1,0 +1,76 @@
+"""Overhead per transition of the lifecycle engine (guards, entry work, hash-chained log written to
+disk) as a ratio to a raw `transitions` machine with the same table.
+
+    python benchmarks/engine.py [--cycles 2000]
+
+One cycle = validate → start_services → init_distributed → build_model → bind_callbacks, then
+rebuild → build_model → bind_callbacks, then restart (9 transitions). Target: ratio ≤ 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lifecycle import InProcessPhases, Lifecycle, RunConfig
+from lifecycle._machine import MachineModel, build_raw_machine
+
+CYCLE = ("validate", "start_services", "init_distributed", "build_model", "bind_callbacks",
+         "rebuild", "build_model", "bind_callbacks", "restart")
+AFTER_FIRST = CYCLE[1:]  # restart lands in VALIDATED, so later cycles start at start_services
+
+
+def _raw(cycles: int) -> float:
+    model = MachineModel()
+    machine = build_raw_machine(model)
+    fire = [machine.events[t] for t in AFTER_FIRST]
+    machine.events["validate"].trigger(model)
+    start = time.perf_counter()
+    for _ in range(cycles):
+        for event in fire:
+            event.trigger(model)
+    return (time.perf_counter() - start) / (cycles * len(fire))
+
+
+def _engine(cycles: int, log_dir: str) -> float:
+    lc = Lifecycle(RunConfig(), log_dir=log_dir, phases=InProcessPhases(), tripwires="raise")
+    lc.validate()
+    fire = [getattr(lc, t) for t in AFTER_FIRST]
+    start = time.perf_counter()
+    for _ in range(cycles):
+        for method in fire:
+            method()
+    elapsed = (time.perf_counter() - start) / (cycles * len(fire))
+    lc.shutdown()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    raw, eng = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        _engine(50, f"{tmp}/warm")
+        for i in range(args.repeats):
+            raw.append(_raw(args.cycles))
+            eng.append(_engine(args.cycles, f"{tmp}/{i}"))
+        size = sum(p.stat().st_size for p in Path(tmp).rglob("*.jsonl"))
+    r, e = statistics.median(raw), statistics.median(eng)
+    n = args.cycles * len(AFTER_FIRST)
+    print(f"transitions per run         : {n}")
+    print(f"raw transitions machine     : {r * 1e6:8.1f} us/transition")
+    print(f"lifecycle engine + audit log: {e * 1e6:8.1f} us/transition")
+    print(f"log written                 : {size / 1e6:.1f} MB in {args.repeats + 1} runs")
+    print(f"ratio engine/raw            : {e / r:.2f}x  (target <= 3x)")
+
+
+if __name__ == "__main__":
+    main()

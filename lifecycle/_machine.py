@@ -1,0 +1,57 @@
+"""Build a `transitions` machine from `states.TABLE`: one event per trigger, guards as conditions.
+
+Conditions raise `GuardRejected` instead of returning False, so a refused trigger is never silent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from transitions.extensions import LockedMachine
+
+from states import STARTUP_ORDER, TABLE, Guard, State, Transition
+
+
+class MachineModel:
+    """The object `transitions` drives; `state` is the current `State`."""
+
+    state: State
+
+
+def build_machine(
+    model: MachineModel,
+    *,
+    on_guard: Callable[[Transition, Guard], Callable[[Any], bool]],
+    before: Callable[[Any], None],
+    table: tuple[Transition, ...] = TABLE,
+) -> LockedMachine:
+    """A thread-safe machine over `model` with exactly the table's rows (no auto transitions)."""
+    machine = LockedMachine(
+        model=model,
+        states=list(State),
+        initial=STARTUP_ORDER[0],
+        auto_transitions=False,
+        send_event=True,
+        ignore_invalid_triggers=False,
+        model_override=False,
+    )
+    for row in table:
+        machine.add_transition(
+            trigger=row.trigger.value,
+            source=list(row.sources),
+            dest=row.dest,
+            conditions=[on_guard(row, guard) for guard in row.guards],
+            before=[before],
+        )
+    return machine
+
+
+def build_raw_machine(model: MachineModel, table: tuple[Transition, ...] = TABLE) -> LockedMachine:
+    """The same table on a bare machine: no guards, no entry work, no log (the benchmark baseline)."""
+    machine = LockedMachine(
+        model=model, states=list(State), initial=STARTUP_ORDER[0], auto_transitions=False, send_event=True
+    )
+    for row in table:
+        machine.add_transition(trigger=row.trigger.value, source=list(row.sources), dest=row.dest)
+    return machine

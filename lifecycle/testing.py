@@ -1,0 +1,134 @@
+"""Fuzz a lifecycle with Hypothesis: a `RuleBasedStateMachine` over the real engine.
+
+    from lifecycle.testing import lifecycle_state_machine
+    TestMine = lifecycle_state_machine(config=my_config, provider=my_provider).TestCase
+
+Rules fire every trigger, legal and illegal, and call tripwired functions from "user code"; after
+each step the invariants read the log back and check it (see `check_log`). Needs the `fuzz` extra
+(hypothesis). Runs with the in-process phases unless `phases_factory` says otherwise.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lifecycle._errors import LifecycleError
+from lifecycle.auditlog import GENESIS, record_hash
+from lifecycle.config import RunConfig
+from lifecycle.driver import Lifecycle, TripwirePolicy
+from lifecycle.inprocess import InProcessPhases
+from lifecycle.phases import PhaseSet
+from states import STARTUP_ORDER, TABLE, State, Trigger, find
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    with open(path, "rb") as handle:
+        return [orjson.loads(line) for line in handle if line.strip()]
+
+
+def reachable_states() -> frozenset[State]:
+    """States the table can reach from CONFIGURED."""
+    seen, todo = {STARTUP_ORDER[0]}, [STARTUP_ORDER[0]]
+    while todo:
+        state = todo.pop()
+        for row in TABLE:
+            if state in row.sources and row.dest not in seen:
+                seen.add(row.dest)
+                todo.append(row.dest)
+    return frozenset(seen)
+
+
+def check_log(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Problems with one rank's records: hash chain, path through the table, ordering rules."""
+    problems: list[str] = []
+    prev, validated, model_built, state = GENESIS, False, False, STARTUP_ORDER[0].name
+    for i, rec in enumerate(records):
+        if rec.get("seq") != i or rec.get("prev_hash") != prev or record_hash(rec) != rec.get("hash"):
+            problems.append(f"record {i}: hash chain broken")
+        prev = str(rec.get("hash"))
+        event = rec.get("event")
+        if event == "side_effect" and not validated:
+            problems.append(f"record {i}: side effect {rec.get('kind')} before VALIDATED")
+        if event == "config_validated":
+            validated = True
+        if event == "model_built":
+            model_built = True
+        if event == "callbacks_bound" and not model_built:
+            problems.append(f"record {i}: callbacks bound before MODEL_BUILT")
+        if event == "transition_completed":
+            row = find(State[rec["source"]], Trigger(rec["trigger"]))
+            if rec["source"] != state or row is None or row.dest.name != rec["dest"]:
+                problems.append(f"record {i}: {rec['source']} -{rec['trigger']}-> {rec['dest']} is not a table path")
+            state = rec["dest"]
+            if rec["trigger"] in ("rebuild", "restart", "shutdown"):
+                model_built = False
+    return problems
+
+
+def lifecycle_state_machine(
+    config: RunConfig | None = None,
+    provider: Any = None,
+    phases_factory: Callable[[], PhaseSet] = InProcessPhases,
+    tripwires: TripwirePolicy = "raise",
+) -> Any:
+    """A Hypothesis RuleBasedStateMachine class driving a fresh Lifecycle per example."""
+    from hypothesis import strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+    cfg = config or RunConfig()
+    reachable = reachable_states()
+
+    class LifecycleMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dir = tempfile.TemporaryDirectory(prefix="lifecycle-fuzz-")
+            self.lc = Lifecycle(cfg, provider, self.dir.name, phases=phases_factory(),
+                                tripwires=tripwires, options={"keep_records": True})
+
+        @rule(trigger=st.sampled_from(list(Trigger)))
+        def fire(self, trigger: Trigger) -> None:
+            before = self.lc.state
+            try:
+                self.lc.fire(trigger)
+            except LifecycleError:
+                row = find(before, trigger)
+                assert row is None or self.lc.state in (before, State.FAILED), (before, trigger, self.lc.state)
+            else:
+                assert find(before, trigger) is not None or (trigger is Trigger.SHUTDOWN and before is State.SHUT_DOWN)
+
+        @rule()
+        def user_code_seeds_the_rng(self) -> None:
+            import torch
+
+            state = self.lc.state
+            guarded = state not in (self.lc.target, State.SHUT_DOWN) and tripwires == "raise"
+            try:
+                torch.manual_seed(0)
+            except LifecycleError:
+                assert guarded, f"tripwire fired in {state.name}, after startup completed"
+            else:
+                assert not guarded, f"torch.manual_seed was not refused in {state.name}"
+
+        @invariant()
+        def state_is_reachable(self) -> None:
+            assert self.lc.state in reachable
+
+        @invariant()
+        def log_is_a_valid_path(self) -> None:
+            records = self.lc.records
+            assert check_log(records) == []
+            path = self.lc.log_path
+            if path is not None and self.lc.state is not State.SHUT_DOWN:
+                written = read_log(path)
+                assert written == records[: len(written)] and len(written) == len(records)
+
+        def teardown(self) -> None:
+            self.lc.shutdown()
+            self.dir.cleanup()
+
+    return LifecycleMachine
