@@ -12,7 +12,8 @@
     ├── BindingError (RuntimeError)         callbacks could not be bound or verified
     │   └── BindingConflict                 a slot already holds a different callable
     ├── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
-    └── RehearsalError (RuntimeError)       a CPU rehearsal nested, or closed on the wrong thread
+    ├── RehearsalError (RuntimeError)       a CPU rehearsal nested, or closed on the wrong thread
+    └── DistributedError (RuntimeError)     process groups already initialized by someone else
 
 Every error keeps its context in keyword-only attributes and pickles across processes.
 """
@@ -92,3 +93,7 @@ class FinalizerNotCalled(LifecycleError, RuntimeError):
 
 class RehearsalError(LifecycleError, RuntimeError):
     """A CPU rehearsal was started twice, or closed from the wrong thread or out of order."""
+
+
+class DistributedError(LifecycleError, RuntimeError):
+    """torch.distributed or megatron's parallel state is already initialized by someone else."""

@@ -68,6 +68,7 @@ class _ChainWriter:
         self.file: BinaryIO | None = None
 
     def chain(self, _logger: Any, _name: str, event_dict: Any) -> bytes:
+        event_dict["ts"] = time.time()
         event_dict["seq"] = self.seq
         event_dict["prev_hash"] = self.prev
         body = orjson.dumps(event_dict, option=orjson.OPT_SORT_KEYS, default=str)
@@ -101,7 +102,7 @@ class AuditLog:
     def _make_logger(self) -> Any:
         base = structlog.wrap_logger(
             self._writer,
-            processors=[_add_timestamp, self._writer.chain],
+            processors=[self._writer.chain],
             wrapper_class=structlog.BoundLogger,
             cache_logger_on_first_use=True,
         )
@@ -146,11 +147,6 @@ class AuditLog:
         if self._writer.file is not None:
             self._writer.file.close()
             self._writer.file = None
-
-
-def _add_timestamp(_logger: Any, _name: str, event_dict: Any) -> Any:
-    event_dict["ts"] = time.time()
-    return event_dict
 
 
 def check_log_dir(log_dir: Path) -> str | None:

@@ -158,8 +158,8 @@ class RunConfig:
     def from_dict(cls, data: Mapping[str, Any], overrides: Iterable[str] = ()) -> RunConfig:
         """Build from nested dicts; `overrides` are `"section.field=value"` strings (YAML values)."""
         merged = _apply_overrides(_plain(data), overrides)
-        built: RunConfig = _build(cls, merged, "")
-        return built
+        config: RunConfig = _build(cls, merged, "")
+        return config
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
@@ -202,9 +202,6 @@ class RunConfig:
         """SHA-256 of the canonical JSON form; equal configs have equal fingerprints."""
         return hashlib.sha256(orjson.dumps(self.to_dict(), option=orjson.OPT_SORT_KEYS)).hexdigest()
 
-    def replace(self, **changes: Any) -> RunConfig:
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]  # mypy: slots+kw_only
-
 
 def preset_names() -> list[str]:
     return sorted(p.stem for p in (Path(__file__).parent / "presets").glob("*.yaml"))
@@ -240,11 +237,12 @@ class Snapshot:
             if dataclasses.is_dataclass(getattr(config, f.name))
         )
         self.values = tuple(get(section) for _, section, get in self.sections)
-        self.top = _getter(config)(config)
+        self.top_getter = _getter(config)
+        self.top = self.top_getter(config)
         self.flat = flatten(config.to_dict())
 
     def changes(self) -> list[tuple[str, Any, Any]]:
-        same = _getter(self.config)(self.config) == self.top and all(
+        same = self.top_getter(self.config) == self.top and all(
             get(section) == values for (_, section, get), values in zip(self.sections, self.values, strict=True)
         )
         return [] if same else diff(_unflatten(self.flat), self.config.to_dict())
@@ -322,7 +320,7 @@ def _build(cls: type[Any], data: Mapping[str, Any], where: str) -> Any:
             try:
                 kwargs[key] = _build(hint, value, path + ".")
             except ConfigError as exc:
-                problems.extend(exc.context.get("problems", []))
+                problems.extend(exc.problems)
             continue
         error = _type_problem(hint, value)
         if error:

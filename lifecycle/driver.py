@@ -92,6 +92,7 @@ class Lifecycle:
         self._runtime = Runtime(config=config, rank=_rank(config), world_size=_world_size(config))
         self._snapshot: Snapshot | None = None
         self._active: Trigger | None = None
+        self._facts_now: Facts | None = None
         self._lock = threading.RLock()
         self._pending_error: BaseException | None = None
         self._phase_logged_validation = False
@@ -234,6 +235,7 @@ class Lifecycle:
             self._log.emit(events.TRANSITION_STARTED, trigger=trigger.value, source=source.name)
             started = time.perf_counter()
             self._active = trigger
+            self._facts_now = self._facts(trigger)
             try:
                 self._trigger(trigger)
             except GuardRejected:
@@ -242,6 +244,7 @@ class Lifecycle:
                 self._on_phase_error(trigger, source, exc, time.perf_counter() - started)
             finally:
                 self._active = None
+                self._facts_now = None
             self._completed(trigger, source, time.perf_counter() - started)
             if self._pending_error is not None:
                 error, self._pending_error = self._pending_error, None
@@ -285,7 +288,7 @@ class Lifecycle:
 
     def _guard(self, row: Transition, guard: Guard) -> Any:
         def condition(_event: Any) -> bool:
-            facts = self._facts(row.trigger)
+            facts = self._facts_now or self._facts(row.trigger)
             if guard(facts):
                 return True
             reason = rule(guard)

@@ -65,7 +65,7 @@ def test_configs_are_frozen_and_derived_with_replace() -> None:
     config = RunConfig.preset("tiny-gpt")
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.backend = "nccl"  # type: ignore[misc]
-    changed = config.replace(backend="fake")
+    changed = dataclasses.replace(config, backend="fake")
     assert changed.backend == "fake" and config.backend == "gloo"
 
 
