@@ -12,6 +12,8 @@
     ├── BindingError (RuntimeError)         callbacks could not be bound or verified
     │   └── BindingConflict                 a slot already holds a different callable
     ├── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
+    ├── RehearsalError (RuntimeError)       a CPU rehearsal nested, or closed on the wrong thread
+    ├── DistributedError (RuntimeError)     process groups already initialized by someone else
     ├── LogUnreadable (ValueError)          a startup log cannot be read (`lifecycle audit` exits 2)
     └── ExtraNotInstalled (ImportError)     an optional dependency is missing; names the pip extra
 
@@ -89,6 +91,14 @@ class BindingConflict(BindingError):
 
 class FinalizerNotCalled(LifecycleError, RuntimeError):
     """The first training step ran without calling finalize_model_grads exactly once."""
+
+
+class RehearsalError(LifecycleError, RuntimeError):
+    """A CPU rehearsal was started twice, or closed from the wrong thread or out of order."""
+
+
+class DistributedError(LifecycleError, RuntimeError):
+    """torch.distributed or megatron's parallel state is already initialized by someone else."""
 
 
 class LogUnreadable(LifecycleError, ValueError):
