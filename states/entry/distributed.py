@@ -61,6 +61,33 @@ def refuse_if_initialized() -> None:
         )
 
 
+class ReusableStores:
+    """One env:// rendezvous store per process, reused under a fresh prefix at each initialization.
+
+    Rank 0 (or torchrun's agent) hosts the store on MASTER_PORT. A second `init_process_group` in
+    the same process (an in-process restart, or the next case in a test's ranks) would bind that
+    port again and hang in gloo's connect; reusing the store under `lifecycle/<n>/` does not. Every
+    rank initializes the same number of times, so the prefixes agree across ranks.
+    """
+
+    def __init__(self) -> None:
+        self._stores: dict[tuple[str, str, int], list[Any]] = {}
+
+    def fresh(self, rank: int, world: int) -> Any:
+        import torch.distributed as dist
+
+        key = (os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""), world)
+        entry = self._stores.get(key)
+        if entry is None:
+            store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world))
+            entry = self._stores[key] = [store, 0]
+        entry[1] += 1
+        return dist.PrefixStore(f"lifecycle/{entry[1]}/", entry[0])
+
+
+REUSABLE_STORES = ReusableStores()
+
+
 def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -> tuple[int, int]:
     import torch
     import torch.distributed as dist
@@ -80,7 +107,8 @@ def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -
     if world == 1 and "MASTER_ADDR" not in os.environ:
         dist.init_process_group(config.backend, store=dist.HashStore(), rank=0, world_size=1)
     else:
-        dist.init_process_group(config.backend, init_method="env://", rank=rank, world_size=world)
+        store = REUSABLE_STORES.fresh(rank, world)
+        dist.init_process_group(config.backend, store=store, rank=rank, world_size=world)
     return dist.get_rank(), dist.get_world_size()
 
 

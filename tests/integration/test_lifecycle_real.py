@@ -6,7 +6,6 @@ All 2-rank cases share one pair of spawned processes (megatron's import costs ~7
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,7 @@ from lifecycle.launch import run_ranks
 from lifecycle.testing import check_log, read_log
 from tests.integration.real_cases import run_cases
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("states.entry.distributed") is None, reason="real phases not merged"),
-]
+pytestmark = pytest.mark.slow
 
 TWO_RANK_CASES = [
     ("dp2", "training", (), {"steps": 2}),
@@ -141,8 +137,8 @@ def test_convert_plan_starts_services_without_distributed(two) -> None:
 def test_rl_plan_refuses_a_second_initialization(two) -> None:
     for r in case(two, "rl"):
         assert r["restart"] == "GuardRejected"
-        assert r["second_init"][0] in ("SideEffectError", "GuardRejected", "ConfigError", "PhaseFailed")
-        assert "initializ" in r["second_init"][1]
+        assert r["second_init"][0] == "DistributedError"
+        assert "already initialized" in r["second_init"][1]
         assert r["first_state"] == "CALLBACKS_BOUND"
 
 
