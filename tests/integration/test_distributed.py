@@ -81,7 +81,25 @@ def _two_rank_checks() -> dict[str, Any]:
         os.environ["MASTER_PORT"] = str(base + i)
         ctx, runtime = _startup(*overrides)
         out[name] = _observe(ctx, runtime) | _release_and_check(ctx, runtime)
+    os.environ["MASTER_PORT"] = str(base + len(cases))
+    out["lifecycle"] = _through_lifecycle()
     return out
+
+
+def _through_lifecycle() -> dict[str, Any]:
+    """The same phases driven by the engine, with tripwires raising on any stray side effect."""
+    import torch.distributed as dist
+
+    from lifecycle import Lifecycle, rehearsal
+    from states import State
+
+    lc = Lifecycle(RunConfig.preset("tiny-gpt", ["parallel.tp=2"]), options={"keep_records": True})
+    lc.advance_to(State.DISTRIBUTED)
+    seen = {"state": lc.state.name, "rank": lc.runtime.rank, "rehearsing": rehearsal.is_active()}
+    lc.shutdown()
+    seen["records"] = [(r["event"], r.get("kind"), r["rank"]) for r in lc.records]
+    seen["after"] = (lc.state.name, dist.is_initialized(), rehearsal.is_active())
+    return seen
 
 
 def _refusal_and_failure_checks() -> dict[str, Any]:
@@ -176,9 +194,24 @@ def test_tp2_and_pp2_dims_build_the_right_groups(two: list[dict[str, Any]]) -> N
         assert tp["vocab"] == 1024  # 1001 padded to a multiple of 128 × tp=2
 
 
+def test_the_engine_drives_the_phases_with_tripwires_armed(two: list[dict[str, Any]]) -> None:
+    for rank, result in enumerate(two):
+        seen = result["lifecycle"]
+        assert (seen["state"], seen["rank"], seen["rehearsing"]) == ("DISTRIBUTED", rank, True)
+        # declared by the phases, plus one record per tripwired call megatron and torch make
+        kinds = list(dict.fromkeys(k for e, k, _ in seen["records"] if e == "side_effect"))
+        assert kinds == ["tokenizer", "cuda_device", "process_group", "parallel_state", "rng"]
+        assert "tripwire_violation" not in [e for e, _, _ in seen["records"]]
+        after_rank = [r for e, _, r in seen["records"] if e == "distributed_initialized"]
+        assert after_rank == [rank]  # the log context carries the rank once the group knows it
+        assert seen["after"] == ("SHUT_DOWN", False, False)
+
+
 def test_release_destroys_groups_and_undoes_the_rehearsal(two: list[dict[str, Any]]) -> None:
     for result in two:
-        for dims in result.values():
+        for name, dims in result.items():
+            if name == "lifecycle":
+                continue
             assert not dims["pg_after"] and not dims["ps_after"]
             assert not dims["rehearsal_after"] and dims["cuda_restored"]
             assert dims["runtime_cleared"] == (False, None, None)
