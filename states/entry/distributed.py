@@ -20,7 +20,7 @@ from lifecycle import events
 from lifecycle._errors import DistributedError
 from lifecycle.config import RunConfig
 from lifecycle.phases import PhaseContext, Runtime
-from lifecycle.rehearsal import Rehearsal, start_rehearsal
+from lifecycle.rehearsal import Rehearsal, is_active, start_rehearsal
 from states import SideEffect
 
 
@@ -169,11 +169,13 @@ def enter(ctx: PhaseContext) -> Runtime:
     config = ctx.runtime.config
     refuse_if_initialized()
     on, reason = decide_rehearsal(config.rehearsal, bool(torch.cuda.is_available()))
-    rehearsal: Rehearsal | None = None
+    caller_owns = is_active()  # the caller's own `cpu_rehearsal()`: use it, leave it running
+    if caller_owns:
+        on, reason = True, "already active (the caller's)"
+    if on and not caller_owns:
+        ctx.side_effect(SideEffect.CUDA_DEVICE)
+    rehearsal = start_rehearsal() if on and not caller_owns else None
     try:
-        if on:
-            ctx.side_effect(SideEffect.CUDA_DEVICE)
-            rehearsal = start_rehearsal()
         ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
         rank, world = _init_process_group(ctx, config, real_cuda=not on)
         ctx.set_rank(rank=rank, world_size=world)

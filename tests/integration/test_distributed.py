@@ -144,7 +144,21 @@ def _one_rank_checks() -> dict[str, Any]:
     out["fake"] = dict(ctx.emitted)["distributed_initialized"] | {"ranks_set": ctx.ranks}
     out["fake"] |= _release_and_check(ctx, runtime)
     out |= _refusal_and_failure_checks()
+    out["callers"] = _inside_a_callers_rehearsal()
     return out
+
+
+def _inside_a_callers_rehearsal() -> dict[str, Any]:
+    from lifecycle import rehearsal
+    from states.entry import distributed
+
+    with rehearsal.cpu_rehearsal():
+        ctx, runtime = _startup()
+        reason = dict(ctx.emitted)["rehearsal_enabled"]["reason"]
+        owned = runtime.rehearsal
+        distributed.release(ctx, runtime)
+        still = rehearsal.is_active()
+    return {"reason": reason, "owned": owned, "still_active": still, "after": rehearsal.is_active()}
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +249,9 @@ def test_a_second_initialization_is_refused_and_a_failure_undoes_itself(
     assert "already initialized" in one["refused"] and one["still_theirs"]
     assert "world_size (1) is not divisible by 2" in one["failure"]
     assert one["after_failure"] == (False, False)
+
+
+def test_a_callers_own_rehearsal_is_used_and_left_running(one: dict[str, Any]) -> None:
+    callers = one["callers"]
+    assert callers["reason"] == "already active (the caller's)" and callers["owned"] is None
+    assert callers["still_active"] and not callers["after"]
