@@ -13,7 +13,9 @@
     ├── BindingError (RuntimeError)         callbacks could not be bound or verified
     │   └── BindingConflict                 a slot already holds a different callable
     ├── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
-    └── RehearsalError (RuntimeError)       a CPU rehearsal nested, or closed on the wrong thread
+    ├── RehearsalError (RuntimeError)       a CPU rehearsal nested, or closed on the wrong thread
+    ├── LogUnreadable (ValueError)          a startup log cannot be read (`lifecycle audit` exits 2)
+    └── ExtraNotInstalled (ImportError)     an optional dependency is missing; names the pip extra
 
 Every error keeps its context in keyword-only attributes and pickles across processes.
 """
@@ -98,3 +100,11 @@ class RehearsalError(LifecycleError, RuntimeError):
 class DistributedError(SideEffectError):
     """The process group or megatron's parallel state already exists, created outside this
     lifecycle: a second initialization is refused."""
+
+
+class LogUnreadable(LifecycleError, ValueError):
+    """A startup log line cannot be read: `source`, `line` and `reason` say where and why."""
+
+
+class ExtraNotInstalled(LifecycleError, ImportError):
+    """An optional dependency is missing; the message names the `pip install` extra that adds it."""

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 # Each module in lifecycle/commands/ defines `register(subparsers)`; its parser sets `func(args) -> int`.
-COMMANDS: tuple[str, ...] = ("graph", "run")
+COMMANDS: tuple[str, ...] = ("run", "audit", "plot", "graph", "experiment")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("graph", help="print the state diagram generated from the transition table")
-    parser.add_argument("--format", choices=("mermaid",), default="mermaid")
+    parser.add_argument("--format", choices=("mermaid", "dot", "svg", "markdown"), default="mermaid",
+                        help="mermaid (default), dot (Graphviz text), svg (needs matplotlib), "
+                             "markdown (docs/state-diagram.md)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from lifecycle.diagram import mermaid
+    from lifecycle import diagram
+    from lifecycle._errors import ExtraNotInstalled
 
-    print(mermaid())
+    render = {"mermaid": diagram.mermaid, "dot": diagram.dot, "svg": diagram.svg,
+              "markdown": diagram.markdown}[args.format]
+    try:
+        text = render()
+    except ExtraNotInstalled as exc:
+        print(f"lifecycle graph: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
     return 0

@@ -6,6 +6,7 @@ All 2-rank cases share one pair of spawned processes (megatron's import costs ~7
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,10 @@ from lifecycle.launch import run_ranks
 from lifecycle.testing import check_log, read_log
 from tests.integration.real_cases import run_cases
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("states.entry.distributed") is None, reason="real phases not merged"),
+]
 
 TWO_RANK_CASES = [
     ("dp2", "training", (), {"steps": 2}),
@@ -68,7 +72,7 @@ def assert_clean_log(path: str) -> None:
 def test_single_rank_training_reaches_callbacks_bound_and_finalizes_each_step(one) -> None:
     r = one["dp1"]
     assert "error" not in r, r.get("traceback")
-    assert r["state"] == "SHUT_DOWN" and r["world_size"] == 1 and r["optimizer"]
+    assert r["state"] == "CALLBACKS_BOUND" and r["world_size"] == 1 and r["optimizer"]
     assert [calls for _, calls in r["steps"]] == [1, None]
     assert r["finalizer"] == 2
     assert_clean_log(r["log"])
@@ -96,7 +100,7 @@ def test_pipeline_parallel_two_runs_1f1b_and_each_stage_finalizes_once(two) -> N
     assert sorted(r["pipeline_ranks"] for r in results) == [(0, 2), (1, 2)]
     for r in results:
         assert r["finalizer"] == 1
-    last = [r for r in results if r["pipeline_ranks"][0] == 1][0]
+    last = next(r for r in results if r["pipeline_ranks"][0] == 1)
     assert last["steps"][0][0] is not None
 
 

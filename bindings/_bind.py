@@ -1,0 +1,233 @@
+"""Install megatron's scheduler callbacks on the config its schedules read, verify, report.
+
+The contract (megatron-core's training loop and Megatron-Bridge's `_update_model_config_funcs`):
+
+- with an optimizer: `finalize_model_grads_func` = megatron's `finalize_model_grads` (bound to the
+  process-group collection where the installed megatron-core accepts one) and
+  `grad_scale_func` = `optimizer.scale_loss`;
+- with a DDP-wrapped model and `overlap_grad_reduce`: `no_sync_func`, plus `grad_sync_func` when
+  `align_grad_reduce`; with `overlap_param_gather` and `align_param_gather`: `param_sync_func`;
+- the three sync slots take *one entry per chunk*: a list when the model has several chunks (the
+  interleaved schedule indexes it by chunk and enters every chunk's `no_sync`), the single
+  callable when it has one (the non-interleaved schedules call `config.no_sync_func()` directly).
+
+The target is `megatron.core.utils.get_model_config(model[0])`, never the provider's config.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from bindings._protocol import SLOTS, Policy, SchedulerConfig
+from bindings._report import BindingReport, object_id
+from bindings._watchdog import CountingFinalizer, FirstStepWatchdog
+from lifecycle._errors import BindingConflict, BindingError
+
+_POLICIES: tuple[str | None, ...] = (None, "keep", "replace")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Installed:
+    """What one installation did on one config object."""
+
+    installed: dict[str, Any]
+    kept: tuple[str, ...]
+    replaced: tuple[str, ...]
+    finalizer: CountingFinalizer | None
+
+
+def per_chunk(callables: Sequence[Callable[..., Any]]) -> Any:
+    """Megatron's sync-slot convention: the callable itself for one chunk, a list for several."""
+    if not callables:
+        raise BindingError("a model has at least one chunk; got an empty list", chunks=0)
+    return callables[0] if len(callables) == 1 else list(callables)
+
+
+def finalizer(pg_collection: Any = None) -> Callable[..., Any]:
+    """megatron's `finalize_model_grads`, with `pg_collection` bound where the signature has it."""
+    from megatron.core.distributed import finalize_model_grads
+
+    accepts = "pg_collection" in inspect.signature(finalize_model_grads).parameters
+    if pg_collection is not None and accepts:
+        return functools.partial(finalize_model_grads, pg_collection=pg_collection)
+    fn: Callable[..., Any] = finalize_model_grads
+    return fn
+
+
+def align_grad_reduce_of(ddp_config: Any, override: bool | None = None) -> bool:
+    """`align_grad_reduce` is a training-loop setting, not a field of megatron's DDP config."""
+    if override is not None:
+        return override
+    return bool(getattr(ddp_config, "align_grad_reduce", True))
+
+
+def planned(
+    chunks: Sequence[Any],
+    optimizer: Any,
+    ddp_config: Any,
+    pg_collection: Any = None,
+    align_grad_reduce: bool | None = None,
+) -> dict[str, Any]:
+    """The callbacks the contract asks for, by slot, in `SLOTS` order."""
+    plan: dict[str, Any] = {}
+    if optimizer is not None:
+        plan["finalize_model_grads_func"] = CountingFinalizer(finalizer(pg_collection))
+        plan["grad_scale_func"] = optimizer.scale_loss
+    overlap_grad = bool(getattr(ddp_config, "overlap_grad_reduce", False))
+    overlap_param = bool(getattr(ddp_config, "overlap_param_gather", False))
+    if overlap_grad or overlap_param:
+        _require_ddp(chunks)
+    if overlap_grad:
+        plan["no_sync_func"] = per_chunk([c.no_sync for c in chunks])
+        if align_grad_reduce_of(ddp_config, align_grad_reduce):
+            plan["grad_sync_func"] = per_chunk([c.start_grad_sync for c in chunks])
+    if overlap_param and getattr(ddp_config, "align_param_gather", False):
+        plan["param_sync_func"] = per_chunk([c.start_param_sync for c in chunks])
+    return plan
+
+
+def _require_ddp(chunks: Sequence[Any]) -> None:
+    for index, chunk in enumerate(chunks):
+        if not (hasattr(chunk, "no_sync") and hasattr(chunk, "start_grad_sync")):
+            raise BindingError(
+                f"ddp_config asks for overlapped communication but model chunk {index} is "
+                f"{type(chunk).__name__}, not wrapped in megatron's DistributedDataParallel; wrap "
+                "every chunk in DistributedDataParallel or set overlap_grad_reduce and "
+                "overlap_param_gather to false",
+                chunk=index, chunk_type=type(chunk).__name__,
+            )
+
+
+def _same(current: Any, new: Any) -> bool:
+    if isinstance(current, list) and isinstance(new, list):
+        return len(current) == len(new) and all(a == b for a, b in zip(current, new, strict=True))
+    return bool(current is new or current == new)
+
+
+def install(
+    target: SchedulerConfig, plan: dict[str, Any], policy: Policy | None = None
+) -> Installed:
+    """Write `plan` onto `target`, slot by slot, honouring `policy` on conflicts.
+
+    Conflicts are all checked before anything is written, so a refused binding writes nothing.
+    """
+    if policy not in _POLICIES:
+        raise BindingError(
+            f"policy={policy!r} is not a binding policy; pass None (refuse conflicts), "
+            "'keep' (leave the existing callable) or 'replace' (overwrite it)",
+            policy=policy,
+        )
+    kept: list[str] = []
+    replaced: list[str] = []
+    for slot in SLOTS:
+        if slot not in plan:
+            continue
+        current = getattr(target, slot, None)
+        if current is None or _same(current, plan[slot]):
+            continue
+        if policy is None:
+            raise BindingConflict(
+                f"{type(target).__name__}.{slot} already holds {current!r}; binding would install "
+                f"{plan[slot]!r}. Pass policy='keep' to leave the existing callable, "
+                "policy='replace' to overwrite it, or unbind the previous binding first",
+                slot=slot, existing=repr(current), new=repr(plan[slot]),
+            )
+        (kept if policy == "keep" else replaced).append(slot)
+    installed = {slot: value for slot, value in plan.items() if slot not in kept}
+    for slot, value in installed.items():
+        setattr(target, slot, value)
+    fin = installed.get("finalize_model_grads_func")
+    return Installed(
+        installed=installed, kept=tuple(kept), replaced=tuple(replaced),
+        finalizer=fin if isinstance(fin, CountingFinalizer) else None,
+    )
+
+
+def _verify(chunks: Sequence[Any], target: Any, installed: dict[str, Any]) -> Any:
+    from megatron.core.utils import get_model_config
+
+    scheduler = get_model_config(chunks[0])
+    if scheduler is not target:
+        raise BindingError(
+            f"the scheduler reads {type(scheduler).__name__} at {object_id(scheduler)} but the "
+            f"callbacks went to {object_id(target)}; bind to get_model_config(model[0])",
+            scheduler_config_id=object_id(scheduler), target_id=object_id(target),
+        )
+    missing = [s for s, v in installed.items() if getattr(scheduler, s, None) is not v]
+    if missing:
+        raise BindingError(
+            f"slots {missing} do not hold the installed callbacks right after binding; something "
+            "rewrote the config (a property or __setattr__ on the config class?)",
+            slots=missing,
+        )
+    return scheduler
+
+
+def bind_callbacks(
+    model: Sequence[Any],
+    optimizer: Any,
+    ddp_config: Any,
+    *,
+    provider_config: Any = None,
+    policy: Policy | None = None,
+    pg_collection: Any = None,
+    align_grad_reduce: bool | None = None,
+) -> BindingReport:
+    """Bind the training callbacks for `model` (list of chunks) to the config its schedule reads.
+
+    `provider_config` is the config the provider was given; when the model holds another object
+    (a provider that copies), the report says `copied=True` and binding still targets the model's.
+    `align_grad_reduce` defaults to `ddp_config.align_grad_reduce` where it exists, else True.
+    """
+    from megatron.core.utils import get_model_config
+
+    chunks = list(model)
+    if not chunks:
+        raise BindingError("model is an empty list; build the model before binding", chunks=0)
+    target = get_model_config(chunks[0])
+    align = align_grad_reduce_of(ddp_config, align_grad_reduce)
+    done = install(target, planned(chunks, optimizer, ddp_config, pg_collection, align), policy)
+    scheduler = _verify(chunks, target, done.installed)
+    return BindingReport(
+        target_type=type(target).__name__,
+        target_id=hex(id(target)),
+        scheduler_config_id=hex(id(scheduler)),
+        provider_config_id=object_id(provider_config),
+        copied=provider_config is not None and provider_config is not target,
+        slots=tuple(done.installed),
+        kept=done.kept,
+        replaced=done.replaced,
+        chunks=len(chunks),
+        optimizer=optimizer is not None,
+        overlap_grad_reduce=bool(getattr(ddp_config, "overlap_grad_reduce", False)),
+        overlap_param_gather=bool(getattr(ddp_config, "overlap_param_gather", False)),
+        align_grad_reduce=align,
+        align_param_gather=bool(getattr(ddp_config, "align_param_gather", False)),
+        policy=policy,
+        watchdog=None if done.finalizer is None else FirstStepWatchdog(done.finalizer),
+        target_ref=weakref.ref(target),
+        installed_ids=MappingProxyType({s: id(v) for s, v in done.installed.items()}),
+    )
+
+
+def unbind_callbacks(report: BindingReport) -> tuple[str, ...]:
+    """Clear the slots `report` installed that still hold what it installed; return those slots.
+
+    Afterwards the config no longer references the model's `no_sync`/`start_*_sync` methods or
+    the optimizer's `scale_loss`, so dropping the model and optimizer frees them.
+    """
+    target = report.target()
+    if target is None:
+        return ()
+    cleared: list[str] = []
+    for slot, ident in report.installed_ids.items():
+        if id(getattr(target, slot, None)) == ident:
+            setattr(target, slot, None)
+            cleared.append(slot)
+    return tuple(cleared)

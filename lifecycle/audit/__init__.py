@@ -1,0 +1,50 @@
+"""`lifecycle audit`: read per-rank startup logs, check the rules, find where startup time went.
+
+Streams: memory grows with the number of ranks, not of records. Imports neither torch nor megatron.
+"""
+
+from __future__ import annotations
+
+from lifecycle.audit._audit import (
+    EXIT_CLEAN,
+    EXIT_UNREADABLE,
+    EXIT_VIOLATION,
+    AuditResult,
+    audit,
+)
+from lifecycle.audit._rank import RankAudit
+from lifecycle.audit._records import Finding, Segment
+from lifecycle.audit._rules import RULES, Rule, enabled, resolve
+from lifecycle.audit._timing import (
+    ChainLink,
+    RankBlame,
+    StateBlame,
+    Straggler,
+    blame,
+    critical_chain,
+    rank_blame,
+    stragglers,
+)
+
+__all__ = [
+    "EXIT_CLEAN",
+    "EXIT_UNREADABLE",
+    "EXIT_VIOLATION",
+    "RULES",
+    "AuditResult",
+    "ChainLink",
+    "Finding",
+    "RankAudit",
+    "RankBlame",
+    "Rule",
+    "Segment",
+    "StateBlame",
+    "Straggler",
+    "audit",
+    "blame",
+    "critical_chain",
+    "enabled",
+    "rank_blame",
+    "resolve",
+    "stragglers",
+]

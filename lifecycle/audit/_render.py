@@ -1,0 +1,102 @@
+"""The audit's output: a human report (systemd-analyze style) or JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from lifecycle.audit._audit import AuditResult
+from lifecycle.audit._cross import ranges
+from lifecycle.audit._rules import BY_ID
+from lifecycle.audit._timing import blame, critical_chain, rank_blame, stragglers
+
+PER_RULE = 10
+
+
+def text(result: AuditResult, *, show_blame: bool = False, show_chain: bool = False,
+         per_rule: int = PER_RULE) -> str:
+    """The report. At most `per_rule` findings of each rule are printed, then the ranks of the rest
+    (`--format json` has every one)."""
+    out = [_summary(result)]
+    shown: dict[str, int] = {}
+    rest: dict[str, list[int]] = {}
+    for f in result.findings:
+        shown[f.rule] = shown.get(f.rule, 0) + 1
+        if shown[f.rule] > per_rule:
+            rest.setdefault(f.rule, []).append(-1 if f.rank is None else f.rank)
+            continue
+        rule = BY_ID[f.rule]
+        rank = "" if f.rank is None else f" rank {f.rank}"
+        more = f" (x{f.count})" if f.count > 1 else ""
+        out.append(f"{f.where}:{rank} {rule.id} [{rule.slug}] {f.message}{more}")
+    for rule_id, ranks in rest.items():
+        out.append(f"{rule_id} [{BY_ID[rule_id].slug}] also on ranks {ranges(ranks)}")
+    if show_blame:
+        out += _blame_lines(result)
+    if show_chain:
+        out += _chain_lines(result)
+    if show_blame or show_chain:
+        out += _straggler_lines(result)
+    return "\n".join(out)
+
+
+def _summary(result: AuditResult) -> str:
+    ranks = sorted({a.rank for a in result.ranks if a.rank is not None})
+    verdict = ("UNREADABLE INPUT" if result.errors else
+               f"{len(result.findings)} violation(s)" if result.findings else "clean")
+    shown = ranges(ranks) if ranks else "no ranks"
+    return f"audited {result.records} records from {result.sources} input(s), ranks {shown}: {verdict}"
+
+
+def _blame_lines(result: AuditResult) -> list[str]:
+    out = ["", "blame (entry time per state across ranks, slowest first):",
+           f"  {'state':<16} {'ranks':>6} {'median':>9} {'p90':>9} {'max':>9}  slowest rank"]
+    for b in blame(result.ranks):
+        out.append(f"  {b.state:<16} {b.ranks:>6} {_s(b.median)} {_s(b.p90)} {_s(b.max)}  {b.slowest_rank}")
+    out += ["", "slowest ranks:"]
+    out += [f"  {_s(r.duration)}  rank {r.rank:<6} {r.state}" for r in rank_blame(result.ranks)]
+    return out
+
+
+def _chain_lines(result: AuditResult) -> list[str]:
+    out = ["", "critical chain (the last rank to reach each state; @ since the first rank started):"]
+    for link in critical_chain(result.ranks):
+        out.append(f"  {link.state:<16} @{link.at:.3f}s +{link.duration:.3f}s  rank {link.rank}")
+    return out
+
+
+def _straggler_lines(result: AuditResult) -> list[str]:
+    found = stragglers(result.ranks)
+    out = ["", f"stragglers ({len(found)}: over 3x the median time in a state):"]
+    out += [f"  rank {s.rank:<6} {s.state:<16} {s.duration:.3f}s vs median {s.median:.3f}s ({s.factor:.1f}x)"
+            for s in found[:20]]
+    return out
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:>8.3f}s"
+
+
+def as_json(result: AuditResult, *, with_timing: bool = True) -> bytes:
+    doc: dict[str, Any] = {
+        "exit_code": result.exit_code,
+        "records": result.records,
+        "sources": result.sources,
+        "ranks": len(result.ranks),
+        "errors": [{key: e.context.get(key) for key in ("source", "line", "reason")} for e in result.errors],
+        "findings": [
+            {"rule": f.rule, "slug": BY_ID[f.rule].slug, "message": f.message, "run_id": f.run_id,
+             "rank": f.rank, "source": f.source, "line": f.line, "count": f.count}
+            for f in result.findings
+        ],
+    }
+    if with_timing:
+        doc["blame"] = [_fields(b) for b in blame(result.ranks)]
+        doc["critical_chain"] = [_fields(c) for c in critical_chain(result.ranks)]
+        doc["stragglers"] = [_fields(s) for s in stragglers(result.ranks)]
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in record.__slots__}

@@ -1,0 +1,229 @@
+"""Model providers in Megatron's shape, and the TransformerConfig built from a RunConfig.
+
+A provider is called once per virtual-pipeline chunk:
+
+    provider(config, *, pre_process, post_process, vp_stage, inputs) -> MegatronModule
+
+`config` is the megatron `TransformerConfig` the lifecycle built (the *provider config*);
+`inputs` is a frozen `ModelInputs` with what the services resolved (padded vocab size, sequence
+length). A provider may keep `config` or copy it; bindings target whatever the model holds.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from lifecycle.config import RunConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelInputs:
+    """What a provider needs beyond the TransformerConfig, resolved by the services."""
+
+    vocab_size: int
+    seq_length: int
+    max_position_embeddings: int
+    transformer_impl: Literal["local", "transformer_engine"] = "local"
+    share_embeddings_and_output_weights: bool = True
+
+
+class ModelProvider(Protocol):
+    """Megatron's provider shape plus `inputs`; one call per virtual-pipeline chunk."""
+
+    def __call__(
+        self,
+        config: Any,
+        *,
+        pre_process: bool,
+        post_process: bool,
+        vp_stage: int | None,
+        inputs: ModelInputs,
+    ) -> Any: ...
+
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def padded_vocab_size(vocab_size: int, divisible_by: int, tp: int) -> int:
+    """Megatron's padding: round up to a multiple of `divisible_by * tp`."""
+    multiple = divisible_by * tp
+    return -(-vocab_size // multiple) * multiple
+
+
+def model_inputs(run: RunConfig, vocab_size: int | None) -> ModelInputs:
+    """The provider inputs for `run`, with the vocabulary the services resolved."""
+    model = run.model
+    vocab = vocab_size if vocab_size is not None else model.vocab_size
+    if vocab is None:
+        vocab = run.tokenizer.vocab_size
+    return ModelInputs(
+        vocab_size=padded_vocab_size(vocab, model.make_vocab_size_divisible_by, run.parallel.tp),
+        seq_length=model.seq_length,
+        max_position_embeddings=model.max_position_embeddings or model.seq_length,
+        transformer_impl=model.transformer_impl,
+        share_embeddings_and_output_weights=model.share_embeddings_and_output_weights,
+    )
+
+
+def transformer_config(run: RunConfig, *, cpu: bool | None = None) -> Any:
+    """megatron's TransformerConfig for `run` (model, parallel and dtype fields)."""
+    import torch
+    from megatron.core.transformer import TransformerConfig
+
+    model, par = run.model, run.parallel
+    dtype = getattr(torch, _DTYPES[model.dtype])
+    on_cpu = (not torch.cuda.is_available()) if cpu is None else cpu
+    return TransformerConfig(
+        num_layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        num_query_groups=model.num_query_groups,
+        ffn_hidden_size=model.ffn_hidden_size,
+        init_method_std=model.init_method_std,
+        hidden_dropout=model.hidden_dropout,
+        attention_dropout=model.attention_dropout,
+        num_moe_experts=model.num_moe_experts,
+        add_bias_linear=model.add_bias_linear,
+        tensor_model_parallel_size=par.tp,
+        pipeline_model_parallel_size=par.pp,
+        virtual_pipeline_model_parallel_size=par.vpp,
+        context_parallel_size=par.cp,
+        expert_model_parallel_size=par.ep,
+        expert_tensor_parallel_size=par.etp,
+        sequence_parallel=par.sequence_parallel,
+        tp_comm_overlap=par.tp_comm_overlap,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=model.dtype == "bf16",
+        fp16=model.dtype == "fp16",
+        use_cpu_initialization=on_cpu,
+        gradient_accumulation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        apply_rope_fusion=False,
+        bias_activation_fusion=False,
+        persist_layer_norm=False,
+    )
+
+
+def layer_spec(impl: str) -> Any:
+    """The local (plain torch) GPT layer spec, or TE's where transformer-engine is installed."""
+    if impl == "transformer_engine":
+        from megatron.core.models.gpt.gpt_layer_specs import (
+            get_gpt_layer_with_transformer_engine_spec,
+        )
+
+        return get_gpt_layer_with_transformer_engine_spec()
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    return get_gpt_layer_local_spec()
+
+
+def _gpt(config: Any, pre: bool, post: bool, vp: int | None, inputs: ModelInputs) -> Any:
+    from megatron.core.models.gpt import GPTModel
+
+    return GPTModel(
+        config=config,
+        transformer_layer_spec=layer_spec(inputs.transformer_impl),
+        vocab_size=inputs.vocab_size,
+        max_sequence_length=inputs.max_position_embeddings,
+        pre_process=pre,
+        post_process=post,
+        share_embeddings_and_output_weights=inputs.share_embeddings_and_output_weights,
+        vp_stage=vp,
+    )
+
+
+def gpt_provider(
+    config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: ModelInputs
+) -> Any:
+    """A tiny GPTModel that keeps the provider's config: `model.config is config`."""
+    return _gpt(config, pre_process, post_process, vp_stage, inputs)
+
+
+def copying_provider(
+    config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: ModelInputs
+) -> Any:
+    """Deep-copies its config into the model, as canonical Nemotron Omni does.
+
+    Callbacks bound to `config` would never reach the scheduler, which reads `model.config`.
+    """
+    language_cfg = copy.deepcopy(config)
+    return _gpt(language_cfg, pre_process, post_process, vp_stage, inputs)
+
+
+@dataclass(slots=True, kw_only=True)
+class GPTModelSpec:
+    """A builder's model config: the transformer config nested, plus model-level fields."""
+
+    transformer: Any
+    vocab_size: int
+    seq_length: int
+
+
+@dataclass(slots=True, kw_only=True)
+class HybridModelSpec:
+    """A hybrid (Mamba-style) builder's model config with its own nested transformer config."""
+
+    transformer: Any
+    hybrid_override_pattern: str
+    vocab_size: int
+    seq_length: int
+
+
+class GPTBuilder:
+    """Builder variant (Megatron-Bridge's GPTModelBuilder shape): the model's config is the
+    nested `spec.transformer`, which here is the very config the lifecycle passed."""
+
+    def __init__(self) -> None:
+        self.spec: GPTModelSpec | None = None
+
+    def __call__(
+        self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None,
+        inputs: ModelInputs,
+    ) -> Any:
+        if self.spec is None or self.spec.transformer is not config:
+            self.spec = GPTModelSpec(
+                transformer=config, vocab_size=inputs.vocab_size, seq_length=inputs.seq_length
+            )
+        return _gpt(self.spec.transformer, pre_process, post_process, vp_stage, inputs)
+
+
+class HybridBuilder:
+    """Hybrid (Mamba-style) builder: derives its own nested transformer config from the one it
+    is given, and the model stores that nested object, so `model.config is not config`.
+
+    megatron's MambaModel needs the mamba_ssm CUDA kernels and cannot run on CPU; the model built
+    here is a GPTModel on the nested config. What binding cares about, where the config the
+    scheduler reads lives, is the hybrid builder's.
+    """
+
+    def __init__(self, pattern: str = "M*") -> None:
+        self.pattern = pattern
+        self.spec: HybridModelSpec | None = None
+        self._source: Any = None
+
+    def __call__(
+        self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None,
+        inputs: ModelInputs,
+    ) -> Any:
+        if self.spec is None or self._source is not config:
+            self._source = config
+            self.spec = HybridModelSpec(
+                transformer=dataclasses.replace(config),
+                hybrid_override_pattern=self.pattern,
+                vocab_size=inputs.vocab_size,
+                seq_length=inputs.seq_length,
+            )
+        return _gpt(self.spec.transformer, pre_process, post_process, vp_stage, inputs)
+
+
+PROVIDERS: dict[str, ModelProvider] = {
+    "gpt": gpt_provider,
+    "copying": copying_provider,
+}
+"""Stateless providers by name; builders are classes (`GPTBuilder()`, `HybridBuilder()`)."""

@@ -1,0 +1,198 @@
+"""Startup logs for the audit's tests.
+
+`engine_rank` makes them with the real engine (`Lifecycle` + in-process phases), which is how every
+log the engine can produce is made. `write_events` writes a list of (event, fields) with the real
+`AuditLog`, for what the engine refuses to produce (side effect before VALIDATED, binding before
+MODEL_BUILT, ...); `clean_events` is the minimal startup those tests start from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from lifecycle import InProcessPhases, Lifecycle, RunConfig
+from lifecycle.audit import AuditResult, audit
+from lifecycle.auditlog import AuditLog
+from lifecycle.phases import PhaseContext, Runtime
+
+FP = "f" * 64
+Events = list[tuple[str, dict[str, Any]]]
+
+
+def engine_rank(log_dir: Path, rank: int = 0, world: int = 1, *, run_id: str = "run-a", seed: int = 1234,
+                phases: Any = None, tripwires: str = "off", plan: str | None = None) -> Lifecycle:
+    """One rank of a run, as torchrun starts it: RANK/WORLD_SIZE in the environment (a rank in the
+    config would be part of the fingerprint, so ranks would disagree)."""
+    config = RunConfig.from_dict({"training": {"seed": seed}})
+    saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE")}
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
+    try:
+        return Lifecycle(config, log_dir=log_dir, plan=plan, phases=phases or InProcessPhases(),
+                         tripwires=tripwires, run_id=run_id)  # type: ignore[arg-type]
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def train_and_shut_down(lc: Lifecycle, *, steps: int = 2, finalizer_calls: int = 1) -> None:
+    """What `lifecycle run` does once bound: steps, the first-step finalizer record, shutdown."""
+    lc.advance_to(lc.target)
+    for step in range(1, steps + 1):
+        lc.record("step_completed", step=step, loss=1.0 / step, duration_s=0.01)
+        if step == 1:
+            event = "first_step_finalized" if finalizer_calls == 1 else "first_step_not_finalized"
+            lc.record(event, finalizer_calls=finalizer_calls)
+    lc.shutdown()
+
+
+def clean_run(log_dir: Path, world: int = 2, *, run_id: str = "run-a") -> Path:
+    for rank in range(world):
+        train_and_shut_down(engine_rank(log_dir, rank, world, run_id=run_id))
+    return log_dir
+
+
+def rules(result: AuditResult) -> set[str]:
+    return {f.rule for f in result.findings}
+
+
+def audit_rules(*paths: Path) -> set[str]:
+    result = audit([str(p) for p in paths], jobs=1)
+    assert not result.errors, result.errors
+    return rules(result)
+
+
+class OldModelPhases(InProcessPhases):
+    """A rebuild bug: after a rebuild the callbacks go to the first model's config again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: Any = None
+
+    def build_model(self, ctx: PhaseContext) -> Runtime:
+        runtime = super().build_model(ctx)
+        if self.first is None:
+            self.first = runtime.model
+        return runtime
+
+    def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
+        old = dataclasses.replace(ctx.runtime, model=self.first)
+        return _bind_on(ctx, old, scheduler=ctx.runtime.model)
+
+
+def _bind_on(ctx: PhaseContext, runtime: Runtime, *, scheduler: Any) -> Runtime:
+    """Bind to `runtime.model[0].config` while the scheduler reads `scheduler[0].config`."""
+    from lifecycle import events
+    from lifecycle.inprocess import SLOTS, _finalize
+    from states import SideEffect
+
+    ctx.side_effect(SideEffect.CALLBACKS)
+    target = runtime.model[0].config
+    for slot in SLOTS:
+        setattr(target, slot, _finalize)
+    ctx.emit(events.CALLBACKS_BOUND, target_type=type(target).__name__, target_id=hex(id(target)),
+             scheduler_config_id=hex(id(scheduler[0].config)),
+             provider_config_id=hex(id(ctx.runtime.provider_config)), copied=True, slots=list(SLOTS),
+             chunks=1, overlap_grad_reduce=False, overlap_param_gather=False, policy="refuse")
+    return dataclasses.replace(ctx.runtime, binding={"target_id": id(target), "slots": SLOTS})
+
+
+class ProviderTargetPhases(InProcessPhases):
+    """A binding bug: callbacks installed on the provider's config, not the copy the model holds."""
+
+    def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
+        holder = [type("Chunk", (), {"config": ctx.runtime.provider_config})()]
+        return _bind_on(ctx, dataclasses.replace(ctx.runtime, model=tuple(holder)), scheduler=ctx.runtime.model)
+
+
+def clean_events(*, model_id: str = "0x10", provider_id: str = "0x20", fp: str = FP) -> Events:
+    """The minimal training startup of docs/log-format.md, then one step and a shutdown."""
+    ev: Events = [("lifecycle_started", dict(plan="training", target="CALLBACKS_BOUND", policy="raise",
+                                             pid=1, host="h", rehearsal=None))]
+    steps = [
+        ("validate", "CONFIGURED", "VALIDATED",
+         [("config_validated", dict(fingerprint=fp, config={}, environment=True))]),
+        ("start_services", "VALIDATED", "SERVICES_READY",
+         [("side_effect", dict(kind="tokenizer", trigger="start_services")),
+          ("services_ready", dict(tokenizer="T", vocab_size=8, vocab_source="explicit"))]),
+        ("init_distributed", "SERVICES_READY", "DISTRIBUTED",
+         [("side_effect", dict(kind=k, trigger="init_distributed")) for k in ("process_group", "parallel_state", "rng")]
+         + [("distributed_initialized", dict(backend="gloo", tp=1, pp=1, cp=1, ep=1, dp=1, vpp=None))]),
+        ("build_model", "DISTRIBUTED", "MODEL_BUILT",
+         [("side_effect", dict(kind="model", trigger="build_model")),
+          ("model_built", dict(chunks=1, model_config_id=model_id, provider_config_id=provider_id, optimizer=True))]),
+        ("bind_callbacks", "MODEL_BUILT", "CALLBACKS_BOUND",
+         [("side_effect", dict(kind="callbacks", trigger="bind_callbacks")),
+          ("callbacks_bound", dict(target_type="TransformerConfig", target_id=model_id, scheduler_config_id=model_id,
+                                   provider_config_id=provider_id, copied=True, slots=["finalize_model_grads_func"],
+                                   chunks=1, overlap_grad_reduce=False, overlap_param_gather=False, policy="refuse"))]),
+    ]
+    for trigger, source, dest, body in steps:
+        ev.append(("transition_started", dict(trigger=trigger, source=source)))
+        ev += body
+        ev.append(("transition_completed", dict(trigger=trigger, source=source, dest=dest, duration_s=0.01,
+                                                config_fingerprint=None if trigger == "validate" else fp)))
+    ev += [("step_completed", dict(step=1, loss=1.0, duration_s=0.1)),
+           ("first_step_finalized", dict(finalizer_calls=1)),
+           ("lifecycle_shutdown", dict(source="CALLBACKS_BOUND")),
+           ("transition_completed", dict(trigger="shutdown", source="CALLBACKS_BOUND", dest="SHUT_DOWN",
+                                         duration_s=0.01, config_fingerprint=fp))]
+    return ev
+
+
+def index(ev: Events, event: str, **match: Any) -> int:
+    """Position of the first `event` record whose fields include `match`."""
+    for i, (name, fields) in enumerate(ev):
+        if name == event and all(fields.get(k) == v for k, v in match.items()):
+            return i
+    raise LookupError(f"no {event} {match}")
+
+
+def write_events(log_dir: Path, ev: Events, *, rank: int = 0, world: int = 1, run_id: str = "hand") -> Path:
+    log = AuditLog(run_id=run_id, rank=rank, world_size=world)
+    path = log.open(log_dir)
+    for event, fields in ev:
+        if event == "__generation__":  # what the engine does at a restart
+            log.rebind(generation=fields["generation"])
+        else:
+            log.emit(event, **fields)
+    log.close()
+    return path
+
+
+
+class KilledPhases(InProcessPhases):
+    """Entry work whose process is SIGKILLed in the middle of `build_model`, once the other ranks
+    are done (so the launcher does not stop them first)."""
+
+    def __init__(self, log_dir: Path, others: int) -> None:
+        super().__init__()
+        self.log_dir = log_dir
+        self.others = others
+
+    def build_model(self, ctx: PhaseContext) -> Runtime:
+        from states import SideEffect
+
+        ctx.side_effect(SideEffect.MODEL)
+        deadline = time.monotonic() + 60
+        while len(list(self.log_dir.glob("done-*"))) < self.others and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable: the process was killed")
+
+
+def launched_rank(log_dir: str, die_rank: int) -> str:
+    """One rank under `lifecycle.launch.run_ranks` (RANK, WORLD_SIZE, MASTER_* in the environment)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    phases = KilledPhases(Path(log_dir), world - 1) if rank == die_rank else InProcessPhases()
+    lc = Lifecycle(RunConfig(), log_dir=log_dir, phases=phases, tripwires="off")
+    train_and_shut_down(lc)
+    (Path(log_dir) / f"done-{rank}").touch()
+    return lc.state.name

@@ -1,0 +1,55 @@
+"""MODEL_BUILT pieces that need no megatron: provider resolution, vocab padding, TE guard."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from lifecycle._errors import ConfigError
+from lifecycle.config import RunConfig
+from lifecycle.providers import PROVIDERS, model_inputs, padded_vocab_size
+from states.entry.model_built import init_te_user_buffers, resolve_provider
+
+
+def test_no_provider_means_the_tiny_gpt_provider() -> None:
+    assert resolve_provider(None) is PROVIDERS["gpt"]
+    assert resolve_provider("copying") is PROVIDERS["copying"]
+
+
+def test_an_unknown_provider_name_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match="'copying', 'gpt'"):
+        resolve_provider("omni")
+
+
+def test_a_non_callable_provider_is_refused_with_the_expected_shape() -> None:
+    with pytest.raises(ConfigError, match="pre_process, post_process, vp_stage"):
+        resolve_provider(42)
+
+
+def test_vocab_is_padded_to_a_multiple_of_divisor_times_tp() -> None:
+    assert padded_vocab_size(1000, 128, 1) == 1024
+    assert padded_vocab_size(1024, 128, 2) == 1024
+    assert padded_vocab_size(1025, 128, 2) == 1280
+
+
+def test_model_inputs_use_the_vocab_the_services_resolved() -> None:
+    run = RunConfig.from_dict({"model": {"seq_length": 64}, "tokenizer": {"vocab_size": 10}})
+    assert model_inputs(run, 300).vocab_size == 384
+    assert model_inputs(run, None).vocab_size == 128
+    assert model_inputs(run, None).max_position_embeddings == 64
+
+
+def test_tp_comm_overlap_without_transformer_engine_names_the_extra() -> None:
+    try:
+        import transformer_engine  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("transformer-engine is installed here")
+    with pytest.raises(ConfigError, match=r"megatron-lifecycle\[te\]"):
+        init_te_user_buffers(RunConfig(), SimpleNamespace(tp_comm_overlap=True))
+
+
+def test_no_tp_comm_overlap_initializes_no_user_buffers() -> None:
+    assert init_te_user_buffers(RunConfig(), SimpleNamespace(tp_comm_overlap=False)) is False
