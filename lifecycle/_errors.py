@@ -6,14 +6,14 @@
     ├── GuardRejected (RuntimeError)        an ordering rule refused the trigger
     ├── SideEffectError (RuntimeError)      a side effect outside its owning transition
     │   ├── SideEffectBeforeValidation      ... before VALIDATED
-    │   └── TripwireViolation               ... caught by a tripwire (any code, not only ours)
+    │   ├── TripwireViolation               ... caught by a tripwire (any code, not only ours)
+    │   └── DistributedError                ... already done outside: a second initialization
     ├── ConfigMutated (RuntimeError)        the validated config changed after VALIDATED
     ├── PhaseFailed (RuntimeError)          a state's entry work raised; the lifecycle is FAILED
     ├── BindingError (RuntimeError)         callbacks could not be bound or verified
     │   └── BindingConflict                 a slot already holds a different callable
     ├── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
     ├── RehearsalError (RuntimeError)       a CPU rehearsal nested, or closed on the wrong thread
-    ├── DistributedError (RuntimeError)     process groups already initialized by someone else
     ├── LogUnreadable (ValueError)          a startup log cannot be read (`lifecycle audit` exits 2)
     └── ExtraNotInstalled (ImportError)     an optional dependency is missing; names the pip extra
 
@@ -97,8 +97,9 @@ class RehearsalError(LifecycleError, RuntimeError):
     """A CPU rehearsal was started twice, or closed from the wrong thread or out of order."""
 
 
-class DistributedError(LifecycleError, RuntimeError):
-    """torch.distributed or megatron's parallel state is already initialized by someone else."""
+class DistributedError(SideEffectError):
+    """The process group or megatron's parallel state already exists, created outside this
+    lifecycle: a second initialization is refused."""
 
 
 class LogUnreadable(LifecycleError, ValueError):

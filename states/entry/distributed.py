@@ -1,8 +1,9 @@
 """DISTRIBUTED: process group, megatron parallel state and RNG — rehearsed on CPU without CUDA.
 
 Order: decide the CPU rehearsal (on when CUDA is absent unless `rehearsal` forces it), then
-`torch.distributed.init_process_group` (env:// as torchrun and `run_ranks` set it; an in-memory
-store for a single rank with no launcher; FakeStore for the `fake` backend), then
+`torch.distributed.init_process_group` (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE as torchrun and
+`run_ranks` set them, through a TCPStore kept for re-initialization; an in-memory store for a
+single rank with no launcher; FakeStore for the `fake` backend), then
 `parallel_state.initialize_model_parallel`, then seeding with `model_parallel_cuda_manual_seed`.
 A failure part-way undoes what this phase did before re-raising. The rehearsal stays active until
 `release`, which must run on the thread that called `enter` (function modes are per-thread).
@@ -19,7 +20,7 @@ from lifecycle import events
 from lifecycle._errors import DistributedError
 from lifecycle.config import RunConfig
 from lifecycle.phases import PhaseContext, Runtime
-from lifecycle.rehearsal import Rehearsal, start_rehearsal
+from lifecycle.rehearsal import Rehearsal, is_active, start_rehearsal
 from states import SideEffect
 
 
@@ -61,33 +62,6 @@ def refuse_if_initialized() -> None:
         )
 
 
-class ReusableStores:
-    """One env:// rendezvous store per process, reused under a fresh prefix at each initialization.
-
-    Rank 0 (or torchrun's agent) hosts the store on MASTER_PORT. A second `init_process_group` in
-    the same process (an in-process restart, or the next case in a test's ranks) would bind that
-    port again and hang in gloo's connect; reusing the store under `lifecycle/<n>/` does not. Every
-    rank initializes the same number of times, so the prefixes agree across ranks.
-    """
-
-    def __init__(self) -> None:
-        self._stores: dict[tuple[str, str, int], list[Any]] = {}
-
-    def fresh(self, rank: int, world: int) -> Any:
-        import torch.distributed as dist
-
-        key = (os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""), world)
-        entry = self._stores.get(key)
-        if entry is None:
-            store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world))
-            entry = self._stores[key] = [store, 0]
-        entry[1] += 1
-        return dist.PrefixStore(f"lifecycle/{entry[1]}/", entry[0])
-
-
-REUSABLE_STORES = ReusableStores()
-
-
 def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -> tuple[int, int]:
     import torch
     import torch.distributed as dist
@@ -104,12 +78,36 @@ def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -
         ctx.side_effect(SideEffect.CUDA_DEVICE)
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     ctx.side_effect(SideEffect.PROCESS_GROUP)
-    if world == 1 and "MASTER_ADDR" not in os.environ:
-        dist.init_process_group(config.backend, store=dist.HashStore(), rank=0, world_size=1)
-    else:
-        store = REUSABLE_STORES.fresh(rank, world)
-        dist.init_process_group(config.backend, store=store, rank=rank, world_size=world)
+    bare = world == 1 and "MASTER_ADDR" not in os.environ
+    store = dist.HashStore() if bare else rendezvous_store(rank, world)
+    dist.init_process_group(config.backend, store=store, rank=rank, world_size=world)
     return dist.get_rank(), dist.get_world_size()
+
+
+# The TCPStore each process keeps per MASTER_ADDR:MASTER_PORT, and how many process groups it has
+# served. It must outlive `destroy_process_group`: re-creating it on the same port for a restart
+# lets a fast rank join the previous, still-closing store and read stale keys (gloo then connects
+# to ports that are gone, or hangs). Each initialization uses a fresh key prefix instead.
+_STORES: dict[tuple[str, int], list[Any]] = {}
+
+
+def rendezvous_store(rank: int, world_size: int) -> Any:
+    """A PrefixStore over this process's long-lived TCPStore for MASTER_ADDR/MASTER_PORT (env://).
+
+    Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) every rank is a client.
+    """
+    import torch.distributed as dist
+
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    entry = _STORES.get((addr, port))
+    if entry is None:
+        agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        store = dist.TCPStore(
+            addr, port, world_size, is_master=rank == 0 and not agent, wait_for_workers=False
+        )
+        entry = _STORES[(addr, port)] = [store, 0]
+    entry[1] += 1
+    return dist.PrefixStore(f"megatron-lifecycle/init-{entry[1]}", entry[0])
 
 
 def _init_parallel_state(ctx: PhaseContext, config: RunConfig) -> dict[str, int]:
@@ -171,11 +169,13 @@ def enter(ctx: PhaseContext) -> Runtime:
     config = ctx.runtime.config
     refuse_if_initialized()
     on, reason = decide_rehearsal(config.rehearsal, bool(torch.cuda.is_available()))
-    rehearsal: Rehearsal | None = None
+    caller_owns = is_active()  # the caller's own `cpu_rehearsal()`: use it, leave it running
+    if caller_owns:
+        on, reason = True, "already active (the caller's)"
+    if on and not caller_owns:
+        ctx.side_effect(SideEffect.CUDA_DEVICE)
+    rehearsal = start_rehearsal() if on and not caller_owns else None
     try:
-        if on:
-            ctx.side_effect(SideEffect.CUDA_DEVICE)
-            rehearsal = start_rehearsal()
         ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
         rank, world = _init_process_group(ctx, config, real_cuda=not on)
         ctx.set_rank(rank=rank, world_size=world)

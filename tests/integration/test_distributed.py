@@ -74,14 +74,28 @@ def _release_and_check(ctx: RecordingContext, runtime: Any) -> dict[str, Any]:
 
 def _two_rank_checks() -> dict[str, Any]:
     out: dict[str, Any] = {}
-    base = int(os.environ["MASTER_PORT"])
     cases = {"dp2": [], "tp2": ["parallel.tp=2"], "pp2": ["parallel.pp=2"]}
-    for i, (name, overrides) in enumerate(cases.items()):
-        # a re-initialization on the same port can join the previous, still-closing store
-        os.environ["MASTER_PORT"] = str(base + i)
+    for name, overrides in cases.items():  # re-initialized in turn on the same MASTER_PORT
         ctx, runtime = _startup(*overrides)
         out[name] = _observe(ctx, runtime) | _release_and_check(ctx, runtime)
+    out["lifecycle"] = _through_lifecycle()
     return out
+
+
+def _through_lifecycle() -> dict[str, Any]:
+    """The same phases driven by the engine, with tripwires raising on any stray side effect."""
+    import torch.distributed as dist
+
+    from lifecycle import Lifecycle, rehearsal
+    from states import State
+
+    lc = Lifecycle(RunConfig.preset("tiny-gpt", ["parallel.tp=2"]), options={"keep_records": True})
+    lc.advance_to(State.DISTRIBUTED)
+    seen = {"state": lc.state.name, "rank": lc.runtime.rank, "rehearsing": rehearsal.is_active()}
+    lc.shutdown()
+    seen["records"] = [(r["event"], r.get("kind"), r["rank"]) for r in lc.records]
+    seen["after"] = (lc.state.name, dist.is_initialized(), rehearsal.is_active())
+    return seen
 
 
 def _refusal_and_failure_checks() -> dict[str, Any]:
@@ -130,7 +144,21 @@ def _one_rank_checks() -> dict[str, Any]:
     out["fake"] = dict(ctx.emitted)["distributed_initialized"] | {"ranks_set": ctx.ranks}
     out["fake"] |= _release_and_check(ctx, runtime)
     out |= _refusal_and_failure_checks()
+    out["callers"] = _inside_a_callers_rehearsal()
     return out
+
+
+def _inside_a_callers_rehearsal() -> dict[str, Any]:
+    from lifecycle import rehearsal
+    from states.entry import distributed
+
+    with rehearsal.cpu_rehearsal():
+        ctx, runtime = _startup()
+        reason = dict(ctx.emitted)["rehearsal_enabled"]["reason"]
+        owned = runtime.rehearsal
+        distributed.release(ctx, runtime)
+        still = rehearsal.is_active()
+    return {"reason": reason, "owned": owned, "still_active": still, "after": rehearsal.is_active()}
 
 
 @pytest.fixture(scope="module")
@@ -176,9 +204,24 @@ def test_tp2_and_pp2_dims_build_the_right_groups(two: list[dict[str, Any]]) -> N
         assert tp["vocab"] == 1024  # 1001 padded to a multiple of 128 × tp=2
 
 
+def test_the_engine_drives_the_phases_with_tripwires_armed(two: list[dict[str, Any]]) -> None:
+    for rank, result in enumerate(two):
+        seen = result["lifecycle"]
+        assert (seen["state"], seen["rank"], seen["rehearsing"]) == ("DISTRIBUTED", rank, True)
+        # declared by the phases, plus one record per tripwired call megatron and torch make
+        kinds = list(dict.fromkeys(k for e, k, _ in seen["records"] if e == "side_effect"))
+        assert kinds == ["tokenizer", "cuda_device", "process_group", "parallel_state", "rng"]
+        assert "tripwire_violation" not in [e for e, _, _ in seen["records"]]
+        after_rank = [r for e, _, r in seen["records"] if e == "distributed_initialized"]
+        assert after_rank == [rank]  # the log context carries the rank once the group knows it
+        assert seen["after"] == ("SHUT_DOWN", False, False)
+
+
 def test_release_destroys_groups_and_undoes_the_rehearsal(two: list[dict[str, Any]]) -> None:
     for result in two:
-        for dims in result.values():
+        for name, dims in result.items():
+            if name == "lifecycle":
+                continue
             assert not dims["pg_after"] and not dims["ps_after"]
             assert not dims["rehearsal_after"] and dims["cuda_restored"]
             assert dims["runtime_cleared"] == (False, None, None)
@@ -206,3 +249,9 @@ def test_a_second_initialization_is_refused_and_a_failure_undoes_itself(
     assert "already initialized" in one["refused"] and one["still_theirs"]
     assert "world_size (1) is not divisible by 2" in one["failure"]
     assert one["after_failure"] == (False, False)
+
+
+def test_a_callers_own_rehearsal_is_used_and_left_running(one: dict[str, Any]) -> None:
+    callers = one["callers"]
+    assert callers["reason"] == "already active (the caller's)" and callers["owned"] is None
+    assert callers["still_active"] and not callers["after"]

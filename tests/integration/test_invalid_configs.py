@@ -54,3 +54,27 @@ def test_validated_refuses_each_config_naming_every_problem_with_no_side_effect(
     for p in here:
         assert f"{p.field}={p.value!r}" in str(err)
     assert ctx.side_effects == [] and ctx.emitted == [] and ctx.runtime.fingerprint is None
+
+
+@pytest.mark.parametrize(("name", "overrides", "expected", "env"), CASES, ids=IDS)
+def test_the_lifecycle_refuses_each_config_at_validated_and_no_tripwire_fires(
+    name: str, overrides: list[str], expected: list[tuple[str, str]], env: dict[str, Any]
+) -> None:
+    from lifecycle import Lifecycle
+    from states import State
+
+    config = RunConfig.preset("tiny-gpt", overrides)
+    if not validate(config, probe_environment(config)):
+        pytest.skip("valid on this machine")
+    lc = Lifecycle(config, tripwires="raise", options={"keep_records": True})
+    try:
+        with pytest.raises(ConfigError) as info:
+            lc.validate()
+        assert lc.state is State.FAILED and not lc.runtime.validated
+        for field in {f for _, f in expected} & {p.field for p in info.value.problems}:
+            assert field in str(info.value)
+        logged = [r["event"] for r in lc.records]
+        assert "transition_failed" in logged
+        assert not {"side_effect", "tripwire_violation", "config_validated"} & set(logged)
+    finally:
+        lc.shutdown()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch._dynamo  # noqa: F401  # wraps torch.manual_seed on first import (megatron imports it)
 import torch.distributed as dist
 
 from lifecycle import InProcessPhases, SideEffectError, TripwireViolation, _tripwires
@@ -14,6 +15,7 @@ from lifecycle.testing import read_log
 from states import State
 
 ORIGINAL_SEED = torch.manual_seed
+ORIGINAL_RANDOM_SEED = torch.random.manual_seed
 ORIGINAL_INIT_PG = dist.init_process_group
 
 
@@ -97,7 +99,7 @@ def test_shutdown_removes_the_tripwires(make_lc) -> None:
     lc = make_lc()
     lc.advance_to(State.VALIDATED)
     lc.shutdown()
-    assert torch.manual_seed is ORIGINAL_SEED and torch.random.manual_seed is ORIGINAL_SEED
+    assert torch.manual_seed is ORIGINAL_SEED and torch.random.manual_seed is ORIGINAL_RANDOM_SEED
 
 
 def test_off_policy_installs_nothing(make_lc) -> None:
