@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch._dynamo  # noqa: F401  # wraps torch.manual_seed on first import (megatron imports it)
+import torch._dynamo  # wraps torch.manual_seed on first import (megatron imports it)
 import torch.distributed as dist
 
 from lifecycle import InProcessPhases, SideEffectError, TripwireViolation, _tripwires
