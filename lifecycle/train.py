@@ -48,7 +48,8 @@ def _forward_step(data_iterator: Iterator[dict[str, Any]], chunk: Any) -> tuple[
         losses = output_tensor.float()
         mask = batch["loss_mask"]
         loss = (losses * mask).sum() / mask.sum()
-        return loss, {"lm loss": loss.detach()}
+        # clone: the schedule divides the returned loss in place by num_microbatches
+        return loss, {"lm loss": loss.detach().clone()}
 
     return output, loss_func
 

@@ -104,7 +104,16 @@ def _printer() -> Any:
 def _launch(args: argparse.Namespace) -> int:
     from lifecycle.launch import free_port
 
-    argv = list(args.argv)
+    # Drop --nproc: torchrun would read it as an ambiguous abbreviation of its own --nproc-per-node.
+    argv, skip = [], False
+    for arg in args.argv:
+        if skip or arg.startswith("--nproc="):
+            skip = False
+            continue
+        if arg == "--nproc":
+            skip = True
+            continue
+        argv.append(arg)
     env = dict(os.environ, LIFECYCLE_RUN_ID=os.environ.get("LIFECYCLE_RUN_ID") or _new_run_id())
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}",
            "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "lifecycle", *argv]

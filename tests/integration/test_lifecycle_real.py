@@ -6,6 +6,7 @@ All 2-rank cases share one pair of spawned processes (megatron's import costs ~7
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,8 @@ def test_single_rank_training_reaches_callbacks_bound_and_finalizes_each_step(on
     assert r["state"] == "CALLBACKS_BOUND" and r["world_size"] == 1 and r["optimizer"]
     assert [calls for _, calls in r["steps"]] == [1, None]
     assert r["finalizer"] == 2
+    # an untrained model predicts uniformly: the first reported loss is the full per-token loss, ln(vocab)
+    assert abs(r["steps"][0][0] - math.log(r["vocab_size"])) < 0.5
     assert_clean_log(r["log"])
 
 
