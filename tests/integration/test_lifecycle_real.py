@@ -141,7 +141,9 @@ def test_convert_plan_starts_services_without_distributed(two) -> None:
 def test_rl_plan_refuses_a_second_initialization(two) -> None:
     for r in case(two, "rl"):
         assert r["restart"] == "GuardRejected"
-        assert r["second_init"][0] in ("SideEffectError", "GuardRejected", "ConfigError", "PhaseFailed")
+        assert r["second_init"][0] in (
+            "SideEffectError", "DistributedError", "GuardRejected", "ConfigError", "PhaseFailed"
+        )
         assert "initializ" in r["second_init"][1]
         assert r["first_state"] == "CALLBACKS_BOUND"
 
