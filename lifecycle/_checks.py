@@ -27,9 +27,7 @@ def _dims_ok(c: RunConfig) -> bool:
     return min(p.tp, p.pp, p.cp, p.ep, p.etp or 1, p.vpp or 1) >= 1
 
 
-def world_problems(
-    c: RunConfig, world: int | None, field: str, check: str, *, environment: bool
-) -> list[Problem]:
+def world_problems(c: RunConfig, world: int | None, field: str, check: str, *, environment: bool) -> list[Problem]:
     """world size divisible by tp·pp·cp (dense) and by etp·ep·pp (experts)."""
     p = c.parallel
     if world is None or world < 1 or not _dims_ok(c):
@@ -63,9 +61,7 @@ def world_problems(
 
 def check_world_divisible(c: RunConfig) -> list[Problem]:
     """parallel.world_size (when set) is divisible by tp·pp·cp and, with ep > 1, by etp·ep·pp."""
-    return world_problems(
-        c, c.parallel.world_size, "parallel.world_size", "world_divisible", environment=False
-    )
+    return world_problems(c, c.parallel.world_size, "parallel.world_size", "world_divisible", environment=False)
 
 
 def check_rank(c: RunConfig) -> list[Problem]:
@@ -266,6 +262,40 @@ def check_tensor_parallel_features(c: RunConfig) -> list[Problem]:
     return out
 
 
+def check_splits(c: RunConfig) -> list[Problem]:
+    """Dimensions megatron splits evenly: an explicit or restored vocab across tp
+    (VocabParallelEmbedding), the sequence across tp with sequence parallelism, and across 2·cp
+    with context parallelism (load-balanced chunks)."""
+    p, m = c.parallel, c.model
+    if min(p.tp, p.cp) < 1:
+        return []
+    out: list[Problem] = []
+    for name, size in (("model.vocab_size", m.vocab_size), ("checkpoint.vocab_size", c.checkpoint.vocab_size)):
+        if size is not None and size >= 1 and size % p.tp:
+            out.append(
+                _p(
+                    "splits",
+                    name,
+                    size,
+                    f"not divisible by parallel.tp={p.tp}",
+                    f"use a multiple of {p.tp} (the embedding is split across TP ranks)",
+                )
+            )
+    parts = {"tp": p.tp if p.sequence_parallel else 1, "2·cp": 2 * p.cp if p.cp > 1 else 1}
+    for what, n in parts.items():
+        if m.seq_length >= 1 and m.seq_length % n:
+            out.append(
+                _p(
+                    "splits",
+                    "model.seq_length",
+                    m.seq_length,
+                    f"not divisible by {what}={n}",
+                    f"use a sequence length that is a multiple of {n}",
+                )
+            )
+    return out
+
+
 def check_backend(c: RunConfig) -> list[Problem]:
     """A forced CPU rehearsal runs on gloo or fake, not nccl."""
     if c.rehearsal is True and c.backend == "nccl":
@@ -294,5 +324,6 @@ INTRINSIC = (
     check_vocab,
     check_sequence,
     check_ddp,
+    check_splits,
     check_backend,
 )

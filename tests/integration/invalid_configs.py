@@ -11,9 +11,7 @@ from typing import Any
 
 from lifecycle.validation import Environment
 
-CPU_ENV = Environment(
-    cuda=False, modules=frozenset(), env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
-)
+CPU_ENV = Environment(cuda=False, modules=frozenset(), env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
 
 W2 = "parallel.world_size=2"
 W4 = "parallel.world_size=4"
@@ -265,6 +263,24 @@ CASES: list[Case] = [
         ["logging.log_dir=/proc/startup-log"],
         [("writers", "logging.log_dir")],
         {"log_dir_problem": "log_dir '/proc/startup-log' cannot be created under '/proc'"},
+    ),
+    (
+        "explicit_vocab_not_divisible_by_tp",
+        ["model.vocab_size=1025", "parallel.tp=2", W2],
+        [("splits", "model.vocab_size")],
+        {},
+    ),
+    (
+        "restored_vocab_not_divisible_by_tp",
+        ["checkpoint.vocab_size=1001", "parallel.tp=2", W2],
+        [("splits", "checkpoint.vocab_size")],
+        {},
+    ),
+    (
+        "sequence_not_divisible_by_tp_with_sequence_parallel",
+        ["model.seq_length=33", "parallel.tp=2", "parallel.sequence_parallel=true", W2],
+        [("splits", "model.seq_length")],
+        {},
     ),
     (
         "everything_wrong_at_once",
