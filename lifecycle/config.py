@@ -199,8 +199,11 @@ class RunConfig:
         return _to_dict(self)
 
     def fingerprint(self) -> str:
-        """SHA-256 of the canonical JSON form; equal configs have equal fingerprints."""
-        return hashlib.sha256(orjson.dumps(self.to_dict(), option=orjson.OPT_SORT_KEYS)).hexdigest()
+        """SHA-256 of the canonical JSON form, without per-rank fields (`parallel.rank`), so every rank
+        of one job has the same fingerprint and the audit can compare them."""
+        data = self.to_dict()
+        data["parallel"].pop("rank", None)
+        return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def preset_names() -> list[str]:

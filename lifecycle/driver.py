@@ -136,6 +136,12 @@ class Lifecycle:
         """Every record logged so far, when created with `options={"keep_records": True}`."""
         return self._log.records
 
+    def check_config(self) -> None:
+        """Raise `ConfigMutated` (and log it) if the validated config, or the megatron config built
+        from it, changed; the engine also checks before every transition."""
+        with self._lock:
+            self._check_mutation(None)
+
     def record(self, event: str, **fields: Any) -> None:
         """Add a record to this rank's startup log (training code logs `step_completed` this way)."""
         self._log.emit(event, **fields)
@@ -353,7 +359,7 @@ class Lifecycle:
             self._log.emit(events.LIFECYCLE_SHUTDOWN, source=self.state.name)
         return runtime
 
-    def _check_mutation(self, trigger: Trigger) -> None:
+    def _check_mutation(self, trigger: Trigger | None) -> None:
         if self._snapshot is None or not self._runtime.validated:
             return
         changes = self._snapshot.changes()
@@ -372,7 +378,8 @@ class Lifecycle:
             self._trigger(Trigger.FAIL)
             self._completed(Trigger.FAIL, source, 0.0)
         raise ConfigMutated(
-            f"{name} changed after VALIDATED ({old!r} -> {new!r}) before {trigger.value}: configs are frozen "
+            f"{name} changed after VALIDATED ({old!r} -> {new!r}){f' before {trigger.value}' if trigger else ''}: "
+            "configs are frozen "
             "once validated; build a new RunConfig (dataclasses.replace) and a new Lifecycle instead",
             field=name, validated=old, current=new,
         )

@@ -67,6 +67,17 @@ class MegatronPhases:
         return runtime
 
 
+    def drift(self, runtime: Runtime) -> list[tuple[str, Any, Any]]:
+        """Fields of the model's TransformerConfig changed since MODEL_BUILT (callback slots excepted)."""
+        snapshot = runtime.extras.get("transformer_config_snapshot")
+        if snapshot is None or runtime.transformer_config is None:
+            return []
+        from lifecycle.drift import CALLBACK_FIELDS, config_drift
+
+        changes = config_drift(snapshot, runtime.transformer_config, ignore=CALLBACK_FIELDS)
+        return [(f"transformer_config.{name}", old, new) for name, old, new in changes]
+
+
 def _enter(name: str, ctx: PhaseContext) -> Runtime:
     result: Any = _module(name).enter(ctx)
     if not isinstance(result, Runtime):

@@ -192,8 +192,11 @@ def enter(ctx: PhaseContext) -> Runtime:
         events.MODEL_BUILT, chunks=len(model), model_config_id=hex(id(runtime_config)),
         provider_config_id=hex(id(config)), optimizer=optimizer is not None,
     )
+    from lifecycle.drift import snapshot_config
+
     extras = dict(rt.extras)
     extras["te_user_buffers"] = te_buffers
+    extras["transformer_config_snapshot"] = snapshot_config(runtime_config)
     return dataclasses.replace(
         rt, transformer_config=runtime_config, provider_config=config, model=tuple(model),
         optimizer=optimizer, ddp_config=ddp_config, extras=extras,
@@ -206,7 +209,7 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
         from transformer_engine.pytorch import module as te_module
 
         te_module.base.destroy_ub()
-    extras = {k: v for k, v in runtime.extras.items() if k != "te_user_buffers"}
+    extras = {k: v for k, v in runtime.extras.items() if k not in ("te_user_buffers", "transformer_config_snapshot")}
     return dataclasses.replace(
         runtime, model=None, optimizer=None, ddp_config=None, transformer_config=None,
         provider_config=None, extras=extras,

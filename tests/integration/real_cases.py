@@ -121,12 +121,32 @@ def restart_after_failure(log_dir: str) -> dict[str, Any]:
     return {"generation": generation, "steps": steps, "state": lc.state.name}
 
 
+def drift(log_dir: str) -> dict[str, Any]:
+    from lifecycle import ConfigMutated
+
+    out: dict[str, Any] = {}
+    with Lifecycle(_config(), None, log_dir) as lc:
+        lc.advance_to(State.CALLBACKS_BOUND)
+        _train(lc, 2)
+        lc.check_config()  # training through megatron's schedule leaves the config as built
+        lc.rebuild()
+        lc.advance_to(State.CALLBACKS_BOUND)
+        lc.runtime.model[0].config.hidden_dropout = 0.5
+        try:
+            lc.check_config()
+        except ConfigMutated as exc:
+            out["mutated"] = (exc.field, exc.validated, exc.current)
+        out["state"] = lc.state.name
+    return out
+
+
 CASES: dict[str, Callable[..., dict[str, Any]]] = {
     "training": training,
     "rebuild": rebuild_rebinds,
     "plan": plan_stops,
     "rl": rl_single_initialization,
     "restart": restart_after_failure,
+    "drift": drift,
 }
 
 

@@ -31,6 +31,7 @@ TWO_RANK_CASES = [
     ("convert", "plan", ("convert",), {}),
     ("rl", "rl", (), {}),
     ("restart", "restart", (), {}),
+    ("drift", "drift", (), {}),
 ]
 
 
@@ -148,3 +149,9 @@ def test_rl_plan_refuses_a_second_initialization(two) -> None:
 def test_restart_after_failure_starts_a_new_generation_that_trains(two) -> None:
     for r in case(two, "restart"):
         assert r["generation"] == 1 and r["steps"][0][1] == 1
+
+
+def test_a_change_to_the_models_transformer_config_after_build_is_detected_with_its_field(two) -> None:
+    for r in case(two, "drift"):
+        assert r["mutated"] == ("transformer_config.hidden_dropout", 0.0, 0.5)
+        assert r["state"] == "FAILED"

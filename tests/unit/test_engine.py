@@ -147,3 +147,10 @@ def test_errors_pickle_across_processes_with_their_context() -> None:
 def test_tripwire_policy_is_checked() -> None:
     with pytest.raises(ConfigError, match="'raise'"):
         Lifecycle(RunConfig(), phases=InProcessPhases(), tripwires="loud")  # type: ignore[arg-type]
+
+
+def test_ranks_of_one_job_share_a_fingerprint_but_other_changes_do_not() -> None:
+    base = RunConfig.from_dict({"backend": "fake", "parallel": {"world_size": 4096, "rank": 0}})
+    other_rank = RunConfig.from_dict({"backend": "fake", "parallel": {"world_size": 4096, "rank": 3017}})
+    bigger = RunConfig.from_dict({"backend": "fake", "parallel": {"world_size": 8192, "rank": 0}})
+    assert base.fingerprint() == other_rank.fingerprint() != bigger.fingerprint()
