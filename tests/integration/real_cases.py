@@ -121,6 +121,19 @@ def restart_after_failure(log_dir: str) -> dict[str, Any]:
     return {"generation": generation, "steps": steps, "state": lc.state.name}
 
 
+def restart_rebinds(log_dir: str, provider: Any) -> dict[str, Any]:
+    with Lifecycle(_config(), provider, log_dir) as lc:
+        lc.advance_to(State.CALLBACKS_BOUND)
+        first = lc.runtime.binding.log_fields()
+        lc.restart()
+        lc.advance_to(State.CALLBACKS_BOUND)
+        second = lc.runtime.binding.log_fields()
+        steps = _train(lc, 1)
+        generation = lc.runtime.generation
+    return {"first": first, "second": second, "steps": steps, "generation": generation,
+            "log": str(lc.log_path)}
+
+
 def drift(log_dir: str) -> dict[str, Any]:
     from lifecycle import ConfigMutated
 
@@ -147,6 +160,7 @@ CASES: dict[str, Callable[..., dict[str, Any]]] = {
     "rl": rl_single_initialization,
     "restart": restart_after_failure,
     "drift": drift,
+    "restart-rebinds": restart_rebinds,
 }
 
 

@@ -32,6 +32,8 @@ TWO_RANK_CASES = [
     ("rl", "rl", (), {}),
     ("restart", "restart", (), {}),
     ("drift", "drift", (), {}),
+    ("restart-gpt", "restart-rebinds", ("gpt",), {}),
+    ("restart-copying", "restart-rebinds", ("copying",), {}),
 ]
 
 
@@ -155,3 +157,12 @@ def test_a_change_to_the_models_transformer_config_after_build_is_detected_with_
     for r in case(two, "drift"):
         assert r["mutated"] == ("transformer_config.hidden_dropout", 0.0, 0.5)
         assert r["state"] == "FAILED"
+
+
+@pytest.mark.parametrize("label", ["restart-gpt", "restart-copying"])
+def test_restart_rebinds_to_the_new_generations_model(two, label: str) -> None:
+    for r in case(two, label):
+        assert r["generation"] == 1 and r["steps"][0][1] == 1
+        assert r["second"]["target_id"] == r["second"]["scheduler_config_id"] != r["first"]["target_id"]
+        assert r["second"]["copied"] is (label == "restart-copying")
+        assert_clean_log(r["log"])

@@ -1,0 +1,48 @@
+"""`lifecycle run` as a user runs it: torchrun with 2 ranks, then `lifecycle audit` on its logs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def lifecycle(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lifecycle", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=timeout, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def test_two_rank_run_reaches_callbacks_bound_trains_and_audits_clean(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    run = lifecycle("run", "--preset", "tiny-gpt", "--nproc", "2", "--steps", "2", "--log-dir", str(logs),
+                    "--set", "model.hidden_size=32")
+    assert run.returncode == 0, run.stderr[-3000:]
+    for state in ("VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"):
+        assert f"✓ {state}" in run.stdout
+    assert "step 2/2: loss" in run.stdout
+    assert sorted(p.name for p in logs.iterdir()) == ["rank-00000.jsonl", "rank-00001.jsonl"]
+    audit = lifecycle("audit", str(logs), "--format", "json")
+    assert audit.returncode == 0, audit.stdout[-2000:]
+    report = json.loads(audit.stdout)
+    assert report["findings"] == []
+
+
+def test_an_invalid_config_fails_at_validated_with_every_problem_named_and_exit_1(tmp_path: Path) -> None:
+    run = lifecycle("run", "--preset", "tiny-gpt", "--log-dir", str(tmp_path / "logs"),
+                    "--set", "parallel.tp=3", "--set", "model.num_layers=3", "--set", "parallel.pp=2")
+    assert run.returncode == 1
+    assert "ConfigError" in run.stderr and "num_attention_heads" in run.stderr and "num_layers" in run.stderr
+    records = [json.loads(x) for x in (tmp_path / "logs" / "rank-00000.jsonl").read_text().splitlines()] \
+        if (tmp_path / "logs").exists() else []
+    assert not any(r["event"] == "side_effect" for r in records)
+
+
+def test_a_misspelt_override_exits_2_naming_the_nearest_key() -> None:
+    run = lifecycle("run", "--preset", "tiny-gpt", "--set", "parallel.tpp=2")
+    assert run.returncode == 2 and "did you mean 'parallel.tp'" in run.stderr
