@@ -10,7 +10,7 @@ from typing import Any
 
 from transitions.extensions import LockedMachine
 
-from states import STARTUP_ORDER, TABLE, Guard, State, Transition
+from states import STARTUP_ORDER, TABLE, State, Transition
 
 
 class MachineModel:
@@ -22,8 +22,7 @@ class MachineModel:
 def build_machine(
     model: MachineModel,
     *,
-    on_guard: Callable[[Transition, Guard], Callable[[Any], bool]],
-    before: Callable[[Any], None],
+    on_guard: Callable[[Transition], Callable[[Any], bool]],
     table: tuple[Transition, ...] = TABLE,
 ) -> LockedMachine:
     """A thread-safe machine over `model` with exactly the table's rows (no auto transitions)."""
@@ -41,8 +40,9 @@ def build_machine(
             trigger=row.trigger.value,
             source=list(row.sources),
             dest=row.dest,
-            conditions=[on_guard(row, guard) for guard in row.guards],
-            before=[before],
+            # one condition per row that checks the row's guards in order (each extra callback costs
+            # a trip through LockedMachine's proxies)
+            conditions=[on_guard(row)] if row.guards else [],
         )
     return machine
 

@@ -60,7 +60,7 @@ class _ImportHook(importlib.abc.MetaPathFinder):
 
         def exec_then_patch(module: Any) -> None:
             exec_module(module)
-            refresh()
+            refresh(force=True)
 
         loader.exec_module = exec_then_patch  # type: ignore[method-assign]  # per-spec loader instance
         return spec
@@ -79,6 +79,7 @@ class _Registry:
         self.patches: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self.originals: dict[int, Any] = {}
         self.hook = _ImportHook()
+        self.modules_seen = -1
 
     def current(self) -> Owner | None:
         owner: Owner | None = self.owner() if self.owner is not None else None
@@ -132,13 +133,18 @@ def arm(owner: Owner) -> None:
         if REGISTRY.hook not in sys.meta_path:
             sys.meta_path.insert(0, REGISTRY.hook)
         REGISTRY.patch_loaded()
+        REGISTRY.modules_seen = len(sys.modules)
 
 
-def refresh() -> None:
-    """Patch target modules imported since `arm`."""
+def refresh(*, force: bool = False) -> None:
+    """Patch target modules imported since `arm` (cheap when nothing was imported since)."""
+    count = len(sys.modules)
+    if count == REGISTRY.modules_seen and not force:
+        return
     with REGISTRY.lock:
         if REGISTRY.current() is not None:
             REGISTRY.patch_loaded()
+            REGISTRY.modules_seen = count
 
 
 def disarm(owner: Owner) -> None:
@@ -147,6 +153,7 @@ def disarm(owner: Owner) -> None:
         if REGISTRY.current() is owner:
             REGISTRY.owner = None
         if REGISTRY.current() is None:
+            REGISTRY.modules_seen = -1
             if REGISTRY.hook in sys.meta_path:
                 sys.meta_path.remove(REGISTRY.hook)
             REGISTRY.restore()

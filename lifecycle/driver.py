@@ -101,7 +101,7 @@ class Lifecycle:
             keep_records=bool(self.options.get("keep_records", False)),
         )
         self._model = MachineModel()
-        self._machine = build_machine(self._model, on_guard=self._guard, before=self._enter)
+        self._machine = build_machine(self._model, on_guard=self._guard)
         self._log.emit(
             events.LIFECYCLE_STARTED, plan=self.plan.value, target=self.target.name, policy=tripwires,
             pid=os.getpid(), host=socket.gethostname(), rehearsal=config.rehearsal,
@@ -224,7 +224,8 @@ class Lifecycle:
     def _fire(self, trigger: Trigger) -> Runtime:
         with self._lock:
             source = self.state
-            if find(source, trigger) is None:
+            row = find(source, trigger)
+            if row is None:
                 allowed = allowed_triggers(source)
                 self._log.emit(events.INVALID_TRANSITION, trigger=trigger.value, source=source.name,
                                allowed=[t.value for t in allowed])
@@ -243,6 +244,11 @@ class Lifecycle:
             self._active = trigger
             self._facts_now = self._facts(trigger)
             try:
+                # Guards first (they raise), then the entry work, then the machine commits the state
+                # (re-checking the same guards as its conditions). Entry work runs outside the
+                # machine's callbacks: each callback costs a trip through LockedMachine's proxies.
+                self._guard(row)(None)
+                self._enter(trigger)
                 self._trigger(trigger)
             except GuardRejected:
                 raise
@@ -292,20 +298,24 @@ class Lifecycle:
             state=source, trigger=trigger,
         ) from exc
 
-    def _guard(self, row: Transition, guard: Guard) -> Any:
+    def _guard(self, row: Transition) -> Any:
         def condition(_event: Any) -> bool:
             facts = self._facts_now or self._facts(row.trigger)
-            if guard(facts):
-                return True
-            reason = rule(guard)
-            self._log.emit(events.GUARD_REJECTED, trigger=row.trigger.value, source=facts.state.name,
-                           guard=guard.__name__, reason=reason)
-            raise GuardRejected(
-                f"{row.trigger.value} refused in {facts.state.name} by {guard.__name__}: {reason}",
-                state=facts.state, trigger=row.trigger, guard=guard.__name__, reason=reason,
-            )
+            for guard in row.guards:
+                if not guard(facts):
+                    self._reject(row, guard, facts)
+            return True
 
         return condition
+
+    def _reject(self, row: Transition, guard: Guard, facts: Facts) -> None:
+        reason = rule(guard)
+        self._log.emit(events.GUARD_REJECTED, trigger=row.trigger.value, source=facts.state.name,
+                       guard=guard.__name__, reason=reason)
+        raise GuardRejected(
+            f"{row.trigger.value} refused in {facts.state.name} by {guard.__name__}: {reason}",
+            state=facts.state, trigger=row.trigger, guard=guard.__name__, reason=reason,
+        )
 
     def _facts(self, trigger: Trigger) -> Facts:
         rt = self._runtime
@@ -315,8 +325,7 @@ class Lifecycle:
             model_built=rt.model is not None, generation=rt.generation,
         )
 
-    def _enter(self, event: Any) -> None:
-        trigger = Trigger(event.event.name)
+    def _enter(self, trigger: Trigger) -> None:
         ctx = Context(self, self._runtime, trigger)
         if trigger is Trigger.VALIDATE:
             self._runtime = self._validated(self._phases.validate(ctx))

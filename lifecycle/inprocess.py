@@ -34,8 +34,8 @@ class SimChunk:
 
 
 def copying_provider(config: SimConfig, *, pre_process: bool, post_process: bool, vp_stage: int | None) -> SimChunk:
-    """Deep-copies its config into the model, like Nemotron Omni's provider."""
-    return SimChunk(config=copy.deepcopy(config))
+    """Copies its config into the model, like Nemotron Omni's provider (its fields are flat)."""
+    return SimChunk(config=copy.copy(config))
 
 
 def _finalize(*_args: Any, **_kwargs: Any) -> None:
