@@ -61,6 +61,17 @@ class ParallelConfig:
     sequence_parallel: bool = False
     tp_comm_overlap: bool = False
 
+    def megatron_sizes(self) -> dict[str, int | None]:
+        """The dims under the names megatron's initialize_model_parallel and TransformerConfig use."""
+        return {
+            "tensor_model_parallel_size": self.tp,
+            "pipeline_model_parallel_size": self.pp,
+            "virtual_pipeline_model_parallel_size": self.vpp,
+            "context_parallel_size": self.cp,
+            "expert_model_parallel_size": self.ep,
+            "expert_tensor_parallel_size": self.etp,
+        }
+
 
 @_frozen
 class DDPConfig:

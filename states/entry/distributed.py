@@ -116,12 +116,7 @@ def _init_parallel_state(ctx: PhaseContext, config: RunConfig) -> dict[str, int]
     par = config.parallel
     ctx.side_effect(SideEffect.PARALLEL_STATE)
     ps.initialize_model_parallel(
-        tensor_model_parallel_size=par.tp,
-        pipeline_model_parallel_size=par.pp,
-        virtual_pipeline_model_parallel_size=par.vpp,
-        context_parallel_size=par.cp,
-        expert_model_parallel_size=par.ep,
-        expert_tensor_parallel_size=par.etp,
+        **par.megatron_sizes(),
         create_gloo_process_groups=config.backend != "fake",
     )
     return {
