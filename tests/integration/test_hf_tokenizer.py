@@ -11,7 +11,7 @@ import pytest
 from lifecycle.launch import run_ranks
 
 pytestmark = pytest.mark.slow
-WORDS = "the quick brown fox jumps over lazy dog".split()
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog"]
 
 
 def make_tokenizer_dir(path: Path) -> int:
