@@ -35,7 +35,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
+# megatron-core's import-time notices about optional packages a CPU rehearsal does not use.
+_QUIET = (r"(Transformer Engine and )?Apex is not installed", r"Transformer Engine and Apex are not installed",
+          r"full scope is deprecated")
+
+
 def run(args: argparse.Namespace) -> int:
+    import warnings
+
+    for pattern in _QUIET:
+        warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
     if args.nproc < 1:
         print("lifecycle run: --nproc must be at least 1", file=sys.stderr)
         return 2
