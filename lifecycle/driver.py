@@ -7,7 +7,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType, TracebackType
@@ -22,22 +21,19 @@ from lifecycle._errors import (
     InvalidTransition,
     LifecycleError,
     PhaseFailed,
-    SideEffectBeforeValidation,
-    SideEffectError,
-    TripwireViolation,
 )
+from lifecycle._identity import rank_of, run_id_from_env, world_size_of
 from lifecycle._machine import MachineModel, build_machine
+from lifecycle._side_effects import SideEffectRules
 from lifecycle.auditlog import AuditLog, check_log_dir, redact
 from lifecycle.config import RunConfig, Snapshot
 from lifecycle.phases import PhaseSet, Runtime
 from states import (
     PLAN_TARGETS,
-    SIDE_EFFECT_OWNERS,
     STARTUP_ORDER,
     Facts,
     Guard,
     Plan,
-    SideEffect,
     State,
     Transition,
     Trigger,
@@ -61,7 +57,7 @@ _RELEASE_KEEP = {
 }
 
 
-class Lifecycle:
+class Lifecycle(SideEffectRules):
     """Drive one process's Megatron startup through the table: `lc.advance_to(State.CALLBACKS_BOUND)`."""
 
     def __init__(
@@ -89,7 +85,7 @@ class Lifecycle:
         self._phases: PhaseSet = phases if phases is not None else _default_phases()
         log_dir = log_dir if log_dir is not None else config.logging.log_dir
         self._log_dir = Path(log_dir) if log_dir is not None else None
-        self._runtime = Runtime(config=config, rank=_rank(config), world_size=_world_size(config))
+        self._runtime = Runtime(config=config, rank=rank_of(config), world_size=world_size_of(config))
         self._snapshot: Snapshot | None = None
         self._active: Trigger | None = None
         self._facts_now: Facts | None = None
@@ -97,7 +93,7 @@ class Lifecycle:
         self._pending_error: BaseException | None = None
         self._phase_logged_validation = False
         self._log = AuditLog(
-            run_id=run_id or _run_id(), rank=self._runtime.rank, world_size=self._runtime.world_size,
+            run_id=run_id or run_id_from_env(), rank=self._runtime.rank, world_size=self._runtime.world_size,
             keep_records=bool(self.options.get("keep_records", False)),
         )
         self._model = MachineModel()
@@ -393,42 +389,6 @@ class Lifecycle:
             field=name, validated=old, current=new,
         )
 
-    # -- side effects -----------------------------------------------------------------------------
-    def _declare_side_effect(self, kind: SideEffect, runtime: Runtime | None = None) -> None:
-        owner = SIDE_EFFECT_OWNERS[kind]
-        rt = runtime or self._runtime
-        active = self._active
-        if rt.validated and active is owner:
-            self._log.emit(events.SIDE_EFFECT, kind=kind.value, trigger=owner.value)
-            return
-        if not rt.validated:
-            reason = f"{kind.value} before VALIDATED: call validate() first; it belongs to {owner.value}()"
-            error: type[SideEffectError] = SideEffectBeforeValidation
-        else:
-            where = f"during {active.value}()" if active else "between transitions"
-            reason = f"{kind.value} {where}: it belongs to {owner.value}()"
-            error = SideEffectError
-        self._log.emit(events.SIDE_EFFECT_REFUSED, kind=kind.value, trigger=active.value if active else None,
-                       owner=owner.value, state=self.state.name, reason=reason)
-        raise error(f"refused: {reason}", kind=kind, owner=owner, state=self.state, trigger=active)
-
-    def _tripwire(self, kind: SideEffect, target: str) -> None:
-        owner = SIDE_EFFECT_OWNERS[kind]
-        if self._active is owner and self._runtime.validated:
-            self._log.emit(events.SIDE_EFFECT, kind=kind.value, trigger=owner.value)
-            return
-        active = self._active.value if self._active else None
-        self._log.emit(events.TRIPWIRE_VIOLATION, target=target, kind=kind.value, owner=owner.value,
-                       state=self.state.name, trigger=active, policy=self.policy)
-        if self.policy == "raise":
-            where = f"during {active}()" if active else f"in state {self.state.name}"
-            raise TripwireViolation(
-                f"{target} was called {where}, outside the transition that owns it: {kind.value} belongs to "
-                f"Lifecycle.{owner.value}(). Let the lifecycle do it (lc.advance_to(...)), or pass "
-                "tripwires='warn' to only log it.",
-                target=target, kind=kind, owner=owner, state=self.state, trigger=active,
-            )
-
     def _emit_from_phase(self, event: str, fields: dict[str, Any]) -> None:
         if event == events.CONFIG_VALIDATED:
             self._phase_logged_validation = True
@@ -444,24 +404,3 @@ def _default_phases() -> PhaseSet:
     from states.entry import MegatronPhases
 
     return MegatronPhases()
-
-
-def _rank(config: RunConfig) -> int:
-    if config.parallel.rank is not None:
-        return config.parallel.rank
-    return int(os.environ.get("RANK", "0"))
-
-
-def _world_size(config: RunConfig) -> int:
-    if config.parallel.world_size is not None:
-        return config.parallel.world_size
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def _run_id() -> str:
-    for name in ("LIFECYCLE_RUN_ID", "TORCHELASTIC_RUN_ID"):
-        if os.environ.get(name) and os.environ[name] != "none":
-            return os.environ[name]
-    if os.environ.get("MASTER_PORT"):
-        return f"{os.environ.get('MASTER_ADDR', 'localhost')}:{os.environ['MASTER_PORT']}"
-    return uuid.uuid4().hex[:12]
