@@ -8,7 +8,6 @@ They are imported when their transition runs, so `import states` stays free of t
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from types import ModuleType
 from typing import Any
 
@@ -52,8 +51,6 @@ class MegatronPhases:
         for state, name in reversed(_MODULES):
             if state.startup_index <= keep.startup_index:
                 break
-            if importlib.util.find_spec(f"states.entry.{name}") is None:
-                continue  # a phase without a module built nothing to release
             module = _module(name)
             release = getattr(module, "release", None)
             if release is None:
