@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 # Each module in lifecycle/commands/ defines `register(subparsers)`; its parser sets `func(args) -> int`.
-COMMANDS: tuple[str, ...] = ("run", "audit", "plot", "graph", "experiment")
+COMMANDS: tuple[str, ...] = ("run", "audit", "plot", "graph", "experiment", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -154,6 +154,14 @@ def shutdown(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
     audit.shut = True
 
 
+def simulation(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+    value = rec.get("simulated")
+    if type(value) is not int or value < 1:
+        raise unreadable(audit.source, audit.line, f"{rec.get('event')}: field 'simulated' is "
+                         f"{repr(value)[:60]}, expected a positive int")
+    audit.simulated = value
+
+
 Handler = Callable[["RankAudit", dict[str, Any], float], None]
 
 HANDLERS: dict[str, Handler] = {
@@ -170,6 +178,7 @@ HANDLERS: dict[str, Handler] = {
     events.STEP_COMPLETED: step_completed,
     events.FIRST_STEP_NOT_FINALIZED: first_step_not_finalized,
     events.LIFECYCLE_SHUTDOWN: shutdown,
+    events.SIMULATION_STARTED: simulation,
 }
 
 

@@ -33,7 +33,7 @@ class RankAudit:
         "_findings", "envelope", "failure", "fingerprint", "first_ts", "generation", "handlers", "last_ts",
         "line", "model_gen", "model_id", "next_seq", "old_model_id", "open_start", "open_trigger",
         "plan", "prev", "rank", "rebind_line", "rebind_pending", "rebuilt", "records", "run_id",
-        "segments", "shut", "source", "state", "target", "transitions", "validated", "world_size",
+        "segments", "shut", "simulated", "source", "state", "target", "transitions", "validated", "world_size",
     )
 
     def __init__(self, source: str) -> None:
@@ -68,6 +68,7 @@ class RankAudit:
         self.envelope: tuple[Any, ...] = ()
         self.handlers = TABLES[False, False]
         self._findings: dict[str, list[Any]] = {}
+        self.simulated: int | None = None  # how many ranks a `lifecycle simulate` run drove
 
     def __getstate__(self) -> dict[str, Any]:
         """For the worker processes: everything but the shared handler table."""

@@ -46,7 +46,17 @@ def _summary(result: AuditResult) -> str:
     verdict = ("UNREADABLE INPUT" if result.errors else
                f"{len(result.findings)} violation(s)" if result.findings else "clean")
     shown = ranges(ranks) if ranks else "no ranks"
+    sim = simulated(result)
+    shown += f", simulated {sim['ranks']} of {sim['world_size']}" if sim else ""
     return f"audited {result.records} records from {result.sources} input(s), ranks {shown}: {verdict}"
+
+
+def simulated(result: AuditResult) -> dict[str, int] | None:
+    """{ranks, world_size} when every log comes from `lifecycle simulate`, else None."""
+    if not result.ranks or any(a.simulated is None for a in result.ranks):
+        return None
+    ranks = {a.rank for a in result.ranks if a.rank is not None}
+    return {"ranks": len(ranks), "world_size": max(a.world_size or 0 for a in result.ranks)}
 
 
 def _blame_lines(result: AuditResult) -> list[str]:
@@ -84,6 +94,7 @@ def as_json(result: AuditResult, *, with_timing: bool = True) -> bytes:
         "records": result.records,
         "sources": result.sources,
         "ranks": len(result.ranks),
+        "simulated": simulated(result),
         "errors": [{key: e.context.get(key) for key in ("source", "line", "reason")} for e in result.errors],
         "findings": [
             {"rule": f.rule, "slug": BY_ID[f.rule].slug, "message": f.message, "run_id": f.run_id,
