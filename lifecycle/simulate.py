@@ -83,6 +83,14 @@ class SimulationResult:
         return all(r.ok for r in self.reports)
 
     @property
+    def median_rank_s(self) -> float:
+        """Median time to drive one rank there and back (the first use of megatron's tokenizer
+        module, paid once per process before the first rank, is not in it)."""
+        import statistics
+
+        return statistics.median(r.duration_s for r in self.reports) if self.reports else 0.0
+
+    @property
     def failed(self) -> tuple[RankReport, ...]:
         return tuple(r for r in self.reports if not r.ok)
 
@@ -175,7 +183,7 @@ def simulate_rank(sim: Simulation, rank: int, expected: Placement) -> RankReport
     """One rank: a Lifecycle on `at_rank(sim.config, rank)` up to `sim.until`, observe, shut down."""
     from lifecycle.driver import Lifecycle
 
-    _warm_up(sim.config)
+    warm_up(sim.config)
     started = time.perf_counter()
     provider = shrunken_gpt_provider if sim.until is State.MODEL_BUILT else None
     lc = Lifecycle(at_rank(sim.config, rank), provider, sim.log_dir, run_id=sim.run_id,
@@ -212,7 +220,11 @@ def _warm_up_tokenizer(vocab_size: int) -> None:
     MegatronTokenizer.from_pretrained(metadata_path={"library": "null"}, vocab_size=vocab_size)
 
 
-def _warm_up(config: RunConfig) -> None:
+def warm_up(config: RunConfig) -> None:
+    """Pay once per process the imports a rank of `config` would pay first (done before each rank;
+    a no-op after the first)."""
+    import lifecycle.driver  # noqa: F401  (and through it the engine's own modules)
+
     if config.tokenizer.type == "null" and config.tokenizer.build:
         _warm_up_tokenizer(config.tokenizer.vocab_size)
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_SAMPLE = 16
 
 
@@ -108,8 +108,14 @@ def _simulate(args: argparse.Namespace, config: Any, world: int, explicit: list[
     layout = Layout(config.parallel, world)
     ranks, selection = _choose(args, layout, explicit)
     sim = Simulation(config=config, ranks=tuple(ranks), until=until, log_dir=args.log_dir, selection=selection)
-    with _progress(len(ranks), enabled=args.format == "text" and sys.stderr.isatty()) as advance:
-        result = simulate(sim, layout, jobs=args.jobs, on_report=advance)
+    progress = _Progress(len(ranks), enabled=args.format == "text" and sys.stderr.isatty())
+    try:
+        with progress:
+            result = simulate(sim, layout, jobs=args.jobs, on_report=progress)
+    except KeyboardInterrupt:
+        where = f"; their logs are in {args.log_dir}" if args.log_dir else ""
+        print(f"lifecycle simulate: interrupted after {progress.done} of {len(ranks)} ranks{where}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if args.format == "json":
         import orjson
 
@@ -130,24 +136,29 @@ def _choose(args: argparse.Namespace, layout: Any, explicit: list[int] | None) -
     return sample_ranks(layout, count, args.seed), f"sample {count} (seed {args.seed})"
 
 
-class _progress:
-    """A rich progress bar on stderr while ranks are simulated; a no-op when not wanted."""
+class _Progress:
+    """Counts finished ranks; draws a rich progress bar on stderr when enabled."""
 
     def __init__(self, total: int, *, enabled: bool) -> None:
-        self.total, self.enabled = total, enabled
+        self.total, self.enabled, self.done = total, enabled, 0
         self.bar: Any = None
+        self.task: Any = None
 
-    def __enter__(self) -> Any:
-        if not self.enabled:
-            return lambda _report: None
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
-        self.bar = Progress("simulating ranks", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            "eta", TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-        self.bar.start()
-        task = self.bar.add_task("ranks", total=self.total)
-        return lambda _report: self.bar.advance(task) if self.bar is not None else None
+            self.bar = Progress("simulating ranks", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                "eta", TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("ranks", total=self.total)
+        return self
+
+    def __call__(self, _report: Any) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.advance(self.task)
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
@@ -170,9 +181,9 @@ def _sizes(result: Any, layout: Any) -> str:
 def as_text(result: Any, layout: Any) -> str:
     """A header, one row per simulated rank, and where the logs went."""
     sim, reports = result.simulation, result.reports
-    per_rank = result.duration_s / max(1, len(reports))
     out = [f"simulated {len(reports)} of {sim.world_size} ranks ({_sizes(result, layout)}) to {sim.until.name} "
-           f"on the fake backend in {result.duration_s:.1f} s ({per_rank:.3f} s a rank), run {sim.run_id}",
+           f"on the fake backend in {result.duration_s:.1f} s (median {result.median_rank_s:.3f} s a rank), "
+           f"run {sim.run_id}",
            f"  {'rank':>6} {'tp':>3} {'pp':>3} {'cp':>3} {'ep':>3} {'dp':>5} {'etp':>3} {'edp':>4}  "
            f"{'stage':<10} {'embedding':<12}{_params_header(sim)}  RankGenerator"]
     out += [_row(r, params=bool(_params_header(sim))) for r in reports]
@@ -208,7 +219,8 @@ def as_json(result: Any, layout: Any) -> dict[str, Any]:
         "run_id": sim.run_id, "world_size": sim.world_size, "until": sim.until.name, "selection": sim.selection,
         "parallel": {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep, "etp": p.etp, "vpp": p.vpp,
                      "dp": layout.world // (p.tp * p.pp * p.cp)},
-        "order": layout.order, "log_dir": sim.log_dir, "duration_s": result.duration_s, "ok": result.ok,
+        "order": layout.order, "log_dir": sim.log_dir, "duration_s": result.duration_s,
+        "median_rank_s": result.median_rank_s, "ok": result.ok,
         "ranks": [_rank_json(r) for r in result.reports],
     }
 
