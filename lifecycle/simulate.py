@@ -105,8 +105,7 @@ def prepare(config: RunConfig, *, world_size: int | None = None, until: State = 
     if until not in UNTIL:
         raise ConfigError(f"until={until.name}: a simulation stops at DISTRIBUTED or MODEL_BUILT",
                           field="until", problems=[until.name])
-    parallel = _replace(config.parallel, rank=0,
-                                   world_size=world_size or config.parallel.world_size)
+    parallel = _replace(config.parallel, rank=0, world_size=world_size or config.parallel.world_size)
     simulated = _replace(config, backend="fake", parallel=parallel)
     raise_for(validate(simulated, environment=False))
     if until is State.MODEL_BUILT:
@@ -147,6 +146,7 @@ def simulate(sim: Simulation, layout: Layout, *, jobs: int = 1,
     """Drive every rank of `sim` to `sim.until` and back, in this process (`jobs=1`) or a pool of
     `jobs` forked processes; `on_report` is called as each rank finishes (for a progress bar).
     Reports come back in rank order."""
+    _check(sim, layout)
     started = time.perf_counter()
     work = [(rank, layout.placement(rank)) for rank in sim.ranks]
     reports: list[RankReport] = []
@@ -156,6 +156,19 @@ def simulate(sim: Simulation, layout: Layout, *, jobs: int = 1,
             on_report(report)
     reports.sort(key=lambda r: r.rank)
     return SimulationResult(simulation=sim, reports=tuple(reports), duration_s=time.perf_counter() - started)
+
+
+def _check(sim: Simulation, layout: Layout) -> None:
+    problem = None
+    if sim.config.backend != "fake" or sim.until not in UNTIL:
+        problem = ("the config is not a simulation's (backend fake) or until is not DISTRIBUTED/MODEL_BUILT; "
+                   "build Simulation(config=prepare(config, until=...), until=...)")
+    elif layout.world != sim.world_size:
+        problem = f"the layout is for {layout.world} ranks, the config for {sim.world_size}"
+    elif outside := [rank for rank in sim.ranks if not 0 <= rank < sim.world_size]:
+        problem = f"ranks must lie in [0, {sim.world_size}); got {outside[:8]}"
+    if problem:
+        raise ConfigError(f"cannot simulate: {problem}", field="simulation", problems=[problem])
 
 
 def _run(sim: Simulation, work: list[tuple[int, Placement]], jobs: int) -> Iterator[RankReport]:

@@ -126,6 +126,11 @@ def _library_checks(log_root: str) -> dict[str, Any]:
             prepare(RunConfig.preset("gpt-4096", overrides), until=until)
         except ConfigError as exc:
             out.setdefault("refused", []).append(exc.field)
+    for sim in (Simulation(config=RunConfig.preset("gpt-4096"), ranks=(0,)), Simulation(config=config, ranks=(4096,))):
+        try:
+            simulate(sim, layout)
+        except ConfigError as exc:
+            out.setdefault("unsimulatable", []).append(str(exc))
     return out
 
 
@@ -200,6 +205,15 @@ def test_model_built_with_context_parallelism_and_a_bad_expert_count_are_refused
     checks: tuple[dict[str, Any], Path],
 ) -> None:
     assert checks[0]["refused"] == ["parallel.cp", "model.num_moe_experts"]
+
+
+@pytest.mark.slow
+def test_a_config_not_prepared_for_simulation_or_a_rank_outside_the_job_is_refused(
+    checks: tuple[dict[str, Any], Path],
+) -> None:
+    unprepared, outside = checks[0]["unsimulatable"]
+    assert "backend fake" in unprepared and "prepare(config" in unprepared
+    assert "ranks must lie in [0, 4096); got [4096]" in outside
 
 
 @pytest.mark.slow
