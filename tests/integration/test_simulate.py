@@ -91,7 +91,6 @@ def _expected_groups(rank: int, world: int, tp: int, pp: int, cp: int, ep: int) 
 
 
 def _library_checks(log_root: str) -> dict[str, Any]:
-    import dataclasses
     import warnings
 
     import torch.distributed as dist
@@ -111,7 +110,7 @@ def _library_checks(log_root: str) -> dict[str, Any]:
     out["sample"] = [(r.rank, r.state, r.ok, r.error, r.observed and r.observed.to_dict()) for r in result.reports]
     out["independent"] = {r: _expected_groups(r, 4096, 8, 4, 2, 8) for r in ranks}
     out["important"] = layout.important_ranks()
-    wrong = Layout(dataclasses.replace(config.parallel, tp=4, cp=4), 4096)  # a layout megatron did not build
+    wrong = Layout(RunConfig.preset("gpt-4096", ["parallel.tp=4", "parallel.cp=4"]).parallel, 4096)  # not built
     out["wrong"] = [r.mismatches for r in simulate(Simulation(config=config, ranks=(0, 4095)), wrong).reports]
     pooled = simulate(Simulation(config=config, ranks=tuple(ranks[:6])), layout, jobs=2)
     out["pooled"] = [(r.rank, r.ok, r.observed and r.observed.to_dict()) for r in pooled.reports]
