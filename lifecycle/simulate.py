@@ -194,7 +194,7 @@ def _simulate_chunk(sim: Simulation, chunk: Sequence[tuple[int, Placement]]) -> 
 
 def simulate_rank(sim: Simulation, rank: int, expected: Placement) -> RankReport:
     """One rank: a Lifecycle on `at_rank(sim.config, rank)` up to `sim.until`, observe, shut down."""
-    from lifecycle.driver import Lifecycle
+    from lifecycle import Lifecycle
 
     warm_up(sim.config)
     started = time.perf_counter()
@@ -234,10 +234,8 @@ def _warm_up_tokenizer(vocab_size: int) -> None:
 
 
 def warm_up(config: RunConfig) -> None:
-    """Pay once per process the imports a rank of `config` would pay first (done before each rank;
-    a no-op after the first)."""
-    import lifecycle.driver  # noqa: F401  (and through it the engine's own modules)
-
+    """Pay once per process the import a rank of `config` would pay first: megatron's tokenizer
+    module and `transformers` (done before each rank; a no-op after the first)."""
     if config.tokenizer.type == "null" and config.tokenizer.build:
         _warm_up_tokenizer(config.tokenizer.vocab_size)
 
