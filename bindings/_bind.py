@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from bindings._errors import BindingConflict, BindingError
 from bindings._protocol import SLOTS, Policy, SchedulerConfig
 from bindings._report import BindingReport, object_id
 from bindings._watchdog import CountingFinalizer, FirstStepWatchdog
-from lifecycle._errors import BindingConflict, BindingError
 
 _POLICIES: tuple[str | None, ...] = (None, "keep", "replace")
 

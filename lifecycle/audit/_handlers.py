@@ -6,8 +6,8 @@ from collections.abc import Callable
 from sys import intern
 from typing import TYPE_CHECKING, Any
 
-from lifecycle import events
 from lifecycle.audit._records import Segment, unreadable
+from lifecycle.log import events
 from states import PLAN_TARGETS, State
 
 if TYPE_CHECKING:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from lifecycle import events
 from lifecycle.audit._handlers import HANDLERS as _HANDLERS
 from lifecycle.audit._handlers import TABLES
 from lifecycle.audit._records import Finding, Segment, unreadable
-from lifecycle.auditlog import GENESIS, record_hash
+from lifecycle.log import GENESIS, events, record_hash
 from states import PLAN_TARGETS, Plan, State
 
 _HASH_KEY = b',"hash":"'
