@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,11 +62,7 @@ class Rehearsal:
                 thread_id=self.thread_id,
             )
         _pop_mode(self._mode)
-        for patch in reversed(self._patches):
-            if patch.had:
-                setattr(patch.owner, patch.name, patch.original)
-            else:
-                delattr(patch.owner, patch.name)
+        _restore(self._patches)
         self.active = False
 
     def __enter__(self) -> Rehearsal:
@@ -98,11 +94,7 @@ def start_rehearsal() -> Rehearsal:
         mode = _device_mode_class()()
         mode.__enter__()
     except BaseException:
-        for patch in reversed(patches):
-            if patch.had:
-                setattr(patch.owner, patch.name, patch.original)
-            else:
-                delattr(patch.owner, patch.name)
+        _restore(patches)
         raise
     return Rehearsal(
         patched=tuple(p.target for p in patches),
@@ -120,6 +112,15 @@ def cpu_rehearsal() -> Iterator[Rehearsal]:
         yield rehearsal
     finally:
         rehearsal.close()
+
+
+def _restore(patches: Sequence[_Patch]) -> None:
+    """Put every patched attribute back, newest first (deleting those that did not exist)."""
+    for patch in reversed(patches):
+        if patch.had:
+            setattr(patch.owner, patch.name, patch.original)
+        else:
+            delattr(patch.owner, patch.name)
 
 
 def _pop_mode(mode: Any) -> None:
