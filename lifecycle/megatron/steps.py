@@ -92,7 +92,6 @@ class Steps:
             )
         self._lc = lc
         self.binding = rt.binding
-        self._model = [cast(OverlapChunk, chunk) for chunk in rt.model]
         self.gather = overlapped_gather(rt)
         self.defer_first_gather = defer_first_gather
         self.first_pending = True
@@ -100,6 +99,11 @@ class Steps:
         self._deferred = False
         self._started: float | None = None
         self.last_step: int | None = None
+
+    @property
+    def _model(self) -> list[OverlapChunk]:
+        # Read from the runtime each time: holding the chunks here would keep a rebuilt-away model alive.
+        return [cast(OverlapChunk, chunk) for chunk in self._lc.runtime.model or ()]
 
     def begin(self, step: int) -> None:
         """Before step `step`'s forward: on the first step, defer the parameter gather."""
@@ -118,7 +122,11 @@ class Steps:
     def end(self, step: int, loss: float | None = None) -> StepResult:
         """After step `step`'s optimizer step: watchdog, gather resumed after step 1, `step_completed`."""
         watchdog = getattr(self.binding, "watchdog", None)
-        calls = watchdog.after_step(self._lc.record) if watchdog is not None else None
+        try:
+            calls = watchdog.after_step(self._lc.record) if watchdog is not None else None
+        except BaseException:  # FinalizerNotCalled: the step does not count as completed
+            self.abort(step)
+            raise
         if self._deferred:
             self._resume(step)
         self.first_pending = False
@@ -138,13 +146,24 @@ class Steps:
         self._paused, self._deferred = None, False
         self._lc.record(events.PARAM_GATHER_RESUMED, step=step, chunks=len(self._model))
 
+    def abort(self, step: int) -> None:
+        """The step raised before `end`: undo a deferral (hooks and `param_sync_func` back, so the
+        model matches its binding and nothing here holds it), no `step_completed`; the next step
+        counts as the first again."""
+        self._started = None
+        if self._deferred:
+            self._resume(step)
+
     @contextmanager
     def step(self, step: int) -> Iterator[StepHandle]:
-        """`begin`, the caller's forward/backward/optimizer step, then `end` (skipped if it raised:
-        a failed first step leaves the gather deferred, and the next step counts as the first)."""
+        """`begin`, the caller's forward/backward/optimizer step, then `end`, or `abort` if it raised."""
         handle = StepHandle(step=step)
         self.begin(step)
-        yield handle
+        try:
+            yield handle
+        except BaseException:
+            self.abort(step)
+            raise
         handle.result = self.end(step, handle.loss)
 
     def sync_params(self, reason: str = "after_last_step") -> bool:

@@ -12,6 +12,7 @@ from typing import Any, Protocol, cast
 
 from lifecycle.errors import LifecycleError
 from lifecycle.megatron.steps import Driver, StepResult, steps_for
+from lifecycle.runtime import Runtime
 from states import State
 
 __all__ = ["Driver", "StepResult", "train_steps"]
@@ -50,6 +51,24 @@ def _forward_step(data_iterator: Iterator[dict[str, Any]], chunk: Any) -> tuple[
     return output, loss_func
 
 
+def _step(rt: Runtime, model: list[DDPChunk], data: list[Iterator[dict[str, Any]]], schedule: Any) -> float | None:
+    """One forward/backward through megatron's schedule and one optimizer step; the mean loss."""
+    config = rt.config
+    for chunk in model:
+        chunk.zero_grad_buffer()
+    if rt.optimizer is not None:
+        rt.optimizer.zero_grad()
+    losses = schedule(
+        forward_step_func=_forward_step, data_iterator=data if len(model) > 1 else data[0],
+        model=model, num_microbatches=config.training.num_microbatches,
+        seq_length=config.model.seq_length, micro_batch_size=config.training.micro_batch_size,
+        forward_only=False,
+    )
+    if rt.optimizer is not None:
+        rt.optimizer.step()
+    return float(sum(x["lm loss"] for x in losses) / len(losses)) if losses else None
+
+
 def train_steps(
     lc: Driver,
     steps: int,
@@ -79,17 +98,11 @@ def train_steps(
     results: list[StepResult] = []
     for step in range(1, steps + 1):
         book.begin(step)
-        for chunk in model:
-            chunk.zero_grad_buffer()
-        rt.optimizer.zero_grad()
-        losses = schedule(
-            forward_step_func=_forward_step, data_iterator=data if len(model) > 1 else data[0],
-            model=model, num_microbatches=config.training.num_microbatches,
-            seq_length=config.model.seq_length, micro_batch_size=config.training.micro_batch_size,
-            forward_only=False,
-        )
-        rt.optimizer.step()
-        loss = float(sum(x["lm loss"] for x in losses) / len(losses)) if losses else None
+        try:
+            loss = _step(rt, model, data, schedule)
+        except BaseException:
+            book.abort(step)
+            raise
         results.append(book.end(step, loss))
         if on_step is not None:
             on_step(results[-1])

@@ -170,6 +170,39 @@ def unbound_loop() -> dict[str, Any]:
     return out
 
 
+def failing_first_step() -> dict[str, Any]:
+    """Step 1 raises with the gather deferred: hooks and param_sync_func come back, the next step
+    is the first again, and after a rebuild nothing of the step bookkeeping keeps the model alive."""
+    import gc
+    import weakref
+
+    from megatron.core.utils import get_model_config
+
+    from lifecycle.megatron.train import train_steps
+
+    with _lifecycle(*DIST_OPT, *PP2_VPP2) as lc:
+        config = get_model_config(lc.runtime.model[0])
+        installed = lc.runtime.binding.installed_ids["param_sync_func"]
+        try:
+            with lc.step(1):
+                raise RuntimeError("checkpoint load failed")
+        except RuntimeError as exc:
+            error = str(exc)
+        out: dict[str, Any] = {
+            "error": error,
+            "hooks": [len(c.remove_forward_pre_hook_handles) > 0 for c in lc.runtime.model],
+            "param_sync_restored": id(config.param_sync_func) == installed,
+        }
+        out["retry"] = [r.finalizer_calls for r in train_steps(lc, 2)]
+        out["records"] = [r["event"] for r in lc.records if r["event"] in (
+            "param_gather_deferred", "param_gather_resumed", "step_completed", "first_step_finalized")]
+        old = weakref.ref(lc.runtime.model[0])
+        lc.rebuild()
+        gc.collect()
+        out["old_freed"] = old() is None
+    return out
+
+
 def run_all() -> dict[str, Any]:
     import warnings
 
@@ -182,4 +215,5 @@ def run_all() -> dict[str, Any]:
         "dp2_gather_from_step_one": dist_opt_train(defer=False),
         "hand_loop": hand_loop(),
         "unbound_loop": unbound_loop(),
+        "failing_first_step": failing_first_step(),
     }

@@ -122,3 +122,21 @@ def test_the_step_api_watchdog_raises_when_the_step_ran_without_the_binding(rank
         case = rank["unbound_loop"]
         assert case["error"] == "FinalizerNotCalled"
         assert _names(case["records"]) == ["first_step_not_finalized"]
+
+
+def test_a_first_step_that_raises_restores_the_gather_and_the_next_step_is_the_first(
+    ranks: list[dict[str, Any]],
+) -> None:
+    for rank in ranks:
+        case = rank["failing_first_step"]
+        assert case["error"] == "checkpoint load failed"
+        assert case["hooks"] == [True, True] and case["param_sync_restored"]
+        assert case["records"][:2] == ["param_gather_deferred", "param_gather_resumed"]
+        assert case["records"][2:] == ["param_gather_deferred", "first_step_finalized",
+                                       "param_gather_resumed", "step_completed", "step_completed"]
+        assert case["retry"] == [1, None]
+
+
+def test_the_step_bookkeeping_does_not_keep_a_rebuilt_model_alive(ranks: list[dict[str, Any]]) -> None:
+    for rank in ranks:
+        assert rank["failing_first_step"]["old_freed"]
