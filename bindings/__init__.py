@@ -7,7 +7,15 @@ clears them. Importing this package imports neither torch nor megatron.
 
 from __future__ import annotations
 
-from bindings._bind import bind_callbacks, install, per_chunk, planned, unbind_callbacks
+from bindings._bind import (
+    bind_callbacks,
+    install,
+    pause_param_sync,
+    per_chunk,
+    planned,
+    resume_param_sync,
+    unbind_callbacks,
+)
 from bindings._errors import BindingConflict, BindingError, FinalizerNotCalled
 from bindings._protocol import SLOTS, Policy, SchedulerConfig
 from bindings._report import BindingReport
@@ -32,7 +40,9 @@ __all__ = [
     "SchedulerConfig",
     "bind_callbacks",
     "install",
+    "pause_param_sync",
     "per_chunk",
     "planned",
+    "resume_param_sync",
     "unbind_callbacks",
 ]

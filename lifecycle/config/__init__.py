@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from lifecycle.config._environment import probe_environment
 from lifecycle.config._loading import preset_names
+from lifecycle.config._normalize import Normalization, normalize
 from lifecycle.config._problems import TE_EXTRA, Environment, Kind, Problem
 from lifecycle.config._records import (
     CheckpointConfig,
@@ -41,6 +42,7 @@ __all__ = [
     "Kind",
     "LoggingConfig",
     "ModelConfig",
+    "Normalization",
     "OptimizerConfig",
     "ParallelConfig",
     "Problem",
@@ -52,6 +54,7 @@ __all__ = [
     "config_drift",
     "diff",
     "flatten",
+    "normalize",
     "preset_names",
     "probe_environment",
     "raise_for",

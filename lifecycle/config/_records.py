@@ -76,7 +76,7 @@ class DDPConfig:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     align_grad_reduce: bool = True
-    align_param_gather: bool = False
+    align_param_gather: bool = True  # Megatron-LM's default (`--no-align-param-gather`)
     use_distributed_optimizer: bool = False
     grad_reduce_in_fp32: bool = False
     average_in_collective: bool = False

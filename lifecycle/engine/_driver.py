@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from lifecycle.config import RunConfig, Snapshot
-from lifecycle.engine import _tripwires
+from lifecycle.engine import _steps, _tripwires
 from lifecycle.engine._context import Context
 from lifecycle.engine._machine import MachineModel, build_machine
 from lifecycle.engine._side_effects import SideEffectRules
@@ -50,7 +50,7 @@ _RELEASE_KEEP = {
 }
 
 
-class Lifecycle(SideEffectRules):
+class Lifecycle(SideEffectRules, _steps.StepLoop):
     """Drive one process's Megatron startup through the table: `lc.advance_to(State.CALLBACKS_BOUND)`."""
 
     def __init__(

@@ -1,44 +1,27 @@
 """Training steps after startup: megatron's own schedule and optimizer on the lifecycle's model.
 
-Synthetic token batches (seeded, from the resolved vocab) stand in for a dataset. After the first
-step the binding's watchdog checks that `finalize_model_grads` ran exactly once.
+Synthetic token batches (seeded, from the resolved vocab) stand in for a dataset. The step
+bookkeeping (first-step gather, watchdog, `step_completed`, final parameter sync) is
+`lifecycle.megatron.steps`, shared with hand-written loops (`with lc.step(n):`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from lifecycle.errors import LifecycleError
-from lifecycle.log import events
+from lifecycle.megatron.steps import Driver, StepResult, steps_for
 from lifecycle.runtime import Runtime
 from states import State
+
+__all__ = ["Driver", "StepResult", "train_steps"]
 
 
 class DDPChunk(Protocol):
     """A training model chunk: wrapped in megatron's DistributedDataParallel."""
 
     def zero_grad_buffer(self) -> None: ...
-
-
-class Driver(Protocol):
-    """What the training steps use of a `Lifecycle`."""
-
-    @property
-    def state(self) -> State: ...
-    @property
-    def runtime(self) -> Runtime: ...
-    def record(self, event: str, **fields: Any) -> None: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepResult:
-    step: int
-    loss: float | None
-    duration_s: float
-    finalizer_calls: int | None
 
 
 def _batches(config: Any, vocab: int, seed: int) -> Iterator[dict[str, Any]]:
@@ -68,8 +51,37 @@ def _forward_step(data_iterator: Iterator[dict[str, Any]], chunk: Any) -> tuple[
     return output, loss_func
 
 
-def train_steps(lc: Driver, steps: int, on_step: Callable[[StepResult], None] | None = None) -> list[StepResult]:
-    """Run `steps` steps through `get_forward_backward_func()` and the lifecycle's optimizer."""
+def _step(rt: Runtime, model: list[DDPChunk], data: list[Iterator[dict[str, Any]]], schedule: Any) -> float | None:
+    """One forward/backward through megatron's schedule and one optimizer step; the mean loss."""
+    config = rt.config
+    for chunk in model:
+        chunk.zero_grad_buffer()
+    if rt.optimizer is not None:
+        rt.optimizer.zero_grad()
+    losses = schedule(
+        forward_step_func=_forward_step, data_iterator=data if len(model) > 1 else data[0],
+        model=model, num_microbatches=config.training.num_microbatches,
+        seq_length=config.model.seq_length, micro_batch_size=config.training.micro_batch_size,
+        forward_only=False,
+    )
+    if rt.optimizer is not None:
+        rt.optimizer.step()
+    return float(sum(x["lm loss"] for x in losses) / len(losses)) if losses else None
+
+
+def train_steps(
+    lc: Driver,
+    steps: int,
+    on_step: Callable[[StepResult], None] | None = None,
+    *,
+    defer_first_gather: bool = True,
+) -> list[StepResult]:
+    """Run `steps` steps through `get_forward_backward_func()` and the lifecycle's optimizer.
+
+    The bookkeeping is `lifecycle.megatron.steps` (the same as `with lc.step(n):`): the first
+    step's gather deferred (unless `defer_first_gather=False`), the watchdog, `step_completed`, and
+    a forced parameter sync after the last step.
+    """
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     rt = lc.runtime
@@ -81,25 +93,19 @@ def train_steps(lc: Driver, steps: int, on_step: Callable[[StepResult], None] | 
     config, model = rt.config, [cast(DDPChunk, chunk) for chunk in rt.model]
     vocab = rt.vocab_size or config.tokenizer.vocab_size
     data = [_batches(config, vocab, config.training.seed + rt.rank) for _ in model]
-    watchdog = getattr(rt.binding, "watchdog", None)
+    book = steps_for(lc, defer_first_gather=defer_first_gather)
     schedule = get_forward_backward_func()
     results: list[StepResult] = []
     for step in range(1, steps + 1):
-        started = time.perf_counter()
-        for chunk in model:
-            chunk.zero_grad_buffer()
-        rt.optimizer.zero_grad()
-        losses = schedule(
-            forward_step_func=_forward_step, data_iterator=data if len(model) > 1 else data[0], model=model,
-            num_microbatches=config.training.num_microbatches, seq_length=config.model.seq_length,
-            micro_batch_size=config.training.micro_batch_size, forward_only=False,
-        )
-        rt.optimizer.step()
-        calls = watchdog.after_step(lc.record) if watchdog is not None else None
-        loss = float(sum(x["lm loss"] for x in losses) / len(losses)) if losses else None
-        result = StepResult(step=step, loss=loss, duration_s=time.perf_counter() - started, finalizer_calls=calls)
-        lc.record(events.STEP_COMPLETED, step=step, loss=loss, duration_s=result.duration_s)
-        results.append(result)
+        book.begin(step)
+        try:
+            loss = _step(rt, model, data, schedule)
+        except BaseException:
+            book.abort(step)
+            raise
+        results.append(book.end(step, loss))
         if on_step is not None:
-            on_step(result)
+            on_step(results[-1])
+    if results:
+        book.sync_params("after_last_step")
     return results
