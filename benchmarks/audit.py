@@ -25,7 +25,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lifecycle.auditlog import GENESIS, rank_file
+from lifecycle.log import GENESIS, rank_file
 
 STATES = ("VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND")
 TRIGGERS = ("validate", "start_services", "init_distributed", "build_model", "bind_callbacks")
@@ -40,7 +40,7 @@ FAULTS = {"died": "rank died during init_distributed", "tampered": "a loss value
 
 
 class ChainWriter:
-    """Writes one rank's records exactly as lifecycle.auditlog.AuditLog does."""
+    """Writes one rank's records exactly as lifecycle.log.AuditLog does."""
 
     def __init__(self, run_id: str, rank: int, world: int) -> None:
         self.base = {"run_id": run_id, "rank": rank, "world_size": world, "generation": 0}

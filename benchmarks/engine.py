@@ -27,7 +27,7 @@ import dataclasses
 from typing import Any
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig, Runtime
-from lifecycle._machine import MachineModel, build_raw_machine
+from lifecycle.engine import MachineModel, build_raw_machine
 from states import State
 
 CYCLE = ("validate", "start_services", "init_distributed", "build_model", "bind_callbacks",

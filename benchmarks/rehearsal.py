@@ -33,7 +33,7 @@ def lifecycle_rank(log_dir: str) -> float:
     import megatron.core  # noqa: F401  (import cost excluded from the timing, as in the plain script)
 
     from lifecycle import Lifecycle
-    from lifecycle.train import train_steps
+    from lifecycle.megatron.train import train_steps
     from states import State
 
     start = time.perf_counter()
@@ -51,7 +51,6 @@ def plain_rank(_log_dir: str) -> float:
     start = time.perf_counter()
     import torch
     import torch.distributed as dist
-    from lifecycle.rehearsal import cpu_rehearsal
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
     from megatron.core.models.gpt import GPTModel
@@ -62,7 +61,8 @@ def plain_rank(_log_dir: str) -> float:
     from megatron.core.tokenizers import MegatronTokenizer  # noqa: F401  (same import work as the services)
     from megatron.core.transformer import TransformerConfig
 
-    from lifecycle.train import _batches, _forward_step
+    from lifecycle.megatron.rehearsal import cpu_rehearsal
+    from lifecycle.megatron.train import _batches, _forward_step
 
     cfg = _config()
     m = cfg.model
@@ -98,7 +98,7 @@ def plain_rank(_log_dir: str) -> float:
 
 
 def _measure(fn: Any, log_dir: str) -> tuple[float, float]:
-    from lifecycle.launch import run_ranks
+    from lifecycle.engine.launch import run_ranks
 
     start = time.perf_counter()
     per_rank = run_ranks(fn, 2, log_dir, timeout_s=600)

@@ -46,8 +46,7 @@ def one_repeat(log_dir: str, count: int, until: str) -> dict[str, Any]:
 
     warnings.filterwarnings("ignore")
     from lifecycle import RunConfig
-    from lifecycle.simulate import Simulation, prepare, simulate_rank, warm_up
-    from lifecycle.simulate_layout import Layout, sample_ranks
+    from lifecycle.simulate import Layout, Simulation, prepare, sample_ranks, simulate_rank, warm_up
     from states import State
 
     overrides = ["parallel.cp=1"] if until == "MODEL_BUILT" else []
@@ -115,7 +114,7 @@ def _median_of_medians(runs: list[dict[str, Any]], variant: str, kind: str) -> f
 
 
 def main() -> None:
-    from lifecycle.launch import run_ranks
+    from lifecycle.engine.launch import run_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)

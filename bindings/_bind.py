@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from bindings._errors import BindingConflict, BindingError
 from bindings._protocol import SLOTS, Policy, SchedulerConfig
 from bindings._report import BindingReport, object_id
 from bindings._watchdog import CountingFinalizer, FirstStepWatchdog
-from lifecycle._errors import BindingConflict, BindingError
 
 _POLICIES: tuple[str | None, ...] = (None, "keep", "replace")
 
@@ -216,18 +216,63 @@ def bind_callbacks(
     )
 
 
+def _ours(value: Any, ident: int) -> bool:
+    """`value` is what binding installed, or a list the schedule made from it.
+
+    megatron's interleaved schedule rewrites a single `grad_sync_func`/`param_sync_func` into
+    `[fn for _ in model]` on the config it reads; that list holds our callable, so it is ours too.
+    """
+    if id(value) == ident:
+        return True
+    return isinstance(value, list) and bool(value) and all(id(item) == ident for item in value)
+
+
 def unbind_callbacks(report: BindingReport) -> tuple[str, ...]:
-    """Clear the slots `report` installed that still hold what it installed; return those slots.
+    """Clear every slot that still holds what `report` installed (or a list the schedule made
+    from it), verify the config holds none of it afterwards, and return the cleared slots.
 
     Afterwards the config no longer references the model's `no_sync`/`start_*_sync` methods or
-    the optimizer's `scale_loss`, so dropping the model and optimizer frees them.
+    the optimizer's `scale_loss`, so dropping the model and optimizer frees them. A slot that
+    another writer replaced since binding is left alone.
     """
     target = report.target()
     if target is None:
         return ()
     cleared: list[str] = []
     for slot, ident in report.installed_ids.items():
-        if id(getattr(target, slot, None)) == ident:
+        if _ours(getattr(target, slot, None), ident):
             setattr(target, slot, None)
             cleared.append(slot)
+    left = [s for s, ident in report.installed_ids.items() if _ours(getattr(target, s, None), ident)]
+    if left:
+        raise BindingError(
+            f"slots {left} still hold the bound callbacks after unbinding; something rewrote them "
+            "as they were cleared (a property or __setattr__ on the config class?). Clear them "
+            "with setattr(get_model_config(model[0]), slot, None) before dropping the model",
+            slots=left,
+        )
     return tuple(cleared)
+
+
+def pause_param_sync(report: BindingReport) -> Any:
+    """Take `param_sync_func` off the bound config and return it (None when nothing was there).
+
+    Megatron-LM does this for the first training step with the distributed optimizer and
+    overlapped param gather, so the schedule's all-gathers are no-ops until one step succeeded.
+    """
+    target = report.target()
+    if target is None:
+        return None
+    current = getattr(target, "param_sync_func", None)
+    if current is not None:
+        target.param_sync_func = None
+    return current
+
+
+def resume_param_sync(report: BindingReport, paused: Any) -> None:
+    """Put back what `pause_param_sync` took, unless something else was bound there since."""
+    target = report.target()
+    if target is None or paused is None:
+        return
+    if getattr(target, "param_sync_func", None) is None:
+        target.param_sync_func = paused

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lifecycle import events
-from lifecycle._errors import FinalizerNotCalled
+from bindings._errors import FinalizerNotCalled
 
 Emit = Callable[..., None]
+
+# The watchdog's two startup-log events (lifecycle's event list includes them from here).
+FIRST_STEP_FINALIZED = "first_step_finalized"
+FIRST_STEP_NOT_FINALIZED = "first_step_not_finalized"
 
 
 class CountingFinalizer:
@@ -63,10 +66,10 @@ class FirstStepWatchdog:
         calls = self.calls
         if calls == 1:
             if emit is not None:
-                emit(events.FIRST_STEP_FINALIZED, finalizer_calls=calls)
+                emit(FIRST_STEP_FINALIZED, finalizer_calls=calls)
             return calls
         if emit is not None:
-            emit(events.FIRST_STEP_NOT_FINALIZED, finalizer_calls=calls)
+            emit(FIRST_STEP_NOT_FINALIZED, finalizer_calls=calls)
         if calls == 0:
             raise FinalizerNotCalled(
                 "the first training step finished without calling finalize_model_grads: "

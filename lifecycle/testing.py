@@ -17,12 +17,11 @@ from typing import Any
 
 import orjson
 
-from lifecycle._errors import LifecycleError
-from lifecycle.auditlog import GENESIS, record_hash
 from lifecycle.config import RunConfig
-from lifecycle.driver import Lifecycle, TripwirePolicy
-from lifecycle.inprocess import InProcessPhases
-from lifecycle.phases import PhaseSet
+from lifecycle.engine import InProcessPhases, Lifecycle, TripwirePolicy
+from lifecycle.errors import LifecycleError
+from lifecycle.log import ChainVerifier
+from lifecycle.runtime import Options, PhaseSet
 from states import STARTUP_ORDER, TABLE, State, Trigger, find
 
 
@@ -46,11 +45,11 @@ def reachable_states() -> frozenset[State]:
 def check_log(records: Iterable[Mapping[str, Any]]) -> list[str]:
     """Problems with one rank's records: hash chain, path through the table, ordering rules."""
     problems: list[str] = []
-    prev, validated, model_built, state = GENESIS, False, False, STARTUP_ORDER[0].name
+    chain = ChainVerifier()
+    validated, model_built, state = False, False, STARTUP_ORDER[0].name
     for i, rec in enumerate(records):
-        if rec.get("seq") != i or rec.get("prev_hash") != prev or record_hash(rec) != rec.get("hash"):
+        if chain.check(rec) is not None:
             problems.append(f"record {i}: hash chain broken")
-        prev = str(rec.get("hash"))
         event = rec.get("event")
         if event == "side_effect" and not validated:
             problems.append(f"record {i}: side effect {rec.get('kind')} before VALIDATED")
@@ -68,6 +67,40 @@ def check_log(records: Iterable[Mapping[str, Any]]) -> list[str]:
             if rec["trigger"] in ("rebuild", "restart", "shutdown"):
                 model_built = False
     return problems
+
+
+def fire_and_check(lc: Lifecycle, trigger: Trigger) -> None:
+    """Fire `trigger`; a refusal leaves the state (or FAILED), an acceptance needs a table row."""
+    before = lc.state
+    try:
+        lc.fire(trigger)
+    except LifecycleError:
+        row = find(before, trigger)
+        assert row is None or lc.state in (before, State.FAILED), (before, trigger, lc.state)
+    else:
+        assert find(before, trigger) is not None or (trigger is Trigger.SHUTDOWN and before is State.SHUT_DOWN)
+
+
+def seed_and_check(lc: Lifecycle, *, guarded: bool) -> None:
+    """User code seeds the RNG: refused exactly when the tripwires guard the current state."""
+    import torch
+
+    try:
+        torch.manual_seed(0)
+    except LifecycleError:
+        assert guarded, f"tripwire fired in {lc.state.name}, after startup completed"
+    else:
+        assert not guarded, f"torch.manual_seed was not refused in {lc.state.name}"
+
+
+def check_written_log(lc: Lifecycle) -> None:
+    """The records are a valid path, and the file holds exactly them (once it is open)."""
+    records = lc.records
+    assert check_log(records) == []
+    path = lc.log_path
+    if path is not None and lc.state is not State.SHUT_DOWN:
+        written = read_log(path)
+        assert written == records[: len(written)] and len(written) == len(records)
 
 
 def lifecycle_state_machine(
@@ -88,31 +121,16 @@ def lifecycle_state_machine(
             super().__init__()
             self.dir = tempfile.TemporaryDirectory(prefix="lifecycle-fuzz-")
             self.lc = Lifecycle(cfg, provider, self.dir.name, phases=phases_factory(),
-                                tripwires=tripwires, options={"keep_records": True})
+                                tripwires=tripwires, options=Options(keep_records=True))
 
         @rule(trigger=st.sampled_from(list(Trigger)))
         def fire(self, trigger: Trigger) -> None:
-            before = self.lc.state
-            try:
-                self.lc.fire(trigger)
-            except LifecycleError:
-                row = find(before, trigger)
-                assert row is None or self.lc.state in (before, State.FAILED), (before, trigger, self.lc.state)
-            else:
-                assert find(before, trigger) is not None or (trigger is Trigger.SHUTDOWN and before is State.SHUT_DOWN)
+            fire_and_check(self.lc, trigger)
 
         @rule()
         def user_code_seeds_the_rng(self) -> None:
-            import torch
-
-            state = self.lc.state
-            guarded = state not in (self.lc.target, State.SHUT_DOWN) and tripwires == "raise"
-            try:
-                torch.manual_seed(0)
-            except LifecycleError:
-                assert guarded, f"tripwire fired in {state.name}, after startup completed"
-            else:
-                assert not guarded, f"torch.manual_seed was not refused in {state.name}"
+            seed_and_check(self.lc, guarded=self.lc.state not in (self.lc.target, State.SHUT_DOWN)
+                           and tripwires == "raise")
 
         @invariant()
         def state_is_reachable(self) -> None:
@@ -120,12 +138,7 @@ def lifecycle_state_machine(
 
         @invariant()
         def log_is_a_valid_path(self) -> None:
-            records = self.lc.records
-            assert check_log(records) == []
-            path = self.lc.log_path
-            if path is not None and self.lc.state is not State.SHUT_DOWN:
-                written = read_log(path)
-                assert written == records[: len(written)] and len(written) == len(records)
+            check_written_log(self.lc)
 
         def teardown(self) -> None:
             self.lc.shutdown()

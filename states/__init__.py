@@ -1,4 +1,5 @@
-"""States, triggers, the transition table and its guards: pure data and predicates, no side effects."""
+"""The ground floor: states, triggers, the transition table as data, pure guards, and the root of
+the error tree. Imports nothing of the project and nothing heavy."""
 
 from __future__ import annotations
 
@@ -6,23 +7,25 @@ from states._enums import (
     PLAN_TARGETS,
     SIDE_EFFECT_OWNERS,
     STARTUP_ORDER,
-    TERMINAL,
     Plan,
     SideEffect,
     State,
     Trigger,
 )
+from states._errors import GuardRejected, InvalidTransition, LifecycleError
 from states._guards import Facts, Guard, rule
-from states._table import TABLE, Transition, allowed_triggers, find, transitions_from
+from states._table import TABLE, Transition, allowed_triggers, find, forward_trigger
 
 __all__ = [
     "PLAN_TARGETS",
     "SIDE_EFFECT_OWNERS",
     "STARTUP_ORDER",
     "TABLE",
-    "TERMINAL",
     "Facts",
     "Guard",
+    "GuardRejected",
+    "InvalidTransition",
+    "LifecycleError",
     "Plan",
     "SideEffect",
     "State",
@@ -30,6 +33,6 @@ __all__ = [
     "Trigger",
     "allowed_triggers",
     "find",
+    "forward_trigger",
     "rule",
-    "transitions_from",
 ]

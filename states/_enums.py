@@ -69,8 +69,6 @@ STARTUP_ORDER: tuple[State, ...] = (
     State.CALLBACKS_BOUND,
 )
 
-TERMINAL: frozenset[State] = frozenset({State.SHUT_DOWN})
-
 SIDE_EFFECT_OWNERS: dict[SideEffect, Trigger] = {
     SideEffect.FILES: Trigger.START_SERVICES,
     SideEffect.TOKENIZER: Trigger.START_SERVICES,

@@ -18,6 +18,7 @@ class Facts:
 
     state: State
     trigger: Trigger
+    dest: State | None = None
     plan: Plan = Plan.TRAINING
     config_validated: bool = False
     services_ready: bool = False
@@ -55,7 +56,7 @@ def model_is_built(facts: Facts) -> bool:
 
 def plan_reaches_destination(facts: Facts) -> bool:
     """A plan stops at its target state: convert never initializes distributed, inference never binds callbacks."""
-    dest = TRANSITION_DESTS.get(facts.trigger)
+    dest = facts.dest
     if dest is None or dest not in STARTUP_ORDER:
         return True
     return dest.startup_index <= facts.target.startup_index
@@ -65,14 +66,6 @@ def plan_allows_restart(facts: Facts) -> bool:
     """The rl plan shares one startup between training and generation: a second initialization is refused."""
     return facts.plan is not Plan.RL
 
-
-TRANSITION_DESTS: dict[Trigger, State] = {
-    Trigger.VALIDATE: State.VALIDATED,
-    Trigger.START_SERVICES: State.SERVICES_READY,
-    Trigger.INIT_DISTRIBUTED: State.DISTRIBUTED,
-    Trigger.BUILD_MODEL: State.MODEL_BUILT,
-    Trigger.BIND_CALLBACKS: State.CALLBACKS_BOUND,
-}
 
 
 def rule(guard: Guard) -> str:

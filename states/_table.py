@@ -93,14 +93,21 @@ TABLE: tuple[Transition, ...] = (
 )
 
 
-def transitions_from(state: State) -> tuple[Transition, ...]:
-    """Rows whose sources include `state`, in table order."""
-    return tuple(row for row in TABLE if state in row.sources)
-
-
 def allowed_triggers(state: State) -> tuple[Trigger, ...]:
     """Triggers defined from `state` (guards not evaluated)."""
-    return tuple(row.trigger for row in transitions_from(state))
+    return tuple(row.trigger for row in TABLE if state in row.sources)
+
+
+def forward_trigger(dest: State) -> Trigger:
+    """The trigger that moves the startup one step forward into `dest` (read from the table)."""
+    index = dest.startup_index
+    if index < 1:
+        raise ValueError(f"{dest.name} is not reached by a forward startup step")
+    previous = STARTUP_ORDER[index - 1]
+    for row in TABLE:
+        if row.dest is dest and previous in row.sources:
+            return row.trigger
+    raise ValueError(f"the table has no forward step into {dest.name}")
 
 
 def find(state: State, trigger: Trigger) -> Transition | None:

@@ -3,13 +3,12 @@ declares and emits, and refuses side effects outside their owning trigger like t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lifecycle import events
 from lifecycle.config import RunConfig
-from lifecycle.phases import Runtime
+from lifecycle.log import events
+from lifecycle.runtime import Options, Runtime
 from states import SIDE_EFFECT_OWNERS, Plan, SideEffect, Trigger
 
 
@@ -19,7 +18,7 @@ class RecordingContext:
     trigger: Trigger = Trigger.VALIDATE
     plan: Plan = Plan.TRAINING
     provider: Any = None
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Options = field(default_factory=Options)
     side_effects: list[SideEffect] = field(default_factory=list)
     emitted: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     ranks: list[tuple[int, int]] = field(default_factory=list)

@@ -12,8 +12,10 @@ from lifecycle.audit._audit import (
     AuditResult,
     audit,
 )
+from lifecycle.audit._plot import plot
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Finding, Segment
+from lifecycle.audit._render import as_json, text
 from lifecycle.audit._rules import RULES, Rule, enabled, resolve
 from lifecycle.audit._timing import (
     ChainLink,
@@ -40,11 +42,14 @@ __all__ = [
     "Segment",
     "StateBlame",
     "Straggler",
+    "as_json",
     "audit",
     "blame",
     "critical_chain",
     "enabled",
+    "plot",
     "rank_blame",
     "resolve",
     "stragglers",
+    "text",
 ]

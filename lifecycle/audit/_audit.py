@@ -14,14 +14,14 @@ from typing import Any
 
 import orjson
 
-from lifecycle._errors import LogUnreadable
 from lifecycle.audit._cross import cross_rank
 from lifecycle.audit._handlers import TABLES
 from lifecycle.audit._rank import _SUFFIX, RankAudit
 from lifecycle.audit._reader import STDIN, Lines, discover, open_source
 from lifecycle.audit._records import Finding, unreadable
 from lifecycle.audit._rules import enabled
-from lifecycle.auditlog import GENESIS
+from lifecycle.errors import LogUnreadable
+from lifecycle.log import GENESIS
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_UNREADABLE = 0, 1, 2
 PARALLEL_FROM = 256

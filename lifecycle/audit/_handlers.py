@@ -6,8 +6,9 @@ from collections.abc import Callable
 from sys import intern
 from typing import TYPE_CHECKING, Any
 
-from lifecycle import events
+from lifecycle.audit import _steps
 from lifecycle.audit._records import Segment, unreadable
+from lifecycle.log import events
 from states import PLAN_TARGETS, State
 
 if TYPE_CHECKING:
@@ -138,14 +139,26 @@ def callbacks_bound(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
             audit.flag("LA004", f"after the rebuild/restart at line {audit.rebind_line}, callbacks were "
                        f"bound to {target}{old}, not the rebuilt model's config {audit.model_id}")
         audit.rebind_pending = False
+    _steps.on_bound(audit)
+
+
+def callbacks_unbound(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+    _steps.close_binding(audit)
 
 
 def step_completed(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
     if audit.rebind_pending and audit.rebuilt and audit.target == _BOUND:
         audit._flag_no_rebind("trained")
+        return
+    _steps.on_step(audit)
+
+
+def first_step_finalized(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+    _steps.on_first_step(audit)
 
 
 def first_step_not_finalized(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+    _steps.on_first_step(audit)
     audit.flag("LA011", f"the first training step called the gradient finalizer "
                f"{rec.get('finalizer_calls')} times, not once: gradients were not synchronized correctly")
 
@@ -175,7 +188,9 @@ HANDLERS: dict[str, Handler] = {
     events.TRIPWIRE_VIOLATION: tripwire,
     events.MODEL_BUILT: model_built,
     events.CALLBACKS_BOUND: callbacks_bound,
+    events.CALLBACKS_UNBOUND: callbacks_unbound,
     events.STEP_COMPLETED: step_completed,
+    events.FIRST_STEP_FINALIZED: first_step_finalized,
     events.FIRST_STEP_NOT_FINALIZED: first_step_not_finalized,
     events.LIFECYCLE_SHUTDOWN: shutdown,
     events.SIMULATION_STARTED: simulation,
@@ -184,13 +199,11 @@ HANDLERS: dict[str, Handler] = {
 
 def _table(validated: bool, rebind_pending: bool) -> dict[str, Handler | None]:
     """Every event -> its handler, or None where nothing needs checking in this situation: side
-    effects only matter before VALIDATED, steps only while a rebind is pending."""
+    effects only matter before VALIDATED. (Steps are always checked: LA030, LA031.)"""
     table: dict[str, Handler | None] = dict.fromkeys(events.ALL)
     table.update(HANDLERS)
     if validated:
         table[events.SIDE_EFFECT] = None
-    if not rebind_pending:
-        table[events.STEP_COMPLETED] = None
     return table
 
 

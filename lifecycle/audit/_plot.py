@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lifecycle._errors import ExtraNotInstalled
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._timing import stragglers
+from lifecycle.errors import ExtraNotInstalled
 from states import STARTUP_ORDER, State
 
 FORMATS = ("png", "svg", "pdf")

@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from lifecycle import events
+from lifecycle.audit import _steps
 from lifecycle.audit._handlers import HANDLERS as _HANDLERS
 from lifecycle.audit._handlers import TABLES
 from lifecycle.audit._records import Finding, Segment, unreadable
-from lifecycle.auditlog import GENESIS, record_hash
+from lifecycle.log import GENESIS, events, record_hash
 from states import PLAN_TARGETS, Plan, State
 
 _HASH_KEY = b',"hash":"'
@@ -30,7 +30,8 @@ class RankAudit:
     """Feed it one rank's records in file order (`feed`), then call `finish`."""
 
     __slots__ = (
-        "_findings", "envelope", "failure", "fingerprint", "first_ts", "generation", "handlers", "last_ts",
+        "_findings", "bound_steps", "envelope", "failure", "fingerprint", "first_step_logged", "first_ts",
+        "generation", "handlers", "last_ts",
         "line", "model_gen", "model_id", "next_seq", "old_model_id", "open_start", "open_trigger",
         "plan", "prev", "rank", "rebind_line", "rebind_pending", "rebuilt", "records", "run_id",
         "segments", "shut", "simulated", "source", "state", "target", "transitions", "validated", "world_size",
@@ -59,6 +60,8 @@ class RankAudit:
         self.rebind_pending = False
         self.rebuilt = False
         self.rebind_line = 0
+        self.bound_steps = 0
+        self.first_step_logged = True
         self.shut = False
         self.failure: str | None = None
         self.transitions: list[tuple[str, str]] = []
@@ -184,6 +187,7 @@ class RankAudit:
     def finish(self) -> None:
         """Rules that need the whole log: died, failed, unfinished rebind."""
         last = self.line
+        _steps.close_binding(self)
         if self.rebind_pending and self.rebuilt and self.target == State.CALLBACKS_BOUND.name and self.shut:
             self._flag_no_rebind("shut down")
         if self.failure is not None:

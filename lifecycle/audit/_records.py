@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from lifecycle._errors import LogUnreadable
+from lifecycle.errors import LogUnreadable
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -53,6 +53,10 @@ RULES: tuple[Rule, ...] = (
          summary="more than one log claims the same rank of one run"),
     Rule(id="LA016", slug="mixed-runs",
          summary="the logs belong to more than one run"),
+    Rule(id="LA030", slug="step-without-binding",
+         summary="a training step was logged outside CALLBACKS_BOUND in a plan that binds callbacks"),
+    Rule(id="LA031", slug="first-step-unchecked",
+         summary="steps ran on a binding without the first-step watchdog's record"),
 )
 
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}

@@ -87,8 +87,7 @@ def _bind(
     binding: str, model: list[Any], optimizer: Any, ddp_config: Any, provider_cfg: Any
 ) -> Any:
     """Install the callbacks; return the counting finalizer."""
-    from bindings import bind_callbacks
-    from bindings._bind import install, planned
+    from bindings import bind_callbacks, install, planned
 
     if binding == "provider_config":
         # The old, wrong binding, reproduced on purpose: same callbacks, provider's config.
@@ -115,7 +114,7 @@ def _owned_grad(ddp: Any, param: Any) -> list[float]:
 
 def _build(name: str, binding: str) -> tuple[list[Any], Any, Any]:
     """Copying provider, DDP, distributed Adam, callbacks bound as `binding` says."""
-    from states.entry.model_built import (
+    from lifecycle.megatron.model_built import (
         build_optimizer,
         megatron_ddp_config,
         prepare_chunk,
@@ -182,7 +181,7 @@ def rank_main(cases: tuple[str, ...], bindings: tuple[str, ...]) -> list[dict[st
 
     import torch.distributed as dist
 
-    from lifecycle.rehearsal import cpu_rehearsal
+    from lifecycle.megatron.rehearsal import cpu_rehearsal
 
     warnings.simplefilter("ignore")  # megatron's CPU-fallback warnings would bury the table
     dist.init_process_group("gloo")
@@ -221,6 +220,6 @@ def run(
     cases: tuple[str, ...] = tuple(CASES), bindings: tuple[str, ...] = BINDINGS
 ) -> list[dict[str, Any]]:
     """Run the experiment on 2 spawned gloo ranks; return the summary rows."""
-    from lifecycle.launch import run_ranks
+    from lifecycle.engine.launch import run_ranks
 
     return summarize(run_ranks(rank_main, 2, tuple(cases), tuple(bindings)))

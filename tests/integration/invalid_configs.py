@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lifecycle.validation import Environment
+from lifecycle.config import Environment
 
 CPU_ENV = Environment(cuda=False, modules=frozenset(), env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
 

@@ -7,14 +7,14 @@ Functions here run inside `lifecycle.launch.run_ranks` children (they must be mo
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from lifecycle import events
 from lifecycle.config import RunConfig
-from lifecycle.phases import Runtime
+from lifecycle.log import events
+from lifecycle.runtime import Options, Runtime
 from states import SIDE_EFFECT_OWNERS, Plan, SideEffect, Trigger
 
 SEQ, MBS, VOCAB = 16, 2, 128
@@ -28,7 +28,7 @@ class PhaseCtx:
     provider: Any = None
     plan: Plan = Plan.TRAINING
     trigger: Trigger = Trigger.BUILD_MODEL
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Options = field(default_factory=Options)
     records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def side_effect(self, kind: SideEffect) -> None:
@@ -85,7 +85,7 @@ def rehearsal_group() -> Iterator[None]:
 
     import torch.distributed as dist
 
-    from lifecycle.rehearsal import cpu_rehearsal
+    from lifecycle.megatron.rehearsal import cpu_rehearsal
 
     warnings.simplefilter("ignore")
     dist.init_process_group("gloo")
@@ -98,7 +98,7 @@ def rehearsal_group() -> Iterator[None]:
 
 def build(run: RunConfig, provider: Any = None, plan: Plan = Plan.TRAINING) -> PhaseCtx:
     """MODEL_BUILT through the real phase; the returned ctx holds the new runtime."""
-    from states.entry import model_built
+    from lifecycle.megatron import model_built
 
     ctx = PhaseCtx(Runtime(config=run, vocab_size=VOCAB, distributed=True), provider, plan)
     ctx.runtime = model_built.enter(ctx)
@@ -107,16 +107,16 @@ def build(run: RunConfig, provider: Any = None, plan: Plan = Plan.TRAINING) -> P
 
 def bind(ctx: PhaseCtx, **options: Any) -> PhaseCtx:
     """CALLBACKS_BOUND through the real phase, on the same ctx."""
-    from states.entry import callbacks_bound
+    from lifecycle.megatron import callbacks_bound
 
-    ctx.trigger, ctx.options = Trigger.BIND_CALLBACKS, options
+    ctx.trigger, ctx.options = Trigger.BIND_CALLBACKS, Options.of(options)
     ctx.runtime = callbacks_bound.enter(ctx)
     return ctx
 
 
 def release_all(ctx: PhaseCtx) -> PhaseCtx:
     """What rebuild does: unbind, drop model and optimizer (keep services, process groups)."""
-    from states.entry import callbacks_bound, model_built
+    from lifecycle.megatron import callbacks_bound, model_built
 
     ctx.trigger = Trigger.REBUILD
     ctx.runtime = model_built.release(ctx, callbacks_bound.release(ctx, ctx.runtime))

@@ -37,7 +37,7 @@ def _summary(lc: Lifecycle) -> dict[str, Any]:
 
 
 def _train(lc: Lifecycle, steps: int) -> list[Any]:
-    from lifecycle.train import train_steps
+    from lifecycle.megatron.train import train_steps
 
     return [(r.loss, r.finalizer_calls) for r in train_steps(lc, steps)]
 

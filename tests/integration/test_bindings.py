@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.launch import run_ranks
+from lifecycle.engine.launch import run_ranks
 
 KINDS = ("copying", "gpt", "hybrid", "gpt_builder")
 COPIES = {"copying": True, "gpt": False, "hybrid": True, "gpt_builder": False}
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 
 def _provider(kind: str) -> Any:
-    from lifecycle.providers import GPTBuilder, HybridBuilder
+    from lifecycle.megatron.providers import GPTBuilder, HybridBuilder
 
     builders = {"hybrid": HybridBuilder(), "gpt_builder": GPTBuilder()}
     return builders.get(kind, kind)
@@ -100,7 +100,7 @@ def _conflict_case() -> dict[str, Any]:
     import megatron_cases as mc
 
     from bindings import unbind_callbacks
-    from lifecycle._errors import BindingConflict
+    from lifecycle.errors import BindingConflict
 
     def user_no_sync() -> Any:  # what MIMO-style user code installs
         raise AssertionError("never entered in this test")
@@ -129,7 +129,7 @@ def _watchdog_case() -> dict[str, Any]:
     """A step that bypasses the bound schedule (a hand-written loop) is caught after step one."""
     import megatron_cases as mc
 
-    from lifecycle._errors import FinalizerNotCalled
+    from lifecycle.errors import FinalizerNotCalled
 
     out: dict[str, Any] = {}
     with mc.parallel():

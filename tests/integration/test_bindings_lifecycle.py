@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.launch import run_ranks
+from lifecycle.engine.launch import run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ class SwitchingProvider:
         self.mode = SEQUENCE[0]
 
     def __call__(self, config: Any, **kwargs: Any) -> Any:
-        from lifecycle.providers import PROVIDERS
+        from lifecycle.megatron.providers import PROVIDERS
 
         return PROVIDERS[self.mode](config, **kwargs)
 
@@ -35,7 +35,7 @@ class SwitchingProvider:
 def _generation(lc: Any, provider: SwitchingProvider, mode: str) -> dict[str, Any]:
     from megatron.core.utils import get_model_config
 
-    from lifecycle.train import train_steps
+    from lifecycle.megatron.train import train_steps
     from states import State
 
     provider.mode = mode

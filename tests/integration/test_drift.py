@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lifecycle import ConfigMutated
-from lifecycle.drift import CALLBACK_FIELDS, config_drift, require_unchanged, snapshot_config
+from lifecycle.config import CALLBACK_FIELDS, config_drift, require_unchanged, snapshot_config
 
 
 def _config() -> object:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle.launch import run_ranks
+from lifecycle.engine.launch import run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -16,8 +16,8 @@ def _fuzz_real_phases(examples: int) -> tuple[bool, int, str]:
     from hypothesis import HealthCheck, settings
 
     from lifecycle import RunConfig
+    from lifecycle.megatron import MegatronPhases
     from lifecycle.testing import lifecycle_state_machine
-    from states.entry import MegatronPhases
 
     config = RunConfig.preset("tiny-gpt", ["model.hidden_size=32", "model.seq_length=16"])
     machine = lifecycle_state_machine(config=config, provider="copying", phases_factory=MegatronPhases)

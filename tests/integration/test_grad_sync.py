@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lifecycle.cli import main
-from lifecycle.commands.experiment import table
+from lifecycle.cli.experiment import table
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from lifecycle import ConfigError, RunConfig
-from lifecycle.validation import probe_environment, validate
-from states.entry import validated
+from lifecycle.config import probe_environment, validate
+from lifecycle.megatron import validated
 from tests.integration.invalid_configs import CASES, CPU_ENV
 from tests.phase_context import RecordingContext
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.launch import run_ranks
+from lifecycle.engine.launch import run_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ class RecordingProvider:
 
     def __call__(self, config: Any, *, pre_process: bool, post_process: bool,
                  vp_stage: int | None, inputs: Any) -> Any:
-        from lifecycle.providers import gpt_provider
+        from lifecycle.megatron.providers import gpt_provider
 
         self.calls.append((pre_process, post_process, vp_stage))
         return gpt_provider(config, pre_process=pre_process, post_process=post_process,
@@ -84,8 +84,8 @@ def _optimizer_types(optimizer: Any) -> list[str]:
 def _inference() -> dict[str, Any]:
     import megatron_cases as mc
 
+    from lifecycle.megatron import model_built
     from states import Plan
-    from states.entry import model_built
 
     with mc.parallel():
         ctx = mc.build(mc.run_config(), "gpt", Plan.INFERENCE)

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle._errors import RehearsalError
-from lifecycle.launch import run_ranks
+from lifecycle.engine.launch import run_ranks
+from lifecycle.errors import RehearsalError
 
 SEQ, MBS, VOCAB = 16, 2, 128
 
@@ -137,7 +137,7 @@ def _rehearsal_checks() -> dict[str, Any]:
     from megatron.core.tensor_parallel import random as mrandom
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
-    from lifecycle import rehearsal
+    from lifecycle.megatron import rehearsal
 
     targets = [
         (torch.Tensor, "cuda"),
@@ -303,7 +303,7 @@ def test_every_patch_is_undone_on_exit(two_ranks: list[dict[str, Any]]) -> None:
 def test_rehearsals_do_not_nest_and_must_close_on_their_thread() -> None:
     import torch
 
-    from lifecycle import rehearsal
+    from lifecycle.megatron import rehearsal
 
     original = torch.Tensor.cuda
     with rehearsal.cpu_rehearsal() as outer:

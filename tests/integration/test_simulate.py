@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from lifecycle import ConfigError, RunConfig
-from lifecycle.launch import run_ranks
-from lifecycle.validation import validate
+from lifecycle.config import validate
+from lifecycle.engine.launch import run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = str(Path(sys.executable).parent)
@@ -37,7 +37,7 @@ def test_the_gpt_4096_preset_is_a_valid_moe_layout_for_4096_ranks() -> None:
 
 
 def test_importing_the_simulation_modules_pulls_in_neither_torch_nor_megatron() -> None:
-    code = ("import sys, lifecycle.simulate, lifecycle.simulate_layout, lifecycle.commands.simulate;"
+    code = ("import sys, lifecycle.simulate, lifecycle.cli.simulate;"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
@@ -96,8 +96,7 @@ def _library_checks(log_root: str) -> dict[str, Any]:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    from lifecycle.simulate import Simulation, prepare, simulate
-    from lifecycle.simulate_layout import Layout, sample_ranks
+    from lifecycle.simulate import Layout, Simulation, prepare, sample_ranks, simulate
     from states import State
 
     warnings.filterwarnings("ignore")

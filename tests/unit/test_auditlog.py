@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
-from lifecycle import events as ev
-from lifecycle.auditlog import GENESIS, REDACTED, AuditLog, is_secret_key, record_hash, redact
+from lifecycle.log import GENESIS, REDACTED, AuditLog, is_secret_key, record_hash, redact
+from lifecycle.log import events as ev
 from lifecycle.testing import check_log, read_log
 from states import State
 

@@ -23,8 +23,8 @@ from bindings import (
     unbind_callbacks,
 )
 from bindings._bind import install, planned
-from lifecycle import events
-from lifecycle._errors import BindingConflict, BindingError, FinalizerNotCalled
+from lifecycle.errors import BindingConflict, BindingError, FinalizerNotCalled
+from lifecycle.log import events
 
 
 @dataclass

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from lifecycle import GuardRejected, InProcessPhases
-from lifecycle.phases import Runtime
+from lifecycle.runtime import Runtime
 from states import TABLE, Facts, Plan, State, Trigger, rule
 from states import _guards as g
 
@@ -52,7 +52,9 @@ def test_model_needs_distributed_and_binding_needs_a_model() -> None:
     ],
 )
 def test_plans_stop_at_their_target(plan: Plan, trigger: Trigger, allowed: bool) -> None:
-    assert g.plan_reaches_destination(Facts(state=State.CONFIGURED, trigger=trigger, plan=plan)) is allowed
+    row = next(row for row in TABLE if row.trigger is trigger)
+    facts = Facts(state=State.CONFIGURED, trigger=trigger, dest=row.dest, plan=plan)
+    assert g.plan_reaches_destination(facts) is allowed
 
 
 def test_rl_refuses_a_second_initialization() -> None:

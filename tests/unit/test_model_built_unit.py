@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from lifecycle._errors import ConfigError
 from lifecycle.config import RunConfig
-from lifecycle.providers import PROVIDERS, model_inputs, padded_vocab_size
-from states.entry.model_built import init_te_user_buffers, resolve_provider
+from lifecycle.errors import ConfigError
+from lifecycle.megatron.model_built import init_te_user_buffers, resolve_provider
+from lifecycle.megatron.providers import PROVIDERS, model_inputs, padded_vocab_size
 
 
 def test_no_provider_means_the_tiny_gpt_provider() -> None:

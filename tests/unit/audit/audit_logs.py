@@ -17,8 +17,8 @@ from typing import Any
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
 from lifecycle.audit import AuditResult, audit
-from lifecycle.auditlog import AuditLog
-from lifecycle.phases import PhaseContext, Runtime
+from lifecycle.log import AuditLog
+from lifecycle.runtime import PhaseContext, Runtime
 
 FP = "f" * 64
 Events = list[tuple[str, dict[str, Any]]]
@@ -89,8 +89,8 @@ class OldModelPhases(InProcessPhases):
 
 def _bind_on(ctx: PhaseContext, runtime: Runtime, *, scheduler: Any) -> Runtime:
     """Bind to `runtime.model[0].config` while the scheduler reads `scheduler[0].config`."""
-    from lifecycle import events
-    from lifecycle.inprocess import SLOTS, _finalize
+    from lifecycle.engine._inprocess import SLOTS, _finalize
+    from lifecycle.log import events
     from states import SideEffect
 
     ctx.side_effect(SideEffect.CALLBACKS)

@@ -136,7 +136,7 @@ def test_the_audit_plot_and_graph_commands_import_neither_torch_nor_megatron(fau
 
 def test_the_benchmark_writer_produces_exactly_the_audit_log_format(tmp_path: Path) -> None:
     """The benchmark's fast writer must be byte-compatible with AuditLog (same keys, same hash)."""
-    from lifecycle.auditlog import AuditLog
+    from lifecycle.log import AuditLog
 
     w = ChainWriter("r", 0, 1)
     rank_records(w, 1.0, steps=1)
@@ -169,7 +169,7 @@ def test_hand_written_and_engine_logs_of_one_rank_audit_alike(tmp_path: Path) ->
 
 
 def test_the_text_report_lists_a_few_findings_per_rule_then_the_other_ranks(tmp_path: Path) -> None:
-    from lifecycle.audit._render import text
+    from lifecycle.audit import text
 
     write_run(tmp_path, 40, steps=1, faults={r: "wrong_target" for r in range(40)})
     result = audit([str(tmp_path)], jobs=1)

@@ -1,0 +1,43 @@
+"""`lifecycle audit PATH...`: check startup logs against the rules; exit 0 clean, 1 violation, 2 unreadable."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "audit", help="check per-rank startup logs: rules, cross-rank agreement, blame",
+        description="Exit status: 0 clean, 1 a rule is violated, 2 the input cannot be read.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="rank-*.jsonl files, directories holding them, or - for stdin")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--select", action="append", default=[], metavar="RULES",
+                        help="only these rules: ids (LA001), id prefixes (LA00) or slugs, comma-separated")
+    parser.add_argument("--ignore", action="append", default=[], metavar="RULES",
+                        help="skip these rules (same forms as --select)")
+    parser.add_argument("--blame", action="store_true", help="time per state, slowest first, and stragglers")
+    parser.add_argument("--critical-chain", action="store_true",
+                        help="the ranks and states that held the whole startup back")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="processes reading the files (default: one per CPU, up to 8, from 256 files on)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lifecycle.audit import EXIT_UNREADABLE, as_json, audit, text
+
+    try:
+        result = audit(args.paths, select=args.select, ignore=args.ignore, jobs=args.jobs)
+    except ValueError as exc:  # an unknown rule name in --select/--ignore
+        print(f"lifecycle audit: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    for error in result.errors:
+        print(f"lifecycle audit: {error}", file=sys.stderr)
+    if args.format == "json":
+        sys.stdout.buffer.write(as_json(result) + b"\n")
+    else:
+        print(text(result, show_blame=args.blame, show_chain=args.critical_chain))
+    return result.exit_code

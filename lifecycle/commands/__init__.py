@@ -1,1 +1,0 @@
-"""Subcommands of the `lifecycle` CLI, one module each (see `lifecycle.cli.COMMANDS`)."""

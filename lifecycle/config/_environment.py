@@ -1,0 +1,235 @@
+"""Environment checks: what this machine must offer for a config (CUDA, packages, paths, launcher).
+
+Each reads an `Environment` record (built once by `probe_environment`) and never the machine itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from lifecycle.config._intrinsic import world_problems
+from lifecycle.config._problems import TE_EXTRA, Environment, Problem
+from lifecycle.config._problems import environment as _e
+from lifecycle.config._records import RunConfig
+from lifecycle.log import check_log_dir
+
+OPTIONAL_MODULES = ("transformer_engine", "torch_memory_saver", "transformers", "tensorboard")
+LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def probe_environment(config: RunConfig) -> Environment:
+    """Read the facts environment checks need (imports torch to ask about CUDA; creates nothing)."""
+    import torch
+
+    paths = [p for p in (config.tokenizer.path, config.checkpoint.load) if p]
+    log_dir = config.logging.log_dir
+    return Environment(
+        cuda=bool(torch.cuda.is_available()),
+        modules=frozenset(m for m in OPTIONAL_MODULES if importlib.util.find_spec(m) is not None),
+        existing_dirs=frozenset(p for p in paths if Path(p).is_dir()),
+        existing_paths=frozenset(p for p in paths if Path(p).exists()),
+        env={k: os.environ[k] for k in LAUNCHER_VARIABLES if k in os.environ},
+        log_dir_problem=check_log_dir(Path(log_dir)) if log_dir else None,
+    )
+
+
+def check_launcher(c: RunConfig, env: Environment) -> list[Problem]:
+    """The launcher's WORLD_SIZE/RANK agree with the config; world size divisibility when only the
+    launcher sets it; MASTER_ADDR/MASTER_PORT exist for more than one rank."""
+    if c.backend == "fake":
+        return []
+    out: list[Problem] = []
+    raw = {k: env.env.get(k) for k in ("WORLD_SIZE", "RANK")}
+    launched = {k: int(v) for k, v in raw.items() if v is not None and v.isdigit()}
+    world = c.parallel.world_size
+    if world is None:
+        world = launched.get("WORLD_SIZE", 1)
+        out += world_problems(c, world, "WORLD_SIZE", "launcher", environment=True)
+    for key, name in (("WORLD_SIZE", "world_size"), ("RANK", "rank")):
+        mine = getattr(c.parallel, name)
+        if mine is not None and key in launched and launched[key] != mine:
+            out.append(
+                _e(
+                    "launcher",
+                    f"parallel.{name}",
+                    mine,
+                    f"the launcher set {key}={launched[key]}",
+                    f"remove parallel.{name} or launch with {key}={mine}",
+                )
+            )
+    missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in env.env]
+    if world > 1 and missing:
+        out.append(
+            _e(
+                "launcher",
+                "parallel.world_size",
+                world,
+                f"{world} ranks need a rendezvous but {', '.join(missing)} is not set",
+                "launch with torchrun (or `lifecycle run --nproc N`)",
+            )
+        )
+    return out
+
+
+def check_cuda_backend(c: RunConfig, env: Environment) -> list[Problem]:
+    """backend nccl needs CUDA; rehearsal=false (real CUDA paths) needs CUDA."""
+    out = []
+    if c.backend == "nccl" and not env.cuda:
+        out.append(
+            _e(
+                "cuda_backend",
+                "backend",
+                "nccl",
+                "NCCL needs CUDA and none is available",
+                "use backend=gloo (the CPU rehearsal runs on it) or run on a GPU machine",
+            )
+        )
+    if c.rehearsal is False and not env.cuda and c.backend != "fake":
+        out.append(
+            _e(
+                "cuda_backend",
+                "rehearsal",
+                False,
+                "megatron's CUDA paths need CUDA and none is available",
+                "set rehearsal=null (auto) or true to rehearse on CPU",
+            )
+        )
+    return out
+
+
+def check_transformer_engine(c: RunConfig, env: Environment) -> list[Problem]:
+    """transformer-engine layers and TP comm overlap need CUDA and transformer_engine importable."""
+    wanted = {
+        "model.transformer_impl": c.model.transformer_impl == "transformer_engine",
+        "parallel.tp_comm_overlap": c.parallel.tp_comm_overlap,
+    }
+    out = []
+    for name, on in wanted.items():
+        if not on:
+            continue
+        value = c.model.transformer_impl if name.startswith("model") else True
+        if "transformer_engine" not in env.modules:
+            out.append(
+                _e(
+                    "transformer_engine",
+                    name,
+                    value,
+                    "transformer_engine is not importable",
+                    f"`{TE_EXTRA}`, or use model.transformer_impl=local",
+                )
+            )
+        if not env.cuda:
+            out.append(
+                _e(
+                    "transformer_engine",
+                    name,
+                    value,
+                    "transformer-engine needs CUDA",
+                    "use model.transformer_impl=local on a machine without a GPU",
+                )
+            )
+    return out
+
+
+def check_memory_saver(c: RunConfig, env: Environment) -> list[Problem]:
+    """KV-cache offload/recompute and static KV memory pointers need torch_memory_saver."""
+    if "torch_memory_saver" in env.modules:
+        return []
+    inf, out = c.inference, []
+    if inf.kv_cache_management_mode in ("offload", "recompute"):
+        out.append(
+            _e(
+                "memory_saver",
+                "inference.kv_cache_management_mode",
+                inf.kv_cache_management_mode,
+                "needs torch_memory_saver, not importable",
+                "`pip install torch_memory_saver` or use kv_cache_management_mode=persist",
+            )
+        )
+    if inf.static_kv_memory_pointers:
+        out.append(
+            _e(
+                "memory_saver",
+                "inference.static_kv_memory_pointers",
+                True,
+                "needs torch_memory_saver, not importable",
+                "`pip install torch_memory_saver` or set static_kv_memory_pointers=false",
+            )
+        )
+    return out
+
+
+def check_paths(c: RunConfig, env: Environment) -> list[Problem]:
+    """tokenizer.path is a directory (and transformers importable); checkpoint.load exists."""
+    tok, out = c.tokenizer, []
+    if tok.type == "huggingface" and tok.build and tok.path:
+        if tok.path not in env.existing_dirs:
+            out.append(
+                _e(
+                    "paths",
+                    "tokenizer.path",
+                    tok.path,
+                    "not an existing directory",
+                    "point tokenizer.path at a local tokenizer directory (no downloads)",
+                )
+            )
+        if "transformers" not in env.modules:
+            out.append(
+                _e(
+                    "paths",
+                    "tokenizer.type",
+                    "huggingface",
+                    "loading a huggingface tokenizer needs `transformers`, not importable",
+                    "`pip install transformers`, or use tokenizer.type=null",
+                )
+            )
+    load = c.checkpoint.load
+    if load and load not in env.existing_paths:
+        out.append(
+            _e(
+                "paths",
+                "checkpoint.load",
+                load,
+                "does not exist",
+                "point checkpoint.load at an existing checkpoint, or remove it",
+            )
+        )
+    return out
+
+
+def check_writers(c: RunConfig, env: Environment) -> list[Problem]:
+    """logging.log_dir can hold the startup log; tensorboard_dir needs tensorboard."""
+    out = []
+    if env.log_dir_problem:
+        out.append(
+            _e(
+                "writers",
+                "logging.log_dir",
+                c.logging.log_dir,
+                env.log_dir_problem,
+                "choose a writable directory",
+            )
+        )
+    if c.logging.tensorboard_dir and "tensorboard" not in env.modules:
+        out.append(
+            _e(
+                "writers",
+                "logging.tensorboard_dir",
+                c.logging.tensorboard_dir,
+                "the tensorboard writer needs `tensorboard`, not importable",
+                "`pip install tensorboard`, or remove logging.tensorboard_dir",
+            )
+        )
+    return out
+
+
+ENVIRONMENT = (
+    check_launcher,
+    check_cuda_backend,
+    check_transformer_engine,
+    check_memory_saver,
+    check_paths,
+    check_writers,
+)

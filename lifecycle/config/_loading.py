@@ -1,0 +1,156 @@
+"""Loading config records: nested dicts, YAML files, shipped presets and `--set` overrides.
+
+Generic over frozen dataclasses, so it knows nothing of `RunConfig` itself: unknown keys and wrong
+types are collected into one `ConfigError` that names every field and the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from lifecycle.errors import ConfigError
+
+PRESETS = Path(__file__).resolve().parents[1] / "presets"
+
+
+def preset_names() -> list[str]:
+    """Names of the presets shipped in `lifecycle/presets/`."""
+    return sorted(p.stem for p in PRESETS.glob("*.yaml"))
+
+
+def preset_path(name: str) -> Path:
+    """The YAML file of preset `name`; ConfigError with the nearest name when there is none."""
+    path = PRESETS / f"{name}.yaml"
+    if not path.is_file():
+        known = preset_names()
+        hint = difflib.get_close_matches(name, known, n=1)
+        near = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise ConfigError(
+            f"unknown preset {name!r}{near} Known presets: {', '.join(known)}",
+            field="preset", problems=[name],
+        )
+    return path
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The top-level mapping of a YAML config file."""
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read config file {str(path)!r}: {exc.strerror}; pass an existing YAML file",
+            field="path", problems=[str(exc)],
+        ) from exc
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}", field="path", problems=[str(exc)]) from exc
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections", field="path", problems=[])
+    return plain(data)
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        out[f.name] = to_dict(value) if dataclasses.is_dataclass(value) else value
+    return out
+
+
+def plain(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k): (plain(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    import yaml
+
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"override {item!r} is not KEY=VALUE; write e.g. --set parallel.tp=2",
+                field=item, problems=[item],
+            )
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section", field=key, problems=[item])
+            node = child
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+    return data
+
+
+def build(cls: type[Any], data: Mapping[str, Any], where: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    problems: list[str] = []
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{where}{key}"
+        if key not in names:
+            near = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
+            hint = f"did you mean {(where + near[0])!r}?" if near else f"valid keys: {', '.join(names)}"
+            problems.append(f"unknown key {path!r}: {hint}")
+            continue
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+            if not isinstance(value, Mapping):
+                problems.append(f"{path} must be a mapping of {hint.__name__} fields, got {value!r}")
+                continue
+            try:
+                kwargs[key] = build(hint, value, path + ".")
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+            continue
+        error = _type_problem(hint, value)
+        if error:
+            problems.append(f"{path}: {error}")
+        else:
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            kwargs[key] = float(value) if _is_float(hint) and is_int else value
+    if problems:
+        raise ConfigError(
+            "invalid config:\n  - " + "\n  - ".join(problems), field=where.rstrip(".") or None, problems=problems
+        )
+    return cls(**kwargs)
+
+
+def _is_float(hint: Any) -> bool:
+    return hint is float or float in typing.get_args(hint)
+
+
+def _type_problem(hint: Any, value: Any) -> str | None:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        return None if value in choices else f"got {value!r}; choose one of {', '.join(map(repr, choices))}"
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = [_type_problem(o, value) for o in options if o is not type(None)]
+        return None if any(e is None for e in errors) else errors[0]
+    if hint is bool:
+        return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
+    if hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else f"expected an integer, got {value!r}"
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else f"expected a number, got {value!r}"
+    if hint is str:
+        return None if isinstance(value, str) else f"expected a string, got {value!r}"
+    if hint is type(None):
+        return None if value is None else f"expected null, got {value!r}"
+    return None

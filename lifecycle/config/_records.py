@@ -1,0 +1,188 @@
+"""RunConfig: frozen records for everything a Megatron startup needs, loaded from YAML or dicts.
+
+Unknown keys are rejected with the nearest valid name; `--set a.b=value` style overrides apply
+before freezing (`_loading`). Validation (what the values mean together) is `_validation`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from lifecycle.config import _loading
+
+_frozen = dataclass(frozen=True, slots=True, kw_only=True)
+
+
+@_frozen
+class ModelConfig:
+    """The TransformerConfig fields a user sets, plus vocab and sequence settings."""
+
+    num_layers: int = 2
+    hidden_size: int = 64
+    num_attention_heads: int = 4
+    num_query_groups: int | None = None
+    ffn_hidden_size: int | None = None
+    seq_length: int = 32
+    max_position_embeddings: int | None = None
+    vocab_size: int | None = None
+    make_vocab_size_divisible_by: int = 128
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    transformer_impl: Literal["local", "transformer_engine"] = "local"
+    init_method_std: float = 0.02
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    num_moe_experts: int | None = None
+    add_bias_linear: bool = True
+    share_embeddings_and_output_weights: bool = True
+
+
+@_frozen
+class ParallelConfig:
+    """Parallel dimensions. `world_size`/`rank` default to the launcher's environment."""
+
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
+    vpp: int | None = None
+    world_size: int | None = None
+    rank: int | None = None
+    sequence_parallel: bool = False
+    tp_comm_overlap: bool = False
+
+    def megatron_sizes(self) -> dict[str, int | None]:
+        """The dims under the names megatron's initialize_model_parallel and TransformerConfig use."""
+        return {
+            "tensor_model_parallel_size": self.tp,
+            "pipeline_model_parallel_size": self.pp,
+            "virtual_pipeline_model_parallel_size": self.vpp,
+            "context_parallel_size": self.cp,
+            "expert_model_parallel_size": self.ep,
+            "expert_tensor_parallel_size": self.etp,
+        }
+
+
+@_frozen
+class DDPConfig:
+    """Megatron DistributedDataParallelConfig fields."""
+
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    align_grad_reduce: bool = True
+    align_param_gather: bool = True  # Megatron-LM's default (`--no-align-param-gather`)
+    use_distributed_optimizer: bool = False
+    grad_reduce_in_fp32: bool = False
+    average_in_collective: bool = False
+    bucket_size: int | None = None
+
+
+@_frozen
+class OptimizerConfig:
+    """Megatron OptimizerConfig fields."""
+
+    optimizer: Literal["adam", "sgd"] = "adam"
+    lr: float = 1e-3
+    min_lr: float = 0.0
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    clip_grad: float = 1.0
+    loss_scale: float | None = None
+
+
+@_frozen
+class TrainingConfig:
+    """Batch and step settings."""
+
+    micro_batch_size: int = 1
+    num_microbatches: int = 1
+    steps: int = 0
+    seed: int = 1234
+
+
+@_frozen
+class TokenizerConfig:
+    """`null`: megatron's synthetic tokenizer of `vocab_size`; `huggingface`: a local directory."""
+
+    type: Literal["null", "huggingface"] = "null"
+    path: str | None = None
+    vocab_size: int = 1000
+    build: bool = True
+
+
+@_frozen
+class CheckpointConfig:
+    """Where checkpoints come from and go; `vocab_size` is the one a checkpoint restored."""
+
+    load: str | None = None
+    save: str | None = None
+    vocab_size: int | None = None
+
+
+@_frozen
+class LoggingConfig:
+    """The startup log directory and the writers a run asks for."""
+
+    log_dir: str | None = None
+    tensorboard_dir: str | None = None
+    timers: bool = False
+
+
+@_frozen
+class InferenceConfig:
+    """Inference settings whose modes need optional packages."""
+
+    kv_cache_management_mode: Literal["persist", "offload", "recompute"] = "persist"
+    static_kv_memory_pointers: bool = False
+
+
+@_frozen
+class RunConfig:
+    """Everything a lifecycle needs. Build with `from_dict`, `from_yaml` or `preset`."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    ddp: DDPConfig = field(default_factory=DDPConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    backend: Literal["gloo", "nccl", "fake"] = "gloo"
+    plan: Literal["training", "inference", "convert", "rl"] = "training"
+    rehearsal: bool | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], overrides: Iterable[str] = ()) -> RunConfig:
+        """Build from nested dicts; `overrides` are `"section.field=value"` strings (YAML values)."""
+        config: RunConfig = _loading.build(cls, _loading.apply_overrides(_loading.plain(data), overrides))
+        return config
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
+        """Read a YAML file of sections, then apply `overrides`."""
+        return cls.from_dict(_loading.read_yaml(Path(path)), overrides)
+
+    @classmethod
+    def preset(cls, name: str, overrides: Iterable[str] = ()) -> RunConfig:
+        """A YAML preset shipped in `lifecycle/presets/`."""
+        return cls.from_yaml(_loading.preset_path(name), overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _loading.to_dict(self)
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the canonical JSON form, without per-rank fields (`parallel.rank`), so every rank
+        of one job has the same fingerprint and the audit can compare them."""
+        data = self.to_dict()
+        data["parallel"].pop("rank", None)
+        return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()

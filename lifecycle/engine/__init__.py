@@ -1,0 +1,27 @@
+"""The engine: `Lifecycle` (the driver API over `states.TABLE` on a `transitions` machine), its
+guards, tripwires and side-effect rules, and the light in-process phases.
+
+Imports neither torch nor megatron; the default phases (`lifecycle.megatron`) import them when
+they run.
+"""
+
+from __future__ import annotations
+
+from lifecycle.engine._driver import Lifecycle, TripwirePolicy
+from lifecycle.engine._inprocess import InProcessPhases, SimChunk, SimConfig, copying_provider
+from lifecycle.engine._machine import MachineModel, build_raw_machine
+from lifecycle.engine._tripwires import TARGETS as TRIPWIRE_TARGETS
+from lifecycle.engine._tripwires import patched_targets
+
+__all__ = [
+    "TRIPWIRE_TARGETS",
+    "InProcessPhases",
+    "Lifecycle",
+    "MachineModel",
+    "SimChunk",
+    "SimConfig",
+    "TripwirePolicy",
+    "build_raw_machine",
+    "copying_provider",
+    "patched_targets",
+]

@@ -1,0 +1,152 @@
+"""Light in-process phases: the real engine, guards and log, with simulated Megatron objects.
+
+For the engine's own tests, the fuzzer and the overhead benchmark. They declare the same side
+effects as the real phases, build a model whose chunks hold a copy of the provider's config (as a
+copying provider would) and bind to `model[0].config` through `bindings.install`, so their logs
+have the real shape.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from bindings import BindingReport, install
+from lifecycle.log import events
+from lifecycle.runtime import PhaseContext, Runtime
+from states import SideEffect, State
+
+SLOTS = ("finalize_model_grads_func", "grad_scale_func")
+
+
+@dataclass
+class SimConfig:
+    """Stands in for a TransformerConfig: the attributes bindings write."""
+
+    num_layers: int = 2
+    finalize_model_grads_func: Any = None
+    grad_scale_func: Any = None
+    no_sync_func: Any = None
+    grad_sync_func: Any = None
+    param_sync_func: Any = None
+
+
+@dataclass
+class SimChunk:
+    config: SimConfig = field(default_factory=SimConfig)
+
+    def parameters(self) -> Iterator[Any]:
+        return iter(())
+
+
+@dataclass(frozen=True)
+class SimTokenizer:
+    vocab_size: int
+
+
+class SimOptimizer:
+    def step(self) -> None:
+        return None
+
+    def zero_grad(self) -> None:
+        return None
+
+    def scale_loss(self, loss: Any) -> Any:
+        return loss
+
+
+def copying_provider(config: SimConfig, *, pre_process: bool, post_process: bool, vp_stage: int | None) -> SimChunk:
+    """Copies its config into the model, like Nemotron Omni's provider (its fields are flat)."""
+    return SimChunk(config=copy.copy(config))
+
+
+def _finalize(*_args: Any, **_kwargs: Any) -> None:
+    return None
+
+
+class InProcessPhases:
+    """A PhaseSet with no torch or megatron: every side effect is declared, none is performed."""
+
+    def __init__(self, *, fail_on: str | None = None) -> None:
+        self.fail_on = fail_on
+        self.calls: list[str] = []
+
+    def _maybe_fail(self, name: str) -> None:
+        self.calls.append(name)
+        if self.fail_on == name:
+            raise RuntimeError(f"injected failure in {name}")
+
+    def validate(self, ctx: PhaseContext) -> Runtime:
+        self._maybe_fail("validate")
+        return ctx.runtime
+
+    def start_services(self, ctx: PhaseContext) -> Runtime:
+        self._maybe_fail("start_services")
+        ctx.side_effect(SideEffect.TOKENIZER)
+        vocab = ctx.runtime.config.model.vocab_size or ctx.runtime.config.tokenizer.vocab_size
+        ctx.emit(events.SERVICES_READY, tokenizer="SimTokenizer", vocab_size=vocab, vocab_source="tokenizer")
+        return dataclasses.replace(ctx.runtime, services_ready=True, tokenizer=SimTokenizer(vocab), vocab_size=vocab,
+                                   vocab_source="tokenizer")
+
+    def init_distributed(self, ctx: PhaseContext) -> Runtime:
+        self._maybe_fail("init_distributed")
+        for kind in (SideEffect.PROCESS_GROUP, SideEffect.PARALLEL_STATE, SideEffect.RNG):
+            ctx.side_effect(kind)
+        p = ctx.runtime.config.parallel
+        ctx.emit(events.DISTRIBUTED_INITIALIZED, backend="sim", tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep,
+                 dp=max(1, ctx.runtime.world_size // (p.tp * p.pp * p.cp)), vpp=p.vpp)
+        return dataclasses.replace(ctx.runtime, distributed=True, backend="sim")
+
+    def build_model(self, ctx: PhaseContext) -> Runtime:
+        self._maybe_fail("build_model")
+        ctx.side_effect(SideEffect.MODEL)
+        provider = ctx.provider or copying_provider
+        provider_config = SimConfig(num_layers=ctx.runtime.config.model.num_layers)
+        chunks = tuple(
+            provider(provider_config, pre_process=True, post_process=True, vp_stage=None) for _ in range(1)
+        )
+        ctx.emit(events.MODEL_BUILT, chunks=len(chunks), model_config_id=hex(id(chunks[0].config)),
+                 provider_config_id=hex(id(provider_config)), optimizer=True)
+        return dataclasses.replace(ctx.runtime, model=chunks, provider_config=provider_config, optimizer=SimOptimizer(),
+                                   transformer_config=chunks[0].config)
+
+    def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
+        self._maybe_fail("bind_callbacks")
+        ctx.side_effect(SideEffect.CALLBACKS)
+        target = ctx.runtime.transformer_config
+        assert target is not None  # guarded by model_is_built
+        done = install(target, {slot: _finalize for slot in SLOTS})
+        report = BindingReport(
+            target_type=type(target).__name__, target_id=hex(id(target)), scheduler_config_id=hex(id(target)),
+            provider_config_id=hex(id(ctx.runtime.provider_config)),
+            copied=target is not ctx.runtime.provider_config, slots=tuple(done.installed), chunks=1, optimizer=True,
+            overlap_grad_reduce=False, overlap_param_gather=False, align_grad_reduce=True, align_param_gather=False,
+            policy="refuse", target_ref=weakref.ref(target),
+            installed_ids=MappingProxyType({s: id(v) for s, v in done.installed.items()}),
+        )
+        fields = report.log_fields()
+        ctx.emit(events.CALLBACKS_BOUND, **fields)
+        return dataclasses.replace(ctx.runtime, binding=report)
+
+    def release(self, ctx: PhaseContext, keep: State) -> Runtime:
+        rt = ctx.runtime
+        if rt.binding is not None and rt.transformer_config is not None:
+            for slot in SLOTS:
+                setattr(rt.transformer_config, slot, None)
+            ctx.emit(events.CALLBACKS_UNBOUND, target_id=hex(id(rt.transformer_config)), slots=list(SLOTS))
+        rt = dataclasses.replace(rt, model=None, optimizer=None, binding=None, provider_config=None,
+                                 transformer_config=None)
+        if keep.startup_index < State.DISTRIBUTED.startup_index:
+            rt = dataclasses.replace(rt, distributed=False, backend=None)
+        if keep.startup_index < State.SERVICES_READY.startup_index:
+            rt = dataclasses.replace(rt, services_ready=False, tokenizer=None, vocab_size=None, vocab_source=None)
+        return rt
+
+    def drift(self, runtime: Runtime) -> list[tuple[str, Any, Any]]:
+        """The simulated objects are not checked for drift."""
+        return []

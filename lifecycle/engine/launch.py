@@ -1,0 +1,70 @@
+"""Run a function on N local ranks (spawned processes, env:// rendezvous), collect each rank's result.
+
+Used by multi-rank tests and by `lifecycle experiment`; `lifecycle run --nproc` uses torchrun.
+The function must be importable (module level) and its result picklable.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from lifecycle.errors import RankFailed
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _worker(fn: Callable[..., Any], rank: int, nproc: int, port: int, args: Sequence[Any], queue: Any) -> None:
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )
+    try:
+        queue.put((rank, True, fn(*args)))
+    except BaseException as exc:  # the parent reports it with the rank
+        queue.put((rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def run_ranks(fn: Callable[..., Any], nproc: int, *args: Any, timeout_s: float = 600.0) -> list[Any]:
+    """Call `fn(*args)` on ranks 0..nproc-1 in fresh processes; return results ordered by rank."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = free_port()
+    procs = [ctx.Process(target=_worker, args=(fn, r, nproc, port, args, queue)) for r in range(nproc)]
+    for proc in procs:
+        proc.start()
+    results: dict[int, Any] = {}
+    errors: dict[int, str] = {}
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while len(results) + len(errors) < nproc:
+        if not queue.empty():
+            rank, ok, value = queue.get()
+            (results if ok else errors)[rank] = value
+            continue
+        dead = [i for i, p in enumerate(procs) if not p.is_alive() and p.exitcode not in (0, None)]
+        if dead and queue.empty():
+            errors.update({i: f"exited with code {procs[i].exitcode}" for i in dead if i not in errors})
+            break
+        if time.monotonic() > deadline:
+            errors.update({i: "timed out" for i in range(nproc) if i not in results and i not in errors})
+            break
+        time.sleep(0.01)
+    for proc in procs:
+        proc.join(timeout=5 if not errors else 1)
+        if proc.is_alive():
+            proc.kill()
+    if errors:
+        rank = min(errors)
+        raise RankFailed(f"rank {rank} failed: {errors[rank]}", rank=rank, errors=errors)
+    return [results[r] for r in range(nproc)]

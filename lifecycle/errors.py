@@ -1,0 +1,98 @@
+"""Every error megatron-lifecycle raises, in one tree (each layer defines its own leaves).
+
+    LifecycleError                          states: the root
+    ├── InvalidTransition (RuntimeError)    states: the table has no such trigger from this state
+    ├── GuardRejected (RuntimeError)        states: an ordering rule refused the trigger
+    ├── BindingError (RuntimeError)         bindings: callbacks could not be bound or verified
+    │   └── BindingConflict                 bindings: a slot already holds a different callable
+    ├── FinalizerNotCalled (RuntimeError)   bindings: the first training step did not finalize gradients
+    ├── ConfigError (ValueError)            a config value or file is wrong; lists every problem
+    ├── SideEffectError (RuntimeError)      a side effect outside its owning transition
+    │   ├── SideEffectBeforeValidation      ... before VALIDATED
+    │   ├── TripwireViolation               ... caught by a tripwire (any code, not only ours)
+    │   └── DistributedError                ... already done outside: a second initialization
+    ├── ConfigMutated (RuntimeError)        the validated config changed after VALIDATED
+    ├── PhaseFailed (RuntimeError)          a state's entry work raised; the lifecycle is FAILED
+    ├── RehearsalError (RuntimeError)       a CPU rehearsal nested, or closed on the wrong thread
+    ├── RankFailed (RuntimeError)           a spawned rank raised or died (`run_ranks`)
+    ├── LogUnreadable (ValueError)          a startup log cannot be read (`lifecycle audit` exits 2)
+    └── ExtraNotInstalled (ImportError)     an optional dependency is missing; names the pip extra
+
+Every error keeps its context in keyword-only attributes and pickles across processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bindings import BindingConflict, BindingError, FinalizerNotCalled
+from states import GuardRejected, InvalidTransition, LifecycleError
+
+
+class ConfigError(LifecycleError, ValueError):
+    """A config value or file is wrong. `problems` lists every one found."""
+
+    problems: list[Any]
+    field: str | None
+
+
+class SideEffectError(LifecycleError, RuntimeError):
+    """A side effect was attempted outside the transition that owns it."""
+
+
+class SideEffectBeforeValidation(SideEffectError):
+    """A side effect was attempted before the config was validated."""
+
+
+class TripwireViolation(SideEffectError):
+    """A tripwire caught a call made outside its owning transition."""
+
+
+class DistributedError(SideEffectError):
+    """The process group or megatron's parallel state already exists, created outside this
+    lifecycle: a second initialization is refused."""
+
+
+class ConfigMutated(LifecycleError, RuntimeError):
+    """The validated config (or the megatron config built from it) changed after VALIDATED."""
+
+
+class PhaseFailed(LifecycleError, RuntimeError):
+    """A state's entry work raised; the lifecycle entered FAILED. The cause is chained."""
+
+
+class RehearsalError(LifecycleError, RuntimeError):
+    """A CPU rehearsal was started twice, or closed from the wrong thread or out of order."""
+
+
+class RankFailed(LifecycleError, RuntimeError):
+    """A spawned rank raised or died; `rank` and the remote traceback are attached."""
+
+
+class LogUnreadable(LifecycleError, ValueError):
+    """A startup log line cannot be read: `source`, `line` and `reason` say where and why."""
+
+
+class ExtraNotInstalled(LifecycleError, ImportError):
+    """An optional dependency is missing; the message names the `pip install` extra that adds it."""
+
+
+__all__ = [
+    "BindingConflict",
+    "BindingError",
+    "ConfigError",
+    "ConfigMutated",
+    "DistributedError",
+    "ExtraNotInstalled",
+    "FinalizerNotCalled",
+    "GuardRejected",
+    "InvalidTransition",
+    "LifecycleError",
+    "LogUnreadable",
+    "PhaseFailed",
+    "RankFailed",
+    "RehearsalError",
+    "SideEffectBeforeValidation",
+    "SideEffectError",
+    "TripwireViolation",
+]

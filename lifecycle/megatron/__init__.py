@@ -1,0 +1,12 @@
+"""Everything that imports torch or megatron: each state's entry work (one module per state), the
+model providers, the CPU rehearsal, vocab resolution and the training steps.
+
+torch and megatron are imported inside the functions that need them, so importing this package
+stays cheap; running any of it costs megatron's ~7 s import once per process.
+"""
+
+from __future__ import annotations
+
+from lifecycle.megatron._phases import MegatronPhases
+
+__all__ = ["MegatronPhases"]

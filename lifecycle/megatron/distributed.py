@@ -1,0 +1,221 @@
+"""DISTRIBUTED: process group, megatron parallel state and RNG — rehearsed on CPU without CUDA.
+
+Order: decide the CPU rehearsal (on when CUDA is absent unless `rehearsal` forces it), then
+`torch.distributed.init_process_group` (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE as torchrun and
+`run_ranks` set them, through a TCPStore kept for re-initialization; an in-memory store for a
+single rank with no launcher; FakeStore for the `fake` backend), then
+`parallel_state.initialize_model_parallel`, then seeding with `model_parallel_cuda_manual_seed`.
+A failure part-way undoes what this phase did before re-raising. The rehearsal stays active until
+`release`, which must run on the thread that called `enter` (function modes are per-thread).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from typing import Any
+
+from lifecycle.config import RunConfig
+from lifecycle.errors import DistributedError
+from lifecycle.log import events
+from lifecycle.megatron.rehearsal import Rehearsal, is_active, start_rehearsal
+from lifecycle.runtime import PhaseContext, Runtime
+from states import SideEffect
+
+
+def decide_rehearsal(flag: bool | None, cuda_available: bool) -> tuple[bool, str]:
+    """(rehearse?, reason): `rehearsal` true/false forces it; null rehearses without CUDA."""
+    if flag is not None:
+        return flag, "forced by config" if flag else "disabled by config"
+    return (False, "cuda available") if cuda_available else (True, "cuda absent")
+
+
+def init_fake_process_group(rank: int, world_size: int) -> None:
+    """One simulated rank of a `world_size`-rank job on torch's fake backend (no communication).
+
+    The one place that imports torch's private `fake_pg` module.
+    """
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+
+
+def refuse_if_initialized() -> None:
+    """A second initialization is refused: someone else owns the process group or parallel state."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    if dist.is_available() and dist.is_initialized():
+        raise DistributedError(
+            "torch.distributed is already initialized (backend "
+            f"{dist.get_backend()!r}, world size {dist.get_world_size()}) by code outside this "
+            "lifecycle; let the lifecycle initialize it, or destroy the process group first",
+            field="backend",
+        )
+    if parallel_state.model_parallel_is_initialized():
+        raise DistributedError(
+            "megatron's parallel state is already initialized outside this lifecycle; call "
+            "parallel_state.destroy_model_parallel() first",
+            field="parallel",
+        )
+
+
+def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -> tuple[int, int]:
+    import torch
+    import torch.distributed as dist
+
+    par = config.parallel
+    if config.backend == "fake":
+        assert par.rank is not None and par.world_size is not None  # validation guarantees it
+        ctx.side_effect(SideEffect.PROCESS_GROUP)
+        init_fake_process_group(par.rank, par.world_size)
+        return par.rank, par.world_size
+    world = par.world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    rank = par.rank if par.rank is not None else int(os.environ.get("RANK", "0"))
+    if real_cuda:
+        ctx.side_effect(SideEffect.CUDA_DEVICE)
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    ctx.side_effect(SideEffect.PROCESS_GROUP)
+    bare = world == 1 and "MASTER_ADDR" not in os.environ
+    store = dist.HashStore() if bare else rendezvous_store(rank, world)
+    dist.init_process_group(config.backend, store=store, rank=rank, world_size=world)
+    return dist.get_rank(), dist.get_world_size()
+
+
+# The TCPStore each process keeps per MASTER_ADDR:MASTER_PORT, and how many process groups it has
+# served. It must outlive `destroy_process_group`: re-creating it on the same port for a restart
+# lets a fast rank join the previous, still-closing store and read stale keys (gloo then connects
+# to ports that are gone, or hangs). Each initialization uses a fresh key prefix instead.
+_STORES: dict[tuple[str, int], list[Any]] = {}
+
+
+def rendezvous_store(rank: int, world_size: int) -> Any:
+    """A PrefixStore over this process's long-lived TCPStore for MASTER_ADDR/MASTER_PORT (env://).
+
+    Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) every rank is a client.
+    """
+    import torch.distributed as dist
+
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    entry = _STORES.get((addr, port))
+    if entry is None:
+        agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        store = dist.TCPStore(
+            addr, port, world_size, is_master=rank == 0 and not agent, wait_for_workers=False
+        )
+        entry = _STORES[(addr, port)] = [store, 0]
+    entry[1] += 1
+    return dist.PrefixStore(f"megatron-lifecycle/init-{entry[1]}", entry[0])
+
+
+def _init_parallel_state(ctx: PhaseContext, config: RunConfig) -> dict[str, int]:
+    from megatron.core import parallel_state as ps
+
+    par = config.parallel
+    ctx.side_effect(SideEffect.PARALLEL_STATE)
+    ps.initialize_model_parallel(
+        **par.megatron_sizes(),
+        create_gloo_process_groups=config.backend != "fake",
+    )
+    return {
+        "tp": ps.get_tensor_model_parallel_rank(),
+        "pp": ps.get_pipeline_model_parallel_rank(),
+        "cp": ps.get_context_parallel_rank(),
+        "ep": ps.get_expert_model_parallel_rank(),
+        "dp": ps.get_data_parallel_rank(),
+    }
+
+
+def _seed(ctx: PhaseContext, config: RunConfig, pp_rank: int) -> int:
+    """Megatron's training seeding: a per-pipeline-stage seed, then the model-parallel trackers."""
+    import torch
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+    seed = config.training.seed + 100 * pp_rank
+    ctx.side_effect(SideEffect.RNG)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    model_parallel_cuda_manual_seed(seed, force_reset_rng=True)
+    return seed
+
+
+def _undo(rehearsal: Rehearsal | None, *, barrier: bool = False) -> None:
+    """Destroy what this phase created (it refuses to start when anything already existed)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    if dist.is_initialized():
+        if barrier and dist.get_world_size() > 1 and dist.get_backend() != "fake":
+            dist.barrier()  # no rank tears its groups down while another still uses them
+        dist.destroy_process_group()
+    if rehearsal is not None:
+        rehearsal.close()
+
+
+def enter(ctx: PhaseContext) -> Runtime:
+    """Rehearsal decision, process group, parallel state, RNG; log rank, world size and groups."""
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.process_groups_config import ProcessGroupCollection
+
+    config = ctx.runtime.config
+    refuse_if_initialized()
+    on, reason = decide_rehearsal(config.rehearsal, bool(torch.cuda.is_available()))
+    caller_owns = is_active()  # the caller's own `cpu_rehearsal()`: use it, leave it running
+    if caller_owns:
+        on, reason = True, "already active (the caller's)"
+    if on and not caller_owns:
+        ctx.side_effect(SideEffect.CUDA_DEVICE)
+    rehearsal = start_rehearsal() if on and not caller_owns else None
+    try:
+        ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
+        rank, world = _init_process_group(ctx, config, real_cuda=not on)
+        ctx.set_rank(rank=rank, world_size=world)
+        coords = _init_parallel_state(ctx, config)
+        _seed(ctx, config, coords["pp"])
+        groups = ProcessGroupCollection.use_mpu_process_groups()
+    except BaseException:
+        _undo(rehearsal)
+        raise
+    par = config.parallel
+    ctx.emit(
+        events.DISTRIBUTED_INITIALIZED,
+        backend=config.backend,
+        tp=par.tp,
+        pp=par.pp,
+        cp=par.cp,
+        ep=par.ep,
+        dp=ps.get_data_parallel_world_size(),
+        vpp=par.vpp,
+        ranks=coords,
+    )
+    return dataclasses.replace(
+        ctx.runtime,
+        distributed=True,
+        rank=rank,
+        world_size=world,
+        backend=config.backend,
+        pg_collection=groups,
+        rehearsal=rehearsal,
+    )
+
+
+def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
+    """Destroy parallel state and the process group this lifecycle created; end the rehearsal."""
+    if runtime.distributed:
+        _undo(None, barrier=True)
+    rehearsal: Any = runtime.rehearsal
+    if rehearsal is not None:
+        rehearsal.close()
+    return dataclasses.replace(
+        runtime,
+        distributed=False,
+        rank=0,
+        world_size=1,
+        backend=None,
+        pg_collection=None,
+        rehearsal=None,
+    )

@@ -1,0 +1,215 @@
+"""BUILD_MODEL entry work: provider per chunk, DDP wrap, optimizer; `release` drops them.
+
+Follows megatron's `get_model`: the provider is called once per virtual-pipeline chunk with
+`pre_process`/`post_process`/`vp_stage` from `parallel_state`; every chunk is wrapped in
+`DistributedDataParallel` with `config=get_model_config(model[0])` (the runtime config, not the
+provider's), bucketing only on chunk 0; the optimizer comes from `get_megatron_optimizer`.
+Inference plans stop after building the model: no DDP wrapper, no optimizer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from lifecycle.config import snapshot_config
+from lifecycle.errors import ConfigError
+from lifecycle.log import events
+from lifecycle.megatron.providers import PROVIDERS, ModelProvider, model_inputs, transformer_config
+from states import Plan, SideEffect
+
+if TYPE_CHECKING:
+    from lifecycle.config import RunConfig
+    from lifecycle.runtime import PhaseContext, Runtime
+
+
+def resolve_provider(provider: Any) -> ModelProvider:
+    """A provider callable, a name in `PROVIDERS`, or None for the tiny GPT provider."""
+    if provider is None:
+        return PROVIDERS["gpt"]
+    if isinstance(provider, str):
+        if provider not in PROVIDERS:
+            raise ConfigError(
+                f"provider={provider!r} is not a known provider; pass a callable "
+                f"provider(config, *, pre_process, post_process, vp_stage, inputs) or one of "
+                f"{sorted(PROVIDERS)}",
+                field="provider", problems=[provider],
+            )
+        return PROVIDERS[provider]
+    if not callable(provider):
+        raise ConfigError(
+            f"provider={provider!r} is not callable; pass "
+            "provider(config, *, pre_process, post_process, vp_stage, inputs) -> MegatronModule",
+            field="provider", problems=[repr(provider)],
+        )
+    result: ModelProvider = provider
+    return result
+
+
+def chunk_stages() -> list[tuple[bool, bool, int | None]]:
+    """(pre_process, post_process, vp_stage) per chunk, as megatron's `get_model` computes them."""
+    from megatron.core import parallel_state as ps
+
+    vpp = ps.get_virtual_pipeline_model_parallel_world_size()
+    if ps.get_pipeline_model_parallel_world_size() > 1 and vpp is not None:
+        return [
+            (
+                ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=i),
+                ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=i),
+                i,
+            )
+            for i in range(vpp)
+        ]
+    return [(ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage(), None)]
+
+
+def prepare_chunk(chunk: Any) -> Any:
+    """What megatron's `get_model` does to each chunk: a model type, TP defaults on params."""
+    from megatron.core import tensor_parallel
+    from megatron.core.enums import ModelType
+
+    if not hasattr(chunk, "model_type"):
+        chunk.model_type = ModelType.encoder_or_decoder
+    for param in chunk.parameters():
+        tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
+    return chunk
+
+
+def build_chunks(provider: ModelProvider, config: Any, inputs: Any) -> list[Any]:
+    """Call the provider once per chunk, in virtual-pipeline order."""
+    return [
+        prepare_chunk(
+            provider(config, pre_process=pre, post_process=post, vp_stage=vp, inputs=inputs)
+        )
+        for pre, post, vp in chunk_stages()
+    ]
+
+
+def megatron_ddp_config(run: RunConfig) -> Any:
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    ddp = run.ddp
+    return DistributedDataParallelConfig(
+        overlap_grad_reduce=ddp.overlap_grad_reduce,
+        overlap_param_gather=ddp.overlap_param_gather,
+        align_param_gather=ddp.align_param_gather,
+        use_distributed_optimizer=ddp.use_distributed_optimizer,
+        grad_reduce_in_fp32=ddp.grad_reduce_in_fp32,
+        average_in_collective=ddp.average_in_collective,
+        bucket_size=ddp.bucket_size,
+    )
+
+
+def wrap_ddp(chunks: list[Any], ddp_config: Any, pg_collection: Any = None) -> list[Any]:
+    """Wrap every chunk in megatron's DDP with the runtime config of chunk 0."""
+    from megatron.core.distributed import DistributedDataParallel
+    from megatron.core.transformer.module import Float16Module
+    from megatron.core.utils import get_model_config
+
+    config = get_model_config(chunks[0])
+    if config.fp16 or config.bf16:
+        chunks = [Float16Module(config, chunk) for chunk in chunks]
+    kwargs = {} if pg_collection is None else {"pg_collection": pg_collection}
+    return [
+        DistributedDataParallel(
+            config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=index > 0,
+            **kwargs,
+        )
+        for index, chunk in enumerate(chunks)
+    ]
+
+
+def build_optimizer(run: RunConfig, model: list[Any], pg_collection: Any = None) -> Any:
+    """megatron's optimizer (distributed when `ddp.use_distributed_optimizer`)."""
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.utils import get_model_config
+
+    opt, mconf = run.optimizer, get_model_config(model[0])
+    config = OptimizerConfig(
+        optimizer=opt.optimizer, lr=opt.lr, min_lr=opt.min_lr, weight_decay=opt.weight_decay,
+        adam_beta1=opt.adam_beta1, adam_beta2=opt.adam_beta2, adam_eps=opt.adam_eps,
+        clip_grad=opt.clip_grad, loss_scale=opt.loss_scale, bf16=mconf.bf16, fp16=mconf.fp16,
+        params_dtype=mconf.params_dtype,
+        use_distributed_optimizer=run.ddp.use_distributed_optimizer,
+    )
+    if pg_collection is None:
+        return get_megatron_optimizer(config, model)
+    # megatron refuses its extra gloo groups with an explicit collection; the collection's own
+    # groups carry the distributed optimizer's traffic.
+    return get_megatron_optimizer(
+        config, model, use_gloo_process_groups=False, pg_collection=pg_collection
+    )
+
+
+def init_te_user_buffers(run: RunConfig, model_config: Any) -> bool:
+    """TE's TP-communication-overlap user buffers, from the *runtime* model config.
+
+    Only reachable with CUDA and transformer-engine (validation refuses `tp_comm_overlap`
+    without them); returns whether buffers were initialized.
+    """
+    if not getattr(model_config, "tp_comm_overlap", False):
+        return False
+    try:
+        from transformer_engine.pytorch import module as te_module
+    except ImportError as exc:
+        raise ConfigError(
+            "parallel.tp_comm_overlap=true needs transformer-engine; install the extra "
+            "megatron-lifecycle[te] on a CUDA machine or set parallel.tp_comm_overlap=false",
+            field="parallel.tp_comm_overlap", problems=[str(exc)],
+        ) from exc
+    tokens = run.model.seq_length * run.training.micro_batch_size
+    tokens //= model_config.context_parallel_size
+    te_module.base.initialize_ub(
+        shape=[tokens, model_config.hidden_size],
+        tp_size=model_config.tensor_model_parallel_size,
+        use_fp8=getattr(model_config, "fp8", None) is not None,
+        dtype=model_config.params_dtype,
+    )
+    return True
+
+
+def enter(ctx: PhaseContext) -> Runtime:
+    """Build the model chunks (and DDP + optimizer unless the plan is inference)."""
+    from megatron.core.utils import get_model_config
+
+    rt = ctx.runtime
+    run = rt.config
+    provider = resolve_provider(ctx.provider)
+    ctx.side_effect(SideEffect.MODEL)
+    config = transformer_config(run)
+    chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size))
+    optimizer = ddp_config = None
+    if ctx.plan is Plan.INFERENCE:
+        for chunk in chunks:
+            chunk.eval()
+        model = chunks
+    else:
+        ddp_config = megatron_ddp_config(run)
+        model = wrap_ddp(chunks, ddp_config, rt.pg_collection)
+        optimizer = build_optimizer(run, model, rt.pg_collection)
+    runtime_config = get_model_config(model[0])
+    te_buffers = init_te_user_buffers(run, runtime_config)
+    ctx.emit(
+        events.MODEL_BUILT, chunks=len(model), model_config_id=hex(id(runtime_config)),
+        provider_config_id=hex(id(config)), optimizer=optimizer is not None,
+    )
+    extras = dict(rt.extras)
+    extras["te_user_buffers"] = te_buffers
+    extras["transformer_config_snapshot"] = snapshot_config(runtime_config)
+    return dataclasses.replace(
+        rt, transformer_config=runtime_config, provider_config=config, model=tuple(model),
+        optimizer=optimizer, ddp_config=ddp_config, extras=extras,
+    )
+
+
+def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
+    """Drop the model, optimizer and configs (TE user buffers too). Tolerates partial state."""
+    if runtime.extras.get("te_user_buffers"):
+        from transformer_engine.pytorch import module as te_module
+
+        te_module.base.destroy_ub()
+    extras = {k: v for k, v in runtime.extras.items() if k not in ("te_user_buffers", "transformer_config_snapshot")}
+    return dataclasses.replace(
+        runtime, model=None, optimizer=None, ddp_config=None, transformer_config=None,
+        provider_config=None, extras=extras,
+    )

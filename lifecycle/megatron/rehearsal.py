@@ -1,0 +1,161 @@
+"""CPU rehearsal: run megatron-core's CUDA code paths on CPU (gloo) by patching, then unpatching.
+
+Inside `cpu_rehearsal()` (or between `start_rehearsal()` and `Rehearsal.close()`):
+
+- a `torch.overrides.TorchFunctionMode` rewrites `device="cuda"`, `"cuda:N"`, `torch.device("cuda")`
+  and bare int devices to CPU, for keyword `device=` arguments and `Tensor.to(...)`/`Tensor.new_*`;
+- `Tensor.cuda()` returns the tensor itself and `Tensor.type()` reports `torch.cuda.*Tensor` names
+  (megatron's optimizers check those strings);
+- `torch.cuda` functions megatron calls (`current_device`, `synchronize`, streams, events, RNG
+  state, `nvtx`, ...) are CPU stand-ins, and megatron's `tensor_parallel.random` CUDA RNG state
+  helpers read and write the CPU generator.
+
+Function modes are per-thread: the device rewriting applies only on the thread that started the
+rehearsal, while the attribute patches are process-wide. A rehearsal must be closed on the thread
+that started it, and only one may be active per process (a second start raises RehearsalError).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lifecycle.errors import RehearsalError
+
+_MARK = "_lifecycle_rehearsal"
+
+
+@dataclass(frozen=True, slots=True)
+class _Patch:
+    owner: Any
+    name: str
+    original: Any
+    had: bool
+
+    @property
+    def target(self) -> str:
+        return f"{getattr(self.owner, '__name__', type(self.owner).__name__)}.{self.name}"
+
+
+@dataclass(slots=True, kw_only=True, eq=False)
+class Rehearsal:
+    """A CPU rehearsal: what it patched, and the thread whose devices it rewrites."""
+
+    patched: tuple[str, ...]
+    thread_id: int
+    active: bool = True
+    _patches: tuple[_Patch, ...] = field(default=(), repr=False)
+    _mode: Any = field(default=None, repr=False)
+
+    def close(self) -> None:
+        """Leave the function mode and restore every patched attribute. Idempotent."""
+        if not self.active:
+            return
+        if threading.get_ident() != self.thread_id:
+            raise RehearsalError(
+                "a CPU rehearsal must be closed on the thread that started it "
+                f"(started on {self.thread_id}, closing on {threading.get_ident()}); "
+                "call close() from the starting thread",
+                thread_id=self.thread_id,
+            )
+        _pop_mode(self._mode)
+        _restore(self._patches)
+        self.active = False
+
+    def __enter__(self) -> Rehearsal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def is_active() -> bool:
+    """True while a rehearsal's patches are installed in this process."""
+    import torch
+
+    return bool(getattr(torch.Tensor.cuda, _MARK, False))
+
+
+def start_rehearsal() -> Rehearsal:
+    """Install every patch and enter the device-rewriting mode on this thread."""
+    if is_active():
+        raise RehearsalError(
+            "a CPU rehearsal is already active in this process; close it before starting another "
+            "(rehearsals do not nest)",
+        )
+    patches: list[_Patch] = []
+    try:
+        for owner, name, value in _replacements():
+            patches.append(_Patch(owner, name, getattr(owner, name, None), hasattr(owner, name)))
+            setattr(owner, name, value)
+        mode = _device_mode_class()()
+        mode.__enter__()
+    except BaseException:
+        _restore(patches)
+        raise
+    return Rehearsal(
+        patched=tuple(p.target for p in patches),
+        thread_id=threading.get_ident(),
+        _patches=tuple(patches),
+        _mode=mode,
+    )
+
+
+@contextlib.contextmanager
+def cpu_rehearsal() -> Iterator[Rehearsal]:
+    """Context manager form of `start_rehearsal()`; every patch is undone on exit."""
+    rehearsal = start_rehearsal()
+    try:
+        yield rehearsal
+    finally:
+        rehearsal.close()
+
+
+def _restore(patches: Sequence[_Patch]) -> None:
+    """Put every patched attribute back, newest first (deleting those that did not exist)."""
+    for patch in reversed(patches):
+        if patch.had:
+            setattr(patch.owner, patch.name, patch.original)
+        else:
+            delattr(patch.owner, patch.name)
+
+
+def _pop_mode(mode: Any) -> None:
+    from torch.overrides import _get_current_function_mode_stack
+
+    stack = _get_current_function_mode_stack()
+    if not stack or stack[-1] is not mode:
+        raise RehearsalError(
+            "the CPU rehearsal's function mode is not the innermost one on this thread; "
+            "exit function modes entered after the rehearsal before closing it",
+        )
+    mode.__exit__(None, None, None)
+
+
+def _replacements() -> list[tuple[Any, str, Any]]:
+    import torch
+    from megatron.core.tensor_parallel import random as mrandom
+
+    from lifecycle.megatron import _rehearsal_cuda as fake
+
+    cuda_tensor = fake.tensor_cuda
+    setattr(cuda_tensor, _MARK, True)
+    out: list[tuple[Any, str, Any]] = [
+        (torch.Tensor, "cuda", cuda_tensor),
+        (torch.Tensor, "type", fake.tensor_type_wrapper(torch.Tensor.type)),
+    ]
+    out += [(torch.cuda, name, value) for name, value in fake.torch_cuda_stand_ins().items()]
+    out += [
+        (mrandom, "_get_cuda_rng_state", fake.get_cpu_rng_state),
+        (mrandom, "_set_cuda_rng_state", fake.set_cpu_rng_state),
+    ]
+    return out
+
+
+def _device_mode_class() -> type[Any]:
+    from lifecycle.megatron import _rehearsal_cuda as fake
+
+    return fake.CpuDeviceMode

@@ -1,0 +1,96 @@
+"""SERVICES_READY: tokenizer, vocab size and writers, after validation and before distributed.
+
+Nothing here touches torch.distributed. The tokenizer is megatron-core's own
+(`megatron.core.tokenizers.MegatronTokenizer`): the null (synthetic) tokenizer by default, or a
+local HuggingFace-format directory (validation has checked it exists; nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from lifecycle.config import RunConfig, TokenizerConfig
+from lifecycle.log import events
+from lifecycle.megatron.vocab import resolve_vocab_size
+from lifecycle.runtime import Closeable, PhaseContext, Runtime
+from states import SideEffect
+
+
+def build_tokenizer(config: TokenizerConfig) -> Any:
+    """megatron-core's tokenizer for `config` (imports megatron.core.tokenizers)."""
+    from megatron.core.tokenizers import MegatronTokenizer
+
+    if config.type == "null":
+        return MegatronTokenizer.from_pretrained(
+            metadata_path={"library": "null"}, vocab_size=config.vocab_size
+        )
+    return MegatronTokenizer.from_pretrained(
+        tokenizer_path=config.path, metadata_path={"library": "huggingface"}
+    )
+
+
+def build_writers(ctx: PhaseContext, config: RunConfig) -> dict[str, Any]:
+    """The writers and timers the config asks for: a TensorBoard writer, megatron's Timers."""
+    writers: dict[str, Any] = {}
+    if config.logging.tensorboard_dir:
+        from torch.utils.tensorboard import SummaryWriter
+
+        ctx.side_effect(SideEffect.FILES)
+        Path(config.logging.tensorboard_dir).mkdir(parents=True, exist_ok=True)
+        ctx.side_effect(SideEffect.WRITERS)
+        writers["tensorboard"] = SummaryWriter(log_dir=config.logging.tensorboard_dir)
+    if config.logging.timers:
+        from megatron.core.timers import Timers
+
+        ctx.side_effect(SideEffect.WRITERS)
+        writers["timers"] = Timers(log_level=2, log_option="minmax")
+    return writers
+
+
+def enter(ctx: PhaseContext) -> Runtime:
+    """Build the tokenizer (unless `tokenizer.build` is false), resolve the vocab, open writers."""
+    config = ctx.runtime.config
+    tokenizer = None
+    if config.tokenizer.build:
+        ctx.side_effect(SideEffect.TOKENIZER)
+        tokenizer = build_tokenizer(config.tokenizer)
+    size, source = resolve_vocab_size(
+        explicit=config.model.vocab_size,
+        restored=config.checkpoint.vocab_size,
+        tokenizer_vocab=None if tokenizer is None else int(tokenizer.vocab_size),
+        divisible_by=config.model.make_vocab_size_divisible_by,
+        tp=config.parallel.tp,
+    )
+    writers = build_writers(ctx, config)
+    ctx.emit(
+        events.SERVICES_READY,
+        tokenizer=None if tokenizer is None else type(tokenizer).__name__,
+        vocab_size=size,
+        vocab_source=source,
+    )
+    return dataclasses.replace(
+        ctx.runtime,
+        services_ready=True,
+        tokenizer=tokenizer,
+        vocab_size=size,
+        vocab_source=source,
+        writers=MappingProxyType(writers),
+    )
+
+
+def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
+    """Close the writers and drop the tokenizer; tolerates a partly built runtime."""
+    writer = runtime.writers.get("tensorboard")
+    if isinstance(writer, Closeable):
+        writer.close()
+    return dataclasses.replace(
+        runtime,
+        services_ready=False,
+        tokenizer=None,
+        vocab_size=None,
+        vocab_source=None,
+        writers=MappingProxyType({}),
+    )

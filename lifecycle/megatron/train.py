@@ -1,0 +1,111 @@
+"""Training steps after startup: megatron's own schedule and optimizer on the lifecycle's model.
+
+Synthetic token batches (seeded, from the resolved vocab) stand in for a dataset. The step
+bookkeeping (first-step gather, watchdog, `step_completed`, final parameter sync) is
+`lifecycle.megatron.steps`, shared with hand-written loops (`with lc.step(n):`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, cast
+
+from lifecycle.errors import LifecycleError
+from lifecycle.megatron.steps import Driver, StepResult, steps_for
+from lifecycle.runtime import Runtime
+from states import State
+
+__all__ = ["Driver", "StepResult", "train_steps"]
+
+
+class DDPChunk(Protocol):
+    """A training model chunk: wrapped in megatron's DistributedDataParallel."""
+
+    def zero_grad_buffer(self) -> None: ...
+
+
+def _batches(config: Any, vocab: int, seed: int) -> Iterator[dict[str, Any]]:
+    import torch
+
+    mbs, seq = config.training.micro_batch_size, config.model.seq_length
+    gen = torch.Generator().manual_seed(seed)
+    position_ids = torch.arange(seq).unsqueeze(0).expand(mbs, seq)
+    mask = torch.tril(torch.ones(seq, seq, dtype=torch.bool)).logical_not().view(1, 1, seq, seq)
+    while True:
+        tokens = torch.randint(0, vocab, (mbs, seq + 1), generator=gen)
+        yield {"tokens": tokens[:, :-1], "labels": tokens[:, 1:], "position_ids": position_ids,
+               "attention_mask": mask, "loss_mask": torch.ones(mbs, seq)}
+
+
+def _forward_step(data_iterator: Iterator[dict[str, Any]], chunk: Any) -> tuple[Any, Callable[..., Any]]:
+    batch = next(data_iterator)
+    output = chunk(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"])
+
+    def loss_func(output_tensor: Any) -> tuple[Any, dict[str, Any]]:
+        losses = output_tensor.float()
+        mask = batch["loss_mask"]
+        loss = (losses * mask).sum() / mask.sum()
+        # clone: the schedule divides the returned loss in place by num_microbatches
+        return loss, {"lm loss": loss.detach().clone()}
+
+    return output, loss_func
+
+
+def _step(rt: Runtime, model: list[DDPChunk], data: list[Iterator[dict[str, Any]]], schedule: Any) -> float | None:
+    """One forward/backward through megatron's schedule and one optimizer step; the mean loss."""
+    config = rt.config
+    for chunk in model:
+        chunk.zero_grad_buffer()
+    if rt.optimizer is not None:
+        rt.optimizer.zero_grad()
+    losses = schedule(
+        forward_step_func=_forward_step, data_iterator=data if len(model) > 1 else data[0],
+        model=model, num_microbatches=config.training.num_microbatches,
+        seq_length=config.model.seq_length, micro_batch_size=config.training.micro_batch_size,
+        forward_only=False,
+    )
+    if rt.optimizer is not None:
+        rt.optimizer.step()
+    return float(sum(x["lm loss"] for x in losses) / len(losses)) if losses else None
+
+
+def train_steps(
+    lc: Driver,
+    steps: int,
+    on_step: Callable[[StepResult], None] | None = None,
+    *,
+    defer_first_gather: bool = True,
+) -> list[StepResult]:
+    """Run `steps` steps through `get_forward_backward_func()` and the lifecycle's optimizer.
+
+    The bookkeeping is `lifecycle.megatron.steps` (the same as `with lc.step(n):`): the first
+    step's gather deferred (unless `defer_first_gather=False`), the watchdog, `step_completed`, and
+    a forced parameter sync after the last step.
+    """
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    rt = lc.runtime
+    if lc.state is not State.CALLBACKS_BOUND or rt.model is None or rt.optimizer is None:
+        raise LifecycleError(
+            f"train_steps needs a lifecycle at CALLBACKS_BOUND with a model and optimizer; it is "
+            f"{lc.state.name}. Call lc.advance_to(State.CALLBACKS_BOUND) with the training plan first."
+        )
+    config, model = rt.config, [cast(DDPChunk, chunk) for chunk in rt.model]
+    vocab = rt.vocab_size or config.tokenizer.vocab_size
+    data = [_batches(config, vocab, config.training.seed + rt.rank) for _ in model]
+    book = steps_for(lc, defer_first_gather=defer_first_gather)
+    schedule = get_forward_backward_func()
+    results: list[StepResult] = []
+    for step in range(1, steps + 1):
+        book.begin(step)
+        try:
+            loss = _step(rt, model, data, schedule)
+        except BaseException:
+            book.abort(step)
+            raise
+        results.append(book.end(step, loss))
+        if on_step is not None:
+            on_step(results[-1])
+    if results:
+        book.sync_params("after_last_step")
+    return results

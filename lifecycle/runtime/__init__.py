@@ -1,0 +1,31 @@
+"""What the engine and the phases share: the `Runtime` record, the phase protocol, typed engine
+`Options`, and the process's identity in the job. Imports neither torch nor megatron."""
+
+from __future__ import annotations
+
+from lifecycle.runtime._identity import new_run_id, rank_of, run_id_from_env, world_size_of
+from lifecycle.runtime._protocol import (
+    Closeable,
+    ModelChunk,
+    Optimizer,
+    Options,
+    PhaseContext,
+    PhaseSet,
+    Runtime,
+    Tokenizer,
+)
+
+__all__ = [
+    "Closeable",
+    "ModelChunk",
+    "Optimizer",
+    "Options",
+    "PhaseContext",
+    "PhaseSet",
+    "Runtime",
+    "Tokenizer",
+    "new_run_id",
+    "rank_of",
+    "run_id_from_env",
+    "world_size_of",
+]

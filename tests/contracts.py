@@ -1,0 +1,45 @@
+"""An import-linter contract type of our own: `_private` modules are private to their package.
+
+Module `a.b._c` (or anything under it) may be imported only by modules inside `a.b`. Registered in
+pyproject.toml (`contract_types`); `lint-imports` runs it with the built-in contracts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from importlinter import Contract, ContractCheck, fields, output
+
+
+def _owner(module: str) -> str | None:
+    """The package that owns `module` if it is private (its first `_x` part's parent), else None."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+class PrivateModulesContract(Contract):
+    """No module outside a package imports that package's `_private` modules."""
+
+    containers = fields.ListField(subfield=fields.StringField())
+
+    def check(self, graph: Any, verbose: bool) -> ContractCheck:
+        roots = tuple(str(c) for c in self.containers)  # type: ignore[attr-defined]
+        broken: list[tuple[str, str, int]] = []
+        for imported in sorted(graph.modules):
+            owner = _owner(imported)
+            if owner is None or not imported.startswith(roots):
+                continue
+            for importer in sorted(graph.find_modules_that_directly_import(imported)):
+                if importer == owner or importer.startswith(owner + "."):
+                    continue
+                for details in graph.get_import_details(importer=importer, imported=imported):
+                    broken.append((importer, imported, details["line_number"]))
+        return ContractCheck(kept=not broken, metadata={"broken": broken})
+
+    def render_broken_contract(self, check: ContractCheck) -> None:
+        for importer, imported, line in check.metadata["broken"]:
+            output.print_error(f"{importer} (line {line}) imports {imported}, private to its package")
+            output.new_line()

@@ -1,0 +1,104 @@
+"""The layout rules of docs/architecture.md that import-linter does not check: sizes, and the folders."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("states", "bindings", "lifecycle")
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 50
+
+
+def _modules() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def test_no_module_is_over_400_lines() -> None:
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _modules()}
+    long = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_no_function_is_over_50_lines() -> None:
+    long: dict[str, int] = {}
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long[f"{path.relative_to(ROOT)}:{node.name}"] = length
+    assert long == {}
+
+
+def test_lifecycle_is_made_of_named_parts() -> None:
+    """Only the package's entry points and the error tree live at lifecycle/'s top level."""
+    top = sorted(p.name for p in (ROOT / "lifecycle").glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "errors.py", "testing.py"]
+
+
+def test_the_private_module_contract_flags_an_import_from_outside_the_package_only() -> None:
+    import grimp
+
+    from tests.contracts import PrivateModulesContract
+
+    graph = grimp.ImportGraph()
+    for importer, imported in (("pkg.a._impl", "pkg.a._helpers"), ("pkg.a", "pkg.a._impl"), ("pkg.b.x", "pkg.a._impl")):
+        graph.add_import(importer=importer, imported=imported, line_number=1, line_contents="")
+    contract = PrivateModulesContract("private", {}, {"containers": ["pkg"]})
+    check = contract.check(graph, verbose=False)
+    assert not check.kept and check.metadata["broken"] == [("pkg.b.x", "pkg.a._impl", 1)]
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(edges.get(child, ())))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_no_import_cycle_among_modules_except_type_only_ones() -> None:
+    import grimp
+
+    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=True)
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    assert _cycles(edges) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
