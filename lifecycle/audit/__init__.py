@@ -12,8 +12,9 @@ from lifecycle.audit._audit import (
     AuditResult,
     audit,
 )
+from lifecycle.audit._cause import RootCause, Victim, root_causes
 from lifecycle.audit._rank import RankAudit
-from lifecycle.audit._records import Finding, Segment
+from lifecycle.audit._records import Failure, Finding, Segment
 from lifecycle.audit._rules import RULES, Rule, enabled, resolve
 from lifecycle.audit._timing import (
     ChainLink,
@@ -33,18 +34,22 @@ __all__ = [
     "RULES",
     "AuditResult",
     "ChainLink",
+    "Failure",
     "Finding",
     "RankAudit",
     "RankBlame",
+    "RootCause",
     "Rule",
     "Segment",
     "StateBlame",
     "Straggler",
+    "Victim",
     "audit",
     "blame",
     "critical_chain",
     "enabled",
     "rank_blame",
     "resolve",
+    "root_causes",
     "stragglers",
 ]

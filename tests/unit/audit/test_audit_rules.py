@@ -185,7 +185,7 @@ def test_a_damaged_hash_chain_is_reported(clean_dir: Path, tmp_path: Path, damag
 def test_a_lifecycle_abandoned_mid_startup_is_reported_with_its_state(tmp_path: Path) -> None:
     engine_rank(tmp_path).advance_to(State.DISTRIBUTED)
     result = audit([str(tmp_path)], jobs=1)
-    [finding] = result.findings
+    [finding] = [f for f in result.findings if f.rule != "LA018"]
     assert finding.rule == "LA010" and "state DISTRIBUTED" in finding.message
     assert "target CALLBACKS_BOUND" in finding.message
 
@@ -217,8 +217,10 @@ def test_a_failed_transition_is_reported_even_after_shutdown(tmp_path: Path) -> 
     with pytest.raises(PhaseFailed), engine_rank(tmp_path, phases=InProcessPhases(fail_on="build_model")) as lc:
         lc.advance_to(State.CALLBACKS_BOUND)
     result = audit([str(tmp_path)], jobs=1)
-    assert {f.rule for f in result.findings} == {"LA013"}
-    assert "'build_model' failed" in result.findings[0].message
+    assert {f.rule for f in result.findings} == {"LA013", "LA018"}
+    [failed] = [f for f in result.findings if f.rule == "LA013"]
+    assert "'build_model' failed" in failed.message
+    assert failed.line == 16  # the transition_failed record, not the shutdown after it
 
 
 def test_a_lifecycle_failed_on_purpose_and_shut_down_is_reported(tmp_path: Path) -> None:
@@ -227,7 +229,7 @@ def test_a_lifecycle_failed_on_purpose_and_shut_down_is_reported(tmp_path: Path)
     lc.fail("operator gave up")
     lc.shutdown()
     result = audit([str(tmp_path)], jobs=1)
-    assert {f.rule for f in result.findings} == {"LA013"}
+    assert {f.rule for f in result.findings} == {"LA013", "LA018"}
     assert "from state SERVICES_READY: operator gave up" in result.findings[0].message
 
 
@@ -282,8 +284,10 @@ def test_a_rank_process_killed_mid_build_is_reported_as_died_in_that_transition(
     died = [f for f in result.findings if f.rule == "LA010"]
     assert [(f.rank, f.source) for f in died] == [(2, str(tmp_path / "rank-00002.jsonl"))]
     assert "state DISTRIBUTED during 'build_model'" in died[0].message
-    assert {f.rule for f in result.findings} == {"LA007", "LA008", "LA010"}
+    assert {f.rule for f in result.findings} == {"LA007", "LA008", "LA010", "LA018"}
     assert {f.rank for f in result.findings if f.rank is not None} == {2}
+    [cause] = result.root_causes
+    assert (cause.rank, cause.kind, cause.victims) == (2, "died", ())
 
 
 def test_without_a_target_field_the_plan_decides_where_a_rank_should_have_stopped(tmp_path: Path) -> None:
@@ -294,4 +298,4 @@ def test_without_a_target_field_the_plan_decides_where_a_rank_should_have_stoppe
     assert audit_rules(tmp_path / "inference") == set()
     ev[0] = ("lifecycle_started", ev[0][1] | {"plan": "training"})
     write_events(tmp_path / "training", ev[: stop + 1])
-    assert audit_rules(tmp_path / "training") == {"LA010"}
+    assert audit_rules(tmp_path / "training") == {"LA010", "LA018"}
