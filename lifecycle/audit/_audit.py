@@ -3,11 +3,13 @@ rules and the root cause."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,8 +89,8 @@ def audit(
 def _no_records(paths: Sequence[str], inputs: Sequence[Input]) -> LogUnreadable:
     shown = " ".join("<stdin>" if p == STDIN else p for p in paths)
     where = shown if len(shown) <= 200 else shown[:200] + "…"
-    what = "the input holds" if len(inputs) == 1 else f"none of the {len(inputs)} inputs holds"
-    return unreadable(where, None, f"no records: {what} a startup-log record (empty files or an empty "
+    what = "the input holds no" if len(inputs) == 1 else f"none of the {len(inputs)} inputs holds a"
+    return unreadable(where, None, f"no records: {what} startup-log record (empty files or an empty "
                       "stream), so nothing was audited; pass a run's log_dir or its rank-*.jsonl files")
 
 
@@ -119,9 +121,23 @@ def _cpus() -> int:
 
 def _read_files(inputs: Sequence[Input], limit: int) -> _Read:
     read = _Read()
-    for source in inputs:
-        _read_source(source, read, limit)
+    with _gc_paused():
+        for source in inputs:
+            _read_source(source, read, limit)
     return read
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Reading makes no reference cycles, but keeps a batch of parsed records alive at a time: the
+    cyclic collector would walk them (and every rank's summary) again and again for nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _read_parallel(inputs: Sequence[Input], workers: int) -> _Read:
@@ -160,7 +176,7 @@ def _read_source(source: Input, read: _Read, limit: int) -> None:
         if not lines.count and not source.stream:
             read.notes.append(Finding(rule="LA009", rank=file_rank(source.name), source=source.name, message=_EMPTY))
     except LogUnreadable as exc:
-        read.errors.append(exc)
+        read.errors.append(exc.with_traceback(None))  # its frames would hold this input's records
     except OSError as exc:
         read.errors.append(unreadable(feeder.name, None, f"cannot read: {exc.strerror or exc}"))
     finally:

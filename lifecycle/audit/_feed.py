@@ -29,6 +29,7 @@ from lifecycle.auditlog import GENESIS
 
 _HEAD = itemgetter("seq", "prev_hash", "hash", "generation", "rank", "run_id", "world_size", "ts", "event")
 _NO_HEAD = (None,) * 9
+_CUT = -SUFFIX
 _EVENTS = events.ALL
 _loads, _sha256 = orjson.loads, hashlib.sha256
 
@@ -58,13 +59,18 @@ class Feeder:
 
     def _records(self, first: int, lines: list[bytes], recs: list[Any]) -> None:
         n = len(recs)
-        heads = _heads(recs)
-        digests = [_sha256(line[:-SUFFIX] + b"}").hexdigest() for line in lines[:n]]
-        cols = _columns(heads)
-        breaks = _breaks(cols, heads, digests)
+        digests = [_sha256(line[:_CUT] + b"}").hexdigest() for line in (lines if n == len(lines) else lines[:n])]
+        try:
+            cols = tuple(zip(*map(_HEAD, recs), strict=True))
+            heads = None
+        except (KeyError, TypeError):  # a record that is not an object, or lacks a field: checked on its own
+            heads = _heads(recs)
+            cols = tuple(zip(*(h or _NO_HEAD for h in heads), strict=True))
+        breaks = _breaks(cols, digests)
         i = 0
         while i < n:
-            end = self._run(i, recs[i], heads[i], digests[i], breaks, n)
+            head = heads[i] if heads is not None else tuple(c[i] for c in cols)
+            end = self._run(i, recs[i], head, digests[i], breaks, n)
             if end > i and self.cur is not None:
                 _apply(self.cur, first, i, end, recs, cols, digests)
             if end < n:
@@ -117,12 +123,12 @@ def _apply(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], cols: 
     seqs, tss, evs = cols[0], cols[7], cols[8]
     j = i
     while j < end:
-        situation = (cur.validated, cur.rebind_pending)
-        wanted = WANTED[situation]
+        validated, pending = cur.validated, cur.rebind_pending
+        wanted = WANTED[validated, pending]
         for j in compress(range(j, end), map(wanted.__contains__, islice(evs, j, end))):  # noqa: B020
             cur.line = first + j
             HANDLERS[evs[j]](cur, recs[j], tss[j])
-            if (cur.validated, cur.rebind_pending) != situation:  # other events matter now
+            if cur.validated is not validated or cur.rebind_pending is not pending:  # other events matter now
                 j += 1
                 break
         else:
@@ -162,19 +168,10 @@ def _heads(recs: list[Any]) -> list[tuple[Any, ...] | None]:
     return heads
 
 
-def _columns(heads: list[tuple[Any, ...] | None]) -> tuple[tuple[Any, ...], ...]:
-    """The heads as nine columns (seq, prev_hash, hash, generation, rank, run_id, world_size, ts,
-    event); a missing head is a row of None."""
-    try:
-        return tuple(zip(*heads, strict=True))
-    except TypeError:  # a None head
-        return tuple(zip(*(h or _NO_HEAD for h in heads), strict=True))
-
-
-def _breaks(cols: tuple[tuple[Any, ...], ...], heads: list[tuple[Any, ...] | None], digests: list[str]) -> list[int]:
+def _breaks(cols: tuple[tuple[Any, ...], ...], digests: list[str]) -> list[int]:
     """Sorted indices j >= 1 whose record does not continue record j - 1 unchanged (or fails its own
     hash or event check). Checked on whole columns first: a clean batch has none."""
-    n = len(heads)
+    n = len(digests)
     if n < 2:
         return []
     seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
@@ -186,11 +183,12 @@ def _breaks(cols: tuple[tuple[Any, ...], ...], heads: list[tuple[Any, ...] | Non
             return []
     except TypeError:  # a str seq, an unhashable event, a ts that is not a number
         pass
-    return [j for j in range(1, n) if not _continues(heads[j - 1], heads[j], digests[j - 1], digests[j])]
+    rows = list(zip(*cols, strict=True))
+    return [j for j in range(1, n) if not _continues(rows[j - 1], rows[j], digests[j - 1], digests[j])]
 
 
-def _continues(before: tuple[Any, ...] | None, head: tuple[Any, ...] | None, prev: str, digest: str) -> bool:
-    if before is None or head is None:
+def _continues(before: tuple[Any, ...], head: tuple[Any, ...], prev: str, digest: str) -> bool:
+    if head[2] is None or before[2] is None:  # a record without the fields (a row of None)
         return False
     try:
         return bool(head[0] == before[0] + 1 and head[1] == prev and head[2] == digest and head[3:7] == before[3:7]

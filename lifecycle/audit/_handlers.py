@@ -62,13 +62,22 @@ def started(audit: RankState, rec: dict[str, Any], ts: float) -> None:
 
 
 def transition_started(audit: RankState, rec: dict[str, Any], ts: float) -> None:
-    audit.open_trigger = _trigger(audit, rec)
+    trigger = rec.get("trigger")
+    if type(trigger) is not str:
+        raise _bad(audit, rec, "trigger", "a str")
+    audit.open_trigger = _TRIGGERS.get(trigger) or intern(trigger)
     audit.open_start = ts
 
 
 def transition_completed(audit: RankState, rec: dict[str, Any], ts: float) -> None:
-    trigger = _trigger(audit, rec)
-    dest = _state(audit, rec, "dest")
+    trigger = rec.get("trigger")
+    if type(trigger) is not str:
+        raise _bad(audit, rec, "trigger", "a str")
+    trigger = _TRIGGERS.get(trigger) or intern(trigger)
+    dest = rec.get("dest")
+    dest = _STATES.get(dest) if type(dest) is str else None
+    if dest is None:
+        raise _bad(audit, rec, "dest", "a state name")
     start = audit.open_start if audit.open_trigger == trigger else ts
     if start > ts:  # the clock went backwards (LA017): a zero duration, never a negative one
         start = ts

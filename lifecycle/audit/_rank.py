@@ -25,6 +25,7 @@ _KEY_END = -SUFFIX + len(HASH_KEY)
 _EVENTS = events.ALL
 _NUMBER = (float, int)
 _ENDED = (State.SHUT_DOWN.name,)
+_BOUND = State.CALLBACKS_BOUND.name
 _sha256 = hashlib.sha256
 
 
@@ -136,7 +137,7 @@ class RankAudit(RankState):
 
     def finish(self) -> None:
         """Rules that need the whole log: died, failed, unfinished rebind, file name."""
-        if self.rebind_pending and self.rebuilt and self.target == State.CALLBACKS_BOUND.name and self.shut:
+        if self.rebind_pending and self.rebuilt and self.target == _BOUND and self.shut:
             self.flag_no_rebind("shut down")
         named = file_rank(self.source)
         if named is not None and self.rank is not None and named != self.rank:

@@ -8,12 +8,10 @@ a record cut off by a crash and is reported by the caller, not refused.
 from __future__ import annotations
 
 import os
-import re
 import stat
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import BinaryIO
 
 from lifecycle._errors import LogUnreadable
@@ -26,7 +24,6 @@ BATCH = 512
 """Lines parsed and checked together: enough to amortize the per-batch work, few enough that the
 parsed records of one batch stay small."""
 _CHUNK = 8 << 20
-_RANK_FILE = re.compile(r"rank-(\d+)\.jsonl")
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
@@ -69,7 +66,8 @@ def discover(paths: Sequence[str]) -> Discovery:
         if not stat.S_ISDIR(mode):
             found.append(Input(raw, stream=not stat.S_ISREG(mode)))
             continue
-        files = sorted(str(p) for p in Path(raw).glob("rank-*.jsonl"))
+        files = sorted(os.path.join(raw, name) for name in os.listdir(raw)
+                       if name.startswith("rank-") and name.endswith(".jsonl"))
         if not files:
             errors.append(unreadable(raw, None, "no rank-*.jsonl files in this directory: pass the run's log_dir"))
         found.extend(Input(name, listed=True) for name in files)
@@ -84,8 +82,11 @@ def _why(exc: OSError) -> str:
 
 def file_rank(name: str) -> int | None:
     """The rank a `rank-NNNNN.jsonl` file name gives, or None for any other name."""
-    match = _RANK_FILE.fullmatch(os.path.basename(name))
-    return int(match.group(1)) if match else None
+    base = os.path.basename(name)
+    digits = base[5:-6]
+    if base.startswith("rank-") and base.endswith(".jsonl") and digits.isascii() and digits.isdigit():
+        return int(digits)
+    return None
 
 
 def open_input(source: Input) -> tuple[Lines | None, Finding | None]:
@@ -139,7 +140,7 @@ class Lines:
 
     def __iter__(self) -> Iterator[tuple[int, list[bytes]]]:
         if self.data is not None:
-            return self._whole(self.data)
+            return self._whole()
         return self._chunks()
 
     def close(self) -> None:
@@ -147,13 +148,16 @@ class Lines:
         if self.handle is not None and self.owned:
             self.handle.close()
 
-    def _whole(self, data: bytes) -> Iterator[tuple[int, list[bytes]]]:
-        parts = data.split(b"\n")
+    def _whole(self) -> Iterator[tuple[int, list[bytes]]]:
+        size = len(self.data or b"")
+        parts = (self.data or b"").split(b"\n")
+        self.data = None  # the lines hold the bytes now: do not keep them twice
         if not parts[-1]:
             parts.pop()
         else:
             self.cut = len(parts)
-        self._check(parts, 1)
+        if size > MAX_LINE:
+            self._check(parts, 1)
         self.count = len(parts)
         yield from _batches(parts, 1)
 

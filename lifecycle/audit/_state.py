@@ -13,6 +13,7 @@ from lifecycle.auditlog import GENESIS
 from states import PLAN_TARGETS, Plan, State
 
 _DEFAULT_TARGET = PLAN_TARGETS[Plan.TRAINING].name
+_CONFIGURED = State.CONFIGURED.name
 
 
 class RankState:
@@ -40,7 +41,7 @@ class RankState:
         self.cut = False
         self.first_ts: float | None = None
         self.last_ts: float | None = None
-        self.state = State.CONFIGURED.name
+        self.state = _CONFIGURED
         self.plan: str | None = None
         self.target = _DEFAULT_TARGET
         self.validated = False
