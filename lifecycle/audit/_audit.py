@@ -90,8 +90,8 @@ def _no_records(paths: Sequence[str], inputs: Sequence[Input]) -> LogUnreadable:
     shown = " ".join("<stdin>" if p == STDIN else p for p in paths)
     where = shown if len(shown) <= 200 else shown[:200] + "…"
     what = "the input holds no" if len(inputs) == 1 else f"none of the {len(inputs)} inputs holds a"
-    return unreadable(where, None, f"no records: {what} startup-log record (empty files or an empty "
-                      "stream), so nothing was audited; pass a run's log_dir or its rank-*.jsonl files")
+    return unreadable(where, None, f"no records: {what} startup-log record, so nothing was audited; pass a "
+                      "run's log_dir or its rank-*.jsonl files")
 
 
 def _read_all(inputs: Sequence[Input], jobs: int | None) -> _Read:
