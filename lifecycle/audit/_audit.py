@@ -49,16 +49,19 @@ class AuditResult:
 
 @dataclass(slots=True)
 class _Read:
-    """What reading some inputs gave: the ranks' audits, unreadable inputs, input-level findings."""
+    """What reading some inputs gave: the ranks' audits, unreadable inputs, findings about inputs
+    (skipped ones), and the LA009 findings of empty rank files (dropped when no input had a record)."""
 
     streams: list[RankAudit] = field(default_factory=list)
     errors: list[LogUnreadable] = field(default_factory=list)
     notes: list[Finding] = field(default_factory=list)
+    empty: list[Finding] = field(default_factory=list)
 
     def extend(self, other: _Read) -> None:
         self.streams += other.streams
         self.errors += other.errors
         self.notes += other.notes
+        self.empty += other.empty
 
 
 def audit(
@@ -74,10 +77,9 @@ def audit(
     read = _read_all(found.inputs, jobs)
     errors = [*found.errors, *read.errors]
     records = sum(s.records for s in read.streams)
-    notes = read.notes
+    notes = read.notes + read.empty if records else read.notes
     if not records and found.inputs:
         errors.append(_no_records(paths, found.inputs))
-        notes = [n for n in notes if n.message != _EMPTY]
     causes = root_causes(read.streams)
     findings = ([f for s in read.streams for f in s.findings()] + cross_rank(read.streams) + notes
                 + [c.finding() for c in causes])
@@ -174,7 +176,7 @@ def _read_source(source: Input, read: _Read, limit: int) -> None:
         finally:
             lines.close()
         if not lines.count and not source.stream:
-            read.notes.append(Finding(rule="LA009", rank=file_rank(source.name), source=source.name, message=_EMPTY))
+            read.empty.append(Finding(rule="LA009", rank=file_rank(source.name), source=source.name, message=_EMPTY))
     except LogUnreadable as exc:
         read.errors.append(exc.with_traceback(None))  # its frames would hold this input's records
     except OSError as exc:
