@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_right
 from collections.abc import Sequence
-from itertools import compress, islice
-from operator import itemgetter, le
+from itertools import compress, count, islice, repeat
+from operator import add, eq, itemgetter, le, ne, not_
 from typing import Any
 
 import orjson
@@ -67,16 +67,18 @@ class Feeder:
             heads = _heads(recs)
             cols = tuple(zip(*(h or _NO_HEAD for h in heads), strict=True))
         breaks = _breaks(cols, digests)
+        seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
         i = 0
         while i < n:
-            head = heads[i] if heads is not None else tuple(c[i] for c in cols)
+            head = heads[i] if heads is not None else (
+                seqs[i], prevs[i], hashes[i], gens[i], ranks[i], runs[i], sizes[i], tss[i], evs[i])
             end = self._run(i, recs[i], head, digests[i], breaks, n)
             if end > i and self.cur is not None:
                 _apply(self.cur, first, i, end, recs, cols, digests)
-            if end < n:
-                self._one(first + end, lines[end], recs[end])
-                end += 1
-            i = end
+                i = end
+            else:
+                self._one(first + i, lines[i], recs[i])
+                i += 1
 
     def _run(self, i: int, rec: Any, head: tuple[Any, ...] | None, digest: str, breaks: list[int], n: int) -> int:
         """The end of the run of records from `i` that continue their rank unchanged (or start a log
@@ -88,8 +90,8 @@ class Feeder:
                 or event not in _EVENTS:
             return i
         cur = self.cur
-        if cur is None or prev != cur.prev:
-            if seq != 0 or prev != GENESIS:
+        if cur is None or prev != cur.prev:  # another rank's record (stdin), or a new log
+            if (seq != 0 or prev != GENESIS) and (type(prev) is not str or prev not in self.router.tails):
                 return i
             cur = self.cur = self.router.switch(cur, rec)
         if cur.records == 0:
@@ -121,7 +123,13 @@ def _apply(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], cols: 
            digests: list[str]) -> None:
     """Records [i, end) continue `cur` unchanged: call the handlers that matter, then advance it."""
     seqs, tss, evs = cols[0], cols[7], cols[8]
-    j = i
+    if end == i + 1:  # a run of one: ranks interleaved on stdin
+        if evs[i] in WANTED[cur.validated, cur.rebind_pending]:
+            cur.line = first + i
+            HANDLERS[evs[i]](cur, recs[i], tss[i])
+        j = end
+    else:
+        j = i
     while j < end:
         validated, pending = cur.validated, cur.rebind_pending
         wanted = WANTED[validated, pending]
@@ -170,21 +178,45 @@ def _heads(recs: list[Any]) -> list[tuple[Any, ...] | None]:
 
 def _breaks(cols: tuple[tuple[Any, ...], ...], digests: list[str]) -> list[int]:
     """Sorted indices j >= 1 whose record does not continue record j - 1 unchanged (or fails its own
-    hash or event check). Checked on whole columns first: a clean batch has none."""
+    hash or event check). Checked on whole columns: a batch of one log has none; a batch of
+    concatenated logs (stdin) is checked between the places where the chain breaks."""
     n = len(digests)
     if n < 2:
         return []
-    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
     try:
-        if (hashes == tuple(digests) and prevs[1:] == hashes[:-1] and seqs == tuple(range(seqs[0], seqs[0] + n))
-                and gens.count(gens[0]) == n and ranks.count(ranks[0]) == n and runs.count(runs[0]) == n
-                and sizes.count(sizes[0]) == n and all(map(le, tss, islice(tss, 1, None)))
-                and _EVENTS.issuperset(evs)):
+        if _clean(cols, digests, 0, n):
             return []
-    except TypeError:  # a str seq, an unhashable event, a ts that is not a number
-        pass
-    rows = list(zip(*cols, strict=True))
-    return [j for j in range(1, n) if not _continues(rows[j - 1], rows[j], digests[j - 1], digests[j])]
+        prevs, hashes = cols[1], cols[2]
+        cuts = list(compress(count(1), map(ne, prevs[1:], hashes[:-1])))
+        found: list[int] = []
+        for start, stop in zip([0, *cuts], [*cuts, n], strict=True):
+            if stop - start > 1 and not _clean(cols, digests, start, stop):  # one record: _run checks it
+                found += [start + j for j in _pairwise([c[start:stop] for c in cols], digests[start:stop])]
+        return sorted({*cuts, *found})
+    except TypeError:  # a str seq, an unhashable event, a ts that is not a number: record by record
+        rows = list(zip(*cols, strict=True))
+        return [j for j in range(1, n) if not _continues(rows[j - 1], rows[j], digests[j - 1], digests[j])]
+
+
+def _clean(cols: Sequence[tuple[Any, ...]], digests: list[str], start: int, stop: int) -> bool:
+    """Whether records [start, stop) each continue the one before unchanged, on whole columns."""
+    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = (c[start:stop] for c in cols)
+    n = stop - start
+    return bool(hashes == tuple(digests[start:stop]) and prevs[1:] == hashes[:-1]
+                and seqs == tuple(range(seqs[0], seqs[0] + n)) and gens.count(gens[0]) == n
+                and ranks.count(ranks[0]) == n and runs.count(runs[0]) == n and sizes.count(sizes[0]) == n
+                and all(map(le, tss, islice(tss, 1, None))) and _EVENTS.issuperset(evs))
+
+
+def _pairwise(cols: Sequence[tuple[Any, ...]], digests: list[str]) -> list[int]:
+    """_breaks record by record, still in C (ranks interleaved on stdin, a damaged log). Raises
+    TypeError on a field of a type it cannot compare."""
+    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
+    same = [map(eq, column[1:], column[:-1]) for column in (gens, ranks, runs, sizes)]
+    ok = map(all, zip(map(eq, hashes[1:], digests[1:]), map(eq, prevs[1:], digests[:-1]),
+                      map(eq, seqs[1:], map(add, seqs[:-1], repeat(1))), *same,
+                      map(le, tss[:-1], tss[1:]), map(_EVENTS.__contains__, evs[1:]), strict=True))
+    return list(compress(count(1), map(not_, ok)))
 
 
 def _continues(before: tuple[Any, ...], head: tuple[Any, ...], prev: str, digest: str) -> bool:
