@@ -3,13 +3,11 @@ rules and the root cause."""
 
 from __future__ import annotations
 
-import gc
 import multiprocessing as mp
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,23 +121,9 @@ def _cpus() -> int:
 
 def _read_files(inputs: Sequence[Input], limit: int) -> _Read:
     read = _Read()
-    with _gc_paused():
-        for source in inputs:
-            _read_source(source, read, limit)
+    for source in inputs:
+        _read_source(source, read, limit)
     return read
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Reading makes no reference cycles, but keeps a batch of parsed records alive at a time: the
-    cyclic collector would walk them (and every rank's summary) again and again for nothing."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _read_parallel(inputs: Sequence[Input], workers: int) -> _Read:
@@ -178,7 +162,7 @@ def _read_source(source: Input, read: _Read, limit: int) -> None:
         if not lines.count and not source.stream:
             read.empty.append(Finding(rule="LA009", rank=file_rank(source.name), source=source.name, message=_EMPTY))
     except LogUnreadable as exc:
-        read.errors.append(exc.with_traceback(None))  # its frames would hold this input's records
+        read.errors.append(exc.with_traceback(None))  # its frames would keep this input's records alive
     except OSError as exc:
         read.errors.append(unreadable(feeder.name, None, f"cannot read: {exc.strerror or exc}"))
     finally:

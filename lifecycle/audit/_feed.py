@@ -200,9 +200,10 @@ def _breaks(cols: tuple[tuple[Any, ...], ...], digests: list[str]) -> list[int]:
 
 def _clean(cols: Sequence[tuple[Any, ...]], digests: list[str], start: int, stop: int) -> bool:
     """Whether records [start, stop) each continue the one before unchanged, on whole columns."""
-    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = (c[start:stop] for c in cols)
     n = stop - start
-    return bool(hashes == tuple(digests[start:stop]) and prevs[1:] == hashes[:-1]
+    whole = n == len(digests)
+    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols if whole else [c[start:stop] for c in cols]
+    return bool(hashes == tuple(digests if whole else digests[start:stop]) and prevs[1:] == hashes[:-1]
                 and seqs == tuple(range(seqs[0], seqs[0] + n)) and gens.count(gens[0]) == n
                 and ranks.count(ranks[0]) == n and runs.count(runs[0]) == n and sizes.count(sizes[0]) == n
                 and all(map(le, tss, islice(tss, 1, None))) and _EVENTS.issuperset(evs))
