@@ -1,9 +1,12 @@
 """Benchmark `lifecycle audit` at scale: N ranks x ~60 records, a few injected faults.
 
-Prints the audit's throughput as a ratio to a bare `orjson.loads` loop over the same lines
-(target >= 0.5) and the audit's peak traced memory at N/4 and N ranks (it should grow linearly).
+Prints the audit's throughput as a ratio to a bare `orjson.loads` loop over the same lines (target
+>= 0.5), first for ONE process (jobs=1), then for the default number of processes: the median over
+`--repeat` runs, each run timing the bare loop and the audit back to back, with the lowest and
+highest. Then the audit's peak traced memory at `--memory-ranks` rank counts (it should grow
+linearly with ranks; 16384 checks that at 4x the default).
 
-    python benchmarks/audit.py [--ranks 4096] [--steps 30] [--dir DIR]
+    python benchmarks/audit.py [--ranks 4096] [--steps 30] [--repeat 5] [--memory-ranks 1024,4096,16384] [--dir DIR]
 
 The logs are written by `write_run`, a direct writer that reproduces AuditLog's exact bytes
 (sorted-keys orjson, SHA-256 chain, `hash` appended last) without structlog's per-record cost.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import statistics
 import sys
 import tempfile
 import time
@@ -173,46 +177,63 @@ def peak_bytes(log_dir: Path) -> int:
 
 def _jobs(log_dir: Path) -> int:
     from lifecycle.audit._audit import _workers
+    from lifecycle.audit._reader import discover
 
-    return _workers(None, sorted(str(p) for p in log_dir.glob("rank-*.jsonl")))
+    return _workers(None, discover([str(log_dir)]).inputs)
+
+
+def _ratios(log_dir: Path, jobs: int | None, repeat: int) -> tuple[list[float], list[float], list[float], Any]:
+    """Per run: bare and audit back to back (the machine may be shared: pairs see the same load).
+    Returns the wall ratios, the CPU ratios (this process only) and the audit's wall times."""
+    walls, cpus, audits, result = [], [], [], None
+    for _ in range(repeat):
+        bare_s, bare_cpu = _bare(log_dir)
+        audit_s, audit_cpu, result = _timed(log_dir, jobs)
+        walls.append(bare_s / audit_s)
+        cpus.append(bare_cpu / audit_cpu)
+        audits.append(audit_s)
+    return walls, cpus, audits, result
+
+
+def _spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.2f} (min {min(values):.2f}, max {max(values):.2f})"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=30, help="step_completed records per rank")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each measurement (at least 3)")
+    parser.add_argument("--memory-ranks", default=None, metavar="N,N",
+                        help="rank counts to measure peak memory at (default: ranks/4 and ranks)")
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
+    repeat = max(3, args.repeat)
     root = args.dir or Path(tempfile.mkdtemp(prefix="lifecycle-audit-bench-"))
-    full, quarter = root / "full", root / "quarter"
+    full = root / f"ranks-{args.ranks}"
     lines = write_run(full, args.ranks, steps=args.steps)
-    write_run(quarter, max(args.ranks // 4, 1), steps=args.steps)
     size = sum(p.stat().st_size for p in full.glob("rank-*.jsonl"))
-    bare, single, parallel = [], [], []
-    for _ in range(args.repeat):  # interleaved, best of each: the machine may be shared
-        bare.append(_bare(full))
-        single.append(_timed(full, 1))
-        parallel.append(_timed(full, None))
-    bare_s, bare_cpu = min(b[0] for b in bare), min(b[1] for b in bare)
-    audit_s, result = min(((s[0], s[2]) for s in single), key=lambda r: r[0])
-    audit_cpu = min(s[1] for s in single)
-    par_s, par_result = min(((p[0], p[2]) for p in parallel), key=lambda r: r[0])
-    assert par_result.findings == result.findings, "parallel and single-process audits disagree"
-    peak_full, peak_quarter = peak_bytes(full), peak_bytes(quarter)
+    one, one_cpu, one_s, result = _ratios(full, 1, repeat)
+    jobs = _jobs(full)
+    many, _, many_s, par_result = _ratios(full, None, repeat)
+    if par_result.findings != result.findings:
+        raise SystemExit("parallel and single-process audits disagree")
     rules = Counter(f.rule for f in result.findings)
     print(f"logs: {args.ranks} ranks x {lines / args.ranks:.1f} records = {lines} lines, {size / 2**20:.1f} MiB")
     print(f"injected faults: {sorted(fault_ranks(args.ranks).items())}")
     print(f"findings: {dict(sorted(rules.items()))} exit={result.exit_code}")
-    print(f"bare orjson.loads loop:           {bare_s:.3f} s ({lines / bare_s:,.0f} lines/s)")
-    print(f"lifecycle audit, 1 process:       {audit_s:.3f} s ({lines / audit_s:,.0f} lines/s)")
-    print(f"lifecycle audit, default jobs ({_jobs(full)}): {par_s:.3f} s ({lines / par_s:,.0f} lines/s)")
-    print(f"throughput ratio (audit / bare): 1 process {bare_s / audit_s:.2f}, "
-          f"default jobs {bare_s / par_s:.2f}  (target >= 0.5)")
-    print(f"CPU-time ratio, 1 process (less sensitive to other load): {bare_cpu / audit_cpu:.2f} "
-          f"({bare_cpu:.3f} s / {audit_cpu:.3f} s)")
-    print(f"peak traced memory: {peak_quarter / 2**20:.1f} MiB at {max(args.ranks // 4, 1)} ranks, "
-          f"{peak_full / 2**20:.1f} MiB at {args.ranks} ranks ({peak_full / args.ranks / 1024:.1f} KiB/rank)")
+    print(f"ONE PROCESS (jobs=1): audit/bare throughput ratio {_spread(one)} over {repeat} runs (target >= 0.5)")
+    print(f"    audit {statistics.median(one_s):.3f} s median ({lines / statistics.median(one_s):,.0f} lines/s); "
+          f"CPU-time ratio {_spread(one_cpu)}")
+    print(f"default jobs ({jobs} processes): ratio {_spread(many)}; audit {statistics.median(many_s):.3f} s median")
+    counts = ([int(n) for n in args.memory_ranks.split(",")] if args.memory_ranks
+              else [max(args.ranks // 4, 1), args.ranks])
+    for ranks in counts:
+        log_dir = full if ranks == args.ranks else root / f"ranks-{ranks}"
+        if log_dir != full:
+            write_run(log_dir, ranks, steps=args.steps)
+        peak = peak_bytes(log_dir)
+        print(f"peak traced memory at {ranks} ranks: {peak / 2**20:.1f} MiB ({peak / ranks / 1024:.2f} KiB/rank)")
     return 0
 
 

@@ -12,10 +12,11 @@ from lifecycle.audit._audit import (
     AuditResult,
     audit,
 )
+from lifecycle.audit._cause import RootCause, Victim, root_causes
 from lifecycle.audit._plot import plot
 from lifecycle.audit._rank import RankAudit
-from lifecycle.audit._records import Finding, Segment
-from lifecycle.audit._render import as_json, text
+from lifecycle.audit._records import Failure, Finding, Segment
+from lifecycle.audit._render import as_json, printable, text
 from lifecycle.audit._rules import RULES, Rule, enabled, resolve
 from lifecycle.audit._timing import (
     ChainLink,
@@ -35,21 +36,26 @@ __all__ = [
     "RULES",
     "AuditResult",
     "ChainLink",
+    "Failure",
     "Finding",
     "RankAudit",
     "RankBlame",
+    "RootCause",
     "Rule",
     "Segment",
     "StateBlame",
     "Straggler",
+    "Victim",
     "as_json",
     "audit",
     "blame",
     "critical_chain",
     "enabled",
     "plot",
+    "printable",
     "rank_blame",
     "resolve",
+    "root_causes",
     "stragglers",
     "text",
 ]

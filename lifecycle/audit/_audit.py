@@ -1,44 +1,42 @@
-"""Run the audit over some inputs: stream every line into its rank's RankAudit, then cross-rank rules."""
+"""Run the audit over some inputs: stream every input into its ranks' audits, then the cross-rank
+rules and the root cause."""
 
 from __future__ import annotations
 
-import hashlib
 import multiprocessing as mp
-import operator
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
+from lifecycle.audit._cause import RootCause, root_causes
 from lifecycle.audit._cross import cross_rank
-from lifecycle.audit._handlers import TABLES
-from lifecycle.audit._rank import _SUFFIX, RankAudit
-from lifecycle.audit._reader import STDIN, Lines, discover, open_source
+from lifecycle.audit._feed import Feeder
+from lifecycle.audit._rank import RankAudit
+from lifecycle.audit._reader import STDIN, STDIN_NAME, Input, discover, file_rank, open_input
 from lifecycle.audit._records import Finding, unreadable
 from lifecycle.audit._rules import enabled
 from lifecycle.errors import LogUnreadable
-from lifecycle.log import GENESIS
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_UNREADABLE = 0, 1, 2
 PARALLEL_FROM = 256
 MAX_LOGS_PER_INPUT = 1 << 17
-_HEAD = operator.itemgetter("event", "ts", "seq", "prev_hash", "hash")
-_ENVELOPE = operator.itemgetter("generation", "rank", "run_id", "world_size")
+_EMPTY = "the log is empty (0 records): truncated to nothing, or its rank died before writing a record"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditResult:
-    """Findings (rules enabled by select/ignore), unreadable inputs, and each rank's summary."""
+    """Findings (rules enabled by select/ignore), unreadable inputs, each rank's summary, and the
+    root cause of each run whose startup failed."""
 
     findings: tuple[Finding, ...]
     errors: tuple[LogUnreadable, ...]
     ranks: tuple[RankAudit, ...]
     sources: int
     records: int
+    root_causes: tuple[RootCause, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -47,44 +45,71 @@ class AuditResult:
         return EXIT_VIOLATION if self.findings else EXIT_CLEAN
 
 
+@dataclass(slots=True)
+class _Read:
+    """What reading some inputs gave: the ranks' audits, unreadable inputs, findings about inputs
+    (skipped ones), and the LA009 findings of empty rank files (dropped when no input had a record)."""
+
+    streams: list[RankAudit] = field(default_factory=list)
+    errors: list[LogUnreadable] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
+    empty: list[Finding] = field(default_factory=list)
+
+    def extend(self, other: _Read) -> None:
+        self.streams += other.streams
+        self.errors += other.errors
+        self.notes += other.notes
+        self.empty += other.empty
+
+
 def audit(
     paths: Sequence[str], *, select: Iterable[str] = (), ignore: Iterable[str] = (), jobs: int | None = None,
 ) -> AuditResult:
-    """Audit the logs under `paths` (files, directories, or "-" for stdin).
+    """Audit the logs under `paths` (files, directories, FIFOs or "-" for stdin).
 
     `jobs` processes read the files (default: one per CPU, up to 8, from PARALLEL_FROM files on);
-    the result does not depend on it.
+    the result does not depend on it. Raises ValueError for an unknown or empty rule name.
     """
     rules = enabled(select, ignore)
-    errors: list[LogUnreadable] = []
-    streams: list[RankAudit] = []
-    try:
-        names = discover(paths)
-    except LogUnreadable as exc:
-        names, errors = [], [exc]
-    workers = _workers(jobs, names)
+    found = discover(paths)
+    read = _read_all(found.inputs, jobs)
+    errors = [*found.errors, *read.errors]
+    records = sum(s.records for s in read.streams)
+    notes = read.notes + read.empty if records else read.notes
+    if not records and found.inputs:
+        errors.append(_no_records(paths, found.inputs))
+    causes = root_causes(read.streams)
+    findings = ([f for s in read.streams for f in s.findings()] + cross_rank(read.streams) + notes
+                + [c.finding() for c in causes])
+    kept = tuple(sorted((f for f in findings if f.rule in rules), key=_order))
+    return AuditResult(findings=kept, errors=tuple(errors), ranks=tuple(read.streams), sources=len(found.inputs),
+                       records=records, root_causes=tuple(causes))
+
+
+def _no_records(paths: Sequence[str], inputs: Sequence[Input]) -> LogUnreadable:
+    shown = " ".join("<stdin>" if p == STDIN else p for p in paths)
+    where = shown if len(shown) <= 200 else shown[:200] + "…"
+    what = "the input holds no" if len(inputs) == 1 else f"none of the {len(inputs)} inputs holds a"
+    return unreadable(where, None, f"no records: {what} startup-log record, so nothing was audited; pass a "
+                      "run's log_dir or its rank-*.jsonl files")
+
+
+def _read_all(inputs: Sequence[Input], jobs: int | None) -> _Read:
+    workers = _workers(jobs, inputs)
     if workers > 1:
         try:
-            _read_parallel(names, workers, streams, errors)
+            return _read_parallel(inputs, workers)
         except (OSError, BrokenProcessPool):  # no processes to be had here: read them all ourselves
-            streams.clear()
-            errors.clear()
-            workers = 1
-    if workers == 1:
-        for name in names:
-            _read_source(name, streams, errors)
-    findings = [f for s in streams for f in s.findings()] + cross_rank(streams)
-    kept = tuple(sorted((f for f in findings if f.rule in rules), key=_order))
-    return AuditResult(findings=kept, errors=tuple(errors), ranks=tuple(streams), sources=len(names),
-                       records=sum(s.records for s in streams))
+            pass
+    return _read_files(inputs, MAX_LOGS_PER_INPUT)
 
 
-def _workers(jobs: int | None, names: Sequence[str]) -> int:
-    if STDIN in names:
+def _workers(jobs: int | None, inputs: Sequence[Input]) -> int:
+    if any(i.stream for i in inputs):  # stdin, pipes and FIFOs are read once, by this process
         return 1
     if jobs is None:
-        jobs = min(_cpus(), 8) if len(names) >= PARALLEL_FROM else 1
-    return max(1, min(jobs, len(names)))
+        jobs = min(_cpus(), 8) if len(inputs) >= PARALLEL_FROM else 1
+    return max(1, min(jobs, len(inputs)))
 
 
 def _cpus() -> int:
@@ -94,29 +119,28 @@ def _cpus() -> int:
     return os.cpu_count() or 1
 
 
-def _read_files(names: Sequence[str]) -> tuple[list[RankAudit], list[LogUnreadable]]:
-    streams: list[RankAudit] = []
-    errors: list[LogUnreadable] = []
-    for name in names:
-        _read_source(name, streams, errors)
-    return streams, errors
+def _read_files(inputs: Sequence[Input], limit: int) -> _Read:
+    read = _Read()
+    for source in inputs:
+        _read_source(source, read, limit)
+    return read
 
 
-def _read_parallel(names: Sequence[str], workers: int, streams: list[RankAudit],
-                   errors: list[LogUnreadable]) -> None:
-    """Files split into contiguous chunks, read by this process and `workers - 1` others; results
+def _read_parallel(inputs: Sequence[Input], workers: int) -> _Read:
+    """Inputs split into contiguous chunks, read by this process and `workers - 1` others; results
     kept in input order. This process reads its share itself rather than wait idle."""
     chunks = workers * 4
-    size = -(-len(names) // chunks)
-    parts = [names[i:i + size] for i in range(0, len(names), size)]
+    size = -(-len(inputs) // chunks)
+    parts = [inputs[i:i + size] for i in range(0, len(inputs), size)]
     own = len(parts) // workers
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    read = _Read()
     with ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context(method)) as pool:
-        others = [pool.submit(_read_files, part) for part in parts[own:]]
-        mine = [_read_files(part) for part in parts[:own]]
-        for part_streams, part_errors in [*mine, *(f.result() for f in others)]:
-            streams.extend(part_streams)
-            errors.extend(part_errors)
+        others = [pool.submit(_read_files, part, MAX_LOGS_PER_INPUT) for part in parts[own:]]
+        mine = [_read_files(part, MAX_LOGS_PER_INPUT) for part in parts[:own]]
+        for part in [*mine, *(f.result() for f in others)]:
+            read.extend(part)
+    return read
 
 
 def _order(finding: Finding) -> tuple[Any, ...]:
@@ -124,123 +148,24 @@ def _order(finding: Finding) -> tuple[Any, ...]:
             finding.source or "", finding.line or 0)
 
 
-def _read_source(name: str, streams: list[RankAudit], errors: list[LogUnreadable]) -> None:
-    shown = name
-    mine: list[RankAudit] = []
+def _read_source(source: Input, read: _Read, limit: int) -> None:
+    feeder = Feeder(STDIN_NAME if source.name == STDIN else source.name, limit)
     try:
-        shown, handle = open_source(name)
-        try:
-            _feed_lines(shown, handle, mine)
-        finally:
-            if name != STDIN:
-                handle.close()
-    except LogUnreadable as exc:
-        errors.append(exc)
-    except OSError as exc:
-        errors.append(unreadable(shown, None, f"cannot read: {exc.strerror or exc}"))
-    for stream in mine:
-        stream.finish()
-    streams.extend(mine)
-
-
-def _feed_lines(name: str, handle: Any, mine: list[RankAudit]) -> None:
-    """Parse each line and feed it to its rank. Hot loop: a record that continues the current
-    rank's chain with the same envelope and whose bytes hash to its `hash` as the writer laid them
-    out (sorted-keys body, then `,"hash":"<hex>"}`) is checked here on locals, and only records
-    with a handler reach the RankAudit; everything else goes through `feed`, which re-checks it
-    in full (re-serializing for the hash)."""
-    router = _Router(name, mine)
-    reader = Lines(name, handle)
-    loads, decode_error, sha256 = orjson.loads, orjson.JSONDecodeError, hashlib.sha256
-    head, envelope, suffix = _HEAD, _ENVELOPE, -_SUFFIX
-    cur: RankAudit | None = None
-    nxt, env, table = -1, (), TABLES[False, False]
-    prev: str | None = ""
-    ts_last, fast, fast_line = 0.0, 0, 0
-    for lineno, line in reader:
-        try:
-            rec = loads(line)
-        except decode_error as exc:
-            _sync(cur, nxt, prev, ts_last, fast, fast_line)
-            _cut_or_raise(name, lineno, line, reader.cut, cur, exc)
+        lines, skipped = open_input(source)
+        if lines is None:
+            read.notes += [skipped] if skipped is not None else []
             return
         try:
-            event, ts, seq, p, digest = head(rec)
-            handler = table[event]
-            ok = (seq == nxt and p == prev and type(ts) is float and envelope(rec) == env
-                  and sha256(line[:suffix] + b"}").hexdigest() == digest)
-        except (KeyError, TypeError):  # a field missing, an unhashable event, not an object
-            ok = False
-        if ok:
-            nxt, prev, ts_last, fast, fast_line = seq + 1, digest, ts, fast + 1, lineno
-            if handler is not None and cur is not None:
-                cur.line = lineno  # where a finding points; the chain state is synced lazily
-                handler(cur, rec, ts)
-                table = TABLES[cur.validated, cur.rebind_pending]
-            continue
-        _sync(cur, nxt, prev, ts_last, fast, fast_line)
-        fast = 0
-        if type(rec) is not dict:
-            raise unreadable(name, lineno, f"a record must be a JSON object, not {type(rec).__name__}")
-        if cur is None or rec.get("prev_hash") != cur.prev:
-            cur = router.switch(cur, rec)
-        cur.feed(rec, line, lineno)
-        nxt, prev, env, table = cur.next_seq, cur.prev, cur.envelope, cur.handlers
-    _sync(cur, nxt, prev, ts_last, fast, fast_line)
-
-
-def _sync(cur: RankAudit | None, nxt: int, prev: Any, ts: float, fast: int, line: int) -> None:
-    """Write the hot loop's locals back to the rank after `fast` records went through it."""
-    if cur is not None and fast:
-        cur.next_seq, cur.prev, cur.last_ts, cur.line = nxt, prev, ts, line
-        cur.records += fast
-        cur.handlers = TABLES[cur.validated, cur.rebind_pending]
-
-
-def _cut_or_raise(name: str, lineno: int, line: bytes, cut: int, cur: RankAudit | None,
-                  exc: orjson.JSONDecodeError) -> None:
-    if lineno == cut and cur is not None:
-        cur.flag("LA009", f"the last line ({len(line)} bytes) is cut off: the writer died mid-record",
-                 line=lineno)
-        return
-    raise unreadable(name, lineno, f"not a JSON record ({_reason(exc)})") from None
-
-
-def _reason(exc: orjson.JSONDecodeError) -> str:
-    return str(exc).split(":")[0][:80]
-
-
-class _Router:
-    """Which rank stream a record belongs to when it does not continue the current one: the stream
-    whose last hash is its prev_hash, else the one with its (run_id, rank), else a new one. Lets
-    stdin carry many ranks' logs, concatenated or interleaved."""
-
-    __slots__ = ("by_key", "name", "streams", "tails")
-
-    def __init__(self, name: str, streams: list[RankAudit]) -> None:
-        self.name = name
-        self.streams = streams
-        self.tails: dict[str, RankAudit] = {}
-        self.by_key: dict[tuple[Any, Any], RankAudit] = {}
-
-    def switch(self, current: RankAudit | None, rec: dict[str, Any]) -> RankAudit:
-        if current is not None and current.prev is not None and current.records:
-            self.tails[current.prev] = current
-        prev = rec.get("prev_hash")
-        fresh = prev == GENESIS and rec.get("seq") == 0
-        stream = None if fresh or type(prev) is not str else self.tails.pop(prev, None)
-        if stream is not None:
-            return stream
-        key = (rec.get("run_id"), rec.get("rank"))
-        stream = None if fresh else self.by_key.get(key)
-        if stream is None:
-            if len(self.streams) >= MAX_LOGS_PER_INPUT:
-                raise unreadable(self.name, None, f"more than {MAX_LOGS_PER_INPUT} logs start in this one input "
-                                 "(records with seq 0): this is not one run's startup logs")
-            stream = RankAudit(self.name)
-            self.streams.append(stream)
-            self.by_key[key] = stream
-        elif stream.prev is not None:
-            self.tails.pop(stream.prev, None)
-        return stream
-
+            feeder.feed(lines)
+        finally:
+            lines.close()
+        if not lines.count and not source.stream:
+            read.empty.append(Finding(rule="LA009", rank=file_rank(source.name), source=source.name, message=_EMPTY))
+    except LogUnreadable as exc:
+        read.errors.append(exc.with_traceback(None))  # its frames would keep this input's records alive
+    except OSError as exc:
+        read.errors.append(unreadable(feeder.name, None, f"cannot read: {exc.strerror or exc}"))
+    finally:
+        for stream in feeder.streams:
+            stream.finish()
+        read.streams += feeder.streams

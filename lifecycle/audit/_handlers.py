@@ -1,44 +1,60 @@
-"""Per-event rules: one function per startup-log event the audit looks inside (docs/log-format.md)."""
+"""Per-event rules: one function per startup-log event the audit looks inside (docs/log-format.md).
+
+Called for a few records per transition, in the reader's hot loop: plain dict reads, no helpers
+on the common path.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from sys import intern
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lifecycle.audit import _steps
-from lifecycle.audit._records import Segment, unreadable
+from lifecycle.audit._records import Failure, Segment, unreadable
+from lifecycle.audit._state import RankState
 from lifecycle.log import events
-from states import PLAN_TARGETS, State
-
-if TYPE_CHECKING:
-    from lifecycle.audit._rank import RankAudit
+from states import PLAN_TARGETS, State, Trigger
 
 _CAP = 256
-_STATES = frozenset(s.name for s in State)
-_TRIGGERS_REBIND = frozenset({"rebuild", "restart"})
+_STATES = {s.name: s.name for s in State}
+_TRIGGERS = {t.value: t.value for t in Trigger}
+_TRIGGERS_REBIND = frozenset({Trigger.REBUILD.value, Trigger.RESTART.value})
 _BOUND = State.CALLBACKS_BOUND.name
 _PLAN_TARGETS = {plan.value: state.name for plan, state in PLAN_TARGETS.items()}
 _VALIDATED, _SHUT_DOWN, _FAILED = State.VALIDATED.name, State.SHUT_DOWN.name, State.FAILED.name
+_new_segment = tuple.__new__  # Segment(...) runs a Python-level __new__; this builds the same tuple in C
 
 
-def _str(audit: RankAudit, rec: dict[str, Any], key: str, *, optional: bool = False) -> Any:
+def _bad(audit: RankState, rec: dict[str, Any], key: str, want: str) -> Exception:
+    return unreadable(audit.source, audit.line,
+                      f"{rec.get('event')}: field {key!r} is {repr(rec.get(key))[:60]}, expected {want}")
+
+
+def _str(audit: RankState, rec: dict[str, Any], key: str, *, optional: bool = False) -> Any:
     value = rec.get(key)
     if type(value) is str or (optional and value is None):
         return value
-    raise unreadable(audit.source, audit.line,
-                     f"{rec.get('event')}: field {key!r} is {repr(value)[:60]}, expected a str")
+    raise _bad(audit, rec, key, "a str")
 
 
-def _state(audit: RankAudit, rec: dict[str, Any], key: str) -> str:
-    value = _str(audit, rec, key)
-    if value not in _STATES:
-        raise unreadable(audit.source, audit.line,
-                         f"{rec.get('event')}: field {key!r} is {value[:60]!r}, not a state name")
-    return str(value)
+def _state(audit: RankState, rec: dict[str, Any], key: str) -> str:
+    value = rec.get(key)
+    name = _STATES.get(value) if type(value) is str else None
+    if name is None:
+        raise _bad(audit, rec, key, "a state name")
+    return name
 
 
-def started(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def _trigger(audit: RankState, rec: dict[str, Any]) -> str:
+    # Interned: every rank holds the same few names, once in memory and once per pickle.
+    trigger = rec.get("trigger")
+    if type(trigger) is not str:
+        raise _bad(audit, rec, "trigger", "a str")
+    return _TRIGGERS.get(trigger) or intern(trigger)
+
+
+def started(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     audit.plan = _str(audit, rec, "plan", optional=True)
     if rec.get("target") is not None:
         audit.target = _state(audit, rec, "target")
@@ -46,28 +62,39 @@ def started(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
         audit.target = _PLAN_TARGETS[audit.plan]
 
 
-def transition_started(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
-    audit.open_trigger = _str(audit, rec, "trigger")
+def transition_started(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+    trigger = rec.get("trigger")
+    if type(trigger) is not str:
+        raise _bad(audit, rec, "trigger", "a str")
+    audit.open_trigger = _TRIGGERS.get(trigger) or intern(trigger)
     audit.open_start = ts
 
 
-def transition_completed(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
-    # Interned: every rank holds the same few names, once in memory and once per pickle.
-    trigger = intern(_str(audit, rec, "trigger"))
-    dest = intern(_state(audit, rec, "dest"))
+def transition_completed(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+    trigger = rec.get("trigger")
+    if type(trigger) is not str:
+        raise _bad(audit, rec, "trigger", "a str")
+    trigger = _TRIGGERS.get(trigger) or intern(trigger)
+    dest = rec.get("dest")
+    dest = _STATES.get(dest) if type(dest) is str else None
+    if dest is None:
+        raise _bad(audit, rec, "dest", "a state name")
     start = audit.open_start if audit.open_trigger == trigger else ts
+    if start > ts:  # the clock went backwards (LA017): a zero duration, never a negative one
+        start = ts
     if len(audit.segments) < _CAP:
-        audit.segments.append(Segment(dest, trigger, start, ts, audit.generation))
+        audit.segments.append(_new_segment(Segment, (dest, trigger, start, ts, audit.generation)))
     if len(audit.transitions) < _CAP:
         audit.transitions.append((trigger, dest))
     fingerprint = rec.get("config_fingerprint")
     if fingerprint is not None and audit.fingerprint is not None and fingerprint != audit.fingerprint:
         audit.flag("LA005", f"{trigger!r} completed with config fingerprint {str(fingerprint)[:16]}, "
                    f"but VALIDATED fingerprinted {audit.fingerprint[:16]}: the config changed")
-    if dest == _FAILED and audit.failure is None:  # `lc.fail(reason)`: no transition_failed before it
+    if dest == _FAILED:  # `lc.fail(reason)`: no transition_failed before it
         reason = rec.get("reason")
-        audit.failure = (f"{trigger!r} moved the rank to FAILED from state {audit.state}"
-                         + (f": {str(reason)[:200]}" if reason else ""))
+        audit.fail(Failure(kind="failed", ts=ts, line=audit.line, state=audit.state, trigger=trigger,
+                           message=f"{trigger!r} moved the rank to FAILED from state {audit.state}"
+                           + (f": {str(reason)[:200]}" if reason else "")))
     audit.state = dest
     audit.open_trigger = None
     if dest == _VALIDATED:
@@ -84,32 +111,61 @@ def transition_completed(audit: RankAudit, rec: dict[str, Any], ts: float) -> No
         audit.shut = True
 
 
-def transition_failed(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
-    trigger = _str(audit, rec, "trigger")
-    error_type = rec.get("error_type")
-    audit.failure = (f"{trigger!r} failed in state {audit.state} with {error_type}: "
-                     f"{str(rec.get('error'))[:200]}")
+def transition_failed(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+    trigger = _trigger(audit, rec)
+    audit.fail(Failure(kind="failed", ts=ts, line=audit.line, state=audit.state, trigger=trigger,
+                       message=f"{trigger!r} failed in state {audit.state} with {rec.get('error_type')}: "
+                       f"{str(rec.get('error'))[:200]}"))
     audit.state = _FAILED
     audit.open_trigger = None
 
 
-def config_validated(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def _during(audit: RankState) -> str:
+    return f" during {audit.open_trigger!r}" if audit.open_trigger else ""
+
+
+def startup_aborted(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+    signal = str(rec.get("signal"))[:40]
+    state = str(rec.get("state") or audit.state)[:40]
+    audit.fail(Failure(kind="aborted", ts=ts, line=audit.line, state=state, trigger=audit.open_trigger,
+                       signal=signal, message=f"startup aborted by {signal} in state {state}{_during(audit)}"))
+
+
+def peer_failed(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+    peer = rec.get("peer_rank")
+    peer = peer if type(peer) is int else None
+    audit.fail(Failure(kind="peer_failed", ts=ts, line=audit.line, state=audit.state, trigger=audit.open_trigger,
+                       peer=peer, message=f"stopped in state {audit.state}{_during(audit)} because peer rank "
+                       f"{peer} failed in state {str(rec.get('peer_state'))[:40]}: {str(rec.get('error'))[:200]}"))
+
+
+def state_timeout(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+    state = str(rec.get("state") or audit.state)[:40]
+    missing = rec.get("missing")
+    waiting = f", waiting for ranks {str(missing)[:120]}" if missing else ""
+    trigger = rec.get("trigger")
+    during = f" during {str(trigger)[:40]!r}" if trigger else _during(audit)
+    audit.fail(Failure(kind="timeout", ts=ts, line=audit.line, state=state, trigger=audit.open_trigger,
+                       message=f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}"))
+
+
+def config_validated(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     audit.fingerprint = _str(audit, rec, "fingerprint")
     audit.validated = True
 
 
-def config_mutated(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def config_mutated(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     audit.flag("LA005", f"config field {str(rec.get('field'))!r} changed after VALIDATED: "
                f"validated {str(rec.get('validated'))[:60]}, now {str(rec.get('current'))[:60]}")
 
 
-def side_effect(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def side_effect(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     if not audit.validated:
         audit.flag("LA001", f"side effect {str(rec.get('kind'))!r} (trigger {rec.get('trigger')!r}) "
                    f"in state {audit.state}, before the config was VALIDATED")
 
 
-def tripwire(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def tripwire(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     trigger = rec.get("trigger")
     during = f"during {trigger!r}" if trigger is not None else "outside any transition"
     audit.flag("LA012", f"tripwire on {str(rec.get('target'))!r} ({rec.get('kind')}, owned by "
@@ -117,14 +173,14 @@ def tripwire(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
                f"with policy {rec.get('policy')!r}")
 
 
-def model_built(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def model_built(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     audit.model_gen = True
     audit.model_id = _str(audit, rec, "model_config_id", optional=True)
     if audit.rebind_pending:
         audit.rebuilt = True
 
 
-def callbacks_bound(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def callbacks_bound(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     target = _str(audit, rec, "target_id", optional=True)
     scheduler = _str(audit, rec, "scheduler_config_id", optional=True)
     if not audit.model_gen:
@@ -142,32 +198,32 @@ def callbacks_bound(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
     _steps.on_bound(audit)
 
 
-def callbacks_unbound(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def callbacks_unbound(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     _steps.close_binding(audit)
 
 
-def step_completed(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def step_completed(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     if audit.rebind_pending and audit.rebuilt and audit.target == _BOUND:
-        audit._flag_no_rebind("trained")
+        audit.flag_no_rebind("trained")
         return
     _steps.on_step(audit)
 
 
-def first_step_finalized(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def first_step_finalized(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     _steps.on_first_step(audit)
 
 
-def first_step_not_finalized(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def first_step_not_finalized(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     _steps.on_first_step(audit)
     audit.flag("LA011", f"the first training step called the gradient finalizer "
                f"{rec.get('finalizer_calls')} times, not once: gradients were not synchronized correctly")
 
 
-def shutdown(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def shutdown(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     audit.shut = True
 
 
-def simulation(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+def simulation(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     value = rec.get("simulated")
     if type(value) is not int or value < 1:
         raise unreadable(audit.source, audit.line, f"{rec.get('event')}: field 'simulated' is "
@@ -175,13 +231,16 @@ def simulation(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
     audit.simulated = value
 
 
-Handler = Callable[["RankAudit", dict[str, Any], float], None]
+Handler = Callable[[RankState, dict[str, Any], float], None]
 
 HANDLERS: dict[str, Handler] = {
     events.LIFECYCLE_STARTED: started,
     events.TRANSITION_STARTED: transition_started,
     events.TRANSITION_COMPLETED: transition_completed,
     events.TRANSITION_FAILED: transition_failed,
+    events.STARTUP_ABORTED: startup_aborted,
+    events.PEER_FAILED: peer_failed,
+    events.STATE_TIMEOUT: state_timeout,
     events.CONFIG_VALIDATED: config_validated,
     events.CONFIG_MUTATED: config_mutated,
     events.SIDE_EFFECT: side_effect,
@@ -197,16 +256,13 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def _table(validated: bool, rebind_pending: bool) -> dict[str, Handler | None]:
-    """Every event -> its handler, or None where nothing needs checking in this situation: side
-    effects only matter before VALIDATED. (Steps are always checked: LA030, LA031.)"""
-    table: dict[str, Handler | None] = dict.fromkeys(events.ALL)
-    table.update(HANDLERS)
-    if validated:
-        table[events.SIDE_EFFECT] = None
-    return table
+def _wanted(validated: bool, rebind_pending: bool) -> frozenset[str]:
+    """The events whose handler can change anything in this situation: side effects only matter
+    before VALIDATED. (Steps are always checked: LA030, LA031.)"""
+    skip = {events.SIDE_EFFECT} if validated else set()
+    return frozenset(HANDLERS.keys() - skip)
 
 
-TABLES: dict[tuple[bool, bool], dict[str, Handler | None]] = {
-    (v, r): _table(v, r) for v in (False, True) for r in (False, True)
+WANTED: dict[tuple[bool, bool], frozenset[str]] = {
+    (v, r): _wanted(v, r) for v in (False, True) for r in (False, True)
 }

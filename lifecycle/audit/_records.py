@@ -1,4 +1,4 @@
-"""What the audit reports: findings, per-rank timing segments, unreadable-input errors."""
+"""What the audit reports: findings, failures, per-rank timing segments, unreadable-input errors."""
 
 from __future__ import annotations
 
@@ -6,6 +6,11 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from lifecycle.errors import LogUnreadable
+
+CAUSE_KINDS = ("failed", "died", "timeout")
+"""Failures a rank can cause on its own, in the order that breaks a tie between equal timestamps."""
+VICTIM_KINDS = ("aborted", "peer_failed")
+"""Failures that happen to a rank because of another one: a signal from the launcher, a peer's error."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,10 +32,30 @@ class Finding:
         return f"{self.source}:{self.line}" if self.line is not None else self.source
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failure:
+    """The first failure of a rank that it did not recover from.
+
+    `kind` is one of CAUSE_KINDS (`failed`: a transition failed or `fail()` was called; `died`: the
+    log stops; `timeout`: a `state_timeout`) or VICTIM_KINDS (`aborted`: a `startup_aborted` by a
+    signal; `peer_failed`). `ts` is the record's time; for `died`, the last record's (the rank died
+    at or after it). `peer` is the rank a `peer_failed` names, `signal` the signal of an abort.
+    """
+
+    kind: str
+    message: str
+    ts: float | None
+    line: int | None
+    state: str
+    trigger: str | None = None
+    peer: int | None = None
+    signal: str | None = None
+
+
 class Segment(NamedTuple):
     """The entry work of one state on one rank: from `transition_started` to `transition_completed`.
     A NamedTuple, not a dataclass: thousands per audit are made in the hot loop and sent between
-    processes."""
+    processes. `end` is never before `start` (a clock that went backwards gives a zero duration)."""
 
     state: str
     trigger: str
@@ -40,7 +65,7 @@ class Segment(NamedTuple):
 
     @property
     def duration(self) -> float:
-        return self.end - self.start
+        return max(0.0, self.end - self.start)
 
 
 def unreadable(source: str, line: int | None, reason: str) -> LogUnreadable:

@@ -1,4 +1,8 @@
-"""The audit's output: a human report (systemd-analyze style) or JSON."""
+"""The audit's output: a human report (systemd-analyze style) or JSON.
+
+Text output escapes every character that is not printable (terminal escape sequences in an `error`
+field, a file name with a newline): a log is untrusted input and must not drive the terminal.
+"""
 
 from __future__ import annotations
 
@@ -8,47 +12,68 @@ import orjson
 
 from lifecycle.audit._audit import AuditResult
 from lifecycle.audit._cross import ranges
+from lifecycle.audit._records import Finding
 from lifecycle.audit._rules import BY_ID
 from lifecycle.audit._timing import blame, critical_chain, rank_blame, stragglers
 
 PER_RULE = 10
+_CAUSE = "LA018"
+
+
+def printable(text: str) -> str:
+    """`text` with control and other non-printable characters written as Python escapes (`\\x1b`)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def text(result: AuditResult, *, show_blame: bool = False, show_chain: bool = False,
          per_rule: int = PER_RULE) -> str:
-    """The report. At most `per_rule` findings of each rule are printed, then the ranks of the rest
-    (`--format json` has every one)."""
-    out = [_summary(result)]
+    """The report: the summary, then the root cause, then the findings. At most `per_rule` findings
+    of each rule are printed, then the ranks of the rest (`--format json` has every one)."""
+    causes = [f for f in result.findings if f.rule == _CAUSE]
+    out = [_summary(result), *map(_line, causes)]
     shown: dict[str, int] = {}
     rest: dict[str, list[int]] = {}
     for f in result.findings:
+        if f.rule == _CAUSE:
+            continue
         shown[f.rule] = shown.get(f.rule, 0) + 1
         if shown[f.rule] > per_rule:
             rest.setdefault(f.rule, []).append(-1 if f.rank is None else f.rank)
             continue
-        rule = BY_ID[f.rule]
-        rank = "" if f.rank is None else f" rank {f.rank}"
-        more = f" (x{f.count})" if f.count > 1 else ""
-        out.append(f"{f.where}:{rank} {rule.id} [{rule.slug}] {f.message}{more}")
+        out.append(_line(f))
     for rule_id, ranks in rest.items():
         out.append(f"{rule_id} [{BY_ID[rule_id].slug}] also on ranks {ranges(ranks)}")
     if show_blame:
-        out += _blame_lines(result)
+        out += _blame_lines(result, causes)
     if show_chain:
         out += _chain_lines(result)
     if show_blame or show_chain:
         out += _straggler_lines(result)
-    return "\n".join(out)
+    return "\n".join(map(printable, out))
+
+
+def _line(f: Finding) -> str:
+    rule = BY_ID[f.rule]
+    rank = "" if f.rank is None else f" rank {f.rank}"
+    more = f" (x{f.count})" if f.count > 1 else ""
+    return f"{f.where}:{rank} {rule.id} [{rule.slug}] {f.message}{more}"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _summary(result: AuditResult) -> str:
-    ranks = sorted({a.rank for a in result.ranks if a.rank is not None})
-    verdict = ("UNREADABLE INPUT" if result.errors else
-               f"{len(result.findings)} violation(s)" if result.findings else "clean")
-    shown = ranges(ranks) if ranks else "no ranks"
+    ranks = sorted({a.rank for a in result.ranks if a.rank is not None and a.records})
+    who = ("no ranks" if not ranks else f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranges(ranks)}")
+    verdict = ("no records" if not result.records else "UNREADABLE INPUT" if result.errors else
+               _plural(len(result.findings), "violation") if result.findings else "clean")
     sim = simulated(result)
-    shown += f", simulated {sim['ranks']} of {sim['world_size']}" if sim else ""
-    return f"audited {result.records} records from {result.sources} input(s), ranks {shown}: {verdict}"
+    who += f", simulated {sim['ranks']} of {sim['world_size']}" if sim else ""
+    return (f"audited {_plural(result.records, 'record')} from {_plural(result.sources, 'input')}, "
+            f"{who}: {verdict}")
 
 
 def simulated(result: AuditResult) -> dict[str, int] | None:
@@ -59,9 +84,10 @@ def simulated(result: AuditResult) -> dict[str, int] | None:
     return {"ranks": len(ranks), "world_size": max(a.world_size or 0 for a in result.ranks)}
 
 
-def _blame_lines(result: AuditResult) -> list[str]:
-    out = ["", "blame (entry time per state across ranks, slowest first):",
-           f"  {'state':<16} {'ranks':>6} {'median':>9} {'p90':>9} {'max':>9}  slowest rank"]
+def _blame_lines(result: AuditResult, causes: list[Finding]) -> list[str]:
+    out = ["", "blame (entry time per state across ranks, slowest first):"]
+    out += [f"  {_line(f)}" for f in causes]
+    out.append(f"  {'state':<16} {'ranks':>6} {'median':>9} {'p90':>9} {'max':>9}  slowest rank")
     for b in blame(result.ranks):
         out.append(f"  {b.state:<16} {b.ranks:>6} {_s(b.median)} {_s(b.p90)} {_s(b.max)}  {b.slowest_rank}")
     out += ["", "slowest ranks:"]
@@ -96,6 +122,7 @@ def as_json(result: AuditResult, *, with_timing: bool = True) -> bytes:
         "ranks": len(result.ranks),
         "simulated": simulated(result),
         "errors": [{key: e.context.get(key) for key in ("source", "line", "reason")} for e in result.errors],
+        "root_causes": [_fields(c) | {"victims": [_fields(v) for v in c.victims]} for c in result.root_causes],
         "findings": [
             {"rule": f.rule, "slug": BY_ID[f.rule].slug, "message": f.message, "run_id": f.run_id,
              "rank": f.rank, "source": f.source, "line": f.line, "count": f.count}

@@ -46,13 +46,22 @@ RULES: tuple[Rule, ...] = (
     Rule(id="LA012", slug="tripwire-violation",
          summary="a tripwire caught a side effect outside its owning transition"),
     Rule(id="LA013", slug="startup-failed",
-         summary="a transition failed and the rank ended in FAILED"),
+         summary="a rank's startup failed (a transition failed, a signal, a peer's failure or a timeout) "
+                 "and it did not recover"),
     Rule(id="LA014", slug="missing-ranks",
          summary="world_size names more ranks than there are logs"),
     Rule(id="LA015", slug="duplicate-ranks",
          summary="more than one log claims the same rank of one run"),
     Rule(id="LA016", slug="mixed-runs",
          summary="the logs belong to more than one run"),
+    Rule(id="LA017", slug="time-went-backwards",
+         summary="a record's timestamp is earlier than the record before it in the same log"),
+    Rule(id="LA018", slug="root-cause",
+         summary="a startup failed: the rank whose own failure came first, and the ranks that failed after it"),
+    Rule(id="LA019", slug="file-rank-mismatch",
+         summary="a rank-NNNNN.jsonl file holds another rank's records, or a log's rank changes"),
+    Rule(id="LA020", slug="not-a-regular-file",
+         summary="a directory entry named like a rank log is not a regular file and was skipped"),
     Rule(id="LA030", slug="step-without-binding",
          summary="a training step was logged outside CALLBACKS_BOUND in a plan that binds callbacks"),
     Rule(id="LA031", slug="first-step-unchecked",
@@ -63,10 +72,14 @@ BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 _BY_SLUG: dict[str, Rule] = {rule.slug: rule for rule in RULES}
 
 
-def resolve(names: Iterable[str]) -> frozenset[str]:
-    """Rule ids for ids, id prefixes (`LA00`) or slugs; raises ValueError naming the unknown one."""
+def resolve(names: Iterable[str], option: str = "--select") -> frozenset[str]:
+    """Rule ids for ids, id prefixes (`LA00`) or slugs; raises ValueError naming the unknown one,
+    or a value that names no rule at all (`--select ""` must not pass a log by checking nothing)."""
     chosen: set[str] = set()
     for raw in names:
+        if not raw.replace(",", "").strip():
+            raise ValueError(f"{option} {raw!r} names no rule: give rule ids (LA003), id prefixes (LA00) or "
+                             "slugs (binding-wrong-target), comma-separated")
         for name in (part.strip() for part in raw.split(",")):
             if not name:
                 continue
@@ -83,5 +96,5 @@ def resolve(names: Iterable[str]) -> frozenset[str]:
 def enabled(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> frozenset[str]:
     """The rule ids to report: all (or `select`) minus `ignore`."""
     selected = list(select)
-    base = resolve(selected) if selected else frozenset(BY_ID)
-    return base - resolve(ignore)
+    base = resolve(selected, "--select") if selected else frozenset(BY_ID)
+    return base - resolve(ignore, "--ignore")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from states import State
 
 if TYPE_CHECKING:
-    from lifecycle.audit._rank import RankAudit
+    from lifecycle.audit._state import RankState as RankAudit
 
 _BOUND = State.CALLBACKS_BOUND.name
 

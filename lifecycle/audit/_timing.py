@@ -103,7 +103,7 @@ def critical_chain(ranks: Sequence[RankAudit]) -> list[ChainLink]:
             held = latest.get(seg.state)
             if held is None or seg.end > held[0]:
                 latest[seg.state] = (seg.end, audit.rank, seg.duration)
-    chain = [ChainLink(state=s, rank=latest[s][1], at=latest[s][0] - t0, duration=latest[s][2])
+    chain = [ChainLink(state=s, rank=latest[s][1], at=max(0.0, latest[s][0] - t0), duration=latest[s][2])
              for s in sorted(latest, key=order.__getitem__)]
     return chain
 

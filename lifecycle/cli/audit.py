@@ -27,15 +27,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lifecycle.audit import EXIT_UNREADABLE, as_json, audit, text
+    from lifecycle.audit import EXIT_UNREADABLE, as_json, audit, printable, text
 
     try:
         result = audit(args.paths, select=args.select, ignore=args.ignore, jobs=args.jobs)
-    except ValueError as exc:  # an unknown rule name in --select/--ignore
-        print(f"lifecycle audit: {exc}", file=sys.stderr)
+    except ValueError as exc:  # an unknown or empty rule name in --select/--ignore
+        print(f"lifecycle audit: {printable(str(exc))}", file=sys.stderr)
         return EXIT_UNREADABLE
     for error in result.errors:
-        print(f"lifecycle audit: {error}", file=sys.stderr)
+        print(f"lifecycle audit: {printable(str(error))}", file=sys.stderr)
     if args.format == "json":
         sys.stdout.buffer.write(as_json(result) + b"\n")
     else:

@@ -19,7 +19,7 @@ from lifecycle import InProcessPhases, LifecycleError
 from lifecycle.audit import audit
 from states import Plan, State, Trigger
 
-USER_CAUSED = {"LA004", "LA013"}
+USER_CAUSED = {"LA004", "LA013", "LA018"}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -47,3 +47,4 @@ def test_engine_logs_only_ever_show_what_the_user_did(plan: str, triggers: list[
         assert "LA004" not in found
     if not failed and not any(t is Trigger.FAIL for t in triggers):
         assert "LA013" not in found
+    assert ("LA018" in found) == ("LA013" in found)  # one rank: its failure is the root cause

@@ -8,16 +8,22 @@ MODEL_BUILT, ...); `clean_events` is the minimal startup those tests start from.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import os
 import signal
 import time
+import types
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
 from lifecycle.audit import AuditResult, audit
-from lifecycle.log import AuditLog
+from lifecycle.log import GENESIS, AuditLog
 from lifecycle.runtime import PhaseContext, Runtime
 
 FP = "f" * 64
@@ -153,6 +159,42 @@ def index(ev: Events, event: str, **match: Any) -> int:
         if name == event and all(fields.get(k) == v for k, v in match.items()):
             return i
     raise LookupError(f"no {event} {match}")
+
+
+@contextlib.contextmanager
+def clock(times: Iterable[float]) -> Iterator[None]:
+    """The log writer's clock returns `times`, one per record (then keeps the last): ranks whose
+    records happen at chosen moments."""
+    import lifecycle.log._writer as auditlog
+
+    values = iter(times)
+    last = [0.0]
+
+    def now() -> float:
+        last[0] = next(values, last[0])
+        return last[0]
+
+    saved = auditlog.time
+    auditlog.time = types.SimpleNamespace(time=now)  # type: ignore[assignment]  # only the writer's clock
+    try:
+        yield
+    finally:
+        auditlog.time = saved
+
+
+def rechain(path: Path, edit: Callable[[list[dict[str, Any]]], None]) -> None:
+    """Edit a log's records and write them back with their hash chain recomputed, byte for byte
+    as AuditLog lays lines out: what a user does who wants the audit to trust the edit."""
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    edit(records)
+    prev, out = GENESIS, []
+    for rec in records:
+        rec.pop("hash", None)
+        rec["prev_hash"] = prev
+        body = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS)
+        prev = hashlib.sha256(body).hexdigest()
+        out.append(body[:-1] + b',"hash":"' + prev.encode() + b'"}\n')
+    path.write_bytes(b"".join(out))
 
 
 def write_events(log_dir: Path, ev: Events, *, rank: int = 0, world: int = 1, run_id: str = "hand") -> Path:

@@ -188,3 +188,23 @@ def test_without_worker_processes_the_files_are_read_in_this_one(faulty: Path,
 
     monkeypatch.setattr(audit_module, "ProcessPoolExecutor", no_processes)
     assert audit([str(faulty)], jobs=2).findings == audit([str(faulty)], jobs=1).findings
+
+
+def test_the_writers_bytes_are_hashed_as_laid_out_without_re_serializing(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """AuditLog appends `,"hash":"<hex>"}` to the sorted-keys body it hashed: the audit hashes the
+    line minus that suffix plus `}` and never needs record_hash for an engine's log."""
+    import lifecycle.audit._rank as rank_module
+
+    def refuse(record: object) -> str:
+        raise AssertionError("re-serialized a record the writer laid out")
+
+    monkeypatch.setattr(rank_module, "record_hash", refuse)
+    lc = engine_rank(tmp_path)
+    lc.advance_to(State.CALLBACKS_BOUND)
+    lc.rebuild()
+    lc.restart()
+    lc.advance_to(State.CALLBACKS_BOUND)
+    lc.shutdown()
+    result = audit([str(tmp_path)], jobs=1)
+    assert (result.exit_code, result.findings) == (0, ())

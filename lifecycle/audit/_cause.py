@@ -1,0 +1,132 @@
+"""Cause versus victims: which rank's failure started a failed startup, and which ranks failed
+because of it (LA018).
+
+The root cause is the earliest failure a rank had on its own — a transition that failed, a log
+that stops (the rank died), a state that timed out — by timestamp, ties broken by that order and
+then by rank. A `startup_aborted` (a signal: the launcher stopping the others) or a `peer_failed` is
+never the cause while some rank failed on its own. The rest are its victims.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lifecycle.audit._cross import ranges
+from lifecycle.audit._rank import RankAudit
+from lifecycle.audit._records import CAUSE_KINDS, Failure, Finding
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Victim:
+    """A rank that failed after the root cause: `kind` and `message` of its own first failure."""
+
+    rank: int
+    kind: str
+    message: str
+    signal: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RootCause:
+    """The failure that started a run's failed startup. `rank` is None when no rank failed on its
+    own (every failure a signal: the job was stopped from outside); `kind` is a Failure kind, or
+    `peer` (only a peer_failed names it) or `signal`. `at`: seconds after the run's first record."""
+
+    run_id: str | None
+    rank: int | None
+    kind: str
+    message: str
+    source: str | None
+    line: int | None
+    at: float | None
+    victims: tuple[Victim, ...]
+
+    def finding(self) -> Finding:
+        if self.rank is None:
+            text = f"{self.message}{victim_summary(self.victims)}"
+        else:
+            when = f" (+{self.at:.3f}s after the first record)" if self.at is not None else ""
+            text = f"root cause{when}: {self.message}{victim_summary(self.victims)}"
+        return Finding(rule="LA018", run_id=self.run_id, rank=self.rank, source=self.source, line=self.line,
+                       message=text)
+
+
+def victim_summary(victims: Sequence[Victim]) -> str:
+    if not victims:
+        return ""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for victim in victims:
+        groups[_label(victim)].append(victim.rank)
+    return "; victims: " + "; ".join(f"{label} on ranks {ranges(ranks)}" for label, ranks in groups.items())
+
+
+def _label(victim: Victim) -> str:
+    if victim.kind == "aborted":
+        return f"stopped by {victim.signal or 'a signal'}"
+    if victim.kind == "peer_failed":
+        return "stopped by a peer's failure"
+    return {"failed": "failed later", "died": "died later", "timeout": "timed out later"}.get(victim.kind, victim.kind)
+
+
+def root_causes(streams: Sequence[RankAudit]) -> list[RootCause]:
+    """One RootCause per run in which some rank's startup failed."""
+    runs: dict[str | None, list[RankAudit]] = defaultdict(list)
+    for stream in streams:
+        if stream.records and stream.rank is not None:
+            runs[stream.run_id].append(stream)
+    found = []
+    for run_id, group in runs.items():
+        failed = [(s, s.failure) for s in group if s.failure is not None]
+        if failed:
+            found.append(_cause(run_id, group, failed))
+    return found
+
+
+def _cause(run_id: str | None, group: list[RankAudit], failed: list[tuple[RankAudit, Failure]]) -> RootCause:
+    t0 = min((s.first_ts for s in group if s.first_ts is not None), default=None)
+    own = [(s, f) for s, f in failed if f.kind in CAUSE_KINDS]
+    if own:
+        stream, failure = min(own, key=_order)
+        return RootCause(run_id=run_id, rank=stream.rank, kind=failure.kind, message=_what(failure),
+                         source=stream.source, line=failure.line,
+                         at=None if failure.ts is None or t0 is None else max(0.0, failure.ts - t0),
+                         victims=_victims(failed, stream))
+    named = sorted((f.ts or 0.0, f.peer, s.rank) for s, f in failed if f.kind == "peer_failed" and f.peer is not None)
+    if named:
+        return _named_peer(run_id, group, failed, named[0][1], named[0][2])
+    signals = sorted({f.signal or "a signal" for _, f in failed})
+    return RootCause(run_id=run_id, rank=None, kind="signal", source=None, line=None, at=None,
+                     message=f"no rank failed on its own: every failed rank was stopped by {' or '.join(signals)} "
+                     "(the launcher, the scheduler or an operator stopped the job)",
+                     victims=_victims(failed, None))
+
+
+def _order(item: tuple[RankAudit, Failure]) -> tuple[float, int, int]:
+    stream, failure = item
+    ts = failure.ts if failure.ts is not None else float("inf")
+    return ts, CAUSE_KINDS.index(failure.kind), stream.rank if stream.rank is not None else -1
+
+
+def _what(failure: Failure) -> str:
+    if failure.kind == "died":
+        during = f" during {failure.trigger!r}" if failure.trigger else ""
+        return f"the rank died: its log stops in state {failure.state}{during}"
+    return failure.message
+
+
+def _named_peer(run_id: str | None, group: list[RankAudit], failed: list[tuple[RankAudit, Failure]],
+                peer: int | None, witness: int | None) -> RootCause:
+    """No rank's own log shows it failing, but a peer_failed names one: that one is the cause."""
+    logs = [s for s in group if s.rank == peer]
+    own = "its own log shows no failure" if logs else "no log of it was given"
+    return RootCause(run_id=run_id, rank=peer, kind="peer", source=logs[0].source if logs else None,
+                     line=None, at=None, message=f"named by rank {witness}'s peer_failed record; {own}",
+                     victims=_victims(failed, None))
+
+
+def _victims(failed: list[tuple[RankAudit, Failure]], cause: RankAudit | None) -> tuple[Victim, ...]:
+    return tuple(sorted(
+        (Victim(rank=s.rank, kind=f.kind, message=f.message, signal=f.signal) for s, f in failed
+         if s is not cause and s.rank is not None), key=lambda v: v.rank))

@@ -1,0 +1,267 @@
+"""Stream one input's lines into its ranks' audits.
+
+Lines come in batches. Each batch is parsed with orjson, its records' hashes computed on their
+bytes as the writer laid them out (the sorted-keys body, then `,"hash":"<hex>"}`), and checked in C
+(list comparisons, `map`, `compress`): a run of records that continues its rank's chain with the
+same envelope, consecutive `seq`s, matching hashes, known events and a clock that does not go
+backwards is applied by calling only the handlers that matter. Every other record — the first of
+a log, a damaged one, one of another rank on an interleaved stdin — goes to `RankAudit.feed`, which
+checks it in full (re-serializing it for the hash when its bytes are laid out any other way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import compress, count, islice, repeat
+from operator import add, eq, itemgetter, le, ne, not_
+from typing import Any
+
+import orjson
+
+from lifecycle.audit._handlers import HANDLERS, WANTED
+from lifecycle.audit._rank import SUFFIX, RankAudit
+from lifecycle.audit._reader import Lines
+from lifecycle.audit._records import unreadable
+from lifecycle.log import GENESIS, events
+
+_HEAD = itemgetter("seq", "prev_hash", "hash", "generation", "rank", "run_id", "world_size", "ts", "event")
+_NO_HEAD = (None,) * 9
+_CUT = -SUFFIX
+_EVENTS = events.ALL
+_loads, _sha256 = orjson.loads, hashlib.sha256
+
+
+class Feeder:
+    """Reads one input: `feed(lines)`; the ranks' audits it found are in `streams`, unfinished."""
+
+    __slots__ = ("cur", "name", "router", "streams")
+
+    def __init__(self, name: str, limit: int) -> None:
+        self.name = name
+        self.streams: list[RankAudit] = []
+        self.router = _Router(name, self.streams, limit)
+        self.cur: RankAudit | None = None
+
+    def feed(self, lines: Lines) -> None:
+        for first, batch in lines:
+            self._batch(first, batch, lines.cut)
+
+    def _batch(self, first: int, lines: list[bytes], cut: int) -> None:
+        recs, error = _parse(lines)
+        n = len(recs)
+        if n:
+            self._records(first, lines, recs)
+        if error is not None:
+            self._not_json(first + n, lines[n], cut, error)
+
+    def _records(self, first: int, lines: list[bytes], recs: list[Any]) -> None:
+        n = len(recs)
+        digests = [_sha256(line[:_CUT] + b"}").hexdigest() for line in (lines if n == len(lines) else lines[:n])]
+        try:
+            cols = tuple(zip(*map(_HEAD, recs), strict=True))
+            heads = None
+        except (KeyError, TypeError):  # a record that is not an object, or lacks a field: checked on its own
+            heads = _heads(recs)
+            cols = tuple(zip(*(h or _NO_HEAD for h in heads), strict=True))
+        breaks = _breaks(cols, digests)
+        seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
+        i = 0
+        while i < n:
+            head = heads[i] if heads is not None else (
+                seqs[i], prevs[i], hashes[i], gens[i], ranks[i], runs[i], sizes[i], tss[i], evs[i])
+            end = self._run(i, recs[i], head, digests[i], breaks, n)
+            if end > i and self.cur is not None:
+                _apply(self.cur, first, i, end, recs, cols, digests)
+                i = end
+            else:
+                self._one(first + i, lines[i], recs[i])
+                i += 1
+
+    def _run(self, i: int, rec: Any, head: tuple[Any, ...] | None, digest: str, breaks: list[int], n: int) -> int:
+        """The end of the run of records from `i` that continue their rank unchanged (or start a log
+        as the writer starts one); `i` itself when record `i` must be checked on its own."""
+        if head is None:
+            return i
+        seq, prev, stored, gen, rank, run_id, ws, ts, event = head
+        if stored != digest or type(seq) is not int or type(ts) is not float or type(event) is not str \
+                or event not in _EVENTS:
+            return i
+        cur = self.cur
+        if cur is None or prev != cur.prev:  # another rank's record (stdin), or a new log
+            if (seq != 0 or prev != GENESIS) and (type(prev) is not str or prev not in self.router.tails):
+                return i
+            cur = self.cur = self.router.switch(cur, rec)
+        if cur.records == 0:
+            if seq != 0 or prev != GENESIS or type(gen) is not int or type(rank) is not int \
+                    or type(run_id) is not str or type(ws) is not int:
+                return i
+            cur.begin(gen, rank, run_id, ws, ts)
+        elif seq != cur.next_seq or cur.last_ts is None or ts < cur.last_ts or (gen, rank, run_id, ws) != cur.envelope:
+            return i
+        at = bisect_right(breaks, i)
+        return breaks[at] if at < len(breaks) else n
+
+    def _one(self, lineno: int, line: bytes, rec: Any) -> None:
+        if type(rec) is not dict:
+            raise unreadable(self.name, lineno, f"a record must be a JSON object, not {type(rec).__name__}")
+        cur = self.cur
+        if cur is None or rec.get("prev_hash") != cur.prev:
+            cur = self.cur = self.router.switch(cur, rec)
+        cur.feed(rec, line, lineno)
+
+    def _not_json(self, lineno: int, line: bytes, cut: int, error: orjson.JSONDecodeError) -> None:
+        if lineno == cut and self.cur is not None:
+            self.cur.truncated(lineno, len(line))
+            return
+        raise unreadable(self.name, lineno, f"not a JSON record ({str(error).split(':')[0][:80]})") from None
+
+
+def _apply(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], cols: Sequence[Sequence[Any]],
+           digests: list[str]) -> None:
+    """Records [i, end) continue `cur` unchanged: call the handlers that matter, then advance it."""
+    seqs, tss, evs = cols[0], cols[7], cols[8]
+    if end == i + 1:  # a run of one: ranks interleaved on stdin
+        if evs[i] in WANTED[cur.validated, cur.rebind_pending]:
+            cur.line = first + i
+            HANDLERS[evs[i]](cur, recs[i], tss[i])
+        j = end
+    else:
+        j = i
+    while j < end:
+        validated, pending = cur.validated, cur.rebind_pending
+        wanted = WANTED[validated, pending]
+        for j in compress(range(j, end), map(wanted.__contains__, islice(evs, j, end))):  # noqa: B020
+            cur.line = first + j
+            HANDLERS[evs[j]](cur, recs[j], tss[j])
+            if cur.validated is not validated or cur.rebind_pending is not pending:  # other events matter now
+                j += 1
+                break
+        else:
+            j = end
+    last = end - 1
+    cur.records += end - i
+    cur.next_seq, cur.prev, cur.last_ts, cur.line = seqs[last] + 1, digests[last], tss[last], first + last
+
+
+def _parse(lines: list[bytes]) -> tuple[list[Any], orjson.JSONDecodeError | None]:
+    """The records parsed, up to the first line that is not JSON, and that line's error."""
+    try:
+        return list(map(_loads, lines)), None
+    except orjson.JSONDecodeError:
+        pass
+    recs: list[Any] = []
+    for line in lines:
+        try:
+            recs.append(_loads(line))
+        except orjson.JSONDecodeError as exc:
+            return recs, exc
+    raise AssertionError("unreachable: a line failed to parse once and then parsed")
+
+
+def _heads(recs: list[Any]) -> list[tuple[Any, ...] | None]:
+    """Each record's chain, envelope, ts and event; None for one that is not an object holding them."""
+    try:
+        return list(map(_HEAD, recs))
+    except (KeyError, TypeError):
+        pass
+    heads: list[tuple[Any, ...] | None] = []
+    for rec in recs:
+        try:
+            heads.append(_HEAD(rec))
+        except (KeyError, TypeError):
+            heads.append(None)
+    return heads
+
+
+def _breaks(cols: tuple[tuple[Any, ...], ...], digests: list[str]) -> list[int]:
+    """Sorted indices j >= 1 whose record does not continue record j - 1 unchanged (or fails its own
+    hash or event check). Checked on whole columns: a batch of one log has none; a batch of
+    concatenated logs (stdin) is checked between the places where the chain breaks."""
+    n = len(digests)
+    if n < 2:
+        return []
+    try:
+        if _clean(cols, digests, 0, n):
+            return []
+        prevs, hashes = cols[1], cols[2]
+        cuts = list(compress(count(1), map(ne, prevs[1:], hashes[:-1])))
+        found: list[int] = []
+        for start, stop in zip([0, *cuts], [*cuts, n], strict=True):
+            if stop - start > 1 and not _clean(cols, digests, start, stop):  # one record: _run checks it
+                found += [start + j for j in _pairwise([c[start:stop] for c in cols], digests[start:stop])]
+        return sorted({*cuts, *found})
+    except TypeError:  # a str seq, an unhashable event, a ts that is not a number: record by record
+        rows = list(zip(*cols, strict=True))
+        return [j for j in range(1, n) if not _continues(rows[j - 1], rows[j], digests[j - 1], digests[j])]
+
+
+def _clean(cols: Sequence[tuple[Any, ...]], digests: list[str], start: int, stop: int) -> bool:
+    """Whether records [start, stop) each continue the one before unchanged, on whole columns."""
+    n = stop - start
+    whole = n == len(digests)
+    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols if whole else [c[start:stop] for c in cols]
+    return bool(hashes == tuple(digests if whole else digests[start:stop]) and prevs[1:] == hashes[:-1]
+                and seqs == tuple(range(seqs[0], seqs[0] + n)) and gens.count(gens[0]) == n
+                and ranks.count(ranks[0]) == n and runs.count(runs[0]) == n and sizes.count(sizes[0]) == n
+                and all(map(le, tss, islice(tss, 1, None))) and _EVENTS.issuperset(evs))
+
+
+def _pairwise(cols: Sequence[tuple[Any, ...]], digests: list[str]) -> list[int]:
+    """_breaks record by record, still in C (ranks interleaved on stdin, a damaged log). Raises
+    TypeError on a field of a type it cannot compare."""
+    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
+    same = [map(eq, column[1:], column[:-1]) for column in (gens, ranks, runs, sizes)]
+    ok = map(all, zip(map(eq, hashes[1:], digests[1:]), map(eq, prevs[1:], digests[:-1]),
+                      map(eq, seqs[1:], map(add, seqs[:-1], repeat(1))), *same,
+                      map(le, tss[:-1], tss[1:]), map(_EVENTS.__contains__, evs[1:]), strict=True))
+    return list(compress(count(1), map(not_, ok)))
+
+
+def _continues(before: tuple[Any, ...], head: tuple[Any, ...], prev: str, digest: str) -> bool:
+    if head[2] is None or before[2] is None:  # a record without the fields (a row of None)
+        return False
+    try:
+        return bool(head[0] == before[0] + 1 and head[1] == prev and head[2] == digest and head[3:7] == before[3:7]
+                    and type(head[7]) is float and head[7] >= before[7] and head[8] in _EVENTS)
+    except TypeError:
+        return False
+
+
+class _Router:
+    """Which rank a record belongs to when it does not continue the current one: the rank whose
+    last hash is its prev_hash, else the one with its (run_id, rank), else a new one. Lets stdin
+    carry many ranks' logs, concatenated or interleaved."""
+
+    __slots__ = ("by_key", "limit", "name", "streams", "tails")
+
+    def __init__(self, name: str, streams: list[RankAudit], limit: int) -> None:
+        self.name = name
+        self.streams = streams
+        self.limit = limit
+        self.tails: dict[str, RankAudit] = {}
+        self.by_key: dict[tuple[str, int], RankAudit] = {}
+
+    def switch(self, current: RankAudit | None, rec: dict[str, Any]) -> RankAudit:
+        if current is not None and current.prev is not None and current.records:
+            self.tails[current.prev] = current
+        prev = rec.get("prev_hash")
+        fresh = prev == GENESIS and rec.get("seq") == 0
+        stream = None if fresh or type(prev) is not str else self.tails.pop(prev, None)
+        if stream is not None:
+            return stream
+        run_id, rank = rec.get("run_id"), rec.get("rank")
+        key = (run_id, rank) if type(run_id) is str and type(rank) is int else None  # else feed() refuses it
+        stream = None if fresh or key is None else self.by_key.get(key)
+        if stream is None:
+            if len(self.streams) >= self.limit:
+                raise unreadable(self.name, None, f"more than {self.limit} logs start in this one input "
+                                 "(records with seq 0): this is not one run's startup logs")
+            stream = RankAudit(self.name)
+            self.streams.append(stream)
+            if key is not None:
+                self.by_key[key] = stream
+        elif stream.prev is not None:
+            self.tails.pop(stream.prev, None)
+        return stream

@@ -1,0 +1,99 @@
+"""One rank's audit state: what the per-event handlers read and write, and its findings so far.
+
+Its own module so that the handlers (`_handlers.py`) and the rank's reader (`_rank.py`) both import
+it and neither imports the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lifecycle.audit._records import Failure, Finding, Segment
+from lifecycle.log import GENESIS
+from states import PLAN_TARGETS, Plan, State
+
+_DEFAULT_TARGET = PLAN_TARGETS[Plan.TRAINING].name
+_CONFIGURED = State.CONFIGURED.name
+
+
+class RankState:
+    """The summary of one rank's log so far. Memory per rank is bounded: findings keep the first
+    occurrence per rule plus a count, and the transition sequence and timing segments are capped."""
+
+    __slots__ = (
+        "_findings", "bound_steps", "cut", "envelope", "failure", "fingerprint", "first_step_logged", "first_ts",
+        "generation", "last_ts",
+        "line", "model_gen", "model_id", "next_seq", "old_model_id", "open_start", "open_trigger", "plan",
+        "prev", "rank", "rebind_line", "rebind_pending", "rebuilt", "records", "run_id", "segments", "shut",
+        "simulated", "source", "state", "target", "transitions", "validated", "world_size",
+    )
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.run_id: str | None = None
+        self.rank: int | None = None
+        self.world_size: int | None = None
+        self.generation = 0
+        self.envelope: tuple[Any, ...] = ()
+        self.next_seq = 0
+        self.prev: str | None = GENESIS
+        self.records = 0
+        self.line = 0
+        self.cut = False
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+        self.state = _CONFIGURED
+        self.plan: str | None = None
+        self.target = _DEFAULT_TARGET
+        self.validated = False
+        self.fingerprint: str | None = None
+        self.open_trigger: str | None = None
+        self.open_start = 0.0
+        self.model_gen = False
+        self.model_id: str | None = None
+        self.old_model_id: str | None = None
+        self.rebind_pending = False
+        self.rebuilt = False
+        self.rebind_line = 0
+        self.shut = False
+        self.bound_steps = 0
+        self.first_step_logged = True
+        self.failure: Failure | None = None
+        self.transitions: list[tuple[str, str]] = []
+        self.segments: list[Segment] = []
+        self._findings: dict[str, list[Any]] = {}
+        self.simulated: int | None = None  # how many ranks a `lifecycle simulate` run drove
+
+    def flag(self, rule: str, message: str, line: int | None = None) -> None:
+        """Record a finding at `line` (default: the current record); later ones of a rule only count."""
+        held = self._findings.get(rule)
+        if held is not None:
+            held[1] += 1
+            return
+        where = self.line if line is None else line
+        self._findings[rule] = [
+            Finding(rule=rule, message=message, run_id=self.run_id, rank=self.rank,
+                    source=self.source, line=where or None),
+            1,
+        ]
+
+    def findings(self) -> list[Finding]:
+        out = []
+        for finding, count in self._findings.values():
+            out.append(finding if count == 1 else _with_count(finding, count))
+        return out
+
+    def flag_no_rebind(self, what: str) -> None:
+        self.flag("LA004", f"the model was rebuilt after line {self.rebind_line} and the rank {what} "
+                  "without rebinding callbacks: gradients would not be synchronized")
+        self.rebind_pending = False
+
+    def fail(self, failure: Failure) -> None:
+        """Keep the first failure until the rank recovers (reaches its target again)."""
+        if self.failure is None:
+            self.failure = failure
+
+
+def _with_count(finding: Finding, count: int) -> Finding:
+    return Finding(rule=finding.rule, message=finding.message, run_id=finding.run_id, rank=finding.rank,
+                   source=finding.source, line=finding.line, count=count)
