@@ -187,6 +187,12 @@ def bind_callbacks(
     """
     from megatron.core.utils import get_model_config
 
+    if not isinstance(model, (list, tuple)):
+        raise BindingError(
+            f"model is a {type(model).__name__}, not a list of model chunks; pass the list megatron's "
+            "get_model returns (e.g. bind_callbacks(model, ...), not bind_callbacks(model[0], ...))",
+            chunks=None, got=type(model).__name__,
+        )
     chunks = list(model)
     if not chunks:
         raise BindingError("model is an empty list; build the model before binding", chunks=0)

@@ -15,35 +15,13 @@ from typing import TYPE_CHECKING, Any
 from lifecycle.config import snapshot_config
 from lifecycle.errors import ConfigError
 from lifecycle.log import events
-from lifecycle.megatron.providers import PROVIDERS, ModelProvider, model_inputs, transformer_config
+from lifecycle.megatron.providers import ModelProvider, model_inputs, transformer_config
+from lifecycle.megatron.user_providers import check_chunk, display_name, resolve_provider
 from states import Plan, SideEffect
 
 if TYPE_CHECKING:
     from lifecycle.config import RunConfig
     from lifecycle.runtime import PhaseContext, Runtime
-
-
-def resolve_provider(provider: Any) -> ModelProvider:
-    """A provider callable, a name in `PROVIDERS`, or None for the tiny GPT provider."""
-    if provider is None:
-        return PROVIDERS["gpt"]
-    if isinstance(provider, str):
-        if provider not in PROVIDERS:
-            raise ConfigError(
-                f"provider={provider!r} is not a known provider; pass a callable "
-                f"provider(config, *, pre_process, post_process, vp_stage, inputs) or one of "
-                f"{sorted(PROVIDERS)}",
-                field="provider", problems=[provider],
-            )
-        return PROVIDERS[provider]
-    if not callable(provider):
-        raise ConfigError(
-            f"provider={provider!r} is not callable; pass "
-            "provider(config, *, pre_process, post_process, vp_stage, inputs) -> MegatronModule",
-            field="provider", problems=[repr(provider)],
-        )
-    result: ModelProvider = provider
-    return result
 
 
 def chunk_stages() -> list[tuple[bool, bool, int | None]]:
@@ -75,14 +53,15 @@ def prepare_chunk(chunk: Any) -> Any:
     return chunk
 
 
-def build_chunks(provider: ModelProvider, config: Any, inputs: Any) -> list[Any]:
-    """Call the provider once per chunk, in virtual-pipeline order."""
-    return [
-        prepare_chunk(
-            provider(config, pre_process=pre, post_process=post, vp_stage=vp, inputs=inputs)
-        )
-        for pre, post, vp in chunk_stages()
-    ]
+def build_chunks(provider: ModelProvider, config: Any, inputs: Any, name: str = "") -> list[Any]:
+    """Call the provider once per chunk, in virtual-pipeline order; check each return value before
+    megatron touches it (ProviderError)."""
+    chunks = []
+    for index, (pre, post, vp) in enumerate(chunk_stages()):
+        returned = provider(config, pre_process=pre, post_process=post, vp_stage=vp, inputs=inputs)
+        check_chunk(returned, provider=name or display_name(provider), chunk=index, stage=(pre, post, vp))
+        chunks.append(prepare_chunk(returned))
+    return chunks
 
 
 def megatron_ddp_config(run: RunConfig) -> Any:
@@ -177,7 +156,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     provider = resolve_provider(ctx.provider)
     ctx.side_effect(SideEffect.MODEL)
     config = transformer_config(run)
-    chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size))
+    chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size), display_name(ctx.provider))
     optimizer = ddp_config = None
     if ctx.plan is Plan.INFERENCE:
         for chunk in chunks:
