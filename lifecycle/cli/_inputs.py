@@ -9,7 +9,6 @@ the world size about to launch) exit 1. Neither needs torch or megatron.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from typing import TYPE_CHECKING
 
@@ -50,7 +49,9 @@ def with_world_size(config: RunConfig, world: int | None) -> RunConfig:
     """`config` as each rank of a `world`-rank launch will validate it."""
     if world is None or config.parallel.world_size is not None:
         return config
-    return dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, world_size=world))
+    from lifecycle.config import RunConfig
+
+    return RunConfig.from_dict(config.to_dict(), [f"parallel.world_size={world}"])
 
 
 def report(problems: list[Problem], *, launch_world: int | None) -> int | None:

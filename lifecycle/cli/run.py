@@ -81,12 +81,15 @@ def _refuse(message: str) -> int:
 
 
 def _drive_rank(args: argparse.Namespace, config: Any) -> int:
-    from lifecycle.errors import LifecycleError, ProviderError
+    from lifecycle.errors import ConfigError, LifecycleError, ProviderError
     from lifecycle.megatron.user_providers import resolve_provider
+    from lifecycle.runtime import adopt_slurm_identity, world_size_of
 
     try:
+        adopt_slurm_identity()
+        world_size_of(config)
         provider = resolve_provider(args.provider)
-    except ProviderError as exc:
+    except (ConfigError, ProviderError) as exc:
         return _refuse(str(exc))
     try:
         return _drive(args, config, provider)

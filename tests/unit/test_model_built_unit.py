@@ -9,8 +9,8 @@ import pytest
 from lifecycle.config import RunConfig
 from lifecycle.errors import ConfigError, ProviderError
 from lifecycle.megatron.model_built import init_te_user_buffers
-from lifecycle.megatron.user_providers import resolve_provider
 from lifecycle.megatron.providers import PROVIDERS, model_inputs, padded_vocab_size
+from lifecycle.megatron.user_providers import resolve_provider
 
 
 def test_no_provider_means_the_tiny_gpt_provider() -> None:
