@@ -196,9 +196,9 @@ def bind_callbacks(
     (a provider that copies), the report says `copied=True` and binding still targets the model's.
     `align_grad_reduce` defaults to `ddp_config.align_grad_reduce` where it exists, else True.
     """
+    chunks = chunk_list(model)
     from megatron.core.utils import get_model_config
 
-    chunks = chunk_list(model)
     if not chunks:
         raise BindingError("model is an empty list; build the model before binding", chunks=0)
     target = get_model_config(chunks[0])
