@@ -1,0 +1,57 @@
+"""`lifecycle run` launched the other ways users launch it: by srun (only SLURM_* variables)."""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lifecycle.runtime._identity import PORT_BASE, PORT_SPAN
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _job_id_with_a_free_port() -> int:
+    for _ in range(100):
+        job = random.randrange(10**6, 10**7)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", PORT_BASE + job % PORT_SPAN))
+            except OSError:
+                continue
+        return job
+    raise RuntimeError("no free port in the SLURM port range")
+
+
+def test_two_srun_tasks_with_only_slurm_variables_reach_callbacks_bound_as_ranks_0_and_1(tmp_path: Path) -> None:
+    job, logs = _job_id_with_a_free_port(), tmp_path / "logs"
+    procs = []
+    for task in (0, 1):
+        env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "SLURM_PROCID": str(task), "SLURM_NTASKS": "2",
+               "SLURM_LOCALID": str(task), "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": str(job),
+               "SLURM_STEP_ID": "0"}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "lifecycle", "run", "--steps", "1", "--log-dir", str(logs),
+             "--set", "model.hidden_size=32"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = []
+    try:
+        outputs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert "2 rank(s)" in outputs[0][0] and "✓ CALLBACKS_BOUND" in outputs[0][0]
+    for rank in (0, 1):
+        records = [json.loads(line) for line in (logs / f"rank-{rank:05d}.jsonl").read_text().splitlines()]
+        assert {r["rank"] for r in records} == {rank}
+        assert {r["run_id"] for r in records} == {f"slurm-{job}.0"}
+        assert any(r.get("dest") == "CALLBACKS_BOUND" for r in records)
