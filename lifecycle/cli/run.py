@@ -101,7 +101,6 @@ def _drive_rank(args: argparse.Namespace, config: Any) -> int:
 
 def _drive(args: argparse.Namespace, config: Any, provider: Any) -> int:
     from lifecycle.engine import Lifecycle
-    from lifecycle.megatron.train import StepResult, train_steps
 
     show = _printer()
     steps = config.training.steps if args.steps is None else args.steps
@@ -111,15 +110,31 @@ def _drive(args: argparse.Namespace, config: Any, provider: Any) -> int:
             started = time.perf_counter()
             lc.advance_to(dest)
             show(f"  ✓ {dest.name:<16} {time.perf_counter() - started:7.3f} s")
-        if lc.state is State.CALLBACKS_BOUND and steps > 0:
-            def on_step(result: StepResult) -> None:
-                loss = "n/a (not last stage)" if result.loss is None else f"{result.loss:.4f}"
-                show(f"  step {result.step}/{steps}: loss {loss}, {result.duration_s:.3f} s")
-
-            train_steps(lc, steps, on_step)
+        if lc.state is State.CALLBACKS_BOUND:
+            _train_and_save(lc, steps, show)
         log_path = lc.log_path
     show(f"done; startup log: {log_path.parent if log_path else '(no --log-dir given)'}")
     return 0
+
+
+def _train_and_save(lc: Any, steps: int, show: Any) -> None:
+    """`steps` training steps (continuing from a loaded checkpoint's step), then `checkpoint.save`."""
+    from lifecycle.megatron.checkpoint import save_after_steps
+    from lifecycle.megatron.train import StepResult, checkpoint_step, train_steps
+
+    start = checkpoint_step(lc.runtime)
+    if start:
+        show(f"  resumed from the checkpoint of step {start}")
+
+    def on_step(result: StepResult) -> None:
+        loss = "n/a (not last stage)" if result.loss is None else f"{result.loss:.4f}"
+        show(f"  step {result.step}/{start + steps}: loss {loss}, {result.duration_s:.3f} s")
+
+    if steps > 0:
+        train_steps(lc, steps, on_step)
+    saved = save_after_steps(lc, start + steps)
+    if saved is not None:
+        show(f"  saved checkpoint {saved}")
 
 
 def _printer() -> Any:

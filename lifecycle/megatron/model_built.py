@@ -3,7 +3,8 @@
 Follows megatron's `get_model`: the provider is called once per virtual-pipeline chunk with
 `pre_process`/`post_process`/`vp_stage` from `parallel_state`; every chunk is wrapped in
 `DistributedDataParallel` with `config=get_model_config(model[0])` (the runtime config, not the
-provider's), bucketing only on chunk 0; the optimizer comes from `get_megatron_optimizer`.
+provider's), bucketing only on chunk 0; the optimizer comes from `get_megatron_optimizer`; then
+the checkpoint, if any, is loaded into both (`checkpoint.py`).
 Inference plans stop after building the model: no DDP wrapper, no optimizer.
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from lifecycle.config import snapshot_config
 from lifecycle.errors import ConfigError
 from lifecycle.log import events
+from lifecycle.megatron.checkpoint import load_at_build
 from lifecycle.megatron.providers import ModelProvider, model_inputs, transformer_config
 from lifecycle.megatron.user_providers import check_chunk, display_name, resolve_provider
 from states import Plan, SideEffect
@@ -166,6 +168,7 @@ def enter(ctx: PhaseContext) -> Runtime:
         ddp_config = megatron_ddp_config(run)
         model = wrap_ddp(chunks, ddp_config, rt.pg_collection)
         optimizer = build_optimizer(run, model, rt.pg_collection)
+    step = load_at_build(ctx, model, optimizer)
     runtime_config = get_model_config(model[0])
     te_buffers = init_te_user_buffers(run, runtime_config)
     ctx.emit(
@@ -174,6 +177,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     )
     extras = dict(rt.extras)
     extras["te_user_buffers"] = te_buffers
+    extras["checkpoint_step"] = step
     extras["transformer_config_snapshot"] = snapshot_config(runtime_config)
     return dataclasses.replace(
         rt, transformer_config=runtime_config, provider_config=config, model=tuple(model),
@@ -187,7 +191,8 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
         from transformer_engine.pytorch import module as te_module
 
         te_module.base.destroy_ub()
-    extras = {k: v for k, v in runtime.extras.items() if k not in ("te_user_buffers", "transformer_config_snapshot")}
+    dropped = ("te_user_buffers", "transformer_config_snapshot", "checkpoint_step")
+    extras = {k: v for k, v in runtime.extras.items() if k not in dropped}
     return dataclasses.replace(
         runtime, model=None, optimizer=None, ddp_config=None, transformer_config=None,
         provider_config=None, extras=extras,

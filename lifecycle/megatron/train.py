@@ -41,13 +41,17 @@ class StepResult:
     finalizer_calls: int | None
 
 
-def _batches(config: Any, vocab: int, seed: int) -> Iterator[dict[str, Any]]:
+def _batches(config: Any, vocab: int, seed: int, skip: int = 0) -> Iterator[dict[str, Any]]:
+    """Seeded synthetic micro-batches; `skip` drops the first ones (a run resumed from a checkpoint
+    sees the batches an uninterrupted run would)."""
     import torch
 
     mbs, seq = config.training.micro_batch_size, config.model.seq_length
     gen = torch.Generator().manual_seed(seed)
     position_ids = torch.arange(seq).unsqueeze(0).expand(mbs, seq)
     mask = torch.tril(torch.ones(seq, seq, dtype=torch.bool)).logical_not().view(1, 1, seq, seq)
+    for _ in range(skip):
+        torch.randint(0, vocab, (mbs, seq + 1), generator=gen)
     while True:
         tokens = torch.randint(0, vocab, (mbs, seq + 1), generator=gen)
         yield {"tokens": tokens[:, :-1], "labels": tokens[:, 1:], "position_ids": position_ids,
@@ -68,6 +72,12 @@ def _forward_step(data_iterator: Iterator[dict[str, Any]], chunk: Any) -> tuple[
     return output, loss_func
 
 
+def checkpoint_step(rt: Runtime) -> int:
+    """The step of the checkpoint MODEL_BUILT loaded (0 for fresh weights): training continues after it."""
+    step = rt.extras.get("checkpoint_step")
+    return step if isinstance(step, int) else 0
+
+
 def train_steps(lc: Driver, steps: int, on_step: Callable[[StepResult], None] | None = None) -> list[StepResult]:
     """Run `steps` steps through `get_forward_backward_func()` and the lifecycle's optimizer."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -80,11 +90,13 @@ def train_steps(lc: Driver, steps: int, on_step: Callable[[StepResult], None] | 
         )
     config, model = rt.config, [cast(DDPChunk, chunk) for chunk in rt.model]
     vocab = rt.vocab_size or config.tokenizer.vocab_size
-    data = [_batches(config, vocab, config.training.seed + rt.rank) for _ in model]
+    start = checkpoint_step(rt)
+    skip = start * config.training.num_microbatches
+    data = [_batches(config, vocab, config.training.seed + rt.rank, skip) for _ in model]
     watchdog = getattr(rt.binding, "watchdog", None)
     schedule = get_forward_backward_func()
     results: list[StepResult] = []
-    for step in range(1, steps + 1):
+    for step in range(start + 1, start + steps + 1):
         started = time.perf_counter()
         for chunk in model:
             chunk.zero_grad_buffer()
