@@ -91,6 +91,7 @@ def load_checkpoint(directory: str, field: str, model: list[Any], optimizer: Any
 
     A ConfigError naming `field` when there is no complete checkpoint or it cannot be read."""
     from megatron.core import dist_checkpointing
+    from torch.distributed.checkpoint.api import CheckpointException
 
     step = latest_step(directory)
     if step is None:
@@ -102,9 +103,9 @@ def load_checkpoint(directory: str, field: str, model: list[Any], optimizer: Any
     path = iteration_dir(directory, step)
     try:
         loaded = dist_checkpointing.load(_sharded(model, optimizer, loading=True), str(path))
-    except Exception as exc:
+    except (Exception, CheckpointException) as exc:  # CheckpointException: a BaseException, raised on every rank
         raise ConfigError(
-            f"{field}={directory!r}: {path.name} cannot be loaded ({type(exc).__name__}: {str(exc)[:300]}); "
+            f"{field}={directory!r}: {path.name} cannot be loaded ({_reason(exc)}); "
             f"the checkpoint is corrupt or was saved for another model or parallel layout; point {field} "
             "at a complete checkpoint of this model, or remove it",
             field=field, problems=[str(path)],
@@ -152,3 +153,12 @@ def save_after_steps(lc: Driver, step: int) -> Path | None:
     path = save_checkpoint(directory, step, list(rt.model), rt.optimizer, rt.vocab_size)
     lc.record(events.CHECKPOINT_SAVED, path=str(path), step=step, duration_s=time.perf_counter() - started)
     return path
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of the error, and for torch's per-rank CheckpointException the ranks that failed."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict):
+        kinds = sorted({type(f[0] if isinstance(f, tuple) else f).__name__ for f in failures.values()})
+        return f"{type(exc).__name__} on ranks {sorted(failures)}: {', '.join(kinds)}"
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"

@@ -20,7 +20,7 @@ BAD = ["hides_config", "returns_list", "returns_tuple", "returns_module_list", "
 
 
 def _drive(provider: Any, log_dir: str) -> dict[str, Any]:
-    from lifecycle import Lifecycle, LifecycleError, RunConfig
+    from lifecycle import Lifecycle, LifecycleError, PhaseFailed, RunConfig
     from lifecycle.megatron.train import train_steps
     from lifecycle.megatron.user_providers import resolve_provider
     from states import State
@@ -35,7 +35,7 @@ def _drive(provider: Any, log_dir: str) -> dict[str, Any]:
             out["finalizer_calls"] = train_steps(lc, 1)[0].finalizer_calls
             out["state"] = lc.state.name
     except LifecycleError as exc:
-        cause = exc.__cause__ or exc
+        cause = (exc.__cause__ or exc) if isinstance(exc, PhaseFailed) else exc
         out["error"] = type(cause).__name__
         out["message"] = str(cause)
         out["context"] = {k: getattr(cause, k, None) for k in ("provider", "chunk", "returned")}
