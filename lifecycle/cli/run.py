@@ -142,5 +142,5 @@ def _printer() -> Any:
         return lambda _msg: None
     from rich.console import Console
 
-    console = Console(stderr=False, highlight=False)
+    console = Console(stderr=False, highlight=False, soft_wrap=True)  # paths stay whole, one per line
     return console.print

@@ -55,3 +55,24 @@ def test_two_srun_tasks_with_only_slurm_variables_reach_callbacks_bound_as_ranks
         assert {r["rank"] for r in records} == {rank}
         assert {r["run_id"] for r in records} == {f"slurm-{job}.0"}
         assert any(r.get("dest") == "CALLBACKS_BOUND" for r in records)
+
+
+def _lifecycle(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lifecycle", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=400, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def test_lifecycle_run_saves_after_its_steps_and_a_second_run_continues_from_the_checkpoint(tmp_path: Path) -> None:
+    ck, common = str(tmp_path / "ck"), ["--nproc", "2", "--steps", "2", "--set", "model.hidden_size=32"]
+    first = _lifecycle("run", *common, "--log-dir", str(tmp_path / "a"), "--set", f"checkpoint.save={ck}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "step 2/2: loss" in first.stdout and f"saved checkpoint {ck}/iter_0000002" in first.stdout
+    second = _lifecycle("run", *common, "--log-dir", str(tmp_path / "b"), "--set", f"checkpoint.load={ck}")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed from the checkpoint of step 2" in second.stdout
+    assert "step 3/4: loss" in second.stdout and "step 4/4: loss" in second.stdout
+    for logs in ("a", "b"):
+        audit = _lifecycle("audit", str(tmp_path / logs), "--format", "json")
+        assert audit.returncode == 0 and json.loads(audit.stdout)["findings"] == [], audit.stdout[-2000:]
+    loaded = [json.loads(x) for x in (tmp_path / "b" / "rank-00001.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in loaded if r["event"] == "checkpoint_loaded"] == [2]
