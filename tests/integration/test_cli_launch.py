@@ -76,3 +76,30 @@ def test_lifecycle_run_saves_after_its_steps_and_a_second_run_continues_from_the
         assert audit.returncode == 0 and json.loads(audit.stdout)["findings"] == [], audit.stdout[-2000:]
     loaded = [json.loads(x) for x in (tmp_path / "b" / "rank-00001.jsonl").read_text().splitlines()]
     assert [r["step"] for r in loaded if r["event"] == "checkpoint_loaded"] == [2]
+
+
+def test_two_launchers_as_two_nodes_meet_at_the_rendezvous_endpoint_and_share_one_run(tmp_path: Path) -> None:
+    from lifecycle.engine.launch import free_port
+
+    endpoint, logs = f"127.0.0.1:{free_port()}", tmp_path / "logs"
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "lifecycle", "run", "--nproc", "1", "--nnodes", "2", "--node-rank", str(node),
+         "--rdzv-endpoint", endpoint, "--steps", "1", "--log-dir", str(logs), "--set", "model.hidden_size=32"],
+        cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for node in (0, 1)]
+    outputs = []
+    try:
+        outputs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert "2 rank(s)" in outputs[0][0] and "step 1/1: loss" in outputs[0][0]
+    run_ids = set()
+    for rank in (0, 1):
+        records = [json.loads(line) for line in (logs / f"rank-{rank:05d}.jsonl").read_text().splitlines()]
+        assert any(r.get("dest") == "CALLBACKS_BOUND" for r in records)
+        run_ids |= {r["run_id"] for r in records}
+    assert run_ids == {endpoint}
