@@ -169,6 +169,17 @@ def _verify(chunks: Sequence[Any], target: Any, installed: dict[str, Any]) -> An
     return scheduler
 
 
+def chunk_list(model: Any) -> list[Any]:
+    """`model` as a list of chunks; a BindingError for anything but a list or tuple."""
+    if not isinstance(model, (list, tuple)):
+        raise BindingError(
+            f"model is a {type(model).__name__}, not a list of model chunks; pass the list megatron's "
+            "get_model returns (bind_callbacks(model, ...), not bind_callbacks(model[0], ...))",
+            chunks=None, got=type(model).__name__,
+        )
+    return list(model)
+
+
 def bind_callbacks(
     model: Sequence[Any],
     optimizer: Any,
@@ -185,9 +196,9 @@ def bind_callbacks(
     (a provider that copies), the report says `copied=True` and binding still targets the model's.
     `align_grad_reduce` defaults to `ddp_config.align_grad_reduce` where it exists, else True.
     """
+    chunks = chunk_list(model)
     from megatron.core.utils import get_model_config
 
-    chunks = list(model)
     if not chunks:
         raise BindingError("model is an empty list; build the model before binding", chunks=0)
     target = get_model_config(chunks[0])

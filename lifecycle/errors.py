@@ -13,6 +13,7 @@
     │   └── DistributedError                ... already done outside: a second initialization
     ├── ConfigMutated (RuntimeError)        the validated config changed after VALIDATED
     ├── PhaseFailed (RuntimeError)          a state's entry work raised; the lifecycle is FAILED
+    ├── ProviderError (TypeError)           a model provider cannot be loaded, called or used
     ├── RehearsalError (RuntimeError)       a CPU rehearsal nested, or closed on the wrong thread
     ├── RankFailed (RuntimeError)           a spawned rank raised or died (`run_ranks`)
     ├── LogUnreadable (ValueError)          a startup log cannot be read (`lifecycle audit` exits 2)
@@ -61,6 +62,11 @@ class PhaseFailed(LifecycleError, RuntimeError):
     """A state's entry work raised; the lifecycle entered FAILED. The cause is chained."""
 
 
+class ProviderError(LifecycleError, TypeError):
+    """A model provider cannot be loaded or called, or returned what megatron cannot wrap:
+    `provider`, `chunk` and `returned` say which and what; the message says the fix."""
+
+
 class RehearsalError(LifecycleError, RuntimeError):
     """A CPU rehearsal was started twice, or closed from the wrong thread or out of order."""
 
@@ -90,6 +96,7 @@ __all__ = [
     "LifecycleError",
     "LogUnreadable",
     "PhaseFailed",
+    "ProviderError",
     "RankFailed",
     "RehearsalError",
     "SideEffectBeforeValidation",

@@ -1,37 +1,48 @@
 """`lifecycle run`: drive a Megatron startup to its plan's target, train N steps, shut down.
 
-With `--nproc N` (N > 1) outside a launcher, it re-executes itself under torchrun with N local ranks;
-`torchrun --nproc-per-node N -m lifecycle run ...` works the same.
+With `--nproc N` (N > 1) or `--nnodes` outside a launcher, it checks the config for the world size
+it is about to launch, then re-executes itself under torchrun; torchrun's multi-node options
+(`--nnodes`, `--node-rank`, `--rdzv-endpoint`, `--rdzv-backend`, `--rdzv-id`, `--max-restarts`)
+pass through. `torchrun --nproc-per-node N -m lifecycle run ...` and `srun lifecycle run ...`
+(SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID) work the same.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from typing import Any
 
+from lifecycle.cli._inputs import EXIT_INPUT, check_before_start, load, non_negative
+from lifecycle.cli._launch import add_launch_options, launch, launch_problem, launch_world_size, wants_launch
+from lifecycle.megatron.user_providers import NAMES, spec_problem
 from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State
 
-PROVIDERS = ("gpt", "copying", "gpt-builder", "hybrid-builder")
+EXIT_HELP = """exit status: 0 done; 1 a problem found by validation (the config does not fit together
+or with the world size being launched) or a rank failed; 2 bad command-line or config input (an
+unknown key, a malformed or out-of-range value, an unknown provider), one line per problem naming
+the field and the fix."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="drive startup to the plan's target state and run training steps",
-                       description=__doc__)
+                       description=__doc__, epilog=EXIT_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", help="a shipped preset, e.g. tiny-gpt (default when --config is absent)")
     src.add_argument("--config", help="a RunConfig YAML file")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set parallel.tp=2 (repeatable)")
     p.add_argument("--plan", choices=[x.value for x in Plan], help="training, inference, convert or rl")
-    p.add_argument("--nproc", type=int, default=1, help="local ranks to launch (torchrun)")
-    p.add_argument("--steps", type=int, help="training steps after startup (default: training.steps)")
+    p.add_argument("--steps", type=non_negative, help="training steps after startup (default: training.steps)")
     p.add_argument("--log-dir", help="directory for the per-rank startup logs (rank-NNNNN.jsonl)")
-    p.add_argument("--provider", default="gpt", help=f"model provider: one of {', '.join(PROVIDERS)}")
+    p.add_argument("--provider", default="gpt",
+                   help=f"model provider: one of {', '.join(NAMES)}, or your own as package.module:function "
+                        "or path/to/file.py:function (docs/adopting.md)")
     p.add_argument("--tripwires", choices=("raise", "warn", "off"), default="raise")
+    add_launch_options(p)
     p.set_defaults(func=run)
 
 
@@ -41,64 +52,89 @@ _QUIET = (r"(Transformer Engine and )?Apex is not installed", r"Transformer Engi
 
 
 def run(args: argparse.Namespace) -> int:
+    """parse → check input → launch, or drive this rank."""
     import warnings
 
     for pattern in _QUIET:
         warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
-    if args.nproc < 1:
-        print("lifecycle run: --nproc must be at least 1", file=sys.stderr)
-        return 2
-    if args.nproc > 1 and "LOCAL_RANK" not in os.environ:
-        return _launch(args)
+    launching = wants_launch(args)
+    problem = launch_problem(args) or spec_problem(args.provider)
+    if problem:
+        return _refuse(problem)
     from lifecycle.errors import LifecycleError
 
     try:
-        config = _load(args)
+        config = load(args)
     except LifecycleError as exc:
-        print(f"lifecycle run: {exc}", file=sys.stderr)
-        return 2
+        return _refuse(str(exc))
+    status = check_before_start(config, launch_world_size(args) if launching else None)
+    if status is not None:
+        return status
+    if launching:
+        return launch(args)
+    return _drive_rank(args, config)
+
+
+def _refuse(message: str) -> int:
+    print(f"lifecycle run: {message}", file=sys.stderr)
+    return EXIT_INPUT
+
+
+def _drive_rank(args: argparse.Namespace, config: Any) -> int:
+    from lifecycle.errors import ConfigError, LifecycleError, ProviderError
+    from lifecycle.megatron.user_providers import resolve_provider
+    from lifecycle.runtime import adopt_slurm_identity, world_size_of
+
     try:
-        return _drive(args, config)
+        adopt_slurm_identity()
+        world_size_of(config)
+        provider = resolve_provider(args.provider)
+    except (ConfigError, ProviderError) as exc:
+        return _refuse(str(exc))
+    try:
+        return _drive(args, config, provider)
     except LifecycleError as exc:
         rank = os.environ.get("RANK", "0")
         print(f"lifecycle run: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 
 
-def _load(args: argparse.Namespace) -> Any:
-    from lifecycle.config import RunConfig
-
-    overrides = list(args.overrides)
-    if args.plan:
-        overrides.append(f"plan={args.plan}")
-    if args.log_dir:
-        overrides.append(f"logging.log_dir={args.log_dir}")
-    if args.config:
-        return RunConfig.from_yaml(args.config, overrides)
-    return RunConfig.preset(args.preset or "tiny-gpt", overrides)
-
-
-def _drive(args: argparse.Namespace, config: Any) -> int:
+def _drive(args: argparse.Namespace, config: Any, provider: Any) -> int:
     from lifecycle.engine import Lifecycle
-    from lifecycle.megatron.train import StepResult, train_steps
 
     show = _printer()
     steps = config.training.steps if args.steps is None else args.steps
-    with Lifecycle(config, args.provider, tripwires=args.tripwires) as lc:
+    with Lifecycle(config, provider, tripwires=args.tripwires) as lc:
         show(f"run {lc.run_id}: plan {lc.plan.value} → {lc.target.name}, {lc.runtime.world_size} rank(s)")
         for dest in STARTUP_ORDER[1 : PLAN_TARGETS[lc.plan].startup_index + 1]:
             started = time.perf_counter()
             lc.advance_to(dest)
             show(f"  ✓ {dest.name:<16} {time.perf_counter() - started:7.3f} s")
-        if lc.state is State.CALLBACKS_BOUND and steps > 0:
-            def on_step(result: StepResult) -> None:
-                loss = "n/a (not last stage)" if result.loss is None else f"{result.loss:.4f}"
-                show(f"  step {result.step}/{steps}: loss {loss}, {result.duration_s:.3f} s")
-
-            train_steps(lc, steps, on_step)
+        if lc.state is State.CALLBACKS_BOUND:
+            _train_and_save(lc, steps, show)
         log_path = lc.log_path
     show(f"done; startup log: {log_path.parent if log_path else '(no --log-dir given)'}")
     return 0
+
+
+def _train_and_save(lc: Any, steps: int, show: Any) -> None:
+    """`steps` training steps (continuing from a loaded checkpoint's step), then `checkpoint.save`."""
+    from lifecycle.megatron.checkpoint import save_after_steps
+    from lifecycle.megatron.train import StepResult, checkpoint_step, train_steps
+
+    start = checkpoint_step(lc.runtime)
+    if start:
+        show(f"  resumed from the checkpoint of step {start}")
+
+    def on_step(result: StepResult) -> None:
+        loss = "n/a (not last stage)" if result.loss is None else f"{result.loss:.4f}"
+        show(f"  step {result.step}/{start + steps}: loss {loss}, {result.duration_s:.3f} s")
+
+    if steps > 0:
+        train_steps(lc, steps, on_step)
+    saved = save_after_steps(lc, start + steps)
+    if saved is not None:
+        show(f"  saved checkpoint {saved}")
 
 
 def _printer() -> Any:
@@ -106,25 +142,5 @@ def _printer() -> Any:
         return lambda _msg: None
     from rich.console import Console
 
-    console = Console(stderr=False, highlight=False)
+    console = Console(stderr=False, highlight=False, soft_wrap=True)  # paths stay whole, one per line
     return console.print
-
-
-def _launch(args: argparse.Namespace) -> int:
-    from lifecycle.engine.launch import free_port
-    from lifecycle.runtime import new_run_id
-
-    # Drop --nproc: torchrun would read it as an ambiguous abbreviation of its own --nproc-per-node.
-    argv, skip = [], False
-    for arg in args.argv:
-        if skip or arg.startswith("--nproc="):
-            skip = False
-            continue
-        if arg == "--nproc":
-            skip = True
-            continue
-        argv.append(arg)
-    env = dict(os.environ, LIFECYCLE_RUN_ID=os.environ.get("LIFECYCLE_RUN_ID") or new_run_id())
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "lifecycle", *argv]
-    return subprocess.call(cmd, env=env)

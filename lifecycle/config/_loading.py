@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -17,6 +18,8 @@ from typing import Any, Literal
 from lifecycle.errors import ConfigError
 
 PRESETS = Path(__file__).resolve().parents[1] / "presets"
+# YAML 1.1 (PyYAML) reads `1e-3` as a string; a float field takes such strings as numbers.
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 def preset_names() -> list[str]:
@@ -113,6 +116,7 @@ def build(cls: type[Any], data: Mapping[str, Any], where: str = "") -> Any:
             except ConfigError as exc:
                 problems.extend(exc.problems)
             continue
+        value = _as_number(hint, value)
         error = _type_problem(hint, value)
         if error:
             problems.append(f"{path}: {error}")
@@ -124,6 +128,13 @@ def build(cls: type[Any], data: Mapping[str, Any], where: str = "") -> Any:
             "invalid config:\n  - " + "\n  - ".join(problems), field=where.rstrip(".") or None, problems=problems
         )
     return cls(**kwargs)
+
+
+def _as_number(hint: Any, value: Any) -> Any:
+    """A numeric string (`1e-3`, which YAML 1.1 leaves a string) as a float where the field is one."""
+    if isinstance(value, str) and _is_float(hint) and _NUMBER.fullmatch(value.strip()):
+        return float(value)
+    return value
 
 
 def _is_float(hint: Any) -> bool:
@@ -148,7 +159,7 @@ def _type_problem(hint: Any, value: Any) -> str | None:
         return None if ok else f"expected an integer, got {value!r}"
     if hint is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if ok else f"expected a number, got {value!r}"
+        return None if ok else f"expected a number such as 0.001 or 1e-3, got {value!r}"
     if hint is str:
         return None if isinstance(value, str) else f"expected a string, got {value!r}"
     if hint is type(None):

@@ -3,7 +3,8 @@
 Follows megatron's `get_model`: the provider is called once per virtual-pipeline chunk with
 `pre_process`/`post_process`/`vp_stage` from `parallel_state`; every chunk is wrapped in
 `DistributedDataParallel` with `config=get_model_config(model[0])` (the runtime config, not the
-provider's), bucketing only on chunk 0; the optimizer comes from `get_megatron_optimizer`.
+provider's), bucketing only on chunk 0; the optimizer comes from `get_megatron_optimizer`; then
+the checkpoint, if any, is loaded into both (`checkpoint.py`).
 Inference plans stop after building the model: no DDP wrapper, no optimizer.
 """
 
@@ -15,35 +16,14 @@ from typing import TYPE_CHECKING, Any
 from lifecycle.config import snapshot_config
 from lifecycle.errors import ConfigError
 from lifecycle.log import events
-from lifecycle.megatron.providers import PROVIDERS, ModelProvider, model_inputs, transformer_config
+from lifecycle.megatron.checkpoint import load_at_build
+from lifecycle.megatron.providers import ModelProvider, model_inputs, transformer_config
+from lifecycle.megatron.user_providers import check_chunk, display_name, resolve_provider
 from states import Plan, SideEffect
 
 if TYPE_CHECKING:
     from lifecycle.config import RunConfig
     from lifecycle.runtime import PhaseContext, Runtime
-
-
-def resolve_provider(provider: Any) -> ModelProvider:
-    """A provider callable, a name in `PROVIDERS`, or None for the tiny GPT provider."""
-    if provider is None:
-        return PROVIDERS["gpt"]
-    if isinstance(provider, str):
-        if provider not in PROVIDERS:
-            raise ConfigError(
-                f"provider={provider!r} is not a known provider; pass a callable "
-                f"provider(config, *, pre_process, post_process, vp_stage, inputs) or one of "
-                f"{sorted(PROVIDERS)}",
-                field="provider", problems=[provider],
-            )
-        return PROVIDERS[provider]
-    if not callable(provider):
-        raise ConfigError(
-            f"provider={provider!r} is not callable; pass "
-            "provider(config, *, pre_process, post_process, vp_stage, inputs) -> MegatronModule",
-            field="provider", problems=[repr(provider)],
-        )
-    result: ModelProvider = provider
-    return result
 
 
 def chunk_stages() -> list[tuple[bool, bool, int | None]]:
@@ -75,14 +55,15 @@ def prepare_chunk(chunk: Any) -> Any:
     return chunk
 
 
-def build_chunks(provider: ModelProvider, config: Any, inputs: Any) -> list[Any]:
-    """Call the provider once per chunk, in virtual-pipeline order."""
-    return [
-        prepare_chunk(
-            provider(config, pre_process=pre, post_process=post, vp_stage=vp, inputs=inputs)
-        )
-        for pre, post, vp in chunk_stages()
-    ]
+def build_chunks(provider: ModelProvider, config: Any, inputs: Any, name: str = "") -> list[Any]:
+    """Call the provider once per chunk, in virtual-pipeline order; check each return value before
+    megatron touches it (ProviderError)."""
+    chunks = []
+    for index, (pre, post, vp) in enumerate(chunk_stages()):
+        returned = provider(config, pre_process=pre, post_process=post, vp_stage=vp, inputs=inputs)
+        check_chunk(returned, provider=name or display_name(provider), chunk=index, stage=(pre, post, vp))
+        chunks.append(prepare_chunk(returned))
+    return chunks
 
 
 def megatron_ddp_config(run: RunConfig) -> Any:
@@ -177,7 +158,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     provider = resolve_provider(ctx.provider)
     ctx.side_effect(SideEffect.MODEL)
     config = transformer_config(run)
-    chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size))
+    chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size), display_name(ctx.provider))
     optimizer = ddp_config = None
     if ctx.plan is Plan.INFERENCE:
         for chunk in chunks:
@@ -187,6 +168,7 @@ def enter(ctx: PhaseContext) -> Runtime:
         ddp_config = megatron_ddp_config(run)
         model = wrap_ddp(chunks, ddp_config, rt.pg_collection)
         optimizer = build_optimizer(run, model, rt.pg_collection)
+    step = load_at_build(ctx, model, optimizer)
     runtime_config = get_model_config(model[0])
     te_buffers = init_te_user_buffers(run, runtime_config)
     ctx.emit(
@@ -195,6 +177,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     )
     extras = dict(rt.extras)
     extras["te_user_buffers"] = te_buffers
+    extras["checkpoint_step"] = step
     extras["transformer_config_snapshot"] = snapshot_config(runtime_config)
     return dataclasses.replace(
         rt, transformer_config=runtime_config, provider_config=config, model=tuple(model),
@@ -208,7 +191,8 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
         from transformer_engine.pytorch import module as te_module
 
         te_module.base.destroy_ub()
-    extras = {k: v for k, v in runtime.extras.items() if k not in ("te_user_buffers", "transformer_config_snapshot")}
+    dropped = ("te_user_buffers", "transformer_config_snapshot", "checkpoint_step")
+    extras = {k: v for k, v in runtime.extras.items() if k not in dropped}
     return dataclasses.replace(
         runtime, model=None, optimizer=None, ddp_config=None, transformer_config=None,
         provider_config=None, extras=extras,

@@ -50,6 +50,15 @@ def build_writers(ctx: PhaseContext, config: RunConfig) -> dict[str, Any]:
     return writers
 
 
+def restored_vocab_size(config: RunConfig) -> int | None:
+    """`checkpoint.vocab_size`, else the padded vocab size `checkpoint.load` was saved with."""
+    if config.checkpoint.vocab_size is not None:
+        return config.checkpoint.vocab_size
+    from lifecycle.megatron.checkpoint import checkpoint_vocab_size
+
+    return checkpoint_vocab_size(config.checkpoint.load)
+
+
 def enter(ctx: PhaseContext) -> Runtime:
     """Build the tokenizer (unless `tokenizer.build` is false), resolve the vocab, open writers."""
     config = ctx.runtime.config
@@ -59,7 +68,7 @@ def enter(ctx: PhaseContext) -> Runtime:
         tokenizer = build_tokenizer(config.tokenizer)
     size, source = resolve_vocab_size(
         explicit=config.model.vocab_size,
-        restored=config.checkpoint.vocab_size,
+        restored=restored_vocab_size(config),
         tokenizer_vocab=None if tokenizer is None else int(tokenizer.vocab_size),
         divisible_by=config.model.make_vocab_size_divisible_by,
         tp=config.parallel.tp,

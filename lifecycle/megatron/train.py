@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import InvalidTransition
 from lifecycle.megatron.steps import Driver, StepResult, steps_for
 from lifecycle.runtime import Runtime
 from states import State
 
-__all__ = ["Driver", "StepResult", "train_steps"]
+__all__ = ["Driver", "StepResult", "checkpoint_step", "train_steps"]
 
 
 class DDPChunk(Protocol):
@@ -24,7 +24,9 @@ class DDPChunk(Protocol):
     def zero_grad_buffer(self) -> None: ...
 
 
-def _batches(config: Any, vocab: int, seed: int) -> Iterator[dict[str, Any]]:
+def _batches(config: Any, vocab: int, seed: int, skip: int = 0) -> Iterator[dict[str, Any]]:
+    """Seeded synthetic micro-batches; `skip` drops the first ones (a run resumed from a checkpoint
+    sees the batches an uninterrupted run would)."""
     import torch
 
     mbs, seq = config.training.micro_batch_size, config.model.seq_length
@@ -69,6 +71,12 @@ def _step(rt: Runtime, model: list[DDPChunk], data: list[Iterator[dict[str, Any]
     return float(sum(x["lm loss"] for x in losses) / len(losses)) if losses else None
 
 
+def checkpoint_step(rt: Runtime) -> int:
+    """The step of the checkpoint MODEL_BUILT loaded (0 for fresh weights): training continues after it."""
+    step = rt.extras.get("checkpoint_step")
+    return step if isinstance(step, int) else 0
+
+
 def train_steps(
     lc: Driver,
     steps: int,
@@ -86,17 +94,20 @@ def train_steps(
 
     rt = lc.runtime
     if lc.state is not State.CALLBACKS_BOUND or rt.model is None or rt.optimizer is None:
-        raise LifecycleError(
+        raise InvalidTransition(
             f"train_steps needs a lifecycle at CALLBACKS_BOUND with a model and optimizer; it is "
-            f"{lc.state.name}. Call lc.advance_to(State.CALLBACKS_BOUND) with the training plan first."
+            f"{lc.state.name}. Call lc.advance_to(State.CALLBACKS_BOUND) with the training plan first.",
+            state=lc.state, trigger="train_steps",
         )
     config, model = rt.config, [cast(DDPChunk, chunk) for chunk in rt.model]
     vocab = rt.vocab_size or config.tokenizer.vocab_size
-    data = [_batches(config, vocab, config.training.seed + rt.rank) for _ in model]
+    start = checkpoint_step(rt)
+    skip = start * config.training.num_microbatches
+    data = [_batches(config, vocab, config.training.seed + rt.rank, skip) for _ in model]
     book = steps_for(lc, defer_first_gather=defer_first_gather)
     schedule = get_forward_backward_func()
     results: list[StepResult] = []
-    for step in range(1, steps + 1):
+    for step in range(start + 1, start + steps + 1):
         book.begin(step)
         try:
             loss = _step(rt, model, data, schedule)

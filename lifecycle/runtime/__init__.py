@@ -3,7 +3,16 @@
 
 from __future__ import annotations
 
-from lifecycle.runtime._identity import new_run_id, rank_of, run_id_from_env, world_size_of
+from lifecycle.runtime._identity import (
+    adopt_slurm_identity,
+    expand_nodelist,
+    new_run_id,
+    rank_of,
+    run_id_from_env,
+    slurm_identity_env,
+    unknown_identity,
+    world_size_of,
+)
 from lifecycle.runtime._protocol import (
     Closeable,
     ModelChunk,
@@ -24,8 +33,12 @@ __all__ = [
     "PhaseSet",
     "Runtime",
     "Tokenizer",
+    "adopt_slurm_identity",
+    "expand_nodelist",
     "new_run_id",
     "rank_of",
     "run_id_from_env",
+    "slurm_identity_env",
+    "unknown_identity",
     "world_size_of",
 ]

@@ -191,3 +191,11 @@ def test_watchdog_counts_only_calls_after_it_was_armed() -> None:
     watchdog = FirstStepWatchdog(finalizer)
     finalizer()
     assert watchdog.calls == 1 and finalizer.calls == 2
+
+
+@pytest.mark.parametrize("model", [object(), {"chunk": 0}, "model"])
+def test_bind_callbacks_refuses_a_model_that_is_not_a_list_of_chunks(model: Any) -> None:
+    from bindings import bind_callbacks
+
+    with pytest.raises(BindingError, match=r"not a list of model chunks; .*not bind_callbacks\(model\[0\]"):
+        bind_callbacks(model, None, None)

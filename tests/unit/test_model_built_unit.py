@@ -7,9 +7,10 @@ from types import SimpleNamespace
 import pytest
 
 from lifecycle.config import RunConfig
-from lifecycle.errors import ConfigError
-from lifecycle.megatron.model_built import init_te_user_buffers, resolve_provider
+from lifecycle.errors import ConfigError, ProviderError
+from lifecycle.megatron.model_built import init_te_user_buffers
 from lifecycle.megatron.providers import PROVIDERS, model_inputs, padded_vocab_size
+from lifecycle.megatron.user_providers import resolve_provider
 
 
 def test_no_provider_means_the_tiny_gpt_provider() -> None:
@@ -18,12 +19,12 @@ def test_no_provider_means_the_tiny_gpt_provider() -> None:
 
 
 def test_an_unknown_provider_name_lists_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match="'copying', 'gpt'"):
+    with pytest.raises(ProviderError, match="gpt, copying, gpt-builder, hybrid-builder"):
         resolve_provider("omni")
 
 
 def test_a_non_callable_provider_is_refused_with_the_expected_shape() -> None:
-    with pytest.raises(ConfigError, match="pre_process, post_process, vp_stage"):
+    with pytest.raises(ProviderError, match="pre_process, post_process, vp_stage"):
         resolve_provider(42)
 
 

@@ -1,0 +1,78 @@
+"""`lifecycle run`'s input: the config it loads and the checks it runs before anything starts.
+
+Exit statuses: bad command-line or config input (a malformed `--set`, an unknown key, a value
+outside its field's domain such as `training.steps=-1`) exits 2 with one line per problem, each
+naming the field and the fix; problems found by validation (values that do not fit together or with
+the world size about to launch) exit 1. Neither needs torch or megatron.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lifecycle.config import Problem, RunConfig
+
+# Intrinsic checks about one field's own value: their problems are bad input (exit 2).
+INPUT_CHECKS = frozenset({"positive_sizes", "optimizer"})
+EXIT_INPUT, EXIT_INVALID = 2, 1
+
+
+def non_negative(text: str) -> int:
+    """argparse type for counts that may be 0 (`--steps`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; write e.g. --steps 3") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; write 0 or more, e.g. --steps 3")
+    return value
+
+
+def load(args: argparse.Namespace) -> RunConfig:
+    """The RunConfig from `--preset`/`--config`, `--set`, `--plan` and `--log-dir`."""
+    from lifecycle.config import RunConfig
+
+    overrides = list(args.overrides)
+    if args.plan:
+        overrides.append(f"plan={args.plan}")
+    if args.log_dir:
+        overrides.append(f"logging.log_dir={args.log_dir}")
+    if args.config:
+        return RunConfig.from_yaml(args.config, overrides)
+    return RunConfig.preset(args.preset or "tiny-gpt", overrides)
+
+
+def with_world_size(config: RunConfig, world: int | None) -> RunConfig:
+    """`config` as each rank of a `world`-rank launch will validate it."""
+    if world is None or config.parallel.world_size is not None:
+        return config
+    from lifecycle.config import RunConfig
+
+    return RunConfig.from_dict(config.to_dict(), [f"parallel.world_size={world}"])
+
+
+def report(problems: list[Problem], *, launch_world: int | None) -> int | None:
+    """Print the problems once; EXIT_INPUT for bad input, EXIT_INVALID for validation problems
+    (only before a launch: otherwise VALIDATED finds and logs them), None when there are none."""
+    bad_input = [p for p in problems if p.check in INPUT_CHECKS]
+    if bad_input:
+        for p in bad_input:
+            print(f"lifecycle run: {p}", file=sys.stderr)
+        return EXIT_INPUT
+    if problems and launch_world is not None:
+        lines = "\n  - ".join(str(p) for p in problems)
+        print(f"lifecycle run: the config has {len(problems)} problem(s) for a {launch_world}-rank "
+              f"launch; nothing was launched:\n  - {lines}", file=sys.stderr)
+        return EXIT_INVALID
+    return None
+
+
+def check_before_start(config: RunConfig, launch_world: int | None) -> int | None:
+    """The intrinsic checks, with the world size about to launch; an exit status or None."""
+    from lifecycle.config import validate
+
+    checked = with_world_size(config, launch_world)
+    return report(validate(checked, environment=False), launch_world=launch_world)

@@ -1,0 +1,116 @@
+"""The torchrun re-launch of `lifecycle run --nproc N`: its command line and the run id it shares.
+
+torchrun's multi-node options pass through unchanged; `lifecycle run`'s own launch options are
+dropped from the ranks' command line (each rank already runs inside the launch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+
+# (our option, torchrun's option): passed through when given.
+PASS_THROUGH = (
+    ("--nnodes", "--nnodes"),
+    ("--node-rank", "--node-rank"),
+    ("--rdzv-endpoint", "--rdzv-endpoint"),
+    ("--rdzv-backend", "--rdzv-backend"),
+    ("--rdzv-id", "--rdzv-id"),
+    ("--max-restarts", "--max-restarts"),
+)
+LAUNCH_ONLY = ("--nproc", *(ours for ours, _ in PASS_THROUGH))
+
+
+def add_launch_options(p: argparse.ArgumentParser) -> None:
+    """`--nproc` and torchrun's multi-node options."""
+    g = p.add_argument_group("launch (torchrun; `--nproc 1` without these runs in this process)")
+    g.add_argument("--nproc", type=int, default=1, help="ranks to launch on this node (torchrun --nproc-per-node)")
+    g.add_argument("--nnodes", default="1", help="nodes in the job, or MIN:MAX for an elastic job (default 1)")
+    g.add_argument("--node-rank", type=int, help="this node's rank, 0..nnodes-1 (static rendezvous)")
+    g.add_argument("--rdzv-endpoint", help="HOST:PORT every node reaches (required with --nnodes > 1)")
+    g.add_argument("--rdzv-backend", help="torchrun rendezvous backend: static (default) or c10d")
+    g.add_argument("--rdzv-id", help="job id shared by all nodes; also the startup log's run id")
+    g.add_argument("--max-restarts", type=int, help="torchrun restarts of the worker group after a failure")
+
+
+def wants_launch(args: argparse.Namespace) -> bool:
+    """Launch torchrun: more than one local rank or more than one node, and not inside a launch."""
+    launched = "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ
+    return (args.nproc > 1 or args.nnodes != "1") and not launched
+
+
+def launch_world_size(args: argparse.Namespace) -> int | None:
+    """Ranks the launch will start in all: nnodes × nproc; None for an elastic MIN:MAX range."""
+    nodes = str(args.nnodes)
+    return int(nodes) * args.nproc if nodes.isdigit() else None
+
+
+def launch_problem(args: argparse.Namespace) -> str | None:
+    """A launch option that cannot work, as one line naming it and the fix; None when all can."""
+    nodes = str(args.nnodes)
+    lo, _, hi = nodes.partition(":")
+    if not lo.isdigit() or int(lo) < 1 or (hi and (not hi.isdigit() or int(hi) < int(lo))):
+        return f"--nnodes {nodes!r} is not a node count; write e.g. --nnodes 2 or --nnodes 1:4"
+    if args.nproc < 1:
+        return f"--nproc {args.nproc} must be at least 1; write e.g. --nproc 2"
+    if nodes != "1" and not args.rdzv_endpoint:
+        return (f"--nnodes {nodes} needs a rendezvous every node reaches; add "
+                "--rdzv-endpoint HOST:PORT (node 0's address)")
+    if args.max_restarts is not None and args.max_restarts < 0:
+        return f"--max-restarts {args.max_restarts} must be 0 or more"
+    if args.node_rank is not None and nodes.isdigit() and not 0 <= args.node_rank < int(nodes):
+        return f"--node-rank {args.node_rank} must be in 0..{int(nodes) - 1} for --nnodes {nodes}"
+    return None
+
+
+def strip_launch_options(argv: Sequence[str]) -> list[str]:
+    """`argv` without the launch options (both `--opt V` and `--opt=V` forms)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in LAUNCH_ONLY:
+            skip = True
+            continue
+        if arg.split("=", 1)[0] in LAUNCH_ONLY and "=" in arg:
+            continue
+        out.append(arg)
+    return out
+
+
+def torchrun_command(args: argparse.Namespace, port: int | None) -> list[str]:
+    """The torchrun command that runs `lifecycle run` (without launch options) on every rank."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}"]
+    for ours, theirs in PASS_THROUGH:
+        value = getattr(args, ours.removeprefix("--").replace("-", "_"))
+        if value is not None:
+            cmd.append(f"{theirs}={value}")
+    if not args.rdzv_endpoint:
+        cmd += ["--master-addr=127.0.0.1", f"--master-port={port}"]
+    return [*cmd, "-m", "lifecycle", *strip_launch_options(args.argv)]
+
+
+def launch_env(args: argparse.Namespace) -> dict[str, str]:
+    """The environment of the launch: one run id for every rank (the rendezvous id where given;
+    across nodes without one, the ranks derive it from the shared rendezvous address)."""
+    from lifecycle.runtime import new_run_id
+
+    env = dict(os.environ)
+    if not env.get("LIFECYCLE_RUN_ID"):
+        if args.rdzv_id:
+            env["LIFECYCLE_RUN_ID"] = args.rdzv_id
+        elif args.nnodes == "1":
+            env["LIFECYCLE_RUN_ID"] = new_run_id()
+    return env
+
+
+def launch(args: argparse.Namespace) -> int:
+    """Run torchrun; its exit status."""
+    from lifecycle.engine.launch import free_port
+
+    port = None if args.rdzv_endpoint else free_port()
+    return subprocess.call(torchrun_command(args, port), env=launch_env(args))

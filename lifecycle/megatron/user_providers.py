@@ -1,0 +1,205 @@
+"""Your provider: found by name or `module:function` / `path/to/file.py:function`, called in either
+shape, and its return value checked before megatron wraps it.
+
+Two shapes, told apart by signature:
+
+- ours: `provider(config, *, pre_process, post_process, vp_stage, inputs)` (`inputs` optional);
+- Megatron-LM's: `model_provider(pre_process=True, post_process=True, vp_stage=None)`, which finds
+  its TransformerConfig itself (closure or globals, as `pretrain_gpt.py` does with `get_args()`).
+
+What a provider returns must be one `torch.nn.Module` per call (the lifecycle calls it once per
+virtual-pipeline chunk) whose config megatron can reach: `.config`, or through `.module`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from lifecycle.errors import ProviderError
+from lifecycle.megatron.providers import PROVIDERS, GPTBuilder, HybridBuilder, ModelProvider
+
+BUILDERS: dict[str, type[GPTBuilder] | type[HybridBuilder]] = {
+    "gpt-builder": GPTBuilder,
+    "hybrid-builder": HybridBuilder,
+}
+NAMES = (*PROVIDERS, *BUILDERS)
+_FILE_MODULE = "lifecycle_provider_file_"
+SHAPES = ("provider(config, *, pre_process, post_process, vp_stage, inputs) or Megatron-LM's "
+          "model_provider(pre_process=True, post_process=True, vp_stage=None)")
+
+
+def _fail(message: str, provider: str, **context: Any) -> ProviderError:
+    return ProviderError(message, provider=provider, **context)
+
+
+def spec_problem(spec: str) -> str | None:
+    """What is wrong with a `--provider` value that can be told without importing it; None if fine."""
+    if spec in NAMES:
+        return None
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr.isidentifier():
+        return (f"--provider {spec!r} is neither a known provider ({', '.join(NAMES)}) nor "
+                "MODULE:FUNCTION or path/to/file.py:FUNCTION; write e.g. --provider my_pkg.models:model_provider")
+    if target.endswith(".py") and not Path(target).is_file():
+        return f"--provider {spec!r}: no file {target!r}; give an existing .py file, relative to the working directory"
+    return None
+
+
+def load_provider(spec: str) -> Any:
+    """The callable a spec names: a known name, `package.module:function` or `file.py:function`."""
+    if spec in PROVIDERS:
+        return PROVIDERS[spec]
+    if spec in BUILDERS:
+        return BUILDERS[spec]()
+    problem = spec_problem(spec)
+    if problem:
+        raise _fail(problem, spec)
+    target, _, attr = spec.rpartition(":")
+    module = _import_file(target, spec) if target.endswith(".py") else _import_module(target, spec)
+    if not hasattr(module, attr):
+        public = sorted(n for n in vars(module) if callable(getattr(module, n)) and not n.startswith("_"))
+        raise _fail(f"provider {spec!r}: {target} has no attribute {attr!r}; its callables: "
+                    f"{', '.join(public) or 'none'}", spec)
+    return getattr(module, attr)
+
+
+def _import_module(name: str, spec: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise _fail(f"provider {spec!r}: cannot import module {name!r} ({exc}); put its package on "
+                    "PYTHONPATH or give a file path, path/to/file.py:FUNCTION", spec) from exc
+
+
+def _import_file(path: str, spec: str) -> Any:
+    resolved = Path(path).resolve()
+    name = f"{_FILE_MODULE}{resolved.stem}_{abs(hash(str(resolved))):x}"
+    if name in sys.modules:
+        return sys.modules[name]
+    loader_spec = importlib.util.spec_from_file_location(name, resolved)
+    if loader_spec is None or loader_spec.loader is None:
+        raise _fail(f"provider {spec!r}: {path!r} cannot be loaded as Python; give a .py file", spec)
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def name_of(provider: Any) -> str:
+    """module:qualname of a provider (its class for a callable instance)."""
+    if isinstance(provider, (MegatronLMProvider, NoInputsProvider)):
+        return provider.name
+    target = provider if inspect.isfunction(provider) or inspect.ismethod(provider) else type(provider)
+    module = getattr(target, "__module__", "?")
+    if module.startswith(_FILE_MODULE):  # loaded from path/to/file.py: name the file
+        module = getattr(sys.modules.get(module), "__file__", module)
+    return f"{module}:{getattr(target, '__qualname__', repr(target))}"
+
+
+class MegatronLMProvider:
+    """Calls a Megatron-LM-shaped `model_provider(pre_process, post_process[, vp_stage])` in our shape;
+    the TransformerConfig the lifecycle built is not passed (the provider has its own)."""
+
+    def __init__(self, fn: Any, *, name: str, takes_vp_stage: bool) -> None:
+        self.fn, self.name, self.takes_vp_stage = fn, name, takes_vp_stage
+
+    def __call__(self, config: Any, *, pre_process: bool, post_process: bool,
+                 vp_stage: int | None, inputs: Any) -> Any:
+        if self.takes_vp_stage:
+            return self.fn(pre_process=pre_process, post_process=post_process, vp_stage=vp_stage)
+        return self.fn(pre_process=pre_process, post_process=post_process)
+
+
+class NoInputsProvider:
+    """Calls `provider(config, *, pre_process, post_process, vp_stage)` (ours without `inputs`)."""
+
+    def __init__(self, fn: Any, *, name: str) -> None:
+        self.fn, self.name = fn, name
+
+    def __call__(self, config: Any, *, pre_process: bool, post_process: bool,
+                 vp_stage: int | None, inputs: Any) -> Any:
+        return self.fn(config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage)
+
+
+def adapt(fn: Any, name: str) -> ModelProvider:
+    """`fn` callable in our shape, whichever of the two shapes it has (found by signature)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read, assume ours
+        result: ModelProvider = fn
+        return result
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if "inputs" in params or (var_kw and "pre_process" not in params):
+        result = fn
+        return result
+    if "pre_process" in params and "config" not in params:
+        return MegatronLMProvider(fn, name=name, takes_vp_stage="vp_stage" in params or var_kw)
+    if "config" in params and "pre_process" in params:
+        return NoInputsProvider(fn, name=name)
+    raise _fail(f"provider {name} has the signature {inspect.signature(fn)}, which fits neither "
+                f"shape; write {SHAPES}", name)
+
+
+def resolve_provider(provider: Any) -> ModelProvider:
+    """A provider callable, a name or spec (`module:function`, `file.py:function`), or None (gpt)."""
+    if provider is None:
+        return PROVIDERS["gpt"]
+    if isinstance(provider, str):
+        return adapt(load_provider(provider), provider)
+    if not callable(provider):
+        raise _fail(f"provider={provider!r} is not callable; pass {SHAPES} returning a MegatronModule",
+                    repr(provider))
+    return adapt(provider, name_of(provider))
+
+
+def display_name(provider: Any) -> str:
+    """How errors name the provider the user gave: the spec string, or module:qualname."""
+    if provider is None:
+        return "gpt"
+    return provider if isinstance(provider, str) else name_of(provider)
+
+
+def reachable_config(module: Any) -> Any:
+    """The config megatron's `get_model_config` would find: `.config`, else through `.module`."""
+    seen = 0
+    while not hasattr(module, "config") and hasattr(module, "module") and seen < 32:
+        module, seen = module.module, seen + 1
+    return getattr(module, "config", None)
+
+
+def check_chunk(returned: Any, *, provider: str, chunk: int, stage: tuple[bool, bool, int | None]) -> Any:
+    """`returned` when megatron can wrap it; else a ProviderError naming the provider, the chunk,
+    what came back and the fix."""
+    import torch
+
+    pre, post, vp = stage
+    where = f"provider {provider} returned for chunk {chunk} (pre_process={pre}, post_process={post}, vp_stage={vp})"
+    context = {"chunk": chunk, "returned": type(returned).__name__}
+    if isinstance(returned, (list, tuple, torch.nn.ModuleList)):
+        raise _fail(f"{where} a {type(returned).__name__} of {len(returned)}; return one module per call: "
+                    "the lifecycle calls the provider once per virtual-pipeline chunk and makes the list",
+                    provider, **context)
+    if not isinstance(returned, torch.nn.Module):
+        raise _fail(f"{where} {_short(returned)}, not a torch.nn.Module; return a MegatronModule such "
+                    "as megatron.core.models.gpt.GPTModel", provider, **context)
+    if reachable_config(returned) is None:
+        children = ", ".join(f".{n}" for n, _ in returned.named_children()) or "none"
+        raise _fail(f"{where} a {type(returned).__name__} with no .config, and no .module holding one "
+                    f"(its submodules: {children}); megatron's DDP and scheduler read the config through "
+                    "get_model_config, so keep the wrapped model as .module or set .config on the wrapper",
+                    provider, **context)
+    return returned
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
