@@ -79,6 +79,12 @@ def _ranks_present(run_id: str | None, group: list[RankAudit]) -> list[Finding]:
         return found
     world = max(sizes)
     absent = missing(by_rank, world)
+    simulated = [s.simulated for s in group if s.simulated is not None]
+    if absent and len(simulated) == len(group):  # `lifecycle simulate` drove only some ranks, on purpose
+        if len(by_rank) < max(simulated):
+            found.append(Finding(rule="LA014", run_id=run_id, message=f"a simulation of {max(simulated)} of "
+                                 f"{world} ranks left logs for only {len(by_rank)}: pass every simulated rank's file"))
+        absent = None
     outside = {r for r in by_rank if not 0 <= r < world}
     if absent:
         found.append(Finding(rule="LA014", run_id=run_id, message=f"world_size is {world} but there is "

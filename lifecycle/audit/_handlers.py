@@ -223,6 +223,14 @@ def shutdown(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     audit.shut = True
 
 
+def simulation(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+    value = rec.get("simulated")
+    if type(value) is not int or value < 1:
+        raise unreadable(audit.source, audit.line, f"{rec.get('event')}: field 'simulated' is "
+                         f"{repr(value)[:60]}, expected a positive int")
+    audit.simulated = value
+
+
 Handler = Callable[[RankState, dict[str, Any], float], None]
 
 HANDLERS: dict[str, Handler] = {
@@ -244,6 +252,7 @@ HANDLERS: dict[str, Handler] = {
     events.FIRST_STEP_FINALIZED: first_step_finalized,
     events.FIRST_STEP_NOT_FINALIZED: first_step_not_finalized,
     events.LIFECYCLE_SHUTDOWN: shutdown,
+    events.SIMULATION_STARTED: simulation,
 }
 
 

@@ -70,8 +70,18 @@ def _summary(result: AuditResult) -> str:
     who = ("no ranks" if not ranks else f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranges(ranks)}")
     verdict = ("no records" if not result.records else "UNREADABLE INPUT" if result.errors else
                _plural(len(result.findings), "violation") if result.findings else "clean")
+    sim = simulated(result)
+    who += f", simulated {sim['ranks']} of {sim['world_size']}" if sim else ""
     return (f"audited {_plural(result.records, 'record')} from {_plural(result.sources, 'input')}, "
             f"{who}: {verdict}")
+
+
+def simulated(result: AuditResult) -> dict[str, int] | None:
+    """{ranks, world_size} when every log comes from `lifecycle simulate`, else None."""
+    if not result.ranks or any(a.simulated is None for a in result.ranks):
+        return None
+    ranks = {a.rank for a in result.ranks if a.rank is not None}
+    return {"ranks": len(ranks), "world_size": max(a.world_size or 0 for a in result.ranks)}
 
 
 def _blame_lines(result: AuditResult, causes: list[Finding]) -> list[str]:
@@ -110,6 +120,7 @@ def as_json(result: AuditResult, *, with_timing: bool = True) -> bytes:
         "records": result.records,
         "sources": result.sources,
         "ranks": len(result.ranks),
+        "simulated": simulated(result),
         "errors": [{key: e.context.get(key) for key in ("source", "line", "reason")} for e in result.errors],
         "root_causes": [_fields(c) | {"victims": [_fields(v) for v in c.victims]} for c in result.root_causes],
         "findings": [

@@ -38,6 +38,8 @@ GENERATION_STARTED: Final = "generation_started"
 LIFECYCLE_SHUTDOWN: Final = "lifecycle_shutdown"
 REHEARSAL_ENABLED: Final = "rehearsal_enabled"
 REHEARSAL_DISABLED: Final = "rehearsal_disabled"
+SIMULATION_STARTED: Final = "simulation_started"
+RANK_SIMULATED: Final = "rank_simulated"
 
 ALL: Final[frozenset[str]] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

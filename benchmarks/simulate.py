@@ -1,0 +1,150 @@
+"""Time and peak memory per simulated rank of `gpt-4096` (4,096 ranks, TP8 PP4 CP2 EP8), and the
+time of `lifecycle simulate --all`.
+
+    python benchmarks/simulate.py [--repeats 5] [--ranks 20] [--until MODEL_BUILT] [--all] [--jobs N]
+
+Each repeat is a fresh process (megatron's import and RankGenerator layout are not timed) that
+simulates `--ranks` sampled ranks to DISTRIBUTED and back through the real engine, startup logs
+written, and the same ranks with megatron alone (fake process group, `initialize_model_parallel`,
+destroy; no lifecycle, no log). Printed: the median time a rank takes (median over repeats of each
+repeat's median), the peak resident memory of a process that has simulated one rank, and how much
+it grows over the following ranks. Targets: < 1 s and < 500 MB a rank. `--all` then times
+`lifecycle simulate --preset gpt-4096 --all` once, end to end (about 17 minutes of CPU), and
+the audit of its 4,096 logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def one_repeat(log_dir: str, count: int, until: str) -> dict[str, Any]:
+    """In a fresh process: simulate `count` ranks with the lifecycle, then with megatron alone."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from lifecycle import RunConfig
+    from lifecycle.simulate import Layout, Simulation, prepare, sample_ranks, simulate_rank, warm_up
+    from states import State
+
+    overrides = ["parallel.cp=1"] if until == "MODEL_BUILT" else []
+    config = prepare(RunConfig.preset("gpt-4096", overrides), until=State[until])
+    layout = Layout(config.parallel, 4096)
+    ranks = tuple(sample_ranks(layout, count + 1, seed=1))
+    warm_up(config)
+    base = _rss_mb()
+    sim = Simulation(config=config, ranks=ranks, until=State[until], log_dir=log_dir, selection="benchmark")
+
+    def one_rank(rank: int) -> None:
+        report = simulate_rank(sim, rank, layout.placement(rank))
+        assert report.ok, (rank, report.error, report.mismatches)
+
+    _timed(one_rank, ranks[:1])
+    peak_one = _peak_mb()
+    lifecycle = _timed(one_rank, ranks[1:])
+    plain = _timed(functools.partial(_megatron_alone, config), ranks[1:]) if until == "DISTRIBUTED" else None
+    return {"lifecycle": lifecycle, "plain": plain, "base_mb": base, "peak_one_mb": peak_one,
+            "peak_all_mb": _peak_mb()}
+
+
+def _timed(fn: Any, ranks: tuple[int, ...]) -> dict[str, list[float]]:
+    """Wall and CPU (process) seconds of `fn(rank)` for each rank: on a shared machine the CPU time is
+    what one free core would take."""
+    out: dict[str, list[float]] = {"wall": [], "cpu": []}
+    for rank in ranks:
+        wall, cpu = time.perf_counter(), time.process_time()
+        fn(rank)
+        out["wall"].append(time.perf_counter() - wall)
+        out["cpu"].append(time.process_time() - cpu)
+    return out
+
+
+def _megatron_alone(config: Any, rank: int) -> None:
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=4096)
+    ps.initialize_model_parallel(**config.parallel.megatron_sizes(), create_gloo_process_groups=False)
+    ps.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+def _time_all(jobs: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = f"{tmp}/all"
+        start = time.perf_counter()
+        run = subprocess.run([sys.executable, "-m", "lifecycle", "simulate", "--preset", "gpt-4096", "--all",
+                              "--log-dir", logs, "--format", "json", "--jobs", str(jobs)],
+                             cwd=ROOT, capture_output=True, text=True)
+        took = time.perf_counter() - start
+        print(f"--all (4,096 ranks, --jobs {jobs})         : {took:.0f} s end to end "
+              f"({took / 4096:.3f} s a rank), exit {run.returncode}")
+        start = time.perf_counter()
+        audit = subprocess.run([sys.executable, "-m", "lifecycle", "audit", logs], cwd=ROOT,
+                               capture_output=True, text=True)
+        print(f"lifecycle audit of its logs               : {time.perf_counter() - start:.1f} s: "
+              f"{audit.stdout.splitlines()[0] if audit.stdout else audit.stderr[-300:]}")
+
+
+def _median_of_medians(runs: list[dict[str, Any]], variant: str, kind: str) -> float:
+    return float(statistics.median(statistics.median(r[variant][kind]) for r in runs))
+
+
+def main() -> None:
+    from lifecycle.engine.launch import run_ranks
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--ranks", type=int, default=20, help="ranks timed per repeat")
+    parser.add_argument("--until", choices=("DISTRIBUTED", "MODEL_BUILT"), default="DISTRIBUTED")
+    parser.add_argument("--all", action="store_true", help="also time `lifecycle simulate --all` once")
+    parser.add_argument("--jobs", type=int, default=1, help="processes for --all")
+    args = parser.parse_args()
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeats):
+            runs += run_ranks(one_repeat, 1, f"{tmp}/{i}", args.ranks, args.until, timeout_s=900)
+    print(f"gpt-4096 to {args.until}: {args.repeats} fresh processes x {args.ranks} ranks (+1 first rank); "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    lifecycle = {kind: _median_of_medians(runs, "lifecycle", kind) for kind in ("wall", "cpu")}
+    print(f"time a rank, lifecycle (median)           : {lifecycle['wall']:.3f} s wall, "
+          f"{lifecycle['cpu']:.3f} s CPU   (target < 1 s)")
+    if runs[0]["plain"]:
+        plain = {kind: _median_of_medians(runs, "plain", kind) for kind in ("wall", "cpu")}
+        print(f"time a rank, megatron alone (median)      : {plain['wall']:.3f} s wall, {plain['cpu']:.3f} s CPU   "
+              f"(lifecycle/megatron {lifecycle['cpu'] / plain['cpu']:.2f}x in CPU time)")
+    one = statistics.median(r["peak_one_mb"] for r in runs)
+    base = statistics.median(r["base_mb"] for r in runs)
+    grow = statistics.median(r["peak_all_mb"] - r["peak_one_mb"] for r in runs)
+    print(f"peak RSS, process that simulated 1 rank   : {one:.0f} MB  (target < 500 MB; {base:.0f} MB of it "
+          "is torch + megatron + layout before any rank)")
+    print(f"peak RSS growth over the next {args.ranks} ranks   : {grow:+.0f} MB")
+    if args.all:
+        _time_all(args.jobs)
+
+
+if __name__ == "__main__":
+    main()
