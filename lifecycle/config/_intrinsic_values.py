@@ -47,6 +47,17 @@ def check_positive_sizes(c: RunConfig) -> list[Problem]:
                 "set training.steps to 0 or more",
             )
         )
+    timeout = c.startup.timeout_s
+    if not 0 < timeout < float("inf"):  # also catches NaN
+        out.append(
+            _p(
+                "positive_sizes",
+                "startup.timeout_s",
+                timeout,
+                "must be positive and finite: it bounds the rendezvous and each collective state",
+                "set startup.timeout_s to a number of seconds > 0 (default 600)",
+            )
+        )
     return out
 
 

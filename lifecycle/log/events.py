@@ -29,6 +29,8 @@ GENERATION_STARTED: Final = "generation_started"
 LIFECYCLE_SHUTDOWN: Final = "lifecycle_shutdown"
 REHEARSAL_ENABLED: Final = "rehearsal_enabled"
 REHEARSAL_DISABLED: Final = "rehearsal_disabled"
+STATE_TIMEOUT: Final = "state_timeout"
+PEER_FAILED: Final = "peer_failed"
 
 ALL: Final[frozenset[str]] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

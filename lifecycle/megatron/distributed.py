@@ -14,11 +14,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+from contextlib import nullcontext
+from datetime import timedelta
 from typing import Any
 
 from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
+from lifecycle.megatron.ranks import WATCH, RankWatch
 from lifecycle.megatron.rehearsal import Rehearsal, is_active, start_rehearsal
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
@@ -62,7 +65,9 @@ def refuse_if_initialized() -> None:
         )
 
 
-def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -> tuple[int, int]:
+def _init_process_group(
+    ctx: PhaseContext, config: RunConfig, real_cuda: bool
+) -> tuple[int, int, RankWatch | None]:
     import torch
     import torch.distributed as dist
 
@@ -71,17 +76,50 @@ def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -
         assert par.rank is not None and par.world_size is not None  # validation guarantees it
         ctx.side_effect(SideEffect.PROCESS_GROUP)
         init_fake_process_group(par.rank, par.world_size)
-        return par.rank, par.world_size
+        return par.rank, par.world_size, None
     world = par.world_size or int(os.environ.get("WORLD_SIZE", "1"))
     rank = par.rank if par.rank is not None else int(os.environ.get("RANK", "0"))
     if real_cuda:
         ctx.side_effect(SideEffect.CUDA_DEVICE)
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     ctx.side_effect(SideEffect.PROCESS_GROUP)
-    bare = world == 1 and "MASTER_ADDR" not in os.environ
-    store = dist.HashStore() if bare else rendezvous_store(rank, world)
-    dist.init_process_group(config.backend, store=store, rank=rank, world_size=world)
-    return dist.get_rank(), dist.get_world_size()
+    timeout = timedelta(seconds=config.startup.timeout_s)
+    if world == 1 and "MASTER_ADDR" not in os.environ:
+        dist.init_process_group(config.backend, store=dist.HashStore(), rank=rank, world_size=world,
+                                timeout=timeout)
+        return dist.get_rank(), dist.get_world_size(), None
+    store, watch = _checked_in_store(ctx, config, rank, world)
+    try:
+        with watch.phase(ctx, "DISTRIBUTED"):
+            dist.init_process_group(config.backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    except BaseException:
+        watch.stop()
+        raise
+    return dist.get_rank(), dist.get_world_size(), watch
+
+
+def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int) -> tuple[Any, RankWatch]:
+    """The rendezvous store once every rank has checked in, and the started watcher."""
+    import torch.distributed as dist
+
+    timeout_s = config.startup.timeout_s
+    try:
+        store = rendezvous_store(rank, world, timeout_s)
+    except Exception as exc:  # a client that never reached the store's host (rank 0 or the agent)
+        ctx.emit(events.STATE_TIMEOUT, state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=timeout_s,
+                 missing=[0])
+        raise DistributedError(
+            f"rendezvous timed out after {timeout_s:g} s: could not reach the store at "
+            f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} that rank 0 hosts "
+            f"({type(exc).__name__}); missing: rank 0. Start rank 0, or raise startup.timeout_s",
+            field="startup.timeout_s",
+        ) from exc
+    ranks = dist.PrefixStore("ranks", store)
+    watch = RankWatch(ranks, rank=rank, world_size=world, timeout_s=timeout_s,
+                      watcher_store=ranks.clone)  # its own connection
+    watch.check_in(ctx)
+    watch.start()
+    return store, watch
 
 
 # The TCPStore each process keeps per MASTER_ADDR:MASTER_PORT, and how many process groups it has
@@ -91,10 +129,11 @@ def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -
 _STORES: dict[tuple[str, int], list[Any]] = {}
 
 
-def rendezvous_store(rank: int, world_size: int) -> Any:
+def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> Any:
     """A PrefixStore over this process's long-lived TCPStore for MASTER_ADDR/MASTER_PORT (env://).
 
     Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) every rank is a client.
+    `timeout_s` bounds reaching the store and every wait on it.
     """
     import torch.distributed as dist
 
@@ -103,10 +142,12 @@ def rendezvous_store(rank: int, world_size: int) -> Any:
     if entry is None:
         agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
         store = dist.TCPStore(
-            addr, port, world_size, is_master=rank == 0 and not agent, wait_for_workers=False
+            addr, port, world_size, is_master=rank == 0 and not agent, wait_for_workers=False,
+            timeout=timedelta(seconds=timeout_s),
         )
         entry = _STORES[(addr, port)] = [store, 0]
     entry[1] += 1
+    entry[0].set_timeout(timedelta(seconds=timeout_s))
     return dist.PrefixStore(f"megatron-lifecycle/init-{entry[1]}", entry[0])
 
 
@@ -118,6 +159,7 @@ def _init_parallel_state(ctx: PhaseContext, config: RunConfig) -> dict[str, int]
     ps.initialize_model_parallel(
         **par.megatron_sizes(),
         create_gloo_process_groups=config.backend != "fake",
+        distributed_timeout_minutes=config.startup.timeout_s / 60,
     )
     return {
         "tp": ps.get_tensor_model_parallel_rank(),
@@ -170,14 +212,18 @@ def enter(ctx: PhaseContext) -> Runtime:
     if on and not caller_owns:
         ctx.side_effect(SideEffect.CUDA_DEVICE)
     rehearsal = start_rehearsal() if on and not caller_owns else None
+    watch: RankWatch | None = None
     try:
         ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
-        rank, world = _init_process_group(ctx, config, real_cuda=not on)
+        rank, world, watch = _init_process_group(ctx, config, real_cuda=not on)
         ctx.set_rank(rank=rank, world_size=world)
-        coords = _init_parallel_state(ctx, config)
-        _seed(ctx, config, coords["pp"])
-        groups = ProcessGroupCollection.use_mpu_process_groups()
+        with watch.phase(ctx, "DISTRIBUTED") if watch is not None else nullcontext():
+            coords = _init_parallel_state(ctx, config)
+            _seed(ctx, config, coords["pp"])
+            groups = ProcessGroupCollection.use_mpu_process_groups()
     except BaseException:
+        if watch is not None:
+            watch.stop()
         _undo(rehearsal)
         raise
     par = config.parallel
@@ -200,13 +246,22 @@ def enter(ctx: PhaseContext) -> Runtime:
         backend=config.backend,
         pg_collection=groups,
         rehearsal=rehearsal,
+        extras={**ctx.runtime.extras, WATCH: watch} if watch is not None else ctx.runtime.extras,
     )
 
 
 def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
-    """Destroy parallel state and the process group this lifecycle created; end the rehearsal."""
+    """Destroy parallel state and the process group this lifecycle created; end the rehearsal.
+
+    After a failure on any rank there is no closing barrier: it would wait for (or, worse, pair
+    with a collective of) a rank that failed; destroying the group closes its sockets at once.
+    """
+    watch = runtime.extras.get(WATCH)
+    failed = isinstance(watch, RankWatch) and (watch.failed or watch.first_failure() is not None)
+    if isinstance(watch, RankWatch):
+        watch.stop()
     if runtime.distributed:
-        _undo(None, barrier=True)
+        _undo(None, barrier=not failed)
     rehearsal: Any = runtime.rehearsal
     if rehearsal is not None:
         rehearsal.close()
@@ -218,4 +273,5 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
         backend=None,
         pg_collection=None,
         rehearsal=None,
+        extras={k: v for k, v in runtime.extras.items() if k != WATCH},
     )
