@@ -39,7 +39,7 @@ import orjson
 
 CASES = ("never_starts", "raise_in_model_built", "raise_and_linger", "kill_in_distributed")
 LONG_DEADLINE = {"raise_in_model_built", "raise_and_linger"}  # left at the default 600 s
-LINGER_S = 60.0
+LINGER_S = 20.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -115,8 +115,9 @@ def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: in
             field="startup.timeout_s",
         ) from exc
     ranks = dist.PrefixStore("ranks", store)
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # then torchrun hosts the store
     watch = RankWatch(ranks, rank=rank, world_size=world, timeout_s=timeout_s,
-                      watcher_store=ranks.clone)  # its own connection
+                      watcher_store=ranks.clone, store_host=None if agent else 0)  # its own connection
     watch.check_in(ctx)
     watch.start()
     return store, watch
@@ -197,6 +198,17 @@ def _undo(rehearsal: Rehearsal | None, *, barrier: bool = False) -> None:
         rehearsal.close()
 
 
+def _rehearsal(ctx: PhaseContext, config: RunConfig, cuda: bool) -> tuple[bool, str, Rehearsal | None]:
+    """(rehearse?, reason, the rehearsal this phase started or None)."""
+    on, reason = decide_rehearsal(config.rehearsal, cuda)
+    caller_owns = is_active()  # the caller's own `cpu_rehearsal()`: use it, leave it running
+    if caller_owns:
+        return True, "already active (the caller's)", None
+    if on:
+        ctx.side_effect(SideEffect.CUDA_DEVICE)
+    return on, reason, start_rehearsal() if on else None
+
+
 def enter(ctx: PhaseContext) -> Runtime:
     """Rehearsal decision, process group, parallel state, RNG; log rank, world size and groups."""
     import torch
@@ -205,13 +217,7 @@ def enter(ctx: PhaseContext) -> Runtime:
 
     config = ctx.runtime.config
     refuse_if_initialized()
-    on, reason = decide_rehearsal(config.rehearsal, bool(torch.cuda.is_available()))
-    caller_owns = is_active()  # the caller's own `cpu_rehearsal()`: use it, leave it running
-    if caller_owns:
-        on, reason = True, "already active (the caller's)"
-    if on and not caller_owns:
-        ctx.side_effect(SideEffect.CUDA_DEVICE)
-    rehearsal = start_rehearsal() if on and not caller_owns else None
+    on, reason, rehearsal = _rehearsal(ctx, config, bool(torch.cuda.is_available()))
     watch: RankWatch | None = None
     try:
         ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -82,11 +82,13 @@ class RankWatch:
 
     def __init__(
         self, store: Any, *, rank: int, world_size: int, timeout_s: float,
-        watcher_store: Callable[[], Any] | None = None, poll_s: float = 0.5, grace_s: float = 3.0,
-        exit_process: Callable[[int], object] = os._exit,
+        watcher_store: Callable[[], Any] | None = None, store_host: int | None = 0,
+        poll_s: float = 0.5, grace_s: float = 3.0, exit_process: Callable[[int], object] = os._exit,
     ) -> None:
         self.store, self.rank, self.world_size, self.timeout_s = store, rank, world_size, timeout_s
-        self.poll_s, self.grace_s = poll_s, grace_s
+        self.poll_s, self.grace_s, self.store_host = poll_s, grace_s, store_host
+        self.stale_s = max(5.0, min(30.0, timeout_s / 4))
+        """A rank whose heartbeat stood still this long is lost (rank 0's watcher checks)."""
         self._watcher_store = watcher_store
         self._exit = exit_process
         self._lock = threading.Lock()
@@ -99,6 +101,7 @@ class RankWatch:
     # -- check-in -----------------------------------------------------------------------------
     def check_in(self, ctx: PhaseContext) -> None:
         """Register this rank and wait until all have; on the deadline log `state_timeout` and raise."""
+        self.store.add(f"alive/{self.rank}", 1)
         self.store.set(f"checkin/{self.rank}", b"1")
         if int(self.store.add("arrived", 1)) >= self.world_size:
             self.store.set("all_arrived", b"1")
@@ -121,22 +124,20 @@ class RankWatch:
         return [r for r in range(self.world_size) if not self.store.check([f"checkin/{r}"])]
 
     # -- failures -----------------------------------------------------------------------------
-    def publish(self, failure: Failure) -> None:
-        """Tell every rank this one failed. Best effort: the store may be gone with its host."""
+    def publish(self, failure: Failure, store: Any = None) -> None:
+        """Tell every rank that `failure.rank` failed. Best effort: the store may be gone with its host."""
+        store = self.store if store is None else store
         try:
             raw = failure.encode()
-            self.store.set(f"failure/{failure.rank}", raw)
-            self.store.compare_set("first", b"", raw)
+            store.set(f"failure/{failure.rank}", raw)
+            store.compare_set("first", b"", raw)
         except Exception:  # the store's host may be the rank that died
             return
 
     def first_failure(self, store: Any = None) -> Failure | None:
         """The first failure any rank published, or None (also when the store cannot be reached)."""
-        store = self.store if store is None else store
         try:
-            if not store.check(["first"]):
-                return None
-            return Failure.decode(store.get("first"))
+            return _read_first(self.store if store is None else store)
         except Exception:  # an unreachable store means no news, not a new failure
             return None
 
@@ -155,6 +156,8 @@ class RankWatch:
         """
         with self._lock:
             self._active = (ctx, state, time.monotonic())
+        with suppress(Exception):  # what a lost rank was doing, for the failure rank 0 publishes
+            self.store.set(f"state/{self.rank}", state.encode())
         try:
             yield
         except DistributedError:
@@ -162,7 +165,10 @@ class RankWatch:
             raise
         except BaseException as exc:
             self.failed = True
-            raise self._classify(ctx, state, exc) from exc
+            error = self._classify(ctx, state, exc)
+            if error is exc:
+                raise
+            raise error from exc
         finally:
             with self._lock:
                 self._active = None
@@ -206,23 +212,58 @@ class RankWatch:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the watcher and mark this rank done, so rank 0 does not take its silence for a loss."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.poll_s + 5)
         self._thread = None
+        with suppress(Exception):
+            self.store.set(f"alive/{self.rank}", b"done")
 
     def _watch(self) -> None:
         store = self._watcher_store() if self._watcher_store is not None else self.store
+        beats: dict[int, tuple[bytes, float]] = {}
+        unreachable_since: float | None = None
         while not self._stop.wait(self.poll_s):
             now = time.monotonic()
-            if self._noticed is None:
-                failure = self.first_failure(store)
-                if failure is not None and failure.rank != self.rank:
-                    self._noticed = (failure, now)
+            try:
+                self._poll(store, beats, now)
+                unreachable_since = None
+            except Exception:  # the store's host is slow or gone
+                unreachable_since = now if unreachable_since is None else unreachable_since
+                self._store_lost(now - unreachable_since, now)
             with self._lock:
                 active = self._active
             if active is not None:
                 self._escalate(active, now)
+
+    def _poll(self, store: Any, beats: dict[int, tuple[bytes, float]], now: float) -> None:
+        store.add(f"alive/{self.rank}", 1)
+        if self._noticed is None:
+            failure = _read_first(store)
+            if failure is not None and failure.rank != self.rank:
+                self._noticed = (failure, now)
+        if self.rank == 0 and self._noticed is None:
+            self._find_lost(store, beats, now)
+
+    def _find_lost(self, store: Any, beats: dict[int, tuple[bytes, float]], now: float) -> None:
+        """Rank 0: publish, for the first peer whose heartbeat stood still `stale_s`, a `lost` failure."""
+        peers = [r for r in range(self.world_size) if r != self.rank]
+        values = store.multi_get([f"alive/{r}" for r in peers])  # every rank set its beat at check-in
+        for peer, value in zip(peers, values, strict=True):
+            last = beats.get(peer)
+            if value == b"done" or last is None or last[0] != value:
+                beats[peer] = (value, now)
+            elif now - last[1] >= self.stale_s:
+                state = store.get(f"state/{peer}").decode() if store.check([f"state/{peer}"]) else "unknown"
+                error = f"no heartbeat for {now - last[1]:.0f} s: the process died or stopped responding"
+                self.publish(Failure(rank=peer, state=state, error=error, kind="lost"), store)
+                return
+
+    def _store_lost(self, silent_s: float, now: float) -> None:
+        if self._noticed is None and self.store_host not in (None, self.rank) and silent_s >= self.stale_s:
+            error = f"the rendezvous store it hosts stopped answering for {silent_s:.0f} s"
+            self._noticed = (Failure(rank=self.store_host, state="unknown", error=error, kind="lost"), now)
 
     def _escalate(self, active: tuple[PhaseContext, str, float], now: float) -> None:
         """End a process whose main thread stayed blocked past the grace or the deadline."""
@@ -235,7 +276,12 @@ class RankWatch:
             self.publish(Failure(rank=self.rank, state=state, error=error, kind="timeout"))
         else:
             return
+        self._stop.set()  # once: the process is ending
         self._exit(EXIT_CODE)
+
+
+def _read_first(store: Any) -> Failure | None:
+    return Failure.decode(store.get("first")) if store.check(["first"]) else None
 
 
 def watched(ctx: PhaseContext, state: str) -> AbstractContextManager[None]:
