@@ -72,9 +72,13 @@ def kind_of(exc: BaseException) -> str:
 
 
 def is_timeout(exc: BaseException) -> bool:
-    """A store wait or gloo collective that ran out of time (torch raises RuntimeError subclasses)."""
+    """A store wait or collective that ran out of time: torch raises `DistStoreError`/`DistError` or,
+    from gloo, a plain RuntimeError citing gloo's source; a user's error mentioning time is not one."""
+    if isinstance(exc, TimeoutError):
+        return True
     text = str(exc).lower()
-    return isinstance(exc, TimeoutError) or "timed out" in text or "timeout" in text
+    from_torch = type(exc).__module__.startswith("torch") or "gloo" in text or "c10d" in text
+    return from_torch and ("timed out" in text or "timeout" in text)
 
 
 class RankWatch:

@@ -17,7 +17,7 @@ import pytest
 from benchmarks.faults import LINGER_S, CaseResult, run_case
 from lifecycle import RunConfig
 from lifecycle.errors import DistributedError
-from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch
+from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch, kind_of
 from states import Trigger
 from tests.phase_context import RecordingContext
 
@@ -142,3 +142,19 @@ def test_rank_0_publishes_a_lost_peer_whose_heartbeat_stops_and_ends_its_blocked
     assert ctx.emitted[0][0] == "peer_failed"
     assert (ctx.emitted[0][1]["peer_rank"], ctx.emitted[0][1]["peer_state"]) == (1, "DISTRIBUTED")
     assert store.get("alive/0") == b"done"
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (RuntimeError("[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+                      "20000ms for recv operation to complete"), "timeout"),
+        (TimeoutError("deadline"), "timeout"),
+        (ValueError("request timeout must be positive"), "exception"),  # a user's words, not a timeout
+        (RuntimeError("Connection closed by peer"), "exception"),
+        (KeyboardInterrupt(), "signal"),
+        (SystemExit(143), "signal"),
+    ],
+)
+def test_a_failure_is_published_as_a_timeout_only_when_torch_timed_out(error: BaseException, kind: str) -> None:
+    assert kind_of(error) == kind
