@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,37 @@ def test_rank_0_publishes_a_lost_peer_whose_heartbeat_stops_and_ends_its_blocked
     assert ctx.emitted[0][0] == "peer_failed"
     assert (ctx.emitted[0][1]["peer_rank"], ctx.emitted[0][1]["peer_state"]) == (1, "DISTRIBUTED")
     assert store.get("alive/0") == b"done"
+
+
+def test_a_collective_state_that_runs_out_of_time_logs_state_timeout_and_fails_naming_the_setting() -> None:
+    store, ctx = _store(2), _ctx(0.5)
+    watch = RankWatch(store, rank=0, world_size=2, timeout_s=0.5)
+    expected = r"MODEL_BUILT timed out after 0.5 s on rank 0 .*startup.timeout_s"
+    with pytest.raises(DistributedError, match=expected), watch.phase(ctx, "MODEL_BUILT"):
+        store.wait(["a key no rank sets"], timedelta(seconds=0.5))  # torch's own timeout
+    assert ctx.emitted == [("state_timeout", {"state": "MODEL_BUILT", "trigger": "init_distributed",
+                                              "timeout_s": 0.5})]
+    first = watch.first_failure()
+    assert first is not None and (first.rank, first.state, first.kind) == (0, "MODEL_BUILT", "timeout")
+
+
+def test_the_watcher_ends_a_state_still_running_past_its_deadline() -> None:
+    store, ctx = _store(2), _ctx(1.0)
+    exits: list[int] = []
+    watch = RankWatch(store, rank=1, world_size=2, timeout_s=1.0, poll_s=0.1, grace_s=0.5,
+                      exit_process=exits.append)
+    watch.store.add("alive/1", 1)
+    watch.start()
+    with watch.phase(ctx, "CALLBACKS_BOUND"):
+        deadline = time.monotonic() + 10
+        while not exits and time.monotonic() < deadline:  # work that blocks outside any collective
+            time.sleep(0.05)
+    watch.stop()
+    assert exits == [EXIT_CODE]
+    assert ctx.emitted == [("state_timeout", {"state": "CALLBACKS_BOUND", "trigger": "init_distributed",
+                                              "timeout_s": 1.0})]
+    first = watch.first_failure()
+    assert first is not None and (first.rank, first.kind) == (1, "timeout")
 
 
 @pytest.mark.parametrize(
