@@ -12,6 +12,8 @@ fails there. The cases:
 - `raise_in_model_built`: rank 1's provider raises; deadline 600 s (the default).
 - `raise_and_linger`: as above, but rank 1 then keeps its process group (and the lifecycle) for
   60 s before shutting down, so only rank 0's watcher can end its wait; deadline 600 s.
+- `sigterm_in_model_built`: rank 1 gets a real SIGTERM while its provider runs; its handler turns it
+  into SystemExit (as training scripts do), so it publishes a failure of kind `signal`; 600 s.
 - `kill_in_distributed`: rank 1 SIGKILLs itself after `init_process_group`, before megatron's
   parallel state: nothing is published; rank 0's watcher declares it lost when its heartbeat stands
   still (`stale_s`), before the deadline.
@@ -41,8 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
 
-CASES = ("never_starts", "raise_in_model_built", "raise_and_linger", "kill_in_distributed")
-LONG_DEADLINE = {"raise_in_model_built", "raise_and_linger"}  # left at the default 600 s
+CASES = ("never_starts", "raise_in_model_built", "raise_and_linger", "sigterm_in_model_built",
+         "kill_in_distributed")
+LONG_DEADLINE = {"raise_in_model_built", "raise_and_linger", "sigterm_in_model_built"}  # the default 600 s
 LINGER_S = 20.0
 
 
@@ -101,6 +104,20 @@ def _failing_provider(fault_file: Path) -> Any:
     return provider
 
 
+def _waiting_provider(ready_file: Path) -> Any:
+    def provider(config: Any, **kwargs: Any) -> Any:
+        ready_file.write_text("ready")  # the parent sends SIGTERM now
+        time.sleep(120.0)
+        raise AssertionError("SIGTERM never came")
+
+    return provider
+
+
+def _exit_on_sigterm(signum: int, _frame: Any) -> None:
+    """What a training script's handler does: turn SIGTERM into SystemExit in the main thread."""
+    raise SystemExit(128 + signum)
+
+
 def _kill_before_parallel_state(fault_file: Path) -> None:
     from lifecycle.megatron import distributed
 
@@ -124,15 +141,18 @@ def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> 
         provider = _failing_provider(fault_file)
     if rank == 1 and case == "kill_in_distributed":
         _kill_before_parallel_state(fault_file)
+    if rank == 1 and case == "sigterm_in_model_built":
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        provider = _waiting_provider(log_dir / "ready")
     lc = Lifecycle(config, provider=provider)
     try:
         lc.advance_to(State.CALLBACKS_BOUND)
-    except Exception as exc:
+    except BaseException as exc:
         print(f"rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         if case == "raise_and_linger" and rank == 1:
             time.sleep(LINGER_S)
         lc.shutdown()
-        return 1
+        return exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
     lc.shutdown()
     return 0
 
@@ -160,6 +180,8 @@ def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
     }
     exit_at: dict[int, float] = {}
     hard_stop = time.monotonic() + timeout_s + 120
+    if case == "sigterm_in_model_built":
+        _sigterm_when_ready(procs[1], log_dir, hard_stop)
     while len(exit_at) < len(procs):
         for r, proc in procs.items():
             if r not in exit_at and proc.poll() is not None:
@@ -183,6 +205,15 @@ def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
         returncode={r: p.returncode for r, p in procs.items()}, records=records,
         stderr={r: (log_dir / f"stderr-{r}").read_text(errors="replace") for r in ranks},
     )
+
+
+def _sigterm_when_ready(proc: subprocess.Popen[bytes], log_dir: Path, hard_stop: float) -> None:
+    """SIGTERM rank 1 once its provider runs (rank 0 is then in its all-reduce); note the time."""
+    while not (log_dir / "ready").exists() and proc.poll() is None and time.monotonic() < hard_stop:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    (log_dir / "fault_at").write_text(repr(time.time()))
+    proc.send_signal(signal.SIGTERM)
 
 
 def _read(path: Path) -> list[dict[str, Any]]:

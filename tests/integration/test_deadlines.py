@@ -75,6 +75,14 @@ def test_the_watcher_ends_rank_0_when_the_failed_rank_1_keeps_its_process_group(
     assert _exit_after_fault(result, 1) >= LINGER_S  # rank 0 did not wait for rank 1 to let go
 
 
+def test_a_sigterm_on_rank_1_in_model_built_is_broadcast_and_rank_0_names_it(tmp_path: Path) -> None:
+    result = run_case("sigterm_in_model_built", 600.0, tmp_path)
+    peer = result.events(0, "peer_failed")
+    assert [(p["peer_rank"], p["peer_state"], p["error"]) for p in peer] == [(1, "MODEL_BUILT", "SystemExit: 143")]
+    assert result.returncode == {0: 1, 1: 143}
+    assert _last_record_after_fault(result, 0) <= 10.0
+    assert _exit_after_fault(result, 0) <= 10.0 + TEARDOWN_S
+
 def test_rank_0_exits_within_the_deadline_when_rank_1_is_sigkilled_in_distributed(tmp_path: Path) -> None:
     result = run_case("kill_in_distributed", 20.0, tmp_path)
     assert result.returncode[1] == -9
