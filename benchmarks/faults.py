@@ -17,6 +17,9 @@ fails there. The cases:
 - `kill_in_distributed`: rank 1 SIGKILLs itself after `init_process_group`, before megatron's
   parallel state: nothing is published; rank 0's watcher declares it lost when its heartbeat stands
   still (`stale_s`), before the deadline.
+- `kill_in_model_built`: rank 1 SIGKILLs itself in its provider while rank 0 is in its all-reduce:
+  the all-reduce raises at once ("Connection closed by peer"), and rank 0 waits for the heartbeat
+  check to name the dead rank rather than blaming itself.
 
 Prints, per case, the median ratio (fault → last exit) / timeout_s over `--runs` runs, the spread
 (min–max), the median seconds to the last exit and to the last log record (the lifecycle's part;
@@ -44,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson
 
 CASES = ("never_starts", "raise_in_model_built", "raise_and_linger", "sigterm_in_model_built",
-         "kill_in_distributed")
+         "kill_in_distributed", "kill_in_model_built")
 LONG_DEADLINE = {"raise_in_model_built", "raise_and_linger", "sigterm_in_model_built"}  # the default 600 s
 LINGER_S = 20.0
 
@@ -95,10 +98,12 @@ def _checked_provider(config: Any, **kwargs: Any) -> Any:
     return model
 
 
-def _failing_provider(fault_file: Path) -> Any:
+def _failing_provider(fault_file: Path, *, kill: bool = False) -> Any:
     def provider(config: Any, **kwargs: Any) -> Any:
         time.sleep(1.0)  # rank 0 is in its all-reduce by now
         fault_file.write_text(repr(time.time()))
+        if kill:
+            os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError("injected fault: the provider failed on rank 1")
 
     return provider
@@ -141,6 +146,8 @@ def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> 
         provider = _failing_provider(fault_file)
     if rank == 1 and case == "kill_in_distributed":
         _kill_before_parallel_state(fault_file)
+    if rank == 1 and case == "kill_in_model_built":
+        provider = _failing_provider(fault_file, kill=True)
     if rank == 1 and case == "sigterm_in_model_built":
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
         provider = _waiting_provider(log_dir / "ready")

@@ -81,6 +81,12 @@ def is_timeout(exc: BaseException) -> bool:
     return from_torch and ("timed out" in text or "timeout" in text)
 
 
+def connection_lost(exc: BaseException) -> bool:
+    """gloo's error when a peer process went away mid-collective."""
+    text = str(exc).lower()
+    return any(words in text for words in ("connection closed by peer", "connection reset", "broken pipe"))
+
+
 class RankWatch:
     """Check-in, failure publishing and the watcher thread for one initialization of the job."""
 
@@ -164,11 +170,10 @@ class RankWatch:
             self.store.set(f"state/{self.rank}", state.encode())
         try:
             yield
-        except DistributedError:
-            self.failed = True
-            raise
         except BaseException as exc:
             self.failed = True
+            with self._lock:
+                self._active = None  # the main thread has control back: nothing for the watcher to end
             error = self._classify(ctx, state, exc)
             if error is exc:
                 raise
@@ -179,6 +184,8 @@ class RankWatch:
 
     def _classify(self, ctx: PhaseContext, state: str, exc: BaseException) -> BaseException:
         peer = self.peer_failure()
+        if peer is None and connection_lost(exc):  # a peer died: wait for rank 0 to declare it lost
+            peer = self._await_peer_failure(self.stale_s + 3 * self.poll_s)
         if peer is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
             self._peer_failed(ctx, peer)
             return DistributedError(
@@ -196,6 +203,12 @@ class RankWatch:
             f"{exc}); no rank reported a failure. Raise startup.timeout_s if this state is slow",
             field="startup.timeout_s",
         )
+
+    def _await_peer_failure(self, limit_s: float) -> Failure | None:
+        until = time.monotonic() + limit_s
+        while (peer := self.peer_failure()) is None and time.monotonic() < until:
+            time.sleep(self.poll_s)
+        return peer
 
     def _peer_failed(self, ctx: PhaseContext, peer: Failure) -> None:
         ctx.emit(events.PEER_FAILED, peer_rank=peer.rank, peer_state=peer.state, error=peer.error)

@@ -93,6 +93,16 @@ def test_rank_0_exits_within_the_deadline_when_rank_1_is_sigkilled_in_distribute
     assert "no heartbeat" in peer[0]["error"]
 
 
+def test_rank_0_names_rank_1_sigkilled_in_model_built_instead_of_blaming_itself(tmp_path: Path) -> None:
+    result = run_case("kill_in_model_built", 20.0, tmp_path)
+    assert result.returncode[1] == -9
+    peer = result.events(0, "peer_failed")
+    assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "MODEL_BUILT")]
+    assert "no heartbeat" in peer[0]["error"]
+    assert result.returncode[0] == 1  # it got control back and shut down in order
+    assert _last_record_after_fault(result, 0) <= 20.0
+    assert _exit_after_fault(result, 0) <= 20.0 + TEARDOWN_S
+
 # -- the watch on a real TCPStore, in this process ------------------------------------------------
 def _store(world_size: int) -> Any:
     import torch.distributed as dist
