@@ -9,6 +9,7 @@ data-parallel group (a real collective inside MODEL_BUILT), so rank 0 is blocked
 fails there. The cases:
 
 - `never_starts`: rank 1 is never launched; the fault time is when rank 0 began DISTRIBUTED.
+- `rank_0_never_starts`: only rank 1 is launched: it never reaches the store that rank 0 would host.
 - `raise_in_model_built`: rank 1's provider raises; deadline 600 s (the default).
 - `raise_and_linger`: as above, but rank 1 then keeps its process group (and the lifecycle) for
   60 s before shutting down, so only rank 0's watcher can end its wait; deadline 600 s.
@@ -46,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
 
-CASES = ("never_starts", "raise_in_model_built", "raise_and_linger", "sigterm_in_model_built",
+CASES = ("never_starts", "rank_0_never_starts", "raise_in_model_built", "raise_and_linger", "sigterm_in_model_built",
          "kill_in_distributed", "kill_in_model_built")
 LONG_DEADLINE = {"raise_in_model_built", "raise_and_linger", "sigterm_in_model_built"}  # the default 600 s
 LINGER_S = 20.0
@@ -176,7 +177,7 @@ def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
     log_dir = workdir / case
     log_dir.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    ranks = [0] if case == "never_starts" else [0, 1]
+    ranks = {"never_starts": [0], "rank_0_never_starts": [1]}.get(case, [0, 1])
     launched_at = time.time()
     procs = {
         r: subprocess.Popen(
@@ -204,8 +205,8 @@ def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
     fault_file = log_dir / "fault_at"
     if fault_file.exists():
         fault_at = float(fault_file.read_text())
-    else:  # never_starts: the deadline's clock starts when rank 0 begins DISTRIBUTED
-        fault_at = next(r["ts"] for r in records[0] if r["event"] == "transition_started"
+    else:  # a rank never starts: the deadline's clock starts when the other begins DISTRIBUTED
+        fault_at = next(r["ts"] for r in records[ranks[0]] if r["event"] == "transition_started"
                         and r["trigger"] == "init_distributed")
     return CaseResult(
         case=case, timeout_s=timeout_s, fault_at=fault_at, launched_at=launched_at, exit_at=exit_at,

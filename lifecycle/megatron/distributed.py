@@ -21,7 +21,7 @@ from typing import Any
 from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
-from lifecycle.megatron.ranks import WATCH, RankWatch
+from lifecycle.megatron.ranks import WATCH, RankWatch, is_timeout
 from lifecycle.megatron.rehearsal import Rehearsal, is_active, start_rehearsal
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
@@ -103,24 +103,32 @@ def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: in
     import torch.distributed as dist
 
     timeout_s = config.startup.timeout_s
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # then torchrun hosts the store
     try:
         store = rendezvous_store(rank, world, timeout_s)
-    except Exception as exc:  # a client that never reached the store's host (rank 0 or the agent)
-        ctx.emit(events.STATE_TIMEOUT, state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=timeout_s,
-                 missing=[0])
-        raise DistributedError(
-            f"rendezvous timed out after {timeout_s:g} s: could not reach the store at "
-            f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} that rank 0 hosts "
-            f"({type(exc).__name__}); missing: rank 0. Start rank 0, or raise startup.timeout_s",
-            field="startup.timeout_s",
-        ) from exc
+    except Exception as exc:
+        if (rank == 0 and not agent) or not is_timeout(exc):
+            raise
+        raise _store_unreachable(ctx, timeout_s, agent) from exc
     ranks = dist.PrefixStore("ranks", store)
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # then torchrun hosts the store
     watch = RankWatch(ranks, rank=rank, world_size=world, timeout_s=timeout_s,
                       watcher_store=ranks.clone, store_host=None if agent else 0)  # its own connection
     watch.check_in(ctx)
     watch.start()
     return store, watch
+
+
+def _store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> DistributedError:
+    """A client rank never reached the store's host (rank 0, or torchrun's agent): log and explain."""
+    where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    host = "torchrun's agent" if agent else "rank 0"
+    fields: dict[str, Any] = {} if agent else {"missing": [0]}
+    ctx.emit(events.STATE_TIMEOUT, state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=timeout_s, **fields)
+    return DistributedError(
+        f"rendezvous timed out after {timeout_s:g} s: could not reach the store at {where} that {host} "
+        f"hosts{'' if agent else '; missing: rank 0'}. Start {host}, or raise startup.timeout_s",
+        field="startup.timeout_s",
+    )
 
 
 # The TCPStore each process keeps per MASTER_ADDR:MASTER_PORT, and how many process groups it has

@@ -51,6 +51,15 @@ def test_rank_0_names_the_missing_rank_when_rank_1_never_starts(tmp_path: Path) 
     assert _exit_after_fault(result, 0) <= 20.0 + 10.0 + TEARDOWN_S
 
 
+def test_rank_1_names_rank_0_when_the_store_host_never_starts(tmp_path: Path) -> None:
+    result = run_case("rank_0_never_starts", 20.0, tmp_path)
+    timeouts = result.events(1, "state_timeout")
+    assert [(t["state"], t["missing"]) for t in timeouts] == [("DISTRIBUTED", [0])]
+    assert "rendezvous timed out after 20 s: could not reach the store" in result.stderr[1]
+    assert "missing: rank 0" in result.stderr[1]
+    assert result.returncode == {1: 1}
+    assert _last_record_after_fault(result, 1) <= 20.0 + 10.0
+
 def test_rank_0_fails_with_peer_failed_naming_rank_1_when_rank_1_raises_in_model_built(tmp_path: Path) -> None:
     result = run_case("raise_in_model_built", 600.0, tmp_path)
     peer = result.events(0, "peer_failed")
