@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import socket
+import time
 from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
@@ -150,14 +152,33 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> An
     entry = _STORES.get((addr, port))
     if entry is None:
         agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        master = rank == 0 and not agent
+        if not master:
+            await_store_host(addr, port, timeout_s)
         store = dist.TCPStore(
-            addr, port, world_size, is_master=rank == 0 and not agent, wait_for_workers=False,
+            addr, port, world_size, is_master=master, wait_for_workers=False,
             timeout=timedelta(seconds=timeout_s),
         )
         entry = _STORES[(addr, port)] = [store, 0]
     entry[1] += 1
     entry[0].set_timeout(timedelta(seconds=timeout_s))
     return dist.PrefixStore(f"megatron-lifecycle/init-{entry[1]}", entry[0])
+
+
+def await_store_host(addr: str, port: int, timeout_s: float) -> None:
+    """Wait until the store's host accepts connections, or raise TimeoutError after `timeout_s`.
+
+    TCPStore's own client retries past its timeout (about twice it, measured on torch 2.13).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((addr, port), timeout=min(1.0, timeout_s)).close()
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{addr}:{port} accepted no connection in {timeout_s:g} s") from None
+            time.sleep(0.2)
 
 
 def _init_parallel_state(ctx: PhaseContext, config: RunConfig) -> dict[str, int]:
