@@ -47,7 +47,23 @@ def check_positive_sizes(c: RunConfig) -> list[Problem]:
                 "set training.steps to 0 or more",
             )
         )
-    return out
+    return out + _startup_deadline(c)
+
+
+def _startup_deadline(c: RunConfig) -> list[Problem]:
+    """startup.timeout_s is a positive, finite number of seconds."""
+    timeout = c.startup.timeout_s
+    if 0 < timeout < float("inf"):  # NaN fails both comparisons
+        return []
+    return [
+        _p(
+            "positive_sizes",
+            "startup.timeout_s",
+            timeout,
+            "must be positive and finite: it bounds the rendezvous and each collective state",
+            "set startup.timeout_s to a number of seconds > 0 (default 600)",
+        )
+    ]
 
 
 def check_dtype(c: RunConfig) -> list[Problem]:

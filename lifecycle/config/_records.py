@@ -145,6 +145,14 @@ class InferenceConfig:
 
 
 @_frozen
+class StartupConfig:
+    """Deadlines for the startup's collective parts (docs/failures-ranks.md)."""
+
+    timeout_s: float = 600.0
+    """Bounds the rendezvous and each collective state; passed to the TCPStore and process groups."""
+
+
+@_frozen
 class RunConfig:
     """Everything a lifecycle needs. Build with `from_dict`, `from_yaml` or `preset`."""
 
@@ -157,6 +165,7 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
+    startup: StartupConfig = field(default_factory=StartupConfig)
     backend: Literal["gloo", "nccl", "fake"] = "gloo"
     plan: Literal["training", "inference", "convert", "rl"] = "training"
     rehearsal: bool | None = None

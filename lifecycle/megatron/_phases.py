@@ -12,6 +12,7 @@ from typing import Any
 
 from lifecycle.config import CALLBACK_FIELDS, config_drift
 from lifecycle.megatron import callbacks_bound, distributed, model_built, services_ready, validated
+from lifecycle.megatron.ranks import watched
 from lifecycle.runtime import PhaseContext, Runtime
 from states import State
 
@@ -39,10 +40,12 @@ class MegatronPhases:
         return distributed.enter(ctx)
 
     def build_model(self, ctx: PhaseContext) -> Runtime:
-        return model_built.enter(ctx)
+        with watched(ctx, State.MODEL_BUILT.name):  # deadline and failure broadcast (ranks.py)
+            return model_built.enter(ctx)
 
     def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
-        return callbacks_bound.enter(ctx)
+        with watched(ctx, State.CALLBACKS_BOUND.name):
+            return callbacks_bound.enter(ctx)
 
     def release(self, ctx: PhaseContext, keep: State) -> Runtime:
         runtime = ctx.runtime

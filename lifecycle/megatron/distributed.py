@@ -14,11 +14,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import socket
+import time
+from contextlib import nullcontext
+from datetime import timedelta
 from typing import Any
 
 from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
+from lifecycle.megatron.ranks import WATCH, RankWatch, is_timeout
 from lifecycle.megatron.rehearsal import Rehearsal, is_active, start_rehearsal
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
@@ -62,7 +67,9 @@ def refuse_if_initialized() -> None:
         )
 
 
-def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -> tuple[int, int]:
+def _init_process_group(
+    ctx: PhaseContext, config: RunConfig, real_cuda: bool
+) -> tuple[int, int, RankWatch | None]:
     import torch
     import torch.distributed as dist
 
@@ -71,17 +78,59 @@ def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -
         assert par.rank is not None and par.world_size is not None  # validation guarantees it
         ctx.side_effect(SideEffect.PROCESS_GROUP)
         init_fake_process_group(par.rank, par.world_size)
-        return par.rank, par.world_size
+        return par.rank, par.world_size, None
     world = par.world_size or int(os.environ.get("WORLD_SIZE", "1"))
     rank = par.rank if par.rank is not None else int(os.environ.get("RANK", "0"))
     if real_cuda:
         ctx.side_effect(SideEffect.CUDA_DEVICE)
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     ctx.side_effect(SideEffect.PROCESS_GROUP)
-    bare = world == 1 and "MASTER_ADDR" not in os.environ
-    store = dist.HashStore() if bare else rendezvous_store(rank, world)
-    dist.init_process_group(config.backend, store=store, rank=rank, world_size=world)
-    return dist.get_rank(), dist.get_world_size()
+    timeout = timedelta(seconds=config.startup.timeout_s)
+    if world == 1 and "MASTER_ADDR" not in os.environ:
+        dist.init_process_group(config.backend, store=dist.HashStore(), rank=rank, world_size=world,
+                                timeout=timeout)
+        return dist.get_rank(), dist.get_world_size(), None
+    store, watch = _checked_in_store(ctx, config, rank, world)
+    try:
+        with watch.phase(ctx, "DISTRIBUTED"):
+            dist.init_process_group(config.backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    except BaseException:
+        watch.stop()
+        raise
+    return dist.get_rank(), dist.get_world_size(), watch
+
+
+def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int) -> tuple[Any, RankWatch]:
+    """The rendezvous store once every rank has checked in, and the started watcher."""
+    import torch.distributed as dist
+
+    timeout_s = config.startup.timeout_s
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # then torchrun hosts the store
+    try:
+        store = rendezvous_store(rank, world, timeout_s)
+    except Exception as exc:
+        if (rank == 0 and not agent) or not is_timeout(exc):
+            raise
+        raise _store_unreachable(ctx, timeout_s, agent) from exc
+    ranks = dist.PrefixStore("ranks", store)
+    watch = RankWatch(ranks, rank=rank, world_size=world, timeout_s=timeout_s,
+                      watcher_store=ranks.clone, store_host=None if agent else 0)  # its own connection
+    watch.check_in(ctx)
+    watch.start()
+    return store, watch
+
+
+def _store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> DistributedError:
+    """A client rank never reached the store's host (rank 0, or torchrun's agent): log and explain."""
+    where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    host = "torchrun's agent" if agent else "rank 0"
+    fields: dict[str, Any] = {} if agent else {"missing": [0]}
+    ctx.emit(events.STATE_TIMEOUT, state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=timeout_s, **fields)
+    return DistributedError(
+        f"rendezvous timed out after {timeout_s:g} s: could not reach the store at {where} that {host} "
+        f"hosts{'' if agent else '; missing: rank 0'}. Start {host}, or raise startup.timeout_s",
+        field="startup.timeout_s",
+    )
 
 
 # The TCPStore each process keeps per MASTER_ADDR:MASTER_PORT, and how many process groups it has
@@ -91,10 +140,11 @@ def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -
 _STORES: dict[tuple[str, int], list[Any]] = {}
 
 
-def rendezvous_store(rank: int, world_size: int) -> Any:
+def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> Any:
     """A PrefixStore over this process's long-lived TCPStore for MASTER_ADDR/MASTER_PORT (env://).
 
     Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) every rank is a client.
+    `timeout_s` bounds reaching the store and every wait on it.
     """
     import torch.distributed as dist
 
@@ -102,12 +152,33 @@ def rendezvous_store(rank: int, world_size: int) -> Any:
     entry = _STORES.get((addr, port))
     if entry is None:
         agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        master = rank == 0 and not agent
+        if not master:
+            await_store_host(addr, port, timeout_s)
         store = dist.TCPStore(
-            addr, port, world_size, is_master=rank == 0 and not agent, wait_for_workers=False
+            addr, port, world_size, is_master=master, wait_for_workers=False,
+            timeout=timedelta(seconds=timeout_s),
         )
         entry = _STORES[(addr, port)] = [store, 0]
     entry[1] += 1
+    entry[0].set_timeout(timedelta(seconds=timeout_s))
     return dist.PrefixStore(f"megatron-lifecycle/init-{entry[1]}", entry[0])
+
+
+def await_store_host(addr: str, port: int, timeout_s: float) -> None:
+    """Wait until the store's host accepts connections, or raise TimeoutError after `timeout_s`.
+
+    TCPStore's own client retries past its timeout (about twice it, measured on torch 2.13).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((addr, port), timeout=min(1.0, timeout_s)).close()
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{addr}:{port} accepted no connection in {timeout_s:g} s") from None
+            time.sleep(0.2)
 
 
 def _init_parallel_state(ctx: PhaseContext, config: RunConfig) -> dict[str, int]:
@@ -118,6 +189,7 @@ def _init_parallel_state(ctx: PhaseContext, config: RunConfig) -> dict[str, int]
     ps.initialize_model_parallel(
         **par.megatron_sizes(),
         create_gloo_process_groups=config.backend != "fake",
+        distributed_timeout_minutes=config.startup.timeout_s / 60,
     )
     return {
         "tp": ps.get_tensor_model_parallel_rank(),
@@ -155,6 +227,17 @@ def _undo(rehearsal: Rehearsal | None, *, barrier: bool = False) -> None:
         rehearsal.close()
 
 
+def _rehearsal(ctx: PhaseContext, config: RunConfig, cuda: bool) -> tuple[bool, str, Rehearsal | None]:
+    """(rehearse?, reason, the rehearsal this phase started or None)."""
+    on, reason = decide_rehearsal(config.rehearsal, cuda)
+    caller_owns = is_active()  # the caller's own `cpu_rehearsal()`: use it, leave it running
+    if caller_owns:
+        return True, "already active (the caller's)", None
+    if on:
+        ctx.side_effect(SideEffect.CUDA_DEVICE)
+    return on, reason, start_rehearsal() if on else None
+
+
 def enter(ctx: PhaseContext) -> Runtime:
     """Rehearsal decision, process group, parallel state, RNG; log rank, world size and groups."""
     import torch
@@ -163,21 +246,19 @@ def enter(ctx: PhaseContext) -> Runtime:
 
     config = ctx.runtime.config
     refuse_if_initialized()
-    on, reason = decide_rehearsal(config.rehearsal, bool(torch.cuda.is_available()))
-    caller_owns = is_active()  # the caller's own `cpu_rehearsal()`: use it, leave it running
-    if caller_owns:
-        on, reason = True, "already active (the caller's)"
-    if on and not caller_owns:
-        ctx.side_effect(SideEffect.CUDA_DEVICE)
-    rehearsal = start_rehearsal() if on and not caller_owns else None
+    on, reason, rehearsal = _rehearsal(ctx, config, bool(torch.cuda.is_available()))
+    watch: RankWatch | None = None
     try:
         ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
-        rank, world = _init_process_group(ctx, config, real_cuda=not on)
+        rank, world, watch = _init_process_group(ctx, config, real_cuda=not on)
         ctx.set_rank(rank=rank, world_size=world)
-        coords = _init_parallel_state(ctx, config)
-        _seed(ctx, config, coords["pp"])
-        groups = ProcessGroupCollection.use_mpu_process_groups()
+        with watch.phase(ctx, "DISTRIBUTED") if watch is not None else nullcontext():
+            coords = _init_parallel_state(ctx, config)
+            _seed(ctx, config, coords["pp"])
+            groups = ProcessGroupCollection.use_mpu_process_groups()
     except BaseException:
+        if watch is not None:
+            watch.stop()
         _undo(rehearsal)
         raise
     par = config.parallel
@@ -200,13 +281,22 @@ def enter(ctx: PhaseContext) -> Runtime:
         backend=config.backend,
         pg_collection=groups,
         rehearsal=rehearsal,
+        extras={**ctx.runtime.extras, WATCH: watch} if watch is not None else ctx.runtime.extras,
     )
 
 
 def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
-    """Destroy parallel state and the process group this lifecycle created; end the rehearsal."""
+    """Destroy parallel state and the process group this lifecycle created; end the rehearsal.
+
+    After a failure on any rank there is no closing barrier: it would wait for (or, worse, pair
+    with a collective of) a rank that failed; destroying the group closes its sockets at once.
+    """
+    watch = runtime.extras.get(WATCH)
+    failed = isinstance(watch, RankWatch) and (watch.failed or watch.first_failure() is not None)
+    if isinstance(watch, RankWatch):
+        watch.stop()
     if runtime.distributed:
-        _undo(None, barrier=True)
+        _undo(None, barrier=not failed)
     rehearsal: Any = runtime.rehearsal
     if rehearsal is not None:
         rehearsal.close()
@@ -218,4 +308,5 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
         backend=None,
         pg_collection=None,
         rehearsal=None,
+        extras={k: v for k, v in runtime.extras.items() if k != WATCH},
     )

@@ -1,0 +1,260 @@
+"""Time from a fault on one rank to the last rank's exit, as a ratio to `startup.timeout_s`.
+
+    python benchmarks/faults.py [--runs 3] [--timeout 20] [--cases never_starts,raise_in_model_built,...]
+
+Real 2-rank gloo jobs without a launcher agent: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set
+by hand, as srun and mpirun do; each rank runs `Lifecycle(...).advance_to(CALLBACKS_BOUND)` on the
+tiny GPT (CPU rehearsal). Rank 0's provider all-reduces a checksum of its weights over the
+data-parallel group (a real collective inside MODEL_BUILT), so rank 0 is blocked in it when rank 1
+fails there. The cases:
+
+- `never_starts`: rank 1 is never launched; the fault time is when rank 0 began DISTRIBUTED.
+- `rank_0_never_starts`: only rank 1 is launched: it never reaches the store that rank 0 would host.
+- `raise_in_model_built`: rank 1's provider raises; deadline 600 s (the default).
+- `raise_and_linger`: as above, but rank 1 then keeps its process group (and the lifecycle) for
+  60 s before shutting down, so only rank 0's watcher can end its wait; deadline 600 s.
+- `sigterm_in_model_built`: rank 1 gets a real SIGTERM while its provider runs; its handler turns it
+  into SystemExit (as training scripts do), so it publishes a failure of kind `signal`; 600 s.
+- `kill_in_distributed`: rank 1 SIGKILLs itself after `init_process_group`, before megatron's
+  parallel state: nothing is published; rank 0's watcher declares it lost when its heartbeat stands
+  still (`stale_s`), before the deadline.
+- `kill_in_model_built`: rank 1 SIGKILLs itself in its provider while rank 0 is in its all-reduce:
+  the all-reduce raises at once ("Connection closed by peer"), and rank 0 waits for the heartbeat
+  check to name the dead rank rather than blaming itself.
+
+Prints, per case, the median ratio (fault → last exit) / timeout_s over `--runs` runs, the spread
+(min–max), the median seconds to the last exit and to the last log record (the lifecycle's part;
+the rest is the interpreter tearing torch and megatron down). In `raise_and_linger` rank 1 holds
+on for `LINGER_S` on purpose, so only rank 0's exit is measured.
+`tests/integration/test_deadlines.py` runs the same cases once and asserts on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import orjson
+
+CASES = ("never_starts", "rank_0_never_starts", "raise_in_model_built", "raise_and_linger", "sigterm_in_model_built",
+         "kill_in_distributed", "kill_in_model_built")
+LONG_DEADLINE = {"raise_in_model_built", "raise_and_linger", "sigterm_in_model_built"}  # the default 600 s
+LINGER_S = 20.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseResult:
+    """One run of a fault case: per-rank exit codes, exit times, logs and stderr."""
+
+    case: str
+    timeout_s: float
+    fault_at: float
+    launched_at: float
+    exit_at: dict[int, float]
+    returncode: dict[int, int]
+    records: dict[int, list[dict[str, Any]]]
+    stderr: dict[int, str]
+
+    @property
+    def waiting_ranks(self) -> list[int]:
+        """The ranks whose exit is measured: all, except rank 1 where it lingers on purpose."""
+        return [r for r in self.exit_at if not (self.case == "raise_and_linger" and r == 1)]
+
+    @property
+    def fault_to_last_exit_s(self) -> float:
+        return max(self.exit_at[r] for r in self.waiting_ranks) - self.fault_at
+
+    @property
+    def fault_to_last_record_s(self) -> float:
+        """Until the last log record of a measured rank: the lifecycle's part, without teardown."""
+        return max(float(self.records[r][-1]["ts"]) for r in self.waiting_ranks if self.records[r]) - self.fault_at
+
+    def events(self, rank: int, name: str) -> list[dict[str, Any]]:
+        return [r for r in self.records.get(rank, []) if r["event"] == name]
+
+
+# -- a rank (run as `python benchmarks/faults.py --worker CASE RANK PORT DIR TIMEOUT`) ----------
+def _checked_provider(config: Any, **kwargs: Any) -> Any:
+    """The tiny GPT, then an all-reduce of a weight checksum over the data-parallel group."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    from lifecycle.megatron.providers import PROVIDERS
+
+    model = PROVIDERS["gpt"](config, **kwargs)
+    total = torch.stack([p.detach().float().sum() for p in model.parameters()]).sum().reshape(1)
+    dist.all_reduce(total, group=ps.get_data_parallel_group())
+    return model
+
+
+def _failing_provider(fault_file: Path, *, kill: bool = False) -> Any:
+    def provider(config: Any, **kwargs: Any) -> Any:
+        time.sleep(1.0)  # rank 0 is in its all-reduce by now
+        fault_file.write_text(repr(time.time()))
+        if kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError("injected fault: the provider failed on rank 1")
+
+    return provider
+
+
+def _waiting_provider(ready_file: Path) -> Any:
+    def provider(config: Any, **kwargs: Any) -> Any:
+        ready_file.write_text("ready")  # the parent sends SIGTERM now
+        time.sleep(120.0)
+        raise AssertionError("SIGTERM never came")
+
+    return provider
+
+
+def _exit_on_sigterm(signum: int, _frame: Any) -> None:
+    """What a training script's handler does: turn SIGTERM into SystemExit in the main thread."""
+    raise SystemExit(128 + signum)
+
+
+def _kill_before_parallel_state(fault_file: Path) -> None:
+    from lifecycle.megatron import distributed
+
+    def kill(*_args: Any) -> Any:
+        fault_file.write_text(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    distributed._init_parallel_state = kill  # type: ignore[assignment]  # fault injection point
+
+
+def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> int:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    from lifecycle import Lifecycle, RunConfig
+    from states import State
+
+    config = RunConfig.preset("tiny-gpt", [f"startup.timeout_s={timeout_s}", f"logging.log_dir={log_dir}"])
+    fault_file = log_dir / "fault_at"
+    provider: Any = _checked_provider
+    if rank == 1 and case in ("raise_in_model_built", "raise_and_linger"):
+        provider = _failing_provider(fault_file)
+    if rank == 1 and case == "kill_in_distributed":
+        _kill_before_parallel_state(fault_file)
+    if rank == 1 and case == "kill_in_model_built":
+        provider = _failing_provider(fault_file, kill=True)
+    if rank == 1 and case == "sigterm_in_model_built":
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        provider = _waiting_provider(log_dir / "ready")
+    lc = Lifecycle(config, provider=provider)
+    try:
+        lc.advance_to(State.CALLBACKS_BOUND)
+    except BaseException as exc:
+        print(f"rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        if case == "raise_and_linger" and rank == 1:
+            time.sleep(LINGER_S)
+        lc.shutdown()
+        return exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+    lc.shutdown()
+    return 0
+
+
+# -- the job ------------------------------------------------------------------------------------
+def _free_port() -> int:
+    from lifecycle.engine.launch import free_port
+
+    return free_port()
+
+
+def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
+    """Launch the case's ranks, wait for every exit (killing what outlives timeout_s + 120 s)."""
+    log_dir = workdir / case
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    ranks = {"never_starts": [0], "rank_0_never_starts": [1]}.get(case, [0, 1])
+    launched_at = time.time()
+    procs = {
+        r: subprocess.Popen(
+            [sys.executable, __file__, "--worker", case, str(r), str(port), str(log_dir), str(timeout_s)],
+            stdout=subprocess.DEVNULL, stderr=open(log_dir / f"stderr-{r}", "wb"),  # noqa: SIM115
+        )
+        for r in ranks
+    }
+    exit_at: dict[int, float] = {}
+    hard_stop = time.monotonic() + timeout_s + 120
+    if case == "sigterm_in_model_built":
+        _sigterm_when_ready(procs[1], log_dir, hard_stop)
+    while len(exit_at) < len(procs):
+        for r, proc in procs.items():
+            if r not in exit_at and proc.poll() is not None:
+                exit_at[r] = time.time()
+        if time.monotonic() > hard_stop:
+            for r, proc in procs.items():
+                if r not in exit_at:
+                    proc.kill()
+                    proc.wait()
+                    exit_at[r] = time.time()
+        time.sleep(0.02)
+    records = {r: _read(log_dir / f"rank-{r:05d}.jsonl") for r in ranks}
+    fault_file = log_dir / "fault_at"
+    if fault_file.exists():
+        fault_at = float(fault_file.read_text())
+    else:  # a rank never starts: the deadline's clock starts when the other begins DISTRIBUTED
+        fault_at = next(r["ts"] for r in records[ranks[0]] if r["event"] == "transition_started"
+                        and r["trigger"] == "init_distributed")
+    return CaseResult(
+        case=case, timeout_s=timeout_s, fault_at=fault_at, launched_at=launched_at, exit_at=exit_at,
+        returncode={r: p.returncode for r, p in procs.items()}, records=records,
+        stderr={r: (log_dir / f"stderr-{r}").read_text(errors="replace") for r in ranks},
+    )
+
+
+def _sigterm_when_ready(proc: subprocess.Popen[bytes], log_dir: Path, hard_stop: float) -> None:
+    """SIGTERM rank 1 once its provider runs (rank 0 is then in its all-reduce); note the time."""
+    while not (log_dir / "ready").exists() and proc.poll() is None and time.monotonic() < hard_stop:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    (log_dir / "fault_at").write_text(repr(time.time()))
+    proc.send_signal(signal.SIGTERM)
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=20.0, help="deadline for the cases that wait it out")
+    parser.add_argument("--cases", default=",".join(CASES))
+    args = parser.parse_args(argv)
+    print(f"{'case':<22} {'deadline':>9} {'median ratio':>13} {'spread':>17} {'median s':>9} "
+          f"{'record s':>9}  exit codes")
+    for case in args.cases.split(","):
+        timeout_s = 600.0 if case in LONG_DEADLINE else args.timeout
+        results = []
+        for _ in range(args.runs):
+            with tempfile.TemporaryDirectory() as tmp:
+                results.append(run_case(case, timeout_s, Path(tmp)))
+        ratios = [r.fault_to_last_exit_s / timeout_s for r in results]
+        seconds = statistics.median(r.fault_to_last_exit_s for r in results)
+        record = statistics.median(r.fault_to_last_record_s for r in results)
+        codes = sorted({tuple(sorted(r.returncode.items())) for r in results})
+        print(f"{case:<22} {timeout_s:>8g}s {statistics.median(ratios):>13.3f} "
+              f"{min(ratios):>8.3f}–{max(ratios):<8.3f} {seconds:>9.2f} {record:>9.2f}  {codes}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        case, rank, port, log_dir, timeout = sys.argv[2:7]
+        sys.exit(worker(case, int(rank), int(port), Path(log_dir), float(timeout)))
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""A dead, missing or failed rank never hangs the job: deadlines, check-in and failure broadcast.
+
+Real 2-rank gloo jobs without a launcher agent (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set
+by hand, as srun and mpirun do), run by `benchmarks/faults.py`, one job at a time. Then the watch's
+check-in and heartbeat on a real TCPStore in this process (no megatron import).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.faults import LINGER_S, CaseResult, run_case
+from lifecycle import RunConfig
+from lifecycle.errors import DistributedError
+from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch, kind_of
+from states import Trigger
+from tests.phase_context import RecordingContext
+
+pytestmark = pytest.mark.slow
+
+# The CPU is shared: a torch + megatron interpreter takes seconds to tear down after the lifecycle
+# has finished (measured up to ~7 s on a loaded 2-core machine). The lifecycle's own bound is
+# asserted on its last log record; the process exit gets this allowance on top.
+TEARDOWN_S = 20.0
+
+
+def _last_record_after_fault(result: CaseResult, rank: int) -> float:
+    return float(result.records[rank][-1]["ts"]) - result.fault_at
+
+
+def _exit_after_fault(result: CaseResult, rank: int) -> float:
+    return result.exit_at[rank] - result.fault_at
+
+
+def test_rank_0_names_the_missing_rank_when_rank_1_never_starts(tmp_path: Path) -> None:
+    result = run_case("never_starts", 20.0, tmp_path)
+    timeouts = result.events(0, "state_timeout")
+    assert [(t["state"], t["trigger"], t["timeout_s"], t["missing"]) for t in timeouts] == [
+        ("DISTRIBUTED", "init_distributed", 20.0, [1])
+    ]
+    assert "rendezvous timed out after 20 s: 1 of 2 ranks arrived; missing: rank 1" in result.stderr[0]
+    assert result.returncode[0] == 1
+    assert [r["event"] for r in result.records[0]][-1] == "transition_completed"  # shut down, in order
+    assert _last_record_after_fault(result, 0) <= 20.0 + 10.0
+    assert _exit_after_fault(result, 0) <= 20.0 + 10.0 + TEARDOWN_S
+
+
+def test_rank_1_names_rank_0_when_the_store_host_never_starts(tmp_path: Path) -> None:
+    result = run_case("rank_0_never_starts", 20.0, tmp_path)
+    timeouts = result.events(1, "state_timeout")
+    assert [(t["state"], t["missing"]) for t in timeouts] == [("DISTRIBUTED", [0])]
+    assert "rendezvous timed out after 20 s: could not reach the store" in result.stderr[1]
+    assert "missing: rank 0" in result.stderr[1]
+    assert result.returncode == {1: 1}
+    assert _last_record_after_fault(result, 1) <= 20.0 + 10.0
+
+def test_rank_0_fails_with_peer_failed_naming_rank_1_when_rank_1_raises_in_model_built(tmp_path: Path) -> None:
+    result = run_case("raise_in_model_built", 600.0, tmp_path)
+    peer = result.events(0, "peer_failed")
+    assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "MODEL_BUILT")]
+    assert "injected fault" in peer[0]["error"]
+    failed = result.events(0, "transition_failed")
+    assert failed[0]["trigger"] == "build_model" and "rank 1 failed in MODEL_BUILT" in failed[0]["error"]
+    assert result.events(1, "peer_failed") == []  # the cause is not a victim
+    assert result.events(1, "transition_failed")[0]["error"] == "injected fault: the provider failed on rank 1"
+    assert result.returncode == {0: 1, 1: 1}
+    assert _last_record_after_fault(result, 0) <= 10.0
+    assert _exit_after_fault(result, 0) <= 10.0 + TEARDOWN_S
+
+
+def test_the_watcher_ends_rank_0_when_the_failed_rank_1_keeps_its_process_group(tmp_path: Path) -> None:
+    """Rank 1 fails and keeps its process group for a while: rank 0's collective cannot raise, so the
+    watcher logs `peer_failed` and ends the process (gloo cannot abort a collective in flight)."""
+    result = run_case("raise_and_linger", 600.0, tmp_path)
+    assert [(p["peer_rank"], p["peer_state"]) for p in result.events(0, "peer_failed")] == [(1, "MODEL_BUILT")]
+    assert result.returncode[0] == EXIT_CODE
+    assert _exit_after_fault(result, 0) <= 10.0
+    assert _exit_after_fault(result, 1) >= LINGER_S  # rank 0 did not wait for rank 1 to let go
+
+
+def test_a_sigterm_on_rank_1_in_model_built_is_broadcast_and_rank_0_names_it(tmp_path: Path) -> None:
+    result = run_case("sigterm_in_model_built", 600.0, tmp_path)
+    peer = result.events(0, "peer_failed")
+    assert [(p["peer_rank"], p["peer_state"], p["error"]) for p in peer] == [(1, "MODEL_BUILT", "SystemExit: 143")]
+    assert result.returncode == {0: 1, 1: 143}
+    assert _last_record_after_fault(result, 0) <= 10.0
+    assert _exit_after_fault(result, 0) <= 10.0 + TEARDOWN_S
+
+def test_rank_0_exits_within_the_deadline_when_rank_1_is_sigkilled_in_distributed(tmp_path: Path) -> None:
+    result = run_case("kill_in_distributed", 20.0, tmp_path)
+    assert result.returncode[1] == -9
+    assert result.returncode[0] != 0
+    assert _exit_after_fault(result, 0) <= 20.0
+    peer = result.events(0, "peer_failed")
+    assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "DISTRIBUTED")]
+    assert "no heartbeat" in peer[0]["error"]
+
+
+def test_rank_0_names_rank_1_sigkilled_in_model_built_instead_of_blaming_itself(tmp_path: Path) -> None:
+    result = run_case("kill_in_model_built", 20.0, tmp_path)
+    assert result.returncode[1] == -9
+    peer = result.events(0, "peer_failed")
+    assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "MODEL_BUILT")]
+    assert "no heartbeat" in peer[0]["error"]
+    assert result.returncode[0] == 1  # it got control back and shut down in order
+    assert _last_record_after_fault(result, 0) <= 20.0
+    assert _exit_after_fault(result, 0) <= 20.0 + TEARDOWN_S
+
+# -- the watch on a real TCPStore, in this process ------------------------------------------------
+def _store(world_size: int) -> Any:
+    import torch.distributed as dist
+
+    from lifecycle.engine.launch import free_port
+
+    return dist.TCPStore("127.0.0.1", free_port(), world_size, is_master=True, wait_for_workers=False)
+
+
+def _ctx(timeout_s: float) -> RecordingContext:
+    config = RunConfig.preset("tiny-gpt", [f"startup.timeout_s={timeout_s}"])
+    return RecordingContext.for_config(config, trigger=Trigger.INIT_DISTRIBUTED)
+
+
+def test_check_in_times_out_naming_every_rank_that_did_not_arrive() -> None:
+    store, ctx = _store(4), _ctx(1.0)
+    RankWatch(store, rank=2, world_size=4, timeout_s=1.0).store.set("checkin/2", b"1")
+    watch = RankWatch(store, rank=0, world_size=4, timeout_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(DistributedError, match=r"after 1 s: 2 of 4 ranks arrived; missing: ranks 1, 3\."):
+        watch.check_in(ctx)
+    assert time.monotonic() - started < 5
+    assert ctx.emitted == [("state_timeout", {"state": "DISTRIBUTED", "trigger": "init_distributed",
+                                              "timeout_s": 1.0, "missing": [1, 3]})]
+    first = watch.first_failure()
+    assert first is not None and (first.rank, first.kind) == (0, "timeout")
+
+
+def test_a_failure_inside_a_watched_state_is_published_once_and_the_first_one_wins() -> None:
+    store, ctx = _store(2), _ctx(600.0)
+    rank1 = RankWatch(store, rank=1, world_size=2, timeout_s=600.0)
+    with pytest.raises(ValueError, match="boom"), rank1.phase(ctx, "MODEL_BUILT"):
+        raise ValueError("boom")
+    rank1.publish(Failure(rank=1, state="CALLBACKS_BOUND", error="later", kind="exception"))
+    rank0 = RankWatch(store, rank=0, world_size=2, timeout_s=600.0)
+    assert rank0.peer_failure() == Failure(rank=1, state="MODEL_BUILT", error="ValueError: boom",
+                                           kind="exception")
+    assert rank1.failed and rank1.peer_failure() is None
+
+
+def test_rank_0_publishes_a_lost_peer_whose_heartbeat_stops_and_ends_its_blocked_state() -> None:
+    store, ctx = _store(2), _ctx(20.0)
+    exits: list[int] = []
+    watch = RankWatch(store, rank=0, world_size=2, timeout_s=20.0, poll_s=0.1, grace_s=0.5,
+                      exit_process=exits.append)
+    store.add("alive/1", 1)  # rank 1 checked in, then never beat again
+    store.set("state/1", b"DISTRIBUTED")
+    watch.start()
+    blocked = threading.Event()
+    with watch.phase(ctx, "DISTRIBUTED"):
+        deadline = time.monotonic() + watch.stale_s + 10
+        while not exits and time.monotonic() < deadline:
+            blocked.wait(0.1)
+    watch.stop()
+    assert exits == [EXIT_CODE]
+    assert ctx.emitted[0][0] == "peer_failed"
+    assert (ctx.emitted[0][1]["peer_rank"], ctx.emitted[0][1]["peer_state"]) == (1, "DISTRIBUTED")
+    assert store.get("alive/0") == b"done"
+
+
+def test_a_collective_state_that_runs_out_of_time_logs_state_timeout_and_fails_naming_the_setting() -> None:
+    store, ctx = _store(2), _ctx(0.5)
+    watch = RankWatch(store, rank=0, world_size=2, timeout_s=0.5)
+    expected = r"MODEL_BUILT timed out after 0.5 s on rank 0 .*startup.timeout_s"
+    with pytest.raises(DistributedError, match=expected), watch.phase(ctx, "MODEL_BUILT"):
+        store.wait(["a key no rank sets"], timedelta(seconds=0.5))  # torch's own timeout
+    assert ctx.emitted == [("state_timeout", {"state": "MODEL_BUILT", "trigger": "init_distributed",
+                                              "timeout_s": 0.5})]
+    first = watch.first_failure()
+    assert first is not None and (first.rank, first.state, first.kind) == (0, "MODEL_BUILT", "timeout")
+
+
+def test_the_watcher_ends_a_state_still_running_past_its_deadline() -> None:
+    store, ctx = _store(2), _ctx(1.0)
+    exits: list[int] = []
+    watch = RankWatch(store, rank=1, world_size=2, timeout_s=1.0, poll_s=0.1, grace_s=0.5,
+                      exit_process=exits.append)
+    watch.store.add("alive/1", 1)
+    watch.start()
+    with watch.phase(ctx, "CALLBACKS_BOUND"):
+        deadline = time.monotonic() + 10
+        while not exits and time.monotonic() < deadline:  # work that blocks outside any collective
+            time.sleep(0.05)
+    watch.stop()
+    assert exits == [EXIT_CODE]
+    assert ctx.emitted == [("state_timeout", {"state": "CALLBACKS_BOUND", "trigger": "init_distributed",
+                                              "timeout_s": 1.0})]
+    first = watch.first_failure()
+    assert first is not None and (first.rank, first.kind) == (1, "timeout")
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (RuntimeError("[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+                      "20000ms for recv operation to complete"), "timeout"),
+        (TimeoutError("deadline"), "timeout"),
+        (ValueError("request timeout must be positive"), "exception"),  # a user's words, not a timeout
+        (RuntimeError("Connection closed by peer"), "exception"),
+        (KeyboardInterrupt(), "signal"),
+        (SystemExit(143), "signal"),
+    ],
+)
+def test_a_failure_is_published_as_a_timeout_only_when_torch_timed_out(error: BaseException, kind: str) -> None:
+    assert kind_of(error) == kind
