@@ -18,6 +18,7 @@ from lifecycle.config._records import (
     OptimizerConfig,
     ParallelConfig,
     RunConfig,
+    StartupConfig,
     TokenizerConfig,
     TrainingConfig,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "Problem",
     "RunConfig",
     "Snapshot",
+    "StartupConfig",
     "TokenizerConfig",
     "TrainingConfig",
     "check_names",
