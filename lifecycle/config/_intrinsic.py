@@ -186,7 +186,7 @@ def check_pipeline(c: RunConfig) -> list[Problem]:
 
 def check_experts(c: RunConfig) -> list[Problem]:
     """ep > 1 needs MoE; experts divisible by ep; MoE training with tp > 1 needs sequence
-    parallelism."""
+    parallelism; bias in MoE layers needs an expert tensor parallel size of 1."""
     m, p, out = c.model, c.parallel, []
     if p.ep > 1 and m.num_moe_experts is None:
         out.append(
@@ -220,6 +220,11 @@ def check_experts(c: RunConfig) -> list[Problem]:
                 "set parallel.sequence_parallel=true",
             )
         )
+    etp = p.etp or p.tp
+    if n is not None and m.add_bias_linear and etp != 1:
+        out.append(_p("experts", "model.add_bias_linear", True,
+                      f"megatron supports bias in MoE layers only with expert tensor parallel size 1, not {etp}",
+                      "set model.add_bias_linear=false, or parallel.etp=1"))
     return out
 
 

@@ -65,14 +65,20 @@ CASES: list[Case] = [
     ),
     (
         "world_not_divisible_by_expert_dims",
-        ["model.num_moe_experts=4", "parallel.ep=2", "parallel.etp=2", W2],
+        ["model.num_moe_experts=4", "parallel.ep=2", "parallel.etp=2", "model.add_bias_linear=false", W2],
         [("world_divisible", "parallel.world_size")],
         {},
     ),
     (
         "moe_training_with_tp_needs_sequence_parallel",
-        ["model.num_moe_experts=4", "parallel.tp=2", W2],
+        ["model.num_moe_experts=4", "parallel.tp=2", "model.add_bias_linear=false", W2],
         [("experts", "parallel.sequence_parallel")],
+        {},
+    ),
+    (
+        "moe_bias_needs_expert_tensor_parallel_size_1",
+        ["model.num_moe_experts=4", "parallel.tp=2", "parallel.sequence_parallel=true", W2],
+        [("experts", "model.add_bias_linear")],
         {},
     ),
     (

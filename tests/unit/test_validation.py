@@ -67,3 +67,12 @@ def test_in_place_edits_and_replaced_callables_are_drift_unless_ignored() -> Non
     obj.hook = print
     assert [d[0] for d in config_drift(snap, obj)] == ["hook", "layers"]
     assert [d[0] for d in config_drift(snap, obj, ignore={"hook"})] == ["layers"]
+
+
+def test_bias_in_moe_layers_with_expert_tensor_parallelism_is_refused_naming_both_fixes() -> None:
+    moe = ["model.num_moe_experts=8", "parallel.ep=2", "parallel.tp=2", "parallel.sequence_parallel=true"]
+    problems = validate(RunConfig.preset("tiny-gpt", moe), environment=False)
+    assert [(p.check, p.field) for p in problems] == [("experts", "model.add_bias_linear")]
+    assert "parallel.etp=1" in problems[0].fix and "add_bias_linear=false" in problems[0].fix
+    assert validate(RunConfig.preset("tiny-gpt", [*moe, "model.add_bias_linear=false"]), environment=False) == []
+    assert validate(RunConfig.preset("tiny-gpt", [*moe, "parallel.etp=1"]), environment=False) == []
