@@ -38,11 +38,21 @@ def _state(audit: RankAudit, rec: dict[str, Any], key: str) -> str:
 
 
 def started(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:
+    if type(rec.get("attempt")) is int and rec["attempt"] > 0:  # a new attempt continuing this log
+        _new_attempt(audit)
     audit.plan = _str(audit, rec, "plan", optional=True)
     if rec.get("target") is not None:
         audit.target = _state(audit, rec, "target")
     elif audit.plan in _PLAN_TARGETS:  # an older record without `target`: the plan decides it
         audit.target = _PLAN_TARGETS[audit.plan]
+
+
+def _new_attempt(audit: RankAudit) -> None:
+    """The same run id came back (torchrun elastic restart): judge the rank by its latest attempt."""
+    audit.state = State.CONFIGURED.name
+    audit.validated = audit.shut = audit.model_gen = audit.rebind_pending = audit.rebuilt = False
+    audit.fingerprint = audit.failure = audit.open_trigger = audit.model_id = audit.old_model_id = None
+    audit.transitions = []
 
 
 def transition_started(audit: RankAudit, rec: dict[str, Any], ts: float) -> None:

@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--log-dir", help="directory for the per-rank startup logs (rank-NNNNN.jsonl)")
     p.add_argument("--provider", default="gpt", help=f"model provider: one of {', '.join(PROVIDERS)}")
     p.add_argument("--tripwires", choices=("raise", "warn", "off"), default="raise")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace another run's logs in --log-dir (logging.existing=overwrite; default: refuse)")
     p.set_defaults(func=run)
 
 
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.nproc > 1 and "LOCAL_RANK" not in os.environ:
         return _launch(args)
-    from lifecycle.errors import LifecycleError
+    from lifecycle.errors import LifecycleError, StartupAborted
 
     try:
         config = _load(args)
@@ -59,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         return _drive(args, config)
+    except StartupAborted as exc:
+        print(f"lifecycle run: rank {os.environ.get('RANK', '0')}: {exc} (exit {exc.code})", file=sys.stderr)
+        return int(exc.code or 1)
     except LifecycleError as exc:
         rank = os.environ.get("RANK", "0")
         print(f"lifecycle run: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -73,6 +78,8 @@ def _load(args: argparse.Namespace) -> Any:
         overrides.append(f"plan={args.plan}")
     if args.log_dir:
         overrides.append(f"logging.log_dir={args.log_dir}")
+    if args.overwrite:
+        overrides.append("logging.existing=overwrite")
     if args.config:
         return RunConfig.from_yaml(args.config, overrides)
     return RunConfig.preset(args.preset or "tiny-gpt", overrides)

@@ -134,6 +134,8 @@ class LoggingConfig:
     log_dir: str | None = None
     tensorboard_dir: str | None = None
     timers: bool = False
+    # a log_dir holding another run's logs: refuse it, overwrite them, or append to them
+    existing: Literal["refuse", "overwrite", "append"] = "refuse"
 
 
 @_frozen

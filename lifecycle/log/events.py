@@ -29,6 +29,8 @@ GENERATION_STARTED: Final = "generation_started"
 LIFECYCLE_SHUTDOWN: Final = "lifecycle_shutdown"
 REHEARSAL_ENABLED: Final = "rehearsal_enabled"
 REHEARSAL_DISABLED: Final = "rehearsal_disabled"
+STARTUP_ABORTED: Final = "startup_aborted"
+LOG_WRITE_FAILED: Final = "log_write_failed"
 
 ALL: Final[frozenset[str]] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
