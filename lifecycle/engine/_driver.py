@@ -276,6 +276,8 @@ class Lifecycle(SideEffectRules, Failures, EntryWork):
             self._trap.install()
         _tripwires.refresh()
         self._log.emit(events.TRANSITION_STARTED, trigger=trigger.value, source=source.name)
+        if trigger in _FORWARD and self._new_log_fault() is not None:
+            self._fail_for_log(trigger, source)  # do not start work the log cannot record
         started = time.perf_counter()
         self._run(trigger, row, source, started)
         self._completed(trigger, source, time.perf_counter() - started)
@@ -291,9 +293,6 @@ class Lifecycle(SideEffectRules, Failures, EntryWork):
         self._active = trigger
         self._facts_now = self._facts(trigger, row.dest)
         try:
-            if trigger in _FORWARD and self._new_log_fault() is not None:
-                # the log cannot even take transition_started: do not start work it cannot record
-                raise OSError(self._log.fault.errno if self._log.fault else None, "the startup log cannot be written")
             # Guards first (they raise), then the entry work, then the machine commits the state
             # (re-checking the same guards as its conditions). Entry work runs outside the
             # machine's callbacks: each callback costs a trip through LockedMachine's proxies.
