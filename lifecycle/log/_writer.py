@@ -49,6 +49,7 @@ class _ChainWriter:
         self.records: list[dict[str, Any]] = []
         self.keep_records = False
         self.fd: int | None = None
+        self.size = 0  # bytes in the file: a record cut short by a full disk is cut off again
         self.to_stderr = False
         self.fault: OSError | None = None
         self.unlogged = 0  # records that went to stderr instead of the file
@@ -73,8 +74,11 @@ class _ChainWriter:
         if self.fd is not None:
             try:
                 _write_all(self.fd, line)
+                self.size += len(line)
                 return
             except OSError as exc:
+                with contextlib.suppress(OSError):  # the file then ends at a whole record
+                    os.ftruncate(self.fd, self.size)
                 self.failed(exc)
         if self.to_stderr:
             self.stderr(line)
@@ -187,6 +191,7 @@ class AuditLog:
                 self._writer.rechain(end.seq, end.prev, end.attempts)
             flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_APPEND)
             self._writer.fd = os.open(path, flags, 0o644)
+            self._writer.size = os.fstat(self._writer.fd).st_size
         except OSError as exc:
             self._writer.failed(exc)
         self.path = path

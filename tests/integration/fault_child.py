@@ -143,6 +143,8 @@ def run(scenario: dict[str, Any]) -> dict[str, Any]:
     out["state"] = lc.state.name
     out["events"] = [(r["event"], r.get("trigger"), r.get("signal"), r.get("dest")) for r in lc.records]
     out["log_fault"] = str(lc.log_fault) if lc.log_fault else None
+    path = Path(scenario["log_dir"]) / "rank-00000.jsonl"
+    out["file_ends_whole"] = not path.exists() or path.read_bytes().endswith(b"\n") or not path.read_bytes()
     out["in_failed"] = released() if lc.state is State.FAILED else None
     out["restart"] = restart(lc, scenario)
     lc.shutdown()

@@ -92,6 +92,7 @@ def test_a_log_disk_that_fills_in_each_states_entry_work_fails_the_lifecycle_and
     for out in results:
         assert out["state"] == "FAILED", out
         assert "No space left on device" in out["log_fault"] and "cannot be written" in out["error"], out
+        assert out["file_ends_whole"], "a record cut short by the full disk is cut off again"
         assert out["in_failed"]["manual_seed"] == "ok", out
         assert out["after_shutdown"] == CLEAN, out
     assert '"event":"log_write_failed"' in err, "the fault itself went to stderr as a JSON line"

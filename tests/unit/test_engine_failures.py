@@ -39,7 +39,7 @@ def disk_full_after(monkeypatch: pytest.MonkeyPatch, writes: int) -> None:
 
 
 def test_a_log_that_fills_during_startup_fails_the_lifecycle_and_shutdown_still_releases(
-    make_lc: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    make_lc: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     lc = make_lc()
     lc.advance_to(State.SERVICES_READY)
@@ -57,6 +57,10 @@ def test_a_log_that_fills_during_startup_fails_the_lifecycle_and_shutdown_still_
     shut = next(r for r in on_stderr if r["event"] == "lifecycle_shutdown")
     assert shut["unlogged"] >= len(on_stderr) - 2 and shut["lost"] == 0
     assert check_log(read_log(lc.log_path) + on_stderr) == [], "file + stderr are one unbroken chain"
+    joined = tmp_path / "joined" / "rank-00000.jsonl"
+    joined.parent.mkdir()
+    joined.write_bytes(lc.log_path.read_bytes() + b"".join(orjson.dumps(r) + b"\n" for r in on_stderr))
+    assert {f.rule for f in audit([str(joined.parent)]).findings} == {"LA013"}, "startup failed, chain whole"
 
 
 def test_a_users_own_record_call_never_raises_for_the_log_but_the_lifecycle_fails(
