@@ -44,16 +44,21 @@ def _query(match: re.Match[str]) -> str:
 
 def redact_text(text: str) -> str:
     """`text` with URL user-info, secret-like query parameters and token-shaped words replaced."""
-    if not _MAYBE.search(text):
+    if len(text) < 8 or not _MAYBE.search(text):
         return text
     text = _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
     text = _QUERY.sub(_query, text)
     return _TOKENS.sub(REDACTED, text)
 
 
+_PLAIN = frozenset({int, float, bool, type(None)})
+
+
 def redact(value: Any) -> Any:
     """A copy of nested dicts/lists with secret-looking keys' values replaced, and credentials
     inside strings (`redact_text`) removed."""
+    if type(value) in _PLAIN:  # the common case in a record, checked first (isinstance on ABCs is slow)
+        return value
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, Mapping):
