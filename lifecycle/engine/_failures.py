@@ -118,7 +118,8 @@ class Failures:
             return ""
         self._log.to_stderr()
         if problem is None:
-            return f" The startup log went to stderr as JSON lines: {self._log.path} cannot be written ({self._log.fault})."
+            fault = self._log.fault
+            return f" The startup log went to stderr as JSON lines: {self._log.path} cannot be written ({fault})."
         return " The startup log went to stderr as JSON lines, because logging.log_dir cannot take it (above)."
 
     # -- a log that cannot be written -------------------------------------------------------------

@@ -22,7 +22,9 @@ import structlog
 from lifecycle.log import events
 from lifecycle.log._chain import GENESIS
 from lifecycle.log._files import chain_end, rank_file, remove_other_ranks
-from lifecycle.log._redact import redact
+from lifecycle.log._redact import may_hold_credentials, redact
+
+_ENVELOPE = frozenset({"event", "ts", "seq", "prev_hash", "run_id", "rank", "world_size", "generation"})
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -63,6 +65,11 @@ class _ChainWriter:
         event_dict["seq"] = self.seq
         event_dict["prev_hash"] = self.prev
         body = orjson.dumps(event_dict, option=orjson.OPT_SORT_KEYS, default=str)
+        if may_hold_credentials(body):  # rare: a URL, a query, a token shape somewhere in a value
+            for key, value in event_dict.items():
+                if key not in _ENVELOPE:
+                    event_dict[key] = redact(value)
+            body = orjson.dumps(event_dict, option=orjson.OPT_SORT_KEYS, default=str)
         digest = hashlib.sha256(body).hexdigest()
         self.seq += 1
         self.prev = digest
@@ -151,7 +158,7 @@ class AuditLog:
         if event not in events.ALL:
             raise ValueError(f"unknown log event {event!r}: add it to lifecycle/events.py")
         before = self._writer.fault
-        self._logger.msg(event, **{key: redact(value) for key, value in fields.items()})
+        self._logger.msg(event, **fields)
         fault = self._writer.fault
         if before is None and fault is not None:
             self._logger.msg(events.LOG_WRITE_FAILED, path=str(self.path), errno=fault.errno,

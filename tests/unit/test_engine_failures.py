@@ -164,7 +164,7 @@ def test_concurrent_advance_to_from_eight_threads_all_get_the_runtime_and_one_st
         barrier.wait()
         try:
             results.append(lc.advance_to(State.CALLBACKS_BOUND))
-        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+        except Exception as exc:
             results.append(exc)
 
     threads = [threading.Thread(target=advance) for _ in range(8)]
