@@ -270,8 +270,6 @@ class Lifecycle(SideEffectRules, Failures, EntryWork):
             if self._new_log_fault() is not None:
                 self._fail_for_log(trigger, source)
             self._check_mutation(trigger)
-        if trigger in (Trigger.REBUILD, Trigger.RESTART) and self.policy != "off":
-            _tripwires.arm(self)
         if trigger in _FORWARD or trigger is Trigger.RESTART:
             self._trap.install()
         _tripwires.refresh()
@@ -297,6 +295,8 @@ class Lifecycle(SideEffectRules, Failures, EntryWork):
             # (re-checking the same guards as its conditions). Entry work runs outside the
             # machine's callbacks: each callback costs a trip through LockedMachine's proxies.
             self._guard(row)(None)
+            if trigger in (Trigger.REBUILD, Trigger.RESTART) and self.policy != "off":
+                _tripwires.arm(self)  # only once the guards let it through: a refusal changes nothing
             self._enter(trigger)
             self._trigger(trigger)
         except GuardRejected:

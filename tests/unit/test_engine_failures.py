@@ -144,7 +144,6 @@ def test_overwrite_replaces_the_old_runs_logs_and_the_audit_is_clean(tmp_path: P
 def test_the_same_run_coming_back_appends_a_new_attempt_that_the_audit_understands(tmp_path: Path) -> None:
     crashed = Lifecycle(RunConfig(), log_dir=tmp_path, phases=InProcessPhases(), tripwires="off", run_id="job")
     crashed.advance_to(State.DISTRIBUTED)  # then the process "dies": no shutdown record
-    crashed._log.close()
     with open(tmp_path / "rank-00000.jsonl", "ab") as handle:
         handle.write(b'{"event":"transition_sta')  # killed mid-record
     run_once(tmp_path, "job")
