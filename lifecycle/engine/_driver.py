@@ -95,7 +95,7 @@ class Lifecycle(SideEffectRules, Failures, EntryWork):
         self._machine = build_machine(self._model, on_guard=self._guard)
         self._log.emit(
             events.LIFECYCLE_STARTED, plan=self.plan.value, target=self.target.name, policy=tripwires,
-            pid=os.getpid(), host=socket.gethostname(), rehearsal=config.rehearsal,
+            pid=os.getpid(), host=socket.gethostname(), rehearsal=config.rehearsal, **_elastic(),
         )
         if tripwires != "off":
             _tripwires.arm(self)
@@ -322,7 +322,8 @@ class Lifecycle(SideEffectRules, Failures, EntryWork):
             # Tripwires guard the startup only: user code recovering from a failure may seed and
             # create groups; restart() arms them again.
             _tripwires.disarm(self)
-            self._trap.uninstall()
+            if not self._aborting:  # an abort keeps its handlers (ignoring repeats) until released
+                self._trap.uninstall()
 
     def _guard(self, row: Transition) -> Any:
         def condition(_event: Any) -> bool:
@@ -374,6 +375,12 @@ class Lifecycle(SideEffectRules, Failures, EntryWork):
         self._runtime = dataclasses.replace(self._runtime, rank=rank, world_size=world_size)
         if rank != self._log.rank or world_size != self._log.world_size:
             self._log.rebind(rank=rank, world_size=world_size)
+
+
+def _elastic() -> dict[str, int]:
+    """torchrun's restart count, when this process is a restart of an elastic job."""
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "")
+    return {"restart_count": int(count)} if count.isdigit() else {}
 
 
 def _default_phases() -> PhaseSet:

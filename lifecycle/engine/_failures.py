@@ -159,14 +159,17 @@ class Failures:
 
     def _abort(self, aborted: StartupAborted) -> None:
         """Log `startup_aborted`, release everything in reverse order; the caller re-raises."""
-        self._aborting = True
-        self._trap.uninstall()
-        if self.state is State.SHUT_DOWN:
-            return
-        self._log.emit(events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state, trigger=aborted.trigger)
-        # a release that failed is logged (transition_failed); the exit code says aborted
-        with contextlib.suppress(LifecycleError):
-            self.shutdown()
+        self._aborting = True  # a second signal during the releases is ignored, not obeyed half-way
+        try:
+            if self.state is State.SHUT_DOWN:
+                return
+            self._log.emit(events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state,
+                           trigger=aborted.trigger)
+            # a release that failed is logged (transition_failed); the exit code says aborted
+            with contextlib.suppress(LifecycleError):
+                self.shutdown()
+        finally:
+            self._trap.uninstall()
 
     # -- releases from the wrong thread -----------------------------------------------------------
     def _refuse_wrong_thread(self, trigger: Trigger) -> None:

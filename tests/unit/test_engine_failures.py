@@ -101,6 +101,20 @@ def test_a_validation_failure_is_logged_and_the_error_says_the_way_out(make_lc: 
         lc.restart()
 
 
+def test_a_validation_failure_on_rank_1_under_torchrun_leaves_its_rank_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    lc = Lifecycle(RunConfig(), log_dir=tmp_path, phases=InProcessPhases(fail_on="validate"), tripwires="off")
+    with pytest.raises(PhaseFailed):
+        lc.validate()
+    lc.shutdown()
+    records = read_log(tmp_path / "rank-00001.jsonl")
+    assert [r["event"] for r in records if r["event"] == "transition_failed"] == ["transition_failed"]
+    assert records[-1]["event"] == "transition_completed" and records[-1]["dest"] == "SHUT_DOWN"
+
+
 def test_a_log_dir_that_cannot_be_used_sends_the_records_to_stderr_and_says_so(
     make_lc: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -141,15 +155,19 @@ def test_overwrite_replaces_the_old_runs_logs_and_the_audit_is_clean(tmp_path: P
     assert not audit([str(tmp_path)]).findings
 
 
-def test_the_same_run_coming_back_appends_a_new_attempt_that_the_audit_understands(tmp_path: Path) -> None:
+def test_the_same_run_coming_back_appends_a_new_attempt_that_the_audit_understands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     crashed = Lifecycle(RunConfig(), log_dir=tmp_path, phases=InProcessPhases(), tripwires="off", run_id="job")
     crashed.advance_to(State.DISTRIBUTED)  # then the process "dies": no shutdown record
     with open(tmp_path / "rank-00000.jsonl", "ab") as handle:
         handle.write(b'{"event":"transition_sta')  # killed mid-record
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # torchrun restarted the worker
     run_once(tmp_path, "job")
     records = read_log(tmp_path / "rank-00000.jsonl")
     starts = [r for r in records if r["event"] == "lifecycle_started"]
     assert [r.get("attempt") for r in starts] == [None, 1]
+    assert starts[1]["restart_count"] == 1
     assert check_log(records[: records.index(starts[1])]) == []
     assert not audit([str(tmp_path)]).findings, "one chain, judged by its latest attempt"
 
