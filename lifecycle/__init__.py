@@ -26,6 +26,7 @@ from lifecycle.errors import (
     RehearsalError,
     SideEffectBeforeValidation,
     SideEffectError,
+    StartupAborted,
     TripwireViolation,
 )
 from lifecycle.log import events
@@ -55,6 +56,7 @@ __all__ = [
     "Runtime",
     "SideEffectBeforeValidation",
     "SideEffectError",
+    "StartupAborted",
     "TripwireViolation",
     "events",
 ]
