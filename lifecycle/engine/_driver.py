@@ -85,6 +85,7 @@ class Lifecycle(SideEffectRules, Failures, EntryWork):
         self._fail_reason = ""
         self._depth = 0  # _fire calls in progress on the lock-holding thread
         self._aborting = False
+        self._abort_logged = False
         self._fault_seen = False
         self._trap = SignalTrap(self._on_signal)
         self._log = AuditLog(

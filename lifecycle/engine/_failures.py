@@ -59,6 +59,7 @@ class Failures:
     _fail_reason: str
     _depth: int
     _aborting: bool
+    _abort_logged: bool
     _fault_seen: bool
     _trap: SignalTrap
 
@@ -77,8 +78,11 @@ class Failures:
 
     # -- entry work that raises -------------------------------------------------------------------
     def _on_phase_error(self, trigger: Trigger, source: State, exc: BaseException, duration: float) -> None:
-        self._log.emit(events.TRANSITION_FAILED, trigger=trigger.value, source=source.name,
-                       error_type=type(exc).__name__, error=redact_text(str(exc)), duration_s=duration)
+        if isinstance(exc, StartupAborted):  # stopped from outside, not failed: the audit tells them apart
+            self._log_aborted(exc)
+        else:
+            self._log.emit(events.TRANSITION_FAILED, trigger=trigger.value, source=source.name,
+                           error_type=type(exc).__name__, error=redact_text(str(exc)), duration_s=duration)
         self._active = None
         self._force_fail(f"{trigger.value}: {type(exc).__name__}")
         where = self._record_where()
@@ -163,13 +167,18 @@ class Failures:
         try:
             if self.state is State.SHUT_DOWN:
                 return
-            self._log.emit(events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state,
-                           trigger=aborted.trigger)
+            self._log_aborted(aborted)
             # a release that failed is logged (transition_failed); the exit code says aborted
             with contextlib.suppress(LifecycleError):
                 self.shutdown()
         finally:
             self._trap.uninstall()
+
+    def _log_aborted(self, aborted: StartupAborted) -> None:
+        if not self._abort_logged:
+            self._abort_logged = True
+            self._log.emit(events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state,
+                           trigger=aborted.trigger)
 
     # -- releases from the wrong thread -----------------------------------------------------------
     def _refuse_wrong_thread(self, trigger: Trigger) -> None:

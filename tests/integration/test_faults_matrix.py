@@ -111,7 +111,8 @@ def test_a_signal_during_each_states_entry_work_logs_startup_aborted_releases_an
     for out in results:
         assert out["exit_code"] == 128 + sig and out["state"] == "SHUT_DOWN", out
         aborted = [e for e in out["events"] if e[0] == "startup_aborted"]
-        assert aborted and aborted[0][2] == sig.name, out
+        assert len(aborted) == 1 and aborted[0][2] == sig.name, out
+        assert not [e for e in out["events"] if e[0] == "transition_failed"], "stopped, not failed"
         assert out["after_shutdown"] == CLEAN, out
     last = [orjson.loads(line) for line in (tmp_path / "last" / "rank-00000.jsonl").read_bytes().splitlines()]
     aborted = next(r for r in last if r["event"] == "startup_aborted")
