@@ -65,6 +65,9 @@ class ThinPhases:
     def bind_callbacks(self, ctx: Any) -> Runtime:
         return dataclasses.replace(ctx.runtime, binding=True)
 
+    def drift(self, runtime: Any) -> list[Any]:
+        return []  # nothing built here can drift (the engine asks before every transition)
+
     def release(self, ctx: Any, keep: State) -> Runtime:
         rt = dataclasses.replace(ctx.runtime, model=None, binding=None)
         if keep is State.VALIDATED:

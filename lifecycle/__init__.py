@@ -27,6 +27,7 @@ from lifecycle.errors import (
     RehearsalError,
     SideEffectBeforeValidation,
     SideEffectError,
+    StartupAborted,
     TripwireViolation,
 )
 from lifecycle.log import events
@@ -57,6 +58,7 @@ __all__ = [
     "Runtime",
     "SideEffectBeforeValidation",
     "SideEffectError",
+    "StartupAborted",
     "TripwireViolation",
     "events",
 ]

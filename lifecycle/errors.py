@@ -19,6 +19,8 @@
     ├── LogUnreadable (ValueError)          a startup log cannot be read (`lifecycle audit` exits 2)
     └── ExtraNotInstalled (ImportError)     an optional dependency is missing; names the pip extra
 
+    StartupAborted (SystemExit)             SIGTERM/SIGINT during startup: logged, released, exit 128+N
+
 Every error keeps its context in keyword-only attributes and pickles across processes.
 """
 
@@ -83,6 +85,32 @@ class ExtraNotInstalled(LifecycleError, ImportError):
     """An optional dependency is missing; the message names the `pip install` extra that adds it."""
 
 
+class StartupAborted(SystemExit):
+    """SIGTERM or SIGINT arrived during startup: the lifecycle logged `startup_aborted`, released
+    everything in reverse order, and the process exits with `code` = 128 + the signal number.
+    A SystemExit, not a LifecycleError, so `except Exception` in entry work cannot swallow it."""
+
+    def __init__(self, signum: int, *, state: str, trigger: str | None) -> None:
+        import signal
+
+        super().__init__(128 + signum)
+        self.signum = signum
+        self.signal = signal.Signals(signum).name
+        self.state = state
+        self.trigger = trigger
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_aborted, (self.signum, self.state, self.trigger))
+
+    def __str__(self) -> str:
+        during = f" during {self.trigger}()" if self.trigger else ""
+        return f"startup aborted by {self.signal} in state {self.state}{during}; everything was released"
+
+
+def _aborted(signum: int, state: str, trigger: str | None) -> StartupAborted:
+    return StartupAborted(signum, state=state, trigger=trigger)
+
+
 __all__ = [
     "BindingConflict",
     "BindingError",
@@ -101,5 +129,6 @@ __all__ = [
     "RehearsalError",
     "SideEffectBeforeValidation",
     "SideEffectError",
+    "StartupAborted",
     "TripwireViolation",
 ]

@@ -129,8 +129,9 @@ def lifecycle_state_machine(
 
         @rule()
         def user_code_seeds_the_rng(self) -> None:
-            seed_and_check(self.lc, guarded=self.lc.state not in (self.lc.target, State.SHUT_DOWN)
-                           and tripwires == "raise")
+            # tripwires guard the startup only: not at the target, nor in FAILED or SHUT_DOWN
+            settled = (self.lc.target, State.FAILED, State.SHUT_DOWN)
+            seed_and_check(self.lc, guarded=self.lc.state not in settled and tripwires == "raise")
 
         @invariant()
         def state_is_reachable(self) -> None:

@@ -55,11 +55,22 @@ def _trigger(audit: RankState, rec: dict[str, Any]) -> str:
 
 
 def started(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+    if type(rec.get("attempt")) is int and rec["attempt"] > 0:  # a new attempt continuing this log
+        _new_attempt(audit)
     audit.plan = _str(audit, rec, "plan", optional=True)
     if rec.get("target") is not None:
         audit.target = _state(audit, rec, "target")
     elif audit.plan in _PLAN_TARGETS:  # an older record without `target`: the plan decides it
         audit.target = _PLAN_TARGETS[audit.plan]
+
+
+def _new_attempt(audit: RankState) -> None:
+    """The same run id came back (torchrun elastic restart): judge the rank by its latest attempt."""
+    audit.state = State.CONFIGURED.name
+    audit.validated = audit.shut = audit.model_gen = audit.rebind_pending = audit.rebuilt = False
+    audit.fingerprint = audit.failure = audit.open_trigger = audit.model_id = audit.old_model_id = None
+    audit.transitions = []
+    audit.bound_steps, audit.first_step_logged = 0, True
 
 
 def transition_started(audit: RankState, rec: dict[str, Any], ts: float) -> None:

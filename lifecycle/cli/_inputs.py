@@ -40,6 +40,8 @@ def load(args: argparse.Namespace) -> RunConfig:
         overrides.append(f"plan={args.plan}")
     if args.log_dir:
         overrides.append(f"logging.log_dir={args.log_dir}")
+    if getattr(args, "overwrite", False):
+        overrides.append("logging.existing=overwrite")
     if args.config:
         return RunConfig.from_yaml(args.config, overrides)
     return RunConfig.preset(args.preset or "tiny-gpt", overrides)

@@ -42,6 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help=f"model provider: one of {', '.join(NAMES)}, or your own as package.module:function "
                         "or path/to/file.py:function (docs/adopting.md)")
     p.add_argument("--tripwires", choices=("raise", "warn", "off"), default="raise")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace another run's logs in --log-dir (logging.existing=overwrite; default: refuse)")
     add_launch_options(p)
     p.set_defaults(func=run)
 
@@ -81,7 +83,7 @@ def _refuse(message: str) -> int:
 
 
 def _drive_rank(args: argparse.Namespace, config: Any) -> int:
-    from lifecycle.errors import ConfigError, LifecycleError, ProviderError
+    from lifecycle.errors import ConfigError, LifecycleError, ProviderError, StartupAborted
     from lifecycle.megatron.user_providers import resolve_provider
     from lifecycle.runtime import adopt_slurm_identity, world_size_of
 
@@ -93,6 +95,9 @@ def _drive_rank(args: argparse.Namespace, config: Any) -> int:
         return _refuse(str(exc))
     try:
         return _drive(args, config, provider)
+    except StartupAborted as exc:
+        print(f"lifecycle run: rank {os.environ.get('RANK', '0')}: {exc} (exit {exc.code})", file=sys.stderr)
+        return int(exc.code or 1)
     except LifecycleError as exc:
         rank = os.environ.get("RANK", "0")
         print(f"lifecycle run: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -134,6 +134,8 @@ class LoggingConfig:
     log_dir: str | None = None
     tensorboard_dir: str | None = None
     timers: bool = False
+    # a log_dir holding another run's logs: refuse it, overwrite them, or append to them
+    existing: Literal["refuse", "overwrite", "append"] = "refuse"
 
 
 @_frozen
@@ -146,7 +148,7 @@ class InferenceConfig:
 
 @_frozen
 class StartupConfig:
-    """Deadlines for the startup's collective parts (docs/failures-ranks.md)."""
+    """Deadlines for the startup's collective parts (docs/failures.md)."""
 
     timeout_s: float = 600.0
     """Bounds the rendezvous and each collective state; passed to the TCPStore and process groups."""

@@ -15,17 +15,18 @@ from typing import Any, Literal
 from lifecycle.config import RunConfig, Snapshot
 from lifecycle.engine import _steps, _tripwires
 from lifecycle.engine._context import Context
+from lifecycle.engine._failures import Failures, SignalTrap
 from lifecycle.engine._machine import MachineModel, build_machine
 from lifecycle.engine._side_effects import SideEffectRules
+from lifecycle.engine._work import RELEASE_KEEP, EntryWork
 from lifecycle.errors import (
     ConfigError,
-    ConfigMutated,
     GuardRejected,
     InvalidTransition,
-    LifecycleError,
     PhaseFailed,
+    StartupAborted,
 )
-from lifecycle.log import AuditLog, check_log_dir, events, redact
+from lifecycle.log import AuditLog, events
 from lifecycle.runtime import Options, PhaseSet, Runtime, rank_of, run_id_from_env, world_size_of
 from states import (
     PLAN_TARGETS,
@@ -43,14 +44,10 @@ from states import (
 )
 
 TripwirePolicy = Literal["raise", "warn", "off"]
-_RELEASE_KEEP = {
-    Trigger.REBUILD: State.DISTRIBUTED,
-    Trigger.RESTART: State.VALIDATED,
-    Trigger.SHUTDOWN: State.CONFIGURED,
-}
+_FORWARD = frozenset(forward_trigger(dest) for dest in STARTUP_ORDER[1:])
 
 
-class Lifecycle(SideEffectRules, _steps.StepLoop):
+class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
     """Drive one process's Megatron startup through the table: `lc.advance_to(State.CALLBACKS_BOUND)`."""
 
     def __init__(
@@ -85,6 +82,12 @@ class Lifecycle(SideEffectRules, _steps.StepLoop):
         self._lock = threading.RLock()
         self._pending_error: BaseException | None = None
         self._phase_logged_validation = False
+        self._fail_reason = ""
+        self._depth = 0  # _fire calls in progress on the lock-holding thread
+        self._aborting = False
+        self._abort_logged = False
+        self._fault_seen = False
+        self._trap = SignalTrap(self._on_signal)
         self._log = AuditLog(
             run_id=run_id or run_id_from_env(), rank=self._runtime.rank, world_size=self._runtime.world_size,
             keep_records=self.options.keep_records,
@@ -93,7 +96,7 @@ class Lifecycle(SideEffectRules, _steps.StepLoop):
         self._machine = build_machine(self._model, on_guard=self._guard)
         self._log.emit(
             events.LIFECYCLE_STARTED, plan=self.plan.value, target=self.target.name, policy=tripwires,
-            pid=os.getpid(), host=socket.gethostname(), rehearsal=config.rehearsal,
+            pid=os.getpid(), host=socket.gethostname(), rehearsal=config.rehearsal, **_elastic(),
         )
         if tripwires != "off":
             _tripwires.arm(self)
@@ -131,9 +134,18 @@ class Lifecycle(SideEffectRules, _steps.StepLoop):
         with self._lock:
             self._check_mutation(None)
 
+    @property
+    def log_fault(self) -> OSError | None:
+        """Why the log file stopped taking records (they went to stderr since), or None."""
+        return self._log.fault
+
     def record(self, event: str, **fields: Any) -> None:
-        """Add a record to this rank's startup log (training code logs `step_completed` this way)."""
-        self._log.emit(event, **fields)
+        """Add a record to this rank's startup log (training code logs `step_completed` this way).
+        Never raises because of the log: a write failure moves the lifecycle to FAILED instead."""
+        with self._lock:
+            self._log.emit(event, **fields)
+            if self._new_log_fault() is not None:
+                self._fail_for_log(None, self.state, raise_=False)
 
     # -- triggers ---------------------------------------------------------------------------------
     def validate(self) -> Runtime:
@@ -165,10 +177,23 @@ class Lifecycle(SideEffectRules, _steps.StepLoop):
         return self._fire(Trigger.FAIL)
 
     def shutdown(self) -> Runtime:
-        """Release everything in reverse order; a no-op once SHUT_DOWN."""
+        """Release everything in reverse order; a no-op once SHUT_DOWN. From another thread than the
+        one that started the CPU rehearsal it is refused (RehearsalError) before anything changes."""
+        with self._lock:
+            if self.state is State.SHUT_DOWN:
+                return self._runtime
+            try:
+                return self._fire(Trigger.SHUTDOWN)
+            finally:
+                self._after_shutdown()
+
+    def _after_shutdown(self) -> None:
+        """Whatever happened on the way (a release that raised, a log that failed), a lifecycle in
+        SHUT_DOWN leaves no tripwire, signal handler or open file behind."""
         if self.state is State.SHUT_DOWN:
-            return self._runtime
-        return self._fire(Trigger.SHUTDOWN)
+            _tripwires.disarm(self)
+            self._trap.uninstall()
+            self._log.close()
 
     def fire(self, trigger: Trigger | str) -> Runtime:
         """Fire a trigger by enum or name (what the fuzzer and CLI use)."""
@@ -182,7 +207,12 @@ class Lifecycle(SideEffectRules, _steps.StepLoop):
         return self.shutdown() if trig is Trigger.SHUTDOWN else self._fire(trig)
 
     def advance_to(self, target: State) -> Runtime:
-        """Fire the forward triggers from the current state up to `target`, in order."""
+        """Fire the forward triggers from the current state up to `target`, in order, holding the
+        lock throughout: concurrent callers each get the runtime (or one clear error)."""
+        with self._lock:
+            return self._advance(target)
+
+    def _advance(self, target: State) -> Runtime:
         if target not in STARTUP_ORDER or self.state not in STARTUP_ORDER:
             raise InvalidTransition(
                 f"advance_to({target.name}) needs a startup state on both ends; the lifecycle is "
@@ -204,6 +234,8 @@ class Lifecycle(SideEffectRules, _steps.StepLoop):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if isinstance(exc, StartupAborted):
+            self._abort(exc)
         if exc is not None and self.state not in (State.FAILED, State.SHUT_DOWN):
             self._fail_reason = f"{type(exc).__name__}: {exc}"
             self._fire(Trigger.FAIL)
@@ -212,46 +244,69 @@ class Lifecycle(SideEffectRules, _steps.StepLoop):
     # -- the engine -------------------------------------------------------------------------------
     def _fire(self, trigger: Trigger) -> Runtime:
         with self._lock:
-            source = self.state
-            row = find(source, trigger)
-            if row is None:
-                allowed = allowed_triggers(source)
-                self._log.emit(events.INVALID_TRANSITION, trigger=trigger.value, source=source.name,
-                               allowed=[t.value for t in allowed])
-                raise InvalidTransition(
-                    f"{trigger.value} is not defined from {source.name}; allowed from there: "
-                    f"{', '.join(t.value for t in allowed) or 'nothing (terminal)'}",
-                    state=source, trigger=trigger, allowed=allowed,
-                )
-            if trigger not in (Trigger.FAIL, Trigger.SHUTDOWN):
-                self._check_mutation(trigger)
-            if trigger in (Trigger.REBUILD, Trigger.RESTART) and self.policy != "off":
-                _tripwires.arm(self)
-            _tripwires.refresh()
-            self._log.emit(events.TRANSITION_STARTED, trigger=trigger.value, source=source.name)
-            started = time.perf_counter()
-            self._active = trigger
-            self._facts_now = self._facts(trigger, row.dest)
+            self._depth += 1
             try:
-                # Guards first (they raise), then the entry work, then the machine commits the state
-                # (re-checking the same guards as its conditions). Entry work runs outside the
-                # machine's callbacks: each callback costs a trip through LockedMachine's proxies.
-                self._guard(row)(None)
-                self._enter(trigger)
-                self._trigger(trigger)
-            except GuardRejected:
+                return self._fire_locked(trigger)
+            except StartupAborted as aborted:
+                if self._depth == 1:
+                    self._abort(aborted)
                 raise
-            except BaseException as exc:
-                self._on_phase_error(trigger, source, exc, time.perf_counter() - started)
             finally:
-                self._active = None
-                self._facts_now = None
-            self._completed(trigger, source, time.perf_counter() - started)
-            if self._pending_error is not None:
-                error, self._pending_error = self._pending_error, None
-                raise PhaseFailed(f"shutdown released what it could, but: {error}", state=self.state,
-                                  trigger=trigger) from error
-            return self._runtime
+                self._depth -= 1
+
+    def _fire_locked(self, trigger: Trigger) -> Runtime:
+        source = self.state
+        row = find(source, trigger)
+        if row is None:
+            allowed = allowed_triggers(source)
+            self._log.emit(events.INVALID_TRANSITION, trigger=trigger.value, source=source.name,
+                           allowed=[t.value for t in allowed])
+            raise InvalidTransition(
+                f"{trigger.value} is not defined from {source.name}; allowed from there: "
+                f"{', '.join(t.value for t in allowed) or 'nothing (terminal)'}",
+                state=source, trigger=trigger, allowed=allowed,
+            )
+        self._refuse_wrong_thread(trigger)
+        if trigger not in (Trigger.FAIL, Trigger.SHUTDOWN):
+            if self._new_log_fault() is not None:
+                self._fail_for_log(trigger, source)
+            self._check_mutation(trigger)
+        if trigger in _FORWARD or trigger is Trigger.RESTART:
+            self._trap.install()
+        _tripwires.refresh()
+        self._log.emit(events.TRANSITION_STARTED, trigger=trigger.value, source=source.name)
+        if trigger in _FORWARD and self._new_log_fault() is not None:
+            self._fail_for_log(trigger, source)  # do not start work the log cannot record
+        started = time.perf_counter()
+        self._run(trigger, row, source, started)
+        self._completed(trigger, source, time.perf_counter() - started)
+        if trigger is not Trigger.SHUTDOWN and self._new_log_fault() is not None:
+            self._fail_for_log(trigger, source)
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            raise PhaseFailed(f"shutdown released what it could, but: {error}", state=self.state,
+                              trigger=trigger) from error
+        return self._runtime
+
+    def _run(self, trigger: Trigger, row: Transition, source: State, started: float) -> None:
+        self._active = trigger
+        self._facts_now = self._facts(trigger, row.dest)
+        try:
+            # Guards first (they raise), then the entry work, then the machine commits the state
+            # (re-checking the same guards as its conditions). Entry work runs outside the
+            # machine's callbacks: each callback costs a trip through LockedMachine's proxies.
+            self._guard(row)(None)
+            if trigger in (Trigger.REBUILD, Trigger.RESTART) and self.policy != "off":
+                _tripwires.arm(self)  # only once the guards let it through: a refusal changes nothing
+            self._enter(trigger)
+            self._trigger(trigger)
+        except GuardRejected:
+            raise
+        except BaseException as exc:
+            self._on_phase_error(trigger, source, exc, time.perf_counter() - started)
+        finally:
+            self._active = None
+            self._facts_now = None
 
     def _trigger(self, trigger: Trigger) -> None:
         self._machine.events[trigger.value].trigger(self._model)
@@ -264,23 +319,12 @@ class Lifecycle(SideEffectRules, _steps.StepLoop):
             events.TRANSITION_COMPLETED, trigger=trigger.value, source=source.name, dest=self.state.name,
             duration_s=duration, config_fingerprint=self._runtime.fingerprint, **fields,
         )
-        if self.state is self.target or self.state is State.SHUT_DOWN:
+        if self.state in (self.target, State.FAILED, State.SHUT_DOWN):
+            # Tripwires guard the startup only: user code recovering from a failure may seed and
+            # create groups; restart() arms them again.
             _tripwires.disarm(self)
-        if self.state is State.SHUT_DOWN:
-            self._log.close()
-
-    def _on_phase_error(self, trigger: Trigger, source: State, exc: BaseException, duration: float) -> None:
-        self._log.emit(events.TRANSITION_FAILED, trigger=trigger.value, source=source.name,
-                       error_type=type(exc).__name__, error=str(exc), duration_s=duration)
-        self._active = None
-        self._force_fail(f"{trigger.value}: {type(exc).__name__}")
-        if isinstance(exc, LifecycleError) or not isinstance(exc, Exception):
-            raise exc
-        raise PhaseFailed(
-            f"{trigger.value} failed in {source.name}: {type(exc).__name__}: {exc}. The lifecycle is now "
-            f"{self.state.name}; call restart() or shutdown().",
-            state=source, trigger=trigger,
-        ) from exc
+            if not self._aborting:  # an abort keeps its handlers (ignoring repeats) until released
+                self._trap.uninstall()
 
     def _guard(self, row: Transition) -> Any:
         def condition(_event: Any) -> bool:
@@ -296,6 +340,9 @@ class Lifecycle(SideEffectRules, _steps.StepLoop):
         reason = rule(guard)
         self._log.emit(events.GUARD_REJECTED, trigger=row.trigger.value, source=facts.state.name,
                        guard=guard.__name__, reason=reason)
+        if facts.state is State.FAILED and not facts.config_validated:
+            reason += ("; nothing was validated (validate failed): fix the config and create a new "
+                       "Lifecycle with it")
         raise GuardRejected(
             f"{row.trigger.value} refused in {facts.state.name} by {guard.__name__}: {reason}",
             state=facts.state, trigger=row.trigger, guard=guard.__name__, reason=reason,
@@ -315,73 +362,10 @@ class Lifecycle(SideEffectRules, _steps.StepLoop):
                       rank_known=self._set_rank)
         if trigger is Trigger.VALIDATE:
             self._runtime = self._validated(self._phases.validate(ctx))
-        elif trigger in _RELEASE_KEEP:
+        elif trigger in RELEASE_KEEP:
             self._runtime = self._release(ctx, trigger)
         elif trigger is not Trigger.FAIL:
             self._runtime = getattr(self._phases, trigger.value)(ctx)
-
-    def _validated(self, runtime: Runtime) -> Runtime:
-        fingerprint = self._config.fingerprint()
-        if runtime.fingerprint is None:
-            runtime = dataclasses.replace(runtime, fingerprint=fingerprint)
-        if self._log_dir is not None:
-            problem = check_log_dir(self._log_dir)
-            if problem:
-                raise ConfigError(f"logging.log_dir: {problem}", field="logging.log_dir", problems=[problem])
-        self._snapshot = Snapshot(self._config)
-        if not self._phase_logged_validation:
-            self._log.emit(events.CONFIG_VALIDATED, fingerprint=runtime.fingerprint,
-                           config=redact(self._config.to_dict()), environment=self.plan is not Plan.CONVERT)
-        if self._log_dir is not None:
-            self._log.open(self._log_dir)
-        return runtime
-
-    def _release(self, ctx: Context, trigger: Trigger) -> Runtime:
-        try:
-            runtime = self._phases.release(ctx, _RELEASE_KEEP[trigger])
-        except Exception as exc:
-            if trigger is not Trigger.SHUTDOWN:
-                raise
-            self._log.emit(events.TRANSITION_FAILED, trigger=trigger.value, source=self.state.name,
-                           error_type=type(exc).__name__, error=str(exc), duration_s=0.0)
-            self._pending_error = exc
-            runtime = dataclasses.replace(self._runtime, model=None, optimizer=None, binding=None)
-        if trigger is Trigger.RESTART:
-            runtime = dataclasses.replace(runtime, generation=self._runtime.generation + 1)
-            self._log.rebind(generation=runtime.generation)
-            self._log.emit(events.GENERATION_STARTED, reason="restart")
-        if trigger is Trigger.SHUTDOWN:
-            self._log.emit(events.LIFECYCLE_SHUTDOWN, source=self.state.name)
-        return runtime
-
-    def _check_mutation(self, trigger: Trigger | None) -> None:
-        if self._snapshot is None or not self._runtime.validated:
-            return
-        changes = self._snapshot.changes()
-        if not changes:
-            changes = list(self._phases.drift(self._runtime))
-        if not changes:
-            return
-        for name, old, new in changes:
-            self._log.emit(events.CONFIG_MUTATED, field=name, validated=old, current=new)
-        name, old, new = changes[0]
-        self._force_fail(f"config_mutated: {name}")
-        raise ConfigMutated(
-            f"{name} changed after VALIDATED ({old!r} -> {new!r}){f' before {trigger.value}' if trigger else ''}: "
-            "configs are frozen "
-            "once validated; build a new RunConfig (dataclasses.replace) and a new Lifecycle instead",
-            field=name, validated=old, current=new,
-        )
-
-    def _force_fail(self, reason: str) -> None:
-        """Move to FAILED (where the table allows it from here), logging the FAIL transition."""
-        if find(self.state, Trigger.FAIL) is None:
-            return
-        self._fail_reason = reason
-        self._log.emit(events.TRANSITION_STARTED, trigger=Trigger.FAIL.value, source=self.state.name)
-        source = self.state
-        self._trigger(Trigger.FAIL)
-        self._completed(Trigger.FAIL, source, 0.0)
 
     def _emit_from_phase(self, event: str, fields: dict[str, Any]) -> None:
         if event == events.CONFIG_VALIDATED:
@@ -392,6 +376,12 @@ class Lifecycle(SideEffectRules, _steps.StepLoop):
         self._runtime = dataclasses.replace(self._runtime, rank=rank, world_size=world_size)
         if rank != self._log.rank or world_size != self._log.world_size:
             self._log.rebind(rank=rank, world_size=world_size)
+
+
+def _elastic() -> dict[str, int]:
+    """torchrun's restart count, when this process is a restart of an elastic job."""
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "")
+    return {"restart_count": int(count)} if count.isdigit() else {}
 
 
 def _default_phases() -> PhaseSet:

@@ -1,4 +1,5 @@
-"""The per-rank startup log: event names, the hash-chained writer, its chain verifier, redaction.
+"""The per-rank startup log: event names, the hash-chained writer, its chain verifier, redaction,
+and the log directory policy (`logging.existing`).
 
 The writer (`AuditLog`) and every reader (`lifecycle audit`, `lifecycle.testing.check_log`) share
 one chain definition (`_chain`). Imports neither torch nor megatron.
@@ -8,19 +9,23 @@ from __future__ import annotations
 
 from lifecycle.log import events
 from lifecycle.log._chain import GENESIS, ChainVerifier, line_hash_matches, record_hash
-from lifecycle.log._redact import REDACTED, is_secret_key, redact
-from lifecycle.log._writer import AuditLog, check_log_dir, rank_file
+from lifecycle.log._files import EXISTING_POLICIES, check_log_dir, existing_policy_problem, rank_file
+from lifecycle.log._redact import REDACTED, is_secret_key, redact, redact_text
+from lifecycle.log._writer import AuditLog
 
 __all__ = [
+    "EXISTING_POLICIES",
     "GENESIS",
     "REDACTED",
     "AuditLog",
     "ChainVerifier",
     "check_log_dir",
     "events",
+    "existing_policy_problem",
     "is_secret_key",
     "line_hash_matches",
     "rank_file",
     "record_hash",
     "redact",
+    "redact_text",
 ]

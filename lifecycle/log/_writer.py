@@ -1,26 +1,44 @@
-"""The per-rank startup log: structlog records, hash-chained, one JSON line each, flushed per record.
+"""The per-rank startup log: structlog records, hash-chained, one JSON line each, written per record.
 
 Format: docs/log-format.md. Records made before the log directory is validated are kept in memory
-and written, unchanged, when `open()` is called.
+and written, unchanged, when `open()` is called. Writing never raises: when the file cannot take a
+record (disk full, I/O error) that record and every later one go to stderr as JSON lines, a
+`log_write_failed` record says why, and `fault` holds the error for the engine to act on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 import structlog
 
 from lifecycle.log import events
 from lifecycle.log._chain import GENESIS
+from lifecycle.log._files import chain_end, rank_file, remove_other_ranks
+from lifecycle.log._redact import may_hold_credentials, redact
+
+_ENVELOPE = frozenset({"event", "ts", "seq", "prev_hash", "run_id", "rank", "world_size", "generation"})
 
 
-def rank_file(log_dir: Path, rank: int) -> Path:
-    return log_dir / f"rank-{rank:05d}.jsonl"
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written (a nearly full disk takes part of a write, then raises)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _stderr_fd() -> int:
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object without a descriptor
+        return 2
 
 
 class _ChainWriter:
@@ -32,13 +50,26 @@ class _ChainWriter:
         self.pending: list[bytes] = []
         self.records: list[dict[str, Any]] = []
         self.keep_records = False
-        self.file: BinaryIO | None = None
+        self.fd: int | None = None
+        self.size = 0  # bytes in the file: a record cut short by a full disk is cut off again
+        self.to_stderr = False
+        self.fault: OSError | None = None
+        self.unlogged = 0  # records that went to stderr instead of the file
+        self.lost = 0  # records that reached neither
 
     def chain(self, _logger: Any, _name: str, event_dict: Any) -> bytes:
         event_dict["ts"] = time.time()
+        return self.link(event_dict)
+
+    def link(self, event_dict: dict[str, Any]) -> bytes:
         event_dict["seq"] = self.seq
         event_dict["prev_hash"] = self.prev
         body = orjson.dumps(event_dict, option=orjson.OPT_SORT_KEYS, default=str)
+        if may_hold_credentials(body):  # rare: a URL, a query, a token shape somewhere in a value
+            for key, value in event_dict.items():
+                if key not in _ENVELOPE:
+                    event_dict[key] = redact(value)
+            body = orjson.dumps(event_dict, option=orjson.OPT_SORT_KEYS, default=str)
         digest = hashlib.sha256(body).hexdigest()
         self.seq += 1
         self.prev = digest
@@ -47,10 +78,48 @@ class _ChainWriter:
         return body[:-1] + b',"hash":"' + digest.encode() + b'"}\n'
 
     def msg(self, line: bytes) -> None:
-        if self.file is None:
-            self.pending.append(line)
+        if self.fd is not None:
+            try:
+                _write_all(self.fd, line)
+                self.size += len(line)
+                return
+            except OSError as exc:
+                with contextlib.suppress(OSError):  # the file then ends at a whole record
+                    os.ftruncate(self.fd, self.size)
+                self.failed(exc)
+        if self.to_stderr:
+            self.stderr(line)
         else:
-            self.file.write(line)
+            self.pending.append(line)
+
+    def failed(self, exc: OSError) -> None:
+        """The file cannot take records any more: close it, and send this and later ones to stderr."""
+        self.fault = exc
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.to_stderr = True
+
+    def stderr(self, line: bytes) -> None:
+        try:
+            _write_all(_stderr_fd(), line)
+            self.unlogged += 1
+        except OSError:
+            self.lost += 1
+
+    def rechain(self, seq: int, prev: str, attempt: int) -> None:
+        """Give the held records new links after `prev` (a new attempt continuing an existing file)."""
+        held = [orjson.loads(line) for line in self.pending]
+        if self.keep_records:
+            del self.records[len(self.records) - len(held):]
+        self.seq, self.prev = seq, prev
+        self.pending = []
+        for record in held:
+            record.pop("hash", None)
+            if record.get("event") == events.LIFECYCLE_STARTED:
+                record["attempt"] = attempt
+            self.pending.append(self.link(record))
 
 
 class AuditLog:
@@ -85,48 +154,81 @@ class AuditLog:
         self._logger = self._make_logger()
 
     def emit(self, event: str, **fields: Any) -> None:
+        """Log one record (values redacted). Never raises for the file: see `fault`."""
         if event not in events.ALL:
             raise ValueError(f"unknown log event {event!r}: add it to lifecycle/events.py")
+        before = self._writer.fault
         self._logger.msg(event, **fields)
+        fault = self._writer.fault
+        if before is None and fault is not None:
+            self._logger.msg(events.LOG_WRITE_FAILED, path=str(self.path), errno=fault.errno,
+                             error=redact(str(fault)), failed_event=event)
 
     @property
     def is_open(self) -> bool:
-        return self._writer.file is not None
+        return self._writer.fd is not None
+
+    @property
+    def fault(self) -> OSError | None:
+        """The error that stopped the file taking records (they go to stderr since), or None."""
+        return self._writer.fault
+
+    @property
+    def unlogged(self) -> tuple[int, int]:
+        """(records sent to stderr instead of the file, records written nowhere)."""
+        return self._writer.unlogged, self._writer.lost
 
     @property
     def records(self) -> list[dict[str, Any]]:
         """Records emitted so far (only when created with keep_records=True)."""
         return self._writer.records
 
-    def open(self, log_dir: Path) -> Path:
-        """Create the rank file and write the held records. The directory must already be validated."""
-        log_dir.mkdir(parents=True, exist_ok=True)
+    def open(self, log_dir: Path, *, overwrite: bool = False) -> Path | None:
+        """Create (or continue) the rank file and write the held records; None when the file could
+        not take them (they went to stderr, and `fault` says why). The directory must already be
+        validated. A non-empty rank file is continued as a new attempt: the chain goes on from its
+        last record and `lifecycle_started` carries `attempt`."""
         path = rank_file(log_dir, self.rank)
-        handle = open(path, "ab", buffering=0)  # noqa: SIM115 - held open for the run
-        for line in self._writer.pending:
-            handle.write(line)
-        self._writer.pending.clear()
-        self._writer.file = handle
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            if overwrite and self.rank == 0:
+                remove_other_ranks(log_dir, self.world_size)
+            end = chain_end(path) if not overwrite else None
+            if end is not None and end.seq > 0:
+                self._writer.rechain(end.seq, end.prev, end.attempts)
+            flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_APPEND)
+            self._writer.fd = os.open(path, flags, 0o644)
+            self._writer.size = os.fstat(self._writer.fd).st_size
+        except OSError as exc:
+            self._writer.failed(exc)
         self.path = path
+        pending, self._writer.pending = self._writer.pending, []
+        for line in pending:
+            self._writer.msg(line)
+        if self._writer.fault is not None:
+            self._emit_fault(path)
+            return None
         return path
 
+    def _emit_fault(self, path: Path) -> None:
+        fault = self._writer.fault
+        assert fault is not None
+        if path.is_file() and path.stat().st_size == 0:  # an empty rank file would audit as clean
+            path.unlink(missing_ok=True)
+        self._logger.msg(events.LOG_WRITE_FAILED, path=str(path), errno=fault.errno, error=redact(str(fault)),
+                         failed_event=None)
+
+    def to_stderr(self) -> None:
+        """The log directory cannot be used: write the held records, and all later ones, to stderr."""
+        self._writer.to_stderr = True
+        pending, self._writer.pending = self._writer.pending, []
+        for line in pending:
+            self._writer.stderr(line)
+
     def close(self) -> None:
-        if self._writer.file is not None:
-            self._writer.file.close()
-            self._writer.file = None
-
-
-def check_log_dir(log_dir: Path) -> str | None:
-    """Why `log_dir` cannot hold the startup log, or None when it can. Pure: creates nothing."""
-    if log_dir.exists():
-        if not log_dir.is_dir():
-            return f"log_dir {str(log_dir)!r} exists and is not a directory: choose a directory path"
-        if not os.access(log_dir, os.W_OK | os.X_OK):
-            return f"log_dir {str(log_dir)!r} is not writable: choose a writable directory"
-        return None
-    parent = log_dir.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        return f"log_dir {str(log_dir)!r} cannot be created under {str(parent)!r}: choose a writable location"
-    return None
+        fd, self._writer.fd = self._writer.fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError as exc:
+                self._writer.fault = self._writer.fault or exc

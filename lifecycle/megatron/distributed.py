@@ -218,13 +218,19 @@ def _undo(rehearsal: Rehearsal | None, *, barrier: bool = False) -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    parallel_state.destroy_model_parallel()
-    if dist.is_initialized():
-        if barrier and dist.get_world_size() > 1 and dist.get_backend() != "fake":
+    # Each step runs even when one before it raised (errors propagate, chained): a failed
+    # barrier must not leave the process group, nor a failed destroy the rehearsal's patches.
+    try:
+        parallel_state.destroy_model_parallel()
+        if dist.is_initialized() and barrier and dist.get_world_size() > 1 and dist.get_backend() != "fake":
             dist.barrier()  # no rank tears its groups down while another still uses them
-        dist.destroy_process_group()
-    if rehearsal is not None:
-        rehearsal.close()
+    finally:
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        finally:
+            if rehearsal is not None:
+                rehearsal.close()
 
 
 def _rehearsal(ctx: PhaseContext, config: RunConfig, cuda: bool) -> tuple[bool, str, Rehearsal | None]:
@@ -295,10 +301,10 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     failed = isinstance(watch, RankWatch) and (watch.failed or watch.first_failure() is not None)
     if isinstance(watch, RankWatch):
         watch.stop()
-    if runtime.distributed:
-        _undo(None, barrier=not failed)
     rehearsal: Any = runtime.rehearsal
-    if rehearsal is not None:
+    if runtime.distributed:
+        _undo(rehearsal, barrier=not failed)
+    elif rehearsal is not None:
         rehearsal.close()
     return dataclasses.replace(
         runtime,

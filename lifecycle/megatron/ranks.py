@@ -1,4 +1,4 @@
-"""Deadlines, check-in and failure broadcast for the collective states (docs/failures-ranks.md).
+"""Deadlines, check-in and failure broadcast for the collective states (docs/failures.md).
 
 Keys, under this initialization's rendezvous prefix and `ranks/`:
 

@@ -27,7 +27,9 @@ def _abstract(lc: Lifecycle) -> tuple[object, ...]:
 
 
 def _replay(plan: Plan, path: tuple[Trigger, ...], log_dir: str) -> Lifecycle:
-    lc = Lifecycle(RunConfig(), log_dir=log_dir, plan=plan, phases=InProcessPhases(), tripwires="off",
+    # the probes reuse one log directory, one run after another
+    config = RunConfig.from_dict({"logging": {"existing": "overwrite"}})
+    lc = Lifecycle(config, log_dir=log_dir, plan=plan, phases=InProcessPhases(), tripwires="off",
                    options={"keep_records": True})
     for trigger in path:
         with contextlib.suppress(LifecycleError):

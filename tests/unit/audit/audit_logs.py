@@ -31,10 +31,11 @@ Events = list[tuple[str, dict[str, Any]]]
 
 
 def engine_rank(log_dir: Path, rank: int = 0, world: int = 1, *, run_id: str = "run-a", seed: int = 1234,
-                phases: Any = None, tripwires: str = "off", plan: str | None = None) -> Lifecycle:
+                phases: Any = None, tripwires: str = "off", plan: str | None = None,
+                existing: str = "refuse") -> Lifecycle:
     """One rank of a run, as torchrun starts it: RANK/WORLD_SIZE in the environment (a rank in the
     config would be part of the fingerprint, so ranks would disagree)."""
-    config = RunConfig.from_dict({"training": {"seed": seed}})
+    config = RunConfig.from_dict({"training": {"seed": seed}, "logging": {"existing": existing}})
     saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE")}
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
     try:

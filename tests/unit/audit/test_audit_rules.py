@@ -248,7 +248,7 @@ def test_the_same_rank_given_twice_is_reported(clean_dir: Path, tmp_path: Path) 
 
 def test_logs_of_two_runs_are_reported(tmp_path: Path) -> None:
     train_and_shut_down(engine_rank(tmp_path, 0, 2, run_id="run-a"))
-    train_and_shut_down(engine_rank(tmp_path, 1, 2, run_id="run-b"))
+    train_and_shut_down(engine_rank(tmp_path, 1, 2, run_id="run-b", existing="append"))
     assert "LA016" in audit_rules(tmp_path)
 
 

@@ -1,0 +1,198 @@
+"""How a lifecycle fails: entry work that raises, a log that cannot be written, SIGTERM/SIGINT
+during startup, a release from the wrong thread. Whatever fails, the lifecycle ends in FAILED or
+SHUT_DOWN with a record saying where and why, and nothing it created is left behind.
+
+Mixed into `Lifecycle`; docs/failures.md says what each failure leaves behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from lifecycle.errors import LifecycleError, PhaseFailed, RehearsalError, StartupAborted
+from lifecycle.log import check_log_dir, events, existing_policy_problem, redact_text
+from states import State, Trigger, find
+
+if TYPE_CHECKING:
+    from lifecycle.config import RunConfig
+    from lifecycle.log import AuditLog
+    from lifecycle.runtime import Runtime
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class SignalTrap:
+    """SIGTERM/SIGINT handlers for the startup (main thread only; other threads cannot install
+    them). The previous handlers come back when the startup ends, fails or is shut down."""
+
+    def __init__(self, on_signal: Any) -> None:
+        self.on_signal = on_signal
+        self.previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if self.previous or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in _SIGNALS:
+            self.previous[sig] = signal.signal(sig, self.on_signal)
+
+    def uninstall(self) -> None:
+        if not self.previous or threading.current_thread() is not threading.main_thread():
+            return
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous.clear()
+
+
+class Failures:
+    """What `Lifecycle` does when something fails."""
+
+    _log: AuditLog
+    _runtime: Runtime
+    _config: RunConfig
+    _log_dir: Path | None
+    _active: Trigger | None
+    _fail_reason: str
+    _depth: int
+    _aborting: bool
+    _abort_logged: bool
+    _fault_seen: bool
+    _trap: SignalTrap
+
+    @property
+    def state(self) -> State:
+        raise NotImplementedError
+
+    def shutdown(self) -> Runtime:
+        raise NotImplementedError
+
+    def _trigger(self, trigger: Trigger) -> None:
+        raise NotImplementedError
+
+    def _completed(self, trigger: Trigger, source: State, duration: float) -> None:
+        raise NotImplementedError
+
+    # -- entry work that raises -------------------------------------------------------------------
+    def _on_phase_error(self, trigger: Trigger, source: State, exc: BaseException, duration: float) -> None:
+        if isinstance(exc, StartupAborted):  # stopped from outside, not failed: the audit tells them apart
+            self._log_aborted(exc)
+        else:
+            self._log.emit(events.TRANSITION_FAILED, trigger=trigger.value, source=source.name,
+                           error_type=type(exc).__name__, error=redact_text(str(exc)), duration_s=duration)
+        self._active = None
+        self._force_fail(f"{trigger.value}: {type(exc).__name__}")
+        where = self._record_where()
+        if not self._runtime.validated:
+            way_out = ("The lifecycle is FAILED with nothing validated, so restart() cannot help: fix the "
+                       "config and create a new Lifecycle with it.")
+        else:
+            way_out = f"The lifecycle is now {self.state.name}; call restart() or shutdown()."
+        if isinstance(exc, LifecycleError):
+            raise type(exc)(f"{exc.message} {way_out}{where}", **exc.context) from exc
+        if not isinstance(exc, Exception):
+            raise exc
+        raise PhaseFailed(
+            f"{trigger.value} failed in {source.name}: {type(exc).__name__}: {exc}. {way_out}{where}",
+            state=source, trigger=trigger,
+        ) from exc
+
+    def _force_fail(self, reason: str) -> None:
+        """Move to FAILED (where the table allows it from here), logging the FAIL transition."""
+        if find(self.state, Trigger.FAIL) is None:
+            return
+        self._fail_reason = reason
+        self._log.emit(events.TRANSITION_STARTED, trigger=Trigger.FAIL.value, source=self.state.name)
+        source = self.state
+        self._trigger(Trigger.FAIL)
+        self._completed(Trigger.FAIL, source, 0.0)
+
+    def _record_where(self) -> str:
+        """Make sure the first failure leaves a record even before the log was opened (a failure in
+        validate): open the log now, or send its records to stderr when the directory is the
+        problem. Returns what the error message should add."""
+        if self._log_dir is None or self._log.is_open or self._log.fault is not None:
+            return ""
+        problem = check_log_dir(self._log_dir) or existing_policy_problem(
+            self._log_dir, self._log.rank, self._log.run_id, self._config.logging.existing)
+        if problem is None and self._log.open(self._log_dir) is not None:
+            return ""
+        self._log.to_stderr()
+        if problem is None:
+            fault = self._log.fault
+            return f" The startup log went to stderr as JSON lines: {self._log.path} cannot be written ({fault})."
+        return " The startup log went to stderr as JSON lines, because logging.log_dir cannot take it (above)."
+
+    # -- a log that cannot be written -------------------------------------------------------------
+    def _new_log_fault(self) -> OSError | None:
+        fault = self._log.fault
+        if fault is None or self._fault_seen:
+            return None
+        self._fault_seen = True
+        return fault
+
+    def _fail_for_log(self, trigger: Trigger | None, source: State, *, raise_: bool = True) -> None:
+        """The log stopped taking records: FAILED now (later records go to stderr); raise unless
+        this was a user's own call (`record`, a tripwire), which must not fail because of our log."""
+        fault = self._log.fault
+        name = trigger.value if trigger is not None else "record"
+        self._log.emit(events.TRANSITION_FAILED, trigger=name, source=source.name, error_type=type(fault).__name__,
+                       error=redact_text(str(fault)), duration_s=0.0)
+        self._force_fail(f"log_write_failed: {fault}")
+        if raise_:
+            raise PhaseFailed(
+                f"the startup log {self._log.path} cannot be written ({fault}) during {name} in {source.name}; "
+                f"its records now go to stderr as JSON lines. The lifecycle is {self.state.name}: call shutdown() "
+                "(it releases everything), then free the disk or choose another logging.log_dir",
+                state=source, trigger=trigger,
+            ) from fault
+
+    # -- SIGTERM / SIGINT during startup ----------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self._aborting:
+            return
+        self._aborting = True
+        active = self._active
+        aborted = StartupAborted(signum, state=self.state.name, trigger=active.value if active else None)
+        if self._depth == 0:  # between transitions: nothing is half done, release right here
+            self._abort(aborted)
+        raise aborted
+
+    def _abort(self, aborted: StartupAborted) -> None:
+        """Log `startup_aborted`, release everything in reverse order; the caller re-raises."""
+        self._aborting = True  # a second signal during the releases is ignored, not obeyed half-way
+        try:
+            if self.state is State.SHUT_DOWN:
+                return
+            self._log_aborted(aborted)
+            # a release that failed is logged (transition_failed); the exit code says aborted
+            with contextlib.suppress(LifecycleError):
+                self.shutdown()
+        finally:
+            self._trap.uninstall()
+
+    def _log_aborted(self, aborted: StartupAborted) -> None:
+        if not self._abort_logged:
+            self._abort_logged = True
+            self._log.emit(events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state,
+                           trigger=aborted.trigger)
+
+    # -- releases from the wrong thread -----------------------------------------------------------
+    def _refuse_wrong_thread(self, trigger: Trigger) -> None:
+        """A release that would close the CPU rehearsal from another thread is refused before
+        anything changes (function modes are per-thread)."""
+        if trigger not in (Trigger.SHUTDOWN, Trigger.RESTART):
+            return
+        rehearsal = self._runtime.rehearsal
+        thread_id = getattr(rehearsal, "thread_id", None)
+        if rehearsal is None or not getattr(rehearsal, "active", False) or thread_id in (None, threading.get_ident()):
+            return
+        raise RehearsalError(
+            f"{trigger.value}() refused on thread {threading.get_ident()}: the CPU rehearsal was started on "
+            f"thread {thread_id} (the one that ran init_distributed) and can only be closed there. Call "
+            f"{trigger.value}() from that thread; nothing was released or changed.",
+            thread_id=thread_id,
+        )

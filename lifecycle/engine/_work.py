@@ -1,0 +1,107 @@
+"""The engine's own part of some transitions' entry work: what VALIDATE adds (log directory and its
+policy, the snapshot, opening the log), what REBUILD/RESTART/SHUTDOWN release, and the mutation
+check before every transition. Mixed into `Lifecycle`."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lifecycle.config import RunConfig, Snapshot
+from lifecycle.errors import ConfigError, ConfigMutated
+from lifecycle.log import check_log_dir, events, existing_policy_problem, redact
+from states import Plan, State, Trigger
+
+if TYPE_CHECKING:
+    from lifecycle.engine._context import Context
+    from lifecycle.log import AuditLog
+    from lifecycle.runtime import PhaseSet, Runtime
+
+RELEASE_KEEP = {
+    Trigger.REBUILD: State.DISTRIBUTED,
+    Trigger.RESTART: State.VALIDATED,
+    Trigger.SHUTDOWN: State.CONFIGURED,
+}
+
+
+class EntryWork:
+    """VALIDATE's log-directory work, the releases, and the mutation check."""
+
+    plan: Plan
+    _config: RunConfig
+    _log: AuditLog
+    _log_dir: Path | None
+    _runtime: Runtime
+    _phases: PhaseSet
+    _snapshot: Snapshot | None
+    _phase_logged_validation: bool
+    _pending_error: BaseException | None
+
+    @property
+    def state(self) -> State:
+        raise NotImplementedError
+
+    def _force_fail(self, reason: str) -> None:
+        raise NotImplementedError
+
+    def _validated(self, runtime: Runtime) -> Runtime:
+        fingerprint = self._config.fingerprint()
+        if runtime.fingerprint is None:
+            runtime = dataclasses.replace(runtime, fingerprint=fingerprint)
+        existing = self._config.logging.existing
+        if self._log_dir is not None:
+            problem = check_log_dir(self._log_dir)
+            if problem:
+                raise ConfigError(f"logging.log_dir: {problem}", field="logging.log_dir", problems=[problem])
+            problem = existing_policy_problem(self._log_dir, self._log.rank, self._log.run_id, existing)
+            if problem:
+                raise ConfigError(f"logging.existing: {problem}", field="logging.existing", problems=[problem])
+        self._snapshot = Snapshot(self._config)
+        if not self._phase_logged_validation:
+            self._log.emit(events.CONFIG_VALIDATED, fingerprint=runtime.fingerprint,
+                           config=redact(self._config.to_dict()), environment=self.plan is not Plan.CONVERT)
+        if self._log_dir is not None and not self._log.is_open:
+            self._log.open(self._log_dir, overwrite=existing == "overwrite")
+        return runtime
+
+    def _release(self, ctx: Context, trigger: Trigger) -> Runtime:
+        try:
+            runtime = self._phases.release(ctx, RELEASE_KEEP[trigger])
+        except Exception as exc:
+            if trigger is not Trigger.SHUTDOWN:
+                raise
+            self._log.emit(events.TRANSITION_FAILED, trigger=trigger.value, source=self.state.name,
+                           error_type=type(exc).__name__, error=str(exc), duration_s=0.0)
+            self._pending_error = exc
+            runtime = dataclasses.replace(self._runtime, model=None, optimizer=None, binding=None)
+        if trigger is Trigger.RESTART:
+            runtime = dataclasses.replace(runtime, generation=self._runtime.generation + 1)
+            self._log.rebind(generation=runtime.generation)
+            self._log.emit(events.GENERATION_STARTED, reason="restart")
+        if trigger is Trigger.SHUTDOWN:
+            fields = {}
+            if self._log.fault is not None:  # what could not be logged, reported where it can be
+                unlogged, lost = self._log.unlogged
+                fields = {"log_fault": str(self._log.fault), "unlogged": unlogged, "lost": lost}
+            self._log.emit(events.LIFECYCLE_SHUTDOWN, source=self.state.name, **fields)
+        return runtime
+
+    def _check_mutation(self, trigger: Trigger | None) -> None:
+        if self._snapshot is None or not self._runtime.validated:
+            return
+        changes = self._snapshot.changes()
+        if not changes:
+            changes = list(self._phases.drift(self._runtime))
+        if not changes:
+            return
+        for name, old, new in changes:
+            self._log.emit(events.CONFIG_MUTATED, field=name, validated=old, current=new)
+        name, old, new = changes[0]
+        self._force_fail(f"config_mutated: {name}")
+        raise ConfigMutated(
+            f"{name} changed after VALIDATED ({old!r} -> {new!r}){f' before {trigger.value}' if trigger else ''}: "
+            "configs are frozen "
+            "once validated; build a new RunConfig (dataclasses.replace) and a new Lifecycle instead",
+            field=name, validated=old, current=new,
+        )
