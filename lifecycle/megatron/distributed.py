@@ -25,7 +25,7 @@ from lifecycle.errors import DistributedError
 from lifecycle.log import events
 from lifecycle.megatron.ranks import WATCH, RankWatch, is_timeout
 from lifecycle.megatron.rehearsal import Rehearsal, is_active, start_rehearsal
-from lifecycle.runtime import PhaseContext, Runtime
+from lifecycle.runtime import PhaseContext, Runtime, rank_of, world_size_of
 from states import SideEffect
 
 
@@ -79,8 +79,7 @@ def _init_process_group(
         ctx.side_effect(SideEffect.PROCESS_GROUP)
         init_fake_process_group(par.rank, par.world_size)
         return par.rank, par.world_size, None
-    world = par.world_size or int(os.environ.get("WORLD_SIZE", "1"))
-    rank = par.rank if par.rank is not None else int(os.environ.get("RANK", "0"))
+    world, rank = world_size_of(config), rank_of(config)
     if real_cuda:
         ctx.side_effect(SideEffect.CUDA_DEVICE)
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -33,6 +33,8 @@ def _batches(config: Any, vocab: int, seed: int, skip: int = 0) -> Iterator[dict
     gen = torch.Generator().manual_seed(seed)
     position_ids = torch.arange(seq).unsqueeze(0).expand(mbs, seq)
     mask = torch.tril(torch.ones(seq, seq, dtype=torch.bool)).logical_not().view(1, 1, seq, seq)
+    for _ in range(skip):
+        torch.randint(0, vocab, (mbs, seq + 1), generator=gen)
     while True:
         tokens = torch.randint(0, vocab, (mbs, seq + 1), generator=gen)
         yield {"tokens": tokens[:, :-1], "labels": tokens[:, 1:], "position_ids": position_ids,
