@@ -12,7 +12,9 @@ log, binding verification.
 
 Each run spawns 2 fresh gloo ranks; the two variants alternate (ABBA) so both see the same load.
 "startup+steps" is timed per rank from after `import megatron.core` (both pay that ~7 s import)
-to the end of step 3, and the slower rank counts; "end to end" is the wall time of the spawn.
+to the end of step 3, and the slower rank counts; "end to end" is the wall time of the spawn. On a
+loaded machine wall times swing by several x between runs, so the CPU seconds of the same spans
+(both ranks' process time; for end to end, every child process's rusage) are printed too.
 Printed: medians over the runs, min-max spread, the per-run paired ratios, the per-phase breakdown
 of rank 0 for both, the load average during the runs, and what one rank writes during startup.
 Target: lifecycle / plain <= 1.05 on both.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -55,18 +58,18 @@ def lifecycle_rank(log_dir: str) -> dict[str, Any]:
     from lifecycle.megatron.train import train_steps
     from states import State
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with Lifecycle(_config(), "gpt", log_dir) as lc:
         lc.advance_to(State.CALLBACKS_BOUND)
         startup = time.perf_counter() - start
         train_steps(lc, STEPS)
-        total = time.perf_counter() - start
+        total, cpu = time.perf_counter() - start, time.process_time() - cpu
         keys = sum(entry[0].num_keys() for entry in _STORES.values())
         path = lc.log_path
     assert path is not None
     phases = _phases_from_log(path.read_bytes().splitlines(), startup)
     phases["steps"] = total - startup
-    return {"total": total, "phases": phases, "writes": _startup_writes(path), "store_keys": keys,
+    return {"total": total, "cpu": cpu, "phases": phases, "writes": _startup_writes(path), "store_keys": keys,
             "began": began, "imported": imported, "ended": time.time()}
 
 
@@ -106,7 +109,7 @@ def plain_rank(_log_dir: str) -> dict[str, Any]:
 
     from lifecycle.megatron.rehearsal import cpu_rehearsal
 
-    clock = _Clock()
+    clock, cpu = _Clock(), time.process_time()
     with cpu_rehearsal():
         parts = _plain_imports()
         clock.lap("imports")
@@ -125,12 +128,13 @@ def plain_rank(_log_dir: str) -> dict[str, Any]:
         clock.lap("bind")
         _plain_steps(parts, cfg, model, optimizer)
         clock.lap("steps")
+        cpu = time.process_time() - cpu
         keys = parts["dist"].distributed_c10d._get_default_store().num_keys()
         parts["dist"].barrier()
         parts["ps"].destroy_model_parallel()
         parts["dist"].destroy_process_group()
-    return {"total": clock.total, "phases": clock.phases, "writes": {"records": 0, "bytes": 0}, "store_keys": keys,
-            "began": began, "imported": imported, "ended": time.time()}
+    return {"total": clock.total, "cpu": cpu, "phases": clock.phases, "writes": {"records": 0, "bytes": 0},
+            "store_keys": keys, "began": began, "imported": imported, "ended": time.time()}
 
 
 class _Clock:
@@ -199,15 +203,18 @@ def _plain_steps(parts: dict[str, Any], cfg: Any, model: list[Any], optimizer: A
 def _measure(fn: Any, log_dir: str) -> dict[str, Any]:
     from lifecycle.engine.launch import run_ranks
 
-    load = os.getloadavg()[0]
+    load, children = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
     per_rank = run_ranks(fn, 2, log_dir, timeout_s=600)
     end = time.time()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
     spans = {"spawn": max(r["began"] for r in per_rank) - start,
              "import megatron.core": max(r["imported"] - r["began"] for r in per_rank),
              "after the work": max(r["ended"] - r["imported"] - r["total"] for r in per_rank),
              "exit": end - max(r["ended"] for r in per_rank)}
     return {"inner": max(r["total"] for r in per_rank), "outer": end - start, "rank0": per_rank[0],
+            "inner_cpu": sum(r["cpu"] for r in per_rank), "outer_cpu": cpu,
             "load": (load + os.getloadavg()[0]) / 2, "spans": spans}
 
 
@@ -220,9 +227,10 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
     print(f"runs per variant: {n} (2 gloo ranks each, {STEPS} steps), ABBA order")
     loads = [r["load"] for v in runs.values() for r in v]
     print(f"load average (1 min) during the runs: {_spread(loads)}  on {os.cpu_count()} cores")
-    for key, label in (("inner", "startup+steps"), ("outer", "end to end")):
+    for key, label in (("inner", "startup+steps"), ("outer", "end to end"),
+                       ("inner_cpu", "startup+steps CPU"), ("outer_cpu", "end to end CPU")):
         for name in ("plain", "lifecycle"):
-            print(f"  {name:<10} {label:<14} s: {_spread([r[key] for r in runs[name]])}")
+            print(f"  {name:<10} {label:<18} s: {_spread([r[key] for r in runs[name]])}")
         med = statistics.median(r[key] for r in runs["lifecycle"]) / statistics.median(r[key] for r in runs["plain"])
         paired = [a[key] / b[key] for a, b in zip(runs["lifecycle"], runs["plain"], strict=True)]
         print(f"  ratio lifecycle/plain {label}: {med:.3f}x of medians; paired per run {_spread(paired)}"

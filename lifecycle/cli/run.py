@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State
@@ -90,6 +91,7 @@ def _drive(args: argparse.Namespace, config: Any) -> int:
             started = time.perf_counter()
             lc.advance_to(dest)
             show(f"  ✓ {dest.name:<16} {time.perf_counter() - started:7.3f} s")
+            _show_imports(show, lc.runtime.extras.get("imports") if dest is State.VALIDATED else None)
         if lc.state is State.CALLBACKS_BOUND and steps > 0:
             def on_step(result: StepResult) -> None:
                 loss = "n/a (not last stage)" if result.loss is None else f"{result.loss:.4f}"
@@ -99,6 +101,13 @@ def _drive(args: argparse.Namespace, config: Any) -> int:
         log_path = lc.log_path
     show(f"done; startup log: {log_path.parent if log_path else '(no --log-dir given)'}")
     return 0
+
+
+def _show_imports(show: Any, imports: Any) -> None:
+    """The heavy imports VALIDATED ran on a thread beside validation (its time above includes them)."""
+    if isinstance(imports, Mapping):
+        modules = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in imports["modules"].items())
+        show(f"    imports {imports['duration_s']:7.3f} s ({modules or 'already imported'}), beside validation")
 
 
 def _printer() -> Any:

@@ -14,6 +14,7 @@ join: nothing this phase started outlives it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 import time
@@ -135,14 +136,11 @@ def validate_while_importing(
     try:
         if environment:
             job.wait_for("torch")
-        return enter(ctx)
+        runtime = enter(ctx)
     finally:
         report = job.join()
-        ctx.emit(
-            events.IMPORTS,
-            modules=dict(report.modules),
-            started_ts=report.started_ts,
-            duration_s=report.duration_s,
-            waited_s=report.waited_s,
-            failed=dict(report.failed),
-        )
+        fields = {"modules": dict(report.modules), "started_ts": report.started_ts,
+                  "duration_s": report.duration_s, "waited_s": report.waited_s, "failed": dict(report.failed)}
+        ctx.emit(events.IMPORTS, **fields)
+    # for `lifecycle run`'s summary, which reads it as a plain mapping
+    return dataclasses.replace(runtime, extras=MappingProxyType({**runtime.extras, "imports": fields}))
