@@ -14,7 +14,8 @@ Each run spawns 2 fresh gloo ranks; the two variants alternate (ABBA) so both se
 "startup+steps" is timed per rank from after `import megatron.core` (both pay that ~7 s import)
 to the end of step 3, and the slower rank counts; "end to end" is the wall time of the spawn. On a
 loaded machine wall times swing by several x between runs, so the CPU seconds of the same spans
-(both ranks' process time; for end to end, every child process's rusage) are printed too.
+(both ranks' process time; for end to end, every child process's rusage) are printed too. Ranks
+run with OMP_NUM_THREADS=1 unless it is set.
 Printed: medians over the runs, min-max spread, the per-run paired ratios, the per-phase breakdown
 of rank 0 for both, the load average during the runs, and what one rank writes during startup.
 Target: lifecycle / plain <= 1.05 on both.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import resource
 import statistics
@@ -207,6 +209,8 @@ def _measure(fn: Any, log_dir: str) -> dict[str, Any]:
     start = time.time()
     per_rank = run_ranks(fn, 2, log_dir, timeout_s=600)
     end = time.time()
+    while multiprocessing.active_children():  # reap every rank, or its CPU time is not counted yet
+        time.sleep(0.05)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
     spans = {"spawn": max(r["began"] for r in per_rank) - start,
@@ -224,7 +228,8 @@ def _spread(values: list[float]) -> str:
 
 def report(runs: dict[str, list[dict[str, Any]]]) -> None:
     n = len(runs["plain"])
-    print(f"runs per variant: {n} (2 gloo ranks each, {STEPS} steps), ABBA order")
+    print(f"runs per variant: {n} (2 gloo ranks each, {STEPS} steps), ABBA order, "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
     loads = [r["load"] for v in runs.values() for r in v]
     print(f"load average (1 min) during the runs: {_spread(loads)}  on {os.cpu_count()} cores")
     for key, label in (("inner", "startup+steps"), ("outer", "end to end"),
@@ -253,13 +258,19 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--save", help="also write every run's numbers to this JSON file")
     args = parser.parse_args()
+    # 2 ranks on a small machine: one intra-op thread each (inherited by the spawned ranks), so
+    # idle OpenMP threads spinning under load do not swamp the CPU times
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     runs: dict[str, list[dict[str, Any]]] = {"lifecycle": [], "plain": []}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             order = (("plain", plain_rank), ("lifecycle", lifecycle_rank))
             for name, fn in order if i % 2 == 0 else order[::-1]:
                 runs[name].append(_measure(fn, f"{tmp}/{name}{i}"))
+                if args.save:
+                    Path(args.save).write_text(json.dumps(runs))
     report(runs)
 
 
