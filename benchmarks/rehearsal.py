@@ -109,15 +109,17 @@ def plain_rank(_log_dir: str) -> dict[str, Any]:
 
     imported = time.time()
 
+    # the lifecycle's megatron helpers, imported before the clock starts as `Lifecycle` is
+    from lifecycle.megatron import model_built, providers, train
     from lifecycle.megatron.rehearsal import cpu_rehearsal
+    from lifecycle.megatron.services_ready import NullTokenizer
 
+    helpers = {"model_built": model_built, "providers": providers, "train": train}
     clock, cpu = _Clock(), time.process_time()
     with cpu_rehearsal():
-        parts = _plain_imports()
+        parts = _plain_imports() | helpers
         clock.lap("imports")
         cfg = _config()
-        from lifecycle.megatron.services_ready import NullTokenizer
-
         tokenizer = NullTokenizer(cfg.tokenizer.vocab_size)
         clock.lap("services")
         groups = _plain_distributed(parts, cfg)
@@ -160,12 +162,9 @@ def _plain_imports() -> dict[str, Any]:
     from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
-    from lifecycle.megatron import model_built, providers, train
-
     return {"torch": torch, "dist": dist, "ps": ps, "finalize_model_grads": finalize_model_grads,
             "schedule": get_forward_backward_func, "groups": ProcessGroupCollection,
-            "seed": model_parallel_cuda_manual_seed, "model_built": model_built, "providers": providers,
-            "train": train}
+            "seed": model_parallel_cuda_manual_seed}
 
 
 def _plain_distributed(parts: dict[str, Any], cfg: Any) -> Any:
