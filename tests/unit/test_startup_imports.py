@@ -86,6 +86,20 @@ def test_blame_shows_the_imports_as_their_own_row_and_validated_without_the_wait
     assert blame(result.ranks)[0].state == "imports"
 
 
+def test_the_plot_draws_the_imports_as_their_own_row(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from lifecycle.cli import main
+
+    for rank in range(3):
+        w = ChainWriter("run-i", rank, 3)
+        _startup_with_imports(w, 1.7e9, imports_s=6.0, waited_s=5.9, validate_s=0.1)
+        (tmp_path / f"rank-{rank:05d}.jsonl").write_bytes(b"".join(w.lines))
+    out = tmp_path / "startup.svg"
+    assert main(["plot", str(tmp_path), "-o", str(out), "--max-ranks", "2"]) == 0
+    svg = out.read_text()
+    assert "imports (3 ranks)" in svg and "VALIDATED (3 ranks)" in svg
+
+
 def test_an_imports_record_without_numbers_is_unreadable(tmp_path: Path) -> None:
     w = ChainWriter("run-i", 0, 1)
     w.emit(1.7e9, "imports", modules={}, started_ts="soon", duration_s=1.0, waited_s=0.0, failed={})
