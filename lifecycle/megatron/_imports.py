@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from lifecycle.config import RunConfig, validate
+from lifecycle.errors import LifecycleError
 from lifecycle.log import events
 from lifecycle.runtime import PhaseContext, Runtime
 from states import PLAN_TARGETS, Plan, State
@@ -40,6 +41,9 @@ MEGATRON = (
     "megatron.core.optimizer",
     "megatron.core.pipeline_parallel",
 )
+# megatron-core imports in ~7 s; an import still running after this is stuck (a hung file system,
+# a lock held elsewhere): VALIDATED fails naming it instead of waiting forever.
+JOIN_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +82,7 @@ class ImportJob:
         self._waited = 0.0
         self._started_ts = time.time()
         self._elapsed = 0.0
+        self._current: str | None = None
         self._thread = threading.Thread(target=self._run, name="lifecycle-imports", daemon=True)
 
     @classmethod
@@ -89,6 +94,7 @@ class ImportJob:
     def _run(self) -> None:
         began = time.perf_counter()
         for name in self.names:
+            self._current = name
             t0 = time.perf_counter()
             try:
                 importlib.import_module(name)
@@ -99,6 +105,7 @@ class ImportJob:
             with self._cond:
                 self._done.add(name)
                 self._cond.notify_all()
+        self._current = None
         self._elapsed = time.perf_counter() - began
 
     def wait_for(self, name: str) -> None:
@@ -108,10 +115,17 @@ class ImportJob:
             self._cond.wait_for(lambda: name in self._done or name not in self.names)
         self._waited += time.perf_counter() - t0
 
-    def join(self) -> ImportReport:
+    def join(self, timeout_s: float = JOIN_TIMEOUT_S) -> ImportReport:
+        """Wait for the thread; raise LifecycleError naming the stuck module after `timeout_s`."""
         t0 = time.perf_counter()
-        self._thread.join()
+        self._thread.join(timeout_s)
         self._waited += time.perf_counter() - t0
+        if self._thread.is_alive():
+            raise LifecycleError(
+                f"the import thread is still importing {self._current!r} after {timeout_s:.0f} s; "
+                f"find what that import waits for (try `python -X importtime -c 'import {self._current}'`)",
+                module=self._current, timeout_s=timeout_s,
+            )
         return ImportReport(
             modules=MappingProxyType({k: round(v, 6) for k, v in self._seconds.items()}),
             started_ts=self._started_ts,

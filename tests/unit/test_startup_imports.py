@@ -57,6 +57,21 @@ def test_a_huggingface_tokenizer_without_transformers_names_the_hf_extra(monkeyp
     assert caught.value.context["extra"] == "hf" and "tokenizer.type=null" in str(caught.value)
 
 
+def test_an_import_that_never_finishes_fails_the_join_naming_the_module(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from lifecycle import LifecycleError
+    from lifecycle.megatron._imports import ImportJob
+
+    (tmp_path / "stuck_on_import.py").write_text("import time\ntime.sleep(2)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    job = ImportJob.start(["json", "stuck_on_import"])
+    with pytest.raises(LifecycleError, match="still importing 'stuck_on_import'") as caught:
+        job.join(timeout_s=0.2)
+    assert caught.value.context["module"] == "stuck_on_import"
+    report = job.join()  # it does finish: the second join reports it
+    assert set(report.modules) == {"json", "stuck_on_import"} and report.modules["stuck_on_import"] >= 1.5
+
+
 def _startup_with_imports(w: ChainWriter, t: float, *, imports_s: float, waited_s: float, validate_s: float) -> None:
     w.emit(t, "lifecycle_started", plan="convert", target="SERVICES_READY", policy="raise", pid=1, host="h",
            rehearsal=None)
