@@ -1,16 +1,36 @@
 """2-rank tiny-GPT startup + 3 training steps through the lifecycle, as a ratio to the same work
-written as a plain megatron-core script (same CPU rehearsal, same model, data and optimizer).
+written as a plain megatron-core script.
 
-    python benchmarks/rehearsal.py [--repeats 3]
+    python benchmarks/rehearsal.py [--repeats 5]
 
-Each run spawns 2 fresh gloo ranks. Timed per rank from after `import megatron.core` (both pay the
-same ~7 s import) to the end of step 3, then the slower rank counts; the end-to-end wall time of the
-spawn is printed too. Target: lifecycle / plain ≤ 1.2.
+The plain script does the same work with no lifecycle: the same CPU rehearsal, tokenizer
+(`NullTokenizer`), writers (none in the tiny-gpt preset), process group, parallel state and seeds,
+the same model, DDP and optimizer (built by the same megatron-core calls, through the helpers the
+lifecycle's phases use, so every config field matches), the same callbacks, data and steps. What it
+lacks is what the lifecycle adds: validation, the engine and its guards, tripwires, the hash-chained
+log, binding verification.
+
+Each run spawns 2 fresh gloo ranks; the two variants alternate (ABBA) so both see the same load.
+"startup+steps" runs from the moment the last rank has imported megatron.core (both variants pay
+that ~7 s import; the ranks finish it at different times, and the first collective makes the early
+one wait) to the end of step 3 on the last rank. "slowest rank's" is the older measure, each rank
+timed from its own import, the slower counting: it includes that import skew. "end to end" is the
+wall time of the spawn. On a
+loaded machine wall times swing by several x between runs, so the CPU seconds of the same spans
+(both ranks' process time; for end to end, every child process's rusage) are printed too. Ranks
+run with OMP_NUM_THREADS=1 unless it is set.
+Printed: medians over the runs, min-max spread, the per-run paired ratios, the per-phase breakdown
+of rank 0 for both, the load average during the runs, and what one rank writes during startup.
+Target: lifecycle / plain <= 1.05 on both.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
+import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -21,6 +41,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 STEPS = 3
+ROWS = ("imports", "validate", "services", "distributed", "model", "bind", "engine", "steps")
+_STATE_ROWS = {"VALIDATED": "validate", "SERVICES_READY": "services", "DISTRIBUTED": "distributed",
+               "MODEL_BUILT": "model", "CALLBACKS_BOUND": "bind"}
 
 
 def _config() -> Any:
@@ -29,101 +52,230 @@ def _config() -> Any:
     return RunConfig.preset("tiny-gpt")
 
 
-def lifecycle_rank(log_dir: str) -> float:
+def lifecycle_rank(log_dir: str) -> dict[str, Any]:
+    began = time.time()
     import megatron.core  # noqa: F401  (import cost excluded from the timing, as in the plain script)
 
+    imported = time.time()
+
     from lifecycle import Lifecycle
+    from lifecycle.megatron.distributed import _STORES
     from lifecycle.megatron.train import train_steps
     from states import State
 
-    start = time.perf_counter()
+    start, cpu, started = time.perf_counter(), time.process_time(), time.time()
     with Lifecycle(_config(), "gpt", log_dir) as lc:
         lc.advance_to(State.CALLBACKS_BOUND)
+        startup = time.perf_counter() - start
         train_steps(lc, STEPS)
-        elapsed = time.perf_counter() - start
-    return elapsed
+        total, cpu, finished = time.perf_counter() - start, time.process_time() - cpu, time.time()
+        keys = sum(entry[0].num_keys() for entry in _STORES.values())
+        path = lc.log_path
+    assert path is not None
+    phases = _phases_from_log(path.read_bytes().splitlines(), startup)
+    phases["steps"] = total - startup
+    return {"total": total, "cpu": cpu, "phases": phases, "writes": _startup_writes(path), "store_keys": keys,
+            "started": started, "finished": finished, "began": began, "imported": imported, "ended": time.time()}
 
 
-def plain_rank(_log_dir: str) -> float:
+def _phases_from_log(lines: list[bytes], startup: float) -> dict[str, float]:
+    """Per-phase seconds from the log: each state's own work, the imports' wait, the engine's rest."""
+    phases = dict.fromkeys(ROWS, 0.0)
+    waited = 0.0
+    for line in lines:
+        rec = json.loads(line)
+        if rec["event"] == "imports":
+            waited += rec["waited_s"]
+        elif rec["event"] == "transition_completed" and rec["dest"] in _STATE_ROWS:
+            phases[_STATE_ROWS[rec["dest"]]] += rec["duration_s"]
+    phases["imports"] = waited
+    phases["validate"] -= waited
+    phases["engine"] = startup - sum(phases.values())
+    return phases
+
+
+def _startup_writes(path: Path) -> dict[str, int]:
+    """Records and bytes this rank's log holds once CALLBACKS_BOUND is reached."""
+    records = size = 0
+    for line in path.read_bytes().splitlines():
+        records, size = records + 1, size + len(line) + 1
+        rec = json.loads(line)
+        if rec["event"] == "transition_completed" and rec["dest"] == "CALLBACKS_BOUND":
+            break
+    return {"records": records, "bytes": size}
+
+
+def plain_rank(_log_dir: str) -> dict[str, Any]:
     """What a user writes by hand with megatron-core: no lifecycle, no log, no checks."""
+    began = time.time()
     import megatron.core  # noqa: F401
 
-    start = time.perf_counter()
+    imported = time.time()
+
+    # the lifecycle's megatron helpers, imported before the clock starts as `Lifecycle` is
+    from lifecycle.megatron import model_built, providers, train
+    from lifecycle.megatron.rehearsal import cpu_rehearsal
+    from lifecycle.megatron.services_ready import NullTokenizer
+
+    helpers = {"model_built": model_built, "providers": providers, "train": train}
+    clock, cpu, started = _Clock(), time.process_time(), time.time()
+    with cpu_rehearsal():
+        parts = _plain_imports() | helpers
+        clock.lap("imports")
+        cfg = _config()
+        tokenizer = NullTokenizer(cfg.tokenizer.vocab_size)
+        clock.lap("services")
+        groups = _plain_distributed(parts, cfg)
+        clock.lap("distributed")
+        model, optimizer, tc = _plain_model(parts, cfg, tokenizer, groups)
+        clock.lap("model")
+        tc.finalize_model_grads_func = parts["finalize_model_grads"]
+        tc.grad_scale_func = optimizer.scale_loss
+        tc.no_sync_func = model[0].no_sync
+        clock.lap("bind")
+        _plain_steps(parts, cfg, model, optimizer)
+        clock.lap("steps")
+        cpu, finished = time.process_time() - cpu, time.time()
+        keys = parts["dist"].distributed_c10d._get_default_store().num_keys()
+        parts["dist"].barrier()
+        parts["ps"].destroy_model_parallel()
+        parts["dist"].destroy_process_group()
+    return {"total": clock.total, "cpu": cpu, "phases": clock.phases, "writes": {"records": 0, "bytes": 0},
+            "store_keys": keys, "started": started, "finished": finished, "began": began, "imported": imported,
+            "ended": time.time()}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.phases = dict.fromkeys(ROWS, 0.0)
+        self.total = 0.0
+
+    def lap(self, row: str) -> None:
+        now = time.perf_counter()
+        self.phases[row] += now - self.last
+        self.last, self.total = now, now - self.start
+
+
+def _plain_imports() -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.distributed import finalize_model_grads
     from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-    from megatron.core.tokenizers import MegatronTokenizer  # noqa: F401  (same import work as the services)
-    from megatron.core.transformer import TransformerConfig
 
-    from lifecycle.megatron.rehearsal import cpu_rehearsal
-    from lifecycle.megatron.train import _batches, _forward_step
-
-    cfg = _config()
-    m = cfg.model
-    with cpu_rehearsal():
-        dist.init_process_group("gloo", init_method="env://")
-        ps.initialize_model_parallel()
-        torch.manual_seed(cfg.training.seed)
-        model_parallel_cuda_manual_seed(cfg.training.seed)
-        tc = TransformerConfig(num_layers=m.num_layers, hidden_size=m.hidden_size,
-                               num_attention_heads=m.num_attention_heads, use_cpu_initialization=True,
-                               hidden_dropout=0.0, attention_dropout=0.0, init_method_std=m.init_method_std)
-        vocab = -(-cfg.tokenizer.vocab_size // m.make_vocab_size_divisible_by) * m.make_vocab_size_divisible_by
-        gpt = GPTModel(config=tc, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=vocab,
-                       max_sequence_length=m.seq_length)
-        ddp = DistributedDataParallel(tc, DistributedDataParallelConfig(), gpt)
-        opt = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=cfg.optimizer.lr), [ddp])
-        tc.finalize_model_grads_func = finalize_model_grads
-        tc.grad_scale_func = opt.scale_loss
-        data = _batches(cfg, vocab, cfg.training.seed)
-        schedule = get_forward_backward_func()
-        for _ in range(STEPS):
-            ddp.zero_grad_buffer()
-            opt.zero_grad()
-            schedule(forward_step_func=_forward_step, data_iterator=data, model=[ddp],
-                     num_microbatches=cfg.training.num_microbatches, seq_length=m.seq_length,
-                     micro_batch_size=cfg.training.micro_batch_size, forward_only=False)
-            opt.step()
-        elapsed = time.perf_counter() - start
-        dist.barrier()
-        ps.destroy_model_parallel()
-        dist.destroy_process_group()
-    return elapsed
+    return {"torch": torch, "dist": dist, "ps": ps, "finalize_model_grads": finalize_model_grads,
+            "schedule": get_forward_backward_func, "groups": ProcessGroupCollection,
+            "seed": model_parallel_cuda_manual_seed}
 
 
-def _measure(fn: Any, log_dir: str) -> tuple[float, float]:
+def _plain_distributed(parts: dict[str, Any], cfg: Any) -> Any:
+    import random
+
+    parts["dist"].init_process_group("gloo", init_method="env://")
+    parts["ps"].initialize_model_parallel(create_gloo_process_groups=True)
+    random.seed(cfg.training.seed)
+    parts["torch"].manual_seed(cfg.training.seed)
+    parts["seed"](cfg.training.seed, force_reset_rng=True)
+    return parts["groups"].use_mpu_process_groups()
+
+
+def _plain_model(parts: dict[str, Any], cfg: Any, tokenizer: Any, groups: Any) -> tuple[list[Any], Any, Any]:
+    mb, prov = parts["model_built"], parts["providers"]
+    tc = prov.transformer_config(cfg)
+    inputs = prov.model_inputs(cfg, tokenizer.vocab_size)
+    chunks = mb.build_chunks(prov.gpt_provider, tc, inputs)
+    model = mb.wrap_ddp(chunks, mb.megatron_ddp_config(cfg), groups)
+    return model, mb.build_optimizer(cfg, model, groups), tc
+
+
+def _plain_steps(parts: dict[str, Any], cfg: Any, model: list[Any], optimizer: Any) -> None:
+    m, t = cfg.model, cfg.training
+    vocab = parts["providers"].model_inputs(cfg, cfg.tokenizer.vocab_size + 1).vocab_size
+    data = parts["train"]._batches(cfg, vocab, t.seed + parts["dist"].get_rank())
+    schedule = parts["schedule"]()
+    for _ in range(STEPS):
+        model[0].zero_grad_buffer()
+        optimizer.zero_grad()
+        schedule(forward_step_func=parts["train"]._forward_step, data_iterator=data, model=model,
+                 num_microbatches=t.num_microbatches, seq_length=m.seq_length,
+                 micro_batch_size=t.micro_batch_size, forward_only=False)
+        optimizer.step()
+
+
+def _measure(fn: Any, log_dir: str) -> dict[str, Any]:
     from lifecycle.engine.launch import run_ranks
 
-    start = time.perf_counter()
+    load, children = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.time()
     per_rank = run_ranks(fn, 2, log_dir, timeout_s=600)
-    return max(per_rank), time.perf_counter() - start
+    end = time.time()
+    while multiprocessing.active_children():  # reap every rank, or its CPU time is not counted yet
+        time.sleep(0.05)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+    spans = {"spawn": max(r["began"] for r in per_rank) - start,
+             "import megatron.core": max(r["imported"] - r["began"] for r in per_rank),
+             "after the work": max(r["ended"] - r["imported"] - r["total"] for r in per_rank),
+             "exit": end - max(r["ended"] for r in per_rank)}
+    return {"inner": max(r["finished"] for r in per_rank) - max(r["started"] for r in per_rank),
+            "slowest_rank": max(r["total"] for r in per_rank), "outer": end - start, "rank0": per_rank[0],
+            "inner_cpu": sum(r["cpu"] for r in per_rank), "outer_cpu": cpu,
+            "load": (load + os.getloadavg()[0]) / 2, "spans": spans}
+
+
+def _spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):6.2f}  (min {min(values):.2f}, max {max(values):.2f})"
+
+
+def report(runs: dict[str, list[dict[str, Any]]]) -> None:
+    n = len(runs["plain"])
+    print(f"runs per variant: {n} (2 gloo ranks each, {STEPS} steps), ABBA order, "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    loads = [r["load"] for v in runs.values() for r in v]
+    print(f"load average (1 min) during the runs: {_spread(loads)}  on {os.cpu_count()} cores")
+    for key, label in (("inner", "startup+steps"), ("slowest_rank", "slowest rank's"), ("outer", "end to end"),
+                       ("inner_cpu", "startup+steps CPU"), ("outer_cpu", "end to end CPU")):
+        for name in ("plain", "lifecycle"):
+            print(f"  {name:<10} {label:<18} s: {_spread([r[key] for r in runs[name]])}")
+        med = statistics.median(r[key] for r in runs["lifecycle"]) / statistics.median(r[key] for r in runs["plain"])
+        paired = [a[key] / b[key] for a, b in zip(runs["lifecycle"], runs["plain"], strict=True)]
+        print(f"  ratio lifecycle/plain {label}: {med:.3f}x of medians; paired per run {_spread(paired)}"
+              "  (target <= 1.05x)")
+    print("per phase, rank 0, median seconds:      plain   lifecycle")
+    for row in ROWS:
+        values = [statistics.median(r["rank0"]["phases"][row] for r in runs[name]) for name in ("plain", "lifecycle")]
+        print(f"  {row:<36} {values[0]:8.3f}  {values[1]:8.3f}")
+    print("end to end, slowest rank, median seconds: plain   lifecycle")
+    for span in runs["plain"][0]["spans"]:
+        values = [statistics.median(r["spans"][span] for r in runs[name]) for name in ("plain", "lifecycle")]
+        print(f"  {span:<36} {values[0]:8.3f}  {values[1]:8.3f}")
+    life = runs["lifecycle"][-1]["rank0"]
+    plain_keys = runs["plain"][-1]["rank0"]["store_keys"]
+    print(f"one rank's startup writes (lifecycle): {life['writes']['records']} log records, "
+          f"{life['writes']['bytes']} bytes; rendezvous store keys (both ranks): lifecycle "
+          f"{life['store_keys']}, plain {plain_keys}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--save", help="also write every run's numbers to this JSON file")
     args = parser.parse_args()
-    inner: dict[str, list[float]] = {"lifecycle": [], "plain": []}
-    outer: dict[str, list[float]] = {"lifecycle": [], "plain": []}
+    # 2 ranks on a small machine: one intra-op thread each (inherited by the spawned ranks), so
+    # idle OpenMP threads spinning under load do not swamp the CPU times
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    runs: dict[str, list[dict[str, Any]]] = {"lifecycle": [], "plain": []}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
-            for name, fn in (("plain", plain_rank), ("lifecycle", lifecycle_rank)):
-                t_in, t_out = _measure(fn, f"{tmp}/{name}{i}")
-                inner[name].append(t_in)
-                outer[name].append(t_out)
-    med = {k: statistics.median(v) for k, v in inner.items()}
-    wall = {k: statistics.median(v) for k, v in outer.items()}
-    print(f"runs per variant                         : {args.repeats} (2 gloo ranks each, {STEPS} steps)")
-    for name in ("plain", "lifecycle"):
-        print(f"{name:<22} startup+steps     : {med[name]:.2f} s   (spawn end to end {wall[name]:.1f} s)")
-    print(f"ratio lifecycle/plain  startup+steps     : {med['lifecycle'] / med['plain']:.2f}x  (target <= 1.2x)")
-    print(f"ratio lifecycle/plain  end to end        : {wall['lifecycle'] / wall['plain']:.2f}x")
+            order = (("plain", plain_rank), ("lifecycle", lifecycle_rank))
+            for name, fn in order if i % 2 == 0 else order[::-1]:
+                runs[name].append(_measure(fn, f"{tmp}/{name}{i}"))
+                if args.save:
+                    Path(args.save).write_text(json.dumps(runs))
+    report(runs)
 
 
 if __name__ == "__main__":

@@ -230,6 +230,19 @@ def first_step_not_finalized(audit: RankState, rec: dict[str, Any], ts: float) -
                f"{rec.get('finalizer_calls')} times, not once: gradients were not synchronized correctly")
 
 
+def imports(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+    """The heavy-import step is its own segment; the open state's time excludes the main thread's wait."""
+    values = [rec.get(key) for key in ("started_ts", "duration_s", "waited_s")]
+    if not all(type(v) in (int, float) for v in values):
+        raise unreadable(audit.source, audit.line, "imports: fields 'started_ts', 'duration_s' and "
+                         "'waited_s' must be numbers")
+    start, duration, waited = (float(v) for v in values)  # type: ignore[arg-type]  # checked above
+    if len(audit.segments) < _CAP:
+        audit.segments.append(Segment(events.IMPORTS, events.IMPORTS, start, start + duration, audit.generation))
+    if audit.open_trigger is not None:
+        audit.open_start = min(audit.open_start + waited, ts)
+
+
 def shutdown(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     audit.shut = True
 
@@ -264,6 +277,7 @@ HANDLERS: dict[str, Handler] = {
     events.FIRST_STEP_NOT_FINALIZED: first_step_not_finalized,
     events.LIFECYCLE_SHUTDOWN: shutdown,
     events.SIMULATION_STARTED: simulation,
+    events.IMPORTS: imports,
 }
 
 

@@ -15,12 +15,13 @@ from typing import Any
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._timing import stragglers
 from lifecycle.errors import ExtraNotInstalled
+from lifecycle.log import events
 from states import STARTUP_ORDER, State
 
 FORMATS = ("png", "svg", "pdf")
-_ORDER = [s.name for s in STARTUP_ORDER[1:]] + [State.FAILED.name, State.SHUT_DOWN.name]
-_COLORS = dict(zip(_ORDER, ("#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#76b7b2", "#000000", "#bab0ac"),
-                   strict=True))
+_ORDER = [events.IMPORTS] + [s.name for s in STARTUP_ORDER[1:]] + [State.FAILED.name, State.SHUT_DOWN.name]
+_COLORS = dict(zip(_ORDER, ("#b07aa1", "#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#76b7b2", "#000000",
+                            "#bab0ac"), strict=True))
 _MAX_OUTLIERS = 24
 
 
@@ -58,7 +59,9 @@ def _figure() -> Any:
 
 def _bars(ax: Any, row: float, audit: RankAudit, t0: float) -> None:
     for seg in audit.segments:
-        ax.broken_barh([(seg.start - t0, max(seg.duration, 1e-4))], (row - 0.4, 0.8),
+        # the imports run on a thread beside VALIDATED: a thin bar at the top of the row
+        low, height = (row - 0.45, 0.25) if seg.state == events.IMPORTS else (row - 0.4, 0.8)
+        ax.broken_barh([(seg.start - t0, max(seg.duration, 1e-4))], (low, height),
                        color=_COLORS.get(seg.state, "#888888"))
     if _stopped_early(audit) and audit.last_ts is not None:
         ax.plot([audit.last_ts - t0], [row], marker="x", color="red", markersize=9)

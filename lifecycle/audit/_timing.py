@@ -1,7 +1,8 @@
 """Where startup time went: blame (time per state), the critical chain, and straggler ranks.
 
 A state's time on a rank is its entry work: from `transition_started` to `transition_completed`
-of the transition that entered it, summed over generations and rebuilds.
+of the transition that entered it, summed over generations and rebuilds, less the time the rank
+waited there for the heavy imports: those are a row of their own, `imports`.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from lifecycle.cli._inputs import EXIT_INPUT, check_before_start, load, non_negative
@@ -115,6 +116,7 @@ def _drive(args: argparse.Namespace, config: Any, provider: Any) -> int:
             started = time.perf_counter()
             lc.advance_to(dest)
             show(f"  ✓ {dest.name:<16} {time.perf_counter() - started:7.3f} s")
+            _show_imports(show, lc.runtime.extras.get("imports") if dest is State.VALIDATED else None)
         if lc.state is State.CALLBACKS_BOUND:
             _train_and_save(lc, steps, show)
         log_path = lc.log_path
@@ -140,6 +142,13 @@ def _train_and_save(lc: Any, steps: int, show: Any) -> None:
     saved = save_after_steps(lc, start + steps)
     if saved is not None:
         show(f"  saved checkpoint {saved}")
+
+
+def _show_imports(show: Any, imports: Any) -> None:
+    """The heavy imports VALIDATED ran on a thread beside validation (its time above includes them)."""
+    if isinstance(imports, Mapping):
+        modules = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in imports["modules"].items())
+        show(f"    imports {imports['duration_s']:7.3f} s ({modules or 'already imported'}), beside validation")
 
 
 def _printer() -> Any:

@@ -182,7 +182,7 @@ def check_paths(c: RunConfig, env: Environment) -> list[Problem]:
                     "tokenizer.type",
                     "huggingface",
                     "loading a huggingface tokenizer needs `transformers`, not importable",
-                    "`pip install transformers`, or use tokenizer.type=null",
+                    "`pip install 'megatron-lifecycle[hf]'`, or use tokenizer.type=null",
                 )
             )
     load = c.checkpoint.load

@@ -12,6 +12,7 @@ from typing import Any
 
 from lifecycle.config import CALLBACK_FIELDS, config_drift
 from lifecycle.megatron import callbacks_bound, distributed, model_built, services_ready, validated
+from lifecycle.megatron._imports import validate_while_importing
 from lifecycle.megatron.ranks import watched
 from lifecycle.runtime import PhaseContext, Runtime
 from states import State
@@ -31,7 +32,8 @@ class MegatronPhases:
     """The real phases. `release(keep)` undoes, newest first, every state after `keep`."""
 
     def validate(self, ctx: PhaseContext) -> Runtime:
-        return validated.enter(ctx)
+        """Validate while the heavy imports run on a thread (one `imports` record; see _imports.py)."""
+        return validate_while_importing(ctx, validated.enter, environment=validated.environment_checks(ctx))
 
     def start_services(self, ctx: PhaseContext) -> Runtime:
         return services_ready.enter(ctx)

@@ -1,32 +1,73 @@
 """SERVICES_READY: tokenizer, vocab size and writers, after validation and before distributed.
 
-Nothing here touches torch.distributed. The tokenizer is megatron-core's own
-(`megatron.core.tokenizers.MegatronTokenizer`): the null (synthetic) tokenizer by default, or a
-local HuggingFace-format directory (validation has checked it exists; nothing is downloaded).
+Nothing here touches torch.distributed. The default tokenizer is the null (synthetic) one,
+`NullTokenizer`: megatron-core's null tokenizer (ids are the text's integers, end-of-document is
+`vocab_size`) without `megatron.core.tokenizers`, whose package imports `transformers` (1.7 s) for
+every library. A local HuggingFace-format directory (validation has checked it exists; nothing is
+downloaded) goes through megatron-core's `MegatronTokenizer` and needs the `hf` extra.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from lifecycle.config import RunConfig, TokenizerConfig
+from lifecycle.errors import ExtraNotInstalled
 from lifecycle.log import events
 from lifecycle.megatron.vocab import resolve_vocab_size
 from lifecycle.runtime import Closeable, PhaseContext, Runtime
 from states import SideEffect
 
+HF_EXTRA = "pip install 'megatron-lifecycle[hf]'"
+
+
+@dataclass(frozen=True, slots=True)
+class NullTokenizer:
+    """Synthetic tokenizer, as megatron-core's null library: `vocab_size` counts the end-of-document id."""
+
+    size: int
+
+    library = "null"
+
+    @property
+    def vocab_size(self) -> int:
+        return self.size + 1
+
+    @property
+    def eod(self) -> int:
+        return self.size
+
+    def tokenize(self, text: str) -> list[int]:
+        return [int(x) for x in text.split(" ")]
+
+    def detokenize(self, ids: list[int]) -> str:
+        return " ".join(str(x) for x in ids)
+
+    @property
+    def unique_identifiers(self) -> OrderedDict[str, str]:
+        """What megatron-core's datasets key their caches by."""
+        return OrderedDict(library=self.library, vocab_size=str(self.size))
+
 
 def build_tokenizer(config: TokenizerConfig) -> Any:
-    """megatron-core's tokenizer for `config` (imports megatron.core.tokenizers)."""
+    """The tokenizer for `config`: `NullTokenizer`, or megatron-core's for a HuggingFace directory."""
+    if config.type == "null":
+        return NullTokenizer(config.vocab_size)
+    try:
+        import transformers  # noqa: F401  (megatron-core skips it silently, then fails later)
+    except ImportError as exc:
+        raise ExtraNotInstalled(
+            f"tokenizer.type=huggingface needs `transformers`, which is not installed: {HF_EXTRA}, "
+            "or use tokenizer.type=null",
+            extra="hf", field="tokenizer.type",
+        ) from exc
     from megatron.core.tokenizers import MegatronTokenizer
 
-    if config.type == "null":
-        return MegatronTokenizer.from_pretrained(
-            metadata_path={"library": "null"}, vocab_size=config.vocab_size
-        )
     return MegatronTokenizer.from_pretrained(
         tokenizer_path=config.path, metadata_path={"library": "huggingface"}
     )

@@ -25,6 +25,7 @@ def test_two_rank_run_reaches_callbacks_bound_trains_and_audits_clean(tmp_path: 
     assert run.returncode == 0, run.stderr[-3000:]
     for state in ("VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"):
         assert f"✓ {state}" in run.stdout
+    assert "imports" in run.stdout and "megatron" in run.stdout  # the import time named beside VALIDATED
     assert "step 2/2: loss" in run.stdout
     assert sorted(p.name for p in logs.iterdir()) == ["rank-00000.jsonl", "rank-00001.jsonl"]
     audit = lifecycle("audit", str(logs), "--format", "json")

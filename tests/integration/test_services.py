@@ -43,13 +43,16 @@ def _start(*overrides: str) -> tuple[RecordingContext, object]:
     return ctx, services_ready.enter(ctx)
 
 
-def test_the_default_null_tokenizer_is_megatrons_and_its_vocab_is_padded() -> None:
+def test_the_default_null_tokenizer_behaves_as_megatrons_and_its_vocab_is_padded() -> None:
     import torch.distributed as dist
-    from megatron.core.tokenizers.text.text_tokenizer import MegatronTokenizerText
+    from megatron.core.tokenizers import MegatronTokenizer
 
     ctx, runtime = _start()
-    assert isinstance(runtime.tokenizer, MegatronTokenizerText)
-    assert runtime.tokenizer.vocab_size == 1001  # 1000 + end-of-document
+    megatrons = MegatronTokenizer.from_pretrained(metadata_path={"library": "null"}, vocab_size=1000)
+    assert runtime.tokenizer.vocab_size == megatrons.vocab_size == 1001  # 1000 + end-of-document
+    assert runtime.tokenizer.eod == megatrons.eod
+    assert runtime.tokenizer.tokenize("5 17 999") == megatrons.tokenize("5 17 999") == [5, 17, 999]
+    assert runtime.tokenizer.detokenize([5, 17]) == megatrons.detokenize([5, 17])
     assert (runtime.vocab_size, runtime.vocab_source) == (1024, "tokenizer")
     assert ctx.side_effects == [SideEffect.TOKENIZER]
     assert ctx.emitted == [
