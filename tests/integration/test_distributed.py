@@ -127,8 +127,8 @@ def _one_rank_checks() -> dict[str, Any]:
     out: dict[str, Any] = {}
     ctx, runtime = _startup()
     out["launched"] = _observe(ctx, runtime) | _release_and_check(ctx, runtime)
-    for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"):
-        os.environ.pop(key)
+    for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        os.environ.pop(key, None)  # no launcher at all: a lone process
     ctx, runtime = _startup()
     out["bare"] = _observe(ctx, runtime) | _release_and_check(ctx, runtime)
     fake = [
