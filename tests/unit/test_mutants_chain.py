@@ -1,0 +1,3 @@
+"""Tests that kill mutants (scripts/mutation)."""
+
+from __future__ import annotations
