@@ -8,6 +8,7 @@ operator and the text of the mutated line) cannot change behaviour and is left o
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import os
 import shutil
@@ -104,9 +105,41 @@ def run_module(module: dict, run: dict, fresh: bool) -> None:
     if not session.exists():
         subprocess.run([VENV / "cosmic-ray", "init", config, session], cwd=WORK, check=True)
         subprocess.run([VENV / "cr-filter-operators", session, config], cwd=WORK, check=True)
+        if module.get("functions"):
+            skip_outside(session, module["functions"])
         stamp.write_text(current)
     print(f"{module['name']}: running the pending mutants of {', '.join(module['paths'])}", flush=True)
     subprocess.run([VENV / "cosmic-ray", "exec", config, session], cwd=WORK, check=True)
+
+
+def function_lines(path: str, names: list[str]) -> set[int]:
+    """Lines of the functions named `name` or `Class.name` in `path` (found anew, so edits move them)."""
+    lines: set[int] = set()
+    tree = ast.parse((WORK / path).read_text())
+    scopes: list[tuple[str, ast.AST]] = [("", tree)]
+    while scopes:
+        prefix, node = scopes.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                scopes.append((f"{prefix}{child.name}.", child))
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and f"{prefix}{child.name}" in names:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def skip_outside(session: Path, functions: dict[str, list[str]]) -> None:
+    """Mark as skipped the mutants outside the chosen functions of the files that name some."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    chosen = {path: function_lines(path, names) for path, names in functions.items()}
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item in db.pending_work_items:
+            spec = item.mutations[0]
+            lines = chosen.get(str(spec.module_path))
+            if lines is not None and spec.start_pos[0] not in lines:
+                db.set_result(item.job_id, WorkResult(output="outside the chosen functions",
+                                                      worker_outcome=WorkerOutcome.SKIPPED))
 
 
 def source_line(path: str, line: int) -> str:
