@@ -11,6 +11,7 @@ import argparse
 import ast
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,7 +74,6 @@ def fingerprint(module: dict, run: dict) -> str:
 
 def write_config(module: dict, run: dict) -> Path:
     paths = ", ".join(f'"{p}"' for p in module["paths"])
-    excluded = ", ".join(f"'{e}'" for e in run["exclude-operators"])
     config = STATE / f"{module['name']}.toml"
     config.write_text(
         "[cosmic-ray]\n"
@@ -81,8 +81,8 @@ def write_config(module: dict, run: dict) -> Path:
         f"timeout = {float(run['timeout'])}\n"
         "excluded-modules = []\n"
         f'test-command = "{test_command(module["tests"])}"\n\n'
-        '[cosmic-ray.distributor]\nname = "local"\n\n'
-        f"[cosmic-ray.filters.operators-filter]\nexclude-operators = [{excluded}]\n"
+        '[cosmic-ray.distributor]\nname = "local"\n'
+
     )
     return config
 
@@ -104,9 +104,7 @@ def run_module(module: dict, run: dict, fresh: bool) -> None:
     baseline(module)
     if not session.exists():
         subprocess.run([VENV / "cosmic-ray", "init", config, session], cwd=WORK, check=True)
-        subprocess.run([VENV / "cr-filter-operators", session, config], cwd=WORK, check=True)
-        if module.get("functions"):
-            skip_outside(session, module["functions"])
+        skip_filtered(session, run, module.get("functions", {}))
         stamp.write_text(current)
     print(f"{module['name']}: running the pending mutants of {', '.join(module['paths'])}", flush=True)
     subprocess.run([VENV / "cosmic-ray", "exec", config, session], cwd=WORK, check=True)
@@ -127,19 +125,22 @@ def function_lines(path: str, names: list[str]) -> set[int]:
     return lines
 
 
-def skip_outside(session: Path, functions: dict[str, list[str]]) -> None:
-    """Mark as skipped the mutants outside the chosen functions of the files that name some."""
+def skip_filtered(session: Path, run: dict, functions: dict[str, list[str]]) -> None:
+    """Mark as skipped, in one write, the mutants of excluded operators and those outside the chosen
+    functions of the files that name some (cosmic-ray's own filter writes them one by one)."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
+    excluded = re.compile("|".join(f"(?:{e})" for e in run["exclude-operators"]))
     chosen = {path: function_lines(path, names) for path, names in functions.items()}
     with use_db(str(session), WorkDB.Mode.open) as db:
+        skipped = []
         for item in db.pending_work_items:
             spec = item.mutations[0]
             lines = chosen.get(str(spec.module_path))
-            if lines is not None and spec.start_pos[0] not in lines:
-                db.set_result(item.job_id, WorkResult(output="outside the chosen functions",
-                                                      worker_outcome=WorkerOutcome.SKIPPED))
+            if excluded.match(spec.operator_name) or (lines is not None and spec.start_pos[0] not in lines):
+                skipped.append(item.job_id)
+        db.set_multiple_results(skipped, WorkResult(output="filtered", worker_outcome=WorkerOutcome.SKIPPED))
 
 
 def source_line(path: str, line: int) -> str:
@@ -163,14 +164,15 @@ def score(module: dict, equivalents: list[dict]) -> Score:
             continue
         result.total += 1
         spec = item.mutations[0]
-        path, line = str(spec.module_path), spec.start_pos[0]
+        path, (line, col) = str(spec.module_path), spec.start_pos
         text = source_line(path, line)
-        where = f"{path}:{line} {spec.operator_name.removeprefix('core/')} #{spec.occurrence}: {text}"
+        operator = spec.operator_name.removeprefix("core/")
+        where = f"{path}:{line}:{col} {operator}: {text}"
         if res.is_killed:
             result.killed += 1
             continue
-        reason = next((e["reason"] for e in equivalents if e["path"] == path
-                       and e["operator"] == spec.operator_name.removeprefix("core/") and e["code"] == text), None)
+        reason = next((e["reason"] for e in equivalents if e["path"] == path and e["operator"] == operator
+                       and e["code"] == text and e.get("col", col) == col), None)
         if reason is None:
             result.survivors.append(where)
         else:

@@ -12,7 +12,7 @@ import pytest
 
 from lifecycle import GuardRejected, InProcessPhases
 from lifecycle.runtime import Runtime
-from states import STARTUP_ORDER, TABLE, Facts, Plan, State, Trigger, allowed_triggers, find, forward_trigger
+from states import STARTUP_ORDER, TABLE, Facts, Plan, State, Transition, Trigger, allowed_triggers, find, forward_trigger
 from states import _guards as g
 
 
@@ -108,3 +108,27 @@ def test_restart_and_distributed_init_need_a_validated_config(make_lc) -> None:
         lc.restart()
     assert info.value.guard == "config_is_validated"
     assert lc.state is State.SERVICES_READY
+
+
+def test_rows_and_facts_are_built_by_keyword_so_a_reordered_field_cannot_shift_values() -> None:
+    with pytest.raises(TypeError):
+        Transition((State.CONFIGURED,), Trigger.VALIDATE, State.VALIDATED)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Facts(State.CONFIGURED, Trigger.VALIDATE)  # type: ignore[misc]
+
+
+def test_a_guard_cannot_change_the_facts_it_is_shown() -> None:
+    facts = Facts(state=State.VALIDATED, trigger=Trigger.START_SERVICES)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        facts.services_ready = True  # type: ignore[misc]
+
+
+def test_the_rule_of_a_guard_with_a_longer_docstring_is_its_first_line() -> None:
+    def checkpoint_is_loaded(facts: Facts) -> bool:
+        """Weights are loaded before callbacks are bound.
+
+        Megatron-Bridge loads them in setup(); here it is an ordering rule.
+        """
+        return True
+
+    assert g.rule(checkpoint_is_loaded) == "Weights are loaded before callbacks are bound."
