@@ -105,8 +105,9 @@ def test_the_report_says_what_was_bound_and_how() -> None:
 def test_binding_to_the_providers_own_config_is_not_a_copy() -> None:
     config = Config()
     report = bind_callbacks([Wrapped(config)], Optimizer(), ddp(), provider_config=config)
-    assert not report.copied
-    assert not bind_callbacks([Wrapped(Config())], Optimizer(), ddp()).copied
+    assert not report.copied and report.provider_config_id == hex(id(config))
+    unknown = bind_callbacks([Wrapped(Config())], Optimizer(), ddp())
+    assert not unknown.copied and unknown.provider_config_id is None
 
 
 def test_without_an_optimizer_no_finalizer_or_scale_is_bound_and_no_watchdog_armed() -> None:
@@ -214,5 +215,43 @@ def test_reports_compare_by_what_was_bound_not_by_their_live_references() -> Non
     first = bind_callbacks([Wrapped(Config())], Optimizer(), ddp())
     second = bind_callbacks([Wrapped(Config())], Optimizer(), ddp())
     same = BindingReport(**{**{f: getattr(first, f) for f in first.__dataclass_fields__},
-                            "watchdog": second.watchdog, "target_ref": second.target_ref})
-    assert same == first and "watchdog" not in repr(first) and "target_ref" not in repr(first)
+                            "watchdog": second.watchdog, "target_ref": second.target_ref,
+                            "installed_ids": second.installed_ids})
+    assert same.installed_ids != first.installed_ids
+    assert same == first
+    assert not {"watchdog", "target_ref", "installed_ids"} & set(repr(first).replace("(", " ").replace("=", " ").split())
+
+
+def test_a_ddp_config_without_the_overlap_fields_binds_no_sync_slot() -> None:
+    config = Config()
+    report = bind_callbacks([Wrapped(config)], Optimizer(), SimpleNamespace(overlap_param_gather=True))
+    assert report.slots == ("finalize_model_grads_func", "grad_scale_func")
+    bare = bind_callbacks([Wrapped(Config())], Optimizer(), SimpleNamespace())
+    assert not (bare.overlap_grad_reduce or bare.overlap_param_gather or bare.align_param_gather)
+
+
+def test_a_one_chunk_model_whose_config_holds_its_own_sync_method_is_not_a_conflict() -> None:
+    model = [Wrapped(Config())]
+    model[0].module.config.no_sync_func = model[0].no_sync  # an equal bound method, not the same object
+    report = bind_callbacks(model, None, ddp(grad=True))
+    assert report.slots == ("no_sync_func", "grad_sync_func") and report.kept == report.replaced == ()
+
+
+def test_a_one_chunk_model_whose_config_holds_a_list_is_a_conflict() -> None:
+    model = [Wrapped(Config())]
+    model[0].module.config.no_sync_func = [model[0].no_sync]
+    with pytest.raises(BindingConflict):
+        bind_callbacks(model, None, ddp(grad=True))
+
+
+def test_binding_options_are_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        bind_callbacks([Wrapped(Config())], Optimizer(), ddp(), Config())  # type: ignore[misc]
+
+
+def test_a_report_cannot_be_changed_after_binding() -> None:
+    import dataclasses
+
+    report = bind_callbacks([Wrapped(Config())], Optimizer(), ddp())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.copied = True  # type: ignore[misc]

@@ -191,3 +191,18 @@ def test_watchdog_counts_only_calls_after_it_was_armed() -> None:
     watchdog = FirstStepWatchdog(finalizer)
     finalizer()
     assert watchdog.calls == 1 and finalizer.calls == 2
+
+
+def test_an_empty_chunk_list_is_refused_with_zero_chunks() -> None:
+    with pytest.raises(BindingError, match="at least one chunk") as info:
+        per_chunk([])
+    assert info.value.chunks == 0
+
+
+def test_a_counting_finalizer_shows_the_wrapped_function_by_name() -> None:
+    import functools
+
+    assert repr(CountingFinalizer(ours)) == "CountingFinalizer(ours, calls=0)"
+    bound = CountingFinalizer(functools.partial(users, pg_collection=None))
+    bound()
+    assert repr(bound) == "CountingFinalizer(users, calls=1)"
