@@ -65,9 +65,10 @@ def test_command(tests: list[str]) -> str:
 
 
 def fingerprint(module: dict, run: dict) -> str:
+    """What a module's results depend on, read from the copy the mutants run in."""
     digest = hashlib.sha256(repr((module, run)).encode())
     for name in [*module["paths"], *module["tests"], "tests/conftest.py", "tests/unit/conftest.py"]:
-        path = ROOT / name
+        path = WORK / name
         digest.update(path.read_bytes() if path.exists() else b"-")
     return digest.hexdigest()
 

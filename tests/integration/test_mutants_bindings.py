@@ -219,7 +219,8 @@ def test_reports_compare_by_what_was_bound_not_by_their_live_references() -> Non
                             "installed_ids": second.installed_ids})
     assert same.installed_ids != first.installed_ids
     assert same == first
-    assert not {"watchdog", "target_ref", "installed_ids"} & set(repr(first).replace("(", " ").replace("=", " ").split())
+    shown = set(repr(first).replace("(", " ").replace("=", " ").split())
+    assert not {"watchdog", "target_ref", "installed_ids"} & shown
 
 
 def test_a_ddp_config_without_the_overlap_fields_binds_no_sync_slot() -> None:

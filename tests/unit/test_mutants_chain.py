@@ -9,6 +9,7 @@ and the audit's chain check.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ def test_each_line_is_its_sorted_body_then_the_sha256_of_that_body(log: Path) ->
 def test_the_chain_starts_at_genesis_and_links_each_record_to_the_one_before(log: Path) -> None:
     records = [orjson.loads(line) for line in lines_of(log)]
     assert records[0]["prev_hash"] == GENESIS
-    assert all(b["prev_hash"] == a["hash"] for a, b in zip(records, records[1:], strict=False))
+    assert all(b["prev_hash"] == a["hash"] for a, b in itertools.pairwise(records))
 
 
 def test_records_held_before_the_log_opens_are_written_first_and_in_order(tmp_path: Path) -> None:

@@ -51,7 +51,8 @@ def test_a_side_effect_declared_by_another_transition_is_refused_naming_its_owne
     cause = info.value
     assert type(cause) is SideEffectError
     assert str(cause) == "refused: rng during start_services(): it belongs to init_distributed()"
-    assert (cause.kind, cause.owner, cause.trigger) == (SideEffect.RNG, Trigger.INIT_DISTRIBUTED, Trigger.START_SERVICES)
+    assert (cause.kind, cause.owner, cause.trigger) == (
+        SideEffect.RNG, Trigger.INIT_DISTRIBUTED, Trigger.START_SERVICES)
     [refused] = events_of(lc, "side_effect_refused")
     assert (refused["kind"], refused["trigger"], refused["owner"], refused["state"]) == (
         "rng", "start_services", "init_distributed", "VALIDATED")

@@ -12,7 +12,18 @@ import pytest
 
 from lifecycle import GuardRejected, InProcessPhases
 from lifecycle.runtime import Runtime
-from states import STARTUP_ORDER, TABLE, Facts, Plan, State, Transition, Trigger, allowed_triggers, find, forward_trigger
+from states import (
+    STARTUP_ORDER,
+    TABLE,
+    Facts,
+    Plan,
+    State,
+    Transition,
+    Trigger,
+    allowed_triggers,
+    find,
+    forward_trigger,
+)
 from states import _guards as g
 
 
@@ -63,11 +74,13 @@ def test_table_rows_cannot_be_changed_in_place() -> None:
 
 def test_a_plan_without_a_destination_or_past_the_startup_passes_the_plan_guard() -> None:
     for dest in (None, State.FAILED, State.SHUT_DOWN):
-        assert g.plan_reaches_destination(Facts(state=State.VALIDATED, trigger=Trigger.FAIL, dest=dest, plan=Plan.CONVERT))
+        facts = Facts(state=State.VALIDATED, trigger=Trigger.FAIL, dest=dest, plan=Plan.CONVERT)
+        assert g.plan_reaches_destination(facts)
 
 
 def test_a_plan_may_reach_its_own_target_state_but_not_one_past_it() -> None:
-    at_target = Facts(state=State.VALIDATED, trigger=Trigger.START_SERVICES, dest=State.SERVICES_READY, plan=Plan.CONVERT)
+    at_target = Facts(state=State.VALIDATED, trigger=Trigger.START_SERVICES, dest=State.SERVICES_READY,
+                      plan=Plan.CONVERT)
     past = dataclasses.replace(at_target, state=State.SERVICES_READY, dest=State.DISTRIBUTED)
     assert g.plan_reaches_destination(at_target)
     assert not g.plan_reaches_destination(past)

@@ -14,7 +14,9 @@ from lifecycle.megatron.vocab import padded_vocab_size, resolve_vocab_size
 
 
 @given(tok=st.integers(1, 300_000), div=st.integers(1, 512), tp=st.integers(1, 64))
-def test_the_padded_size_is_the_smallest_multiple_of_divisible_by_times_tp_that_fits(tok: int, div: int, tp: int) -> None:
+def test_the_padded_size_is_the_smallest_multiple_of_divisible_by_times_tp_that_fits(
+    tok: int, div: int, tp: int
+) -> None:
     size = padded_vocab_size(tok, div, tp)
     assert size % (div * tp) == 0
     assert tok <= size < tok + div * tp
@@ -59,7 +61,9 @@ def test_no_source_at_all_names_the_three_ways_to_give_one() -> None:
     assert "checkpoint.vocab_size" in str(info.value) and "tokenizer.build=true" in str(info.value)
 
 
-@pytest.mark.parametrize(("divisible_by", "tp", "field"), [(0, 1, "divisible_by"), (128, 0, "tp"), (-1, 1, "divisible_by")])
+@pytest.mark.parametrize(
+    ("divisible_by", "tp", "field"), [(0, 1, "divisible_by"), (128, 0, "tp"), (-1, 1, "divisible_by")]
+)
 def test_a_padding_factor_below_one_is_refused_naming_it(divisible_by: int, tp: int, field: str) -> None:
     with pytest.raises(ConfigError) as info:
         resolve_vocab_size(None, None, 50257, divisible_by, tp)
