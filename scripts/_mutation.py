@@ -31,6 +31,7 @@ class Score:
     total: int = 0
     killed: int = 0
     pending: int = 0
+    stale: bool = False
     survivors: list[str] = field(default_factory=list)
     equivalent: list[str] = field(default_factory=list)
 
@@ -64,11 +65,11 @@ def test_command(tests: list[str]) -> str:
             f"-W ignore {' '.join(tests)}")
 
 
-def fingerprint(module: dict, run: dict) -> str:
-    """What a module's results depend on, read from the copy the mutants run in."""
+def fingerprint(module: dict, run: dict, base: Path = WORK) -> str:
+    """What a module's results depend on: its config, sources and tests (in the copy the mutants run in)."""
     digest = hashlib.sha256(repr((module, run)).encode())
     for name in [*module["paths"], *module["tests"], "tests/conftest.py", "tests/unit/conftest.py"]:
-        path = WORK / name
+        path = base / name
         digest.update(path.read_bytes() if path.exists() else b"-")
     return digest.hexdigest()
 
@@ -149,7 +150,7 @@ def source_line(path: str, line: int) -> str:
     return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 
 
-def score(module: dict, equivalents: list[dict]) -> Score:
+def score(module: dict, run: dict, equivalents: list[dict]) -> Score:
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome
 
@@ -157,6 +158,8 @@ def score(module: dict, equivalents: list[dict]) -> Score:
     session = STATE / f"{module['name']}.sqlite"
     if not session.exists():
         return result
+    stamp = STATE / f"{module['name']}.fingerprint"
+    result.stale = not stamp.exists() or stamp.read_text() != fingerprint(module, run, ROOT)
     with use_db(str(session), WorkDB.Mode.open) as db:
         done = {item.job_id: (item, res) for item, res in db.completed_work_items}
         result.pending = db.num_work_items - len(done)
@@ -185,6 +188,7 @@ def report(scores: list[Score]) -> str:
     rows = [f"{'module':<22} {'mutants':>7} {'killed':>6} {'equiv':>5} {'survived':>8} {'score':>7}"]
     for s in scores:
         note = f"  ({s.pending} not run yet)" if s.pending else ""
+        note += "  (stale: sources or tests changed since; run it again)" if s.stale else ""
         rows.append(f"{s.name:<22} {s.total:>7} {s.killed:>6} {len(s.equivalent):>5} "
                     f"{len(s.survivors):>8} {s.percent:>6.1f}%{note}")
     killed, counted = sum(s.killed for s in scores), sum(s.counted for s in scores)
@@ -206,7 +210,9 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="forget earlier results of the chosen modules")
     args = parser.parse_args()
     config = tomllib.loads((ROOT / "scripts" / "mutation.toml").read_text())
-    chosen = [m for m in config["module"] if not args.modules or m["name"].startswith(tuple(args.modules))]
+    # In the order asked for (each name a prefix), else in file order.
+    chosen = [m for prefix in args.modules or [""] for m in config["module"] if m["name"].startswith(prefix)]
+    chosen = [m for i, m in enumerate(chosen) if m not in chosen[:i]]
     if not chosen:
         sys.exit(f"no module matches {args.modules}; the modules are "
                  f"{', '.join(m['name'] for m in config['module'])}")
@@ -216,7 +222,7 @@ def main() -> None:
         sync_copy()
         for module in chosen:
             run_module(module, config["run"], args.fresh)
-    text = report([score(m, config.get("equivalent", [])) for m in chosen])
+    text = report([score(m, config["run"], config.get("equivalent", [])) for m in chosen])
     print(text)
     (STATE / "last-report.txt").write_text(text + "\n")
 
