@@ -86,7 +86,7 @@ def test_each_line_is_its_sorted_body_then_the_sha256_of_that_body(log: Path) ->
 
 def test_the_chain_starts_at_genesis_and_links_each_record_to_the_one_before(log: Path) -> None:
     records = [orjson.loads(line) for line in lines_of(log)]
-    assert records[0]["prev_hash"] == GENESIS
+    assert records[0]["prev_hash"] == GENESIS == "0" * 64  # docs/log-format.md: 64 zeros for seq 0
     assert all(b["prev_hash"] == a["hash"] for a, b in itertools.pairwise(records))
 
 
@@ -298,3 +298,40 @@ def test_the_audit_verifies_a_line_as_written_from_its_bytes(log: Path, tmp_path
     lines = lines_of(log)
     lines[-1] = with_big_number(lines[-1])
     assert la009(audit_file(tmp_path / "rank-00000.jsonl", lines)) == []
+
+
+def test_the_log_directory_is_created_with_its_missing_parents(tmp_path: Path) -> None:
+    log_dir = tmp_path / "runs" / "job-7" / "logs"
+    with Lifecycle(RunConfig(), log_dir=log_dir, phases=InProcessPhases()) as lc:
+        lc.validate()
+    assert verify(lines_of(log_dir / "rank-00000.jsonl"))[0] is None
+
+
+def test_two_chains_of_the_same_rank_interleaved_in_one_file_are_told_apart(tmp_path: Path) -> None:
+    """Two lifecycles of one run in one process (an in-process rebuild) append to the same rank file."""
+    first = lines_of(run_log(tmp_path / "a"))
+    second = lines_of(run_log(tmp_path / "b"))
+    mixed = [line for pair in zip(first, second, strict=False) for line in pair]
+    mixed += first[len(second):] + second[len(first):]
+    result = audit_file(tmp_path / "rank-00000.jsonl", mixed)
+    assert la009(result) == []
+    assert len(result.ranks) == 2
+
+
+def rechained(lines: list[bytes]) -> list[bytes]:
+    """Lines as written, each re-linked to the one before and re-hashed over its bytes."""
+    out, prev = [], GENESIS
+    for line in lines:
+        body = line[: line.rindex(b',"hash":"')] + b"}"
+        start = body.index(b'"prev_hash":"') + len(b'"prev_hash":"')
+        body = body[:start] + prev.encode() + body[start + 64 :]
+        prev = hashlib.sha256(body).hexdigest()
+        out.append(body[:-1] + f',"hash":"{prev}"}}'.encode())
+    return out
+
+
+def test_the_audit_verifies_a_first_record_as_written_from_its_bytes(log: Path, tmp_path: Path) -> None:
+    """The first record of a log is checked in full (not by the reader's hot loop)."""
+    lines = lines_of(log)
+    lines[0] = with_big_number(lines[0])
+    assert la009(audit_file(tmp_path / "rank-00000.jsonl", rechained(lines))) == []
