@@ -335,3 +335,23 @@ def test_the_audit_verifies_a_first_record_as_written_from_its_bytes(log: Path, 
     lines = lines_of(log)
     lines[0] = with_big_number(lines[0])
     assert la009(audit_file(tmp_path / "rank-00000.jsonl", rechained(lines))) == []
+
+
+def test_a_record_whose_prev_hash_is_not_a_string_is_reported_not_a_crash(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)
+    record = orjson.loads(lines[4])
+    lines[4] = orjson.dumps({**record, "prev_hash": ["not", "a", "hash"]})
+    messages = la009(audit_file(tmp_path / "rank-00000.jsonl", lines))
+    assert any("no hash chain" in m for m in messages)
+
+
+def test_an_input_may_start_exactly_as_many_logs_as_the_limit(
+    log: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lifecycle.audit._audit as audit_module
+
+    monkeypatch.setattr(audit_module, "MAX_LOGS_PER_INPUT", 3)
+    head = lines_of(log)[:1]
+    assert not audit_file(tmp_path / "three.jsonl", head * 3).errors
+    refused = audit_file(tmp_path / "four.jsonl", head * 4).errors
+    assert refused and "more than 3 logs start in this one input" in str(refused[0])
