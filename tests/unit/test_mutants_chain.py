@@ -355,3 +355,26 @@ def test_an_input_may_start_exactly_as_many_logs_as_the_limit(
     assert not audit_file(tmp_path / "three.jsonl", head * 3).errors
     refused = audit_file(tmp_path / "four.jsonl", head * 4).errors
     assert refused and "more than 3 logs start in this one input" in str(refused[0])
+
+
+def test_a_run_id_that_changes_inside_an_intact_chain_is_flagged(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)
+    lines[6:] = [line.replace(b'"run_id":"run-a"', b'"run_id":"run-b"') for line in lines[6:]]
+    result = audit_file(tmp_path / "rank-00000.jsonl", rechained(lines))
+    assert la009(result) == []
+    assert [(f.rule, f.line) for f in result.findings if f.rule == "LA016"] == [("LA016", 7)]
+
+
+def test_a_rank_that_died_on_a_broken_record_is_reported_at_that_line(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)[:6]
+    lines[5] = retimed(lines[5])
+    result = audit_file(tmp_path / "rank-00000.jsonl", lines)
+    assert {(f.rule, f.line) for f in result.findings} == {("LA009", 6), ("LA010", 6)}
+
+
+def test_a_replayed_first_record_after_a_log_is_a_break_in_that_log_not_a_new_one(log: Path, tmp_path: Path) -> None:
+    lines = lines_of(log)
+    replayed = as_written({**orjson.loads(lines[0]), "prev_hash": "2" * 64})
+    result = audit_file(tmp_path / "rank-00000.jsonl", [*lines, replayed])
+    assert len(result.ranks) == 1
+    assert la009(result) == [f"seq 0 follows seq {len(lines) - 1}: records were removed, inserted or reordered"]
