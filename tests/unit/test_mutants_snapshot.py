@@ -127,3 +127,30 @@ def test_require_unchanged_names_the_first_change_and_lists_all() -> None:
     assert info.value.fields == ["a", "b"]
     assert "the TransformerConfig changed after VALIDATED: a was 1, is now 2 (changed: a, b)" in str(info.value)
     assert "replace()" in str(info.value)
+
+
+def test_a_change_in_every_section_at_once_is_detected() -> None:
+    config = RunConfig()
+    snap = Snapshot(config)
+    sections = [f.name for f in dataclasses.fields(config) if dataclasses.is_dataclass(getattr(config, f.name))]
+    for name in sections:
+        section = getattr(config, name)
+        first = dataclasses.fields(section)[0].name
+        poke(config, name, dataclasses.replace(section, **{first: _other(getattr(section, first))}))
+    assert {name.split(".")[0] for name, _, _ in snap.changes()} == set(sections)
+
+
+def _other(value: Any) -> Any:
+    """A value of the same type that differs from `value`."""
+    if isinstance(value, bool) or value is None:
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "-changed"
+    return [value]
+
+
+def test_require_unchanged_takes_what_and_ignore_by_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        require_unchanged({"a": 1}, {"a": 1}, "the TransformerConfig")  # type: ignore[misc]
