@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle import InProcessPhases, PhaseFailed, SideEffectError
+from lifecycle import InProcessPhases, InvalidTransition, PhaseFailed, RunConfig, SideEffectError
 from lifecycle.errors import SideEffectBeforeValidation
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect, State, Trigger
@@ -155,3 +155,26 @@ def test_a_failing_release_at_rebuild_or_restart_fails_the_lifecycle(make_lc, tr
         lc.fire(trigger)
     assert lc.state is State.FAILED
     assert lc.runtime.generation == 0
+
+
+def test_a_config_mutated_after_validation_still_lets_the_lifecycle_fail_and_shut_down(make_lc) -> None:
+    config = RunConfig()
+    lc = make_lc(config=config)
+    lc.advance_to(State.SERVICES_READY)
+    object.__setattr__(config.training, "seed", 99)
+    lc.fail("operator stopped the job")
+    assert lc.state is State.FAILED
+    lc.shutdown()
+    assert lc.state is State.SHUT_DOWN
+    assert events_of(lc, "config_mutated") == []
+
+
+def test_an_undefined_trigger_is_logged_and_leaves_the_state_alone(make_lc) -> None:
+    lc = make_lc()
+    lc.validate()
+    with pytest.raises(InvalidTransition, match="rebuild is not defined from VALIDATED; allowed from there: "):
+        lc.rebuild()
+    assert lc.state is State.VALIDATED
+    [refused] = events_of(lc, "invalid_transition")
+    assert refused["trigger"] == "rebuild" and refused["source"] == "VALIDATED"
+    assert refused["allowed"] == ["start_services", "fail", "shutdown"]
