@@ -203,11 +203,36 @@ def report(scores: list[Score]) -> str:
     return "\n".join(rows)
 
 
+def markdown(scores: list[Score]) -> str:
+    """The report as docs/testing.md keeps it: date, commit, the table, survivors and equivalents."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    date = subprocess.run(["date", "-u", "+%Y-%m-%d %H:%M UTC"], capture_output=True, text=True).stdout.strip()
+    rows = [f"{date}, commit `{commit}`:", "",
+            "| module | mutants | killed | equivalent | survived | score |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for s in scores:
+        note = (" (stale)" if s.stale else "") + (f" ({s.pending} not run)" if s.pending else "")
+        rows.append(f"| {s.name}{note} | {s.total} | {s.killed} | {len(s.equivalent)} | {len(s.survivors)} "
+                    f"| {s.percent:.1f} % |")
+    killed, counted = sum(s.killed for s in scores), sum(s.counted for s in scores)
+    rows.append(f"| **all** | {sum(s.total for s in scores)} | {killed} | {sum(len(s.equivalent) for s in scores)} "
+                f"| {sum(len(s.survivors) for s in scores)} | **{100.0 * killed / counted if counted else 100.0:.1f} %** |")
+    rows += ["", "Survivors (file:line:column, operator, the line):", ""]
+    rows += [f"- `{line}`" for s in scores for line in s.survivors] or ["- none"]
+    rows += ["", "Equivalent mutants (left out of the score):", ""]
+    for s in scores:
+        for entry in s.equivalent:
+            where, reason = entry.split("\n      equivalent: ")
+            rows.append(f"- `{where}`: {reason}")
+    return "\n".join(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("modules", nargs="*", help="run only modules whose name starts with one of these")
     parser.add_argument("--report", action="store_true", help="print the last results, run nothing")
     parser.add_argument("--fresh", action="store_true", help="forget earlier results of the chosen modules")
+    parser.add_argument("--markdown", action="store_true", help="print the last results as docs/testing.md keeps them")
     args = parser.parse_args()
     config = tomllib.loads((ROOT / "scripts" / "mutation.toml").read_text())
     # In the order asked for (each name a prefix), else in file order.
@@ -217,12 +242,16 @@ def main() -> None:
         sys.exit(f"no module matches {args.modules}; the modules are "
                  f"{', '.join(m['name'] for m in config['module'])}")
     STATE.mkdir(exist_ok=True)
-    if not args.report:
+    if not (args.report or args.markdown):
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         sync_copy()
         for module in chosen:
             run_module(module, config["run"], args.fresh)
-    text = report([score(m, config["run"], config.get("equivalent", [])) for m in chosen])
+    scores = [score(m, config["run"], config.get("equivalent", [])) for m in chosen]
+    if args.markdown:
+        print(markdown(scores))
+        return
+    text = report(scores)
     print(text)
     (STATE / "last-report.txt").write_text(text + "\n")
 
