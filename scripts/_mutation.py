@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +110,9 @@ def run_module(module: dict, run: dict, fresh: bool) -> None:
         skip_filtered(session, run, module.get("functions", {}))
         stamp.write_text(current)
     print(f"{module['name']}: running the pending mutants of {', '.join(module['paths'])}", flush=True)
+    started = time.monotonic()
     subprocess.run([VENV / "cosmic-ray", "exec", config, session], cwd=WORK, check=True)
+    print(f"{module['name']}: done in {time.monotonic() - started:.0f} s", flush=True)
 
 
 def function_lines(path: str, names: list[str]) -> set[int]:
