@@ -139,3 +139,12 @@ def test_a_lifecycle_without_tripwires_does_not_disarm_anothers(tmp_path) -> Non
             torch.manual_seed(1)
     finally:
         armed.shutdown()
+
+
+def test_a_watched_function_keeps_its_name_signature_and_docs_while_armed(make_lc) -> None:
+    import inspect
+
+    make_lc()
+    assert torch.manual_seed is not ORIGINAL_SEED
+    assert torch.manual_seed.__name__ == "manual_seed" and torch.manual_seed.__doc__ == ORIGINAL_SEED.__doc__
+    assert inspect.signature(torch.manual_seed) == inspect.signature(ORIGINAL_SEED)
