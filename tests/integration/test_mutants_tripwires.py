@@ -148,3 +148,21 @@ def test_a_watched_function_keeps_its_name_signature_and_docs_while_armed(make_l
     assert torch.manual_seed is not ORIGINAL_SEED
     assert torch.manual_seed.__name__ == "manual_seed" and torch.manual_seed.__doc__ == ORIGINAL_SEED.__doc__
     assert inspect.signature(torch.manual_seed) == inspect.signature(ORIGINAL_SEED)
+
+
+def test_a_patch_layered_over_a_tripwire_is_not_wrapped_again_by_a_later_refresh(make_lc, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    lc = make_lc()
+    ours = torch.manual_seed
+    layered = lambda seed: ours(seed)  # noqa: E731 - what the CPU rehearsal does
+    torch.manual_seed = layered
+    (tmp_path / "freshly_imported_module.py").write_text("X = 1\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import freshly_imported_module  # noqa: F401 - grows sys.modules, so the next transition refreshes
+
+        lc.validate()
+        assert torch.manual_seed is layered
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("freshly_imported_module", None)
+        torch.manual_seed = ours
