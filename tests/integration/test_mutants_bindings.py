@@ -256,3 +256,11 @@ def test_a_report_cannot_be_changed_after_binding() -> None:
     report = bind_callbacks([Wrapped(Config())], Optimizer(), ddp())
     with pytest.raises(dataclasses.FrozenInstanceError):
         report.copied = True  # type: ignore[misc]
+
+
+def test_a_users_single_callable_in_a_sync_slot_of_a_several_chunk_model_is_a_conflict() -> None:
+    model = [Wrapped(Config()), Wrapped(Config())]
+    model[0].module.config.no_sync_func = model[0].no_sync
+    with pytest.raises(BindingConflict) as info:
+        bind_callbacks(model, None, ddp(grad=True))
+    assert info.value.slot == "no_sync_func"
