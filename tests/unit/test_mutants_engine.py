@@ -178,3 +178,36 @@ def test_an_undefined_trigger_is_logged_and_leaves_the_state_alone(make_lc) -> N
     [refused] = events_of(lc, "invalid_transition")
     assert refused["trigger"] == "rebuild" and refused["source"] == "VALIDATED"
     assert refused["allowed"] == ["start_services", "fail", "shutdown"]
+
+
+def test_each_transition_records_how_long_it_took_within_the_time_that_passed(make_lc) -> None:
+    import time
+
+    lc = make_lc()
+    started = time.perf_counter()
+    lc.advance_to(State.CALLBACKS_BOUND)
+    elapsed = time.perf_counter() - started
+    durations = [r["duration_s"] for r in events_of(lc, "transition_completed")]
+    assert len(durations) == 5 and all(0 <= d <= elapsed for d in durations)
+
+
+def test_a_failed_transition_records_how_long_it_ran_within_the_time_that_passed(make_lc) -> None:
+    import time
+
+    lc = make_lc(phases=InProcessPhases(fail_on="init_distributed"))
+    lc.advance_to(State.SERVICES_READY)
+    started = time.perf_counter()
+    with pytest.raises(PhaseFailed):
+        lc.init_distributed()
+    elapsed = time.perf_counter() - started
+    [failed] = events_of(lc, "transition_failed")
+    assert 0 <= failed["duration_s"] <= elapsed
+
+
+def test_a_release_that_fails_at_shutdown_is_recorded_with_no_duration(make_lc) -> None:
+    lc = make_lc(phases=_ReleaseFails())
+    lc.advance_to(State.MODEL_BUILT)
+    with pytest.raises(PhaseFailed):
+        lc.shutdown()
+    [failed] = events_of(lc, "transition_failed")
+    assert failed["duration_s"] == 0.0
