@@ -199,3 +199,18 @@ def test_bind_callbacks_refuses_a_model_that_is_not_a_list_of_chunks(model: Any)
 
     with pytest.raises(BindingError, match=r"not a list of model chunks; .*not bind_callbacks\(model\[0\]"):
         bind_callbacks(model, None, None)
+
+
+def test_an_empty_chunk_list_is_refused_with_zero_chunks() -> None:
+    with pytest.raises(BindingError, match="at least one chunk") as info:
+        per_chunk([])
+    assert info.value.chunks == 0
+
+
+def test_a_counting_finalizer_shows_the_wrapped_function_by_name() -> None:
+    import functools
+
+    assert repr(CountingFinalizer(ours)) == "CountingFinalizer(ours, calls=0)"
+    bound = CountingFinalizer(functools.partial(users, pg_collection=None))
+    bound()
+    assert repr(bound) == "CountingFinalizer(users, calls=1)"

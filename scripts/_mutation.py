@@ -1,0 +1,266 @@
+"""scripts/mutation's body: cosmic-ray over the modules of scripts/mutation.toml, one worker, in a copy.
+
+Each module is one cosmic-ray session whose test command runs only that module's tests. The score of a
+module is killed / (mutants - equivalent): a mutant listed under [[equivalent]] in the toml (by path,
+operator and the text of the mutated line) cannot change behaviour and is left out, with its reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = ROOT / ".mutation"
+WORK = STATE / "work"
+VENV = ROOT / ".venv" / "bin"
+
+
+@dataclass
+class Score:
+    name: str
+    total: int = 0
+    killed: int = 0
+    pending: int = 0
+    stale: bool = False
+    survivors: list[str] = field(default_factory=list)
+    equivalent: list[str] = field(default_factory=list)
+
+    @property
+    def counted(self) -> int:
+        return self.total - len(self.equivalent)
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.killed / self.counted if self.counted else 100.0
+
+
+def sync_copy() -> None:
+    """Lay the working tree (tracked and untracked, not ignored) into .mutation/work, anew."""
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True, capture_output=True
+    ).stdout.decode().split("\0")
+    if WORK.exists():
+        shutil.rmtree(WORK)
+    for name in filter(None, files):
+        src = ROOT / name
+        if src.is_file():
+            dest = WORK / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest)
+
+
+def test_command(tests: list[str]) -> str:
+    # PYTHONPATH makes the copy win over the editable install, in the test process and its children.
+    return (f"env PYTHONPATH={WORK} {VENV / 'python'} -m pytest -x -q -p no:cacheprovider --no-header "
+            f"-W ignore {' '.join(tests)}")
+
+
+def fingerprint(module: dict, run: dict, base: Path = WORK) -> str:
+    """What a module's results depend on: its config, sources and tests (in the copy the mutants run in)."""
+    digest = hashlib.sha256(repr((module, run)).encode())
+    for name in [*module["paths"], *module["tests"], "tests/conftest.py", "tests/unit/conftest.py"]:
+        path = base / name
+        digest.update(path.read_bytes() if path.exists() else b"-")
+    return digest.hexdigest()
+
+
+def write_config(module: dict, run: dict) -> Path:
+    paths = ", ".join(f'"{p}"' for p in module["paths"])
+    config = STATE / f"{module['name']}.toml"
+    config.write_text(
+        "[cosmic-ray]\n"
+        f"module-path = [{paths}]\n"
+        f"timeout = {float(run['timeout'])}\n"
+        "excluded-modules = []\n"
+        f'test-command = "{test_command(module["tests"])}"\n\n'
+        '[cosmic-ray.distributor]\nname = "local"\n'
+
+    )
+    return config
+
+
+def baseline(module: dict) -> None:
+    """The unmutated tests must pass (else every mutant would look killed); this also warms __pycache__."""
+    done = subprocess.run(test_command(module["tests"]).split(), cwd=WORK, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{module['name']}: the tests fail without any mutant; fix them first:\n{done.stdout[-3000:]}")
+
+
+def run_module(module: dict, run: dict, fresh: bool) -> None:
+    session = STATE / f"{module['name']}.sqlite"
+    stamp = STATE / f"{module['name']}.fingerprint"
+    current = fingerprint(module, run)
+    if fresh or not stamp.exists() or stamp.read_text() != current:
+        session.unlink(missing_ok=True)
+    config = write_config(module, run)
+    baseline(module)
+    if not session.exists():
+        subprocess.run([VENV / "cosmic-ray", "init", config, session], cwd=WORK, check=True)
+        skip_filtered(session, run, module.get("functions", {}))
+        stamp.write_text(current)
+    print(f"{module['name']}: running the pending mutants of {', '.join(module['paths'])}", flush=True)
+    started = time.monotonic()
+    subprocess.run([VENV / "cosmic-ray", "exec", config, session], cwd=WORK, check=True)
+    print(f"{module['name']}: done in {time.monotonic() - started:.0f} s", flush=True)
+
+
+def function_lines(path: str, names: list[str]) -> set[int]:
+    """Lines of the functions named `name` or `Class.name` in `path` (found anew, so edits move them)."""
+    lines: set[int] = set()
+    tree = ast.parse((WORK / path).read_text())
+    scopes: list[tuple[str, ast.AST]] = [("", tree)]
+    while scopes:
+        prefix, node = scopes.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                scopes.append((f"{prefix}{child.name}.", child))
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and f"{prefix}{child.name}" in names:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def skip_filtered(session: Path, run: dict, functions: dict[str, list[str]]) -> None:
+    """Mark as skipped, in one write, the mutants of excluded operators and those outside the chosen
+    functions of the files that name some (cosmic-ray's own filter writes them one by one)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    excluded = re.compile("|".join(f"(?:{e})" for e in run["exclude-operators"]))
+    chosen = {path: function_lines(path, names) for path, names in functions.items()}
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        skipped = []
+        for item in db.pending_work_items:
+            spec = item.mutations[0]
+            lines = chosen.get(str(spec.module_path))
+            if excluded.match(spec.operator_name) or (lines is not None and spec.start_pos[0] not in lines):
+                skipped.append(item.job_id)
+        db.set_multiple_results(skipped, WorkResult(output="filtered", worker_outcome=WorkerOutcome.SKIPPED))
+
+
+def source_line(path: str, line: int) -> str:
+    lines = (ROOT / path).read_text().splitlines()
+    return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+
+
+def score(module: dict, run: dict, equivalents: list[dict]) -> Score:
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome
+
+    result = Score(module["name"])
+    session = STATE / f"{module['name']}.sqlite"
+    if not session.exists():
+        return result
+    stamp = STATE / f"{module['name']}.fingerprint"
+    result.stale = not stamp.exists() or stamp.read_text() != fingerprint(module, run, ROOT)
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        done = {item.job_id: (item, res) for item, res in db.completed_work_items}
+        result.pending = db.num_work_items - len(done)
+    for item, res in done.values():
+        if res.worker_outcome == WorkerOutcome.SKIPPED:
+            continue
+        result.total += 1
+        spec = item.mutations[0]
+        path, (line, col) = str(spec.module_path), spec.start_pos
+        text = source_line(path, line)
+        operator = spec.operator_name.removeprefix("core/")
+        where = f"{path}:{line}:{col} {operator}: {text}"
+        if res.is_killed:
+            result.killed += 1
+            continue
+        reason = next((e["reason"] for e in equivalents if e["path"] == path and e["operator"] == operator
+                       and e["code"] == text and e.get("col", col) == col), None)
+        if reason is None:
+            result.survivors.append(where)
+        else:
+            result.equivalent.append(f"{where}\n      equivalent: {reason}")
+    return result
+
+
+def report(scores: list[Score]) -> str:
+    rows = [f"{'module':<22} {'mutants':>7} {'killed':>6} {'equiv':>5} {'survived':>8} {'score':>7}"]
+    for s in scores:
+        note = f"  ({s.pending} not run yet)" if s.pending else ""
+        note += "  (stale: sources or tests changed since; run it again)" if s.stale else ""
+        rows.append(f"{s.name:<22} {s.total:>7} {s.killed:>6} {len(s.equivalent):>5} "
+                    f"{len(s.survivors):>8} {s.percent:>6.1f}%{note}")
+    killed, counted = sum(s.killed for s in scores), sum(s.counted for s in scores)
+    rows.append(f"{'all':<22} {sum(s.total for s in scores):>7} {killed:>6} "
+                f"{sum(len(s.equivalent) for s in scores):>5} {sum(len(s.survivors) for s in scores):>8} "
+                f"{100.0 * killed / counted if counted else 100.0:>6.1f}%")
+    for s in scores:
+        for line in s.survivors:
+            rows.append(f"SURVIVED   {line}")
+        for line in s.equivalent:
+            rows.append(f"EQUIVALENT {line}")
+    return "\n".join(rows)
+
+
+def markdown(scores: list[Score]) -> str:
+    """The report as docs/testing.md keeps it: date, commit, the table, survivors and equivalents."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    date = subprocess.run(["date", "-u", "+%Y-%m-%d %H:%M UTC"], capture_output=True, text=True).stdout.strip()
+    rows = [f"{date}, commit `{commit}`:", "",
+            "| module | mutants | killed | equivalent | survived | score |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for s in scores:
+        note = (" (stale)" if s.stale else "") + (f" ({s.pending} not run)" if s.pending else "")
+        rows.append(f"| {s.name}{note} | {s.total} | {s.killed} | {len(s.equivalent)} | {len(s.survivors)} "
+                    f"| {s.percent:.1f} % |")
+    killed, counted = sum(s.killed for s in scores), sum(s.counted for s in scores)
+    score = 100.0 * killed / counted if counted else 100.0
+    rows.append(f"| **all** | {sum(s.total for s in scores)} | {killed} | {sum(len(s.equivalent) for s in scores)} "
+                f"| {sum(len(s.survivors) for s in scores)} | **{score:.1f} %** |")
+    rows += ["", "Survivors (file:line:column, operator, the line):", ""]
+    rows += [f"- `{line}`" for s in scores for line in s.survivors] or ["- none"]
+    rows += ["", "Equivalent mutants (left out of the score):", ""]
+    for s in scores:
+        for entry in s.equivalent:
+            where, reason = entry.split("\n      equivalent: ")
+            rows.append(f"- `{where}`: {reason}")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("modules", nargs="*", help="run only modules whose name starts with one of these")
+    parser.add_argument("--report", action="store_true", help="print the last results, run nothing")
+    parser.add_argument("--fresh", action="store_true", help="forget earlier results of the chosen modules")
+    parser.add_argument("--markdown", action="store_true", help="print the last results as docs/testing.md keeps them")
+    args = parser.parse_args()
+    config = tomllib.loads((ROOT / "scripts" / "mutation.toml").read_text())
+    # In the order asked for (each name a prefix), else in file order.
+    chosen = [m for prefix in args.modules or [""] for m in config["module"] if m["name"].startswith(prefix)]
+    chosen = [m for i, m in enumerate(chosen) if m not in chosen[:i]]
+    if not chosen:
+        sys.exit(f"no module matches {args.modules}; the modules are "
+                 f"{', '.join(m['name'] for m in config['module'])}")
+    STATE.mkdir(exist_ok=True)
+    if not (args.report or args.markdown):
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        sync_copy()
+        for module in chosen:
+            run_module(module, config["run"], args.fresh)
+    scores = [score(m, config["run"], config.get("equivalent", [])) for m in chosen]
+    if args.markdown:
+        print(markdown(scores))
+        return
+    text = report(scores)
+    print(text)
+    (STATE / "last-report.txt").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
