@@ -21,10 +21,10 @@ from typing import Any
 import orjson
 
 from lifecycle.audit._handlers import HANDLERS, WANTED
-from lifecycle.audit._rank import SUFFIX, RankAudit
+from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import Lines
 from lifecycle.audit._records import unreadable
-from lifecycle.log import GENESIS, events
+from lifecycle.log import GENESIS, SUFFIX, events
 
 _HEAD = itemgetter("seq", "prev_hash", "hash", "generation", "rank", "run_id", "world_size", "ts", "event")
 _NO_HEAD = (None,) * 9

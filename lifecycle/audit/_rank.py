@@ -7,7 +7,6 @@ unchanged and sends every other record here.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from lifecycle.audit import _steps
@@ -15,18 +14,13 @@ from lifecycle.audit._handlers import HANDLERS
 from lifecycle.audit._reader import file_rank
 from lifecycle.audit._records import Failure, unreadable
 from lifecycle.audit._state import RankState
-from lifecycle.log import events, record_hash
+from lifecycle.log import events, line_hash_matches
 from states import State
 
-HASH_KEY = b',"hash":"'
-SUFFIX = len(HASH_KEY) + 64 + 2
-"""The writer's line ends `,"hash":"<64 hex>"}` after the sorted-keys body that was hashed."""
-_KEY_END = -SUFFIX + len(HASH_KEY)
 _EVENTS = events.ALL
 _NUMBER = (float, int)
 _ENDED = (State.SHUT_DOWN.name,)
 _BOUND = State.CALLBACKS_BOUND.name
-_sha256 = hashlib.sha256
 
 
 class RankAudit(RankState):
@@ -107,7 +101,7 @@ class RankAudit(RankState):
                 what = ("first record's prev_hash is not genesis" if seq == 0
                         else "prev_hash does not match the previous record's hash")
                 self.flag("LA009", f"{what}: a record was changed, removed or reordered")
-            if not _hash_matches(line, rec, digest):
+            if not line_hash_matches(line, rec, digest):
                 self.flag("LA009", f"hash of record seq {seq} does not match its content: the record was changed")
             self.prev = digest
         self.next_seq = seq + 1
@@ -165,15 +159,3 @@ class RankAudit(RankState):
         cut = ", its last line truncated mid-record" if self.cut else ""
         records = ", before its shutdown completed" if self.shut else ", with no failure or shutdown record"
         return f"log stops in state {self.state}{during}{goal}{cut}{records}: the rank died"
-
-
-def _hash_matches(line: bytes, rec: dict[str, Any], digest: str) -> bool:
-    """The writer hashes the sorted-keys JSON and appends `hash` last: hash those bytes directly,
-    and fall back to re-serializing (record_hash) for a line formatted any other way."""
-    as_written = line[-SUFFIX:_KEY_END] == HASH_KEY and line[-2:] == b'"}'
-    if as_written and _sha256(line[:-SUFFIX] + b"}").hexdigest() == digest:
-        return True
-    try:
-        return record_hash(rec) == digest
-    except (TypeError, ValueError):  # not serializable back (e.g. integers beyond 64 bits)
-        return False

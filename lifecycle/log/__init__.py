@@ -8,7 +8,7 @@ one chain definition (`_chain`). Imports neither torch nor megatron.
 from __future__ import annotations
 
 from lifecycle.log import events
-from lifecycle.log._chain import GENESIS, ChainVerifier, line_hash_matches, record_hash
+from lifecycle.log._chain import GENESIS, SUFFIX, ChainVerifier, line_hash_matches, record_hash
 from lifecycle.log._files import EXISTING_POLICIES, check_log_dir, existing_policy_problem, rank_file
 from lifecycle.log._redact import REDACTED, is_secret_key, redact, redact_text
 from lifecycle.log._writer import AuditLog
@@ -17,6 +17,7 @@ __all__ = [
     "EXISTING_POLICIES",
     "GENESIS",
     "REDACTED",
+    "SUFFIX",
     "AuditLog",
     "ChainVerifier",
     "check_log_dir",
