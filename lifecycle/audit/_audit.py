@@ -3,9 +3,11 @@ rules and the root cause."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import multiprocessing as mp
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -121,9 +123,24 @@ def _cpus() -> int:
 
 def _read_files(inputs: Sequence[Input], limit: int) -> _Read:
     read = _Read()
-    for source in inputs:
-        _read_source(source, read, limit)
+    with _no_gc():
+        for source in inputs:
+            _read_source(source, read, limit)
     return read
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic collector paused while reading: reading allocates hundreds of thousands of small
+    objects and keeps the ranks' summaries, so the collector would rescan them again and again for
+    cycles that reading never makes (5-7% of the audit's time)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _read_parallel(inputs: Sequence[Input], workers: int) -> _Read:

@@ -1,12 +1,17 @@
 """Stream one input's lines into its ranks' audits.
 
-Lines come in batches. Each batch is parsed with orjson, its records' hashes computed on their
-bytes as the writer laid them out (the sorted-keys body, then `,"hash":"<hex>"}`), and checked in C
-(list comparisons, `map`, `compress`): a run of records that continues its rank's chain with the
-same envelope, consecutive `seq`s, matching hashes, known events and a clock that does not go
-backwards is applied by calling only the handlers that matter. Every other record — the first of
-a log, a damaged one, one of another rank on an interleaved stdin — goes to `RankAudit.feed`, which
-checks it in full (re-serializing it for the hash when its bytes are laid out any other way).
+Lines come in batches. Each batch is decoded by msgspec into typed records that hold the envelope
+(`seq`, `prev_hash`, `hash`, `generation`, `rank`, `run_id`, `world_size`, `ts`, `event`, with
+their types checked in C) and only the fields the handlers read (`_handlers.FIELDS`); a batch that
+does not decode so (a field of another type, a missing one, a line that is not JSON or not UTF-8)
+is parsed with orjson instead. Each record's hash is computed on its bytes as the writer laid them
+out (the sorted-keys body, then `,"hash":"<hex>"}`), and the batch is checked in C (list
+comparisons, `map`, `compress`): a run of records that continues its rank's chain with the same
+envelope, consecutive `seq`s, matching hashes, known events and a clock that does not go backwards
+is applied by calling only the handlers that matter (a run of steps at CALLBACKS_BOUND is counted,
+not handled one by one). Every other record — the first of a log, a damaged one, one of another
+rank on an interleaved stdin — goes to `RankAudit.feed` as an orjson dict, which checks it in full
+(re-serializing it for the hash when its bytes are laid out any other way).
 """
 
 from __future__ import annotations
@@ -15,22 +20,52 @@ import hashlib
 from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import compress, count, islice, repeat
-from operator import add, eq, itemgetter, le, ne, not_
-from typing import Any
+from operator import add, attrgetter, eq, itemgetter, le, ne, not_
+from typing import Annotated, Any, Union
 
+import msgspec
 import orjson
 
-from lifecycle.audit._handlers import HANDLERS, WANTED
+from lifecycle.audit._handlers import HANDLERS, READS, WANTED
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import Lines
 from lifecycle.audit._records import unreadable
+from lifecycle.errors import LogUnreadable
 from lifecycle.log import GENESIS, SUFFIX, events
+from states import State
 
-_HEAD = itemgetter("seq", "prev_hash", "hash", "generation", "rank", "run_id", "world_size", "ts", "event")
 _NO_HEAD = (None,) * 9
 _CUT = -SUFFIX
 _EVENTS = events.ALL
 _loads, _sha256 = orjson.loads, hashlib.sha256
+_HASH = Annotated[str, msgspec.Meta(min_length=64, max_length=64)]
+_ENVELOPE = (("seq", int), ("prev_hash", _HASH), ("hash", _HASH), ("generation", int), ("rank", int),
+             ("run_id", str), ("world_size", int), ("ts", float))
+_NAMES = (*(name for name, _ in _ENVELOPE), "event")  # the order of the columns in _records
+_HEAD = itemgetter(*_NAMES)
+_TYPED_HEAD = attrgetter(*_NAMES)
+
+
+_get = object.__getattribute__  # rec.get(name): C, and a field its handler did not declare raises AttributeError
+
+
+class _Typed(msgspec.Struct, gc=False):
+    """The record types of the batch path (below)."""
+
+
+_TYPES = tuple(
+    msgspec.defstruct(f"Typed_{event}", sorted([*_ENVELOPE, *((name, Any, None) for name in READS.get(event, ()))]),
+                      bases=(_Typed,), tag_field="event", tag=event, namespace={"event": event, "get": _get},
+                      module=__name__, gc=False, kw_only=True)
+    for event in sorted(_EVENTS)
+)
+"""One record type per event, as the batch path decodes it: the envelope, typed (checked in C),
+and the fields its handler reads (`READS`), any JSON value; `event` is its tag, `get` reads a field
+as `dict.get` would (None when absent). Fields in sorted order, as the writer sorts keys: msgspec
+finds each key at the next field."""
+_decode = msgspec.json.Decoder(Union[_TYPES]).decode  # noqa: UP007 - a union built at runtime
+_STEP = events.STEP_COMPLETED
+_BOUND = State.CALLBACKS_BOUND.name
 
 
 class Feeder:
@@ -46,26 +81,37 @@ class Feeder:
 
     def feed(self, lines: Lines) -> None:
         for first, batch in lines:
-            self._batch(first, batch, lines.cut)
+            self._batch(first, batch, lines.cut, lines.ascii)
 
-    def _batch(self, first: int, lines: list[bytes], cut: int) -> None:
+    def _batch(self, first: int, lines: list[bytes], cut: int, ascii: bool) -> None:
+        typed = _typed(lines) if ascii else None  # orjson checks that text is UTF-8, msgspec not where it skips
+        if typed is not None:
+            self._records(first, lines, typed, tuple(zip(*map(_TYPED_HEAD, typed), strict=True)), None, cut)
+            return
         recs, error = _parse(lines)
         n = len(recs)
         if n:
-            self._records(first, lines, recs)
+            try:
+                cols = tuple(zip(*map(_HEAD, recs), strict=True))
+                heads = None
+            except (KeyError, TypeError):  # a record that is not an object, or lacks a field: checked on its own
+                heads = _heads(recs)
+                cols = tuple(zip(*(h or _NO_HEAD for h in heads), strict=True))
+            self._records(first, lines, recs, cols, heads, cut)
         if error is not None:
             self._not_json(first + n, lines[n], cut, error)
 
-    def _records(self, first: int, lines: list[bytes], recs: list[Any]) -> None:
+    def _records(self, first: int, lines: list[bytes], recs: list[Any], cols: tuple[tuple[Any, ...], ...],
+                 heads: list[tuple[Any, ...] | None] | None, cut: int) -> None:
         n = len(recs)
-        digests = [_sha256(line[:_CUT] + b"}").hexdigest() for line in (lines if n == len(lines) else lines[:n])]
-        try:
-            cols = tuple(zip(*map(_HEAD, recs), strict=True))
-            heads = None
-        except (KeyError, TypeError):  # a record that is not an object, or lacks a field: checked on its own
-            heads = _heads(recs)
-            cols = tuple(zip(*(h or _NO_HEAD for h in heads), strict=True))
-        breaks = _breaks(cols, digests)
+        joined = b"".join([_sha256(line[:_CUT] + b"}").digest() for line in (lines if n == len(lines) else lines[:n])]
+                          ).hex()  # hexed at once: one call, not one per record
+        digests: Sequence[str]
+        if heads is None and type(recs[0]) is not dict and _typed_clean(cols, joined):
+            digests, breaks = _Hex(joined), []
+        else:
+            digests = [joined[k:k + 64] for k in range(0, len(joined), 64)]
+            breaks = _breaks(cols, digests)
         seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
         i = 0
         while i < n:
@@ -76,7 +122,7 @@ class Feeder:
                 _apply(self.cur, first, i, end, recs, cols, digests)
                 i = end
             else:
-                self._one(first + i, lines[i], recs[i])
+                self._one(first + i, lines[i], recs[i], cut)
                 i += 1
 
     def _run(self, i: int, rec: Any, head: tuple[Any, ...] | None, digest: str, breaks: list[int], n: int) -> int:
@@ -103,7 +149,13 @@ class Feeder:
         at = bisect_right(breaks, i)
         return breaks[at] if at < len(breaks) else n
 
-    def _one(self, lineno: int, line: bytes, rec: Any) -> None:
+    def _one(self, lineno: int, line: bytes, rec: Any, cut: int) -> None:
+        if isinstance(rec, _Typed):  # a typed record: checked in full on the whole record, as orjson reads it
+            try:
+                rec = _loads(line)
+            except orjson.JSONDecodeError as error:
+                self._not_json(lineno, line, cut, error)
+                return
         if type(rec) is not dict:
             raise unreadable(self.name, lineno, f"a record must be a JSON object, not {type(rec).__name__}")
         cur = self.cur
@@ -119,30 +171,53 @@ class Feeder:
 
 
 def _apply(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], cols: Sequence[Sequence[Any]],
-           digests: list[str]) -> None:
+           digests: Sequence[str]) -> None:
     """Records [i, end) continue `cur` unchanged: call the handlers that matter, then advance it."""
     seqs, tss, evs = cols[0], cols[7], cols[8]
-    if end == i + 1:  # a run of one: ranks interleaved on stdin
-        if evs[i] in WANTED[cur.validated, cur.rebind_pending]:
-            cur.line = first + i
-            HANDLERS[evs[i]](cur, recs[i], tss[i])
-        j = end
-    else:
-        j = i
-    while j < end:
-        validated, pending = cur.validated, cur.rebind_pending
-        wanted = WANTED[validated, pending]
-        for j in compress(range(j, end), map(wanted.__contains__, islice(evs, j, end))):  # noqa: B020
-            cur.line = first + j
-            HANDLERS[evs[j]](cur, recs[j], tss[j])
-            if cur.validated is not validated or cur.rebind_pending is not pending:  # other events matter now
-                j += 1
-                break
-        else:
-            j = end
+    try:
+        _handle(cur, first, i, end, recs, tss, evs)
+    except LogUnreadable:  # a handler refused record cur.line: it and those before it were read
+        cur.records += cur.line - first - i + 1
+        raise
     last = end - 1
     cur.records += end - i
     cur.next_seq, cur.prev, cur.last_ts, cur.line = seqs[last] + 1, digests[last], tss[last], first + last
+
+
+def _handle(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], tss: Sequence[float],
+            evs: Sequence[str]) -> None:
+    if end == i + 1:  # a run of one: ranks interleaved on stdin
+        if evs[i] in WANTED[cur.validated, False]:
+            cur.line = first + i
+            HANDLERS[evs[i]](cur, recs[i], tss[i])
+        return
+    j = i
+    while j < end:
+        validated, counting = cur.validated, cur.state == _BOUND and not cur.rebind_pending
+        wanted, mark = WANTED[validated, counting], j
+        for j in compress(range(j, end), map(wanted.__contains__, islice(evs, j, end))):  # noqa: B020
+            if counting and j > mark:  # the steps before this record, counted before its handler reads them
+                cur.bound_steps += evs[mark:j].count(_STEP)
+            mark = j + 1
+            cur.line = first + j
+            HANDLERS[evs[j]](cur, recs[j], tss[j])
+            if cur.validated is not validated or (cur.state == _BOUND and not cur.rebind_pending) is not counting:
+                j += 1  # other events matter now
+                break
+        else:
+            if counting:
+                cur.bound_steps += evs[mark:end].count(_STEP)
+            j = end
+
+
+def _typed(lines: list[bytes]) -> list[Any] | None:
+    """The batch decoded as typed records, or None when one line does not decode so (then orjson
+    reads the batch and the records are checked as they are). Only for ASCII lines: msgspec does
+    not check that the text of a field it skips is UTF-8; orjson does."""
+    try:
+        return list(map(_decode, lines))
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: nested deeper than msgspec decodes
+        return None
 
 
 def _parse(lines: list[bytes]) -> tuple[list[Any], orjson.JSONDecodeError | None]:
@@ -195,6 +270,35 @@ def _breaks(cols: tuple[tuple[Any, ...], ...], digests: list[str]) -> list[int]:
     except TypeError:  # a str seq, an unhashable event, a ts that is not a number: record by record
         rows = list(zip(*cols, strict=True))
         return [j for j in range(1, n) if not _continues(rows[j - 1], rows[j], digests[j - 1], digests[j])]
+
+
+def _typed_clean(cols: tuple[tuple[Any, ...], ...], joined: str) -> bool:
+    """_clean for typed records, whose hashes are 64 characters and events known: the stored hashes
+    and the previous hashes compared as joined strings."""
+    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, _ = cols
+    n = len(seqs)
+    return bool("".join(hashes) == joined and "".join(prevs[1:]) == joined[:-64]
+                and seqs == tuple(range(seqs[0], seqs[0] + n)) and gens.count(gens[0]) == n
+                and ranks.count(ranks[0]) == n and runs.count(runs[0]) == n and sizes.count(sizes[0]) == n
+                and all(map(le, tss, islice(tss, 1, None))))
+
+
+class _Hex(Sequence[str]):
+    """The records' hashes, read from their joined hex digests when asked for (a few per batch)."""
+
+    __slots__ = ("joined",)
+
+    def __init__(self, joined: str) -> None:
+        self.joined = joined
+
+    def __len__(self) -> int:
+        return len(self.joined) // 64
+
+    def __getitem__(self, i: Any) -> Any:
+        if type(i) is not int:
+            raise TypeError("a single index")
+        start = 64 * (i if i >= 0 else len(self) + i)
+        return self.joined[start:start + 64]
 
 
 def _clean(cols: Sequence[tuple[Any, ...]], digests: list[str], start: int, stop: int) -> bool:

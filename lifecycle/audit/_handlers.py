@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from sys import intern
-from typing import Any
+from typing import Any, Protocol
 
 from lifecycle.audit import _steps
 from lifecycle.audit._records import Failure, Segment, unreadable
@@ -25,20 +25,37 @@ _PLAN_TARGETS = {plan.value: state.name for plan, state in PLAN_TARGETS.items()}
 _VALIDATED, _SHUT_DOWN, _FAILED = State.VALIDATED.name, State.SHUT_DOWN.name, State.FAILED.name
 _new_segment = tuple.__new__  # Segment(...) runs a Python-level __new__; this builds the same tuple in C
 
+Handler = Callable[["RankState", "Record", float], None]
+_READS: dict[Handler, tuple[str, ...]] = {}
 
-def _bad(audit: RankState, rec: dict[str, Any], key: str, want: str) -> Exception:
+
+def reads(*fields: str) -> Callable[[Handler], Handler]:
+    """Declare the record fields a handler reads (see READS)."""
+    def mark(handler: Handler) -> Handler:
+        _READS[handler] = fields
+        return handler
+    return mark
+
+
+class Record(Protocol):
+    """What a handler reads a record through: a parsed dict, or the batch reader's typed record."""
+
+    def get(self, key: str, /) -> Any: ...
+
+
+def _bad(audit: RankState, rec: Record, key: str, want: str) -> Exception:
     return unreadable(audit.source, audit.line,
                       f"{rec.get('event')}: field {key!r} is {repr(rec.get(key))[:60]}, expected {want}")
 
 
-def _str(audit: RankState, rec: dict[str, Any], key: str, *, optional: bool = False) -> Any:
+def _str(audit: RankState, rec: Record, key: str, *, optional: bool = False) -> Any:
     value = rec.get(key)
     if type(value) is str or (optional and value is None):
         return value
     raise _bad(audit, rec, key, "a str")
 
 
-def _state(audit: RankState, rec: dict[str, Any], key: str) -> str:
+def _state(audit: RankState, rec: Record, key: str) -> str:
     value = rec.get(key)
     name = _STATES.get(value) if type(value) is str else None
     if name is None:
@@ -46,7 +63,7 @@ def _state(audit: RankState, rec: dict[str, Any], key: str) -> str:
     return name
 
 
-def _trigger(audit: RankState, rec: dict[str, Any]) -> str:
+def _trigger(audit: RankState, rec: Record) -> str:
     # Interned: every rank holds the same few names, once in memory and once per pickle.
     trigger = rec.get("trigger")
     if type(trigger) is not str:
@@ -54,8 +71,10 @@ def _trigger(audit: RankState, rec: dict[str, Any]) -> str:
     return _TRIGGERS.get(trigger) or intern(trigger)
 
 
-def started(audit: RankState, rec: dict[str, Any], ts: float) -> None:
-    if type(rec.get("attempt")) is int and rec["attempt"] > 0:  # a new attempt continuing this log
+@reads("attempt", "plan", "target")
+def started(audit: RankState, rec: Record, ts: float) -> None:
+    attempt = rec.get("attempt")
+    if type(attempt) is int and attempt > 0:  # a new attempt continuing this log
         _new_attempt(audit)
     audit.plan = _str(audit, rec, "plan", optional=True)
     if rec.get("target") is not None:
@@ -73,7 +92,8 @@ def _new_attempt(audit: RankState) -> None:
     audit.bound_steps, audit.first_step_logged = 0, True
 
 
-def transition_started(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("trigger")
+def transition_started(audit: RankState, rec: Record, ts: float) -> None:
     trigger = rec.get("trigger")
     if type(trigger) is not str:
         raise _bad(audit, rec, "trigger", "a str")
@@ -81,7 +101,8 @@ def transition_started(audit: RankState, rec: dict[str, Any], ts: float) -> None
     audit.open_start = ts
 
 
-def transition_completed(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("trigger", "dest", "config_fingerprint", "reason")
+def transition_completed(audit: RankState, rec: Record, ts: float) -> None:
     trigger = rec.get("trigger")
     if type(trigger) is not str:
         raise _bad(audit, rec, "trigger", "a str")
@@ -122,7 +143,8 @@ def transition_completed(audit: RankState, rec: dict[str, Any], ts: float) -> No
         audit.shut = True
 
 
-def transition_failed(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("trigger", "error_type", "error")
+def transition_failed(audit: RankState, rec: Record, ts: float) -> None:
     trigger = _trigger(audit, rec)
     audit.fail(Failure(kind="failed", ts=ts, line=audit.line, state=audit.state, trigger=trigger,
                        message=f"{trigger!r} failed in state {audit.state} with {rec.get('error_type')}: "
@@ -135,14 +157,16 @@ def _during(audit: RankState) -> str:
     return f" during {audit.open_trigger!r}" if audit.open_trigger else ""
 
 
-def startup_aborted(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("signal", "state")
+def startup_aborted(audit: RankState, rec: Record, ts: float) -> None:
     signal = str(rec.get("signal"))[:40]
     state = str(rec.get("state") or audit.state)[:40]
     audit.fail(Failure(kind="aborted", ts=ts, line=audit.line, state=state, trigger=audit.open_trigger,
                        signal=signal, message=f"startup aborted by {signal} in state {state}{_during(audit)}"))
 
 
-def peer_failed(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("peer_rank", "peer_state", "error")
+def peer_failed(audit: RankState, rec: Record, ts: float) -> None:
     peer = rec.get("peer_rank")
     peer = peer if type(peer) is int else None
     audit.fail(Failure(kind="peer_failed", ts=ts, line=audit.line, state=audit.state, trigger=audit.open_trigger,
@@ -150,7 +174,8 @@ def peer_failed(audit: RankState, rec: dict[str, Any], ts: float) -> None:
                        f"{peer} failed in state {str(rec.get('peer_state'))[:40]}: {str(rec.get('error'))[:200]}"))
 
 
-def state_timeout(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("state", "missing", "trigger", "timeout_s")
+def state_timeout(audit: RankState, rec: Record, ts: float) -> None:
     state = str(rec.get("state") or audit.state)[:40]
     missing = rec.get("missing")
     waiting = f", waiting for ranks {str(missing)[:120]}" if missing else ""
@@ -160,23 +185,27 @@ def state_timeout(audit: RankState, rec: dict[str, Any], ts: float) -> None:
                        message=f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}"))
 
 
-def config_validated(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("fingerprint")
+def config_validated(audit: RankState, rec: Record, ts: float) -> None:
     audit.fingerprint = _str(audit, rec, "fingerprint")
     audit.validated = True
 
 
-def config_mutated(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("field", "validated", "current")
+def config_mutated(audit: RankState, rec: Record, ts: float) -> None:
     audit.flag("LA005", f"config field {str(rec.get('field'))!r} changed after VALIDATED: "
                f"validated {str(rec.get('validated'))[:60]}, now {str(rec.get('current'))[:60]}")
 
 
-def side_effect(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("kind", "trigger")
+def side_effect(audit: RankState, rec: Record, ts: float) -> None:
     if not audit.validated:
         audit.flag("LA001", f"side effect {str(rec.get('kind'))!r} (trigger {rec.get('trigger')!r}) "
                    f"in state {audit.state}, before the config was VALIDATED")
 
 
-def tripwire(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("trigger", "target", "kind", "owner", "state", "policy")
+def tripwire(audit: RankState, rec: Record, ts: float) -> None:
     trigger = rec.get("trigger")
     during = f"during {trigger!r}" if trigger is not None else "outside any transition"
     audit.flag("LA012", f"tripwire on {str(rec.get('target'))!r} ({rec.get('kind')}, owned by "
@@ -184,14 +213,16 @@ def tripwire(audit: RankState, rec: dict[str, Any], ts: float) -> None:
                f"with policy {rec.get('policy')!r}")
 
 
-def model_built(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("model_config_id")
+def model_built(audit: RankState, rec: Record, ts: float) -> None:
     audit.model_gen = True
     audit.model_id = _str(audit, rec, "model_config_id", optional=True)
     if audit.rebind_pending:
         audit.rebuilt = True
 
 
-def callbacks_bound(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("target_id", "scheduler_config_id", "target_type")
+def callbacks_bound(audit: RankState, rec: Record, ts: float) -> None:
     target = _str(audit, rec, "target_id", optional=True)
     scheduler = _str(audit, rec, "scheduler_config_id", optional=True)
     if not audit.model_gen:
@@ -209,53 +240,58 @@ def callbacks_bound(audit: RankState, rec: dict[str, Any], ts: float) -> None:
     _steps.on_bound(audit)
 
 
-def callbacks_unbound(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads()
+def callbacks_unbound(audit: RankState, rec: Record, ts: float) -> None:
     _steps.close_binding(audit)
 
 
-def step_completed(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads()
+def step_completed(audit: RankState, rec: Record, ts: float) -> None:
     if audit.rebind_pending and audit.rebuilt and audit.target == _BOUND:
         audit.flag_no_rebind("trained")
         return
     _steps.on_step(audit)
 
 
-def first_step_finalized(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads()
+def first_step_finalized(audit: RankState, rec: Record, ts: float) -> None:
     _steps.on_first_step(audit)
 
 
-def first_step_not_finalized(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("finalizer_calls")
+def first_step_not_finalized(audit: RankState, rec: Record, ts: float) -> None:
     _steps.on_first_step(audit)
     audit.flag("LA011", f"the first training step called the gradient finalizer "
                f"{rec.get('finalizer_calls')} times, not once: gradients were not synchronized correctly")
 
 
-def imports(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("started_ts", "duration_s", "waited_s")
+def imports(audit: RankState, rec: Record, ts: float) -> None:
     """The heavy-import step is its own segment; the open state's time excludes the main thread's wait."""
     values = [rec.get(key) for key in ("started_ts", "duration_s", "waited_s")]
     if not all(type(v) in (int, float) for v in values):
         raise unreadable(audit.source, audit.line, "imports: fields 'started_ts', 'duration_s' and "
                          "'waited_s' must be numbers")
-    start, duration, waited = (float(v) for v in values)  # type: ignore[arg-type]  # checked above
+    start, duration, waited = (float(v) for v in values)  # checked above: numbers
     if len(audit.segments) < _CAP:
         audit.segments.append(Segment(events.IMPORTS, events.IMPORTS, start, start + duration, audit.generation))
     if audit.open_trigger is not None:
         audit.open_start = min(audit.open_start + waited, ts)
 
 
-def shutdown(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads()
+def shutdown(audit: RankState, rec: Record, ts: float) -> None:
     audit.shut = True
 
 
-def simulation(audit: RankState, rec: dict[str, Any], ts: float) -> None:
+@reads("simulated")
+def simulation(audit: RankState, rec: Record, ts: float) -> None:
     value = rec.get("simulated")
     if type(value) is not int or value < 1:
         raise unreadable(audit.source, audit.line, f"{rec.get('event')}: field 'simulated' is "
                          f"{repr(value)[:60]}, expected a positive int")
     audit.simulated = value
 
-
-Handler = Callable[[RankState, dict[str, Any], float], None]
 
 HANDLERS: dict[str, Handler] = {
     events.LIFECYCLE_STARTED: started,
@@ -280,14 +316,24 @@ HANDLERS: dict[str, Handler] = {
     events.IMPORTS: imports,
 }
 
+READS: dict[str, tuple[str, ...]] = {event: _READS[handler] for event, handler in HANDLERS.items()}
+"""The fields each event's handler reads besides the envelope (`event`, `ts`, ...), from its `@reads`:
+the batch reader decodes only those. A handler that reads another field fails loudly on the batch
+path (`get` of a name its record type lacks raises AttributeError), and a unit test checks them."""
 
-def _wanted(validated: bool, rebind_pending: bool) -> frozenset[str]:
+
+def _wanted(validated: bool, counting: bool) -> frozenset[str]:
     """The events whose handler can change anything in this situation: side effects only matter
-    before VALIDATED. (Steps are always checked: LA030, LA031.)"""
+    before VALIDATED; while `counting` (bound, no rebind pending) a step only adds one to
+    `bound_steps`, which the batch reader does for a whole run of steps at once."""
     skip = {events.SIDE_EFFECT} if validated else set()
+    if counting:
+        skip.add(events.STEP_COMPLETED)
     return frozenset(HANDLERS.keys() - skip)
 
 
 WANTED: dict[tuple[bool, bool], frozenset[str]] = {
-    (v, r): _wanted(v, r) for v in (False, True) for r in (False, True)
+    (v, c): _wanted(v, c) for v in (False, True) for c in (False, True)
 }
+"""By (validated, counting); `counting` is `state == CALLBACKS_BOUND and not rebind_pending`, when
+step_completed is exactly `_steps.on_step`'s `bound_steps += 1`."""

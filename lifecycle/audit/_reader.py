@@ -127,7 +127,7 @@ class Lines:
     """Batches of (number of the first line, lines without their newline), from bytes read whole
     or from a handle read in 8 MiB chunks: memory stays at one chunk plus one batch however large
     the input. `cut` is the number of a last line that had no newline (else 0); `count` the number
-    of lines read."""
+    of lines read; `ascii` whether the bytes the batches now being yielded come from are all ASCII."""
 
     def __init__(self, name: str, *, data: bytes | None = None, handle: BinaryIO | None = None,
                  owned: bool = True) -> None:
@@ -137,6 +137,7 @@ class Lines:
         self.owned = owned
         self.cut = 0
         self.count = 0
+        self.ascii = False
 
     def __iter__(self) -> Iterator[tuple[int, list[bytes]]]:
         if self.data is not None:
@@ -150,6 +151,7 @@ class Lines:
 
     def _whole(self) -> Iterator[tuple[int, list[bytes]]]:
         size = len(self.data or b"")
+        self.ascii = (self.data or b"").isascii()
         parts = (self.data or b"").split(b"\n")
         self.data = None  # the lines hold the bytes now: do not keep them twice
         if not parts[-1]:
@@ -169,7 +171,9 @@ class Lines:
             more = handle.read(_CHUNK)
             if not more:
                 break
-            parts = (rest + more if rest else more).split(b"\n")
+            data = rest + more if rest else more
+            self.ascii = data.isascii()
+            parts = data.split(b"\n")
             rest = parts.pop()
             if len(rest) > MAX_LINE:
                 raise unreadable(self.name, first + len(parts), f"line is over the {MAX_LINE}-byte limit")
@@ -180,6 +184,7 @@ class Lines:
         if rest:
             self.cut = first
             self.count += 1
+            self.ascii = rest.isascii()
             yield first, [rest]
 
     def _check(self, parts: list[bytes], first: int) -> None:

@@ -1,0 +1,214 @@
+"""The batch reader (`_feed.py`: typed msgspec records, whole-column checks, steps counted in bulk)
+gives exactly what checking each record on its own gives (`RankAudit.feed` on orjson dicts).
+
+Hypothesis writes logs of random event sequences, byte for byte as AuditLog lays them out, some of
+them damaged (a field of another type, a non-ASCII text, a hash of the wrong length, a record out
+of order, a clock going backwards), and compares the findings, the timing segments, the failure
+and the counts of the two readers.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lifecycle.audit import _handlers, audit
+from lifecycle.audit._feed import _TYPES, _decode
+from lifecycle.audit._rank import RankAudit
+from lifecycle.errors import LogUnreadable
+from lifecycle.log import GENESIS
+
+STATES = ["CONFIGURED", "VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND", "FAILED",
+          "SHUT_DOWN"]
+TRIGGERS = ["validate", "start_services", "init_distributed", "build_model", "bind_callbacks", "rebuild", "restart",
+            "shutdown"]
+
+_event = st.one_of(
+    st.tuples(st.just("transition_started"), st.fixed_dictionaries({"trigger": st.sampled_from(TRIGGERS)})),
+    st.tuples(st.just("transition_completed"), st.fixed_dictionaries(
+        {"trigger": st.sampled_from(TRIGGERS), "dest": st.sampled_from(STATES),
+         "config_fingerprint": st.sampled_from([None, "f" * 64, "e" * 64])})),
+    st.tuples(st.just("transition_failed"), st.fixed_dictionaries(
+        {"trigger": st.sampled_from(TRIGGERS), "error_type": st.just("E"), "error": st.text(max_size=8)})),
+    st.tuples(st.just("config_validated"), st.fixed_dictionaries({"fingerprint": st.sampled_from(["f" * 64])})),
+    st.tuples(st.just("side_effect"), st.fixed_dictionaries({"kind": st.just("rng"), "trigger": st.just("x")})),
+    st.tuples(st.just("model_built"), st.fixed_dictionaries({"model_config_id": st.sampled_from(["0x1", "0x2"])})),
+    st.tuples(st.just("callbacks_bound"), st.fixed_dictionaries(
+        {"target_id": st.sampled_from(["0x1", "0x2"]), "scheduler_config_id": st.sampled_from(["0x1", "0x2"]),
+         "target_type": st.just("TransformerConfig")})),
+    st.tuples(st.just("callbacks_unbound"), st.just({})),
+    st.tuples(st.just("step_completed"), st.fixed_dictionaries({"step": st.integers(1, 9), "loss": st.just(1.5)})),
+    st.tuples(st.just("first_step_finalized"), st.just({"finalizer_calls": 1})),
+    st.tuples(st.just("first_step_not_finalized"), st.just({"finalizer_calls": 2})),
+    st.tuples(st.just("lifecycle_shutdown"), st.just({})),
+    st.tuples(st.just("startup_aborted"), st.just({"signal": "SIGTERM"})),
+    st.tuples(st.just("peer_failed"), st.just({"peer_rank": 1, "peer_state": "DISTRIBUTED", "error": "x"})),
+    st.tuples(st.just("services_ready"), st.just({"tokenizer": "T", "vocab_size": 8})),
+)
+_start = st.tuples(st.just("lifecycle_started"), st.fixed_dictionaries(
+    {"plan": st.sampled_from(["training", "model"]), "target": st.sampled_from([None, "CALLBACKS_BOUND"])}))
+DAMAGE = ("none", "int_trigger", "non_ascii", "short_hash", "swap", "clock_back", "int_ts", "drop_seq", "relink",
+          "drop_line", "world_size", "generation", "rank", "run_id")
+BOUND = [("transition_started", {"trigger": "validate"}), ("config_validated", {"fingerprint": "f" * 64}),
+         ("transition_completed", {"trigger": "validate", "dest": "VALIDATED"}),
+         ("model_built", {"model_config_id": "0x1"}),
+         ("transition_completed", {"trigger": "bind_callbacks", "dest": "CALLBACKS_BOUND"}),
+         ("callbacks_bound", {"target_id": "0x1", "scheduler_config_id": "0x1"})]
+"""A prefix that reaches CALLBACKS_BOUND, where steps are counted in bulk."""
+
+
+def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at: int) -> None:
+    """The records as AuditLog writes them (sorted keys, SHA-256 chain, `hash` last), then `damage`
+    at record `at`, with the chain recomputed unless the damage is to the chain itself."""
+    records = [{"run_id": "r", "rank": 3, "world_size": 8, "generation": 0, **fields, "event": event,
+                "ts": 100.0 + i} for i, (event, fields) in enumerate(events)]
+    at %= len(records)
+    if damage == "int_trigger":
+        records[at]["trigger"] = 7
+    elif damage == "non_ascii":
+        records[at]["error"] = "naïve ☃"
+    elif damage == "clock_back":
+        records[at]["ts"] = 1.0
+    elif damage == "int_ts":
+        records[at]["ts"] = 100 + at
+    elif damage in ("world_size", "rank", "run_id"):
+        records[at][damage] = 9 if damage != "run_id" else "other"
+    elif damage == "generation":
+        for rec in records[at:]:
+            rec["generation"] = 1
+    elif damage == "swap" and at + 1 < len(records):
+        records[at], records[at + 1] = records[at + 1], records[at]
+    prev, lines = GENESIS, []
+    for seq, rec in enumerate(records):
+        rec = {**rec, "seq": rec.get("seq", seq), "prev_hash": prev}
+        if damage == "drop_seq" and seq == at:
+            rec["seq"] = seq + 5
+        if damage == "relink" and seq == at:  # a record that does not follow the one before, re-hashed itself
+            rec["prev_hash"] = "1" * 64
+        body = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS)
+        digest = hashlib.sha256(body).hexdigest()
+        stored = digest[:63] if damage == "short_hash" and seq == at else digest
+        lines.append(body[:-1] + b',"hash":"' + stored.encode() + b'"}\n')
+        prev = stored
+    if damage == "drop_line" and len(lines) > 1:
+        del lines[at]
+    path.write_bytes(b"".join(lines))
+
+
+def _one_by_one(path: Path) -> tuple[Any, ...]:
+    rank = RankAudit(str(path))
+    try:
+        for lineno, line in enumerate(path.read_bytes().splitlines(), 1):
+            rank.feed(orjson.loads(line), line, lineno)
+    except LogUnreadable as exc:
+        return ("error", str(exc))
+    rank.finish()
+    return _summary(rank)
+
+
+def _summary(rank: RankAudit) -> tuple[Any, ...]:
+    return (rank.findings(), rank.segments, rank.failure, rank.transitions, rank.records, rank.state, rank.last_ts,
+            rank.envelope, rank.world_size, rank.model_gen)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(start=_start, bound=st.booleans(), events=st.lists(_event, min_size=1, max_size=40),
+       damage=st.sampled_from(DAMAGE), at=st.integers(0, 60))
+def test_the_batch_reader_agrees_with_record_by_record_checks(tmp_path: Path, start: Any, bound: bool, events: Any,
+                                                               damage: str, at: int) -> None:
+    path = tmp_path / "rank-00003.jsonl"
+    _write(path, [start, *(BOUND if bound else []), *events], damage, at)
+    result = audit([str(path)], jobs=1)
+    expected = _one_by_one(path)
+    if expected[0] == "error":
+        assert [str(e) for e in result.errors] == [expected[1]]
+    else:
+        assert not result.errors and len(result.ranks) == 1
+        assert _summary(result.ranks[0]) == expected
+
+
+def test_a_run_of_steps_at_callbacks_bound_is_counted_for_the_rules_that_read_the_count(tmp_path: Path) -> None:
+    """LA031 reads the count of steps on a binding when it closes: steps counted in bulk must be
+    counted before the record that closes the binding, on every path."""
+    path = tmp_path / "rank-00003.jsonl"
+    bound = [("transition_completed", {"trigger": "bind_callbacks", "dest": "CALLBACKS_BOUND"}),
+             ("callbacks_bound", {"target_id": "0x1", "scheduler_config_id": "0x1"})]
+    steps = [("step_completed", {"step": n}) for n in range(1, 6)]
+    _write(path, [("lifecycle_started", {"plan": "training"}), ("config_validated", {"fingerprint": "f" * 64}),
+                  ("model_built", {"model_config_id": "0x1"}), *bound, *steps, ("callbacks_unbound", {}),
+                  *bound, *steps[:2], ("first_step_finalized", {}), ("lifecycle_shutdown", {})], "none", 0)
+    result = audit([str(path)], jobs=1)
+    la031 = [f for f in result.findings if f.rule == "LA031"]
+    assert [f.message.split(" training")[0] for f in la031] == ["5"]
+    assert _summary(result.ranks[0]) == _one_by_one(path)
+
+
+def test_steps_at_the_end_of_a_log_are_counted(tmp_path: Path) -> None:
+    path = tmp_path / "rank-00003.jsonl"
+    _write(path, [("lifecycle_started", {"plan": "training"}), *BOUND, *[("step_completed", {"step": n})
+                                                                          for n in range(1, 4)]], "none", 0)
+    result = audit([str(path)], jobs=1)
+    assert [f.message.split(" training")[0] for f in result.findings if f.rule == "LA031"] == ["3"]
+
+
+def test_every_field_a_handler_reads_is_declared_for_the_batch_reader() -> None:
+    """A handler that read an undeclared field would raise AttributeError on the batch path: this
+    finds such a read (and a field declared but no longer read) before any log does."""
+    for event, handler in _handlers.HANDLERS.items():
+        assert _fields_read(handler) - {"event"} == set(_handlers.READS[event]), event
+
+
+def _fields_read(fn: Any, seen: frozenset[str] = frozenset()) -> set[str]:
+    """String keys `fn` reads from `rec`: rec.get("k"), rec["k"], a helper called with rec and "k",
+    a loop over a tuple of keys; helpers of `_handlers` called with rec, followed."""
+    tree = ast.parse(inspect.getsource(fn).lstrip())
+    keys: set[str] = set()
+    for node in ast.walk(tree):
+        at = next((n for n, a in enumerate(node.args) if isinstance(a, ast.Name) and a.id == "rec"), None) \
+            if isinstance(node, ast.Call) else None
+        if isinstance(node, ast.Call) and at is not None:
+            key = node.args[at + 1] if at + 1 < len(node.args) else None
+            keys |= {key.value} if isinstance(key, ast.Constant) and isinstance(key.value, str) else set()
+            name = node.func.id if isinstance(node.func, ast.Name) else None
+            helper = getattr(_handlers, name, None) if name else None
+            if helper is not None and inspect.isfunction(helper) and name not in seen:
+                keys |= _fields_read(helper, seen | {name})
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "rec" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            keys.add(node.args[0].value)
+        if isinstance(node, ast.For | ast.comprehension) and isinstance(node.iter, ast.Tuple):
+            keys |= {e.value for e in node.iter.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    if fn is _handlers._trigger:
+        keys.add("trigger")
+    return keys
+
+
+def test_a_typed_record_refuses_a_field_its_handler_did_not_declare() -> None:
+    line = (b'{"event":"transition_started","generation":0,"hash":"' + b"a" * 64 + b'","prev_hash":"' + b"0" * 64
+            + b'","rank":0,"run_id":"r","seq":1,"trigger":"validate","ts":1.0,"world_size":1}')
+    rec = _decode(line)
+    assert rec.get("trigger") == "validate" and rec.get("event") == "transition_started"
+    with pytest.raises(AttributeError):
+        rec.get("dest")
+    assert len(_TYPES) == len({t.__struct_config__.tag for t in _TYPES})
+
+
+@pytest.mark.parametrize("text", [b"\xff", b"\xc0\xaf", b"\xed\xa0\x80"])
+def test_invalid_utf8_in_a_field_no_handler_reads_is_not_json(tmp_path: Path, text: bytes) -> None:
+    """msgspec does not check the text of a field it skips; the audit must still refuse the line."""
+    path = tmp_path / "rank-00003.jsonl"
+    _write(path, [("lifecycle_started", {"plan": "training"}), ("services_ready", {"tokenizer": "T"})], "none", 0)
+    lines = path.read_bytes().splitlines()
+    lines[1] = lines[1].replace(b'"tokenizer":"T"', b'"tokenizer":"' + text + b'"')
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    result = audit([str(path)], jobs=1)
+    assert [str(e) for e in result.errors] and "not a JSON record" in str(result.errors[0])
