@@ -134,7 +134,8 @@ class RankAudit(RankState):
         _steps.close_binding(self)
         if self.rebind_pending and self.rebuilt and self.target == _BOUND and self.shut:
             self.flag_no_rebind("shut down")
-        named = file_rank(self.source)
+        named = None if self.rank is None or self.source.endswith(f"rank-{self.rank:05d}.jsonl") \
+            else file_rank(self.source)  # the name's own rank, looked for only when the name is not the usual one
         if named is not None and self.rank is not None and named != self.rank:
             self.flag("LA019", f"the file is named for rank {named} but its records are rank {self.rank}: "
                       f"a renamed or misplaced log; name it rank-{self.rank:05d}.jsonl, and find rank "
