@@ -11,6 +11,10 @@ lacks is what the lifecycle adds: validation, the engine and its guards, tripwir
 log, binding verification.
 
 Each run spawns 2 fresh gloo ranks; the two variants alternate (ABBA) so both see the same load.
+Both rendezvous as under torchrun: the benchmark hosts a fresh TCPStore for each run, as torchrun's
+agent does, and every rank is its client (TORCHELASTIC_USE_AGENT_STORE). Otherwise a rank that
+starts before rank 0 has its store up sleeps between connection attempts — torch's backoff in the
+plain script, a 0.2 s poll in the lifecycle — and those sleeps, not the work, decide the result.
 "startup+steps" runs from the moment the last rank has imported megatron.core (both variants pay
 that ~7 s import; the ranks finish it at different times, and the first collective makes the early
 one wait) to the end of step 3 on the last rank. "slowest rank's" is the older measure, each rank
@@ -52,7 +56,14 @@ def _config() -> Any:
     return RunConfig.preset("tiny-gpt")
 
 
-def lifecycle_rank(log_dir: str) -> dict[str, Any]:
+def _agent_store(port: int) -> None:
+    """Rendezvous as under torchrun: every rank a client of the store its agent (here the benchmark)
+    already hosts."""
+    os.environ.update(MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True", TORCHELASTIC_RESTART_COUNT="0")
+
+
+def lifecycle_rank(log_dir: str, store_port: int) -> dict[str, Any]:
+    _agent_store(store_port)
     began = time.time()
     import megatron.core  # noqa: F401  (import cost excluded from the timing, as in the plain script)
 
@@ -105,8 +116,9 @@ def _startup_writes(path: Path) -> dict[str, int]:
     return {"records": records, "bytes": size}
 
 
-def plain_rank(_log_dir: str) -> dict[str, Any]:
+def plain_rank(_log_dir: str, store_port: int) -> dict[str, Any]:
     """What a user writes by hand with megatron-core: no lifecycle, no log, no checks."""
+    _agent_store(store_port)
     began = time.time()
     import megatron.core  # noqa: F401
 
@@ -206,12 +218,21 @@ def _plain_steps(parts: dict[str, Any], cfg: Any, model: list[Any], optimizer: A
 
 
 def _measure(fn: Any, log_dir: str) -> dict[str, Any]:
-    from lifecycle.engine.launch import run_ranks
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from lifecycle.engine.launch import free_port, run_ranks
 
     load, children = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=600))
     start = time.time()
-    per_rank = run_ranks(fn, 2, log_dir, timeout_s=600)
-    end = time.time()
+    try:
+        per_rank = run_ranks(fn, 2, log_dir, port, timeout_s=600)
+    finally:
+        end = time.time()
+        del store
     while multiprocessing.active_children():  # reap every rank, or its CPU time is not counted yet
         time.sleep(0.05)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
