@@ -83,7 +83,7 @@ def _audit(paths: Sequence[str], rules: frozenset[str], jobs: int | None) -> Aud
     errors = [*found.errors, *read.errors]
     records = sum(s.records for s in read.streams)
     notes = read.notes + read.empty if records else read.notes
-    if not records and found.inputs:
+    if not records and found.inputs and not read.errors:  # an unreadable first record says more on its own
         errors.append(_no_records(paths, found.inputs))
     causes = root_causes(read.streams)
     findings = ([f for s in read.streams for f in s.findings()] + cross_rank(read.streams) + notes

@@ -186,19 +186,14 @@ def _apply(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], cols: 
 
 def _handle(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], tss: Sequence[float],
             evs: Sequence[str]) -> None:
-    if end == i + 1:  # a run of one: ranks interleaved on stdin
-        if evs[i] in WANTED[cur.validated, False]:
-            cur.line = first + i
-            HANDLERS[evs[i]](cur, recs[i], tss[i])
-        return
     j = i
     while j < end:
         validated, counting = cur.validated, cur.state == _BOUND and not cur.rebind_pending
         wanted, mark = WANTED[validated, counting], j
         for j in compress(range(j, end), map(wanted.__contains__, islice(evs, j, end))):  # noqa: B020
-            if counting and j > mark:  # the steps before this record, counted before its handler reads them
+            if counting:  # the steps before this record (not one itself), counted before its handler reads them
                 cur.bound_steps += evs[mark:j].count(_STEP)
-            mark = j + 1
+            mark = j
             cur.line = first + j
             HANDLERS[evs[j]](cur, recs[j], tss[j])
             if cur.validated is not validated or (cur.state == _BOUND and not cur.rebind_pending) is not counting:

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lifecycle.audit import _handlers, audit
+from lifecycle.audit import _feed, _handlers, audit
 from lifecycle.audit._feed import _TYPES, _decode
 from lifecycle.audit._rank import RankAudit
 from lifecycle.errors import LogUnreadable
@@ -56,19 +56,24 @@ _event = st.one_of(
 _start = st.tuples(st.just("lifecycle_started"), st.fixed_dictionaries(
     {"plan": st.sampled_from(["training", "model"]), "target": st.sampled_from([None, "CALLBACKS_BOUND"])}))
 DAMAGE = ("none", "int_trigger", "non_ascii", "short_hash", "swap", "clock_back", "int_ts", "drop_seq", "relink",
-          "drop_line", "world_size", "generation", "rank", "run_id")
+          "drop_line", "world_size", "generation", "rank", "run_id", "envelope_type")
 BOUND = [("transition_started", {"trigger": "validate"}), ("config_validated", {"fingerprint": "f" * 64}),
          ("transition_completed", {"trigger": "validate", "dest": "VALIDATED"}),
          ("model_built", {"model_config_id": "0x1"}),
          ("transition_completed", {"trigger": "bind_callbacks", "dest": "CALLBACKS_BOUND"}),
          ("callbacks_bound", {"target_id": "0x1", "scheduler_config_id": "0x1"})]
 """A prefix that reaches CALLBACKS_BOUND, where steps are counted in bulk."""
+REBUILT = [("transition_completed", {"trigger": "rebuild", "dest": "DISTRIBUTED"}),
+           ("model_built", {"model_config_id": "0x2"}),
+           ("transition_completed", {"trigger": "bind_callbacks", "dest": "CALLBACKS_BOUND"})]
+"""Then a rebuild, bound again without a callbacks_bound record: a step now is LA004, not a count."""
 
 
-def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at: int) -> None:
+def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at: int, rank: int = 3,
+           world: int = 8) -> None:
     """The records as AuditLog writes them (sorted keys, SHA-256 chain, `hash` last), then `damage`
     at record `at`, with the chain recomputed unless the damage is to the chain itself."""
-    records = [{"run_id": "r", "rank": 3, "world_size": 8, "generation": 0, **fields, "event": event,
+    records = [{"run_id": "r", "rank": rank, "world_size": world, "generation": 0, **fields, "event": event,
                 "ts": 100.0 + i} for i, (event, fields) in enumerate(events)]
     at %= len(records)
     if damage == "int_trigger":
@@ -81,6 +86,9 @@ def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at
         records[at]["ts"] = 100 + at
     elif damage in ("world_size", "rank", "run_id"):
         records[at][damage] = 9 if damage != "run_id" else "other"
+    elif damage == "envelope_type":  # a field of the envelope with the wrong type: refused, on every path
+        key = ("generation", "rank", "world_size", "run_id")[at % 4]
+        records[at][key] = "0" if key != "run_id" else 0
     elif damage == "generation":
         for rec in records[at:]:
             rec["generation"] = 1
@@ -109,7 +117,7 @@ def _one_by_one(path: Path) -> tuple[Any, ...]:
         for lineno, line in enumerate(path.read_bytes().splitlines(), 1):
             rank.feed(orjson.loads(line), line, lineno)
     except LogUnreadable as exc:
-        return ("error", str(exc))
+        return ("error", str(exc), rank.records)
     rank.finish()
     return _summary(rank)
 
@@ -120,16 +128,16 @@ def _summary(rank: RankAudit) -> tuple[Any, ...]:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(start=_start, bound=st.booleans(), events=st.lists(_event, min_size=1, max_size=40),
-       damage=st.sampled_from(DAMAGE), at=st.integers(0, 60))
-def test_the_batch_reader_agrees_with_record_by_record_checks(tmp_path: Path, start: Any, bound: bool, events: Any,
+@given(start=_start, prefix=st.sampled_from([[], BOUND, BOUND + REBUILT]),
+       events=st.lists(_event, min_size=1, max_size=40), damage=st.sampled_from(DAMAGE), at=st.integers(0, 60))
+def test_the_batch_reader_agrees_with_record_by_record_checks(tmp_path: Path, start: Any, prefix: Any, events: Any,
                                                                damage: str, at: int) -> None:
     path = tmp_path / "rank-00003.jsonl"
-    _write(path, [start, *(BOUND if bound else []), *events], damage, at)
+    _write(path, [start, *prefix, *events], damage, at)
     result = audit([str(path)], jobs=1)
     expected = _one_by_one(path)
     if expected[0] == "error":
-        assert [str(e) for e in result.errors] == [expected[1]]
+        assert ([str(e) for e in result.errors], result.records) == ([expected[1]], expected[2])
     else:
         assert not result.errors and len(result.ranks) == 1
         assert _summary(result.ranks[0]) == expected
@@ -157,6 +165,49 @@ def test_steps_at_the_end_of_a_log_are_counted(tmp_path: Path) -> None:
                                                                           for n in range(1, 4)]], "none", 0)
     result = audit([str(path)], jobs=1)
     assert [f.message.split(" training")[0] for f in result.findings if f.rule == "LA031"] == ["3"]
+
+
+@pytest.mark.parametrize("text", ["T", "naïve ☃"], ids=["ascii-typed", "utf8-orjson"])
+@pytest.mark.parametrize("shape", ["files", "concatenated", "interleaved"])
+def test_clean_logs_never_take_the_record_by_record_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          shape: str, text: str) -> None:
+    """The batch checks decline nothing that is clean: a check that declined too much would give the
+    same findings, only slower, so this is what catches it (and a slowdown)."""
+    events = [("lifecycle_started", {"plan": "training"}), ("services_ready", {"tokenizer": text}), *BOUND,
+              *[("step_completed", {"step": n}) for n in range(1, 4)], ("first_step_finalized", {}),
+              ("lifecycle_shutdown", {}), ("transition_completed", {"trigger": "shutdown", "dest": "SHUT_DOWN"})]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for rank in range(3):
+        _write(logs / f"rank-{rank:05d}.jsonl", events, "none", 0, rank=rank, world=3)
+    per_rank = [p.read_bytes().splitlines(keepends=True) for p in sorted(logs.iterdir())]
+    joined = tmp_path / "all.jsonl"
+    if shape == "concatenated":
+        joined.write_bytes(b"".join(line for lines in per_rank for line in lines))
+    elif shape == "interleaved":
+        joined.write_bytes(b"".join(line for group in zip(*per_rank, strict=True) for line in group))
+    calls: list[int] = []
+    feed = RankAudit.feed
+    monkeypatch.setattr(RankAudit, "feed", lambda self, *a: (calls.append(a[2]), feed(self, *a)))
+    runs: list[tuple[int, int]] = []
+    apply = _feed._apply
+    monkeypatch.setattr(_feed, "_apply", lambda cur, first, i, end, *a: (runs.append((i, end)),
+                                                                           apply(cur, first, i, end, *a)))
+    result = audit([str(logs if shape == "files" else joined)], jobs=1)
+    assert not result.findings and not result.errors and len(result.ranks) == 3
+    assert result.records == 3 * len(events) and calls == []
+    # each log is one run of records, unless its ranks are interleaved: then every record is one
+    assert len(runs) == (3 * len(events) if shape == "interleaved" else 3)
+
+
+def test_a_step_after_a_rebuild_bound_without_callbacks_bound_is_la004_not_a_count(tmp_path: Path) -> None:
+    path = tmp_path / "rank-00003.jsonl"
+    _write(path, [("lifecycle_started", {"plan": "training"}), *BOUND, *REBUILT, ("step_completed", {"step": 1}),
+                  ("step_completed", {"step": 2})], "none", 0)
+    result = audit([str(path)], jobs=1)
+    assert [f.rule for f in result.findings if f.rule == "LA004"] == ["LA004"]
+    assert "trained without rebinding" in next(f.message for f in result.findings if f.rule == "LA004")
+    assert _summary(result.ranks[0]) == _one_by_one(path)
 
 
 def test_every_field_a_handler_reads_is_declared_for_the_batch_reader() -> None:
