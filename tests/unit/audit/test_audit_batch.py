@@ -74,7 +74,7 @@ def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at
     """The records as AuditLog writes them (sorted keys, SHA-256 chain, `hash` last), then `damage`
     at record `at`, with the chain recomputed unless the damage is to the chain itself."""
     records = [{"run_id": "r", "rank": rank, "world_size": world, "generation": 0, **fields, "event": event,
-                "ts": 100.0 + i} for i, (event, fields) in enumerate(events)]
+                "ts": 100.0 + i // 2} for i, (event, fields) in enumerate(events)]
     at %= len(records)
     if damage == "int_trigger":
         records[at]["trigger"] = 7
