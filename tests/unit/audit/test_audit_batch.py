@@ -56,7 +56,7 @@ _event = st.one_of(
 _start = st.tuples(st.just("lifecycle_started"), st.fixed_dictionaries(
     {"plan": st.sampled_from(["training", "model"]), "target": st.sampled_from([None, "CALLBACKS_BOUND"])}))
 DAMAGE = ("none", "int_trigger", "non_ascii", "short_hash", "swap", "clock_back", "int_ts", "drop_seq", "relink",
-          "drop_line", "world_size", "generation", "rank", "run_id", "envelope_type")
+          "drop_line", "world_size", "generation", "rank", "run_id", "envelope_type", "bad_hash", "str_ts")
 BOUND = [("transition_started", {"trigger": "validate"}), ("config_validated", {"fingerprint": "f" * 64}),
          ("transition_completed", {"trigger": "validate", "dest": "VALIDATED"}),
          ("model_built", {"model_config_id": "0x1"}),
@@ -70,12 +70,14 @@ REBUILT = [("transition_completed", {"trigger": "rebuild", "dest": "DISTRIBUTED"
 
 
 def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at: int, rank: int = 3,
-           world: int = 8) -> None:
+           world: int = 8, utf8: bool = False) -> None:
     """The records as AuditLog writes them (sorted keys, SHA-256 chain, `hash` last), then `damage`
     at record `at`, with the chain recomputed unless the damage is to the chain itself."""
     records = [{"run_id": "r", "rank": rank, "world_size": world, "generation": 0, **fields, "event": event,
                 "ts": 100.0 + i // 2} for i, (event, fields) in enumerate(events)]
     at %= len(records)
+    if utf8:
+        records[-1]["note"] = "naïve"
     if damage == "int_trigger":
         records[at]["trigger"] = 7
     elif damage == "non_ascii":
@@ -89,6 +91,8 @@ def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at
     elif damage == "envelope_type":  # a field of the envelope with the wrong type: refused, on every path
         key = ("generation", "rank", "world_size", "run_id")[at % 4]
         records[at][key] = "0" if key != "run_id" else 0
+    elif damage == "str_ts":  # a type the columns cannot compare: the batch is split record by record
+        records[at]["ts"] = "late"
     elif damage == "generation":
         for rec in records[at:]:
             rec["generation"] = 1
@@ -104,6 +108,8 @@ def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at
         body = orjson.dumps(rec, option=orjson.OPT_SORT_KEYS)
         digest = hashlib.sha256(body).hexdigest()
         stored = digest[:63] if damage == "short_hash" and seq == at else digest
+        if damage == "bad_hash" and seq == at:  # the right length, the wrong value: still a typed record
+            stored = ("0" if digest[0] != "0" else "1") + digest[1:]
         lines.append(body[:-1] + b',"hash":"' + stored.encode() + b'"}\n')
         prev = stored
     if damage == "drop_line" and len(lines) > 1:
@@ -127,13 +133,15 @@ def _summary(rank: RankAudit) -> tuple[Any, ...]:
             rank.envelope, rank.world_size, rank.model_gen)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(start=_start, prefix=st.sampled_from([[], BOUND, BOUND + REBUILT]),
-       events=st.lists(_event, min_size=1, max_size=40), damage=st.sampled_from(DAMAGE), at=st.integers(0, 60))
+       events=st.lists(_event, min_size=1, max_size=40), damage=st.sampled_from(DAMAGE),
+       at=st.one_of(st.integers(0, 2), st.integers(0, 60)), utf8=st.booleans())
 def test_the_batch_reader_agrees_with_record_by_record_checks(tmp_path: Path, start: Any, prefix: Any, events: Any,
-                                                               damage: str, at: int) -> None:
+                                                               damage: str, at: int, utf8: bool) -> None:
+    """`utf8`: a non-ASCII field in the last record, so orjson reads the batch instead of msgspec."""
     path = tmp_path / "rank-00003.jsonl"
-    _write(path, [start, *prefix, *events], damage, at)
+    _write(path, [start, *prefix, *events], damage, at, utf8=utf8)
     result = audit([str(path)], jobs=1)
     expected = _one_by_one(path)
     if expected[0] == "error":
@@ -200,9 +208,16 @@ def test_clean_logs_never_take_the_record_by_record_path(tmp_path: Path, monkeyp
     assert len(runs) == (3 * len(events) if shape == "interleaved" else 3)
 
 
-def test_a_step_after_a_rebuild_bound_without_callbacks_bound_is_la004_not_a_count(tmp_path: Path) -> None:
+REBOUND = [("transition_completed", {"trigger": "rebuild", "dest": "CALLBACKS_BOUND"}),
+           ("model_built", {"model_config_id": "0x2"})]
+"""A rebuild logged as landing at CALLBACKS_BOUND itself: the batch reader starts a new pass there."""
+
+
+@pytest.mark.parametrize("rebuild", [REBUILT, REBOUND], ids=["rebuilt-then-bound", "rebuilt-at-bound"])
+def test_a_step_after_a_rebuild_bound_without_callbacks_bound_is_la004_not_a_count(tmp_path: Path,
+                                                                                   rebuild: Any) -> None:
     path = tmp_path / "rank-00003.jsonl"
-    _write(path, [("lifecycle_started", {"plan": "training"}), *BOUND, *REBUILT, ("step_completed", {"step": 1}),
+    _write(path, [("lifecycle_started", {"plan": "training"}), *BOUND, *rebuild, ("step_completed", {"step": 1}),
                   ("step_completed", {"step": 2})], "none", 0)
     result = audit([str(path)], jobs=1)
     assert [f.rule for f in result.findings if f.rule == "LA004"] == ["LA004"]
