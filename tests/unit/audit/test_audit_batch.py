@@ -56,7 +56,8 @@ _event = st.one_of(
 _start = st.tuples(st.just("lifecycle_started"), st.fixed_dictionaries(
     {"plan": st.sampled_from(["training", "model"]), "target": st.sampled_from([None, "CALLBACKS_BOUND"])}))
 DAMAGE = ("none", "int_trigger", "non_ascii", "short_hash", "swap", "clock_back", "int_ts", "drop_seq", "relink",
-          "drop_line", "world_size", "generation", "rank", "run_id", "envelope_type", "bad_hash", "str_ts")
+          "drop_line", "world_size", "generation", "rank", "run_id", "bad_hash", "str_ts",
+          "unknown_event", "type_generation", "type_rank", "type_world_size", "type_run_id")
 BOUND = [("transition_started", {"trigger": "validate"}), ("config_validated", {"fingerprint": "f" * 64}),
          ("transition_completed", {"trigger": "validate", "dest": "VALIDATED"}),
          ("model_built", {"model_config_id": "0x1"}),
@@ -88,9 +89,11 @@ def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at
         records[at]["ts"] = 100 + at
     elif damage in ("world_size", "rank", "run_id"):
         records[at][damage] = 9 if damage != "run_id" else "other"
-    elif damage == "envelope_type":  # a field of the envelope with the wrong type: refused, on every path
-        key = ("generation", "rank", "world_size", "run_id")[at % 4]
+    elif damage.startswith("type_"):  # a field of the envelope with the wrong type: refused, on every path
+        key = damage[len("type_"):]
         records[at][key] = "0" if key != "run_id" else 0
+    elif damage == "unknown_event":
+        records[at]["event"] = "no_such_event"
     elif damage == "str_ts":  # a type the columns cannot compare: the batch is split record by record
         records[at]["ts"] = "late"
     elif damage == "generation":
@@ -213,16 +216,53 @@ REBOUND = [("transition_completed", {"trigger": "rebuild", "dest": "CALLBACKS_BO
 """A rebuild logged as landing at CALLBACKS_BOUND itself: the batch reader starts a new pass there."""
 
 
-@pytest.mark.parametrize("rebuild", [REBUILT, REBOUND], ids=["rebuilt-then-bound", "rebuilt-at-bound"])
+@pytest.mark.parametrize("rebuild", [REBUILT, REBOUND, "checked-in-full"],
+                         ids=["rebuilt-then-bound", "rebuilt-at-bound", "then-a-record-checked-in-full"])
 def test_a_step_after_a_rebuild_bound_without_callbacks_bound_is_la004_not_a_count(tmp_path: Path,
                                                                                    rebuild: Any) -> None:
+    """The last case: a relinked record after the rebuild goes to the full check, so the steps after
+    it start a new run while a rebind is pending at CALLBACKS_BOUND."""
     path = tmp_path / "rank-00003.jsonl"
-    _write(path, [("lifecycle_started", {"plan": "training"}), *BOUND, *rebuild, ("step_completed", {"step": 1}),
-                  ("step_completed", {"step": 2})], "none", 0)
+    middle = [*REBOUND, ("services_ready", {"tokenizer": "T"})] if rebuild == "checked-in-full" else rebuild
+    events = [("lifecycle_started", {"plan": "training"}), *BOUND, *middle, ("step_completed", {"step": 1}),
+              ("step_completed", {"step": 2})]
+    _write(path, events, "relink" if rebuild == "checked-in-full" else "none", len(events) - 3)
     result = audit([str(path)], jobs=1)
     assert [f.rule for f in result.findings if f.rule == "LA004"] == ["LA004"]
     assert "trained without rebinding" in next(f.message for f in result.findings if f.rule == "LA004")
     assert _summary(result.ranks[0]) == _one_by_one(path)
+
+
+LEAVE = {"shutdown": [("transition_completed", {"trigger": "shutdown", "dest": "SHUT_DOWN"})],
+         "rebuild": [("transition_completed", {"trigger": "rebuild", "dest": "DISTRIBUTED"})],
+         "fail": [("transition_failed", {"trigger": "bind_callbacks", "error_type": "E", "error": "x"})]}
+
+
+@pytest.mark.parametrize("leave", sorted(LEAVE))
+def test_steps_after_leaving_callbacks_bound_are_handled_not_counted(tmp_path: Path, leave: str) -> None:
+    """Steps at CALLBACKS_BOUND are counted; once the state moves on, each step is LA030 again."""
+    path = tmp_path / "rank-00003.jsonl"
+    steps = [("step_completed", {"step": n}) for n in range(1, 3)]
+    _write(path, [("lifecycle_started", {"plan": "training"}), *BOUND, *steps, ("first_step_finalized", {}),
+                  *LEAVE[leave], *steps], "none", 0)
+    result = audit([str(path)], jobs=1)
+    assert "LA030" in {f.rule for f in result.findings}
+    assert _summary(result.ranks[0]) == _one_by_one(path)
+
+
+def test_a_refusal_in_a_run_that_starts_mid_batch_counts_the_records_read(tmp_path: Path) -> None:
+    """A line removed (the record after it is checked in full), then a record whose handler refuses
+    it, in a run that starts after that record."""
+    path = tmp_path / "rank-00003.jsonl"
+    events = [("lifecycle_started", {"plan": "training"}), *BOUND, ("step_completed", {"step": 1}),
+              ("step_completed", {"step": 2}), ("transition_started", {"trigger": "x"}), ("lifecycle_shutdown", {})]
+    _write(path, events, "int_trigger", len(events) - 2)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-4] + lines[-3:]))
+    result = audit([str(path)], jobs=1)
+    expected = _one_by_one(path)
+    assert expected[0] == "error" and "trigger" in expected[1]
+    assert ([str(e) for e in result.errors], result.records) == ([expected[1]], expected[2])
 
 
 def test_every_field_a_handler_reads_is_declared_for_the_batch_reader() -> None:
