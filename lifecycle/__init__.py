@@ -7,58 +7,21 @@ Named parts (each a package, layered one way): `config`, `log`, `runtime`, `mega
 
 from __future__ import annotations
 
+from lifecycle import errors
 from lifecycle.config import RunConfig
 from lifecycle.engine import InProcessPhases, Lifecycle
-from lifecycle.errors import (
-    BindingConflict,
-    BindingError,
-    ConfigError,
-    ConfigMutated,
-    DistributedError,
-    ExtraNotInstalled,
-    FinalizerNotCalled,
-    GuardRejected,
-    InvalidTransition,
-    LifecycleError,
-    LogUnreadable,
-    PhaseFailed,
-    ProviderError,
-    RankFailed,
-    RehearsalError,
-    SideEffectBeforeValidation,
-    SideEffectError,
-    StartupAborted,
-    TripwireViolation,
-)
+from lifecycle.errors import *  # noqa: F403 - the whole error tree, as errors.__all__ lists it
 from lifecycle.log import events
 from lifecycle.runtime import Options, PhaseContext, PhaseSet, Runtime
 
 __all__ = [
-    "BindingConflict",
-    "BindingError",
-    "ConfigError",
-    "ConfigMutated",
-    "DistributedError",
-    "ExtraNotInstalled",
-    "FinalizerNotCalled",
-    "GuardRejected",
     "InProcessPhases",
-    "InvalidTransition",
     "Lifecycle",
-    "LifecycleError",
-    "LogUnreadable",
     "Options",
     "PhaseContext",
-    "PhaseFailed",
     "PhaseSet",
-    "ProviderError",
-    "RankFailed",
-    "RehearsalError",
     "RunConfig",
     "Runtime",
-    "SideEffectBeforeValidation",
-    "SideEffectError",
-    "StartupAborted",
-    "TripwireViolation",
     "events",
 ]
+__all__ += errors.__all__  # every public error, listed once in lifecycle/errors.py
