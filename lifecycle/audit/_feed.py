@@ -270,10 +270,15 @@ def _breaks(cols: tuple[tuple[Any, ...], ...], digests: list[str]) -> list[int]:
 def _typed_clean(cols: tuple[tuple[Any, ...], ...], joined: str) -> bool:
     """_clean for typed records, whose hashes are 64 characters and events known: the stored hashes
     and the previous hashes compared as joined strings."""
-    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, _ = cols
+    prevs, hashes = cols[1], cols[2]
+    return bool("".join(hashes) == joined and "".join(prevs[1:]) == joined[:-64] and _in_order(cols))
+
+
+def _in_order(cols: Sequence[tuple[Any, ...]]) -> bool:
+    """Consecutive `seq`s, one envelope and a clock that does not go backwards, on whole columns."""
+    seqs, _, _, gens, ranks, runs, sizes, tss, _ = cols
     n = len(seqs)
-    return bool("".join(hashes) == joined and "".join(prevs[1:]) == joined[:-64]
-                and seqs == tuple(range(seqs[0], seqs[0] + n)) and gens.count(gens[0]) == n
+    return bool(seqs == tuple(range(seqs[0], seqs[0] + n)) and gens.count(gens[0]) == n
                 and ranks.count(ranks[0]) == n and runs.count(runs[0]) == n and sizes.count(sizes[0]) == n
                 and all(map(le, tss, islice(tss, 1, None))))
 
@@ -300,11 +305,10 @@ def _clean(cols: Sequence[tuple[Any, ...]], digests: list[str], start: int, stop
     """Whether records [start, stop) each continue the one before unchanged, on whole columns."""
     n = stop - start
     whole = n == len(digests)
-    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols if whole else [c[start:stop] for c in cols]
+    part = cols if whole else [c[start:stop] for c in cols]
+    prevs, hashes, evs = part[1], part[2], part[8]
     return bool(hashes == tuple(digests if whole else digests[start:stop]) and prevs[1:] == hashes[:-1]
-                and seqs == tuple(range(seqs[0], seqs[0] + n)) and gens.count(gens[0]) == n
-                and ranks.count(ranks[0]) == n and runs.count(runs[0]) == n and sizes.count(sizes[0]) == n
-                and all(map(le, tss, islice(tss, 1, None))) and _EVENTS.issuperset(evs))
+                and _in_order(part) and _EVENTS.issuperset(evs))
 
 
 def _pairwise(cols: Sequence[tuple[Any, ...]], digests: list[str]) -> list[int]:
