@@ -26,13 +26,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
+    """`lifecycle --version`: the project's, torch's and megatron-core's versions (metadata only)."""
+    from lifecycle.megatron.compat import versions
 
-    try:
-        return dist_version("megatron-lifecycle")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
+    found = versions()
+    return f"{found.pop('megatron-lifecycle')} ({', '.join(f'{k} {v}' for k, v in found.items())})"
 
 
 def build_parser() -> argparse.ArgumentParser:

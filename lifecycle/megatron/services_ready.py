@@ -1,8 +1,8 @@
 """SERVICES_READY: tokenizer, vocab size and writers, after validation and before distributed.
 
 Nothing here touches torch.distributed. The default tokenizer is the null (synthetic) one,
-`NullTokenizer`: megatron-core's null tokenizer (ids are the text's integers, end-of-document is
-`vocab_size`) without `megatron.core.tokenizers`, whose package imports `transformers` (1.7 s) for
+`NullTokenizer`: megatron-core's null tokenizer (ids are the text's integers) without
+`megatron.core.tokenizers`, whose package imports `transformers` (1.7 s) for
 every library. A local HuggingFace-format directory (validation has checked it exists; nothing is
 downloaded) goes through megatron-core's `MegatronTokenizer` and needs the `hf` extra.
 """
@@ -19,6 +19,7 @@ from typing import Any
 from lifecycle.config import RunConfig, TokenizerConfig
 from lifecycle.errors import ExtraNotInstalled
 from lifecycle.log import events
+from lifecycle.megatron import compat
 from lifecycle.megatron.vocab import resolve_vocab_size
 from lifecycle.runtime import Closeable, PhaseContext, Runtime
 from states import SideEffect
@@ -28,19 +29,24 @@ HF_EXTRA = "pip install 'megatron-lifecycle[hf]'"
 
 @dataclass(frozen=True, slots=True)
 class NullTokenizer:
-    """Synthetic tokenizer, as megatron-core's null library: `vocab_size` counts the end-of-document id."""
+    """Synthetic tokenizer, as the installed megatron-core's null library: ids are the text's
+    integers. Where end-of-document lies (one id past `size`, or `size`'s last id) follows the
+    release (`compat.null_tokenizer_eod_in_vocab`)."""
 
     size: int
+    eod_in_vocab: bool = dataclasses.field(default_factory=compat.null_tokenizer_eod_in_vocab)
 
-    library = "null"
+    @property
+    def library(self) -> str:
+        return compat.null_tokenizer_library()
 
     @property
     def vocab_size(self) -> int:
-        return self.size + 1
+        return self.size if self.eod_in_vocab else self.size + 1
 
     @property
     def eod(self) -> int:
-        return self.size
+        return self.size - 1 if self.eod_in_vocab else self.size
 
     def tokenize(self, text: str) -> list[int]:
         return [int(x) for x in text.split(" ")]

@@ -229,9 +229,9 @@ def simulate_rank(sim: Simulation, rank: int, expected: Placement) -> RankReport
 def _warm_up_tokenizer(vocab_size: int) -> None:
     """megatron's null tokenizer imports transformers on first use (1-4 s): pay it once per process,
     before the first rank, so that rank's SERVICES_READY is timed like the others'."""
-    from megatron.core.tokenizers import MegatronTokenizer
+    from lifecycle.megatron.compat import megatron_null_tokenizer
 
-    MegatronTokenizer.from_pretrained(metadata_path={"library": "null"}, vocab_size=vocab_size)
+    megatron_null_tokenizer(vocab_size)
 
 
 def warm_up(config: RunConfig) -> None:

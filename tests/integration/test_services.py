@@ -45,11 +45,12 @@ def _start(*overrides: str) -> tuple[RecordingContext, object]:
 
 def test_the_default_null_tokenizer_behaves_as_megatrons_and_its_vocab_is_padded() -> None:
     import torch.distributed as dist
-    from megatron.core.tokenizers import MegatronTokenizer
+    from lifecycle.megatron.compat import megatron_null_tokenizer, null_tokenizer_eod_in_vocab
 
     ctx, runtime = _start()
-    megatrons = MegatronTokenizer.from_pretrained(metadata_path={"library": "null"}, vocab_size=1000)
-    assert runtime.tokenizer.vocab_size == megatrons.vocab_size == 1001  # 1000 + end-of-document
+    megatrons = megatron_null_tokenizer(1000)
+    # end-of-document is one id past 1000 before megatron-core 0.18, the last of the 1000 from 0.18
+    assert runtime.tokenizer.vocab_size == megatrons.vocab_size == (1000 if null_tokenizer_eod_in_vocab() else 1001)
     assert runtime.tokenizer.eod == megatrons.eod
     assert runtime.tokenizer.tokenize("5 17 999") == megatrons.tokenize("5 17 999") == [5, 17, 999]
     assert runtime.tokenizer.detokenize([5, 17]) == megatrons.detokenize([5, 17])

@@ -92,12 +92,14 @@ def test_bad_command_lines_exit_2_in_one_line(args: list[str], expected: str,
     assert stop.value.code == 2 and expected in err and len(err.strip().splitlines()) == 1
 
 
-def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_prints_the_project_torch_and_megatron_core_versions(capsys: pytest.CaptureFixture[str]) -> None:
     from importlib.metadata import version
 
     with pytest.raises(SystemExit) as stop:
         main(["--version"])
-    assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"lifecycle {version('megatron-lifecycle')}"
+    wanted = (f"lifecycle {version('megatron-lifecycle')} (torch {version('torch')}, "
+              f"megatron-core {version('megatron-core')})")
+    assert stop.value.code == 0 and capsys.readouterr().out.strip() == wanted
 
 
 def test_help_says_what_exit_1_and_2_mean_and_offers_only_providers_that_resolve() -> None:

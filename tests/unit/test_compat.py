@@ -1,0 +1,36 @@
+"""Every megatron-core version branch answers by release, read from metadata (no megatron import)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lifecycle.megatron import compat
+
+
+@pytest.mark.parametrize(("text", "parsed"), [("0.19.2", (0, 19, 2)), ("0.15.3", (0, 15, 3)),
+                                              ("0.17.0rc1", (0, 17, 0)), ("0.18.1+cu12.9", (0, 18, 1))])
+def test_versions_are_compared_as_numbers(text: str, parsed: tuple[int, ...]) -> None:
+    assert compat._parse(text) == parsed
+
+
+@pytest.mark.parametrize(("release", "library", "eod_in_vocab"), [
+    ((0, 15, 3), "null", False), ((0, 16, 1), "null", False), ((0, 17, 0), "null-text", False),
+    ((0, 18, 0), "null-text", True), ((0, 19, 2), "null-text", True),
+])
+def test_the_null_tokenizer_follows_each_release(release: tuple[int, ...], library: str, eod_in_vocab: bool) -> None:
+    assert compat.null_tokenizer_library(release) == library
+    assert compat.null_tokenizer_eod_in_vocab(release) is eod_in_vocab
+
+
+def test_the_installed_release_lies_in_the_declared_range() -> None:
+    assert compat.FLOOR <= compat.megatron_core_version() < compat.CEILING
+
+
+def test_the_declared_range_is_pyprojects() -> None:
+    import tomllib
+    from pathlib import Path
+
+    deps = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["dependencies"]
+    floor = ".".join(map(str, compat.FLOOR))
+    ceiling = ".".join(map(str, compat.CEILING))
+    assert f"megatron-core>={floor},<{ceiling}" in deps
