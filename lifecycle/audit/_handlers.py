@@ -293,6 +293,20 @@ def simulation(audit: RankState, rec: Record, ts: float) -> None:
     audit.simulated = value
 
 
+WARNINGS_CAP = 32
+"""Distinct warnings kept per rank; more are not listed (the log keeps them all)."""
+
+
+@reads("category", "message", "module")
+def warning(audit: RankState, rec: Record, ts: float) -> None:
+    key = (_str(audit, rec, "category"), _str(audit, rec, "module"), _str(audit, rec, "message"))
+    held = audit.warnings
+    if key in held:
+        held[key] += 1
+    elif len(held) < WARNINGS_CAP:
+        held[key] = 1
+
+
 HANDLERS: dict[str, Handler] = {
     events.LIFECYCLE_STARTED: started,
     events.TRANSITION_STARTED: transition_started,
@@ -314,6 +328,7 @@ HANDLERS: dict[str, Handler] = {
     events.LIFECYCLE_SHUTDOWN: shutdown,
     events.SIMULATION_STARTED: simulation,
     events.IMPORTS: imports,
+    events.WARNING: warning,
 }
 
 READS: dict[str, tuple[str, ...]] = {event: _READS[handler] for event, handler in HANDLERS.items()}

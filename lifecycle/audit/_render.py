@@ -45,6 +45,7 @@ def text(result: AuditResult, *, show_blame: bool = False, show_chain: bool = Fa
         out.append(_line(f))
     for rule_id, ranks in rest.items():
         out.append(f"{rule_id} [{BY_ID[rule_id].slug}] also on ranks {ranges(ranks)}")
+    out += _warning_lines(result)
     if show_blame:
         out += _blame_lines(result, causes)
     if show_chain:
@@ -84,6 +85,25 @@ def simulated(result: AuditResult) -> dict[str, int] | None:
     return {"ranks": len(ranks), "world_size": max(a.world_size or 0 for a in result.ranks)}
 
 
+def warnings(result: AuditResult) -> list[dict[str, Any]]:
+    """Each distinct third-party warning the ranks logged, with the ranks that logged it."""
+    by_key: dict[tuple[str, str, str], set[int]] = {}
+    for audit in result.ranks:
+        for key in audit.warnings:
+            by_key.setdefault(key, set()).add(-1 if audit.rank is None else audit.rank)
+    return [{"category": c, "module": m, "message": msg, "ranks": sorted(ranks)}
+            for (c, m, msg), ranks in sorted(by_key.items())]
+
+
+def _warning_lines(result: AuditResult) -> list[str]:
+    found = warnings(result)
+    if not found:
+        return []
+    out = ["", f"warnings ({len(found)} distinct, from the libraries; not violations):"]
+    out += [f"  {w['module']}: {w['category']}: {w['message'][:200]} (ranks {ranges(w['ranks'])})" for w in found]
+    return out
+
+
 def _blame_lines(result: AuditResult, causes: list[Finding]) -> list[str]:
     out = ["", "blame (entry time per state across ranks, slowest first):"]
     out += [f"  {_line(f)}" for f in causes]
@@ -121,6 +141,7 @@ def as_json(result: AuditResult, *, with_timing: bool = True) -> bytes:
         "sources": result.sources,
         "ranks": len(result.ranks),
         "simulated": simulated(result),
+        "warnings": warnings(result),
         "errors": [{key: e.context.get(key) for key in ("source", "line", "reason")} for e in result.errors],
         "root_causes": [_fields(c) | {"victims": [_fields(v) for v in c.victims]} for c in result.root_causes],
         "findings": [

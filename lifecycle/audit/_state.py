@@ -25,7 +25,7 @@ class RankState:
         "generation", "last_ts",
         "line", "model_gen", "model_id", "next_seq", "old_model_id", "open_start", "open_trigger", "plan",
         "prev", "rank", "rebind_line", "rebind_pending", "rebuilt", "records", "run_id", "segments", "shut",
-        "simulated", "source", "state", "target", "transitions", "validated", "world_size",
+        "simulated", "source", "state", "target", "transitions", "validated", "warnings", "world_size",
     )
 
     def __init__(self, source: str) -> None:
@@ -63,6 +63,7 @@ class RankState:
         self.segments: list[Segment] = []
         self._findings: dict[str, list[Any]] = {}
         self.simulated: int | None = None  # how many ranks a `lifecycle simulate` run drove
+        self.warnings: dict[tuple[str, str, str], int] = {}  # (category, module, message) → times logged
 
     def flag(self, rule: str, message: str, line: int | None = None) -> None:
         """Record a finding at `line` (default: the current record); later ones of a rule only count."""

@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from lifecycle.config import RunConfig, Snapshot
-from lifecycle.engine import _steps, _tripwires
+from lifecycle.engine import _steps, _tripwires, _warnings
 from lifecycle.engine._context import Context
 from lifecycle.engine._failures import Failures, SignalTrap
 from lifecycle.engine._machine import MachineModel, build_machine
@@ -84,8 +84,7 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         self._phase_logged_validation = False
         self._fail_reason = ""
         self._depth = 0  # _fire calls in progress on the lock-holding thread
-        self._aborting = False
-        self._abort_logged = False
+        self._aborting = self._abort_logged = False
         self._fault_seen = False
         self._trap = SignalTrap(self._on_signal)
         self._log = AuditLog(
@@ -100,6 +99,7 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         )
         if tripwires != "off":
             _tripwires.arm(self)
+        self._warnings = _warnings.WarningCapture(self, console=self._runtime.rank == 0).install()
 
     # -- what users read -------------------------------------------------------------------------
     @property
@@ -193,6 +193,7 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         if self.state is State.SHUT_DOWN:
             _tripwires.disarm(self)
             self._trap.uninstall()
+            self._warnings.release()
             self._log.close()
 
     def fire(self, trigger: Trigger | str) -> Runtime:

@@ -42,6 +42,7 @@ REHEARSAL_DISABLED: Final = "rehearsal_disabled"
 SIMULATION_STARTED: Final = "simulation_started"
 RANK_SIMULATED: Final = "rank_simulated"
 LOG_WRITE_FAILED: Final = "log_write_failed"
+WARNING: Final = "warning"
 
 ALL: Final[frozenset[str]] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

@@ -45,6 +45,7 @@ def _start(*overrides: str) -> tuple[RecordingContext, object]:
 
 def test_the_default_null_tokenizer_behaves_as_megatrons_and_its_vocab_is_padded() -> None:
     import torch.distributed as dist
+
     from lifecycle.megatron.compat import megatron_null_tokenizer, null_tokenizer_eod_in_vocab
 
     ctx, runtime = _start()

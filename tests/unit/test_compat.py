@@ -27,8 +27,9 @@ def test_the_installed_release_lies_in_the_declared_range() -> None:
 
 
 def test_the_declared_range_is_pyprojects() -> None:
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     deps = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["dependencies"]
     floor = ".".join(map(str, compat.FLOOR))

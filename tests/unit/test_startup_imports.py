@@ -14,7 +14,7 @@ import pytest
 from lifecycle import ExtraNotInstalled
 from lifecycle.audit import audit, blame
 from lifecycle.config import TokenizerConfig
-from lifecycle.megatron import services_ready
+from lifecycle.megatron import compat, services_ready
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -25,13 +25,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICES_ON_THE_NULL_PATH = """
 import sys
 from lifecycle.config import RunConfig
-from lifecycle.megatron import services_ready
+from lifecycle.megatron import compat, services_ready
 from states import Plan, Trigger
 from tests.phase_context import RecordingContext
 config = RunConfig.preset("tiny-gpt", ["plan=convert"])
 ctx = RecordingContext.for_config(config, trigger=Trigger.START_SERVICES, plan=Plan.CONVERT)
 runtime = services_ready.enter(ctx)
-assert runtime.tokenizer.vocab_size == 1001 and runtime.vocab_size == 1024, runtime
+from lifecycle.megatron.compat import null_tokenizer_eod_in_vocab
+assert runtime.tokenizer.vocab_size == (1000 if null_tokenizer_eod_in_vocab() else 1001), runtime
+assert runtime.vocab_size == 1024, runtime
 print(sorted({m.split('.')[0] for m in sys.modules}))
 """
 
@@ -45,8 +47,13 @@ def test_services_with_the_null_tokenizer_import_neither_transformers_nor_torch_
 
 def test_the_null_tokenizer_reads_ids_and_counts_the_end_of_document_id() -> None:
     tok = services_ready.build_tokenizer(TokenizerConfig(vocab_size=50))
-    assert (tok.vocab_size, tok.eod) == (51, 50)
     assert tok.tokenize("3 14 15") == [3, 14, 15] and tok.detokenize([3, 14, 15]) == "3 14 15"
+    # megatron-core < 0.18: end-of-document is one id past the 50; from 0.18 it is the last of them
+    assert (services_ready.NullTokenizer(50, eod_in_vocab=False).vocab_size,
+            services_ready.NullTokenizer(50, eod_in_vocab=False).eod) == (51, 50)
+    assert (services_ready.NullTokenizer(50, eod_in_vocab=True).vocab_size,
+            services_ready.NullTokenizer(50, eod_in_vocab=True).eod) == (50, 49)
+    assert tok.eod_in_vocab is compat.null_tokenizer_eod_in_vocab()
 
 
 def test_a_huggingface_tokenizer_without_transformers_names_the_hf_extra(monkeypatch: pytest.MonkeyPatch) -> None:

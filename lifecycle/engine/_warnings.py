@@ -1,0 +1,140 @@
+"""Third-party warnings during a lifecycle: into the startup log, onto the console once per run.
+
+Python warnings (`warnings.warn`: megatron's `MimoModelConfig is experimental`, torch's
+deprecations) and the library loggers' WARNING records (megatron's `log_single_rank(...,
+WARNING, "GPTModel IS DEPRECATED ...")`) each become a `warning` record with its category and source
+module, so `lifecycle audit` lists them. The console shows each distinct one once, from rank 0
+only: 2 ranks or 4,096, one line. INFO and DEBUG lines of the library loggers are dropped.
+
+A process has one capture at a time (the newest lifecycle's); it is undone at shutdown, restoring
+`warnings.showwarning` and the loggers as they were. Only the thread that can take the lifecycle's
+lock writes to its log; a warning raised on another thread while it is held (the imports thread
+beside VALIDATED) waits in a queue for the next write.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import warnings
+from collections import deque
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from lifecycle.log import events, redact_text
+
+LIBRARY_LOGGERS = ("megatron", "transitions", "torch.distributed.checkpoint")
+"""Loggers whose records go to the startup log instead of the console."""
+_MESSAGE_CAP = 500
+
+
+class _Recorder(Protocol):
+    _lock: threading.RLock
+
+    def record(self, event: str, **fields: Any) -> None: ...
+
+
+def _module_of(filename: str) -> str:
+    """`.../site-packages/megatron/core/models/gpt/gpt_model.py` → `megatron.core.models.gpt.gpt_model`."""
+    path = Path(filename)
+    for root in sorted((Path(p) for p in sys.path if p), key=lambda p: len(str(p)), reverse=True):
+        try:
+            relative = path.with_suffix("").relative_to(root)
+        except ValueError:
+            continue
+        if relative.parts and all(part.isidentifier() for part in relative.parts):
+            return ".".join(relative.parts)
+    return path.stem
+
+
+class WarningCapture:
+    """Routes warnings to one lifecycle's log while installed."""
+
+    def __init__(self, lc: _Recorder, *, console: bool) -> None:
+        self._lc = lc
+        self._console = console
+        self._shown: set[tuple[str, str, str]] = set()
+        self._queue: deque[dict[str, Any]] = deque()
+        self._previous_show: Any = None
+        self._loggers: list[tuple[logging.Logger, bool, logging.Handler]] = []
+        self._installed = False
+
+    def install(self) -> WarningCapture:
+        global _ACTIVE
+        if _ACTIVE is not None:
+            _ACTIVE.release()
+        self._previous_show = warnings.showwarning
+        warnings.showwarning = self._show_warning
+        handler = _Handler(self)
+        for name in LIBRARY_LOGGERS:
+            logger = logging.getLogger(name)
+            self._loggers.append((logger, logger.propagate, handler))
+            logger.addHandler(handler)
+            logger.propagate = False
+        self._installed = True
+        _ACTIVE = self
+        return self
+
+    def release(self) -> None:
+        """Write what is queued, and put `showwarning` and the loggers back (idempotent)."""
+        global _ACTIVE
+        if not self._installed:
+            return
+        self._installed = False
+        self._flush(block=True)
+        if warnings.showwarning == self._show_warning:
+            warnings.showwarning = self._previous_show
+        for logger, propagate, handler in self._loggers:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+        self._loggers.clear()
+        if _ACTIVE is self:
+            _ACTIVE = None
+
+    def add(self, category: str, module: str, message: str, lineno: int | None) -> None:
+        """One warning: queued for the log, and shown on the console the first time (rank 0)."""
+        text = redact_text(message)[:_MESSAGE_CAP]
+        self._queue.append({"category": category, "module": module, "message": text, "lineno": lineno})
+        key = (category, module, text)
+        if self._console and key not in self._shown:
+            self._shown.add(key)
+            _console_line(f"{module}: {category}: {text}")
+        self._flush(block=False)
+
+    def _flush(self, *, block: bool) -> None:
+        lock = self._lc._lock
+        if not lock.acquire(blocking=block):
+            return
+        try:
+            while self._queue:
+                self._lc.record(events.WARNING, **self._queue.popleft())
+        finally:
+            lock.release()
+
+    def _show_warning(self, message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      file: TextIO | None = None, line: str | None = None) -> None:
+        self.add(category.__name__, _module_of(filename), str(message), lineno)
+
+
+class _Handler(logging.Handler):
+    def __init__(self, capture: WarningCapture) -> None:
+        super().__init__(level=logging.WARNING)
+        self._capture = capture
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._capture.add(f"logging.{record.levelname}", record.name, record.getMessage(), record.lineno)
+        except Exception:  # a warning must never break the run it describes
+            self.handleError(record)
+
+
+def _console_line(text: str) -> None:
+    try:
+        sys.stderr.write(f"warning: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+_ACTIVE: WarningCapture | None = None

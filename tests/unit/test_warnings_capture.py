@@ -1,0 +1,79 @@
+"""Library warnings go to the startup log as `warning` records, reach the console once per run (rank 0
+only), are listed by the audit, and the process's warning machinery is restored at shutdown."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.audit import as_json as audit_json
+from lifecycle.audit import audit
+from lifecycle.log import events
+from states import State
+
+
+def _megatron_warns_twice() -> None:
+    for _ in range(2):
+        warnings.warn("MimoModelConfig is experimental", UserWarning, stacklevel=1)
+        logging.getLogger("megatron.core.models.gpt.gpt_model").warning(
+            "GPTModel IS DEPRECATED (token hf_abcdefghijklmnopqrstuvwxyz123456)")
+        logging.getLogger("transitions.core").info("Entered state VALIDATED")
+
+
+def test_library_warnings_are_logged_with_category_and_module_and_shown_once(
+    make_lc: Callable[..., Any], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    before = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        lc = make_lc(log_dir=tmp_path / "logs")
+        _megatron_warns_twice()
+        lc.shutdown()
+        assert warnings.showwarning is not None
+    logged = [r for r in lc.records if r["event"] == events.WARNING]
+    assert [(r["category"], r["module"]) for r in logged] == [
+        ("UserWarning", __name__), ("logging.WARNING", "megatron.core.models.gpt.gpt_model")] * 2
+    assert "hf_abcdefghij" not in str(logged)  # redacted before it is written
+    err = capsys.readouterr().err
+    assert err.count("MimoModelConfig is experimental") == 1 and err.count("GPTModel IS DEPRECATED") == 1
+    assert "Entered state" not in err and "hf_abcdefghij" not in err
+    assert warnings.showwarning is before
+    assert logging.getLogger("megatron").propagate and not logging.getLogger("megatron").handlers
+
+
+def test_ranks_other_than_0_log_warnings_without_printing_them(
+    make_lc: Callable[..., Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    from lifecycle.engine import _warnings
+
+    lc = make_lc()
+    capture = _warnings._ACTIVE
+    assert capture is not None and not capture._console
+    logging.getLogger("megatron.core.utils").warning("a rank-1 warning")
+    assert [r["message"] for r in lc.records if r["event"] == events.WARNING] == ["a rank-1 warning"]
+    assert "a rank-1 warning" not in capsys.readouterr().err
+    lc.shutdown()
+    assert _warnings._ACTIVE is None
+
+
+def test_the_audit_lists_the_warnings_the_ranks_logged(make_lc: Callable[..., Any], tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        lc = make_lc(log_dir=tmp_path / "logs")
+        lc.advance_to(State.CALLBACKS_BOUND)
+        _megatron_warns_twice()
+        lc.shutdown()
+    result = audit([tmp_path / "logs"])
+    assert result.exit_code == 0, result.findings
+    import orjson
+
+    listed = orjson.loads(audit_json(result))["warnings"]
+    assert [(w["category"], w["module"], w["ranks"]) for w in listed] == [
+        ("UserWarning", __name__, [0]), ("logging.WARNING", "megatron.core.models.gpt.gpt_model", [0])]
