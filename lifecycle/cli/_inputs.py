@@ -20,6 +20,13 @@ INPUT_CHECKS = frozenset({"positive_sizes", "optimizer"})
 EXIT_INPUT, EXIT_INVALID = 2, 1
 
 
+def say(message: str) -> None:
+    """One message of `lifecycle run` on stderr, credentials redacted (`lifecycle.redaction`)."""
+    from lifecycle.redaction import redact_text
+
+    print(f"lifecycle run: {redact_text(message)}", file=sys.stderr)
+
+
 def non_negative(text: str) -> int:
     """argparse type for counts that may be 0 (`--steps`)."""
     try:
@@ -62,12 +69,12 @@ def report(problems: list[Problem], *, launch_world: int | None) -> int | None:
     bad_input = [p for p in problems if p.check in INPUT_CHECKS]
     if bad_input:
         for p in bad_input:
-            print(f"lifecycle run: {p}", file=sys.stderr)
+            say(str(p))
         return EXIT_INPUT
     if problems and launch_world is not None:
         lines = "\n  - ".join(str(p) for p in problems)
-        print(f"lifecycle run: the config has {len(problems)} problem(s) for a {launch_world}-rank "
-              f"launch; nothing was launched:\n  - {lines}", file=sys.stderr)
+        say(f"the config has {len(problems)} problem(s) for a {launch_world}-rank launch; nothing was "
+            f"launched:\n  - {lines}")
         return EXIT_INVALID
     return None
 
