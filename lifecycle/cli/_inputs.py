@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lifecycle.config import Problem, RunConfig
 
 # Intrinsic checks about one field's own value: their problems are bad input (exit 2).
-INPUT_CHECKS = frozenset({"positive_sizes", "optimizer"})
+INPUT_CHECKS = frozenset({"positive_sizes", "optimizer", "bounds", "local_paths"})
 EXIT_INPUT, EXIT_INVALID = 2, 1
 
 
@@ -39,19 +40,24 @@ def non_negative(text: str) -> int:
 
 
 def load(args: argparse.Namespace) -> RunConfig:
-    """The RunConfig from `--preset`/`--config`, `--set`, `--plan` and `--log-dir`."""
+    """The RunConfig from `--preset`/`--config`, `--set`, `--plan` and `--log-dir` (`--config` and
+    `--log-dir` are paths, taken as typed)."""
     from lifecycle.config import RunConfig
 
     overrides = list(args.overrides)
     if args.plan:
         overrides.append(f"plan={args.plan}")
-    if args.log_dir:
-        overrides.append(f"logging.log_dir={args.log_dir}")
     if getattr(args, "overwrite", False):
         overrides.append("logging.existing=overwrite")
     if args.config:
-        return RunConfig.from_yaml(args.config, overrides)
-    return RunConfig.preset(args.preset or "tiny-gpt", overrides)
+        config = RunConfig.from_yaml(Path(args.config), overrides)
+    else:
+        config = RunConfig.preset(args.preset or "tiny-gpt", overrides)
+    if args.log_dir is None:
+        return config
+    data = config.to_dict()  # the path as typed: never read as YAML or as an override
+    data["logging"]["log_dir"] = args.log_dir
+    return RunConfig.from_dict(data)
 
 
 def with_world_size(config: RunConfig, world: int | None) -> RunConfig:
