@@ -29,24 +29,41 @@ def is_secret_key(key: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class Shape:
     """One credential shape: `pattern`, and what a match becomes (`keep` names groups kept before
-    the redaction marker; `when` a group whose text must look secret for the match to count)."""
+    the redaction marker; `when` a group whose text must look secret for the match to count). With
+    `value`, `pattern` matches only the lead (a name and its `=`), and `value` the credential after
+    it: a lead whose name is not secret then consumes nothing, so a secret inside its value (a
+    `password=` inside a path) is still found."""
 
     name: str
     pattern: re.Pattern[str]
     keep: str = ""
     when: str = ""
+    value: re.Pattern[str] | None = None
 
     def sub(self, text: str) -> str:
-        return self.pattern.sub(self._replace, text)
+        if self.value is None:
+            return self.pattern.sub(self._replace, text)
+        out, pos = [], 0
+        for lead in self.pattern.finditer(text):
+            found = self.value.match(text, lead.end())
+            if lead.start() < pos or found is None or not self._secret(lead):
+                continue
+            out += [text[pos:lead.end()], REDACTED]
+            pos = found.end()
+        return "".join(out) + text[pos:] if out else text
+
+    def _secret(self, match: re.Match[str]) -> bool:
+        name = match[self.when] if self.when else None
+        return name is None or is_secret_key(name) or name.lower() in _SIGNED
 
     def _replace(self, match: re.Match[str]) -> str:
-        name = match[self.when] if self.when else None
-        if name is not None and not (is_secret_key(name) or name.lower() in _SIGNED):
+        if not self._secret(match):
             return match.group(0)
         return (match[self.keep] if self.keep else "") + REDACTED
 
-def _shape(name: str, pattern: str, keep: str = "", when: str = "", flags: int = 0) -> Shape:
-    return Shape(name, re.compile(pattern, flags), keep, when)
+
+def _shape(name: str, pattern: str, keep: str = "", when: str = "", flags: int = 0, value: str = "") -> Shape:
+    return Shape(name, re.compile(pattern, flags), keep, when, re.compile(value) if value else None)
 
 SHAPES: tuple[Shape, ...] = (
     _shape("pem_private_key", r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
@@ -56,9 +73,8 @@ SHAPES: tuple[Shape, ...] = (
     _shape("query_parameter", r"(?P<lead>[?&#;](?P<name>[A-Za-z0-9_.\-]+)=)[^&#\s;\"']+", keep="lead", when="name"),
     _shape("authorization_header", r"(?P<lead>\b(?:Bearer|Basic|Token)\s+)[A-Za-z0-9._~+/\-]{6,}=*", keep="lead",
            flags=re.I),
-    _shape("secret_assignment",
-           r"(?P<lead>(?<![\w\-.])(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)[\"']?\s*[=:]\s*[\"']?)(?!<redacted>|(?i:bearer|basic|token)\s)[^\s\"'&,;]+",
-           keep="lead", when="name"),
+    _shape("secret_assignment", r"(?<![\w\-.])(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)[\"']?\s*[=:]\s*[\"']?",
+           when="name", value=r"(?!<redacted>|(?i:bearer|basic|token)\s)[^\s\"'&,;]+"),
     _shape("hugging_face_token", r"hf_[A-Za-z0-9]{16,}"),
     _shape("github_token", r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"),
     _shape("gitlab_token", r"glpat-[A-Za-z0-9_\-]{20,}"),

@@ -129,3 +129,8 @@ def test_these_keys_are_secret(key: str) -> None:
                                    "host.example:path/file", "rank-00000.jsonl"])
 def test_ordinary_text_is_kept(text_: str) -> None:
     assert redact_text(text_) == text_
+
+
+def test_a_secret_inside_the_value_of_an_ordinary_name_is_still_found() -> None:
+    out = redact_text(f"tokenizer.path='/x/password=hunter22/{SAMPLES['hugging_face_token'][0]}' missing")
+    assert "hunter22" not in out and "tokenizer.path='/x/password=" in out and out.endswith("' missing")
