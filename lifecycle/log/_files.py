@@ -57,6 +57,14 @@ class ChainEnd:
     complete: int = 0
     run_id: str | None = None
     ident: tuple[int, int] | None = None
+    chained: bool = True
+
+    def unchained_problem(self, path: Path) -> str | None:
+        """Why a new attempt cannot continue this file (its last line is not a chained record)."""
+        if self.chained:
+            return None
+        return (f"log_dir {str(path.parent)!r}: {path.name} does not end with a hash-chained record, so a new "
+                f"attempt cannot continue it: {_LEAVE}, or set logging.existing to 'overwrite' to replace it")
 
 
 def _not_ours(path: Path, why: str) -> str:
@@ -109,13 +117,13 @@ def inspect_log(path: Path) -> ChainEnd | str | None:
         return _not_ours(path, "does not start with a lifecycle_started record")
     complete = data[: data.rfind(b"\n") + 1]
     lines = [line for line in complete.split(b"\n") if line.strip()]
-    last = _record(lines[-1]) if lines else first
-    seq, digest = (last or {}).get("seq"), (last or {}).get("hash")
-    if not isinstance(seq, int) or not isinstance(digest, str):
-        return _not_ours(path, "does not end with a hash-chained record")
+    last = (_record(lines[-1]) if lines else first) or {}
+    seq, digest = last.get("seq"), last.get("hash")
+    run_id = str(first["run_id"])
+    if not isinstance(seq, int) or not isinstance(digest, str):  # replaceable, not continuable
+        return ChainEnd(complete=len(complete), run_id=run_id, ident=ident, chained=False)
     return ChainEnd(seq=seq + 1, prev=digest, attempts=sum(1 for line in lines if _STARTED in line),
-                    truncated=len(data) - len(complete), complete=len(complete), run_id=str(first["run_id"]),
-                    ident=ident)
+                    truncated=len(data) - len(complete), complete=len(complete), run_id=run_id, ident=ident)
 
 
 def first_run_id(path: Path) -> str | None:
@@ -134,23 +142,25 @@ def other_run(log_dir: Path, rank: int, run_id: str) -> tuple[str, Path] | None:
     return None
 
 
-def own_file_problem(log_dir: Path, rank: int) -> str | None:
-    """Why this rank's file, when there is one, is not one of our logs (so nothing may touch it)."""
-    end = inspect_log(rank_file(log_dir, rank))
+def own_file_problem(log_dir: Path, rank: int, policy: str) -> str | None:
+    """Why this rank's file, when there is one, is not one of our logs (so nothing may touch it), or
+    cannot be continued under `policy`."""
+    path = rank_file(log_dir, rank)
+    end = inspect_log(path)
+    if isinstance(end, ChainEnd) and policy != "overwrite":
+        return end.unchained_problem(path)
     return end if isinstance(end, str) else None
 
 
 def existing_policy_problem(log_dir: Path, rank: int, run_id: str, policy: str) -> str | None:
-    """Why `log_dir` cannot take this rank's log: its rank file is not one of our logs (any policy),
-    or `policy` (logging.existing) refuses another run's logs. None when it can."""
+    """Why `log_dir` cannot take this rank's log: `policy` (logging.existing) refuses another run's
+    logs, or its rank file is not one of our logs (any policy) or cannot be continued. None when it
+    can."""
     if not log_dir.is_dir():
         return None
-    problem = own_file_problem(log_dir, rank)
-    if problem is not None or policy != "refuse":
-        return problem
-    found = other_run(log_dir, rank, run_id)
+    found = other_run(log_dir, rank, run_id) if policy == "refuse" else None
     if found is None:
-        return None
+        return own_file_problem(log_dir, rank, policy)
     other, path = found
     return (f"log_dir {str(log_dir)!r} holds the startup logs of another run, {other!r} ({path.name}): "
             "use a new log directory, or set logging.existing to 'overwrite' (`lifecycle run --overwrite`) "

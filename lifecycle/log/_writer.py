@@ -246,6 +246,9 @@ class AuditLog:
         end = inspect_log(path)
         if isinstance(end, str):
             raise PermissionError(end)
+        unchained = end.unchained_problem(path) if end is not None and not overwrite else None
+        if unchained is not None:
+            raise PermissionError(unchained)
         if overwrite and self.rank == 0:
             for other in removable_ranks(path.parent, self.world_size):
                 other.unlink(missing_ok=True)

@@ -68,7 +68,7 @@ def test_a_dangling_symlink_creates_nothing_where_it_points(tmp_path: Path, exis
 
 
 @pytest.mark.parametrize("content", [OUTSIDE, b"[1, 2]\n", b'{"event": "transition_started"}\n', b"\xff\xfe\x00garbage",
-                                     b'{"event":"lifecycle_started","run_id":"run-new"}\n{"no": "chain"}\n'])
+                                     b'{"event":"lifecycle_started"}\n', b"\n"])
 @pytest.mark.parametrize("existing", ["refuse", "append", "overwrite"])
 def test_a_rank_file_that_is_not_a_startup_log_is_refused_in_one_line_and_kept_byte_for_byte(
     tmp_path: Path, content: bytes, existing: str
@@ -78,6 +78,16 @@ def test_a_rank_file_that_is_not_a_startup_log_is_refused_in_one_line_and_kept_b
     assert "rank-00000.jsonl" in str(error) and "not one of our startup logs" in str(error)
     assert len(str(error).splitlines()) == 1
     assert (tmp_path / "rank-00000.jsonl").read_bytes() == content
+
+
+@pytest.mark.parametrize("existing", ["refuse", "append"])
+def test_a_startup_log_that_does_not_end_in_a_chained_record_is_never_continued(tmp_path: Path, existing: str) -> None:
+    content = b'{"event":"lifecycle_started","run_id":"run-new"}\n{"no": "chain"}\n'
+    (tmp_path / "rank-00000.jsonl").write_bytes(content)
+    assert "does not end with a hash-chained record" in str(refused(tmp_path, existing))
+    assert (tmp_path / "rank-00000.jsonl").read_bytes() == content
+    start(tmp_path, "run-new", "overwrite")  # a startup log by its first line: overwrite may replace it
+    assert {r["run_id"] for r in read_log(tmp_path / "rank-00000.jsonl")} == {"run-new"}
 
 
 def test_a_hard_link_to_an_outside_file_is_refused(tmp_path: Path, outside: Path) -> None:
