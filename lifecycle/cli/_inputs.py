@@ -53,7 +53,7 @@ def load(args: argparse.Namespace) -> RunConfig:
         config = RunConfig.from_yaml(Path(args.config), overrides)
     else:
         config = RunConfig.preset(args.preset or "tiny-gpt", overrides)
-    if args.log_dir is None:
+    if not args.log_dir:
         return config
     data = config.to_dict()  # the path as typed: never read as YAML or as an override
     data["logging"]["log_dir"] = args.log_dir
