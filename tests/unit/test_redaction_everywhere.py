@@ -92,6 +92,16 @@ def test_each_shape_is_redacted_on_lifecycle_runs_stderr(name: str, capsys: pyte
     assert_clean(capsys.readouterr().err, name)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_each_shape_is_redacted_when_the_command_line_parser_echoes_a_bad_value(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "--plan", SAMPLES[name][0]])
+    assert stop.value.code == 2
+    assert_clean(capsys.readouterr().err, name)
+
+
 def unredacted(path: Path, message: str) -> None:
     """Put `message` back, as written by a writer that did not redact, with the chain recomputed."""
     records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
