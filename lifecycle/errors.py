@@ -29,17 +29,26 @@ from __future__ import annotations
 from typing import Any
 
 from bindings import BindingConflict, BindingError, FinalizerNotCalled
+from lifecycle.redaction import redact_text
 from states import GuardRejected, InvalidTransition, LifecycleError
 
 
-class ConfigError(LifecycleError, ValueError):
+class _Redacted(LifecycleError):
+    """The errors defined here: their message is redacted (`lifecycle.redaction`) when made, so no
+    credential in a value or a cause reaches the caller, a traceback or a pickle."""
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(redact_text(message), **context)
+
+
+class ConfigError(_Redacted, ValueError):
     """A config value or file is wrong. `problems` lists every one found."""
 
     problems: list[Any]
     field: str | None
 
 
-class SideEffectError(LifecycleError, RuntimeError):
+class SideEffectError(_Redacted, RuntimeError):
     """A side effect was attempted outside the transition that owns it."""
 
 
@@ -56,32 +65,32 @@ class DistributedError(SideEffectError):
     lifecycle: a second initialization is refused."""
 
 
-class ConfigMutated(LifecycleError, RuntimeError):
+class ConfigMutated(_Redacted, RuntimeError):
     """The validated config (or the megatron config built from it) changed after VALIDATED."""
 
 
-class PhaseFailed(LifecycleError, RuntimeError):
+class PhaseFailed(_Redacted, RuntimeError):
     """A state's entry work raised; the lifecycle entered FAILED. The cause is chained."""
 
 
-class ProviderError(LifecycleError, TypeError):
+class ProviderError(_Redacted, TypeError):
     """A model provider cannot be loaded or called, or returned what megatron cannot wrap:
     `provider`, `chunk` and `returned` say which and what; the message says the fix."""
 
 
-class RehearsalError(LifecycleError, RuntimeError):
+class RehearsalError(_Redacted, RuntimeError):
     """A CPU rehearsal was started twice, or closed from the wrong thread or out of order."""
 
 
-class RankFailed(LifecycleError, RuntimeError):
+class RankFailed(_Redacted, RuntimeError):
     """A spawned rank raised or died; `rank` and the remote traceback are attached."""
 
 
-class LogUnreadable(LifecycleError, ValueError):
+class LogUnreadable(_Redacted, ValueError):
     """A startup log line cannot be read: `source`, `line` and `reason` say where and why."""
 
 
-class ExtraNotInstalled(LifecycleError, ImportError):
+class ExtraNotInstalled(_Redacted, ImportError):
     """An optional dependency is missing; the message names the `pip install` extra that adds it."""
 
 

@@ -15,13 +15,16 @@ from lifecycle.audit._cross import ranges
 from lifecycle.audit._records import Finding
 from lifecycle.audit._rules import BY_ID
 from lifecycle.audit._timing import blame, critical_chain, rank_blame, stragglers
+from lifecycle.redaction import redact, redact_text
 
 PER_RULE = 10
 _CAUSE = "LA018"
 
 
 def printable(text: str) -> str:
-    """`text` with control and other non-printable characters written as Python escapes (`\\x1b`)."""
+    """`text` with credentials redacted (`lifecycle.redaction`) and control and other non-printable
+    characters written as Python escapes (`\\x1b`)."""
+    text = redact_text(text)
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
@@ -154,7 +157,7 @@ def as_json(result: AuditResult, *, with_timing: bool = True) -> bytes:
         doc["blame"] = [_fields(b) for b in blame(result.ranks)]
         doc["critical_chain"] = [_fields(c) for c in critical_chain(result.ranks)]
         doc["stragglers"] = [_fields(s) for s in stragglers(result.ranks)]
-    return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+    return orjson.dumps(redact(doc), option=orjson.OPT_INDENT_2)
 
 
 def _fields(record: Any) -> dict[str, Any]:

@@ -22,7 +22,9 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+        from lifecycle.redaction import redact_text  # the bad value is echoed: never a credential
+
+        self.exit(2, f"{self.prog}: error: {redact_text(message)}; see `{self.prog} --help`\n")
 
 
 def version() -> str:

@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lifecycle.config import Problem, RunConfig
 
 # Intrinsic checks about one field's own value: their problems are bad input (exit 2).
-INPUT_CHECKS = frozenset({"positive_sizes", "optimizer"})
+INPUT_CHECKS = frozenset({"positive_sizes", "optimizer", "bounds", "local_paths"})
 EXIT_INPUT, EXIT_INVALID = 2, 1
+
+
+def say(message: str) -> None:
+    """One message of `lifecycle run` on stderr, credentials redacted (`lifecycle.redaction`)."""
+    from lifecycle.redaction import redact_text
+
+    print(f"lifecycle run: {redact_text(message)}", file=sys.stderr)
 
 
 def non_negative(text: str) -> int:
@@ -32,19 +40,24 @@ def non_negative(text: str) -> int:
 
 
 def load(args: argparse.Namespace) -> RunConfig:
-    """The RunConfig from `--preset`/`--config`, `--set`, `--plan` and `--log-dir`."""
+    """The RunConfig from `--preset`/`--config`, `--set`, `--plan` and `--log-dir` (`--config` and
+    `--log-dir` are paths, taken as typed)."""
     from lifecycle.config import RunConfig
 
     overrides = list(args.overrides)
     if args.plan:
         overrides.append(f"plan={args.plan}")
-    if args.log_dir:
-        overrides.append(f"logging.log_dir={args.log_dir}")
     if getattr(args, "overwrite", False):
         overrides.append("logging.existing=overwrite")
     if args.config:
-        return RunConfig.from_yaml(args.config, overrides)
-    return RunConfig.preset(args.preset or "tiny-gpt", overrides)
+        config = RunConfig.from_yaml(Path(args.config), overrides)
+    else:
+        config = RunConfig.preset(args.preset or "tiny-gpt", overrides)
+    if not args.log_dir:
+        return config
+    data = config.to_dict()  # the path as typed: never read as YAML or as an override
+    data["logging"]["log_dir"] = args.log_dir
+    return RunConfig.from_dict(data)
 
 
 def with_world_size(config: RunConfig, world: int | None) -> RunConfig:
@@ -62,12 +75,12 @@ def report(problems: list[Problem], *, launch_world: int | None) -> int | None:
     bad_input = [p for p in problems if p.check in INPUT_CHECKS]
     if bad_input:
         for p in bad_input:
-            print(f"lifecycle run: {p}", file=sys.stderr)
+            say(str(p))
         return EXIT_INPUT
     if problems and launch_world is not None:
         lines = "\n  - ".join(str(p) for p in problems)
-        print(f"lifecycle run: the config has {len(problems)} problem(s) for a {launch_world}-rank "
-              f"launch; nothing was launched:\n  - {lines}", file=sys.stderr)
+        say(f"the config has {len(problems)} problem(s) for a {launch_world}-rank launch; nothing was "
+            f"launched:\n  - {lines}")
         return EXIT_INVALID
     return None
 

@@ -21,9 +21,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--blame", action="store_true", help="time per state, slowest first, and stragglers")
     parser.add_argument("--critical-chain", action="store_true",
                         help="the ranks and states that held the whole startup back")
-    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+    parser.add_argument("--jobs", type=at_least_one, default=None, metavar="N",
                         help="processes reading the files (default: one per CPU, up to 8, from 256 files on)")
     parser.set_defaults(func=run)
+
+
+def at_least_one(text: str) -> int:
+    """argparse type for `--jobs`: an integer of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; write e.g. --jobs 4") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1; write e.g. --jobs 4") from None
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from lifecycle.cli._inputs import EXIT_INPUT, check_before_start, load, non_negative
+from lifecycle.cli._inputs import EXIT_INPUT, check_before_start, load, non_negative, say
 from lifecycle.cli._launch import add_launch_options, launch, launch_problem, launch_world_size, wants_launch
 from lifecycle.megatron.user_providers import NAMES, spec_problem
 from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State
@@ -79,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _refuse(message: str) -> int:
-    print(f"lifecycle run: {message}", file=sys.stderr)
+    say(message)
     return EXIT_INPUT
 
 
@@ -97,11 +96,11 @@ def _drive_rank(args: argparse.Namespace, config: Any) -> int:
     try:
         return _drive(args, config, provider)
     except StartupAborted as exc:
-        print(f"lifecycle run: rank {os.environ.get('RANK', '0')}: {exc} (exit {exc.code})", file=sys.stderr)
+        say(f"rank {os.environ.get('RANK', '0')}: {exc} (exit {exc.code})")
         return int(exc.code or 1)
     except LifecycleError as exc:
         rank = os.environ.get("RANK", "0")
-        print(f"lifecycle run: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        say(f"rank {rank} failed: {type(exc).__name__}: {exc}")
         return 1
 
 

@@ -11,7 +11,7 @@ import difflib
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,12 +53,32 @@ def read_yaml(path: Path) -> dict[str, Any]:
             field="path", problems=[str(exc)],
         ) from exc
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=_unique_keys_loader()) or {}  # a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}", field="path", problems=[str(exc)]) from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        what = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"{path}: not valid YAML{where}: {what}; fix the file", field="path",
+                          problems=[str(exc)]) from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: the top level must be a mapping of sections", field="path", problems=[])
     return plain(data)
+
+
+def _unique_keys_loader() -> Any:
+    """PyYAML's SafeLoader, refusing a key given twice in one mapping (PyYAML keeps the last)."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            keys = [self.construct_object(k, deep=True) for k, _ in node.value]
+            twice = sorted({str(k) for k in keys if keys.count(k) > 1})
+            if twice:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {twice[0]!r} is given twice in one mapping; give it once", node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeys
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
@@ -71,27 +91,6 @@ def to_dict(obj: Any) -> dict[str, Any]:
 
 def plain(data: Mapping[str, Any]) -> dict[str, Any]:
     return {str(k): (plain(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
-
-
-def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    import yaml
-
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(
-                f"override {item!r} is not KEY=VALUE; write e.g. --set parallel.tp=2",
-                field=item, problems=[item],
-            )
-        node = data
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override {item!r}: {part!r} is not a section", field=key, problems=[item])
-            node = child
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
-    return data
 
 
 def build(cls: type[Any], data: Mapping[str, Any], where: str = "") -> Any:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import orjson
 
 from lifecycle.config import _loading
+from lifecycle.config._overrides import apply_overrides
 
 _frozen = dataclass(frozen=True, slots=True, kw_only=True)
 
@@ -174,8 +175,9 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], overrides: Iterable[str] = ()) -> RunConfig:
-        """Build from nested dicts; `overrides` are `"section.field=value"` strings (YAML values)."""
-        config: RunConfig = _loading.build(cls, _loading.apply_overrides(_loading.plain(data), overrides))
+        """Build from nested dicts; `overrides` are `"section.field=value"` strings, each value read
+        by its field's type (`_overrides`: a string field takes the text as written)."""
+        config: RunConfig = _loading.build(cls, apply_overrides(_loading.plain(data), overrides, cls))
         return config
 
     @classmethod

@@ -15,7 +15,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from lifecycle.errors import LifecycleError, PhaseFailed, RehearsalError, StartupAborted
-from lifecycle.log import check_log_dir, events, existing_policy_problem, redact_text
+from lifecycle.log import check_log_dir, events, redact_text
 from states import State, Trigger, find
 
 if TYPE_CHECKING:
@@ -116,8 +116,9 @@ class Failures:
         problem. Returns what the error message should add."""
         if self._log_dir is None or self._log.is_open or self._log.fault is not None:
             return ""
-        problem = check_log_dir(self._log_dir) or existing_policy_problem(
-            self._log_dir, self._log.rank, self._log.run_id, self._config.logging.existing)
+        problem = check_log_dir(self._log_dir)
+        refused = None if problem else self._log.claim(self._log_dir, self._config.logging.existing)
+        problem = problem or (refused[1] if refused else None)
         if problem is None and self._log.open(self._log_dir) is not None:
             return ""
         self._log.to_stderr()

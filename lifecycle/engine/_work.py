@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig, Snapshot
 from lifecycle.errors import ConfigError, ConfigMutated
-from lifecycle.log import check_log_dir, events, existing_policy_problem, redact
+from lifecycle.log import check_log_dir, events, redact
 from states import Plan, State, Trigger
 
 if TYPE_CHECKING:
@@ -54,9 +54,10 @@ class EntryWork:
             problem = check_log_dir(self._log_dir)
             if problem:
                 raise ConfigError(f"logging.log_dir: {problem}", field="logging.log_dir", problems=[problem])
-            problem = existing_policy_problem(self._log_dir, self._log.rank, self._log.run_id, existing)
-            if problem:
-                raise ConfigError(f"logging.existing: {problem}", field="logging.existing", problems=[problem])
+            refused = self._log.claim(self._log_dir, existing)
+            if refused:
+                field, problem = refused
+                raise ConfigError(f"{field}: {problem}", field=field, problems=[problem])
         self._snapshot = Snapshot(self._config)
         if not self._phase_logged_validation:
             self._log.emit(events.CONFIG_VALIDATED, fingerprint=runtime.fingerprint,

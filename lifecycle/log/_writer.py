@@ -21,9 +21,11 @@ import structlog
 
 from lifecycle.log import events
 from lifecycle.log._chain import GENESIS
-from lifecycle.log._files import chain_end, rank_file, remove_other_ranks
+from lifecycle.log._files import ChainEnd, existing_policy_problem, inspect_log, rank_file, removable_ranks
+from lifecycle.log._lock import lock_log_dir
 from lifecycle.log._redact import may_hold_credentials, redact
 
+_NEW = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 _ENVELOPE = frozenset({"event", "ts", "seq", "prev_hash", "run_id", "rank", "world_size", "generation"})
 
 
@@ -133,6 +135,8 @@ class AuditLog:
         self.world_size = world_size
         self.generation = 0
         self.path: Path | None = None
+        self._lock_fd: int | None = None
+        self._claimed: Path | None = None
         self._logger = self._make_logger()
 
     def _make_logger(self) -> Any:
@@ -183,21 +187,49 @@ class AuditLog:
         """Records emitted so far (only when created with keep_records=True)."""
         return self._writer.records
 
+    def claim(self, log_dir: Path, policy: str) -> tuple[str, str] | None:
+        """Make `log_dir` this run's (validated already by `check_log_dir`): create it, share its lock
+        with this run's other ranks, and check this rank's file is absent or one of our logs.
+        (field, why) when it cannot be had: another run holds the lock, a file is not ours, or
+        `policy` (logging.existing) refuses another run's logs. Idempotent for the same directory."""
+        if self._claimed == log_dir:
+            return None
+        self.release()
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            held = lock_log_dir(log_dir, self.run_id)
+        except OSError as exc:
+            return "logging.log_dir", f"log_dir {str(log_dir)!r} cannot be used ({exc.strerror})"
+        if isinstance(held, str):
+            return "logging.log_dir", held
+        self._lock_fd = held
+        problem = existing_policy_problem(log_dir, self.rank, self.run_id, policy)
+        if problem is not None:
+            self.release()
+            field = "logging.existing" if "another run" in problem else "logging.log_dir"
+            return field, problem
+        self._claimed = log_dir
+        return None
+
+    def release(self) -> None:
+        """Give up this rank's share of the log directory's lock."""
+        fd, self._lock_fd, self._claimed = self._lock_fd, None, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     def open(self, log_dir: Path, *, overwrite: bool = False) -> Path | None:
         """Create (or continue) the rank file and write the held records; None when the file could
         not take them (they went to stderr, and `fault` says why). The directory must already be
-        validated. A non-empty rank file is continued as a new attempt: the chain goes on from its
-        last record and `lifecycle_started` carries `attempt`."""
+        validated and claimed (`claim`; done here when it was not). A non-empty rank file is
+        continued as a new attempt: the chain goes on from its last record and `lifecycle_started`
+        carries `attempt`. Nothing is opened through a link, and only checked logs are replaced."""
         path = rank_file(log_dir, self.rank)
         try:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            if overwrite and self.rank == 0:
-                remove_other_ranks(log_dir, self.world_size)
-            end = chain_end(path) if not overwrite else None
-            if end is not None and end.seq > 0:
-                self._writer.rechain(end.seq, end.prev, end.attempts)
-            flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_APPEND)
-            self._writer.fd = os.open(path, flags, 0o644)
+            refused = self.claim(log_dir, "overwrite" if overwrite else "append")
+            if refused is not None:
+                raise PermissionError(refused[1])
+            self._writer.fd = self._open_file(path, overwrite=overwrite)
             self._writer.size = os.fstat(self._writer.fd).st_size
         except OSError as exc:
             self._writer.failed(exc)
@@ -209,6 +241,36 @@ class AuditLog:
             self._emit_fault(path)
             return None
         return path
+
+    def _open_file(self, path: Path, *, overwrite: bool) -> int:
+        end = inspect_log(path)
+        if isinstance(end, str):
+            raise PermissionError(end)
+        unchained = end.unchained_problem(path) if end is not None and not overwrite else None
+        if unchained is not None:
+            raise PermissionError(unchained)
+        if overwrite and self.rank == 0:
+            for other in removable_ranks(path.parent, self.world_size):
+                other.unlink(missing_ok=True)
+        if overwrite and end is not None:
+            path.unlink()
+            end = None
+        if end is None:
+            return os.open(path, _NEW, 0o644)
+        return self._continue(path, end)
+
+    def _continue(self, path: Path, end: ChainEnd) -> int:
+        """Open the checked file `end` describes (the same inode, not a link) to append to it."""
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != end.ident:
+            os.close(fd)
+            raise PermissionError(f"{path} was replaced while it was being checked: nothing was written to it")
+        if end.truncated:  # a last line left half-written by a killed writer
+            os.ftruncate(fd, end.complete)
+        if end.seq > 0:
+            self._writer.rechain(end.seq, end.prev, end.attempts)
+        return fd
 
     def _emit_fault(self, path: Path) -> None:
         fault = self._writer.fault
@@ -226,6 +288,7 @@ class AuditLog:
             self._writer.stderr(line)
 
     def close(self) -> None:
+        self.release()
         fd, self._writer.fd = self._writer.fd, None
         if fd is not None:
             try:

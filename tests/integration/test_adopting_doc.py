@@ -16,6 +16,7 @@ import pytest
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "adopting.md"
+LOCK = ".lifecycle.lock"  # the log directory's owner lock (docs/failures.md)
 
 
 def blocks(kind: str) -> list[str]:
@@ -42,7 +43,7 @@ def test_the_adopting_guide_runs_as_written(tmp_path: Path) -> None:
     assert "step 2: loss" in outputs[0] and "finalizer calls 1" in outputs[0]
     assert "✓ CALLBACKS_BOUND" in outputs[1] and "step 2/2: loss" in outputs[1]
     for logs in ("runs/script", "runs/cli"):
-        assert sorted(p.name for p in (tmp_path / logs).iterdir()) == ["rank-00000.jsonl", "rank-00001.jsonl"]
+        assert sorted(p.name for p in (tmp_path / logs).iterdir()) == [LOCK, "rank-00000.jsonl", "rank-00001.jsonl"]
 
 
 def _free_port() -> int:
@@ -61,4 +62,4 @@ def test_the_readme_snippet_runs_with_two_ranks_as_the_readme_says(tmp_path: Pat
     done = subprocess.run(["torchrun", "--master-port", str(_free_port()), "--nproc-per-node", "2", "snippet.py"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(p.name for p in (tmp_path / "runs" / "x").iterdir()) == ["rank-00000.jsonl", "rank-00001.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "runs" / "x").iterdir()) == [LOCK, "rank-00000.jsonl", "rank-00001.jsonl"]

@@ -233,7 +233,7 @@ def test_simulating_ranks_0_and_4095_of_gpt_4096_exits_0_and_audits_clean(tmp_pa
     assert [(r["rank"], r["state"], r["agrees"]) for r in report["ranks"]] == [
         (0, "DISTRIBUTED", True), (4095, "DISTRIBUTED", True)]
     assert report["ranks"][1]["placement"]["embedding_group"] == [1023, 4095]
-    assert sorted(p.name for p in logs.iterdir()) == ["rank-00000.jsonl", "rank-04095.jsonl"]
+    assert sorted(p.name for p in logs.iterdir()) == [".lifecycle.lock", "rank-00000.jsonl", "rank-04095.jsonl"]
     audit = lifecycle("audit", str(logs))
     assert audit.returncode == 0, audit.stdout
     assert "ranks 0,4095 (2 ranks), simulated 2 of 4096: clean" in audit.stdout

@@ -150,7 +150,7 @@ def test_overwrite_replaces_the_old_runs_logs_and_the_audit_is_clean(tmp_path: P
     run_once(tmp_path, "run-old", rank=0)
     (tmp_path / "rank-00003.jsonl").write_bytes((tmp_path / "rank-00000.jsonl").read_bytes())
     run_once(tmp_path, "run-new", "overwrite")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-00000.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lifecycle.lock", "rank-00000.jsonl"]
     assert {r["run_id"] for r in read_log(tmp_path / "rank-00000.jsonl")} == {"run-new"}
     assert not audit([str(tmp_path)]).findings
 

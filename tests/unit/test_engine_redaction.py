@@ -20,7 +20,8 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJ
 CASES = [
     ("https://user:PASS@host/ckpt", "https://<redacted>@host/ckpt", "PASS"),
     ("s3://bucket/tb?token=abc123&region=eu", "s3://bucket/tb?token=<redacted>&region=eu", "abc123"),
-    ("https://h/x?X-Amz-Signature=beef&api_key=k9", "https://h/x?X-Amz-Signature=beef&api_key=<redacted>", "k9"),
+    ("https://h/x?X-Amz-Signature=beef&api_key=k9", "https://h/x?X-Amz-Signature=<redacted>&api_key=<redacted>",
+     "beef"),
     (f"/data/{HF}/model", f"/data/{REDACTED}/model", HF),
     (f"git clone https://{GH}@github.com/o/r", f"git clone https://{REDACTED}@github.com/o/r", GH),
     (f"key {SK} refused", f"key {REDACTED} refused", SK),

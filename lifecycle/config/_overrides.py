@@ -1,0 +1,108 @@
+"""`--set KEY=VALUE` overrides: one strict parser, typed by the field the key names.
+
+A string field (paths included) takes the text as written, never read as YAML (`runs/x #1` stays
+whole, `~` is a name; only an empty value or `null` is null); numbers, booleans and `null` are read
+by the field's type. A line break or NUL byte in a value, or a key given twice, is a `ConfigError`
+of one line naming the field. Values of a type they do not fit are left as text, for `build` to
+report with the field's expected type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from lifecycle.errors import ConfigError
+
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?\.?(inf|infinity|nan)", re.I)
+_BOOLS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
+_NULLS = ("", "null", "~", "none")
+
+
+def field_hint(cls: type[Any] | None, parts: list[str]) -> Any:
+    """The type of the field `parts` names in dataclass `cls`; None when there is no such field."""
+    hint: Any = cls
+    for part in parts:
+        if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+            return None
+        hints = typing.get_type_hints(hint)
+        if part not in hints:
+            return None
+        hint = hints[part]
+    return hint
+
+
+def _options(hint: Any) -> tuple[Any, ...]:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.get_args(hint)
+    return (hint,)
+
+
+def _typed(hint: Any, raw: str) -> Any:
+    """`raw` read as the type `hint` expects, or the text itself when it does not fit."""
+    options = _options(hint)
+    text = raw.strip()
+    nulls = ("", "null") if str in options else _NULLS  # a path may be called `~` or `none`
+    if type(None) in options and text.lower() in nulls:
+        return None
+    for option in options:
+        if option is bool and text.lower() in _BOOLS:
+            return _BOOLS[text.lower()]
+        if option is int and _INT.fullmatch(text):
+            return int(text)
+        if option is float and _FLOAT.fullmatch(text):
+            return float(re.sub(r"\.(?=inf|nan)", "", text.lower()))  # YAML's .inf and .nan too
+    if any(typing.get_origin(o) is Literal or o is str for o in options):
+        return raw if str in options else text
+    return text
+
+
+def _yaml(key: str, raw: str) -> Any:
+    """A value for a key that names no field (a section, or an unknown key `build` reports)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"override {key}: the value is not valid YAML ({mark}); write e.g. --set {key}=VALUE",
+                          field=key, problems=[raw]) from None
+
+
+def _split(item: str) -> tuple[str, str]:
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {item!r} is not KEY=VALUE; write e.g. --set parallel.tp=2",
+                          field=item, problems=[item])
+    if any(ch in raw for ch in "\n\r\0"):
+        raise ConfigError(f"override {key}: the value holds a line break or NUL byte ({raw!r}); "
+                          f"give one line, e.g. --set {key}=VALUE", field=key, problems=[raw])
+    return key, raw
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str], cls: type[Any] | None = None) -> dict[str, Any]:
+    """`data` with each `KEY=VALUE` override applied, typed by `cls`'s field (see the module doc)."""
+    seen: dict[str, str] = {}
+    for item in overrides:
+        key, raw = _split(item)
+        if key in seen:
+            raise ConfigError(f"override {key} is given twice ({seen[key]!r}, then {raw!r}); give it once",
+                              field=key, problems=[item])
+        seen[key] = raw
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section", field=key, problems=[item])
+            node = child
+        hint = field_hint(cls, parts)
+        leaf = hint is not None and not dataclasses.is_dataclass(hint)
+        node[parts[-1]] = _typed(hint, raw) if leaf else _yaml(key, raw)
+    return data
