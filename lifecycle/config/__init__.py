@@ -5,6 +5,7 @@ Imports neither torch nor megatron (the environment probe imports torch when it 
 
 from __future__ import annotations
 
+from lifecycle.config._checkpoints import LATEST, checkpoint_problem, iteration_dir, latest_step, partial_dir
 from lifecycle.config._environment import probe_environment
 from lifecycle.config._loading import preset_names
 from lifecycle.config._normalize import Normalization, normalize
@@ -35,6 +36,7 @@ from lifecycle.config._validation import check_names, raise_for, validate
 
 __all__ = [
     "CALLBACK_FIELDS",
+    "LATEST",
     "TE_EXTRA",
     "CheckpointConfig",
     "DDPConfig",
@@ -53,10 +55,14 @@ __all__ = [
     "TokenizerConfig",
     "TrainingConfig",
     "check_names",
+    "checkpoint_problem",
     "config_drift",
     "diff",
     "flatten",
+    "iteration_dir",
+    "latest_step",
     "normalize",
+    "partial_dir",
     "preset_names",
     "probe_environment",
     "raise_for",

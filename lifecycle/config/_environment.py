@@ -9,13 +9,14 @@ import importlib.util
 import os
 from pathlib import Path
 
+from lifecycle.config._checkpoints import checkpoint_problem
 from lifecycle.config._intrinsic import world_problems
 from lifecycle.config._problems import TE_EXTRA, Environment, Problem
 from lifecycle.config._problems import environment as _e
 from lifecycle.config._records import RunConfig
 from lifecycle.log import check_log_dir
 
-OPTIONAL_MODULES = ("transformer_engine", "torch_memory_saver", "transformers", "tensorboard")
+OPTIONAL_MODULES = ("transformer_engine", "apex", "torch_memory_saver", "transformers", "tensorboard")
 LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -29,9 +30,9 @@ def probe_environment(config: RunConfig) -> Environment:
         cuda=bool(torch.cuda.is_available()),
         modules=frozenset(m for m in OPTIONAL_MODULES if importlib.util.find_spec(m) is not None),
         existing_dirs=frozenset(p for p in paths if Path(p).is_dir()),
-        existing_paths=frozenset(p for p in paths if Path(p).exists()),
         env={k: os.environ[k] for k in LAUNCHER_VARIABLES if k in os.environ},
         log_dir_problem=check_log_dir(Path(log_dir)) if log_dir else None,
+        checkpoint_problem=checkpoint_problem(config.checkpoint.load) if config.checkpoint.load else None,
     )
 
 
@@ -162,7 +163,7 @@ def check_memory_saver(c: RunConfig, env: Environment) -> list[Problem]:
 
 
 def check_paths(c: RunConfig, env: Environment) -> list[Problem]:
-    """tokenizer.path is a directory (and transformers importable); checkpoint.load exists."""
+    """tokenizer.path is a directory (and transformers importable); checkpoint.load holds a checkpoint."""
     tok, out = c.tokenizer, []
     if tok.type == "huggingface" and tok.build and tok.path:
         if tok.path not in env.existing_dirs:
@@ -186,14 +187,14 @@ def check_paths(c: RunConfig, env: Environment) -> list[Problem]:
                 )
             )
     load = c.checkpoint.load
-    if load and load not in env.existing_paths:
+    if load and env.checkpoint_problem:
         out.append(
             _e(
                 "paths",
                 "checkpoint.load",
                 load,
-                "does not exist",
-                "point checkpoint.load at an existing checkpoint, or remove it",
+                env.checkpoint_problem,
+                "point checkpoint.load at a directory a run saved checkpoints to (checkpoint.save), or remove it",
             )
         )
     return out
@@ -225,11 +226,36 @@ def check_writers(c: RunConfig, env: Environment) -> list[Problem]:
     return out
 
 
+def check_distributed_optimizer_checkpoints(c: RunConfig, env: Environment) -> list[Problem]:
+    """The distributed optimizer's checkpoints need Apex's or Transformer Engine's Adam.
+
+    Without either, megatron-core falls back to torch's Adam, whose per-parameter `step` its
+    DistributedOptimizer checkpoint code does not handle (0.15.3: the save asserts on it; 0.19: the
+    load fails in every sharding type), so such a run would fail after its steps, at the save, or
+    at MODEL_BUILT's load. Refused here instead, before any side effect."""
+    wanted = [name for name, value in (("checkpoint.save", c.checkpoint.save), ("checkpoint.load", c.checkpoint.load))
+              if value]
+    if not (c.ddp.use_distributed_optimizer and wanted) or env.modules & {"apex", "transformer_engine"}:
+        return []
+    return [
+        _e(
+            "distributed_optimizer_checkpoints",
+            "ddp.use_distributed_optimizer",
+            True,
+            f"with {' and '.join(wanted)}, the distributed optimizer's checkpoints need Apex or Transformer "
+            "Engine (megatron-core's checkpoint code fails on torch's Adam, its fallback without them)",
+            f"`{TE_EXTRA}` on a CUDA machine, or set ddp.use_distributed_optimizer=false, or remove "
+            f"{' and '.join(wanted)}",
+        )
+    ]
+
+
 ENVIRONMENT = (
     check_launcher,
     check_cuda_backend,
     check_transformer_engine,
     check_memory_saver,
     check_paths,
+    check_distributed_optimizer_checkpoints,
     check_writers,
 )

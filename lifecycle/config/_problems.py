@@ -34,9 +34,9 @@ class Environment:
     cuda: bool = False
     modules: frozenset[str] = frozenset()
     existing_dirs: frozenset[str] = frozenset()
-    existing_paths: frozenset[str] = frozenset()
     env: Mapping[str, str] = field(default_factory=dict)
     log_dir_problem: str | None = None
+    checkpoint_problem: str | None = None
 
 
 Check = Callable[[RunConfig], list[Problem]]

@@ -1,10 +1,12 @@
-"""Third-party warnings during a lifecycle: into the startup log, onto the console once per run.
+"""Third-party warnings during a lifecycle: into the startup log, and one line on the console.
 
 Python warnings (`warnings.warn`: megatron's `MimoModelConfig is experimental`, torch's
 deprecations) and the library loggers' WARNING records (megatron's `log_single_rank(...,
 WARNING, "GPTModel IS DEPRECATED ...")`) each become a `warning` record with its category and source
-module, so `lifecycle audit` lists them. The console shows each distinct one once, from rank 0
-only: 2 ranks or 4,096, one line. INFO and DEBUG lines of the library loggers are dropped.
+module, so `lifecycle audit` lists them. None is printed as it comes: at shutdown rank 0 prints one
+line saying how many there were and where to read them (2 ranks or 4,096, one line a run; no
+deprecation notice of megatron-core's reaches the console). INFO and DEBUG lines of the library
+loggers are dropped.
 
 A process has one capture at a time (the newest lifecycle's); it is undone at shutdown, restoring
 `warnings.showwarning` and the loggers as they were. Only the thread that can take the lifecycle's
@@ -54,7 +56,8 @@ class WarningCapture:
     def __init__(self, lc: _Recorder, *, console: bool) -> None:
         self._lc = lc
         self._console = console
-        self._shown: set[tuple[str, str, str]] = set()
+        self._seen: set[tuple[str, str, str]] = set()
+        self._count = 0
         self._queue: deque[dict[str, Any]] = deque()
         self._previous_show: Any = None
         self._loggers: list[tuple[logging.Logger, bool, logging.Handler]] = []
@@ -83,6 +86,9 @@ class WarningCapture:
             return
         self._installed = False
         self._flush(block=True)
+        if self._console and self._count:
+            _console_line(f"{self._count} library warning(s), {len(self._seen)} distinct, are in the startup log "
+                          "as `warning` records: `lifecycle audit LOG_DIR` lists them")
         if warnings.showwarning == self._show_warning:
             warnings.showwarning = self._previous_show
         for logger, propagate, handler in self._loggers:
@@ -93,13 +99,11 @@ class WarningCapture:
             _ACTIVE = None
 
     def add(self, category: str, module: str, message: str, lineno: int | None) -> None:
-        """One warning: queued for the log, and shown on the console the first time (rank 0)."""
+        """One warning, queued for the log (and counted for the closing line)."""
         text = redact_text(message)[:_MESSAGE_CAP]
         self._queue.append({"category": category, "module": module, "message": text, "lineno": lineno})
-        key = (category, module, text)
-        if self._console and key not in self._shown:
-            self._shown.add(key)
-            _console_line(f"{module}: {category}: {text}")
+        self._seen.add((category, module, text))
+        self._count += 1
         self._flush(block=False)
 
     def _flush(self, *, block: bool) -> None:
@@ -131,7 +135,7 @@ class _Handler(logging.Handler):
 
 def _console_line(text: str) -> None:
     try:
-        sys.stderr.write(f"warning: {text}\n")
+        sys.stderr.write(f"lifecycle: {text}\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass

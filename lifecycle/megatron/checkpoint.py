@@ -1,18 +1,33 @@
 """Checkpoints with megatron's `dist_checkpointing` (model and optimizer, sharded across ranks).
 
-Layout, as Megatron-LM writes it: `DIR/iter_0000003/` (one dist checkpoint: the model's and the
-optimizer's sharded state dicts, and common state: the step and the padded vocab size) and
-`DIR/latest_checkpointed_iteration.txt` holding the latest step, written by rank 0 once every rank
-has saved. MODEL_BUILT loads; `lifecycle run` saves after its steps; `restart()` resumes from the
-latest checkpoint under `checkpoint.save` when there is one.
+Layout, as Megatron-LM writes it (`lifecycle.config`'s checkpoint layout): `DIR/iter_0000003/`
+(one dist checkpoint: the model's and the optimizer's sharded state dicts, and common state: the
+step and the padded vocab size) and `DIR/latest_checkpointed_iteration.txt` holding the latest step.
+A save is atomic: every rank writes under `DIR/.iter_0000003.partial/`, and once all have finished
+rank 0 renames it to `iter_0000003/`, then replaces the marker, so a failed save never leaves an
+`iter_*` directory or a marker that looks complete. MODEL_BUILT loads; `lifecycle run` saves after
+its steps; `restart()` resumes from the latest checkpoint under `checkpoint.save` when there is one.
+
+The distributed optimizer's state is asked for with the sharding type Megatron-LM uses,
+`dp_reshardable` (its `_build_sharded_state_dict_metadata`): megatron-core's default for a bare
+call, `fully_sharded_model_space`, produces flattened shards that `dist_checkpointing`'s torch
+strategy refuses (`ShardedTensor.flattened_range is not supported`). That path needs Apex's or
+Transformer Engine's Adam: with torch's Adam (megatron-core's fallback without them, as in the CPU
+rehearsal) megatron-core's checkpoint code fails on the per-parameter `step` in every sharding type,
+so VALIDATED refuses that combination (`distributed_optimizer_checkpoints`) and `scripts/gpu-check`
+runs it where Transformer Engine exists.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lifecycle.config import LATEST, iteration_dir, latest_step, partial_dir
 from lifecycle.errors import ConfigError
 from lifecycle.log import events
 
@@ -21,23 +36,18 @@ if TYPE_CHECKING:
     from lifecycle.megatron.steps import Driver
     from lifecycle.runtime import PhaseContext
 
-LATEST = "latest_checkpointed_iteration.txt"
+__all__ = ["LATEST", "checkpoint_source", "checkpoint_vocab_size", "iteration_dir", "latest_step",
+           "load_at_build", "load_checkpoint", "save_after_steps", "save_checkpoint"]
+
+OPTIMIZER_SHARDING = "dp_reshardable"
 
 
-def iteration_dir(directory: str | Path, step: int) -> Path:
-    return Path(directory) / f"iter_{step:07d}"
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What a damaged checkpoint raises: torch's CheckpointException is a BaseException, raised on
+    every rank; pickle and decoding errors are plain exceptions."""
+    from torch.distributed.checkpoint.api import CheckpointException
 
-
-def latest_step(directory: str | Path | None) -> int | None:
-    """The latest complete step saved under `directory`; None when there is none."""
-    if not directory:
-        return None
-    marker = Path(directory) / LATEST
-    try:
-        text = marker.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
+    return (Exception, CheckpointException)
 
 
 def checkpoint_vocab_size(directory: str | None) -> int | None:
@@ -49,49 +59,87 @@ def checkpoint_vocab_size(directory: str | None) -> int | None:
 
     try:
         common = dist_checkpointing.load_common_state_dict(str(iteration_dir(directory, step)))
-    except Exception:  # a corrupt checkpoint is reported, with its reason, where it is loaded
+    except _read_errors():  # a corrupt checkpoint is reported, with its reason, where it is loaded
         return None
     value = common.get("vocab_size") if isinstance(common, dict) else None
     return int(value) if isinstance(value, int) else None
+
+
+def _metadata() -> dict[str, Any]:
+    """The sharded-state-dict metadata Megatron-LM passes (`_build_sharded_state_dict_metadata`)."""
+    from megatron.core import parallel_state
+
+    return {
+        "distrib_optim_sharding_type": OPTIMIZER_SHARDING,
+        "singleton_local_shards": False,
+        "chained_optim_avoid_prefix": True,
+        "dp_cp_group": parallel_state.get_data_parallel_group(with_context_parallel=True),
+    }
 
 
 def _sharded(model: list[Any], optimizer: Any, *, loading: bool) -> dict[str, Any]:
     """Sharded state dicts of the unwrapped chunks (no DDP `module.` prefix) and the optimizer."""
     from megatron.core.utils import unwrap_model
 
+    metadata = _metadata()
     chunks = unwrap_model(list(model))
-    state: dict[str, Any] = {f"model{i}": chunk.sharded_state_dict() for i, chunk in enumerate(chunks)}
+    state: dict[str, Any] = {f"model{i}": chunk.sharded_state_dict(metadata=metadata)
+                             for i, chunk in enumerate(chunks)}
     if optimizer is not None:
-        state["optimizer"] = optimizer.sharded_state_dict(dict(state), is_loading=loading)
+        state["optimizer"] = optimizer.sharded_state_dict(dict(state), is_loading=loading, metadata=metadata)
     return state
 
 
 def save_checkpoint(directory: str, step: int, model: list[Any], optimizer: Any, vocab_size: int | None) -> Path:
-    """Save model and optimizer at `step` (a collective: every rank calls it); returns the path."""
+    """Save model and optimizer at `step` (a collective: every rank calls it); returns the path.
+
+    Written under `partial_dir`, renamed into place by rank 0 once every rank has finished; the
+    marker is replaced last. A failed save removes its partial directory (rank 0) and raises."""
     import torch.distributed as dist
     from megatron.core import dist_checkpointing
 
-    path = iteration_dir(directory, step)
-    if dist.get_rank() == 0:
-        path.mkdir(parents=True, exist_ok=True)
+    final, partial = iteration_dir(directory, step), partial_dir(directory, step)
+    rank0 = dist.get_rank() == 0
+    if rank0:
+        shutil.rmtree(partial, ignore_errors=True)  # an earlier save of this step that failed
+        partial.mkdir(parents=True)
     dist.barrier()
-    state = _sharded(model, optimizer, loading=False)
-    state["step"] = step
-    state["vocab_size"] = vocab_size
-    dist_checkpointing.save(state, str(path))
+    try:
+        state = _sharded(model, optimizer, loading=False)
+        state["step"] = step
+        state["vocab_size"] = vocab_size
+        dist_checkpointing.save(state, str(partial))
+        dist.barrier()
+    except BaseException:
+        if rank0:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if rank0:
+        _publish(Path(directory), partial, final, step)
     dist.barrier()
-    if dist.get_rank() == 0:
-        (Path(directory) / LATEST).write_text(f"{step}\n")
-    dist.barrier()
-    return path
+    return final
+
+
+def _publish(directory: Path, partial: Path, final: Path, step: int) -> None:
+    """Rename the finished save into place, then point the marker at it (each step atomic)."""
+    if final.exists():  # saving a step again: the old copy moves aside first, then goes
+        old = directory / f".{final.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        partial.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        partial.rename(final)
+    marker = directory / f".{LATEST}.partial"
+    marker.write_text(f"{step}\n")
+    os.replace(marker, directory / LATEST)
 
 
 def load_checkpoint(directory: str, field: str, model: list[Any], optimizer: Any) -> int:
     """Load the latest checkpoint under `directory` into `model` (and `optimizer`); its step.
 
-    A ConfigError naming `field` when there is no complete checkpoint or it cannot be read."""
+    A ConfigError naming `field` and the file when there is no complete checkpoint or it cannot be read."""
     from megatron.core import dist_checkpointing
-    from torch.distributed.checkpoint.api import CheckpointException
 
     step = latest_step(directory)
     if step is None:
@@ -103,19 +151,21 @@ def load_checkpoint(directory: str, field: str, model: list[Any], optimizer: Any
     path = iteration_dir(directory, step)
     try:
         loaded = dist_checkpointing.load(_sharded(model, optimizer, loading=True), str(path))
-    except (Exception, CheckpointException) as exc:  # CheckpointException: a BaseException, raised on every rank
+        from megatron.core.utils import unwrap_model
+
+        for index, chunk in enumerate(unwrap_model(list(model))):
+            chunk.load_state_dict(loaded[f"model{index}"])
+        if optimizer is not None and "optimizer" in loaded:
+            optimizer.load_state_dict(loaded["optimizer"])
+    except _read_errors() as exc:
+        damaged = _damaged_file(path)
+        where = f"{path.name}/{damaged.name}" if damaged else path.name
         raise ConfigError(
-            f"{field}={directory!r}: {path.name} cannot be loaded ({_reason(exc)}); "
+            f"{field}={directory!r}: {path.name} cannot be loaded ({where}: {_reason(exc, path)}); "
             f"the checkpoint is corrupt or was saved for another model or parallel layout; point {field} "
             "at a complete checkpoint of this model, or remove it",
             field=field, problems=[str(path)],
         ) from exc
-    from megatron.core.utils import unwrap_model
-
-    for index, chunk in enumerate(unwrap_model(list(model))):
-        chunk.load_state_dict(loaded[f"model{index}"])
-    if optimizer is not None and "optimizer" in loaded:
-        optimizer.load_state_dict(loaded["optimizer"])
     return step
 
 
@@ -158,10 +208,37 @@ def save_after_steps(lc: Driver, step: int) -> Path | None:
     return path
 
 
-def _reason(exc: BaseException) -> str:
-    """The first line of the error, and for torch's per-rank CheckpointException the ranks that failed."""
+def _damaged_file(path: Path) -> Path | None:
+    """The first of the checkpoint's index files that cannot be read back (metadata.json as JSON,
+    torch's `.metadata` and `common.pt` as pickles); None when they all read (the shards are then
+    the damaged part, and the error names them when it can)."""
+    import json
+    import pickle
+
+    import torch
+
+    readers: tuple[tuple[str, Callable[[Path], object]], ...] = (
+               ("metadata.json", lambda f: json.loads(f.read_text(encoding="utf-8"))),
+               (".metadata", lambda f: pickle.loads(f.read_bytes())),
+               ("common.pt", lambda f: torch.load(f, map_location="cpu", weights_only=False)))
+    for name, read in readers:
+        candidate = path / name
+        if not candidate.is_file():
+            continue
+        try:
+            read(candidate)
+        except Exception:
+            return candidate
+    return None
+
+
+def _reason(exc: BaseException, path: Path) -> str:
+    """The first line of the error, the file it names when it names one under `path`, and for
+    torch's per-rank CheckpointException the ranks that failed."""
     failures = getattr(exc, "failures", None)
     if isinstance(failures, dict):
         kinds = sorted({type(f[0] if isinstance(f, tuple) else f).__name__ for f in failures.values()})
         return f"{type(exc).__name__} on ranks {sorted(failures)}: {', '.join(kinds)}"
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+    where = getattr(exc, "filename", None)
+    named = f" in {where}" if isinstance(where, str) and where.startswith(str(path)) else ""
+    return f"{type(exc).__name__}{named}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"

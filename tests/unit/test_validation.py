@@ -76,3 +76,19 @@ def test_bias_in_moe_layers_with_expert_tensor_parallelism_is_refused_naming_bot
     assert "parallel.etp=1" in problems[0].fix and "add_bias_linear=false" in problems[0].fix
     assert validate(RunConfig.preset("tiny-gpt", [*moe, "model.add_bias_linear=false"]), environment=False) == []
     assert validate(RunConfig.preset("tiny-gpt", [*moe, "parallel.etp=1"]), environment=False) == []
+
+
+@pytest.mark.parametrize("checkpoint", ["checkpoint.save=ck", "checkpoint.load=ck"])
+def test_distributed_optimizer_checkpoints_without_apex_or_te_are_refused_naming_the_combination(
+    checkpoint: str,
+) -> None:
+    config = RunConfig.preset("tiny-gpt", ["ddp.use_distributed_optimizer=true", checkpoint])
+    env = dataclasses.replace(CPU, checkpoint_problem=None)
+    refused = [p for p in validate(config, env) if p.check == "distributed_optimizer_checkpoints"]
+    assert len(refused) == 1 and refused[0].field == "ddp.use_distributed_optimizer"
+    assert checkpoint.split("=")[0] in refused[0].message and "Apex or Transformer Engine" in refused[0].message
+    for module in ("apex", "transformer_engine"):  # either optimizer handles the step
+        with_module = dataclasses.replace(env, modules=frozenset({module}))
+        assert not [p for p in validate(config, with_module) if p.check == "distributed_optimizer_checkpoints"]
+    plain = RunConfig.preset("tiny-gpt", ["ddp.use_distributed_optimizer=true"])
+    assert not [p for p in validate(plain, env) if p.check == "distributed_optimizer_checkpoints"]
