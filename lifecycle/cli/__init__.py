@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from lifecycle.engine import quiet_library_loggers
+
+    quiet_library_loggers()  # megatron's, transitions' and torch's notices go to the startup log only
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv

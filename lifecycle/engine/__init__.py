@@ -12,6 +12,7 @@ from lifecycle.engine._inprocess import InProcessPhases, SimChunk, SimConfig, co
 from lifecycle.engine._machine import MachineModel, build_raw_machine
 from lifecycle.engine._tripwires import TARGETS as TRIPWIRE_TARGETS
 from lifecycle.engine._tripwires import patched_targets
+from lifecycle.engine._warnings import quiet_library_loggers
 
 __all__ = [
     "TRIPWIRE_TARGETS",
@@ -24,4 +25,5 @@ __all__ = [
     "build_raw_machine",
     "copying_provider",
     "patched_targets",
+    "quiet_library_loggers",
 ]

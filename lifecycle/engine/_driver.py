@@ -99,7 +99,7 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         )
         if tripwires != "off":
             _tripwires.arm(self)
-        self._warnings = _warnings.WarningCapture(self, console=self._runtime.rank == 0).install()
+        self._warnings = _warnings.capture(self, console=self._runtime.rank == 0 and self.options.warnings_line)
 
     # -- what users read -------------------------------------------------------------------------
     @property
@@ -182,6 +182,7 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         with self._lock:
             if self.state is State.SHUT_DOWN:
                 return self._runtime
+            self._warnings.flush()
             try:
                 return self._fire(Trigger.SHUTDOWN)
             finally:
@@ -191,9 +192,9 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         """Whatever happened on the way (a release that raised, a log that failed), a lifecycle in
         SHUT_DOWN leaves no tripwire, signal handler or open file behind."""
         if self.state is State.SHUT_DOWN:
+            self._warnings.release()  # first: nothing is written after the shutdown record
             _tripwires.disarm(self)
             self._trap.uninstall()
-            self._warnings.release()
             self._log.close()
 
     def fire(self, trigger: Trigger | str) -> Runtime:

@@ -9,9 +9,11 @@ deprecation notice of megatron-core's reaches the console). INFO and DEBUG lines
 loggers are dropped.
 
 A process has one capture at a time (the newest lifecycle's); it is undone at shutdown, restoring
-`warnings.showwarning` and the loggers as they were. Only the thread that can take the lifecycle's
-lock writes to its log; a warning raised on another thread while it is held (the imports thread
-beside VALIDATED) waits in a queue for the next write.
+`warnings.showwarning` and the loggers as they were. A warning never changes the lifecycle's state:
+it is written with the log's own `emit` (a full disk is noticed by the engine at its next step, as
+for any record). Only the thread that can take the lifecycle's lock writes to its log; a warning
+raised on another thread while it is held (the imports thread beside VALIDATED) waits in a queue
+for the next write.
 """
 
 from __future__ import annotations
@@ -26,15 +28,19 @@ from typing import Any, Protocol, TextIO
 
 from lifecycle.log import events, redact_text
 
-LIBRARY_LOGGERS = ("megatron", "transitions", "torch.distributed.checkpoint")
-"""Loggers whose records go to the startup log instead of the console."""
+LIBRARY_LOGGERS = ("megatron", "transitions", "torch.distributed.checkpoint", "torch.utils.cpp_extension")
+"""Loggers whose records go to the startup log instead of the console (torch's cpp_extension says
+`No CUDA runtime is found, using CUDA_HOME=...` at megatron's import on every CPU-only rank)."""
 _MESSAGE_CAP = 500
+
+
+class _Emitter(Protocol):
+    def emit(self, event: str, **fields: Any) -> None: ...
 
 
 class _Recorder(Protocol):
     _lock: threading.RLock
-
-    def record(self, event: str, **fields: Any) -> None: ...
+    _log: _Emitter
 
 
 def _module_of(filename: str) -> str:
@@ -79,13 +85,18 @@ class WarningCapture:
         _ACTIVE = self
         return self
 
+    def flush(self) -> None:
+        """Write what other threads queued (the engine calls it before shutting down, so that the
+        log still ends with the shutdown)."""
+        self._flush(block=True)
+
     def release(self) -> None:
-        """Write what is queued, and put `showwarning` and the loggers back (idempotent)."""
+        """Put `showwarning` and the loggers back (idempotent). Runs after the log's last record:
+        what is still queued is counted in the closing line, not written."""
         global _ACTIVE
         if not self._installed:
             return
         self._installed = False
-        self._flush(block=True)
         if self._console and self._count:
             _console_line(f"{self._count} library warning(s), {len(self._seen)} distinct, are in the startup log "
                           "as `warning` records: `lifecycle audit LOG_DIR` lists them")
@@ -111,14 +122,31 @@ class WarningCapture:
         if not lock.acquire(blocking=block):
             return
         try:
-            while self._queue:
-                self._lc.record(events.WARNING, **self._queue.popleft())
+            while self._queue:  # the log itself, not `record`: a log that fails here is the engine's to
+                self._lc._log.emit(events.WARNING, **self._queue.popleft())  # notice at its next step
         finally:
             lock.release()
 
     def _show_warning(self, message: Warning | str, category: type[Warning], filename: str, lineno: int,
                       file: TextIO | None = None, line: str | None = None) -> None:
         self.add(category.__name__, _module_of(filename), str(message), lineno)
+
+
+def quiet_library_loggers() -> None:
+    """For the whole process (the `lifecycle` command calls it first): the library loggers' lines
+    never reach the console, also outside a lifecycle (`lifecycle simulate`'s imports); inside one,
+    the capture still writes their warnings to the startup log. Needs no torch: the loggers are made
+    by name before torch configures its own."""
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.propagate = False
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
+
+
+def capture(lc: _Recorder, *, console: bool) -> WarningCapture:
+    """Route this process's library warnings to `lc`'s log until `release()`."""
+    return WarningCapture(lc, console=console).install()
 
 
 class _Handler(logging.Handler):

@@ -91,6 +91,9 @@ class Options:
     """Run the environment checks at VALIDATED (the convert plan never does)."""
     binding_policy: Policy | None = None
     """What binding does when a slot holds another callable: refuse (None), 'keep' or 'replace'."""
+    warnings_line: bool = True
+    """Rank 0 prints one closing line counting the library warnings it logged (`lifecycle simulate`
+    turns it off: its simulated ranks share one console)."""
 
     @classmethod
     def of(cls, value: Options | Mapping[str, object] | None) -> Options:
