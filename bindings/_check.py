@@ -9,6 +9,7 @@ wrappers and the provider's config that hold something in that slot.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 from bindings._errors import BindingError
@@ -41,7 +42,7 @@ def describe(value: Any) -> str:
         return "[" + ", ".join(describe(v) for v in value) + "]"
     owner = getattr(value, "__self__", None)
     name = getattr(value, "__name__", None)
-    if owner is not None and name is not None:
+    if owner is not None and name is not None and not isinstance(owner, ModuleType):
         return f"{type(owner).__name__}.{name} at {object_id(owner)}"
     inner = unwrap_finalizer(value)
     label = getattr(inner, "__qualname__", None) or type(inner).__name__
@@ -189,6 +190,8 @@ def check(
     `ddp_config` defaults to the first chunk's (megatron's `DistributedDataParallel` keeps it);
     `optimizer`, when given, must be the one `grad_scale_func` belongs to; `provider_config`, the
     config your provider was given, is searched for callbacks set where the scheduler never looks.
+    `align_grad_reduce` (a training-loop setting): pass it to judge `grad_sync_func` strictly; left
+    None, an empty `grad_sync_func` is read as `align_grad_reduce=False`.
     """
     from megatron.core.distributed import finalize_model_grads
     from megatron.core.utils import get_model_config
@@ -197,6 +200,9 @@ def check(
     if ddp_config is None:
         ddp_config = getattr(chunks[0], "ddp_config", None)
     scheduler = get_model_config(chunks[0])
+    if align_grad_reduce is None and not hasattr(ddp_config, "align_grad_reduce"):
+        # A training-loop setting megatron's DDP config does not carry: the binding tells it.
+        align_grad_reduce = getattr(scheduler, "grad_sync_func", None) is not None
     wanted = sources(ddp_config, optimizer=True, align_grad_reduce=align_grad_reduce)
     report = inspect_slots(
         scheduler, chunks, wanted, optimizer=optimizer, finalizer=finalize_model_grads,
