@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from bindings._errors import FinalizerNotCalled
+from bindings._errors import BindingError, FinalizerNotCalled
 from bindings._watchdog import FIRST_STEP_FINALIZED, FIRST_STEP_NOT_FINALIZED, Emit
 
 _log = logging.getLogger("bindings.guard")
@@ -169,9 +169,33 @@ def guard_forward_step(
     guards: list[FirstStepGuard] = []
 
     def forward_step(data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
-        if not guards:
-            guards.append(guard_first_step([model], steps=steps, emit=emit))
+        if not guards and _training():
+            guards.append(_arm_from_forward(model, steps, emit))
         return forward_step_func(data_iterator, model, *args, **kwargs)
 
     forward_step.guard = guards  # type: ignore[attr-defined]  # the armed guard, for callers
     return forward_step
+
+
+def _training() -> bool:
+    import torch
+
+    return bool(torch.is_grad_enabled())
+
+
+def _arm_from_forward(chunk: Any, steps: int, emit: Emit | None) -> FirstStepGuard:
+    """The guard for the model `chunk` belongs to; the optimizer is the owner of `grad_scale_func`,
+    which every binding installs beside the finalizer: without it, nothing was bound here."""
+    from megatron.core.utils import get_model_config
+
+    config = get_model_config(chunk)
+    optimizer = getattr(getattr(config, "grad_scale_func", None), "__self__", None)
+    if optimizer is None:
+        raise BindingError(
+            f"a training step started but the config the scheduler reads ({type(config).__name__} at "
+            f"{hex(id(config))}) has no grad_scale_func, so the callbacks were bound somewhere else "
+            "(a provider's config the model copied?). Run bindings.check(model, ddp_config, "
+            "optimizer) after setup and bind to get_model_config(model[0])",
+            config_id=hex(id(config)), slot="grad_scale_func",
+        )
+    return FirstStepGuard(config, optimizer, steps=steps, emit=emit)

@@ -65,6 +65,29 @@ def _twice(rt: Any) -> None:
     rt.optimizer.step()
 
 
+def _forward_guarded(rt: Any) -> dict[str, Any]:
+    """One step through megatron's schedule with `guard_forward_step` around the forward step, as
+    Megatron-LM's `pretrain(..., forward_step_func=...)` would run it after `train()` bound."""
+    import megatron_cases as mc
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    from bindings import guard_forward_step
+
+    seen: list[tuple[str, int]] = []
+    fwd = guard_forward_step(mc.gpt_forward_step, emit=lambda event, **f: seen.append((event, f["step"])))
+    try:
+        get_forward_backward_func()(
+            forward_step_func=fwd, data_iterator=iter(mc.batches(2)), model=rt.model[0],
+            num_microbatches=2, seq_length=mc.SEQ, micro_batch_size=mc.MBS, forward_only=False)
+        rt.optimizer.step()
+    except Exception as exc:
+        return {"error": {"type": type(exc).__name__, "slot": getattr(exc, "slot", None),
+                          "message": str(exc)}, "events": seen}
+    guard = fwd.guard[0]  # type: ignore[attr-defined]
+    return {"error": None, "events": seen, "armed": guard.armed,
+            "step_restored": "step" not in vars(rt.optimizer)}
+
+
 def foreign_case(binder: str) -> dict[str, Any]:
     """The copying provider, bound by Bridge's or Megatron-LM's own code."""
     import foreign_binders
@@ -80,6 +103,7 @@ def foreign_case(binder: str) -> dict[str, Any]:
         out["provider_id"] = hex(id(rt.provider_config))
         plan = ["train"] if binder == "bridge" else ["train", "eval", "train", "twice"]
         out["guard"] = _guarded_steps(rt, plan)
+        out["forward_guard"] = _forward_guarded(rt)
     return out
 
 

@@ -119,3 +119,15 @@ def test_a_rebuild_without_a_rebind_leaves_a_stale_binding(ranks: list[dict[str,
         }
         assert "rebind after the rebuild" in case["error"]["message"]
         assert case["old_model_ok"] == "ok"
+
+
+def test_a_guarded_forward_step_checks_megatron_lm_and_refuses_the_bridge_binding_at_once(
+    ranks: list[dict[str, Any]],
+) -> None:
+    for rank in ranks:
+        ok = rank["megatron_lm"]["forward_guard"]
+        assert ok["error"] is None and ok["events"] == [("first_step_finalized", 1)]
+        assert not ok["armed"] and ok["step_restored"]
+        refused = rank["bridge"]["forward_guard"]
+        assert refused["error"]["type"] == "BindingError" and refused["error"]["slot"] == "grad_scale_func"
+        assert refused["events"] == []
