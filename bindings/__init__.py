@@ -17,9 +17,9 @@ from bindings._bind import (
     resume_param_sync,
     unbind_callbacks,
 )
-from bindings._check import check
+from bindings._entry import check, guard_first_step, guard_forward_step
 from bindings._errors import BindingConflict, BindingError, FinalizerNotCalled
-from bindings._guard import FirstStepGuard, guard_first_step, guard_forward_step
+from bindings._guard import FirstStepGuard
 from bindings._protocol import SLOTS, Policy, SchedulerConfig
 from bindings._report import BindingReport
 from bindings._rules import per_chunk, sources

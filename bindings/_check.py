@@ -138,7 +138,7 @@ def _seen(config: Any, where: str) -> ConfigSeen:
 
 
 def _is_config(obj: Any) -> bool:
-    return obj is not None and hasattr(obj, SLOTS[0])
+    return obj is not None and all(hasattr(obj, slot) for slot in SLOTS)
 
 
 def reachable_configs(chunks: Sequence[Any], provider_config: Any = None) -> list[tuple[Any, str]]:
@@ -177,37 +177,27 @@ def chunk_list(model: Any) -> list[Any]:
     return list(model)
 
 
-def check(
-    model: Sequence[Any],
+def judge_binding(
+    scheduler: Any,
+    chunks: Sequence[Any],
+    *,
     ddp_config: Any = None,
     optimizer: Any = None,
-    *,
     provider_config: Any = None,
     align_grad_reduce: bool | None = None,
+    finalizer: Any = None,
+    chunk_config_ids: tuple[str, ...] = (),
 ) -> CheckReport:
-    """Check the training callbacks on the config the scheduler reads for `model` (the chunks).
-
-    `ddp_config` defaults to the first chunk's (megatron's `DistributedDataParallel` keeps it);
-    `optimizer`, when given, must be the one `grad_scale_func` belongs to; `provider_config`, the
-    config your provider was given, is searched for callbacks set where the scheduler never looks.
-    `align_grad_reduce` (a training-loop setting): pass it to judge `grad_sync_func` strictly; left
-    None, an empty `grad_sync_func` is read as `align_grad_reduce=False`.
-    """
-    from megatron.core.distributed import finalize_model_grads
-    from megatron.core.utils import get_model_config
-
-    chunks = chunk_list(model)
+    """`bindings.check` once megatron has named the scheduler's config, `finalizer` (its
+    `finalize_model_grads`) and each chunk's config."""
     if ddp_config is None:
         ddp_config = getattr(chunks[0], "ddp_config", None)
-    scheduler = get_model_config(chunks[0])
     if align_grad_reduce is None and not hasattr(ddp_config, "align_grad_reduce"):
         # A training-loop setting megatron's DDP config does not carry: the binding tells it.
         align_grad_reduce = getattr(scheduler, "grad_sync_func", None) is not None
     wanted = sources(ddp_config, optimizer=True, align_grad_reduce=align_grad_reduce)
     report = inspect_slots(
-        scheduler, chunks, wanted, optimizer=optimizer, finalizer=finalize_model_grads,
+        scheduler, chunks, wanted, optimizer=optimizer, finalizer=finalizer,
         others=reachable_configs(chunks, provider_config),
     )
-    return report.with_chunk_configs(
-        tuple(hex(id(get_model_config(c))) for c in chunks), object_id(provider_config)
-    )
+    return report.with_chunk_configs(chunk_config_ids, object_id(provider_config))

@@ -145,52 +145,22 @@ def _message(calls: int, step: int, config: Any) -> str:
     )
 
 
-def guard_first_step(
-    model: Any, optimizer: Any = None, *, steps: int = 1, emit: Emit | None = None
+def scale_owner(config: Any) -> Any:
+    """The object whose `scale_loss` the config's `grad_scale_func` is (the optimizer), or None."""
+    return getattr(getattr(config, "grad_scale_func", None), "__self__", None)
+
+
+def arm(
+    config: Any, optimizer: Any = None, *, steps: int = 1, emit: Emit | None = None,
+    require_optimizer: bool = False,
 ) -> FirstStepGuard:
-    """Arm a `FirstStepGuard` on `get_model_config(model[0])`, after your setup bound callbacks.
+    """A guard on `config` (the scheduler's), its optimizer defaulting to `scale_owner(config)`.
 
-    `optimizer` defaults to the owner of the config's `grad_scale_func` (`optimizer.scale_loss`);
-    without one, call `guard.after_step()` after each training step.
+    `require_optimizer`: refuse a config whose `grad_scale_func` is empty, which every binding
+    installs beside the finalizer, so nothing was bound there.
     """
-    from megatron.core.utils import get_model_config
-
-    config = get_model_config(model[0] if isinstance(model, (list, tuple)) else model)
-    if optimizer is None:
-        optimizer = getattr(getattr(config, "grad_scale_func", None), "__self__", None)
-    return FirstStepGuard(config, optimizer, steps=steps, emit=emit)
-
-
-def guard_forward_step(
-    forward_step_func: Callable[..., Any], *, steps: int = 1, emit: Emit | None = None
-) -> Callable[..., Any]:
-    """Wrap a Megatron-LM `forward_step_func` so its first call arms the guard from inside
-    `train()`, after `train()` bound the callbacks: `pretrain(..., guard_forward_step(fwd))`."""
-    guards: list[FirstStepGuard] = []
-
-    def forward_step(data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
-        if not guards and _training():
-            guards.append(_arm_from_forward(model, steps, emit))
-        return forward_step_func(data_iterator, model, *args, **kwargs)
-
-    forward_step.guard = guards  # type: ignore[attr-defined]  # the armed guard, for callers
-    return forward_step
-
-
-def _training() -> bool:
-    import torch
-
-    return bool(torch.is_grad_enabled())
-
-
-def _arm_from_forward(chunk: Any, steps: int, emit: Emit | None) -> FirstStepGuard:
-    """The guard for the model `chunk` belongs to; the optimizer is the owner of `grad_scale_func`,
-    which every binding installs beside the finalizer: without it, nothing was bound here."""
-    from megatron.core.utils import get_model_config
-
-    config = get_model_config(chunk)
-    optimizer = getattr(getattr(config, "grad_scale_func", None), "__self__", None)
-    if optimizer is None:
+    optimizer = scale_owner(config) if optimizer is None else optimizer
+    if optimizer is None and require_optimizer:
         raise BindingError(
             f"a training step started but the config the scheduler reads ({type(config).__name__} at "
             f"{hex(id(config))}) has no grad_scale_func, so the callbacks were bound somewhere else "

@@ -231,7 +231,7 @@ def test_the_report_renders_one_line_per_slot_and_is_frozen_and_picklable() -> N
     with pytest.raises(AttributeError):
         report.chunks = 3  # type: ignore[misc]
     one = report_for(bound([chunks[0]], opt), [chunks[0]], opt)
-    assert "1 chunk)" in one.render()
+    assert one.render().splitlines()[0].endswith(", 1 chunk)")
 
 
 def test_a_slot_check_line_says_where_else_the_callable_was_set() -> None:
@@ -337,3 +337,98 @@ def test_the_guard_logs_through_python_logging_without_emit(caplog: pytest.LogCa
     config.finalize_model_grads_func([])
     guard.after_step()
     assert "first_step_finalized finalizer_calls=1 step=1" in caplog.text
+
+
+def test_the_ddp_config_defaults_to_the_first_chunks_and_an_empty_grad_sync_reads_as_no_align() -> None:
+    from bindings._check import judge_binding
+
+    chunks, opt = [Chunk(), Chunk()], Optimizer()
+    chunks[0].ddp_config = DDP(overlap_grad_reduce=True)  # type: ignore[attr-defined]
+    config = bound(chunks, opt, DDP(overlap_grad_reduce=True))
+    report = judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads,
+                           chunk_config_ids=("0xa", "0xb"), provider_config=config)
+    assert report.verdict == "ok" and report.chunk_config_ids == ("0xa", "0xb")
+    assert report.provider_config_id == hex(id(config))
+    config.grad_sync_func = None  # as bound with align_grad_reduce=False
+    assert judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads).verdict == "ok"
+    strict = judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads,
+                           align_grad_reduce=True)
+    assert [s.slot for s in strict.bad] == ["grad_sync_func"] and strict.verdict == "missing"
+    config.no_sync_func = None
+    assert judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads).verdict == "missing"
+    plain = judge_binding(bound(chunks, opt, DDP()), chunks, ddp_config=DDP(), optimizer=opt,
+                          finalizer=finalize_model_grads)
+    assert plain.verdict == "ok"
+
+
+def test_a_ddp_config_that_carries_align_grad_reduce_is_obeyed() -> None:
+    from bindings._check import judge_binding
+
+    @dataclass
+    class LoopDDP(DDP):
+        align_grad_reduce: bool = True
+
+    chunks, opt = [Chunk()], Optimizer()
+    config = bound(chunks, opt, DDP(overlap_grad_reduce=True))
+    config.grad_sync_func = None
+    report = judge_binding(config, chunks, ddp_config=LoopDDP(overlap_grad_reduce=True), optimizer=opt,
+                           finalizer=finalize_model_grads)
+    assert report.slot("grad_sync_func").verdict == "missing"
+
+
+@pytest.mark.parametrize("model", [Chunk(), [], (), None])
+def test_anything_but_a_non_empty_list_of_chunks_is_refused(model: Any) -> None:
+    from bindings._check import chunk_list
+
+    with pytest.raises(BindingError, match="not a list of model chunks") as info:
+        chunk_list(model)
+    empty = isinstance(model, (list, tuple))
+    assert ("an empty list" in str(info.value)) is empty
+    assert chunk_list((c := Chunk(),)) == [c]
+
+
+def test_one_bad_slot_names_no_other() -> None:
+    chunks, opt = [Chunk()], Optimizer()
+    config = bound(chunks, opt)
+    config.grad_scale_func = None
+    with pytest.raises(BindingError) as info:
+        report_for(config, chunks, opt).raise_if_bad()
+    assert "also not ok" not in str(info.value)
+    config.no_sync_func = None
+    with pytest.raises(BindingError, match=r"\(also not ok: no_sync_func\)$"):
+        report_for(config, chunks, opt).raise_if_bad()
+
+
+def test_armed_from_a_config_the_optimizer_is_the_owner_of_grad_scale_func() -> None:
+    from bindings._guard import arm, scale_owner
+
+    opt = Optimizer()
+    config = Config(finalize_model_grads_func=finalize_model_grads, grad_scale_func=opt.scale_loss)
+    assert scale_owner(config) is opt and scale_owner(Config()) is None
+    guard = arm(config, steps=1, emit=lambda e, **f: None, require_optimizer=True)
+    assert "step" in vars(opt)
+    config.finalize_model_grads_func([])
+    opt.step()
+    assert not guard.armed and opt.steps == 1
+    other = Optimizer()
+    arm(config, other, emit=lambda e, **f: None)
+    assert "step" in vars(other) and "step" not in vars(opt)
+
+
+def test_arming_on_a_config_nobody_bound_is_refused_when_an_optimizer_is_required() -> None:
+    from bindings._guard import arm
+
+    config = Config()
+    with pytest.raises(BindingError, match="has no grad_scale_func") as info:
+        arm(config, require_optimizer=True)
+    assert info.value.slot == "grad_scale_func" and info.value.config_id == hex(id(config))
+    guard = arm(config)
+    with pytest.raises(FinalizerNotCalled):
+        guard.after_step()
+
+
+def test_a_config_is_an_object_with_all_five_slots() -> None:
+    class Partial:
+        finalize_model_grads_func = None
+
+    assert reachable_configs([Chunk(config=Partial())], Partial()) == []  # type: ignore[arg-type]
