@@ -40,3 +40,15 @@ def test_the_lifecycle_binder_with_overlap_on_two_chunks_prints_ok_and_exits_0()
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("binding check: ok") == 2 and "2 chunks" in done.stdout
     assert done.stdout.count(" ok ") >= 10
+
+
+def test_megatron_lms_own_binding_on_a_copying_provider_is_ok_where_megatron_training_is_installed() -> None:
+    import importlib.util
+
+    done = lifecycle("check-binding", "--provider", "copying", "--binder", "megatron-lm")
+    if importlib.util.find_spec("megatron.training") is None:  # megatron-core < 0.17
+        assert done.returncode == 2 and done.stdout == ""
+        assert "--binder megatron-lm needs megatron.training" in done.stderr
+        return
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("binding check: ok") == 2

@@ -405,7 +405,7 @@ def test_armed_from_a_config_the_optimizer_is_the_owner_of_grad_scale_func() -> 
     opt = Optimizer()
     config = Config(finalize_model_grads_func=finalize_model_grads, grad_scale_func=opt.scale_loss)
     assert scale_owner(config) is opt and scale_owner(Config()) is None
-    guard = arm(config, steps=1, emit=lambda e, **f: None, require_optimizer=True)
+    guard = arm(config, emit=lambda e, **f: None, require_optimizer=True)
     assert "step" in vars(opt)
     config.finalize_model_grads_func([])
     opt.step()
@@ -432,3 +432,25 @@ def test_a_config_is_an_object_with_all_five_slots() -> None:
         finalize_model_grads_func = None
 
     assert reachable_configs([Chunk(config=Partial())], Partial()) == []  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_each_slot_says_what_the_rules_expect_in_words(n: int) -> None:
+    chunks, opt = [Chunk() for _ in range(n)], Optimizer()
+    report = report_for(bound(chunks, opt, DDP(overlap_grad_reduce=True)), chunks, opt,
+                        DDP(overlap_grad_reduce=True))
+    shape = "(the callable itself, 1 chunk)" if n == 1 else "(a list of 2)"
+    assert [s.expected for s in report.slots] == [
+        "megatron's finalize_model_grads (or a wrapper of it)", "the optimizer's scale_loss",
+        f"each chunk's no_sync {shape}", f"each chunk's start_grad_sync {shape}", "nothing"]
+
+
+def test_the_report_records_are_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        SlotCheck("no_sync_func", "ok", "nothing", "nothing")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        CheckReport("C", "0x0", 1, ())  # type: ignore[misc]
+    from bindings import ConfigSeen
+
+    with pytest.raises(TypeError):
+        ConfigSeen("0x0", "C", "provider config", ())  # type: ignore[misc]
