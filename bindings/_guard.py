@@ -55,9 +55,8 @@ class FirstStepGuard:
         self._counter: StepCounter | None = None
         self._own_step = False
         self._previous: Any = None
-        self._base = 0
         self.checked = 0
-        self._wrap_finalizer()
+        self._wrap_finalizer()  # sets _counter and _base
         if optimizer is not None:
             self._previous = vars(optimizer).get("step")  # an instance attribute to put back
             optimizer.step = self._guarded(optimizer.step)
