@@ -454,3 +454,23 @@ def test_the_report_records_are_keyword_only() -> None:
 
     with pytest.raises(TypeError):
         ConfigSeen("0x0", "C", "provider config", ())  # type: ignore[misc]
+
+
+def test_slot_checks_and_configs_seen_are_frozen() -> None:
+    from dataclasses import FrozenInstanceError
+
+    from bindings import ConfigSeen
+
+    check = SlotCheck(slot="no_sync_func", verdict="ok", expected="nothing", found="nothing")
+    with pytest.raises(FrozenInstanceError):
+        check.verdict = "wrong"  # type: ignore[misc]
+    seen = ConfigSeen(id="0x0", type="C", where="provider config", slots=())
+    with pytest.raises(FrozenInstanceError):
+        seen.where = "chunk 0.config"  # type: ignore[misc]
+
+
+def test_a_guard_that_raised_can_be_left_by_its_with_block() -> None:
+    opt = Optimizer()
+    with pytest.raises(FinalizerNotCalled), FirstStepGuard(Config(), opt, emit=lambda e, **f: None):
+        opt.step()
+    assert "step" not in vars(opt) and opt.step() == (True, None, None)
