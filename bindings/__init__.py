@@ -2,7 +2,9 @@
 
 `bind_callbacks(model, optimizer, ddp_config)` installs them on `get_model_config(model[0])` (what
 megatron's schedules read), verifies, and returns a frozen `BindingReport`; `unbind_callbacks`
-clears them. Importing this package imports neither torch nor megatron.
+clears them. `check(model, ddp_config, optimizer)` judges a binding anyone made, by the same rules
+(`_rules.py`); `guard_first_step(model)` checks, in any loop, that training steps finalize once.
+Importing this package imports neither torch nor megatron.
 """
 
 from __future__ import annotations
@@ -11,14 +13,17 @@ from bindings._bind import (
     bind_callbacks,
     install,
     pause_param_sync,
-    per_chunk,
     planned,
     resume_param_sync,
     unbind_callbacks,
 )
+from bindings._entry import check, guard_first_step, guard_forward_step
 from bindings._errors import BindingConflict, BindingError, FinalizerNotCalled
+from bindings._guard import FirstStepGuard
 from bindings._protocol import SLOTS, Policy, SchedulerConfig
 from bindings._report import BindingReport
+from bindings._rules import per_chunk, sources
+from bindings._verdict import CheckReport, ConfigSeen, SlotCheck, Verdict
 from bindings._watchdog import (
     FIRST_STEP_FINALIZED,
     FIRST_STEP_NOT_FINALIZED,
@@ -33,16 +38,25 @@ __all__ = [
     "BindingConflict",
     "BindingError",
     "BindingReport",
+    "CheckReport",
+    "ConfigSeen",
     "CountingFinalizer",
     "FinalizerNotCalled",
+    "FirstStepGuard",
     "FirstStepWatchdog",
     "Policy",
     "SchedulerConfig",
+    "SlotCheck",
+    "Verdict",
     "bind_callbacks",
+    "check",
+    "guard_first_step",
+    "guard_forward_step",
     "install",
     "pause_param_sync",
     "per_chunk",
     "planned",
     "resume_param_sync",
+    "sources",
     "unbind_callbacks",
 ]

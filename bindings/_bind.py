@@ -1,6 +1,7 @@
 """Install megatron's scheduler callbacks on the config its schedules read, verify, report.
 
-The contract (megatron-core's training loop and Megatron-Bridge's `_update_model_config_funcs`):
+What each slot holds is decided in `bindings._rules` (shared with `bindings.check`). The contract
+(megatron-core's training loop and Megatron-Bridge's `_update_model_config_funcs`):
 
 - with an optimizer: `finalize_model_grads_func` = megatron's `finalize_model_grads` (bound to the
   process-group collection where the installed megatron-core accepts one) and
@@ -27,6 +28,15 @@ from typing import Any
 from bindings._errors import BindingConflict, BindingError
 from bindings._protocol import SLOTS, Policy, SchedulerConfig
 from bindings._report import BindingReport, object_id
+from bindings._rules import (
+    FINALIZER,
+    SCALE_LOSS,
+    align_grad_reduce_of,
+    chunk_entries,
+    flag,
+    same,
+    sources,
+)
 from bindings._watchdog import CountingFinalizer, FirstStepWatchdog
 
 _POLICIES: tuple[str | None, ...] = (None, "keep", "replace")
@@ -42,13 +52,6 @@ class Installed:
     finalizer: CountingFinalizer | None
 
 
-def per_chunk(callables: Sequence[Callable[..., Any]]) -> Any:
-    """Megatron's sync-slot convention: the callable itself for one chunk, a list for several."""
-    if not callables:
-        raise BindingError("a model has at least one chunk; got an empty list", chunks=0)
-    return callables[0] if len(callables) == 1 else list(callables)
-
-
 def finalizer(pg_collection: Any = None) -> Callable[..., Any]:
     """megatron's `finalize_model_grads`, with `pg_collection` bound where the signature has it."""
     from megatron.core.distributed import finalize_model_grads
@@ -60,13 +63,6 @@ def finalizer(pg_collection: Any = None) -> Callable[..., Any]:
     return fn
 
 
-def align_grad_reduce_of(ddp_config: Any, override: bool | None = None) -> bool:
-    """`align_grad_reduce` is a training-loop setting, not a field of megatron's DDP config."""
-    if override is not None:
-        return override
-    return bool(getattr(ddp_config, "align_grad_reduce", True))
-
-
 def planned(
     chunks: Sequence[Any],
     optimizer: Any,
@@ -75,20 +71,17 @@ def planned(
     align_grad_reduce: bool | None = None,
 ) -> dict[str, Any]:
     """The callbacks the contract asks for, by slot, in `SLOTS` order."""
-    plan: dict[str, Any] = {}
-    if optimizer is not None:
-        plan["finalize_model_grads_func"] = CountingFinalizer(finalizer(pg_collection))
-        plan["grad_scale_func"] = optimizer.scale_loss
-    overlap_grad = bool(getattr(ddp_config, "overlap_grad_reduce", False))
-    overlap_param = bool(getattr(ddp_config, "overlap_param_gather", False))
-    if overlap_grad or overlap_param:
+    wanted = sources(ddp_config, optimizer=optimizer is not None, align_grad_reduce=align_grad_reduce)
+    if flag(ddp_config, "overlap_grad_reduce") or flag(ddp_config, "overlap_param_gather"):
         _require_ddp(chunks)
-    if overlap_grad:
-        plan["no_sync_func"] = per_chunk([c.no_sync for c in chunks])
-        if align_grad_reduce_of(ddp_config, align_grad_reduce):
-            plan["grad_sync_func"] = per_chunk([c.start_grad_sync for c in chunks])
-    if overlap_param and getattr(ddp_config, "align_param_gather", False):
-        plan["param_sync_func"] = per_chunk([c.start_param_sync for c in chunks])
+    plan: dict[str, Any] = {}
+    for slot, source in wanted.items():
+        if source == FINALIZER:
+            plan[slot] = CountingFinalizer(finalizer(pg_collection))
+        elif source == SCALE_LOSS:
+            plan[slot] = optimizer.scale_loss
+        else:
+            plan[slot] = chunk_entries(chunks, source)
     return plan
 
 
@@ -102,12 +95,6 @@ def _require_ddp(chunks: Sequence[Any]) -> None:
                 "overlap_param_gather to false",
                 chunk=index, chunk_type=type(chunk).__name__,
             )
-
-
-def _same(current: Any, new: Any) -> bool:
-    if isinstance(current, list) and isinstance(new, list):
-        return len(current) == len(new) and all(a == b for a, b in zip(current, new, strict=True))
-    return bool(current is new or current == new)
 
 
 def install(
@@ -129,7 +116,7 @@ def install(
         if slot not in plan:
             continue
         current = getattr(target, slot, None)
-        if current is None or _same(current, plan[slot]):
+        if current is None or same(current, plan[slot]):
             continue
         if policy is None:
             raise BindingConflict(
@@ -216,10 +203,10 @@ def bind_callbacks(
         replaced=done.replaced,
         chunks=len(chunks),
         optimizer=optimizer is not None,
-        overlap_grad_reduce=bool(getattr(ddp_config, "overlap_grad_reduce", False)),
-        overlap_param_gather=bool(getattr(ddp_config, "overlap_param_gather", False)),
+        overlap_grad_reduce=flag(ddp_config, "overlap_grad_reduce"),
+        overlap_param_gather=flag(ddp_config, "overlap_param_gather"),
         align_grad_reduce=align,
-        align_param_gather=bool(getattr(ddp_config, "align_param_gather", False)),
+        align_param_gather=flag(ddp_config, "align_param_gather"),
         policy=policy,
         watchdog=None if done.finalizer is None else FirstStepWatchdog(done.finalizer),
         target_ref=weakref.ref(target),

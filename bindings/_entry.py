@@ -1,0 +1,75 @@
+"""The entry points that ask megatron where the scheduler's config is: `check`, `guard_first_step`,
+`guard_forward_step`. Everything they decide is in `_check.py` and `_guard.py`; megatron is imported
+inside the functions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bindings._check import chunk_list, judge_binding
+from bindings._guard import FirstStepGuard, arm
+from bindings._verdict import CheckReport
+from bindings._watchdog import Emit
+
+
+def check(
+    model: Sequence[Any],
+    ddp_config: Any = None,
+    optimizer: Any = None,
+    *,
+    provider_config: Any = None,
+    align_grad_reduce: bool | None = None,
+) -> CheckReport:
+    """Check the training callbacks on the config the scheduler reads for `model` (the chunks).
+
+    `ddp_config` defaults to the first chunk's (megatron's `DistributedDataParallel` keeps it);
+    `optimizer`, when given, must be the one `grad_scale_func` belongs to; `provider_config`, the
+    config your provider was given, is searched for callbacks set where the scheduler never looks.
+    `align_grad_reduce` (a training-loop setting): pass it to judge `grad_sync_func` strictly; left
+    None, an empty `grad_sync_func` is read as `align_grad_reduce=False`.
+    """
+    from megatron.core.distributed import finalize_model_grads
+    from megatron.core.utils import get_model_config
+
+    chunks = chunk_list(model)
+    return judge_binding(
+        get_model_config(chunks[0]), chunks, ddp_config=ddp_config, optimizer=optimizer,
+        provider_config=provider_config, align_grad_reduce=align_grad_reduce,
+        finalizer=finalize_model_grads,
+        chunk_config_ids=tuple(hex(id(get_model_config(c))) for c in chunks),
+    )
+
+
+def guard_first_step(
+    model: Any, optimizer: Any = None, *, steps: int = 1, emit: Emit | None = None
+) -> FirstStepGuard:
+    """Arm a `FirstStepGuard` on `get_model_config(model[0])`, after your setup bound callbacks.
+
+    `optimizer` defaults to the owner of the config's `grad_scale_func` (`optimizer.scale_loss`);
+    without one, call `guard.after_step()` after each training step.
+    """
+    from megatron.core.utils import get_model_config
+
+    return arm(get_model_config(chunk_list(model)[0]), optimizer, steps=steps, emit=emit)
+
+
+def guard_forward_step(
+    forward_step_func: Callable[..., Any], *, steps: int = 1, emit: Emit | None = None
+) -> Callable[..., Any]:
+    """Wrap a Megatron-LM `forward_step_func` so its first training call arms the guard from inside
+    `train()`, after `train()` bound the callbacks: `pretrain(..., guard_forward_step(fwd))`.
+    A scheduler config without `grad_scale_func` by then is refused with `BindingError`."""
+    import torch
+    from megatron.core.utils import get_model_config
+
+    guards: list[FirstStepGuard] = []
+
+    def forward_step(data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+        if not guards and torch.is_grad_enabled():
+            config = get_model_config(model)
+            guards.append(arm(config, steps=steps, emit=emit, require_optimizer=True))
+        return forward_step_func(data_iterator, model, *args, **kwargs)
+
+    forward_step.guard = guards  # type: ignore[attr-defined]  # the armed guard, for callers
+    return forward_step

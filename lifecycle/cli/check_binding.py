@@ -1,0 +1,166 @@
+"""`lifecycle check-binding`: build your model on 2 CPU ranks, bind it the way your framework does,
+and print `bindings.check`'s report for each rank.
+
+Binders: `lifecycle` (this project's CALLBACKS_BOUND), `megatron-lm` (the binding block of
+Megatron-LM's `train()`, from the installed `megatron.training`), `bridge` (Megatron-Bridge's
+`_update_model_config_funcs`, from the installed `megatron.bridge`, given the provider's config as
+Bridge's `setup()` does), or your own `package.module:function` called as
+`binder(model, optimizer, ddp_config, provider_config)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from types import SimpleNamespace
+from typing import Any
+
+from lifecycle.cli._inputs import EXIT_INPUT
+from lifecycle.megatron.user_providers import NAMES, spec_problem
+
+BINDERS = ("lifecycle", "megatron-lm", "bridge")
+EXIT_HELP = """exit status: 0 every rank's binding is ok; 1 a slot is missing, wrong or stale on some
+rank (or a rank failed); 2 bad command-line or config input, or a binder that is not installed."""
+# The binding block of Megatron-LM's train(): from this comment to the finalizer's assignment.
+TRAIN_BLOCK = ("# Setup some training config params.",
+               "config.finalize_model_grads_func = finalize_model_grads")
+NPROC = 2
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("check-binding", help="build your model on 2 CPU ranks, bind it as your framework "
+                       "does, and report each scheduler slot", description=__doc__, epilog=EXIT_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--provider", required=True,
+                   help=f"model provider: one of {', '.join(NAMES)}, or package.module:function or "
+                        "path/to/file.py:function")
+    p.add_argument("--preset", default="tiny-gpt", help="the RunConfig preset to start from")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set ddp.overlap_grad_reduce=true (repeatable)")
+    p.add_argument("--binder", default="lifecycle",
+                   help=f"who binds the callbacks: {', '.join(BINDERS)}, or package.module:function")
+    p.set_defaults(func=run)
+
+
+def _refuse(message: str) -> int:
+    print(f"lifecycle check-binding: {message}", file=sys.stderr)
+    return EXIT_INPUT
+
+
+def binder_problem(spec: str) -> str | None:
+    """Why `--binder` cannot be used here, in one line, or None."""
+    if spec in BINDERS:
+        module = {"megatron-lm": "megatron.training", "bridge": "megatron.bridge"}.get(spec)
+        import importlib.util
+
+        if module is not None and importlib.util.find_spec(module) is None:
+            how = "megatron-core >= 0.17 ships it" if spec == "megatron-lm" else "pip install megatron-bridge"
+            return (f"--binder {spec} needs {module}, which is not installed ({how}); "
+                    "or pass your own binder as --binder package.module:function")
+        return None
+    if ":" not in spec or not all(spec.partition(":")[::2]):
+        return (f"--binder {spec!r} is neither {', '.join(BINDERS)} nor package.module:function; "
+                "write e.g. --binder mypkg.setup:bind")
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """parse → check input → 2 ranks build, bind, check → print."""
+    from lifecycle.errors import LifecycleError
+
+    problem = spec_problem(args.provider) or binder_problem(args.binder)
+    if problem:
+        return _refuse(problem)
+    from lifecycle.config import RunConfig
+
+    try:
+        config = RunConfig.preset(args.preset, [*args.overrides, f"parallel.world_size={NPROC}"])
+    except LifecycleError as exc:
+        return _refuse(str(exc))
+    from lifecycle.engine.launch import run_ranks
+
+    try:
+        ranks = run_ranks(check_rank, NPROC, config.to_dict(), args.provider, args.binder)
+    except LifecycleError as exc:
+        print(f"lifecycle check-binding: {exc}", file=sys.stderr)
+        return 1
+    for rank, result in enumerate(ranks):
+        print(f"rank {rank}: {result['text']}")
+    return 0 if all(r["verdict"] == "ok" for r in ranks) else 1
+
+
+def check_rank(config_data: dict[str, Any], provider_spec: str, binder_spec: str) -> dict[str, Any]:
+    """On one rank: startup to MODEL_BUILT, the binder, then `bindings.check`."""
+    import warnings
+
+    from bindings import check
+    from lifecycle.config import RunConfig
+    from lifecycle.engine import Lifecycle
+    from lifecycle.megatron.user_providers import resolve_provider
+    from states import State
+
+    warnings.simplefilter("ignore")
+    config = RunConfig.from_dict(config_data)
+    with Lifecycle(config, resolve_provider(provider_spec), tripwires="warn") as lc:
+        if binder_spec == "lifecycle":
+            lc.advance_to(State.CALLBACKS_BOUND)
+        else:
+            lc.advance_to(State.MODEL_BUILT)
+        rt = lc.runtime
+        model = list(rt.model or ())
+        if binder_spec != "lifecycle":
+            binder(binder_spec)(model, rt.optimizer, rt.ddp_config, rt.provider_config)
+        report = check(model, rt.ddp_config, rt.optimizer, provider_config=rt.provider_config,
+                       align_grad_reduce=config.ddp.align_grad_reduce)
+    return {"verdict": report.verdict, "text": report.render()}
+
+
+def binder(spec: str) -> Any:
+    """The binding function `--binder` names."""
+    if spec == "megatron-lm":
+        return megatron_lm_binding
+    if spec == "bridge":
+        return bridge_binding
+    import importlib
+
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def bridge_binding(model: list[Any], optimizer: Any, ddp_config: Any, provider_config: Any) -> None:
+    """What Megatron-Bridge's `setup()` does: its installer on `cfg.model`, the provider's config."""
+    from megatron.bridge.training.setup import _update_model_config_funcs
+
+    _update_model_config_funcs(model, provider_config, ddp_config, optimizer)
+
+
+def megatron_lm_binding(model: list[Any], optimizer: Any, ddp_config: Any, provider_config: Any) -> None:
+    """The binding block of the installed Megatron-LM `train()`, as it is written there."""
+    import inspect
+
+    import megatron.training.training as training
+
+    lines = inspect.getsource(training.train).splitlines()
+    run_train_block(lines, training.__file__, dict(vars(training)), model, optimizer, ddp_config)
+
+
+def run_train_block(
+    lines: list[str], origin: str, namespace: dict[str, Any], model: list[Any], optimizer: Any,
+    ddp_config: Any, align_grad_reduce: bool = True,
+) -> None:
+    """Run Megatron-LM's binding block, cut from `lines` (train()'s source), on
+    `config = get_model_config(model[0])`, with the `args` it reads taken from `ddp_config`."""
+    from megatron.core.utils import get_model_config
+
+    start = next(i for i, line in enumerate(lines) if TRAIN_BLOCK[0] in line)
+    end = next(i for i, line in enumerate(lines) if i > start and TRAIN_BLOCK[1] in line)
+    source = textwrap.dedent("\n".join(lines[start : end + 1]))
+    args = SimpleNamespace(
+        overlap_grad_reduce=ddp_config.overlap_grad_reduce, align_grad_reduce=align_grad_reduce,
+        overlap_param_gather=ddp_config.overlap_param_gather,
+        align_param_gather=ddp_config.align_param_gather,
+    )
+    scope = {**namespace, "config": get_model_config(model[0]), "model": model,
+             "optimizer": optimizer, "args": args, "timers": None}
+    exec(compile(source, origin, "exec"), scope)
