@@ -30,6 +30,8 @@ def test_library_warnings_are_logged_with_category_and_module_and_summed_up_in_o
     make_lc: Callable[..., Any], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     before = warnings.showwarning
+    megatron = logging.getLogger("megatron")
+    loggers_before = (megatron.propagate, list(megatron.handlers))
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         lc = make_lc(log_dir=tmp_path / "logs")
@@ -45,7 +47,7 @@ def test_library_warnings_are_logged_with_category_and_module_and_summed_up_in_o
     assert err.splitlines() == ["lifecycle: 4 library warning(s), 2 distinct, are in the startup log as `warning` "
                                 "records: `lifecycle audit LOG_DIR` lists them"]
     assert warnings.showwarning is before
-    assert logging.getLogger("megatron").propagate and not logging.getLogger("megatron").handlers
+    assert (megatron.propagate, megatron.handlers) == loggers_before
 
 
 def test_ranks_other_than_0_log_warnings_without_printing_them(
