@@ -7,10 +7,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from lifecycle.cli import audit, experiment, graph, plot, run, simulate
+from lifecycle.cli import audit, experiment, export, graph, plot, report, run, simulate
 
 # Each command module defines `register(subparsers)`; its parser sets `func(args) -> int`.
-COMMANDS = (run, audit, plot, graph, experiment, simulate)
+COMMANDS = (run, audit, plot, graph, experiment, simulate, export, report)
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,0 +1,167 @@
+"""The second read of each rank file: the records the audit's summary does not keep (coordinates,
+attempts, steps, violations, peer failures, the simulation's counts) and the time of each record a
+finding points at.
+
+The audit has already checked every record (hash chain, envelope, order); this pass only picks.
+A line's event is found in its bytes (the writer sorts keys, so `"event":"..."` is there verbatim)
+and only the lines of the events below are parsed: most of a log (transitions, side effects) is
+skipped without being decoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from lifecycle.log import events
+
+MARKS = {
+    events.TRIPWIRE_VIOLATION: "violation",
+    events.SIDE_EFFECT_REFUSED: "violation",
+    events.GUARD_REJECTED: "violation",
+    events.INVALID_TRANSITION: "violation",
+    events.CONFIG_MUTATED: "violation",
+    events.FIRST_STEP_NOT_FINALIZED: "violation",
+    events.PEER_FAILED: "failure",
+    events.STATE_TIMEOUT: "failure",
+    events.STARTUP_ABORTED: "failure",
+    events.TRANSITION_FAILED: "failure",
+    events.LOG_WRITE_FAILED: "failure",
+}
+"""Events drawn as instants, and their kind."""
+_KEEP = frozenset({*MARKS, events.LIFECYCLE_STARTED, events.CONFIG_VALIDATED, events.DISTRIBUTED_INITIALIZED,
+                   events.STEP_COMPLETED, events.GENERATION_STARTED, events.RANK_SIMULATED})
+_KEY = b'"event":"'
+_MAX_MARKS = 200
+_MAX_STEPS = 100_000
+_loads = orjson.loads
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mark:
+    """One record drawn as an instant: its event, kind (`violation`, `failure`, or `finding` for a
+    record an audit finding points at) and a one-line detail."""
+
+    ts: float
+    event: str
+    kind: str
+    detail: str
+    state: str | None = None
+    rule: str | None = None
+    peer: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One `lifecycle_started`: a process's start on this rank (the restart cycle is `attempt`)."""
+
+    ts: float
+    attempt: int
+    restart_count: int | None
+    host: str | None
+    pid: int | None
+    plan: str | None
+
+
+@dataclass(slots=True)
+class Details:
+    """What the second read found on one rank."""
+
+    coords: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    attempts: list[Attempt] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    steps: list[tuple[float, int, float | None, float | None]] = field(default_factory=list)
+    configs: list[tuple[float, str | None, dict[str, Any] | None]] = field(default_factory=list)
+    generations: list[tuple[float, int]] = field(default_factory=list)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    line_ts: dict[int, float] = field(default_factory=dict)
+
+
+def read_details(path: str, lines_wanted: Collection[int] = (), *, configs: bool = True) -> dict[int, Details]:
+    """rank -> Details for the records of the file at `path`. `lines_wanted` (1-based) get their
+    time recorded in `line_ts`; `configs` keeps each `config_validated`'s config dict."""
+    out: dict[int, Details] = {}
+    with open(path, "rb") as fh:
+        data = fh.read()
+    wanted = set(lines_wanted)
+    for lineno, line in enumerate(data.splitlines(), 1):
+        start = line.find(_KEY)
+        if start < 0:
+            continue
+        start += len(_KEY)
+        event = line[start:line.find(b'"', start)].decode("ascii", "replace")
+        if event not in _KEEP and lineno not in wanted:
+            continue
+        try:
+            rec = _loads(line)
+        except orjson.JSONDecodeError:
+            continue  # a damaged record: the audit has reported it
+        rank = rec.get("rank")
+        if type(rank) is not int or type(rec.get("ts")) not in (int, float):
+            continue
+        details = out.get(rank)
+        if details is None:
+            details = out[rank] = Details()
+        if lineno in wanted:
+            details.line_ts[lineno] = float(rec["ts"])
+        if event in _KEEP:
+            _take(details, event, rec, configs)
+    return out
+
+
+def _take(d: Details, event: str, rec: dict[str, Any], configs: bool) -> None:
+    ts = float(rec["ts"])
+    if event == events.STEP_COMPLETED:
+        if len(d.steps) < _MAX_STEPS:
+            d.steps.append((ts, _int(rec.get("step")) or 0, _num(rec.get("loss")), _num(rec.get("duration_s"))))
+    elif event in MARKS:
+        if len(d.marks) < _MAX_MARKS:
+            d.marks.append(_mark(event, rec, ts))
+    elif event == events.LIFECYCLE_STARTED:
+        d.attempts.append(Attempt(ts=ts, attempt=_int(rec.get("attempt")) or 0,
+                                  restart_count=_int(rec.get("restart_count")), host=_str(rec.get("host")),
+                                  pid=_int(rec.get("pid")), plan=_str(rec.get("plan"))))
+    elif event == events.CONFIG_VALIDATED:
+        config = rec.get("config") if configs and isinstance(rec.get("config"), dict) else None
+        d.configs.append((ts, _str(rec.get("fingerprint")), config))
+    elif event == events.DISTRIBUTED_INITIALIZED:
+        ranks = rec.get("ranks")
+        d.coords = {k: v for k, v in ranks.items() if type(v) is int} if isinstance(ranks, dict) else {}
+        d.sizes = {k: v for k in ("tp", "pp", "cp", "ep", "dp", "vpp") if type(v := rec.get(k)) is int}
+    elif event == events.GENERATION_STARTED:
+        d.generations.append((ts, _int(rec.get("generation")) or 0))
+    elif event == events.RANK_SIMULATED:
+        d.counts = _counts(rec.get("counts"))
+
+
+def _mark(event: str, rec: dict[str, Any], ts: float) -> Mark:
+    """The fields that say what happened, in one line."""
+    names = ("target", "kind", "guard", "reason", "field", "error_type", "error", "peer_rank", "peer_state",
+             "signal", "missing", "finalizer_calls", "trigger")
+    detail = ", ".join(f"{n}={str(rec[n])[:160]}" for n in names if rec.get(n) not in (None, "", []))
+    state = rec.get("state") if event != events.PEER_FAILED else rec.get("peer_state")
+    return Mark(ts=ts, event=event, kind=MARKS[event], detail=detail, state=_str(state) or _str(rec.get("source")),
+                peer=_int(rec.get("peer_rank")) if event == events.PEER_FAILED else None)
+
+
+def _counts(value: Any) -> dict[str, dict[str, int]]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(state): {str(k): v for k, v in row.items() if type(v) is int}
+            for state, row in value.items() if isinstance(row, dict)}
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if type(value) in (int, float) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if type(value) is str else None
