@@ -28,6 +28,8 @@ class RankTrace:
     steps: tuple[tuple[float, int, float | None, float | None], ...]
     counts: dict[str, dict[str, int]]
     unfinished: tuple[str, float, float] | None = None
+    fingerprints: tuple[tuple[float, str], ...] = ()
+    """(time, fingerprint) of each config_validated."""
     """The transition that never completed: (trigger, start, end), ended by the failure or the
     log's last record."""
 
@@ -130,7 +132,8 @@ def _rank(audit_: RankAudit, found: Details) -> RankTrace:
                               detail=finding.message[:300], rule=finding.rule))
     return RankTrace(audit=audit_, coords=found.coords, attempts=tuple(starts), segments=segments,
                      marks=tuple(sorted(marks, key=lambda m: m.ts)), steps=tuple(found.steps), counts=found.counts,
-                     unfinished=_unfinished(audit_))
+                     unfinished=_unfinished(audit_),
+                     fingerprints=tuple((ts, fp) for ts, fp, _ in found.configs if fp is not None))
 
 
 def _unfinished(audit_: RankAudit) -> tuple[str, float, float] | None:
@@ -170,9 +173,9 @@ def _cycles(ranks: Sequence[RankTrace], configs: list[tuple[float, dict[str, Any
             row["start"] = min(row["start"], started.ts)
             row["ranks"].add(rank.rank)
             row["hosts"].add(started.host)
+        for ts, fingerprint in rank.fingerprints:
+            by_attempt[_attempt_at(attempts, ts)]["fps"].add(fingerprint)
         last = by_attempt[attempts[-1].attempt]
-        if rank.audit.fingerprint:
-            last["fps"].add(rank.audit.fingerprint)
         if rank.failed:
             last["failed"].add(rank.rank)
     cycles: list[Cycle] = []
