@@ -73,7 +73,7 @@ class _Ids:
     def __new__(cls, sdk_trace: Any) -> Any:
         from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-        class Ids(IdGenerator):  # type: ignore[misc]  # the SDK is untyped when absent
+        class Ids(IdGenerator):
             def __init__(self) -> None:
                 self.trace_id = 1
                 self.span_ids: Iterator[int] = iter(())
@@ -127,7 +127,7 @@ def _rank_spans(tracer: Any, ids: Any, rank: RankTrace, attempt: int, segments: 
         child = tracer.start_span(f"{trigger} (not completed)", context=context, start_time=_ns(begin),
                                   attributes={"lifecycle.trigger": trigger, "lifecycle.completed": False})
         children.append((begin, stop, child))
-    _events(rank, root, children, start, end if last_attempt else end)
+    _events(rank, root, children, start, end)
     failure = rank.audit.failure if last_attempt else None
     for _, stop, child in children:
         if failure is not None and child is children[-1][2] and unfinished is not None:
@@ -161,7 +161,7 @@ def _events(rank: RankTrace, root: Any, children: list[tuple[float, float, Any]]
         if not start <= mark.ts <= end:
             continue
         holder = next((c for b, e, c in children if b <= mark.ts <= e), root)
-        attributes = {"lifecycle.kind": mark.kind, "lifecycle.detail": mark.detail}
+        attributes: dict[str, str | int] = {"lifecycle.kind": mark.kind, "lifecycle.detail": mark.detail}
         attributes.update({k: v for k, v in (("lifecycle.rule", mark.rule), ("lifecycle.state", mark.state),
                                              ("lifecycle.peer_rank", mark.peer)) if v is not None})
         holder.add_event(mark.event, attributes=attributes, timestamp=_ns(mark.ts))
@@ -192,10 +192,10 @@ def _schema(url: str | None) -> dict[str, str]:
     return {"schemaUrl": url} if url else {}
 
 
-def _scope(scope: Any) -> dict[str, Any]:
+def _scope(scope: Any) -> dict[str, str]:
     if scope is None:
         return {}
-    return {k: v for k, v in (("name", scope.name), ("version", scope.version)) if v}
+    return {k: str(v) for k, v in (("name", scope.name), ("version", scope.version)) if v}
 
 
 def _attributes_of(attributes: Any) -> dict[str, Any]:

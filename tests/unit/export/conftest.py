@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from export_logs import clean_2_ranks, failed_run  # noqa: E402
+from export_logs import clean_2_ranks, failed_run
 
 
 @pytest.fixture(scope="session")

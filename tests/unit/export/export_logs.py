@@ -9,7 +9,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audit"))
 
-from audit_logs import Events, clean_events, clean_run, clock, index, write_events  # noqa: E402
+from audit_logs import Events, clean_events, clean_run, clock, index, write_events
 
 
 def _until(trigger: str) -> Events:
@@ -28,8 +28,8 @@ def failed_run(log_dir: Path) -> Path:
     naming it, rank 3 times out; rank 0 also hit a tripwire before."""
     head = _until("init_distributed")
     n = len(head)
-    error: dict[str, Any] = {"trigger": "init_distributed", "source": "SERVICES_READY", "error_type": "OutOfMemoryError",
-                             "error": "CUDA out of memory", "duration_s": 1.0}
+    error: dict[str, Any] = {"trigger": "init_distributed", "source": "SERVICES_READY",
+                             "error_type": "OutOfMemoryError", "error": "CUDA out of memory", "duration_s": 1.0}
     _rank_log(log_dir, 2, [*head, ("transition_failed", error)], at={n: 105.0})
     timeout = {"state": "SERVICES_READY", "trigger": "init_distributed", "timeout_s": 600, "missing": [2]}
     _rank_log(log_dir, 3, [*head, ("state_timeout", timeout)], at={n: 110.0})
