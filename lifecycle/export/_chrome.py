@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from lifecycle.export._model import RankTrace, Trace
+from lifecycle.export._model import RankTrace, Trace, no_gc
 from lifecycle.log import events
 
 STATES_TID, IMPORTS_TID, MARKS_TID = 1, 2, 3
@@ -50,7 +50,8 @@ def chrome_document(trace: Trace) -> dict[str, Any]:
 def write_chrome(trace: Trace, output: str | Path) -> Path:
     """Write the trace to `output`; a `.gz` suffix gzips it."""
     path = Path(output)
-    data = orjson.dumps(chrome_document(trace))
+    with no_gc():
+        data = orjson.dumps(chrome_document(trace))
     if path.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6, mtime=0)
     path.write_bytes(data)

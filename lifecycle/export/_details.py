@@ -10,10 +10,12 @@ skipped without being decoded.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
+import msgspec
 import orjson
 
 from lifecycle.log import events
@@ -34,7 +36,9 @@ MARKS = {
 """Events drawn as instants, and their kind."""
 _KEEP = frozenset({*MARKS, events.LIFECYCLE_STARTED, events.CONFIG_VALIDATED, events.DISTRIBUTED_INITIALIZED,
                    events.STEP_COMPLETED, events.GENERATION_STARTED, events.RANK_SIMULATED})
-_KEY = b'"event":"'
+_FIND = re.compile(b'"event":"(' + b"|".join(sorted(e.encode() for e in _KEEP)) + b')"')
+"""The writer sorts keys, so a record's event is in its bytes as `"event":"<name>"`; a string value
+cannot hold it unescaped (its quotes would be escaped)."""
 _MAX_MARKS = 200
 _MAX_STEPS = 100_000
 _loads = orjson.loads
@@ -87,30 +91,70 @@ def read_details(path: str, lines_wanted: Collection[int] = (), *, configs: bool
     out: dict[int, Details] = {}
     with open(path, "rb") as fh:
         data = fh.read()
-    wanted = set(lines_wanted)
-    for lineno, line in enumerate(data.splitlines(), 1):
-        start = line.find(_KEY)
-        if start < 0:
-            continue
-        start += len(_KEY)
-        event = line[start:line.find(b'"', start)].decode("ascii", "replace")
-        if event not in _KEEP and lineno not in wanted:
-            continue
-        try:
-            rec = _loads(line)
-        except orjson.JSONDecodeError:
-            continue  # a damaged record: the audit has reported it
-        rank = rec.get("rank")
-        if type(rank) is not int or type(rec.get("ts")) not in (int, float):
-            continue
-        details = out.get(rank)
-        if details is None:
-            details = out[rank] = Details()
-        if lineno in wanted:
-            details.line_ts[lineno] = float(rec["ts"])
-        if event in _KEEP:
-            _take(details, event, rec, configs)
+    steps: list[bytes] = []
+    for match in _FIND.finditer(data):
+        start = data.rfind(b"\n", 0, match.start()) + 1
+        end = data.find(b"\n", match.end())
+        line = data[start:end if end >= 0 else len(data)]
+        event = match.group(1).decode()
+        if event == events.STEP_COMPLETED:
+            steps.append(line)
+        else:
+            _record(out, line, event, configs, None)
+    _steps(out, steps, configs)
+    if lines_wanted:
+        wanted = set(lines_wanted)
+        for lineno, line in enumerate(data.splitlines(), 1):
+            if lineno in wanted:
+                _record(out, line, None, configs, lineno)
     return out
+
+
+class _Step(msgspec.Struct, gc=False):
+    ts: float
+    rank: int
+    step: int = 0
+    loss: Union[float, None] = None  # noqa: UP007  # msgspec reads the annotation at runtime on 3.10
+    duration_s: Union[float, None] = None  # noqa: UP007
+
+
+_decode_steps = msgspec.json.Decoder(list[_Step]).decode
+
+
+def _steps(out: dict[int, Details], lines: list[bytes], configs: bool) -> None:
+    """The steps of a file decoded in one call (the bulk of the records read here); a batch that
+    does not decode so (a field of another type) goes record by record."""
+    if not lines:
+        return
+    try:
+        decoded = _decode_steps(b"[" + b",".join(lines) + b"]")
+    except msgspec.DecodeError:
+        for line in lines:
+            _record(out, line, events.STEP_COMPLETED, configs, None)
+        return
+    for rec in decoded:
+        details = out.get(rec.rank)
+        if details is None:
+            details = out[rec.rank] = Details()
+        if len(details.steps) < _MAX_STEPS:
+            details.steps.append((rec.ts, rec.step, rec.loss, rec.duration_s))
+
+
+def _record(out: dict[int, Details], line: bytes, event: str | None, configs: bool, lineno: int | None) -> None:
+    try:
+        rec = _loads(line)
+    except orjson.JSONDecodeError:
+        return  # a damaged record: the audit has reported it
+    rank = rec.get("rank") if type(rec) is dict else None
+    if type(rank) is not int or type(rec.get("ts")) not in (int, float):
+        return
+    details = out.get(rank)
+    if details is None:
+        details = out[rank] = Details()
+    if lineno is not None:
+        details.line_ts[lineno] = float(rec["ts"])
+    elif event is not None:
+        _take(details, event, rec, configs)
 
 
 def _take(d: Details, event: str, rec: dict[str, Any], configs: bool) -> None:

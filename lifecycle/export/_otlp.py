@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from lifecycle.errors import ExtraNotInstalled
-from lifecycle.export._model import COORDINATES, RankTrace, Trace
+from lifecycle.export._model import COORDINATES, RankTrace, Trace, no_gc
 from lifecycle.log import events
 from states import State
 
@@ -239,5 +239,7 @@ def _value(value: Any) -> dict[str, Any]:
 def write_otlp(trace: Trace, output: str | Path) -> Path:
     """Write the startup's spans to `output` as OTLP JSON."""
     path = Path(output)
-    path.write_bytes(orjson.dumps(encode(spans(trace))))
+    with no_gc():
+        data = orjson.dumps(encode(spans(trace)))
+    path.write_bytes(data)
     return path

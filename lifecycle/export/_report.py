@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from lifecycle.audit import RULES, blame, stragglers
-from lifecycle.export._model import RankTrace, Trace
+from lifecycle.export._model import RankTrace, Trace, no_gc
 from lifecycle.export._rows import Row, rows
 from lifecycle.log import events
 from states import STARTUP_ORDER, State
@@ -98,5 +98,7 @@ def render(data: dict[str, Any]) -> bytes:
 def write_report(trace: Trace, output: str | Path, *, rules_url: str = RULES_URL, per_rank_up_to: int = 64) -> Path:
     """Write the HTML report of `trace` to `output`."""
     path = Path(output)
-    path.write_bytes(render(report_data(trace, rules_url=rules_url, per_rank_up_to=per_rank_up_to)))
+    with no_gc():
+        data = render(report_data(trace, rules_url=rules_url, per_rank_up_to=per_rank_up_to))
+    path.write_bytes(data)
     return path
