@@ -1,5 +1,5 @@
 """The second read of each rank file: the records the audit's summary does not keep (coordinates,
-attempts, steps, violations, peer failures, the simulation's counts) and the time of each record a
+attempts, steps, violations, peer failures, and the time of each record a
 finding points at.
 
 The audit has already checked every record (hash chain, envelope, order); this pass only picks.
@@ -35,7 +35,7 @@ MARKS = {
 }
 """Events drawn as instants, and their kind."""
 _KEEP = frozenset({*MARKS, events.LIFECYCLE_STARTED, events.CONFIG_VALIDATED, events.DISTRIBUTED_INITIALIZED,
-                   events.STEP_COMPLETED, events.GENERATION_STARTED, events.RANK_SIMULATED})
+                   events.STEP_COMPLETED, events.GENERATION_STARTED})
 _FIND = re.compile(b'"event":"(' + b"|".join(sorted(e.encode() for e in _KEEP)) + b')"')
 """The writer sorts keys, so a record's event is in its bytes as `"event":"<name>"`; a string value
 cannot hold it unescaped (its quotes would be escaped)."""
@@ -81,7 +81,6 @@ class Details:
     steps: list[tuple[float, int, float | None, float | None]] = field(default_factory=list)
     configs: list[tuple[float, str | None, dict[str, Any] | None]] = field(default_factory=list)
     generations: list[tuple[float, int]] = field(default_factory=list)
-    counts: dict[str, dict[str, int]] = field(default_factory=dict)
     line_ts: dict[int, float] = field(default_factory=dict)
 
 
@@ -178,8 +177,6 @@ def _take(d: Details, event: str, rec: dict[str, Any], configs: bool) -> None:
         d.sizes = {k: v for k in ("tp", "pp", "cp", "ep", "dp", "vpp") if type(v := rec.get(k)) is int}
     elif event == events.GENERATION_STARTED:
         d.generations.append((ts, _int(rec.get("generation")) or 0))
-    elif event == events.RANK_SIMULATED:
-        d.counts = _counts(rec.get("counts"))
 
 
 def _mark(event: str, rec: dict[str, Any], ts: float) -> Mark:
@@ -190,13 +187,6 @@ def _mark(event: str, rec: dict[str, Any], ts: float) -> Mark:
     state = rec.get("state") if event != events.PEER_FAILED else rec.get("peer_state")
     return Mark(ts=ts, event=event, kind=MARKS[event], detail=detail, state=_str(state) or _str(rec.get("source")),
                 peer=_int(rec.get("peer_rank")) if event == events.PEER_FAILED else None)
-
-
-def _counts(value: Any) -> dict[str, dict[str, int]]:
-    if not isinstance(value, dict):
-        return {}
-    return {str(state): {str(k): v for k, v in row.items() if type(v) is int}
-            for state, row in value.items() if isinstance(row, dict)}
 
 
 def _int(value: Any) -> int | None:

@@ -34,7 +34,6 @@ class RankTrace:
     segments: tuple[tuple[Segment, int], ...]
     marks: tuple[Mark, ...]
     steps: tuple[tuple[float, int, float | None, float | None], ...]
-    counts: dict[str, dict[str, int]]
     unfinished: tuple[str, float, float] | None = None
     fingerprints: tuple[tuple[float, str], ...] = ()
     """(time, fingerprint) of each config_validated."""
@@ -50,6 +49,11 @@ class RankTrace:
         shown = ", ".join(f"{k} {self.coords[k]}" for k in COORDINATES if k in self.coords
                           and (k in ("tp", "pp", "dp") or self.coords[k]))
         return f"rank {self.rank} ({shown})" if shown else f"rank {self.rank}"
+
+    @property
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per state: process groups created, collectives issued (logs of `lifecycle simulate`)."""
+        return self.audit.counts
 
     @property
     def failed(self) -> bool:
@@ -186,7 +190,7 @@ def _rank(audit_: RankAudit, found: Details) -> RankTrace:
             marks.append(Mark(ts=found.line_ts[finding.line], event=finding.rule, kind="finding",
                               detail=finding.message[:300], rule=finding.rule))
     return RankTrace(audit=audit_, coords=found.coords, attempts=tuple(starts), segments=segments,
-                     marks=tuple(sorted(marks, key=lambda m: m.ts)), steps=tuple(found.steps), counts=found.counts,
+                     marks=tuple(sorted(marks, key=lambda m: m.ts)), steps=tuple(found.steps),
                      unfinished=_unfinished(audit_),
                      fingerprints=tuple((ts, fp) for ts, fp, _ in found.configs if fp is not None))
 
