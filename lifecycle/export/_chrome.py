@@ -91,9 +91,12 @@ def _rank_events(rank: RankTrace, t0: float) -> list[dict[str, Any]]:
         out.append({"ph": "i", "s": "t", "pid": pid, "tid": MARKS_TID, "name": mark.event, "cat": mark.kind,
                     "ts": _us(mark.ts, t0), "args": {"detail": mark.detail, "state": mark.state,
                                                        "rule": mark.rule, "peer_rank": mark.peer}})
+    out += [{"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": round((ts - t0) * 1e6, 3),
+             "args": {"loss": loss, "step_time_s": duration, "step": step}}
+            for ts, step, loss, duration in rank.steps if loss is not None and duration is not None]
     for ts, step, loss, duration in rank.steps:
-        values = {k: v for k, v in (("loss", loss), ("step_time_s", duration)) if v is not None}
-        if values:
+        if (loss is None) != (duration is None):  # a step with one of the two: a counter of that one
+            values = {"loss": loss} if duration is None else {"step_time_s": duration}
             out.append({"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": _us(ts, t0),
                         "args": values | {"step": step}})
     return out

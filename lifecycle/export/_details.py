@@ -90,6 +90,52 @@ def read_details(path: str, lines_wanted: Collection[int] = (), *, configs: bool
     out: dict[int, Details] = {}
     with open(path, "rb") as fh:
         data = fh.read()
+    lines = data.splitlines()
+    if not _whole(out, lines, configs):
+        _by_line(out, data, configs)
+    if lines_wanted:
+        wanted = set(lines_wanted)
+        for lineno, line in enumerate(lines, 1):
+            if lineno in wanted:
+                _record(out, line, None, configs, lineno)
+    return out
+
+
+class _Any(msgspec.Struct, gc=False):
+    """Any record, for the first look: its event, and what a step has."""
+
+    event: str
+    ts: float
+    rank: int
+    step: Union[int, None] = None  # noqa: UP007  # msgspec reads the annotation at runtime on 3.10
+    loss: Union[float, None] = None  # noqa: UP007
+    duration_s: Union[float, None] = None  # noqa: UP007
+
+
+_decode_all = msgspec.json.Decoder(list[_Any]).decode
+
+
+def _whole(out: dict[int, Details], lines: list[bytes], configs: bool) -> bool:
+    """The file decoded in one call (C), then only its wanted records looked at; False when some
+    line does not decode so (damaged, or a field of another type): then line by line."""
+    try:
+        records = _decode_all(b"[" + b",".join(lines) + b"]")
+    except msgspec.DecodeError:
+        return False
+    for line, rec in zip(lines, records, strict=True):
+        event = rec.event
+        if event == events.STEP_COMPLETED:
+            details = out.get(rec.rank)
+            if details is None:
+                details = out[rec.rank] = Details()
+            if len(details.steps) < _MAX_STEPS:
+                details.steps.append((rec.ts, rec.step or 0, rec.loss, rec.duration_s))
+        elif event in _KEEP:
+            _record(out, line, event, configs, None)
+    return True
+
+
+def _by_line(out: dict[int, Details], data: bytes, configs: bool) -> None:
     steps: list[bytes] = []
     for match in _FIND.finditer(data):
         start = data.rfind(b"\n", 0, match.start()) + 1
@@ -101,12 +147,6 @@ def read_details(path: str, lines_wanted: Collection[int] = (), *, configs: bool
         else:
             _record(out, line, event, configs, None)
     _steps(out, steps, configs)
-    if lines_wanted:
-        wanted = set(lines_wanted)
-        for lineno, line in enumerate(data.splitlines(), 1):
-            if lineno in wanted:
-                _record(out, line, None, configs, lineno)
-    return out
 
 
 class _Step(msgspec.Struct, gc=False):
