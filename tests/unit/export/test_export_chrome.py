@@ -121,3 +121,19 @@ def test_unreadable_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "no such file or directory" in err[0] and "stdin" in err[1]
     assert not (tmp_path / "t.json").exists()
+
+
+def test_a_record_of_unexpected_types_is_read_line_by_line_and_kept(tmp_path: Path) -> None:
+    from export_logs import clean_events, clock, write_events
+
+    ev = clean_events()
+    steps = [("step_completed", {"step": 1, "loss": 2.5, "duration_s": 0.1}),
+             ("step_completed", {"step": 2, "loss": "inf?", "duration_s": 0.2})]
+    at = next(i for i, (e, f) in enumerate(ev) if e == "transition_completed" and f.get("dest") == "CALLBACKS_BOUND")
+    ev[at + 1:at + 1] = steps
+    with clock(100.0 + i for i in range(len(ev))):
+        write_events(tmp_path / "logs", ev)
+    trace = validate(export(tmp_path, tmp_path / "logs"))
+    counters = [e["args"] for e in trace if e["ph"] == "C"]
+    assert {"loss": 2.5, "step_time_s": 0.1, "step": 1} in counters
+    assert {"step_time_s": 0.2, "step": 2} in counters  # its loss is not a number: only its time
