@@ -37,8 +37,8 @@ def _spread(values: list[float], unit: str = "s") -> str:
     return f"median {statistics.median(values):.3f}{unit} (min {min(values):.3f}, max {max(values):.3f})"
 
 
-def _export(log_dir: Path, out: Path, writer: object) -> None:
-    writer(load([str(log_dir)]), out)  # type: ignore[operator]
+def _export(log_dir: Path, out: Path, writer: object, jobs: int | None = None) -> None:
+    writer(load([str(log_dir)], jobs=jobs), out)  # type: ignore[operator]
 
 
 def browser_load(page: Path, repeat: int) -> list[float] | None:
@@ -76,18 +76,23 @@ def main() -> int:
     lines = write_run(logs, args.ranks, steps=args.steps)
     print(f"logs: {args.ranks} ranks, {lines} lines, {sum(p.stat().st_size for p in logs.iterdir()) / 2**20:.1f} MiB")
     rows: dict[str, list[float]] = {"audit": [], "chrome": [], "chrome.gz": [], "otlp": []}
+    one: dict[str, list[float]] = {"audit": [], "chrome": []}
     for _ in range(args.repeat):
+        one["audit"].append(_timed(lambda: audit([str(logs)], jobs=1)))
+        one["chrome"].append(_timed(_export, logs, root / "trace.json", write_chrome, 1))
         rows["audit"].append(_timed(audit, [str(logs)]))
         rows["chrome"].append(_timed(_export, logs, root / "trace.json", write_chrome))
         rows["chrome.gz"].append(_timed(_export, logs, root / "trace.json.gz", write_chrome))
         if not args.no_otlp:
             rows["otlp"].append(_timed(_export, logs, root / "spans.json", write_otlp))
-    for name, values in rows.items():
-        if not values:
-            continue
-        ratio = "" if name == "audit" else "; x audit " + _spread([v / a for v, a in zip(values, rows["audit"],
-                                                                                      strict=True)], "")
-        print(f"{name:<10} {_spread(values)}{ratio}")
+    for title, table in (("ONE PROCESS (jobs=1)", one), ("default jobs", rows)):
+        print(title)
+        for name, values in table.items():
+            if not values:
+                continue
+            ratio = "" if name == "audit" else "; x audit " + _spread(
+                [v / a for v, a in zip(values, table["audit"], strict=True)], "")
+            print(f"  {name:<10} {_spread(values)}{ratio}")
     page = write_report(load([str(logs)]), root / "report.html")
     print(f"report: {page.stat().st_size / 2**10:.0f} KiB")
     loads = browser_load(page, args.repeat)

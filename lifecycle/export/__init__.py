@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from lifecycle.export._chrome import chrome_document, chrome_events, write_chrome
 from lifecycle.export._details import Attempt, Mark
+from lifecycle.export._follow import follow
 from lifecycle.export._model import Cycle, RankTrace, Trace, load
 from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, encode, spans, write_otlp
 from lifecycle.export._report import RULES_URL, render, report_data, write_report
@@ -28,6 +29,7 @@ __all__ = [
     "chrome_document",
     "chrome_events",
     "encode",
+    "follow",
     "load",
     "render",
     "report_data",

@@ -131,7 +131,7 @@ def _load(paths: Sequence[str], jobs: int | None) -> Trace:
     if not timed:
         raise LogUnreadable(f"{' '.join(paths)[:200]}: no rank has a timed record: nothing to export",
                             source=paths[0] if paths else "", line=None, reason="no timed record")
-    details = _read(timed, result)
+    details = _read(timed, result, jobs)
     ranks = tuple(sorted((_rank(a, details.get((a.source, a.rank), Details())) for a in timed),
                          key=lambda r: (r.rank, r.audit.run_id or "")))
     t0 = min(a.first_ts for a in timed if a.first_ts is not None)
@@ -140,25 +140,27 @@ def _load(paths: Sequence[str], jobs: int | None) -> Trace:
                  cycles=_cycles(ranks, configs))
 
 
-def _read(timed: list[RankAudit], result: AuditResult) -> dict[tuple[str, int | None], Details]:
+def _read(timed: list[RankAudit], result: AuditResult, jobs: int | None) -> dict[tuple[str, int | None], Details]:
     wanted: dict[str, set[int]] = defaultdict(set)
     for finding in result.findings:
         if finding.source is not None and finding.line is not None:
             wanted[finding.source].add(finding.line)
     first = min(timed, key=lambda a: a.rank or 0).source
-    jobs = [(source, tuple(wanted.get(source, ())), source == first)
+    work = [(source, tuple(wanted.get(source, ())), source == first)
             for source in dict.fromkeys(a.source for a in timed)]
     out: dict[tuple[str, int | None], Details] = {}
-    for source, found in _read_jobs(jobs):
+    for source, found in _read_jobs(work, jobs):
         for rank, details in found.items():
             out[(source, rank)] = details
     return out
 
 
-def _read_jobs(jobs: list[tuple[str, tuple[int, ...], bool]]) -> list[tuple[str, dict[int, Details]]]:
-    """Each file read by this process and, from PARALLEL_FROM files on, forked others (as the audit)."""
-    workers = min(_cpus(), 8)
-    if len(jobs) < PARALLEL_FROM or workers < 2 or "fork" not in mp.get_all_start_methods():
+def _read_jobs(jobs: list[tuple[str, tuple[int, ...], bool]], n: int | None) -> list[tuple[str, dict[int, Details]]]:
+    """Each file read by this process and `n - 1` forked others (default: as the audit, one per CPU
+    up to 8 from PARALLEL_FROM files on)."""
+    workers = n if n is not None else min(_cpus(), 8) if len(jobs) >= PARALLEL_FROM else 1
+    workers = max(1, min(workers, len(jobs)))
+    if workers < 2 or "fork" not in mp.get_all_start_methods():
         return _read_chunk(jobs)
     size = -(-len(jobs) // (workers * 4))
     parts = [jobs[i:i + size] for i in range(0, len(jobs), size)]

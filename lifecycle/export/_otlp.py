@@ -50,7 +50,7 @@ def spans(trace: Trace) -> list[Any]:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    ids = _Ids(sdk_trace)
+    ids = _ids()
     exporter = InMemorySpanExporter()
     providers: dict[tuple[str | None, int], Any] = {}
     for rank in trace.ranks:
@@ -67,24 +67,22 @@ def spans(trace: Trace) -> list[Any]:
     return list(exporter.get_finished_spans())
 
 
-class _Ids:
+def _ids() -> Any:
     """The SDK's id generator, fed the next ids: deterministic spans from the logs."""
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-    def __new__(cls, sdk_trace: Any) -> Any:
-        from opentelemetry.sdk.trace.id_generator import IdGenerator
+    class Ids(IdGenerator):
+        def __init__(self) -> None:
+            self.trace_id = 1
+            self.span_ids: Iterator[int] = iter(())
 
-        class Ids(IdGenerator):
-            def __init__(self) -> None:
-                self.trace_id = 1
-                self.span_ids: Iterator[int] = iter(())
+        def generate_trace_id(self) -> int:
+            return self.trace_id
 
-            def generate_trace_id(self) -> int:
-                return self.trace_id
+        def generate_span_id(self) -> int:
+            return next(self.span_ids)
 
-            def generate_span_id(self) -> int:
-                return next(self.span_ids)
-
-        return Ids()
+    return Ids()
 
 
 def _digest(*parts: object) -> bytes:

@@ -9,7 +9,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "audit"))
 
-from audit_logs import Events, clean_events, clean_run, clock, index, write_events
+from audit_logs import Events, clean_events, clean_run, clock, engine_rank, index, train_and_shut_down, write_events
 
 
 def _until(trigger: str) -> Events:
@@ -39,6 +39,10 @@ def failed_run(log_dir: Path) -> Path:
     _rank_log(log_dir, 0, [*head, ("tripwire_violation", trip), ("peer_failed", peer)], at={n: 104.0, n + 1: 105.5})
     _rank_log(log_dir, 1, [*head, ("peer_failed", peer)], at={n: 106.0})
     return log_dir
+
+
+__all__ = ["clean_2_ranks", "clean_events", "clock", "engine_rank", "failed_run", "train_and_shut_down",
+           "write_events"]
 
 
 def clean_2_ranks(log_dir: Path) -> Path:
