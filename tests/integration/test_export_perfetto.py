@@ -15,9 +15,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "export"))
 
-from export_logs import failed_run  # noqa: E402
+from export_logs import failed_run
 
-from lifecycle.cli import main  # noqa: E402
+from lifecycle.cli import main
 
 SHELL = os.environ.get("TRACE_PROCESSOR_SHELL") or shutil.which("trace_processor_shell")
 pytestmark = pytest.mark.skipif(SHELL is None, reason="no trace_processor_shell (set TRACE_PROCESSOR_SHELL): the "
