@@ -1,6 +1,6 @@
 """The timeline's rows: one per rank for a small job; for a large one, ranks grouped by how alike
-their state timings are, with the outliers (stragglers, failed or stopped ranks, the critical
-chain's ranks) in rows of their own."""
+their state timings are, with the outliers (failed or stopped ranks, stragglers, ranks with a
+finding of their own, the critical chain's ranks) in rows of their own."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def _why(rank: RankTrace, slow: set[int]) -> str | None:
         return "log stops"
     if rank.rank in slow:
         return "straggler"
-    return None
+    rules = sorted({f.rule for f in rank.audit.findings()})
+    return f"violation {','.join(rules)}" if rules else None
 
 
 def _groups(ranks: Sequence[RankTrace]) -> list[Row]:

@@ -94,3 +94,5 @@ def test_thousands_of_ranks_fold_into_few_rows_with_the_outliers_apart(tmp_path:
     died = next(r for r, f in faults.items() if f == "died")
     slow = next(r for r, f in faults.items() if f == "straggler")
     assert outliers[died] == "startup died" and outliers[slow] == "straggler"
+    wrong = next(r for r, f in faults.items() if f == "wrong_target")
+    assert outliers[wrong] == "violation LA003"
