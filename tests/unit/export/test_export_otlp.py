@@ -101,3 +101,13 @@ def test_without_the_sdk_the_error_names_the_extra(tmp_path: Path, clean_logs: P
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk", None)
     assert main(["export", str(clean_logs), "--format", "otlp-json", "-o", str(tmp_path / "o.json")]) == 2
     assert "pip install megatron-lifecycle[otel]" in capsys.readouterr().err
+
+
+def test_importing_the_export_loads_no_opentelemetry_torch_or_megatron() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, lifecycle.export, lifecycle.cli.export, lifecycle.cli.report; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'opentelemetry', 'torch', 'megatron'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
