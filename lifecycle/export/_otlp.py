@@ -47,11 +47,9 @@ def spans(trace: Trace) -> list[Any]:
     """The startup as finished SDK spans (`ReadableSpan`), rank by rank, attempt by attempt."""
     sdk_trace = sdk()
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     ids = _ids()
-    exporter = InMemorySpanExporter()
+    collected = _collector()
     providers: dict[tuple[str | None, int], Any] = {}
     for rank in trace.ranks:
         for attempt, parts in _attempts(rank):
@@ -60,11 +58,11 @@ def spans(trace: Trace) -> list[Any]:
                 resource = Resource.create({"service.name": "megatron", "lifecycle.run_id": key[0] or "",
                                             "run_uuid": key[0] or "", "nvrx.cycle": attempt})
                 provider = sdk_trace.TracerProvider(resource=resource, id_generator=ids)
-                provider.add_span_processor(SimpleSpanProcessor(exporter))
+                provider.add_span_processor(collected)
                 providers[key] = provider
             tracer = providers[key].get_tracer(SCOPE)
             _rank_spans(tracer, ids, rank, attempt, parts, trace)
-    return list(exporter.get_finished_spans())
+    return list(collected.spans)
 
 
 def _ids() -> Any:
@@ -83,6 +81,20 @@ def _ids() -> Any:
             return next(self.span_ids)
 
     return Ids()
+
+
+def _collector() -> Any:
+    """A span processor that keeps each ended span, in the order they end."""
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class Collector(SpanProcessor):
+        def __init__(self) -> None:
+            self.spans: list[Any] = []
+
+        def on_end(self, span: Any) -> None:
+            self.spans.append(span)
+
+    return Collector()
 
 
 def _digest(*parts: object) -> bytes:
@@ -174,11 +186,15 @@ def _ns(ts: float) -> int:
 
 def encode(finished: Sequence[Any]) -> dict[str, Any]:
     """The OTLP JSON document (`ExportTraceServiceRequest`) of SDK spans, grouped by resource and scope."""
-    groups: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
-    for span in finished:
-        groups.setdefault(span.resource, {}).setdefault(span.instrumentation_scope, []).append(_span(span))
+    groups: dict[int, dict[Any, list[dict[str, Any]]]] = {}
+    resources: dict[int, Any] = {}
+    for span in finished:  # by identity: hashing a Resource serializes its attributes to JSON
+        key = id(span.resource)
+        resources.setdefault(key, span.resource)
+        groups.setdefault(key, {}).setdefault(span.instrumentation_scope, []).append(_span(span))
     out = []
-    for resource, scopes in groups.items():
+    for key, scopes in groups.items():
+        resource = resources[key]
         scope_spans = [{"scope": _scope(scope), "spans": encoded} | _schema(scope.schema_url if scope else None)
                        for scope, encoded in scopes.items()]
         out.append({"resource": _attributes_of(resource.attributes), "scopeSpans": scope_spans}
