@@ -2,7 +2,7 @@
 
 One process per rank (`pid` = rank + 1: pid 0 is reserved by some viewers), named with its
 coordinates and sorted by rank; thread 1 holds the states, thread 2 the imports (they run on a
-thread beside VALIDATED, so they overlap it). Times are microseconds since the run's first record.
+thread beside VALIDATED, so they overlap it). Times are whole microseconds since the run's first record.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def write_chrome(trace: Trace, output: str | Path) -> Path:
     return path
 
 
-def _us(ts: float, t0: float) -> float:
-    return round((ts - t0) * 1e6, 3)
+def _us(ts: float, t0: float) -> int:
+    return round((ts - t0) * 1e6)
 
 
 def _rank_events(rank: RankTrace, t0: float) -> list[dict[str, Any]]:
@@ -76,11 +76,11 @@ def _rank_events(rank: RankTrace, t0: float) -> list[dict[str, Any]]:
         args.update({f"{k}": v for k, v in rank.counts.get(seg.state, {}).items()})
         out.append({"ph": "X", "pid": pid, "tid": IMPORTS_TID if seg.state == events.IMPORTS else STATES_TID,
                     "name": seg.state, "cat": "import" if seg.state == events.IMPORTS else "state",
-                    "ts": _us(seg.start, t0), "dur": round(seg.duration * 1e6, 3), "args": args})
+                    "ts": _us(seg.start, t0), "dur": round(seg.duration * 1e6), "args": args})
     if rank.unfinished is not None:
         trigger, start, end = rank.unfinished
         out.append({"ph": "X", "pid": pid, "tid": STATES_TID, "name": f"{trigger} (not completed)", "cat": "state",
-                    "ts": _us(start, t0), "dur": round(max(0.0, end - start) * 1e6, 3),
+                    "ts": _us(start, t0), "dur": round(max(0.0, end - start) * 1e6),
                     "args": {"trigger": trigger, "completed": False}})
     failure = rank.audit.failure
     if failure is not None and failure.ts is not None:
@@ -91,7 +91,7 @@ def _rank_events(rank: RankTrace, t0: float) -> list[dict[str, Any]]:
         out.append({"ph": "i", "s": "t", "pid": pid, "tid": MARKS_TID, "name": mark.event, "cat": mark.kind,
                     "ts": _us(mark.ts, t0), "args": {"detail": mark.detail, "state": mark.state,
                                                        "rule": mark.rule, "peer_rank": mark.peer}})
-    out += [{"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": round((ts - t0) * 1e6, 3),
+    out += [{"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": round((ts - t0) * 1e6),
              "args": {"loss": loss, "step_time_s": duration, "step": step}}
             for ts, step, loss, duration in rank.steps if loss is not None and duration is not None]
     for ts, step, loss, duration in rank.steps:
