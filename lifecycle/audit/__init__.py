@@ -16,7 +16,7 @@ from lifecycle.audit._cause import RootCause, Victim, root_causes
 from lifecycle.audit._plot import plot
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure, Finding, Segment
-from lifecycle.audit._render import as_json, printable, text
+from lifecycle.audit._render import as_json, counts, printable, text
 from lifecycle.audit._rules import RULES, Rule, enabled, resolve
 from lifecycle.audit._timing import (
     ChainLink,
@@ -49,6 +49,7 @@ __all__ = [
     "as_json",
     "audit",
     "blame",
+    "counts",
     "critical_chain",
     "enabled",
     "plot",

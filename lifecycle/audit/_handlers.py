@@ -307,6 +307,16 @@ def warning(audit: RankState, rec: Record, ts: float) -> None:
         held[key] = 1
 
 
+@reads("counts")
+def rank_simulated(audit: RankState, rec: Record, ts: float) -> None:
+    """`counts`: per state entered, what the simulated rank created and issued (process groups,
+    collectives); kept for `--blame`. Absent in logs of older simulations."""
+    value = rec.get("counts")
+    if isinstance(value, dict):
+        audit.counts = {str(state)[:40]: {str(k)[:40]: v for k, v in row.items() if type(v) is int}
+                        for state, row in list(value.items())[:32] if isinstance(row, dict)}
+
+
 HANDLERS: dict[str, Handler] = {
     events.LIFECYCLE_STARTED: started,
     events.TRANSITION_STARTED: transition_started,
@@ -327,6 +337,7 @@ HANDLERS: dict[str, Handler] = {
     events.FIRST_STEP_NOT_FINALIZED: first_step_not_finalized,
     events.LIFECYCLE_SHUTDOWN: shutdown,
     events.SIMULATION_STARTED: simulation,
+    events.RANK_SIMULATED: rank_simulated,
     events.IMPORTS: imports,
     events.WARNING: warning,
 }

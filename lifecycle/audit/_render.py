@@ -6,12 +6,14 @@ field, a file name with a newline): a log is untrusted input and must not drive 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from lifecycle.audit._audit import AuditResult
 from lifecycle.audit._cross import ranges
+from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Finding
 from lifecycle.audit._rules import BY_ID
 from lifecycle.audit._timing import blame, critical_chain, rank_blame, stragglers
@@ -111,11 +113,31 @@ def _blame_lines(result: AuditResult, causes: list[Finding]) -> list[str]:
     out = ["", "blame (entry time per state across ranks, slowest first):"]
     out += [f"  {_line(f)}" for f in causes]
     out.append(f"  {'state':<16} {'ranks':>6} {'median':>9} {'p90':>9} {'max':>9}  slowest rank")
+    counted = counts(result.ranks)
     for b in blame(result.ranks):
         out.append(f"  {b.state:<16} {b.ranks:>6} {_s(b.median)} {_s(b.p90)} {_s(b.max)}  {b.slowest_rank}")
+    if counted:
+        out += ["", "per rank and state (lifecycle simulate): median (max) across the simulated ranks"]
+        names = sorted({name for row in counted.values() for name in row})
+        out.append(f"  {'state':<16} " + " ".join(f"{n:>18}" for n in names))
+        for state, row in counted.items():
+            cells = (f"{row[n][0]} ({row[n][1]})" if n in row else "-" for n in names)
+            out.append(f"  {state:<16} " + " ".join(f"{c:>18}" for c in cells))
     out += ["", "slowest ranks:"]
     out += [f"  {_s(r.duration)}  rank {r.rank:<6} {r.state}" for r in rank_blame(result.ranks)]
     return out
+
+
+def counts(ranks: Sequence[RankAudit]) -> dict[str, dict[str, tuple[int, int]]]:
+    """state -> count name (`process_groups`, `collectives`) -> (median, max) across the ranks
+    whose `rank_simulated` record has it; empty for runs that are not simulations."""
+    values: dict[str, dict[str, list[int]]] = {}
+    for audit in ranks:
+        for state, row in audit.counts.items():
+            for name, value in row.items():
+                values.setdefault(state, {}).setdefault(name, []).append(value)
+    return {state: {name: (sorted(v)[len(v) // 2], max(v)) for name, v in row.items()}
+            for state, row in values.items()}
 
 
 def _chain_lines(result: AuditResult) -> list[str]:
@@ -156,6 +178,8 @@ def as_json(result: AuditResult, *, with_timing: bool = True) -> bytes:
     if with_timing:
         doc["blame"] = [_fields(b) for b in blame(result.ranks)]
         doc["critical_chain"] = [_fields(c) for c in critical_chain(result.ranks)]
+        if counted := counts(result.ranks):
+            doc["counts"] = counted
         doc["stragglers"] = [_fields(s) for s in stragglers(result.ranks)]
     return orjson.dumps(redact(doc), option=orjson.OPT_INDENT_2)
 

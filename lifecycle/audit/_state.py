@@ -21,7 +21,8 @@ class RankState:
     occurrence per rule plus a count, and the transition sequence and timing segments are capped."""
 
     __slots__ = (
-        "_findings", "bound_steps", "cut", "envelope", "failure", "fingerprint", "first_step_logged", "first_ts",
+        "_findings", "bound_steps", "counts", "cut", "envelope", "failure", "fingerprint", "first_step_logged",
+        "first_ts",
         "generation", "last_ts",
         "line", "model_gen", "model_id", "next_seq", "old_model_id", "open_start", "open_trigger", "plan",
         "prev", "rank", "rebind_line", "rebind_pending", "rebuilt", "records", "run_id", "segments", "shut",
@@ -64,6 +65,7 @@ class RankState:
         self._findings: dict[str, list[Any]] = {}
         self.simulated: int | None = None  # how many ranks a `lifecycle simulate` run drove
         self.warnings: dict[tuple[str, str, str], int] = {}  # (category, module, message) → times logged
+        self.counts: dict[str, dict[str, int]] = {}  # per state: process groups, collectives (simulate)
 
     def flag(self, rule: str, message: str, line: int | None = None) -> None:
         """Record a finding at `line` (default: the current record); later ones of a rule only count."""

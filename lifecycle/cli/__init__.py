@@ -7,10 +7,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from lifecycle.cli import audit, check_binding, experiment, graph, plot, run, simulate
+from lifecycle.cli import audit, check_binding, experiment, export, graph, plot, report, run, simulate
 
 # Each command module defines `register(subparsers)`; its parser sets `func(args) -> int`.
-COMMANDS = (run, audit, plot, graph, experiment, simulate, check_binding)
+COMMANDS = (run, audit, plot, graph, experiment, simulate, check_binding, export, report)
 
 
 class Parser(argparse.ArgumentParser):

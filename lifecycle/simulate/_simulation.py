@@ -27,8 +27,9 @@ from typing import Any, TypeVar, cast
 from lifecycle.config import RunConfig
 from lifecycle.errors import ConfigError, LifecycleError
 from lifecycle.log import events
+from lifecycle.simulate._counting import counting
 from lifecycle.simulate._layout import Layout, Placement, observe
-from states import State
+from states import STARTUP_ORDER, State
 
 UNTIL = (State.DISTRIBUTED, State.MODEL_BUILT)
 _T = TypeVar("_T")
@@ -209,13 +210,16 @@ def simulate_rank(sim: Simulation, rank: int, expected: Placement) -> RankReport
     try:
         lc.record(events.SIMULATION_STARTED, simulated=len(sim.ranks), selection=sim.selection,
                   until=sim.until.name)
-        lc.advance_to(sim.until)
+        with counting() as counts:
+            for reached in STARTUP_ORDER[1:STARTUP_ORDER.index(sim.until) + 1]:
+                counts.state = reached.name
+                lc.advance_to(reached)
         observed = observe(rank)
         mismatches = observed.differences(expected)
         if lc.runtime.model is not None:
             parameters = sum(p.numel() for chunk in lc.runtime.model for p in chunk.parameters())
         lc.record(events.RANK_SIMULATED, placement=observed.summary(), agrees=not mismatches,
-                  mismatches=list(mismatches), parameters=parameters)
+                  mismatches=list(mismatches), parameters=parameters, counts=counts.table)
     except LifecycleError as exc:
         error = f"{type(exc).__name__}: {exc}"
     finally:

@@ -1,0 +1,105 @@
+"""Benchmark `lifecycle export` and `lifecycle report` at scale: N ranks x ~60 records (the audit
+benchmark's logs, with its injected faults).
+
+Prints, as medians over `--repeat` runs with the lowest and highest: the audit's own time, the
+Chrome export's and the OTLP export's (each reads the logs, audits them, reads the details and
+writes the file), and their ratio to the audit run back to back (target: Chrome < 2x); then how
+long headless Chromium takes to load and draw the report (target < 5 s), when chromium is here.
+
+    python benchmarks/export.py [--ranks 4096] [--steps 30] [--repeat 3] [--dir DIR] [--no-otlp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests" / "integration")]
+
+from audit import write_run  # noqa: E402
+
+from lifecycle.audit import audit  # noqa: E402
+from lifecycle.export import load, write_chrome, write_otlp, write_report  # noqa: E402
+
+
+def _timed(fn: object, *args: object) -> float:
+    start = time.perf_counter()
+    fn(*args)  # type: ignore[operator]
+    return time.perf_counter() - start
+
+
+def _spread(values: list[float], unit: str = "s") -> str:
+    return f"median {statistics.median(values):.3f}{unit} (min {min(values):.3f}, max {max(values):.3f})"
+
+
+def _export(log_dir: Path, out: Path, writer: object, jobs: int | None = None) -> None:
+    writer(load([str(log_dir)], jobs=jobs), out)  # type: ignore[operator]
+
+
+def browser_load(page: Path, repeat: int) -> list[float] | None:
+    from browser import Browser, chromium
+
+    executable = chromium()
+    if executable is None:
+        return None
+    times = []
+    for _ in range(repeat):
+        session = Browser(executable)  # a fresh browser each time: nothing cached
+        try:
+            start = time.perf_counter()
+            session.load(page, timeout=60)
+            while session.evaluate("document.body.dataset.rendered") != "yes":
+                time.sleep(0.01)
+            times.append(time.perf_counter() - start)
+            if session.errors:
+                raise SystemExit(f"the report logged errors: {session.errors[:3]}")
+        finally:
+            session.close()
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=4096)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--no-otlp", action="store_true")
+    args = parser.parse_args()
+    root = args.dir or Path(tempfile.mkdtemp(prefix="lifecycle-export-bench-"))
+    logs = root / f"ranks-{args.ranks}"
+    lines = write_run(logs, args.ranks, steps=args.steps)
+    print(f"logs: {args.ranks} ranks, {lines} lines, {sum(p.stat().st_size for p in logs.iterdir()) / 2**20:.1f} MiB")
+    rows: dict[str, list[float]] = {"audit": [], "chrome": [], "chrome.gz": [], "otlp": []}
+    one: dict[str, list[float]] = {"audit": [], "chrome": []}
+    for _ in range(args.repeat):
+        one["audit"].append(_timed(lambda: audit([str(logs)], jobs=1)))
+        one["chrome"].append(_timed(_export, logs, root / "trace.json", write_chrome, 1))
+        rows["audit"].append(_timed(audit, [str(logs)]))
+        rows["chrome"].append(_timed(_export, logs, root / "trace.json", write_chrome))
+        rows["chrome.gz"].append(_timed(_export, logs, root / "trace.json.gz", write_chrome))
+        if not args.no_otlp:
+            rows["otlp"].append(_timed(_export, logs, root / "spans.json", write_otlp))
+    for title, table in (("ONE PROCESS (jobs=1)", one), ("default jobs", rows)):
+        print(title)
+        for name, values in table.items():
+            if not values:
+                continue
+            ratio = "" if name == "audit" else "; x audit " + _spread(
+                [v / a for v, a in zip(values, table["audit"], strict=True)], "")
+            print(f"  {name:<10} {_spread(values)}{ratio}")
+    page = write_report(load([str(logs)]), root / "report.html")
+    print(f"report: {page.stat().st_size / 2**10:.0f} KiB")
+    loads = browser_load(page, args.repeat)
+    print("chromium: not installed (scripts/browser-deps)" if loads is None
+          else f"chromium load+draw {_spread(loads)} (target < 5 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""`lifecycle export PATH... --format chrome|otlp-json -o FILE`: the startup as a trace other tools open."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+FORMATS = ("chrome", "otlp-json")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "export", help="write the startup as a Chrome/Perfetto trace or as OpenTelemetry spans (OTLP JSON)",
+        description="chrome: Trace Event JSON for Perfetto UI and chrome://tracing (a .gz output is gzipped); "
+                    "otlp-json: OpenTelemetry spans in the OTLP JSON encoding (needs the otel extra). "
+                    "Exit status: 0 written, 2 the logs cannot be read or an extra is missing.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="rank-*.jsonl files or directories holding them")
+    parser.add_argument("--format", choices=FORMATS, default="chrome")
+    parser.add_argument("-o", "--output", required=True, help="file to write (chrome: .json or .json.gz)")
+    parser.add_argument("--follow", action="store_true",
+                        help="otlp-json only: follow DIR while the run goes, appending each span as it ends "
+                             "(one OTLP JSON request per line), until every rank is done")
+    parser.add_argument("--idle-timeout", type=float, default=300.0, metavar="S",
+                        help="with --follow: stop after S seconds with no new record (default 300)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lifecycle.audit import EXIT_UNREADABLE, printable
+    from lifecycle.errors import ExtraNotInstalled, LogUnreadable
+    from lifecycle.export import follow, load, write_chrome, write_otlp
+
+    if args.follow:
+        if args.format != "otlp-json" or len(args.paths) != 1:
+            print("lifecycle export: --follow takes one log directory and --format otlp-json", file=sys.stderr)
+            return EXIT_UNREADABLE
+        try:
+            count = follow(args.paths[0], args.output, idle_timeout_s=args.idle_timeout)
+        except ExtraNotInstalled as exc:
+            print(f"lifecycle export: {exc}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        print(f"wrote {count} spans to {args.output}")
+        return 0
+    try:
+        trace = load(args.paths)
+        path = write_chrome(trace, args.output) if args.format == "chrome" else write_otlp(trace, args.output)
+    except (LogUnreadable, ExtraNotInstalled) as exc:
+        print(f"lifecycle export: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    except OSError as exc:
+        print(f"lifecycle export: cannot write {args.output!r}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    print(f"wrote {path} ({len(trace.ranks)} ranks, {args.format})")
+    return 0

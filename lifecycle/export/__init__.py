@@ -1,0 +1,41 @@
+"""`lifecycle export` and `lifecycle report`: a startup as a Chrome/Perfetto trace, as OpenTelemetry
+spans (OTLP JSON), and as one self-contained HTML page.
+
+Everything is derived from the hash-chained per-rank logs, read by `lifecycle.audit`. Imports
+neither torch nor megatron; the OpenTelemetry SDK (extra `otel`) is imported by the functions that
+need it.
+"""
+
+from __future__ import annotations
+
+from lifecycle.export._chrome import chrome_document, chrome_events, write_chrome
+from lifecycle.export._details import Attempt, Mark
+from lifecycle.export._follow import follow
+from lifecycle.export._model import Cycle, RankTrace, Trace, load
+from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, encode, spans, write_otlp
+from lifecycle.export._report import RULES_URL, render, report_data, write_report
+from lifecycle.export._rows import Row, rows
+
+__all__ = [
+    "MEGATRON_SPANS",
+    "ROOT",
+    "RULES_URL",
+    "Attempt",
+    "Cycle",
+    "Mark",
+    "RankTrace",
+    "Row",
+    "Trace",
+    "chrome_document",
+    "chrome_events",
+    "encode",
+    "follow",
+    "load",
+    "render",
+    "report_data",
+    "rows",
+    "spans",
+    "write_chrome",
+    "write_otlp",
+    "write_report",
+]

@@ -1,0 +1,241 @@
+"""The second read of each rank file: the records the audit's summary does not keep (coordinates,
+attempts, steps, violations, peer failures, and the time of each record a
+finding points at.
+
+The audit has already checked every record (hash chain, envelope, order); this pass only picks.
+A line's event is found in its bytes (the writer sorts keys, so `"event":"..."` is there verbatim)
+and only the lines of the events below are parsed: most of a log (transitions, side effects) is
+skipped without being decoded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import msgspec
+import orjson
+
+from lifecycle.log import events
+
+MARKS = {
+    events.TRIPWIRE_VIOLATION: "violation",
+    events.SIDE_EFFECT_REFUSED: "violation",
+    events.GUARD_REJECTED: "violation",
+    events.INVALID_TRANSITION: "violation",
+    events.CONFIG_MUTATED: "violation",
+    events.FIRST_STEP_NOT_FINALIZED: "violation",
+    events.PEER_FAILED: "failure",
+    events.STATE_TIMEOUT: "failure",
+    events.STARTUP_ABORTED: "failure",
+    events.TRANSITION_FAILED: "failure",
+    events.LOG_WRITE_FAILED: "failure",
+}
+"""Events drawn as instants, and their kind."""
+_KEEP = frozenset({*MARKS, events.LIFECYCLE_STARTED, events.CONFIG_VALIDATED, events.DISTRIBUTED_INITIALIZED,
+                   events.STEP_COMPLETED, events.GENERATION_STARTED})
+_FIND = re.compile(b'"event":"(' + b"|".join(sorted(e.encode() for e in _KEEP)) + b')"')
+"""The writer sorts keys, so a record's event is in its bytes as `"event":"<name>"`; a string value
+cannot hold it unescaped (its quotes would be escaped)."""
+_MAX_MARKS = 200
+_MAX_STEPS = 100_000
+_loads = orjson.loads
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mark:
+    """One record drawn as an instant: its event, kind (`violation`, `failure`, or `finding` for a
+    record an audit finding points at) and a one-line detail."""
+
+    ts: float
+    event: str
+    kind: str
+    detail: str
+    state: str | None = None
+    rule: str | None = None
+    peer: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One `lifecycle_started`: a process's start on this rank (the restart cycle is `attempt`)."""
+
+    ts: float
+    attempt: int
+    restart_count: int | None
+    host: str | None
+    pid: int | None
+    plan: str | None
+
+
+@dataclass(slots=True)
+class Details:
+    """What the second read found on one rank."""
+
+    coords: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    attempts: list[Attempt] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    steps: list[tuple[float, int, float | None, float | None]] = field(default_factory=list)
+    configs: list[tuple[float, str | None, dict[str, Any] | None]] = field(default_factory=list)
+    generations: list[tuple[float, int]] = field(default_factory=list)
+    line_ts: dict[int, float] = field(default_factory=dict)
+
+
+def read_details(path: str, lines_wanted: Collection[int] = (), *, configs: bool = True) -> dict[int, Details]:
+    """rank -> Details for the records of the file at `path`. `lines_wanted` (1-based) get their
+    time recorded in `line_ts`; `configs` keeps each `config_validated`'s config dict."""
+    out: dict[int, Details] = {}
+    with open(path, "rb") as fh:
+        data = fh.read()
+    lines = data.splitlines()
+    if not _whole(out, lines, configs):
+        _by_line(out, data, configs)
+    if lines_wanted:
+        wanted = set(lines_wanted)
+        for lineno, line in enumerate(lines, 1):
+            if lineno in wanted:
+                _record(out, line, None, configs, lineno)
+    return out
+
+
+class _Any(msgspec.Struct, gc=False):
+    """Any record, for the first look: its event, and what a step has."""
+
+    event: str
+    ts: float
+    rank: int
+    step: Union[int, None] = None  # noqa: UP007  # msgspec reads the annotation at runtime on 3.10
+    loss: Union[float, None] = None  # noqa: UP007
+    duration_s: Union[float, None] = None  # noqa: UP007
+
+
+_decode_all = msgspec.json.Decoder(list[_Any]).decode
+
+
+def _whole(out: dict[int, Details], lines: list[bytes], configs: bool) -> bool:
+    """The file decoded in one call (C), then only its wanted records looked at; False when some
+    line does not decode so (damaged, or a field of another type): then line by line."""
+    try:
+        records = _decode_all(b"[" + b",".join(lines) + b"]")
+    except msgspec.DecodeError:
+        return False
+    for line, rec in zip(lines, records, strict=True):
+        event = rec.event
+        if event == events.STEP_COMPLETED:
+            details = out.get(rec.rank)
+            if details is None:
+                details = out[rec.rank] = Details()
+            if len(details.steps) < _MAX_STEPS:
+                details.steps.append((rec.ts, rec.step or 0, rec.loss, rec.duration_s))
+        elif event in _KEEP:
+            _record(out, line, event, configs, None)
+    return True
+
+
+def _by_line(out: dict[int, Details], data: bytes, configs: bool) -> None:
+    steps: list[bytes] = []
+    for match in _FIND.finditer(data):
+        start = data.rfind(b"\n", 0, match.start()) + 1
+        end = data.find(b"\n", match.end())
+        line = data[start:end if end >= 0 else len(data)]
+        event = match.group(1).decode()
+        if event == events.STEP_COMPLETED:
+            steps.append(line)
+        else:
+            _record(out, line, event, configs, None)
+    _steps(out, steps, configs)
+
+
+class _Step(msgspec.Struct, gc=False):
+    ts: float
+    rank: int
+    step: int = 0
+    loss: Union[float, None] = None  # noqa: UP007  # msgspec reads the annotation at runtime on 3.10
+    duration_s: Union[float, None] = None  # noqa: UP007
+
+
+_decode_steps = msgspec.json.Decoder(list[_Step]).decode
+
+
+def _steps(out: dict[int, Details], lines: list[bytes], configs: bool) -> None:
+    """The steps of a file decoded in one call (the bulk of the records read here); a batch that
+    does not decode so (a field of another type) goes record by record."""
+    if not lines:
+        return
+    try:
+        decoded = _decode_steps(b"[" + b",".join(lines) + b"]")
+    except msgspec.DecodeError:
+        for line in lines:
+            _record(out, line, events.STEP_COMPLETED, configs, None)
+        return
+    for rec in decoded:
+        details = out.get(rec.rank)
+        if details is None:
+            details = out[rec.rank] = Details()
+        if len(details.steps) < _MAX_STEPS:
+            details.steps.append((rec.ts, rec.step, rec.loss, rec.duration_s))
+
+
+def _record(out: dict[int, Details], line: bytes, event: str | None, configs: bool, lineno: int | None) -> None:
+    try:
+        rec = _loads(line)
+    except orjson.JSONDecodeError:
+        return  # a damaged record: the audit has reported it
+    rank = rec.get("rank") if type(rec) is dict else None
+    if type(rank) is not int or type(rec.get("ts")) not in (int, float):
+        return
+    details = out.get(rank)
+    if details is None:
+        details = out[rank] = Details()
+    if lineno is not None:
+        details.line_ts[lineno] = float(rec["ts"])
+    elif event is not None:
+        _take(details, event, rec, configs)
+
+
+def _take(d: Details, event: str, rec: dict[str, Any], configs: bool) -> None:
+    ts = float(rec["ts"])
+    if event == events.STEP_COMPLETED:
+        if len(d.steps) < _MAX_STEPS:
+            d.steps.append((ts, _int(rec.get("step")) or 0, _num(rec.get("loss")), _num(rec.get("duration_s"))))
+    elif event in MARKS:
+        if len(d.marks) < _MAX_MARKS:
+            d.marks.append(_mark(event, rec, ts))
+    elif event == events.LIFECYCLE_STARTED:
+        d.attempts.append(Attempt(ts=ts, attempt=_int(rec.get("attempt")) or 0,
+                                  restart_count=_int(rec.get("restart_count")), host=_str(rec.get("host")),
+                                  pid=_int(rec.get("pid")), plan=_str(rec.get("plan"))))
+    elif event == events.CONFIG_VALIDATED:
+        config = rec.get("config") if configs and isinstance(rec.get("config"), dict) else None
+        d.configs.append((ts, _str(rec.get("fingerprint")), config))
+    elif event == events.DISTRIBUTED_INITIALIZED:
+        ranks = rec.get("ranks")
+        d.coords = {k: v for k, v in ranks.items() if type(v) is int} if isinstance(ranks, dict) else {}
+        d.sizes = {k: v for k in ("tp", "pp", "cp", "ep", "dp", "vpp") if type(v := rec.get(k)) is int}
+    elif event == events.GENERATION_STARTED:
+        d.generations.append((ts, _int(rec.get("generation")) or 0))
+
+
+def _mark(event: str, rec: dict[str, Any], ts: float) -> Mark:
+    """The fields that say what happened, in one line."""
+    names = ("target", "kind", "guard", "reason", "field", "error_type", "error", "peer_rank", "peer_state",
+             "signal", "missing", "finalizer_calls", "trigger")
+    detail = ", ".join(f"{n}={str(rec[n])[:160]}" for n in names if rec.get(n) not in (None, "", []))
+    state = rec.get("state") if event != events.PEER_FAILED else rec.get("peer_state")
+    return Mark(ts=ts, event=event, kind=MARKS[event], detail=detail, state=_str(state) or _str(rec.get("source")),
+                peer=_int(rec.get("peer_rank")) if event == events.PEER_FAILED else None)
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if type(value) in (int, float) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if type(value) is str else None

@@ -1,0 +1,161 @@
+"""`lifecycle export --follow`: spans written while the run goes, not only afterwards.
+
+Follows the rank files of a log directory as the ranks write them and, through the
+opentelemetry-sdk, ends a state's span as soon as its `transition_completed` (or the failure) is
+written, and a rank's `megatron.startup` root span when the rank shuts down or fails. Each span is
+written at once as one OTLP JSON request per line (JSON Lines, as the OpenTelemetry Collector's
+file exporter writes them). The records are not checked here: `lifecycle audit` does that after.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, encode, sdk
+from lifecycle.log import events
+
+_ENDS = {events.LIFECYCLE_SHUTDOWN, events.TRANSITION_FAILED, events.STARTUP_ABORTED, events.PEER_FAILED,
+         events.STATE_TIMEOUT}
+_DONE_STATES = {"SHUT_DOWN", "FAILED"}
+
+
+class _Rank:
+    """One rank file being followed: how far it was read, its open root and state spans."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.root: Any = None
+        self.open: dict[str, tuple[Any, float]] = {}
+        self.done = False
+
+
+def follow(log_dir: str | Path, output: str | Path, *, idle_timeout_s: float = 60.0, poll_s: float = 0.2,
+           stop: Any = None) -> int:
+    """Follow `log_dir` until every rank of the world size is done (shut down or failed) or nothing was written
+    for `idle_timeout_s`; `stop()` returning True ends it early. Returns the spans written."""
+    sdk_trace = sdk()
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    ranks: dict[Path, _Rank] = {}
+    with open(output, "ab") as sink:
+        exporter = _line_exporter(sink)
+        providers: dict[str, Any] = {}
+        last_change = time.monotonic()
+        world = 0
+        while True:
+            stopping = stop is not None and stop()  # asked before this pass: what was written is still read
+            changed = False
+            for path in sorted(Path(log_dir).glob("rank-*.jsonl")):
+                rank = ranks.setdefault(path, _Rank(path))
+                for rec in _new_records(rank):
+                    changed = True
+                    size = rec.get("world_size")
+                    world = max(world, size if isinstance(size, int) else 0)
+                    run_id = str(rec.get("run_id"))
+                    if run_id not in providers:
+                        resource = Resource.create({"service.name": "megatron", "lifecycle.run_id": run_id,
+                                                    "run_uuid": run_id})
+                        providers[run_id] = sdk_trace.TracerProvider(resource=resource)
+                        providers[run_id].add_span_processor(SimpleSpanProcessor(exporter))
+                    _apply(providers[run_id].get_tracer(SCOPE), rank, rec)
+            now = time.monotonic()
+            last_change = now if changed else last_change
+            finished = len(ranks) >= world > 0 and all(r.done for r in ranks.values())
+            if finished or now - last_change > idle_timeout_s or stopping:
+                break
+            time.sleep(poll_s)
+        for rank in ranks.values():  # what never ended: closed now, as far as the log went
+            _close(rank, time.time_ns(), error="the log stops here")
+    count: int = exporter.count
+    return count
+
+
+def _new_records(rank: _Rank) -> list[dict[str, Any]]:
+    try:
+        with open(rank.path, "rb") as fh:
+            fh.seek(rank.offset)
+            data = fh.read()
+    except OSError:
+        return []
+    complete = data[:data.rfind(b"\n") + 1]  # a line still being written is read next time
+    rank.offset += len(complete)
+    out = []
+    for line in complete.splitlines():
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and type(rec.get("ts")) in (int, float):
+            out.append(rec)
+    return out
+
+
+def _apply(tracer: Any, rank: _Rank, rec: dict[str, Any]) -> None:
+    from opentelemetry import trace as api
+
+    event, ns = rec.get("event"), round(rec["ts"] * 1e9)
+    if event == events.LIFECYCLE_STARTED or (rank.root is None and not rank.done):
+        _close(rank, ns, error=None)
+        rank.done = False
+        rank.root = tracer.start_span(ROOT, start_time=ns, attributes={
+            "lifecycle.run_id": str(rec.get("run_id")), "lifecycle.rank": int(rec.get("rank") or 0),
+            "lifecycle.world_size": int(rec.get("world_size") or 0), "nvrx.cycle": int(rec.get("attempt") or 0)})
+    if rank.root is None:  # after the rank's end: the records of its shutdown or FAILED
+        return
+    if event == events.TRANSITION_STARTED:
+        trigger = str(rec.get("trigger"))
+        rank.open[trigger] = (tracer.start_span(f"{trigger} (running)", context=api.set_span_in_context(rank.root),
+                                                start_time=ns), rec["ts"])
+    elif event == events.TRANSITION_COMPLETED:
+        span, _ = rank.open.pop(str(rec.get("trigger")), (None, 0.0))
+        if span is not None:
+            dest = str(rec.get("dest"))
+            span.update_name(dest)
+            span.set_attributes({"lifecycle.state": dest, "lifecycle.trigger": str(rec.get("trigger"))}
+                                | ({"megatron.span": MEGATRON_SPANS[dest]} if dest in MEGATRON_SPANS else {}))
+            span.end(end_time=ns)
+        if rec.get("dest") in _DONE_STATES:
+            _close(rank, ns, error=None if rec.get("dest") == "SHUT_DOWN" else "the rank moved to FAILED")
+    elif event in _ENDS and event != events.LIFECYCLE_SHUTDOWN:
+        rank.root.add_event(str(event), timestamp=ns, attributes={"lifecycle.detail": str(rec.get("error")
+                                                                                        or rec.get("signal") or "")})
+        _close(rank, ns, error=f"{event}: {rec.get('error') or rec.get('signal') or rec.get('state') or ''}")
+
+
+def _close(rank: _Rank, ns: int, *, error: str | None) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    for span, _ in rank.open.values():
+        if error:
+            span.set_status(Status(StatusCode.ERROR, error[:500]))
+        span.end(end_time=ns)
+    rank.open.clear()
+    if rank.root is not None:
+        if error:
+            rank.root.set_status(Status(StatusCode.ERROR, error[:500]))
+        rank.root.end(end_time=ns)
+        rank.root = None
+    rank.done = True
+
+
+def _line_exporter(sink: IO[bytes]) -> Any:
+    """A SpanExporter that writes each batch as one OTLP JSON line and flushes it."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class LineExporter(SpanExporter):
+        def __init__(self) -> None:
+            self.count = 0
+
+        def export(self, spans: Any) -> Any:
+            sink.write(orjson.dumps(encode(spans)) + b"\n")
+            sink.flush()
+            self.count += len(spans)
+            return SpanExportResult.SUCCESS
+
+    return LineExporter()

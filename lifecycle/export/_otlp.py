@@ -1,0 +1,259 @@
+"""OpenTelemetry spans of a startup, made with the opentelemetry-sdk API, written as OTLP JSON.
+
+One trace per rank and attempt (restart cycle): a root `megatron.startup` span, as Megatron-LM
+names its own, with a child per state's entry work. Ids are derived from run id, rank and attempt,
+so exporting the same logs twice gives the same file. The JSON follows the OTLP encoding (ids in
+hex, enums as integers, 64-bit integers as strings); `encode` writes exactly what the SDK's
+protobuf encoder (`opentelemetry-exporter-otlp-proto-common`) builds, without its per-field cost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lifecycle.errors import ExtraNotInstalled
+from lifecycle.export._model import COORDINATES, RankTrace, Trace, no_gc
+from lifecycle.log import events
+from states import State
+
+ROOT = "megatron.startup"
+SCOPE = "megatron-lifecycle"
+MEGATRON_SPANS = {
+    events.IMPORTS: "imports",
+    State.VALIDATED.name: "arg_parse",
+    State.DISTRIBUTED.name: "initialize_megatron",
+    State.MODEL_BUILT.name: "model_init",
+}
+"""States that do the work of a Megatron-LM startup span: the span carries `megatron.span`."""
+_FLAGS = 256  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK: the parent (when any) is known to be local
+
+
+def sdk() -> Any:
+    """The opentelemetry SDK's trace module, or ExtraNotInstalled naming the extra."""
+    try:
+        from opentelemetry.sdk import trace as sdk_trace
+    except ImportError as exc:
+        raise ExtraNotInstalled("OpenTelemetry export needs opentelemetry-sdk, which is not installed: "
+                                "pip install megatron-lifecycle[otel]", extra="otel") from exc
+    return sdk_trace
+
+
+def spans(trace: Trace) -> list[Any]:
+    """The startup as finished SDK spans (`ReadableSpan`), rank by rank, attempt by attempt."""
+    sdk_trace = sdk()
+    from opentelemetry.sdk.resources import Resource
+
+    ids = _ids()
+    collected = _collector()
+    providers: dict[tuple[str | None, int], Any] = {}
+    for rank in trace.ranks:
+        for attempt, parts in _attempts(rank):
+            key = (rank.audit.run_id, attempt)
+            if key not in providers:
+                resource = Resource.create({"service.name": "megatron", "lifecycle.run_id": key[0] or "",
+                                            "run_uuid": key[0] or "", "nvrx.cycle": attempt})
+                provider = sdk_trace.TracerProvider(resource=resource, id_generator=ids)
+                provider.add_span_processor(collected)
+                providers[key] = provider
+            tracer = providers[key].get_tracer(SCOPE)
+            _rank_spans(tracer, ids, rank, attempt, parts, trace)
+    return list(collected.spans)
+
+
+def _ids() -> Any:
+    """The SDK's id generator, fed the next ids: deterministic spans from the logs."""
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+    class Ids(IdGenerator):
+        def __init__(self) -> None:
+            self.trace_id = 1
+            self.span_ids: Iterator[int] = iter(())
+
+        def generate_trace_id(self) -> int:
+            return self.trace_id
+
+        def generate_span_id(self) -> int:
+            return next(self.span_ids)
+
+    return Ids()
+
+
+def _collector() -> Any:
+    """A span processor that keeps each ended span, in the order they end."""
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class Collector(SpanProcessor):
+        def __init__(self) -> None:
+            self.spans: list[Any] = []
+
+        def on_end(self, span: Any) -> None:
+            self.spans.append(span)
+
+    return Collector()
+
+
+def _digest(*parts: object) -> bytes:
+    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+
+
+def _attempts(rank: RankTrace) -> Iterator[tuple[int, list[Any]]]:
+    numbers = [a.attempt for a in rank.attempts] or [0]
+    for number in dict.fromkeys(numbers):
+        yield number, [seg for seg, attempt in rank.segments if attempt == number]
+
+
+def _rank_spans(tracer: Any, ids: Any, rank: RankTrace, attempt: int, segments: list[Any], trace: Trace) -> None:
+    from opentelemetry import trace as api
+    from opentelemetry.trace import Status, StatusCode
+
+    seed = (rank.audit.run_id, rank.rank, attempt)
+    ids.trace_id = int.from_bytes(_digest(*seed)[:16], "big") or 1
+    ids.span_ids = (int.from_bytes(_digest(*seed, n)[:8], "big") or 1 for n in range(1 << 30))
+    started = next((a for a in rank.attempts if a.attempt == attempt), None)
+    last_attempt = not rank.attempts or attempt == rank.attempts[-1].attempt
+    unfinished = rank.unfinished if last_attempt else None
+    ends = [s.end for s in segments] + ([unfinished[2]] if unfinished else [])
+    start = started.ts if started is not None else min((s.start for s in segments), default=trace.t0)
+    end = max(ends, default=start)
+    root = tracer.start_span(ROOT, start_time=_ns(start), attributes=_root_attributes(rank, attempt, started))
+    context = api.set_span_in_context(root)
+    children = []
+    for seg in segments:
+        attributes: dict[str, Any] = {"lifecycle.state": seg.state, "lifecycle.trigger": seg.trigger,
+                                      "lifecycle.generation": seg.generation}
+        if seg.state in MEGATRON_SPANS:
+            attributes["megatron.span"] = MEGATRON_SPANS[seg.state]
+        attributes.update({f"lifecycle.{k}": v for k, v in rank.counts.get(seg.state, {}).items()})
+        name = "imports" if seg.state == events.IMPORTS else seg.state
+        child = tracer.start_span(name, context=context, start_time=_ns(seg.start), attributes=attributes)
+        children.append((seg.start, seg.end, child))
+    if unfinished is not None:
+        trigger, begin, stop = unfinished
+        child = tracer.start_span(f"{trigger} (not completed)", context=context, start_time=_ns(begin),
+                                  attributes={"lifecycle.trigger": trigger, "lifecycle.completed": False})
+        children.append((begin, stop, child))
+    _events(rank, root, children, start, end)
+    failure = rank.audit.failure if last_attempt else None
+    for _, stop, child in children:
+        if failure is not None and child is children[-1][2] and unfinished is not None:
+            child.set_status(Status(StatusCode.ERROR, failure.message[:500]))
+        child.end(end_time=_ns(stop))
+    if failure is not None:
+        root.set_status(Status(StatusCode.ERROR, failure.message[:500]))
+    root.end(end_time=_ns(max(end, failure.ts or end) if failure is not None else end))
+
+
+def _root_attributes(rank: RankTrace, attempt: int, started: Any) -> dict[str, Any]:
+    audit = rank.audit
+    out: dict[str, Any] = {"lifecycle.run_id": audit.run_id or "", "lifecycle.rank": rank.rank,
+                           "lifecycle.world_size": audit.world_size or 0, "nvrx.cycle": attempt,
+                           "lifecycle.plan": audit.plan or "", "lifecycle.target": audit.target,
+                           "lifecycle.final_state": audit.state}
+    out.update({f"lifecycle.{k}": rank.coords[k] for k in COORDINATES if k in rank.coords})
+    if audit.fingerprint:
+        out["lifecycle.config_fingerprint"] = audit.fingerprint
+    if started is not None:
+        out.update({k: v for k, v in (("host.name", started.host), ("process.pid", started.pid),
+                                      ("lifecycle.restart_count", started.restart_count)) if v is not None})
+    if rank.steps:
+        out["lifecycle.steps"] = len(rank.steps)
+    return out
+
+
+def _events(rank: RankTrace, root: Any, children: list[tuple[float, float, Any]], start: float, end: float) -> None:
+    """Violations and failures as span events on the state's span that holds them, else the root."""
+    for mark in rank.marks:
+        if not start <= mark.ts <= end:
+            continue
+        holder = next((c for b, e, c in children if b <= mark.ts <= e), root)
+        attributes: dict[str, str | int] = {"lifecycle.kind": mark.kind, "lifecycle.detail": mark.detail}
+        attributes.update({k: v for k, v in (("lifecycle.rule", mark.rule), ("lifecycle.state", mark.state),
+                                             ("lifecycle.peer_rank", mark.peer)) if v is not None})
+        holder.add_event(mark.event, attributes=attributes, timestamp=_ns(mark.ts))
+
+
+def _ns(ts: float) -> int:
+    return round(ts * 1e9)
+
+
+# -- OTLP JSON ------------------------------------------------------------------------------
+
+
+def encode(finished: Sequence[Any]) -> dict[str, Any]:
+    """The OTLP JSON document (`ExportTraceServiceRequest`) of SDK spans, grouped by resource and scope."""
+    groups: dict[int, dict[Any, list[dict[str, Any]]]] = {}
+    resources: dict[int, Any] = {}
+    for span in finished:  # by identity: hashing a Resource serializes its attributes to JSON
+        key = id(span.resource)
+        resources.setdefault(key, span.resource)
+        groups.setdefault(key, {}).setdefault(span.instrumentation_scope, []).append(_span(span))
+    out = []
+    for key, scopes in groups.items():
+        resource = resources[key]
+        scope_spans = [{"scope": _scope(scope), "spans": encoded} | _schema(scope.schema_url if scope else None)
+                       for scope, encoded in scopes.items()]
+        out.append({"resource": _attributes_of(resource.attributes), "scopeSpans": scope_spans}
+                   | _schema(resource.schema_url))
+    return {"resourceSpans": out}
+
+
+def _schema(url: str | None) -> dict[str, str]:
+    return {"schemaUrl": url} if url else {}
+
+
+def _scope(scope: Any) -> dict[str, str]:
+    if scope is None:
+        return {}
+    return {k: str(v) for k, v in (("name", scope.name), ("version", scope.version)) if v}
+
+
+def _attributes_of(attributes: Any) -> dict[str, Any]:
+    return {"attributes": _attrs(attributes)} if attributes else {}
+
+
+def _span(span: Any) -> dict[str, Any]:
+    context = span.get_span_context()
+    out: dict[str, Any] = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
+    if span.parent is not None:
+        out["parentSpanId"] = f"{span.parent.span_id:016x}"
+    out |= {"name": span.name, "kind": span.kind.value + 1, "startTimeUnixNano": str(span.start_time),
+            "endTimeUnixNano": str(span.end_time)}
+    out |= _attributes_of(span.attributes)
+    if span.events:
+        out["events"] = [{"timeUnixNano": str(e.timestamp), "name": e.name} | _attributes_of(e.attributes)
+                         for e in span.events]
+    status = span.status
+    code = status.status_code.value
+    out["status"] = ({"code": code} if code else {}) | ({"message": status.description} if status.description else {})
+    out["flags"] = _FLAGS
+    return out
+
+
+def _attrs(attributes: Any) -> list[dict[str, Any]]:
+    return [{"key": key, "value": _value(value)} for key, value in attributes.items()]
+
+
+def _value(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    return {"arrayValue": {"values": [_value(v) for v in value]}}
+
+
+def write_otlp(trace: Trace, output: str | Path) -> Path:
+    """Write the startup's spans to `output` as OTLP JSON."""
+    path = Path(output)
+    with no_gc():
+        data = orjson.dumps(encode(spans(trace)))
+    path.write_bytes(data)
+    return path

@@ -1,0 +1,104 @@
+"""`lifecycle report`: one self-contained HTML page of a run's startup (no network, no CDN).
+
+The page is `report.html` (CSS and JavaScript inline) with the data as JSON in a script element;
+the JavaScript draws the timeline on a canvas and fills the tables with `textContent` only, so
+nothing a log holds can become markup.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lifecycle.audit import RULES, blame, stragglers
+from lifecycle.export._model import RankTrace, Trace, no_gc
+from lifecycle.export._rows import Row, rows
+from lifecycle.log import events
+from states import STARTUP_ORDER, State
+
+RULES_URL = "docs/rules/"
+_STATES = [events.IMPORTS] + [s.name for s in STARTUP_ORDER[1:]] + [State.FAILED.name, State.SHUT_DOWN.name]
+_PLACEHOLDER = b"/*LIFECYCLE_DATA*/null"
+
+
+def report_data(trace: Trace, *, rules_url: str = RULES_URL, per_rank_up_to: int = 64) -> dict[str, Any]:
+    """What the page shows, as plain JSON values; times in seconds since the run's first record."""
+    result = trace.result
+    audits = [r.audit for r in trace.ranks]
+    by_rule = {r.id: r for r in RULES}
+    timeline = rows(trace, per_rank_up_to=per_rank_up_to)
+    return {
+        "title": f"startup of run {', '.join(trace.run_ids) or '?'}",
+        "run_ids": list(trace.run_ids),
+        "world_size": trace.world_size,
+        "ranks": len(trace.ranks),
+        "records": result.records,
+        "t0": trace.t0,
+        "states": _STATES,
+        "aggregated": len(trace.ranks) > per_rank_up_to,
+        "rows": [_row(row, trace.t0) for row in timeline],
+        "chain": [{"state": c.state, "rank": c.rank, "at": c.at, "duration": c.duration} for c in trace.chain],
+        "findings": [{"rule": f.rule, "slug": by_rule[f.rule].slug, "url": f"{rules_url}{f.rule}.md",
+                      "rank": f.rank, "where": f.where, "message": f.message, "count": f.count}
+                     for f in result.findings],
+        "causes": [{"run_id": c.run_id, "rank": c.rank, "kind": c.kind, "message": c.message, "at": c.at,
+                    "where": c.source if c.line is None else f"{c.source}:{c.line}",
+                    "victims": [{"rank": v.rank, "kind": v.kind, "message": v.message} for v in c.victims]}
+                   for c in trace.root_causes],
+        "cycles": [{"attempt": c.attempt, "start": c.start - trace.t0, "ranks": c.ranks, "hosts": c.hosts,
+                    "fingerprints": list(c.fingerprints), "failed": list(c.failed), "changes": list(c.changes)}
+                   for c in trace.cycles],
+        "fingerprints": sorted({a.fingerprint for a in audits if a.fingerprint}),
+        "blame": [{"state": b.state, "ranks": b.ranks, "median": b.median, "p90": b.p90, "max": b.max,
+                   "slowest": b.slowest_rank, "counts": _counts(trace.ranks, b.state)} for b in blame(audits)],
+        "stragglers": [{"rank": s.rank, "state": s.state, "duration": s.duration, "median": s.median}
+                       for s in stragglers(audits)[:50]],
+    }
+
+
+def _row(row: Row, t0: float) -> dict[str, Any]:
+    rank = row.shown
+    bars = [[seg.state, seg.start - t0, seg.end - t0, attempt] for seg, attempt in rank.segments]
+    out: dict[str, Any] = {"label": row.label, "n": len(row.ranks), "shown": rank.rank, "outlier": row.outlier,
+                           "bars": bars, "marks": [[m.ts - t0, m.kind, m.event, m.detail] for m in rank.marks[:50]]}
+    if len(row.ranks) <= 64:
+        out["ranks"] = list(row.ranks)
+    if rank.unfinished is not None:
+        trigger, start, end = rank.unfinished
+        out["unfinished"] = [trigger, start - t0, end - t0]
+    failure = rank.audit.failure
+    if failure is not None and failure.ts is not None:
+        out["failure"] = [failure.ts - t0, failure.kind, failure.message]
+    return out
+
+
+def _counts(ranks: tuple[RankTrace, ...], state: str) -> dict[str, list[int]]:
+    """Per count (process groups, collectives, store operations): [median, max] across the ranks
+    that have it (the simulation records them)."""
+    values: dict[str, list[int]] = {}
+    for rank in ranks:
+        for name, value in rank.counts.get(state, {}).items():
+            values.setdefault(name, []).append(value)
+    return {name: [sorted(v)[len(v) // 2], max(v)] for name, v in values.items()}
+
+
+def render(data: dict[str, Any]) -> bytes:
+    """The page: the template with `data` in it. `<` is written as `\\u003c` inside the JSON, so
+    no value can close the script element."""
+    template = files("lifecycle.export").joinpath("report.html").read_bytes()
+    blob = orjson.dumps(data).replace(b"<", b"\\u003c")
+    if _PLACEHOLDER not in template:
+        raise RuntimeError("lifecycle/export/report.html has lost its data placeholder")
+    return template.replace(_PLACEHOLDER, blob, 1)
+
+
+def write_report(trace: Trace, output: str | Path, *, rules_url: str = RULES_URL, per_rank_up_to: int = 64) -> Path:
+    """Write the HTML report of `trace` to `output`."""
+    path = Path(output)
+    with no_gc():
+        data = render(report_data(trace, rules_url=rules_url, per_rank_up_to=per_rank_up_to))
+    path.write_bytes(data)
+    return path

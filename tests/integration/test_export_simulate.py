@@ -1,0 +1,36 @@
+"""`lifecycle simulate` records, per state, the process groups and collectives of each simulated
+rank; `lifecycle audit --blame`, the Chrome export and the report show them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from lifecycle.cli import main
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    log_dir = tmp_path_factory.mktemp("sim")
+    assert main(["simulate", "--preset", "gpt-4096", "--ranks", "0,4095", "--log-dir", str(log_dir)]) == 0
+    return log_dir
+
+
+def test_blame_shows_the_process_groups_each_rank_created(simulated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["audit", str(simulated), "--blame"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.strip().startswith("DISTRIBUTED") and "(" in line)
+    collectives, groups = row.split()[1:5:2]
+    assert int(groups) > 1000 and int(collectives) >= 0  # megatron makes every group on every rank
+
+
+def test_the_trace_and_the_report_carry_the_counts(simulated: Path, tmp_path: Path) -> None:
+    assert main(["export", str(simulated), "-o", str(tmp_path / "t.json")]) == 0
+    events = orjson.loads((tmp_path / "t.json").read_bytes())["traceEvents"]
+    distributed = [e for e in events if e.get("name") == "DISTRIBUTED" and e["ph"] == "X"]
+    assert len(distributed) == 2 and all(e["args"]["process_groups"] > 1000 for e in distributed)
+    assert main(["report", str(simulated), "-o", str(tmp_path / "r.html")]) == 0
+    assert '"process_groups":[' in (tmp_path / "r.html").read_text()
