@@ -34,13 +34,9 @@ LIBRARY_LOGGERS = ("megatron", "transitions", "torch.distributed.checkpoint", "t
 _MESSAGE_CAP = 500
 
 
-class _Emitter(Protocol):
-    def emit(self, event: str, **fields: Any) -> None: ...
-
-
 class _Recorder(Protocol):
     _lock: threading.RLock
-    _log: _Emitter
+    _log: Any  # the lifecycle's AuditLog: its `emit`
 
 
 def _module_of(filename: str) -> str:
@@ -132,16 +128,33 @@ class WarningCapture:
         self.add(category.__name__, _module_of(filename), str(message), lineno)
 
 
+LIBRARY_PACKAGES = frozenset({"torch", "megatron", "transitions", "transformer_engine", "apex", "triton",
+                              "pynvml", "nvidia_resiliency_ext"})
+"""Packages whose Python warnings outside a lifecycle (the command's own imports) are dropped."""
+
+
 def quiet_library_loggers() -> None:
     """For the whole process (the `lifecycle` command calls it first): the library loggers' lines
-    never reach the console, also outside a lifecycle (`lifecycle simulate`'s imports); inside one,
-    the capture still writes their warnings to the startup log. Needs no torch: the loggers are made
-    by name before torch configures its own."""
+    and the libraries' Python warnings never reach the console, also outside a lifecycle
+    (`lifecycle simulate`'s imports, torch's pynvml notice); inside one, the capture still writes
+    them to the startup log. Warnings from other code (a user's provider) print as before. Needs no
+    torch: the loggers are made by name before torch configures its own."""
     for name in LIBRARY_LOGGERS:
         logger = logging.getLogger(name)
         logger.propagate = False
         if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
             logger.addHandler(logging.NullHandler())
+    shown = warnings.showwarning
+    if getattr(shown, "_drops_library_warnings", False):
+        return
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        if _module_of(filename).split(".")[0] not in LIBRARY_PACKAGES:
+            shown(message, category, filename, lineno, file, line)
+
+    show._drops_library_warnings = True  # type: ignore[attr-defined]  # marks it installed
+    warnings.showwarning = show
 
 
 def capture(lc: _Recorder, *, console: bool) -> WarningCapture:

@@ -68,3 +68,19 @@ def megatron_null_tokenizer(vocab_size: int) -> Any:
 
     return MegatronTokenizer.from_pretrained(metadata_path={"library": null_tokenizer_library()},
                                              vocab_size=vocab_size)
+
+
+def mend_model_parallel_config(module: Any = None) -> None:
+    """megatron-core 0.15's `ModelParallelConfig.__post_init__` calls `warnings.warn` (expert and
+    tensor parallelism without sequence parallelism) in a module that never imports `warnings`,
+    so building that config raises NameError instead of warning (0.16 imports it). Give the
+    module the name it lacks; a no-op on other releases."""
+    if at_least(0, 16):
+        return
+    import warnings
+
+    if module is None:
+        import megatron.core.model_parallel_config as real
+
+        module = real
+    module.__dict__.setdefault("warnings", warnings)

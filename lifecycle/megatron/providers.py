@@ -74,6 +74,9 @@ def transformer_config(run: RunConfig, *, cpu: bool | None = None) -> Any:
     import torch
     from megatron.core.transformer import TransformerConfig
 
+    from lifecycle.megatron.compat import mend_model_parallel_config
+
+    mend_model_parallel_config()
     model, par = run.model, run.parallel
     dtype = getattr(torch, _DTYPES[model.dtype])
     on_cpu = (not torch.cuda.is_available()) if cpu is None else cpu

@@ -35,3 +35,17 @@ def test_the_declared_range_is_pyprojects() -> None:
     floor = ".".join(map(str, compat.FLOOR))
     ceiling = ".".join(map(str, compat.CEILING))
     assert f"megatron-core>={floor},<{ceiling}" in deps
+
+
+def test_the_model_parallel_config_mend_applies_to_015_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    module = types.ModuleType("megatron.core.model_parallel_config")
+    monkeypatch.setattr(compat, "megatron_core_version", lambda: (0, 19, 2))
+    compat.mend_model_parallel_config(module)
+    assert "warnings" not in module.__dict__
+    monkeypatch.setattr(compat, "megatron_core_version", lambda: (0, 15, 3))
+    compat.mend_model_parallel_config(module)
+    import warnings
+
+    assert module.__dict__["warnings"] is warnings

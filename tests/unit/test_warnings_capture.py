@@ -81,3 +81,25 @@ def test_the_audit_lists_the_warnings_the_ranks_logged(make_lc: Callable[..., An
     listed = orjson.loads(audit_json(result))["warnings"]
     assert [(w["category"], w["module"], w["ranks"]) for w in listed] == [
         ("UserWarning", __name__, [0]), ("logging.WARNING", "megatron.core.models.gpt.gpt_model", [0])]
+
+
+def test_the_command_drops_library_warnings_outside_a_lifecycle_and_keeps_the_users(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from lifecycle.engine import quiet_library_loggers
+
+    shown: list[str] = []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, *args, **kwargs: shown.append(str(message)))
+    for name in ("megatron", "transitions", "torch.distributed.checkpoint", "torch.utils.cpp_extension"):
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "propagate", logger.propagate)
+        monkeypatch.setattr(logger, "handlers", list(logger.handlers))
+    quiet_library_loggers()
+    quiet_library_loggers()  # idempotent: one filter, not two
+    root = next(p for p in sys.path if p.endswith("site-packages"))
+    warnings.showwarning("pynvml is deprecated", FutureWarning, f"{root}/torch/cuda/__init__.py", 64)
+    warnings.showwarning("my provider warns", UserWarning, "/home/me/my_provider.py", 3)
+    assert shown == ["my provider warns"]
+    assert not logging.getLogger("megatron").propagate
