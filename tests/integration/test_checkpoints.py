@@ -241,7 +241,8 @@ def test_a_save_that_fails_on_a_full_disk_leaves_no_iteration_and_the_marker_as_
 ) -> None:
     if full_disk is None:
         pytest.skip("no tmpfs can be mounted here (needs root): the full-disk save is not exercised")
-    assert full_disk["error"] == "CheckpointException", full_disk
+    # torch's CheckpointException (0.19) or the writer's RuntimeError (0.15.3): the save raised
+    assert full_disk.get("error") in ("CheckpointException", "RuntimeError"), full_disk
     assert full_disk["listing"] == ["iter_0000001", "latest_checkpointed_iteration.txt"], full_disk
     assert full_disk["latest"] == "1"
 
