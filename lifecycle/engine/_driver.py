@@ -364,7 +364,9 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
             self._runtime = self._validated(self._phases.validate(ctx))
         elif trigger in RELEASE_KEEP:
             self._runtime = self._release(ctx, trigger)
-        elif trigger is not Trigger.FAIL:
+        elif trigger is Trigger.FAIL:
+            self._phases_failed(self.state)
+        else:
             self._runtime = getattr(self._phases, trigger.value)(ctx)
 
     def _emit_from_phase(self, event: str, fields: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from states import State, Trigger, find
 if TYPE_CHECKING:
     from lifecycle.config import RunConfig
     from lifecycle.log import AuditLog
-    from lifecycle.runtime import Runtime
+    from lifecycle.runtime import PhaseSet, Runtime
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -54,6 +54,7 @@ class Failures:
     _log: AuditLog
     _runtime: Runtime
     _config: RunConfig
+    _phases: PhaseSet
     _log_dir: Path | None
     _active: Trigger | None
     _fail_reason: str
@@ -107,8 +108,17 @@ class Failures:
         self._fail_reason = reason
         self._log.emit(events.TRANSITION_STARTED, trigger=Trigger.FAIL.value, source=self.state.name)
         source = self.state
+        self._phases_failed(source)
         self._trigger(Trigger.FAIL)
         self._completed(Trigger.FAIL, source, 0.0)
+
+    def _phases_failed(self, source: State) -> None:
+        """Tell the phases (when they listen: `failed(runtime, state, reason)`) that this rank
+        failed, so the other ranks stop waiting for it and its shutdown waits on none of them."""
+        hook = getattr(self._phases, "failed", None)
+        if hook is not None:
+            with contextlib.suppress(Exception):  # best effort: the failure itself is what matters
+                hook(self._runtime, source.name, redact_text(self._fail_reason))
 
     def _record_where(self) -> str:
         """Make sure the first failure leaves a record even before the log was opened (a failure in
