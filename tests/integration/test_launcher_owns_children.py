@@ -90,7 +90,7 @@ def test_sigterm_to_the_launcher_is_forwarded_and_every_rank_logs_startup_aborte
             launcher.kill()
     assert launcher.returncode == 128 + signal.SIGTERM, err[-3000:]
     logs_of = {f.name: _records(f) for f in files}
-    aborted = {name: [r["signal"] for r in records if r["event"] == "startup_aborted"] for name, records in logs_of.items()}
+    aborted = {name: [r["signal"] for r in recs if r["event"] == "startup_aborted"] for name, recs in logs_of.items()}
     assert ["SIGTERM"] in aborted.values(), (aborted, err[-3000:])
     for name, records in logs_of.items():
         # A rank blocked in a collective cannot run its signal handler; when a peer's abort is
