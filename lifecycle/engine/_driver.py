@@ -15,7 +15,7 @@ from typing import Any, Literal
 from lifecycle.config import RunConfig, Snapshot
 from lifecycle.engine import _steps, _tripwires
 from lifecycle.engine._context import Context
-from lifecycle.engine._failures import Failures, SignalTrap
+from lifecycle.engine._failures import Failures, SignalTrap, track
 from lifecycle.engine._machine import MachineModel, build_machine
 from lifecycle.engine._side_effects import SideEffectRules
 from lifecycle.engine._work import RELEASE_KEEP, EntryWork
@@ -100,6 +100,7 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         )
         if tripwires != "off":
             _tripwires.arm(self)
+        track(self)
 
     # -- what users read -------------------------------------------------------------------------
     @property
@@ -178,14 +179,16 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
 
     def shutdown(self) -> Runtime:
         """Release everything in reverse order; a no-op once SHUT_DOWN. From another thread than the
-        one that started the CPU rehearsal it is refused (RehearsalError) before anything changes."""
+        one that started the CPU rehearsal it is refused (RehearsalError) before anything changes,
+        unless that thread has ended; at interpreter exit it runs by itself if nobody called it."""
         with self._lock:
             if self.state is State.SHUT_DOWN:
                 return self._runtime
-            try:
-                return self._fire(Trigger.SHUTDOWN)
-            finally:
-                self._after_shutdown()
+            with self._signals_held():
+                try:
+                    return self._fire(Trigger.SHUTDOWN)
+                finally:
+                    self._after_shutdown()
 
     def _after_shutdown(self) -> None:
         """Whatever happened on the way (a release that raised, a log that failed), a lifecycle in
