@@ -302,7 +302,7 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     sockets at once. A failed rank therefore never waits on its peers to shut down.
     """
     watch = runtime.extras.get(WATCH)
-    failed = isinstance(watch, RankWatch) and (watch.failed or watch.first_failure() is not None)
+    failed = isinstance(watch, RankWatch) and (watch.failed or watch.peer_failure() is not None)
     barrier: AbstractContextManager[None] | None = nullcontext()
     if isinstance(watch, RankWatch):
         barrier = None if failed else watch.phase(ctx, "SHUT_DOWN")
