@@ -14,18 +14,23 @@ import socket
 HOST = socket.gethostname()
 
 
-def identity() -> bytes:
-    """This process as `host:pid`, what each rank writes at check-in (`pid/<rank>`)."""
-    return f"{HOST}:{os.getpid()}".encode()
+def host_key() -> str:
+    """The store key counting this host's ranks; `<key>/<n>` holds the n-th one's `rank:pid`."""
+    return f"host/{HOST}"
 
 
-def local_pids(values: dict[int, bytes]) -> dict[int, int]:
-    """The ranks of `values` (rank → `host:pid`) that run on this host, with their pids."""
+def identity(rank: int) -> bytes:
+    """This process as `rank:pid`, what each rank writes under its host's key at check-in."""
+    return f"{rank}:{os.getpid()}".encode()
+
+
+def local_pids(entries: list[bytes], rank: int) -> dict[int, int]:
+    """The other ranks on this host (from its `rank:pid` entries), with their pids."""
     out: dict[int, int] = {}
-    for rank, raw in values.items():
-        host, _, pid = raw.decode(errors="replace").rpartition(":")
-        if host == HOST and pid.isdigit():
-            out[rank] = int(pid)
+    for raw in entries:
+        peer, _, pid = raw.decode(errors="replace").partition(":")
+        if peer.isdigit() and pid.isdigit() and int(peer) != rank:
+            out[int(peer)] = int(pid)
     return out
 
 

@@ -3,7 +3,7 @@
 Keys, under this initialization's rendezvous prefix and `ranks/`:
 
     checkin/<rank>   each rank, before `init_process_group`
-    pid/<rank>       `host:pid` of each rank, written at check-in (peers on the same host watch it)
+    host/<name>[/n]  a count of the ranks on host <name>, and the n-th one's `rank:pid` (check-in)
     arrived          a counter; the rank that brings it to world_size sets `all_arrived`
     failure/<rank>   what a failed rank publishes: {rank, state, error, kind}
     first            the first failure published (`compare_set`: the first writer wins)
@@ -36,6 +36,7 @@ from lifecycle.errors import DistributedError
 from lifecycle.log import events
 from lifecycle.megatron._liveness import (
     connection_lost,
+    host_key,
     identity,
     is_timeout,
     kind_of,
@@ -122,7 +123,7 @@ class RankWatch:
     def check_in(self, ctx: PhaseContext) -> None:
         """Register this rank and wait until all have; on the deadline log `state_timeout` and raise."""
         self.store.add(f"alive/{self.rank}", 1)
-        self.store.set(f"pid/{self.rank}", identity())
+        self.store.set(f"{host_key()}/{int(self.store.add(host_key(), 1))}", identity(self.rank))
         self.store.set(f"checkin/{self.rank}", b"1")
         if int(self.store.add("arrived", 1)) >= self.world_size:
             self.store.set("all_arrived", b"1")
@@ -139,9 +140,8 @@ class RankWatch:
                 "ranks, or raise startup.timeout_s if they are slow to start",
                 field="startup.timeout_s",
             ) from exc
-        others = [r for r in range(self.world_size) if r != self.rank]
-        values = self.store.multi_get([f"pid/{r}" for r in others]) if others else []
-        self._peers = local_pids(dict(zip(others, values, strict=True)))
+        here = int(self.store.add(host_key(), 0))  # every rank here has written its entry by now
+        self._peers = local_pids(self.store.multi_get([f"{host_key()}/{n}" for n in range(1, here + 1)]), self.rank)
 
     def missing(self) -> list[int]:
         """Ranks that have not checked in (one `check` per rank: `multi_get` would block on them)."""

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.megatron._liveness import HOST, process_alive, store_closed
+from lifecycle.megatron._liveness import host_key, process_alive, store_closed
 from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch
 
 
@@ -70,6 +70,11 @@ def _dead_pid() -> int:
     return child.pid
 
 
+def _on_this_host(store: MemoryStore, rank: int, pid: int) -> None:
+    """What rank `rank` (process `pid`) wrote at its check-in on this host."""
+    store.set(f"{host_key()}/{store.add(host_key(), 1)}", f"{rank}:{pid}".encode())
+
+
 def _watch(store: MemoryStore, rank: int, exits: list[int], *, host: int | None = 0) -> RankWatch:
     return RankWatch(store, rank=rank, world_size=2, timeout_s=600.0, store_host=host, poll_s=0.05, grace_s=3.0,
                      exit_process=exits.append)
@@ -94,9 +99,9 @@ def test_a_peer_on_this_host_killed_outright_is_published_as_lost_and_ends_a_blo
     store, exits, emitted = MemoryStore(), [], Emitted()
     store.set("alive/1", b"3")
     store.set("state/1", b"CALLBACKS_BOUND")
-    store.set("pid/1", f"{HOST}:{_dead_pid()}".encode())
+    _on_this_host(store, 1, _dead_pid())
     watch = _watch(store, 0, exits)
-    watch.check_in(_Ctx())  # reads every rank's host:pid: rank 1 runs on this host
+    watch.check_in(_Ctx())  # reads the rank:pid of every rank on this host: rank 1 runs here
     watch.start()
     started = time.monotonic()
     with watch.watching(emitted, "step 2", "CALLBACKS_BOUND", deadline=False):
@@ -112,7 +117,7 @@ def test_a_peer_on_this_host_killed_outright_is_published_as_lost_and_ends_a_blo
 def test_a_peer_that_said_done_before_its_process_ended_is_not_lost() -> None:
     store, exits = MemoryStore(), []
     store.set("alive/1", b"done")
-    store.set("pid/1", f"{HOST}:{_dead_pid()}".encode())
+    _on_this_host(store, 1, _dead_pid())
     watch = _watch(store, 0, exits)
     watch.check_in(_Ctx())
     watch.start()
