@@ -16,8 +16,8 @@ fails there. The cases:
 - `sigterm_in_model_built`: rank 1 gets a real SIGTERM while its provider runs; its handler turns it
   into SystemExit (as training scripts do), so it publishes a failure of kind `signal`; 600 s.
 - `kill_in_distributed`: rank 1 SIGKILLs itself after `init_process_group`, before megatron's
-  parallel state: nothing is published; rank 0's watcher declares it lost when its heartbeat stands
-  still (`stale_s`), before the deadline.
+  parallel state: nothing is published; rank 0's watcher declares it lost as soon as its process is
+  gone (same host; elsewhere when its heartbeat stands still for `stale_s`), before the deadline.
 - `kill_in_model_built`: rank 1 SIGKILLs itself in its provider while rank 0 is in its all-reduce:
   the all-reduce raises at once ("Connection closed by peer"), and rank 0 waits for the verdict
   naming the dead rank (its pid is gone) rather than blaming itself.
