@@ -16,11 +16,20 @@ fails there. The cases:
 - `sigterm_in_model_built`: rank 1 gets a real SIGTERM while its provider runs; its handler turns it
   into SystemExit (as training scripts do), so it publishes a failure of kind `signal`; 600 s.
 - `kill_in_distributed`: rank 1 SIGKILLs itself after `init_process_group`, before megatron's
-  parallel state: nothing is published; rank 0's watcher declares it lost when its heartbeat stands
-  still (`stale_s`), before the deadline.
+  parallel state: nothing is published; rank 0's watcher declares it lost as soon as its process is
+  gone (same host; elsewhere when its heartbeat stands still for `stale_s`), before the deadline.
 - `kill_in_model_built`: rank 1 SIGKILLs itself in its provider while rank 0 is in its all-reduce:
-  the all-reduce raises at once ("Connection closed by peer"), and rank 0 waits for the heartbeat
-  check to name the dead rank rather than blaming itself.
+  the all-reduce raises at once ("Connection closed by peer"), and rank 0 waits for the verdict
+  naming the dead rank (its pid is gone) rather than blaming itself.
+
+After startup, both ranks train 3 steps (`train_steps`); after step 1 the faulty rank waits 1 s (the
+other is then blocked in step 2's collectives) and:
+
+- `raise_at_step_2`: rank 1 raises;
+- `kill_at_step_2`: rank 1 SIGKILLs itself;
+- `stop_at_step_2`: rank 1 SIGSTOPs itself (alive but silent: its heartbeat stands still); once the
+  other rank has exited, the harness sends it SIGCONT and it ends on its own (not measured);
+- `kill_rank_0_at_step_2`: rank 0, which hosts the store (no agent), SIGKILLs itself.
 
 Prints, per case, the median ratio (fault → last exit) / timeout_s over `--runs` runs, the spread
 (min–max), the median seconds to the last exit and to the last log record (the lifecycle's part;
@@ -48,8 +57,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson
 
 CASES = ("never_starts", "rank_0_never_starts", "raise_in_model_built", "raise_and_linger", "sigterm_in_model_built",
-         "kill_in_distributed", "kill_in_model_built")
-LONG_DEADLINE = {"raise_in_model_built", "raise_and_linger", "sigterm_in_model_built"}  # the default 600 s
+         "kill_in_distributed", "kill_in_model_built", "raise_at_step_2", "kill_at_step_2", "stop_at_step_2",
+         "kill_rank_0_at_step_2")
+STEP_FAULTS = {  # case: (the faulty rank, what it does after step 1)
+    "raise_at_step_2": (1, "raise"), "kill_at_step_2": (1, "kill"), "stop_at_step_2": (1, "stop"),
+    "kill_rank_0_at_step_2": (0, "kill"),
+}
+UNMEASURED = {"raise_and_linger": 1, "stop_at_step_2": 1}  # the rank that holds on (or is stopped) on purpose
+LONG_DEADLINE = {"raise_in_model_built", "raise_and_linger", "sigterm_in_model_built", *STEP_FAULTS}  # default 600 s
 LINGER_S = 20.0
 
 
@@ -68,8 +83,8 @@ class CaseResult:
 
     @property
     def waiting_ranks(self) -> list[int]:
-        """The ranks whose exit is measured: all, except rank 1 where it lingers on purpose."""
-        return [r for r in self.exit_at if not (self.case == "raise_and_linger" and r == 1)]
+        """The ranks whose exit is measured: all, except one that lingers or is stopped on purpose."""
+        return [r for r in self.exit_at if UNMEASURED.get(self.case) != r]
 
     @property
     def fault_to_last_exit_s(self) -> float:
@@ -134,6 +149,22 @@ def _kill_before_parallel_state(fault_file: Path) -> None:
     distributed._init_parallel_state = kill  # type: ignore[assignment]  # fault injection point
 
 
+def _step_fault(case: str, rank: int, fault_file: Path) -> Any:
+    """The `on_step` of `train_steps`: after step 1, the case's faulty rank fails as it says."""
+    target, action = STEP_FAULTS.get(case, (-1, ""))
+
+    def on_step(result: Any) -> None:
+        if rank != target or result.step != 1:
+            return
+        time.sleep(1.0)  # the other rank is blocked in step 2's collectives by now
+        fault_file.write_text(repr(time.time()))
+        if action == "raise":
+            raise RuntimeError("injected fault: rank 1 failed at step 2")
+        os.kill(os.getpid(), signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+
+    return on_step
+
+
 def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> int:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
@@ -155,10 +186,16 @@ def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> 
     lc = Lifecycle(config, provider=provider)
     try:
         lc.advance_to(State.CALLBACKS_BOUND)
+        if case in STEP_FAULTS:
+            from lifecycle.megatron.train import train_steps
+
+            train_steps(lc, 3, _step_fault(case, rank, fault_file))
     except BaseException as exc:
         print(f"rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         if case == "raise_and_linger" and rank == 1:
             time.sleep(LINGER_S)
+        if lc.state not in (State.FAILED, State.SHUT_DOWN):  # what `with Lifecycle(...)` does
+            lc.fail(f"{type(exc).__name__}: {exc}")
         lc.shutdown()
         return exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
     lc.shutdown()
@@ -194,6 +231,8 @@ def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
         for r, proc in procs.items():
             if r not in exit_at and proc.poll() is not None:
                 exit_at[r] = time.time()
+        if case in UNMEASURED and all(r in exit_at for r in procs if r != UNMEASURED[case]):
+            procs[UNMEASURED[case]].send_signal(signal.SIGCONT)  # a stopped rank may now end
         if time.monotonic() > hard_stop:
             for r, proc in procs.items():
                 if r not in exit_at:

@@ -147,6 +147,9 @@ class RankAudit(RankState):
             self.failure = Failure(kind="died", message=message, ts=self.last_ts, line=self.line,
                                    state=self.state, trigger=self.open_trigger)
             self.flag("LA010", message, line=self.line)
+        elif not self.shut and self.state not in _ENDED:
+            self.flag("LA021", f"log ends in state {self.state} with no shutdown or failure record: the "
+                      "process ended without shutting the lifecycle down, or is still running", line=self.line)
 
     def _died(self) -> bool:
         return self.open_trigger is not None or (

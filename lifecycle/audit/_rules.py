@@ -62,6 +62,8 @@ RULES: tuple[Rule, ...] = (
          summary="a rank-NNNNN.jsonl file holds another rank's records, or a log's rank changes"),
     Rule(id="LA020", slug="not-a-regular-file",
          summary="a directory entry named like a rank log is not a regular file and was skipped"),
+    Rule(id="LA021", slug="incomplete",
+         summary="a log ends without a shutdown or a failure record after reaching its plan's target"),
     Rule(id="LA030", slug="step-without-binding",
          summary="a training step was logged outside CALLBACKS_BOUND in a plan that binds callbacks"),
     Rule(id="LA031", slug="first-step-unchecked",

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from contextlib import suppress
+from types import FrameType
 
 # (our option, torchrun's option): passed through when given.
 PASS_THROUGH = (
@@ -109,8 +112,34 @@ def launch_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def launch(args: argparse.Namespace) -> int:
-    """Run torchrun; its exit status."""
-    from lifecycle.engine.launch import free_port
+    """Run torchrun and wait for it; its exit status, or 128 + N when signal N stopped the launch.
+
+    torchrun runs in its own session (a terminal's Ctrl-C reaches it once, forwarded from here, not
+    twice) and dies with this process, even when this one is SIGKILLed (`die_with_parent`; each
+    rank does the same with torchrun). SIGTERM and SIGINT here are forwarded to torchrun, which
+    stops its ranks with the same signal: each logs `startup_aborted` and releases everything.
+    """
+    from lifecycle.engine.launch import die_with_parent, free_port
 
     port = None if args.rdzv_endpoint else free_port()
-    return subprocess.call(torchrun_command(args, port), env=launch_env(args))
+    torchrun = subprocess.Popen(torchrun_command(args, port), env=launch_env(args), start_new_session=True,
+                                preexec_fn=die_with_parent)  # prctl must run in the child
+    return wait_forwarding(torchrun)
+
+
+def wait_forwarding(child: subprocess.Popen[bytes]) -> int:
+    """Wait for `child`, forwarding SIGTERM and SIGINT to it (main thread only)."""
+    received: list[int] = []
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        with suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        status = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 + received[0] if received and status != 0 else status

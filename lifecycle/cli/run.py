@@ -87,6 +87,10 @@ def _drive_rank(args: argparse.Namespace, config: Any) -> int:
     from lifecycle.megatron.user_providers import resolve_provider
     from lifecycle.runtime import adopt_slurm_identity, world_size_of
 
+    if "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ:  # launched: end with the launcher
+        from lifecycle.engine.launch import die_with_parent
+
+        die_with_parent()
     try:
         adopt_slurm_identity()
         world_size_of(config)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from lifecycle.config import RunConfig, Snapshot
 from lifecycle.engine import _steps, _tripwires, _warnings
 from lifecycle.engine._context import Context
-from lifecycle.engine._failures import Failures, SignalTrap
+from lifecycle.engine._failures import Failures, SignalTrap, track
 from lifecycle.engine._machine import MachineModel, build_machine
 from lifecycle.engine._side_effects import SideEffectRules
 from lifecycle.engine._work import RELEASE_KEEP, EntryWork
@@ -84,8 +84,7 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         self._phase_logged_validation = False
         self._fail_reason = ""
         self._depth = 0  # _fire calls in progress on the lock-holding thread
-        self._aborting = self._abort_logged = False
-        self._fault_seen = False
+        self._aborting = self._abort_logged = self._fault_seen = False
         self._trap = SignalTrap(self._on_signal)
         self._log = AuditLog(
             run_id=run_id or run_id_from_env(), rank=self._runtime.rank, world_size=self._runtime.world_size,
@@ -100,6 +99,7 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         if tripwires != "off":
             _tripwires.arm(self)
         self._warnings = _warnings.capture(self, console=self._runtime.rank == 0 and self.options.warnings_line)
+        track(self)
 
     # -- what users read -------------------------------------------------------------------------
     @property
@@ -178,15 +178,17 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
 
     def shutdown(self) -> Runtime:
         """Release everything in reverse order; a no-op once SHUT_DOWN. From another thread than the
-        one that started the CPU rehearsal it is refused (RehearsalError) before anything changes."""
+        one that started the CPU rehearsal it is refused (RehearsalError) before anything changes,
+        unless that thread has ended; at interpreter exit it runs by itself if nobody called it."""
         with self._lock:
             if self.state is State.SHUT_DOWN:
                 return self._runtime
             self._warnings.flush()
-            try:
-                return self._fire(Trigger.SHUTDOWN)
-            finally:
-                self._after_shutdown()
+            with self._signals_held():
+                try:
+                    return self._fire(Trigger.SHUTDOWN)
+                finally:
+                    self._after_shutdown()
 
     def _after_shutdown(self) -> None:
         """Whatever happened on the way (a release that raised, a log that failed), a lifecycle in
@@ -366,7 +368,9 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
             self._runtime = self._validated(self._phases.validate(ctx))
         elif trigger in RELEASE_KEEP:
             self._runtime = self._release(ctx, trigger)
-        elif trigger is not Trigger.FAIL:
+        elif trigger is Trigger.FAIL:
+            self._phases_failed(self.state)
+        else:
             self._runtime = getattr(self._phases, trigger.value)(ctx)
 
     def _emit_from_phase(self, event: str, fields: dict[str, Any]) -> None:

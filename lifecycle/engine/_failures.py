@@ -7,9 +7,12 @@ Mixed into `Lifecycle`; docs/failures.md says what each failure leaves behind.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import signal
 import threading
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -21,9 +24,25 @@ from states import State, Trigger, find
 if TYPE_CHECKING:
     from lifecycle.config import RunConfig
     from lifecycle.log import AuditLog
-    from lifecycle.runtime import Runtime
+    from lifecycle.runtime import PhaseSet, Runtime
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_OPEN: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Every lifecycle not yet shut down in this process: `_shut_down_at_exit` releases them."""
+
+
+def track(lifecycle: Any) -> None:
+    """Shut `lifecycle` down at interpreter exit if nobody did (a script that returns, a thread
+    that ended with it open): its process group, parallel state and rehearsal are released."""
+    _OPEN.add(lifecycle)
+
+
+@atexit.register
+def _shut_down_at_exit() -> None:
+    for lifecycle in list(_OPEN):
+        if lifecycle.state is not State.SHUT_DOWN:
+            with contextlib.suppress(BaseException):  # exiting anyway: release what can be released
+                lifecycle.shutdown()
 
 
 class SignalTrap:
@@ -54,6 +73,7 @@ class Failures:
     _log: AuditLog
     _runtime: Runtime
     _config: RunConfig
+    _phases: PhaseSet
     _log_dir: Path | None
     _active: Trigger | None
     _fail_reason: str
@@ -107,8 +127,17 @@ class Failures:
         self._fail_reason = reason
         self._log.emit(events.TRANSITION_STARTED, trigger=Trigger.FAIL.value, source=self.state.name)
         source = self.state
+        self._phases_failed(source)
         self._trigger(Trigger.FAIL)
         self._completed(Trigger.FAIL, source, 0.0)
+
+    def _phases_failed(self, source: State) -> None:
+        """Tell the phases (when they listen: `failed(runtime, state, reason)`) that this rank
+        failed, so the other ranks stop waiting for it and its shutdown waits on none of them."""
+        hook = getattr(self._phases, "failed", None)
+        if hook is not None:
+            with contextlib.suppress(Exception):  # best effort: the failure itself is what matters
+                hook(self._runtime, source.name, redact_text(self._fail_reason))
 
     def _record_where(self) -> str:
         """Make sure the first failure leaves a record even before the log was opened (a failure in
@@ -181,6 +210,29 @@ class Failures:
             self._log.emit(events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state,
                            trigger=aborted.trigger)
 
+    # -- SIGTERM / SIGINT during shutdown --------------------------------------------------------
+    @contextlib.contextmanager
+    def _signals_held(self) -> Iterator[None]:
+        """Hold SIGTERM/SIGINT while `shutdown()` releases (main thread): a Ctrl-C there must not
+        leave half a release behind. The release finishes; then `StartupAborted` (exit 128 + N)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        held: list[int] = []
+
+        def hold(signum: int, _frame: FrameType | None) -> None:
+            held.append(signum)
+
+        previous = {sig: signal.signal(sig, hold) for sig in _SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                if signal.getsignal(sig) is hold:  # else the release put the user's handler back itself
+                    signal.signal(sig, handler)
+            if held and not self._aborting:  # an abort in progress already says why it stopped
+                raise StartupAborted(held[0], state=self.state.name, trigger=Trigger.SHUTDOWN.value)
+
     # -- releases from the wrong thread -----------------------------------------------------------
     def _refuse_wrong_thread(self, trigger: Trigger) -> None:
         """A release that would close the CPU rehearsal from another thread is refused before
@@ -190,6 +242,8 @@ class Failures:
         rehearsal = self._runtime.rehearsal
         thread_id = getattr(rehearsal, "thread_id", None)
         if rehearsal is None or not getattr(rehearsal, "active", False) or thread_id in (None, threading.get_ident()):
+            return
+        if not getattr(rehearsal, "owner_alive", True):  # its thread ended: any thread may release it
             return
         raise RehearsalError(
             f"{trigger.value}() refused on thread {threading.get_ident()}: the CPU rehearsal was started on "

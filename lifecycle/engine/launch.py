@@ -1,19 +1,35 @@
 """Run a function on N local ranks (spawned processes, env:// rendezvous), collect each rank's result.
 
 Used by multi-rank tests and by `lifecycle experiment`; `lifecycle run --nproc` uses torchrun.
-The function must be importable (module level) and its result picklable.
+The function must be importable (module level) and its result picklable. Also: `die_with_parent`,
+how a launched process makes sure it does not outlive the process that launched it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
+import signal
 import socket
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from lifecycle.errors import RankFailed
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> bool:
+    """Have the kernel send `signum` to this process when the thread that started it exits (Linux
+    `prctl(PR_SET_PDEATHSIG)`): a launcher killed even by SIGKILL takes what it launched with it.
+    False where the platform has no such call."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ from typing import Any
 from lifecycle.config import CALLBACK_FIELDS, config_drift
 from lifecycle.megatron import callbacks_bound, distributed, model_built, services_ready, validated
 from lifecycle.megatron._imports import validate_while_importing
-from lifecycle.megatron.ranks import watched
+from lifecycle.megatron.ranks import mark_failed, watched
 from lifecycle.runtime import PhaseContext, Runtime
 from states import State
 
@@ -62,6 +62,10 @@ class MegatronPhases:
         if errors:
             raise errors[0]
         return runtime
+
+    def failed(self, runtime: Runtime, state: str, reason: str) -> None:
+        """The lifecycle moved to FAILED: tell the other ranks (and skip the closing barrier)."""
+        mark_failed(runtime.extras, state, reason)
 
     def drift(self, runtime: Runtime) -> list[tuple[str, Any, Any]]:
         """Fields of the model's TransformerConfig changed since MODEL_BUILT (callback slots excepted)."""

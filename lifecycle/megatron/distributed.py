@@ -16,14 +16,15 @@ import os
 import random
 import socket
 import time
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from typing import Any
 
 from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
-from lifecycle.megatron.ranks import WATCH, RankWatch, is_timeout
+from lifecycle.megatron._liveness import is_timeout
+from lifecycle.megatron.ranks import WATCH, RankWatch
 from lifecycle.megatron.rehearsal import Rehearsal, is_active, start_rehearsal
 from lifecycle.runtime import PhaseContext, Runtime, rank_of, world_size_of
 from states import SideEffect
@@ -212,8 +213,9 @@ def _seed(ctx: PhaseContext, config: RunConfig, pp_rank: int) -> int:
     return seed
 
 
-def _undo(rehearsal: Rehearsal | None, *, barrier: bool = False) -> None:
-    """Destroy what this phase created (it refuses to start when anything already existed)."""
+def _undo(rehearsal: Rehearsal | None, *, barrier: AbstractContextManager[None] | None = None) -> None:
+    """Destroy what this phase created (it refuses to start when anything already existed); with
+    `barrier` (the watch it runs under), wait for every rank first."""
     import torch.distributed as dist
     from megatron.core import parallel_state
 
@@ -222,7 +224,8 @@ def _undo(rehearsal: Rehearsal | None, *, barrier: bool = False) -> None:
     try:
         parallel_state.destroy_model_parallel()
         if dist.is_initialized() and barrier and dist.get_world_size() > 1 and dist.get_backend() != "fake":
-            dist.barrier()  # no rank tears its groups down while another still uses them
+            with barrier:
+                dist.barrier()  # no rank tears its groups down while another still uses them
     finally:
         try:
             if dist.is_initialized():
@@ -293,18 +296,25 @@ def enter(ctx: PhaseContext) -> Runtime:
 def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     """Destroy parallel state and the process group this lifecycle created; end the rehearsal.
 
-    After a failure on any rank there is no closing barrier: it would wait for (or, worse, pair
-    with a collective of) a rank that failed; destroying the group closes its sockets at once.
+    The closing barrier runs under the failure broadcast (a rank that dies meanwhile does not
+    leave the others in it). After a failure on any rank there is no barrier: it would wait for
+    (or, worse, pair with a collective of) a rank that failed; destroying the group closes its
+    sockets at once. A failed rank therefore never waits on its peers to shut down.
     """
     watch = runtime.extras.get(WATCH)
-    failed = isinstance(watch, RankWatch) and (watch.failed or watch.first_failure() is not None)
+    failed = isinstance(watch, RankWatch) and (watch.failed or watch.peer_failure() is not None)
+    barrier: AbstractContextManager[None] | None = nullcontext()
     if isinstance(watch, RankWatch):
-        watch.stop()
+        barrier = None if failed else watch.phase(ctx, "SHUT_DOWN")
     rehearsal: Any = runtime.rehearsal
-    if runtime.distributed:
-        _undo(rehearsal, barrier=not failed)
-    elif rehearsal is not None:
-        rehearsal.close()
+    try:
+        if runtime.distributed:
+            _undo(rehearsal, barrier=barrier)
+        elif rehearsal is not None:
+            rehearsal.close()
+    finally:
+        if isinstance(watch, RankWatch):
+            watch.stop()
     return dataclasses.replace(
         runtime,
         distributed=False,

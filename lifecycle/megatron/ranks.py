@@ -3,12 +3,15 @@
 Keys, under this initialization's rendezvous prefix and `ranks/`:
 
     checkin/<rank>   each rank, before `init_process_group`
+    host/<name>[/n]  a count of the ranks on host <name>, and the n-th one's `rank:pid` (check-in)
     arrived          a counter; the rank that brings it to world_size sets `all_arrived`
     failure/<rank>   what a failed rank publishes: {rank, state, error, kind}
     first            the first failure published (`compare_set`: the first writer wins)
 
 A watcher thread polls `first` on its own store connection (the main thread's may be blocked in a
-`wait`). gloo on torch 2.13 cannot abort a collective in flight: `_abort_process_group`,
+`wait`), checks that the ranks on its host still exist (`_liveness.py`) and that the store's host
+answers. It watches the collective states, each training step and the shutdown's closing barrier.
+gloo on torch 2.13 cannot abort a collective in flight: `_abort_process_group`,
 `ProcessGroupGloo.abort()` and `set_timeout` all leave it blocked (tried). So a victim leaves a
 blocked collective when the failed rank destroys its process group (its sockets close and the
 victim's op raises at once), when the collective's own timeout (`startup.timeout_s`) expires, or,
@@ -21,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,6 +34,16 @@ import orjson
 
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
+from lifecycle.megatron._liveness import (
+    connection_lost,
+    host_key,
+    identity,
+    is_timeout,
+    kind_of,
+    local_pids,
+    process_alive,
+    store_closed,
+)
 from lifecycle.runtime import PhaseContext
 
 WATCH = "rank_watch"
@@ -59,32 +72,25 @@ class Failure:
                    kind=str(data["kind"]))
 
 
+Emit = Callable[..., None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Active:
+    """What the main thread is doing under the watch: the state, how to log, since when, and
+    whether the watcher enforces `timeout_s` on it (collective states; a training step relies on
+    its collectives' own timeout)."""
+
+    emit: Emit
+    trigger: str
+    state: str
+    started: float
+    deadline: bool
+
+
 def rank_list(ranks: list[int]) -> str:
     """'rank 1' or 'ranks 1, 3'."""
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
-
-
-def kind_of(exc: BaseException) -> str:
-    """How a rank failed: a signal (KeyboardInterrupt, SystemExit), a timeout, or an exception."""
-    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-        return "signal"
-    return "timeout" if is_timeout(exc) else "exception"
-
-
-def is_timeout(exc: BaseException) -> bool:
-    """A store wait or collective that ran out of time: torch raises `DistStoreError`/`DistError` or,
-    from gloo, a plain RuntimeError citing gloo's source; a user's error mentioning time is not one."""
-    if isinstance(exc, TimeoutError):
-        return True
-    text = str(exc).lower()
-    from_torch = type(exc).__module__.startswith("torch") or "gloo" in text or "c10d" in text
-    return from_torch and ("timed out" in text or "timeout" in text)
-
-
-def connection_lost(exc: BaseException) -> bool:
-    """gloo's error when a peer process went away mid-collective."""
-    text = str(exc).lower()
-    return any(words in text for words in ("connection closed by peer", "connection reset", "broken pipe"))
 
 
 class RankWatch:
@@ -97,13 +103,18 @@ class RankWatch:
     ) -> None:
         self.store, self.rank, self.world_size, self.timeout_s = store, rank, world_size, timeout_s
         self.poll_s, self.grace_s, self.store_host = poll_s, grace_s, store_host
-        self.stale_s = max(5.0, min(30.0, timeout_s / 4))
+        self.stale_s = max(5.0, min(8.0, timeout_s / 4))
         """A rank whose heartbeat stood still this long is lost (rank 0's watcher checks)."""
+        self.lost_s = max(1.0, 2 * poll_s)
+        """A store whose host closed the connection this long is gone with its host."""
         self._watcher_store = watcher_store
         self._exit = exit_process
         self._lock = threading.Lock()
-        self._active: tuple[PhaseContext, str, float] | None = None
+        self._active: _Active | None = None
         self._noticed: tuple[Failure, float] | None = None
+        self._peers: dict[int, int] = {}  # rank -> pid of the other ranks on this host
+        self._finished: set[int] = set()
+        self._store_gone = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failed = False
@@ -112,6 +123,7 @@ class RankWatch:
     def check_in(self, ctx: PhaseContext) -> None:
         """Register this rank and wait until all have; on the deadline log `state_timeout` and raise."""
         self.store.add(f"alive/{self.rank}", 1)
+        self.store.set(f"{host_key()}/{int(self.store.add(host_key(), 1))}", identity(self.rank))
         self.store.set(f"checkin/{self.rank}", b"1")
         if int(self.store.add("arrived", 1)) >= self.world_size:
             self.store.set("all_arrived", b"1")
@@ -121,13 +133,15 @@ class RankWatch:
             if not is_timeout(exc):
                 raise
             missing = self.missing()
-            self._timed_out(ctx, "DISTRIBUTED", missing, rendezvous=True)
+            self._timed_out(ctx.emit, ctx.trigger.value, "DISTRIBUTED", missing, rendezvous=True)
             raise DistributedError(
                 f"rendezvous timed out after {self.timeout_s:g} s: {self.world_size - len(missing)} of "
                 f"{self.world_size} ranks arrived; missing: {rank_list(missing)}. Start the missing "
                 "ranks, or raise startup.timeout_s if they are slow to start",
                 field="startup.timeout_s",
             ) from exc
+        here = int(self.store.add(host_key(), 0))  # every rank here has written its entry by now
+        self._peers = local_pids(self.store.multi_get([f"{host_key()}/{n}" for n in range(1, here + 1)]), self.rank)
 
     def missing(self) -> list[int]:
         """Ranks that have not checked in (one `check` per rank: `multi_get` would block on them)."""
@@ -146,35 +160,54 @@ class RankWatch:
 
     def first_failure(self, store: Any = None) -> Failure | None:
         """The first failure any rank published, or None (also when the store cannot be reached)."""
+        if self._store_gone:
+            return None
         try:
             return _read_first(self.store if store is None else store)
         except Exception:  # an unreachable store means no news, not a new failure
             return None
 
     def peer_failure(self) -> Failure | None:
-        """The first failure published by another rank, or None."""
+        """The first failure published by another rank, or the one the watcher noticed (a peer on
+        this host that is gone, or the store's host gone with the store), or None."""
         failure = self.first_failure()
-        return failure if failure is not None and failure.rank != self.rank else None
+        if failure is not None and failure.rank != self.rank:
+            return failure
+        noticed = self._noticed
+        return noticed[0] if noticed is not None and noticed[0].rank != self.rank else None
+
+    def mark_failed(self, state: str, reason: str) -> None:
+        """The lifecycle failed (any state, also after startup): publish it unless it was already, or
+        a peer failed first, so the others stop waiting; and the closing barrier is skipped."""
+        published, self.failed = self.failed, True
+        if not published and self.peer_failure() is None:
+            self.publish(Failure(rank=self.rank, state=state, error=reason, kind="exception"))
 
     # -- the main thread's collective phases ------------------------------------------------------
+    def phase(self, ctx: PhaseContext, state: str) -> AbstractContextManager[None]:
+        """Run a collective state's entry work under the deadline and the failure broadcast."""
+        return self.watching(ctx.emit, ctx.trigger.value, state)
+
     @contextmanager
-    def phase(self, ctx: PhaseContext, state: str) -> Iterator[None]:
-        """Run a collective state's entry work under the deadline and the failure broadcast.
+    def watching(self, emit: Emit, trigger: str, state: str, *, deadline: bool = True) -> Iterator[None]:
+        """Run work that may wait on other ranks under the failure broadcast (and, with `deadline`,
+        the watcher's `timeout_s` backstop); `emit` logs, `trigger` names the work in `state_timeout`.
 
         A failure here is published (exception, signal, timeout), unless a peer failed first: then
         this rank is a victim, logs `peer_failed` naming it, and raises `DistributedError`.
         """
         with self._lock:
-            self._active = (ctx, state, time.monotonic())
+            self._active = _Active(emit, trigger, state, time.monotonic(), deadline)
         with suppress(Exception):  # what a lost rank was doing, for the failure rank 0 publishes
-            self.store.set(f"state/{self.rank}", state.encode())
+            if not self._store_gone:
+                self.store.set(f"state/{self.rank}", state.encode())
         try:
             yield
         except BaseException as exc:
             self.failed = True
             with self._lock:
                 self._active = None  # the main thread has control back: nothing for the watcher to end
-            error = self._classify(ctx, state, exc)
+            error = self._classify(emit, trigger, state, exc)
             if error is exc:
                 raise
             raise error from exc
@@ -182,12 +215,12 @@ class RankWatch:
             with self._lock:
                 self._active = None
 
-    def _classify(self, ctx: PhaseContext, state: str, exc: BaseException) -> BaseException:
+    def _classify(self, emit: Emit, trigger: str, state: str, exc: BaseException) -> BaseException:
         peer = self.peer_failure()
-        if peer is None and connection_lost(exc):  # a peer died: wait for rank 0 to declare it lost
+        if peer is None and connection_lost(exc):  # a peer died: wait for the verdict naming it
             peer = self._await_peer_failure(self.stale_s + 3 * self.poll_s)
         if peer is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            self._peer_failed(ctx, peer)
+            self._peer_failed(emit, peer)
             return DistributedError(
                 f"rank {peer.rank} failed in {peer.state} ({peer.error}); rank {self.rank} stopped "
                 f"waiting for it in {state}. The root cause is on rank {peer.rank}",
@@ -197,7 +230,7 @@ class RankWatch:
         self.publish(Failure(rank=self.rank, state=state, error=f"{type(exc).__name__}: {exc}", kind=kind))
         if kind != "timeout":
             return exc
-        self._timed_out(ctx, state, None, rendezvous=False)
+        self._timed_out(emit, trigger, state, None, rendezvous=False)
         return DistributedError(
             f"{state} timed out after {self.timeout_s:g} s on rank {self.rank} ({type(exc).__name__}: "
             f"{exc}); no rank reported a failure. Raise startup.timeout_s if this state is slow",
@@ -210,26 +243,25 @@ class RankWatch:
             time.sleep(self.poll_s)
         return peer
 
-    def _peer_failed(self, ctx: PhaseContext, peer: Failure) -> None:
-        ctx.emit(events.PEER_FAILED, peer_rank=peer.rank, peer_state=peer.state, error=peer.error)
+    def _peer_failed(self, emit: Emit, peer: Failure) -> None:
+        emit(events.PEER_FAILED, peer_rank=peer.rank, peer_state=peer.state, error=peer.error)
 
-    def _timed_out(self, ctx: PhaseContext, state: str, missing: list[int] | None, *, rendezvous: bool) -> None:
+    def _timed_out(self, emit: Emit, trigger: str, state: str, missing: list[int] | None, *,
+                   rendezvous: bool) -> None:
         fields: dict[str, Any] = {"missing": missing} if missing is not None else {}
-        ctx.emit(events.STATE_TIMEOUT, state=state, trigger=ctx.trigger.value, timeout_s=self.timeout_s,
-                 **fields)
+        emit(events.STATE_TIMEOUT, state=state, trigger=trigger, timeout_s=self.timeout_s, **fields)
         if not rendezvous:
             return
         error = f"rendezvous timed out; missing: {rank_list(missing or [])}"
         self.publish(Failure(rank=self.rank, state=state, error=error, kind="timeout"))
 
     # -- the watcher thread ---------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the watcher (a daemon thread, stopped by `stop`)."""
+    def start(self) -> None:  # the watcher: a daemon thread, stopped by `stop`
         self._thread = threading.Thread(target=self._watch, name="lifecycle-rank-watch", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the watcher and mark this rank done, so rank 0 does not take its silence for a loss."""
+        """Stop the watcher and mark this rank done, so no rank takes its silence for a loss."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.poll_s + 5)
@@ -240,19 +272,56 @@ class RankWatch:
     def _watch(self) -> None:
         store = self._watcher_store() if self._watcher_store is not None else self.store
         beats: dict[int, tuple[bytes, float]] = {}
-        unreachable_since: float | None = None
+        failing_since: float | None = None
         while not self._stop.wait(self.poll_s):
             now = time.monotonic()
-            try:
-                self._poll(store, beats, now)
-                unreachable_since = None
-            except Exception:  # the store's host is slow or gone
-                unreachable_since = now if unreachable_since is None else unreachable_since
-                self._store_lost(now - unreachable_since, now)
+            if self._noticed is None:
+                self._find_gone_peers(store, now)
+            if not self._store_gone:
+                try:
+                    self._poll(store, beats, now)
+                    failing_since = None
+                except Exception as exc:  # the store's host is slow or gone
+                    failing_since = now if failing_since is None else failing_since
+                    self._store_lost(exc, now - failing_since, now)
             with self._lock:
                 active = self._active
             if active is not None:
                 self._escalate(active, now)
+
+    def _find_gone_peers(self, store: Any, now: float) -> None:
+        """A rank on this host whose process is gone without `done`: publish it (kind `lost`)."""
+        for peer, pid in self._peers.items():
+            if peer in self._finished or process_alive(pid):
+                continue
+            if self._said_done(store, peer):
+                self._finished.add(peer)
+                continue
+            first = self.first_failure(store)
+            if first is None:
+                state = self._state_of(store, peer)
+                error = f"its process (pid {pid}) is gone without a failure record: killed or crashed"
+                first = Failure(rank=peer, state=state, error=error, kind="lost")
+                self.publish(first, store)
+            if first.rank != self.rank:
+                self._noticed = (first, now)
+            return
+
+    def _said_done(self, store: Any, peer: int) -> bool:
+        if self._store_gone:
+            return False
+        try:
+            return bool(store.check([f"alive/{peer}"]) and store.get(f"alive/{peer}") == b"done")
+        except Exception:  # the store went with its host: the peer did not finish
+            return False
+
+    def _state_of(self, store: Any, peer: int) -> str:
+        if self._store_gone:
+            return "unknown"
+        try:
+            return store.get(f"state/{peer}").decode() if store.check([f"state/{peer}"]) else "unknown"
+        except Exception:
+            return "unknown"
 
     def _poll(self, store: Any, beats: dict[int, tuple[bytes, float]], now: float) -> None:
         store.add(f"alive/{self.rank}", 1)
@@ -272,25 +341,32 @@ class RankWatch:
             if value == b"done" or last is None or last[0] != value:
                 beats[peer] = (value, now)
             elif now - last[1] >= self.stale_s:
-                state = store.get(f"state/{peer}").decode() if store.check([f"state/{peer}"]) else "unknown"
+                state = self._state_of(store, peer)
                 error = f"no heartbeat for {now - last[1]:.0f} s: the process died or stopped responding"
                 self.publish(Failure(rank=peer, state=state, error=error, kind="lost"), store)
                 return
 
-    def _store_lost(self, silent_s: float, now: float) -> None:
-        if self._noticed is None and self.store_host not in (None, self.rank) and silent_s >= self.stale_s:
-            error = f"the rendezvous store it hosts stopped answering for {silent_s:.0f} s"
+    def _store_lost(self, exc: BaseException, silent_s: float, now: float) -> None:
+        """The store failed for `silent_s`: a closed connection after `lost_s` (its host is gone), any
+        other error after `stale_s`. Then stop using it, and name its host (unless that is us)."""
+        if silent_s < (self.lost_s if store_closed(exc) else self.stale_s):
+            return
+        self._store_gone = True
+        if self._noticed is None and self.store_host not in (None, self.rank):
+            error = f"the rendezvous store it hosts stopped answering for {silent_s:.0f} s ({exc})"
             self._noticed = (Failure(rank=self.store_host, state="unknown", error=error, kind="lost"), now)
 
-    def _escalate(self, active: tuple[PhaseContext, str, float], now: float) -> None:
-        """End a process whose main thread stayed blocked past the grace or the deadline."""
-        ctx, state, started = active
-        if self._noticed is not None and now - self._noticed[1] >= self.grace_s:
-            self._peer_failed(ctx, self._noticed[0])
-        elif now - started >= self.timeout_s + self.grace_s:
-            self._timed_out(ctx, state, None, rendezvous=False)
-            error = f"{state} still running after {self.timeout_s:g} s"
-            self.publish(Failure(rank=self.rank, state=state, error=error, kind="timeout"))
+    def _escalate(self, active: _Active, now: float) -> None:
+        """End a process whose main thread stayed blocked past the grace or the deadline. A `lost`
+        peer gets a shorter grace: no process is left to close the collective's sockets."""
+        noticed = self._noticed
+        grace = min(self.grace_s, 1.0) if noticed is not None and noticed[0].kind == "lost" else self.grace_s
+        if noticed is not None and now - max(noticed[1], active.started) >= grace:
+            self._peer_failed(active.emit, noticed[0])
+        elif active.deadline and now - active.started >= self.timeout_s + self.grace_s:
+            self._timed_out(active.emit, active.trigger, active.state, None, rendezvous=False)
+            error = f"{active.state} still running after {self.timeout_s:g} s"
+            self.publish(Failure(rank=self.rank, state=active.state, error=error, kind="timeout"))
         else:
             return
         self._stop.set()  # once: the process is ending
@@ -305,3 +381,20 @@ def watched(ctx: PhaseContext, state: str) -> AbstractContextManager[None]:
     """`RankWatch.phase` when DISTRIBUTED started a watch for this job, else nothing."""
     watch = ctx.runtime.extras.get(WATCH)
     return watch.phase(ctx, state) if isinstance(watch, RankWatch) else nullcontext()
+
+
+def watched_step(extras: Mapping[str, object], emit: Emit, step: int) -> AbstractContextManager[None]:
+    """A training step (after startup) under the failure broadcast, without the state deadline:
+    its collectives time out after `startup.timeout_s` by themselves."""
+    watch = extras.get(WATCH)
+    if not isinstance(watch, RankWatch):
+        return nullcontext()
+    return watch.watching(emit, f"step {step}", "CALLBACKS_BOUND", deadline=False)
+
+
+def mark_failed(extras: Mapping[str, object], state: str, reason: str) -> None:
+    """Tell this job's watch (if any) that the lifecycle failed: see `RankWatch.mark_failed`."""
+    watch = extras.get(WATCH)
+    if isinstance(watch, RankWatch):
+        with suppress(Exception):
+            watch.mark_failed(state, reason)

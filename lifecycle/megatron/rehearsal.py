@@ -49,10 +49,21 @@ class Rehearsal:
     active: bool = True
     _patches: tuple[_Patch, ...] = field(default=(), repr=False)
     _mode: Any = field(default=None, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def owner_alive(self) -> bool:
+        """Whether the thread that started it still runs (its function mode ends with it)."""
+        return self._thread is None or self._thread.is_alive()
 
     def close(self) -> None:
-        """Leave the function mode and restore every patched attribute. Idempotent."""
+        """Leave the function mode and restore every patched attribute. Idempotent. From another
+        thread only once the starting thread has ended (its function mode went with it)."""
         if not self.active:
+            return
+        if threading.get_ident() != self.thread_id and not self.owner_alive:
+            _restore(self._patches)
+            self.active = False
             return
         if threading.get_ident() != self.thread_id:
             raise RehearsalError(
@@ -101,6 +112,7 @@ def start_rehearsal() -> Rehearsal:
         thread_id=threading.get_ident(),
         _patches=tuple(patches),
         _mode=mode,
+        _thread=threading.current_thread(),
     )
 
 

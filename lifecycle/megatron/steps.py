@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from lifecycle.errors import LifecycleError
 from lifecycle.log import events
+from lifecycle.megatron.ranks import watched_step
 from lifecycle.runtime import Runtime
 from states import State
 
@@ -158,13 +159,19 @@ class Steps:
     def step(self, step: int) -> Iterator[StepHandle]:
         """`begin`, the caller's forward/backward/optimizer step, then `end`, or `abort` if it raised."""
         handle = StepHandle(step=step)
-        self.begin(step)
-        try:
-            yield handle
-        except BaseException:
-            self.abort(step)
-            raise
-        handle.result = self.end(step, handle.loss)
+        with self.watched(step):
+            self.begin(step)
+            try:
+                yield handle
+            except BaseException:
+                self.abort(step)
+                raise
+            handle.result = self.end(step, handle.loss)
+
+    def watched(self, step: int) -> AbstractContextManager[None]:
+        """Step `step` under the failure broadcast of a multi-rank job (ranks.py): a failure here is
+        published, and a rank left waiting in a collective for a failed peer stops."""
+        return watched_step(self._lc.runtime.extras, self._lc.record, step)
 
     def sync_params(self, reason: str = "after_last_step") -> bool:
         """Force every chunk's parameter all-gather now (Megatron-LM's `force_param_sync`).
@@ -174,8 +181,9 @@ class Steps:
         """
         if not self.gather:
             return False
-        for chunk in self._model:
-            chunk.start_param_sync(force_sync=True)
+        with self.watched(self.last_step or 0):
+            for chunk in self._model:
+                chunk.start_param_sync(force_sync=True)
         self._lc.record(events.PARAMS_SYNCED, reason=reason, step=self.last_step, chunks=len(self._model))
         return True
 

@@ -110,15 +110,16 @@ def train_steps(
     schedule = get_forward_backward_func()
     results: list[StepResult] = []
     for step in range(start + 1, start + steps + 1):
-        book.begin(step)
-        try:
-            loss = _step(rt, model, data, schedule)
-        except BaseException:
-            book.abort(step)
-            raise
-        results.append(book.end(step, loss))
-        if on_step is not None:
-            on_step(results[-1])
+        with book.watched(step):  # a failure on any rank, also after startup, ends every rank's wait
+            book.begin(step)
+            try:
+                loss = _step(rt, model, data, schedule)
+            except BaseException:
+                book.abort(step)
+                raise
+            results.append(book.end(step, loss))
+            if on_step is not None:
+                on_step(results[-1])
     if results:
         book.sync_params("after_last_step")
     return results

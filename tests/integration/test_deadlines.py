@@ -100,7 +100,7 @@ def test_rank_0_exits_within_the_deadline_when_rank_1_is_sigkilled_in_distribute
     assert _exit_after_fault(result, 0) <= 20.0
     peer = result.events(0, "peer_failed")
     assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "DISTRIBUTED")]
-    assert "no heartbeat" in peer[0]["error"]
+    assert "is gone without a failure record" in peer[0]["error"]  # its pid, seen from the same host
 
 
 def test_rank_0_names_rank_1_sigkilled_in_model_built_instead_of_blaming_itself(tmp_path: Path) -> None:
@@ -108,10 +108,56 @@ def test_rank_0_names_rank_1_sigkilled_in_model_built_instead_of_blaming_itself(
     assert result.returncode[1] == -9
     peer = result.events(0, "peer_failed")
     assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "MODEL_BUILT")]
-    assert "no heartbeat" in peer[0]["error"]
+    assert "is gone without a failure record" in peer[0]["error"]
     assert result.returncode[0] == 1  # it got control back and shut down in order
     assert _last_record_after_fault(result, 0) <= 20.0
     assert _exit_after_fault(result, 0) <= 20.0 + TEARDOWN_S
+
+# -- after startup: a fault at training step 2 ------------------------------------------------------
+def _steps_done(result: CaseResult, rank: int) -> list[int]:
+    return [r["step"] for r in result.events(rank, "step_completed")]
+
+
+def test_a_raise_at_step_2_ends_both_ranks_and_the_failed_rank_does_not_wait_in_its_shutdown(tmp_path: Path) -> None:
+    result = run_case("raise_at_step_2", 600.0, tmp_path)
+    assert _steps_done(result, 0) == [1] and _steps_done(result, 1) == [1]
+    assert [(p["peer_rank"], p["peer_state"]) for p in result.events(0, "peer_failed")] == [(1, "CALLBACKS_BOUND")]
+    assert "injected fault: rank 1 failed at step 2" in result.events(0, "peer_failed")[0]["error"]
+    assert result.events(1, "peer_failed") == []
+    for rank in (0, 1):  # both shut down in order, well inside the 600 s deadline
+        assert result.records[rank][-1]["dest"] == "SHUT_DOWN"
+        assert _last_record_after_fault(result, rank) <= 10.0
+        assert _exit_after_fault(result, rank) <= 10.0 + TEARDOWN_S
+    assert result.returncode == {0: 1, 1: 1}
+
+
+def test_a_sigkill_at_step_2_is_named_by_the_survivor_which_shuts_down(tmp_path: Path) -> None:
+    result = run_case("kill_at_step_2", 600.0, tmp_path)
+    peer = result.events(0, "peer_failed")
+    assert [(p["peer_rank"], p["peer_state"], p["error"].split(" (")[0]) for p in peer] == [
+        (1, "CALLBACKS_BOUND", "its process")]
+    assert result.returncode == {0: 1, 1: -9}
+    assert _last_record_after_fault(result, 0) <= 10.0
+
+
+def test_killing_rank_0_the_store_host_at_step_2_is_named_live_by_rank_1(tmp_path: Path) -> None:
+    result = run_case("kill_rank_0_at_step_2", 600.0, tmp_path)
+    peer = result.events(1, "peer_failed")
+    assert [p["peer_rank"] for p in peer] == [0] and "gone" in peer[0]["error"], peer
+    assert result.returncode == {0: -9, 1: 1}
+    assert result.records[1][-1]["dest"] == "SHUT_DOWN"
+    assert _last_record_after_fault(result, 1) <= 10.0
+    assert _exit_after_fault(result, 1) <= 10.0 + TEARDOWN_S
+
+
+def test_a_rank_stopped_at_step_2_is_declared_lost_by_its_heartbeat_and_the_other_ends(tmp_path: Path) -> None:
+    result = run_case("stop_at_step_2", 600.0, tmp_path)
+    peer = result.events(0, "peer_failed")
+    assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "CALLBACKS_BOUND")]
+    assert "no heartbeat" in peer[0]["error"]
+    assert result.returncode[0] == EXIT_CODE  # blocked in an all-reduce with a live, silent peer
+    assert _exit_after_fault(result, 0) <= 8.0 + 1.0 + 10.0  # stale_s + the lost grace, under load
+
 
 # -- the watch on a real TCPStore, in this process ------------------------------------------------
 def _store(world_size: int) -> Any:

@@ -54,3 +54,25 @@ def test_a_sigterm_between_transitions_aborts_and_releases_too(make_lc: Any) -> 
         os.kill(os.getpid(), signal.SIGTERM)
     assert lc.state is State.SHUT_DOWN
     assert len(_events(lc, "startup_aborted")) == 1
+
+
+class InterruptedRelease(InProcessPhases):
+    """Sends this process a real SIGINT (Ctrl-C) from inside the shutdown's release."""
+
+    def release(self, ctx: Any, keep: State) -> Runtime:
+        os.kill(os.getpid(), signal.SIGINT)
+        return super().release(ctx, keep)
+
+
+def test_ctrl_c_during_shutdown_finishes_the_release_then_exits_130(make_lc: Any) -> None:
+    previous = signal.getsignal(signal.SIGINT)
+    lc = make_lc(phases=InterruptedRelease())
+    lc.advance_to(State.CALLBACKS_BOUND)
+    with pytest.raises(StartupAborted) as info:
+        lc.shutdown()
+    assert info.value.code == 130 and "SIGINT in state SHUT_DOWN during shutdown()" in str(info.value)
+    assert lc.state is State.SHUT_DOWN and lc.runtime.model is None and not lc.runtime.distributed
+    assert _events(lc, "lifecycle_shutdown") and not _events(lc, "transition_failed")
+    assert signal.getsignal(signal.SIGINT) == previous, "the user's handler is back"
+    assert lc.shutdown() is lc.runtime  # done: a second call is a no-op
+

@@ -192,7 +192,18 @@ def test_a_lifecycle_abandoned_mid_startup_is_reported_with_its_state(tmp_path: 
 
 def test_a_lifecycle_that_stops_at_its_plans_target_did_not_die(tmp_path: Path) -> None:
     engine_rank(tmp_path, plan="inference").advance_to(State.MODEL_BUILT)
-    assert audit_rules(tmp_path) == set()
+    assert "LA010" not in audit_rules(tmp_path)
+
+
+# LA021
+def test_a_log_that_ends_at_its_target_without_a_shutdown_is_incomplete_not_clean(tmp_path: Path) -> None:
+    engine_rank(tmp_path / "open", plan="inference").advance_to(State.MODEL_BUILT)
+    result = audit([str(tmp_path / "open")], jobs=1)
+    [finding] = result.findings
+    assert finding.rule == "LA021" and "state MODEL_BUILT with no shutdown or failure record" in finding.message
+    with engine_rank(tmp_path / "shut", plan="inference") as lc:
+        lc.advance_to(State.MODEL_BUILT)
+    assert audit_rules(tmp_path / "shut") == set()
 
 
 # LA011
@@ -285,7 +296,7 @@ def test_without_a_target_field_the_plan_decides_where_a_rank_should_have_stoppe
     ev[0] = ("lifecycle_started", {k: v for k, v in ev[0][1].items() if k != "target"} | {"plan": "inference"})
     stop = index(ev, "transition_completed", trigger="build_model")
     write_events(tmp_path / "inference", ev[: stop + 1])
-    assert audit_rules(tmp_path / "inference") == set()
+    assert audit_rules(tmp_path / "inference") == {"LA021"}  # at its target, not dead; not shut down either
     ev[0] = ("lifecycle_started", ev[0][1] | {"plan": "training"})
     write_events(tmp_path / "training", ev[: stop + 1])
     assert audit_rules(tmp_path / "training") == {"LA010", "LA018"}
