@@ -1,0 +1,2 @@
+def pretrain(*a, **k):
+    raise NotImplementedError
