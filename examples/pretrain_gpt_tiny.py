@@ -97,7 +97,7 @@ def main(pretrain=pretrain, extra_argv=()):
     sys.argv[1:1] = [*TINY_GPT, *extra_argv]
     args = parse_and_validate_args()
     full_config = pretrain_cfg_container_from_args(args, gpt_config_from_args(args))
-    pretrain(full_config, train_valid_test_datasets_provider, ModelType.encoder_or_decoder, forward_step)
+    return pretrain(full_config, train_valid_test_datasets_provider, ModelType.encoder_or_decoder, forward_step)
 
 
 if __name__ == "__main__":
