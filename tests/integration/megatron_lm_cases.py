@@ -68,3 +68,119 @@ def run(which: str, tp: int, log_dir: str) -> dict[str, Any]:
 
     out["result"] = script.main(pretrain=partial(dropin, log_dir=log_dir), extra_argv=argv)
     return out
+
+
+def _one_rank_call(provider: Any = None) -> Any:
+    """The example script's arguments on one rank, parsed as the script does, as a MegatronLMCall."""
+    sys.argv = ["pretrain_gpt_tiny.py", *_tiny()]
+    from megatron.core.enums import ModelType
+    from megatron.training import global_vars
+    from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args
+    from megatron.training.arguments import parse_and_validate_args
+
+    from lifecycle.megatron_lm.entry import MegatronLMCall
+
+    args = global_vars._GLOBAL_ARGS or parse_and_validate_args()
+    container = pretrain_cfg_container_from_args(args, None if provider is not None else gpt_config_from_args(args))
+    import pretrain_gpt_tiny as script
+
+    return MegatronLMCall(cfg_container=container, train_valid_test_dataset_provider=script.train_valid_test_datasets_provider,
+                          model_type=ModelType.encoder_or_decoder, forward_step_func=script.forward_step,
+                          model_provider=provider, args=args, args_validated=True)
+
+
+def _tiny() -> list[str]:
+    sys.path.insert(0, str(ROOT / "examples"))
+    import pretrain_gpt_tiny as script
+
+    return list(script.TINY_GPT)
+
+
+def _startup(phases: Any, call: Any) -> dict[str, Any]:
+    """Advance a lifecycle with `phases` to CALLBACKS_BOUND; what stopped it, and the violations logged."""
+    from lifecycle.engine import Lifecycle
+    from lifecycle.megatron_lm.entry import run_config
+    from states import State
+
+    lc = Lifecycle(run_config(call.args), phases=phases, options={"keep_records": True, "environment_checks": False})
+    out: dict[str, Any] = {}
+    try:
+        with lc:
+            lc.advance_to(State.CALLBACKS_BOUND)
+    except Exception as exc:
+        out = {"error": type(exc).__name__, "message": str(exc)}
+    out["state"] = lc.state.name
+    out["violations"] = [{k: r.get(k) for k in ("target", "kind", "trigger")}
+                         for r in lc.records if r["event"] == "tripwire_violation"]
+    out["entered"] = [r["dest"] for r in lc.records if r["event"] == "transition_completed"]
+    return out
+
+
+def misordered() -> dict[str, Any]:
+    """Two deliberately misordered variants of the drop-in's phases, one after the other on one rank:
+    process groups created in SERVICES_READY, and seeding moved into MODEL_BUILT."""
+    from megatron.training import initialize as mi
+
+    from lifecycle.megatron_lm.entry import MegatronLMPhases
+
+    call = _one_rank_call()
+
+    class GroupsInServices(MegatronLMPhases):
+        def start_services(self, ctx: Any) -> Any:
+            mi._initialize_distributed(None, None, None)
+            return super().start_services(ctx)
+
+    class SeedsInModel(MegatronLMPhases):
+        def build_model(self, ctx: Any) -> Any:
+            mi._set_random_seed(self.call.args.seed)
+            return super().build_model(ctx)
+
+    return {"groups_in_services": _startup(GroupsInServices(call), call),
+            "seeds_in_model": _startup(SeedsInModel(call), call)}
+
+
+class BridgeLike:
+    """A Megatron-Bridge-shaped provider: `.provide(pre_process, post_process, vp_stage)`."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def provide(self, pre_process: bool = True, post_process: bool = True, vp_stage: Any = None) -> Any:
+        return self.fn(pre_process=pre_process, post_process=post_process, vp_stage=vp_stage)
+
+
+class NotAProvider:
+    """Neither callable nor a builder."""
+
+    payload = "x" * 10_000
+
+
+def provider_shapes() -> dict[str, Any]:
+    """Each provider shape through the drop-in's startup on one rank: the model it built, or the refusal."""
+    from megatron.training.argument_utils import gpt_config_from_args
+    from megatron.training.models.gpt import GPTModelBuilder
+
+    from lifecycle.megatron.providers import gpt_provider
+    from lifecycle.megatron_lm.entry import MegatronLMPhases
+
+    call = _one_rank_call(provider=lambda: None)
+    model_cfg = gpt_config_from_args(call.args)
+
+    def keyword(pre_process: bool = True, post_process: bool = True, vp_stage: Any = None,
+                config: Any = None, pg_collection: Any = None) -> Any:
+        return GPTModelBuilder(model_cfg).build_model(pg_collection, pre_process=pre_process,
+                                                      post_process=post_process, vp_stage=vp_stage)
+
+    def failing(pre_process: bool = True, post_process: bool = True) -> Any:
+        raise RuntimeError("no weights here")
+
+    shapes = {"keyword": keyword, "lifecycle": gpt_provider, "builder": GPTModelBuilder(model_cfg),
+              "model_config": model_cfg, "bridge": BridgeLike(keyword), "refused": NotAProvider(),
+              "failing": failing}
+    out = {}
+    for label, provider in shapes.items():
+        import dataclasses
+
+        shaped = dataclasses.replace(call, model_provider=provider)
+        out[label] = _startup(MegatronLMPhases(shaped), shaped)
+    return out

@@ -82,3 +82,23 @@ def test_train_does_not_bind_a_second_time_and_finalizes_once_per_step(runs: dic
     for mine in runs["lifecycle"]:
         assert mine["result"]["second_binding_dropped"] == ["grad_scale_func"]
         assert mine["finalizer_calls"] == [1, 2, 3, 4, 5]
+
+
+@pytest.fixture(scope="module")
+def misordered() -> dict[str, Any]:
+    return run_ranks(megatron_lm_cases.misordered, 1, timeout_s=300)[0]
+
+
+def test_process_groups_created_in_services_ready_are_caught_by_the_tripwires(misordered: dict[str, Any]) -> None:
+    case = misordered["groups_in_services"]
+    assert case["error"] == "TripwireViolation", case
+    assert case["violations"][0] == {"target": "torch.distributed.init_process_group", "kind": "process_group",
+                                     "trigger": "start_services"}
+    assert case["entered"] == ["VALIDATED", "FAILED", "SHUT_DOWN"]
+
+
+def test_seeding_moved_into_model_built_is_caught_by_the_tripwires(misordered: dict[str, Any]) -> None:
+    case = misordered["seeds_in_model"]
+    assert case["error"] == "TripwireViolation", case
+    assert case["violations"][0]["kind"] == "rng" and case["violations"][0]["trigger"] == "build_model"
+    assert case["entered"] == ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "FAILED", "SHUT_DOWN"]

@@ -111,7 +111,10 @@ class MegatronLMPhases(MegatronPhases):
         call, rt = self.call, ctx.runtime
         provider = None
         if call.model_provider is not None:
-            provider = _providers.KeywordProvider(call.model_provider, inputs=_inputs(rt))
+            from megatron.training.arguments import core_transformer_config_from_args
+
+            provider = _providers.KeywordProvider(call.model_provider, inputs=_inputs(rt),
+                                                  transformer_config=core_transformer_config_from_args(call.args))
         ctx.side_effect(SideEffect.MODEL)
         model, optimizer, scheduler = setup_model_and_optimizer(
             call.model_type, model_provider_func=provider, checkpointing_context=call.extras.setdefault("ckpt", {}),
