@@ -64,7 +64,13 @@ def run(which: str, tp: int, log_dir: str) -> dict[str, Any]:
         return out
     from functools import partial
 
+    from megatron.training import arguments
+
     from lifecycle.megatron_lm import pretrain as dropin
+
+    # The script's own parse_and_validate_args runs before pretrain and, for TP > 1, reads the GPU's
+    # architecture; on this CPU machine the script gets the stand-in's answer (Hopper).
+    arguments.get_device_arch_version = lambda: 9
 
     out["result"] = script.main(pretrain=partial(dropin, log_dir=log_dir), extra_argv=argv)
     return out

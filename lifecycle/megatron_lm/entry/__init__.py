@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from lifecycle.megatron_lm.entry._bound_once import SLOTS, bound_once
 from lifecycle.megatron_lm.entry._cuda import cuda_as_cpu
-from lifecycle.megatron_lm.entry._derive import args_from_container, disagreements, run_config
+from lifecycle.megatron_lm.entry._derive import args_from_container, disagreements, run_config, run_config_from_yaml
 from lifecycle.megatron_lm.entry._phases import MegatronLMCall, MegatronLMPhases
 from lifecycle.megatron_lm.entry._providers import KeywordProvider, problem
 from lifecycle.megatron_lm.entry._quiet import quiet_library_loggers
@@ -25,5 +25,6 @@ __all__ = [
     "problem",
     "quiet_library_loggers",
     "run_config",
+    "run_config_from_yaml",
     "run_training",
 ]

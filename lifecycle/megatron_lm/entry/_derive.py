@@ -28,7 +28,7 @@ from lifecycle.config import (
 
 # Sections of the container whose fields are named as Megatron-LM's arguments are.
 SECTIONS = ("train", "validation", "optimizer", "scheduler", "ddp", "dist", "rng", "logger", "checkpoint",
-            "tokenizer", "model")
+            "tokenizer", "model", "model.transformer")
 # Container field -> argument, where the names differ.
 RENAMED = {"ddp.bucket_size": "ddp_bucket_size", "ddp.average_in_collective": "ddp_average_in_collective",
            "ddp.grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32"}
@@ -42,7 +42,9 @@ def container_items(container: Any) -> dict[str, tuple[str, Any]]:
     """argument name -> (container path, value) for every dataclass field of the container's sections."""
     items: dict[str, tuple[str, Any]] = {}
     for section in SECTIONS:
-        part = getattr(container, section, None)
+        part: Any = container
+        for name in section.split("."):
+            part = getattr(part, name, None)
         if part is None or not is_dataclass(part):
             continue
         for f in fields(part):
@@ -154,3 +156,26 @@ def run_config(args: Namespace, *, log_dir: str | None = None) -> RunConfig:
         backend="gloo" if args.distributed_backend == "gloo" else "nccl",
         plan="training",
     )
+
+
+def run_config_from_yaml(path: str, *, world_size: int = 1, log_dir: str | None = None) -> RunConfig:
+    """The RunConfig of a Megatron-LM YAML config (`PretrainConfigContainer.to_yaml`'s format) for a
+    job of `world_size` ranks: its arguments derived and checked by Megatron-LM's `validate_args`."""
+    from megatron.training.arguments import validate_args
+    from megatron.training.config import PretrainConfigContainer
+
+    from lifecycle.errors import ConfigError
+
+    try:
+        container = PretrainConfigContainer.from_yaml(path)
+    except Exception as exc:
+        raise ConfigError(f"--megatron-config {path}: not a Megatron-LM PretrainConfigContainer YAML: {exc}",
+                          field="megatron_config") from exc
+    args = args_from_container(container)
+    args.world_size = world_size
+    try:
+        validate_args(args)
+    except (AssertionError, ValueError) as exc:
+        raise ConfigError(f"--megatron-config {path}: Megatron-LM's validate_args: {exc}",
+                          field="megatron_config") from exc
+    return run_config(args, log_dir=log_dir)
