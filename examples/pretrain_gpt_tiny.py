@@ -28,7 +28,8 @@ TINY_GPT = [
     "--lr", "0.001", "--seed", "1234", "--mock-data", "--split", "1,0,0",
     "--tokenizer-type", "NullTokenizer", "--vocab-size", "1000",
     "--transformer-impl", "local", "--no-gradient-accumulation-fusion",
-    "--distributed-backend", "gloo", "--eval-iters", "0", "--eval-interval", "1000", "--num-workers", "0", "--log-interval", "1", "--no-persist-layer-norm", "--no-masked-softmax-fusion",
+    "--distributed-backend", "gloo", "--eval-iters", "0", "--eval-interval", "1000", "--num-workers", "0",
+    "--log-interval", "1", "--no-persist-layer-norm", "--no-masked-softmax-fusion",
     "--no-bias-dropout-fusion", "--no-rope-fusion", "--no-bias-gelu-fusion",
 ]
 

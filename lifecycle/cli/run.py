@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     src.add_argument("--preset", help="a shipped preset, e.g. tiny-gpt (default when --config is absent)")
     src.add_argument("--config", help="a RunConfig YAML file")
     src.add_argument("--megatron-config", metavar="FILE",
-                     help="a Megatron-LM YAML config (PretrainConfigContainer.to_yaml); the RunConfig is derived from it")
+                     help="a Megatron-LM YAML config (PretrainConfigContainer.to_yaml); "
+                          "the RunConfig is derived from it")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set parallel.tp=2 (repeatable)")
     p.add_argument("--plan", choices=[x.value for x in Plan], help="training, inference, convert or rl")
@@ -85,9 +86,8 @@ def _megatron_config(args: argparse.Namespace, launching: bool) -> Any:
     from lifecycle.megatron_lm import require_megatron_training
 
     require_megatron_training()
-    from lifecycle.megatron_lm.entry import run_config_from_yaml
-
     from lifecycle.config import RunConfig
+    from lifecycle.megatron_lm.entry import run_config_from_yaml
 
     world = launch_world_size(args) if launching else int(os.environ.get("WORLD_SIZE", "1"))
     config = run_config_from_yaml(args.megatron_config, world_size=world, log_dir=args.log_dir)

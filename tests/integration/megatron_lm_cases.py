@@ -32,7 +32,8 @@ def _record(out: dict[str, Any]) -> None:
 
     original = training.train_step
 
-    def train_step(forward_step_func: Any, data_iterator: Any, model: Any, optimizer: Any, *rest: Any, **kw: Any) -> Any:
+    def train_step(forward_step_func: Any, data_iterator: Any, model: Any, optimizer: Any,
+                   *rest: Any, **kw: Any) -> Any:
         config = get_model_config(model[0])
         if "slots" not in out:
             out["slots"] = {s: describe(getattr(config, s), list(model), optimizer) for s in SLOTS}
@@ -90,7 +91,8 @@ def _one_rank_call(provider: Any = None) -> Any:
     container = pretrain_cfg_container_from_args(args, None if provider is not None else gpt_config_from_args(args))
     import pretrain_gpt_tiny as script
 
-    return MegatronLMCall(cfg_container=container, train_valid_test_dataset_provider=script.train_valid_test_datasets_provider,
+    return MegatronLMCall(cfg_container=container,
+                          train_valid_test_dataset_provider=script.train_valid_test_datasets_provider,
                           model_type=ModelType.encoder_or_decoder, forward_step_func=script.forward_step,
                           model_provider=provider, args=args, args_validated=True)
 

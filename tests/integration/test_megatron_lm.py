@@ -20,8 +20,8 @@ import pytest
 
 pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
 
-from lifecycle.engine.launch import run_ranks  # noqa: E402
-from tests.integration import megatron_lm_cases  # noqa: E402
+from lifecycle.engine.launch import run_ranks
+from tests.integration import megatron_lm_cases
 
 pytestmark = pytest.mark.slow
 STATES = ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"]
@@ -58,7 +58,8 @@ def test_the_startup_log_enters_every_state_in_order_then_records_each_step(runs
 
 
 def test_each_megatron_lm_side_effect_happens_inside_the_transition_that_owns_it(runs: dict[str, Any]) -> None:
-    owner = {"cuda_device": "init_distributed", "process_group": "init_distributed", "parallel_state": "init_distributed",
+    owner = {"cuda_device": "init_distributed", "process_group": "init_distributed",
+             "parallel_state": "init_distributed",
              "rng": "init_distributed", "model": "build_model", "callbacks": "bind_callbacks"}
     recs = records(runs["logs"], 0)
     seen = {r["kind"]: r["trigger"] for r in recs if r["event"] == "side_effect"}

@@ -23,9 +23,11 @@ def _env() -> dict[str, str]:
 def test_lifecycle_run_takes_a_megatron_lm_yaml_config(tmp_path: Path) -> None:
     config = tmp_path / "megatron.yaml"
     subprocess.run([sys.executable, str(ROOT / "tests/integration/megatron_lm_yaml.py"), str(config),
-                    "--num-layers", "3", "--hidden-size", "96"], check=True, capture_output=True, env=_env(), timeout=200)
+                    "--num-layers", "3", "--hidden-size", "96"],
+                   check=True, capture_output=True, env=_env(), timeout=200)
     done = subprocess.run([sys.executable, "-m", "lifecycle", "run", "--megatron-config", str(config), "--steps", "1",
-                           "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, env=_env(), timeout=300)
+                           "--log-dir", str(tmp_path / "logs")],
+                          capture_output=True, text=True, env=_env(), timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "✓ CALLBACKS_BOUND" in done.stdout and "step 1/1" in done.stdout
     first = [json.loads(x) for x in (tmp_path / "logs" / "rank-00000.jsonl").read_text().splitlines()]

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
 
-from lifecycle.engine.launch import run_ranks  # noqa: E402
-from tests.integration import megatron_lm_cases  # noqa: E402
+from lifecycle.engine.launch import run_ranks
+from tests.integration import megatron_lm_cases
 
 pytestmark = pytest.mark.slow
 BUILT = ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND", "SHUT_DOWN"]

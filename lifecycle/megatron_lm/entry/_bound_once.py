@@ -33,7 +33,7 @@ def bound_once(config: Any) -> Iterator[list[str]]:
     dropped: list[str] = []
     hidden = {"no_sync_func"} if getattr(config, "no_sync_func", None) is not None else set()
 
-    def __setattr__(self: Any, name: str, value: Any) -> None:  # noqa: N807
+    def __setattr__(self: Any, name: str, value: Any) -> None:
         if name in SLOTS and value is not None:
             current = base.__getattribute__(self, name)
             if same(value, current):
@@ -47,7 +47,7 @@ def bound_once(config: Any) -> Iterator[list[str]]:
                 )
         base.__setattr__(self, name, value)
 
-    def __getattribute__(self: Any, name: str) -> Any:  # noqa: N807
+    def __getattribute__(self: Any, name: str) -> Any:
         if name in hidden:
             return None
         return base.__getattribute__(self, name)

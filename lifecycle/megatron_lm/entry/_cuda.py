@@ -9,8 +9,10 @@ the CUDA RNG. `megatron.training` also reads:
   model-parallel seeds, `initialize.py`);
 - `torch.cuda.set_device` and `get_device_properties` (`arguments.py` reads the architecture when
   TP > 1);
-- megatron's fused functions are `torch.compile`d at import; compiling reads the CUDA driver, so
-  compilation is off, and so is torch's optimizers' graph-capture check (it reads the CUDA stream), (`torch._dynamo.config.disable`); the fused functions run eagerly, the same arithmetic;
+- megatron's fused functions are `torch.compile`d at import, and compiling reads the CUDA driver:
+  compilation is off (`torch._dynamo.config.disable`), so they run eagerly, the same arithmetic;
+  so is torch's optimizers' graph-capture check (it reads the CUDA stream); the data loader's
+  pinning of memory is a no-op;
 - `compile_helpers()` runs `make` for the dataset helper; the wheel ships the compiled helper and
   no Makefile, so the stand-in imports the compiled one instead.
 """

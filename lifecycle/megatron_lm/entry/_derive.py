@@ -51,7 +51,7 @@ def container_items(container: Any) -> dict[str, tuple[str, Any]]:
             path = f"{section}.{f.name}"
             try:
                 value = getattr(part, f.name)
-            except Exception:  # noqa: S112  (a computed field megatron has not set yet)
+            except Exception:
                 continue
             items.setdefault(RENAMED.get(path, f.name), (path, value))
     return items

@@ -71,7 +71,8 @@ def problem(obj: Any) -> str | None:
         return None
     message = f"model_provider: a {type(obj).__name__} (defined at {where(obj)}) is not a model provider; {INSTEAD}"
     if len(message) > 300:
-        message = f"model_provider: a {type(obj).__name__} (defined at …{where(obj)[-80:]}) is not a model provider; {INSTEAD}"
+        short = where(obj)[-80:]
+        message = f"model_provider: a {type(obj).__name__} (defined at …{short}) is not a model provider; {INSTEAD}"
     return message[:300]
 
 

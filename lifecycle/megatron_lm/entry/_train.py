@@ -88,7 +88,8 @@ def run_training(lc: Driver, call: Any) -> dict[str, Any]:
                 p2p_communicator=call.p2p_communicator, pg_collection=call.pg_collection,
             )
         if cfg.checkpoint.save and iteration != 0 and iteration % cfg.checkpoint.save_interval != 0:
-            t.save_checkpoint_and_time(iteration, model, optimizer, scheduler, flops, ckpt, train_data_iterator=train_it)
+            t.save_checkpoint_and_time(iteration, model, optimizer, scheduler, flops, ckpt,
+                                       train_data_iterator=train_it)
     _evaluate(call, model, iteration, valid_it, test_it, config)
     t.maybe_finalize_async_save(blocking=True, terminate=True)
     return {"iteration": iteration, "losses": losses, "second_binding_dropped": list(dropped)}
