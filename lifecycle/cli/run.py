@@ -89,7 +89,8 @@ def _megatron_config(args: argparse.Namespace, launching: bool) -> Any:
     from lifecycle.config import RunConfig
     from lifecycle.megatron_lm.entry import run_config_from_yaml
 
-    world = launch_world_size(args) if launching else int(os.environ.get("WORLD_SIZE", "1"))
+    world = launch_world_size(args) if launching else None
+    world = world or int(os.environ.get("WORLD_SIZE", "1"))
     config = run_config_from_yaml(args.megatron_config, world_size=world, log_dir=args.log_dir)
     overrides = [*args.overrides, *([f"plan={args.plan}"] if args.plan else []),
                  *(["logging.existing=overwrite"] if args.overwrite else [])]

@@ -29,7 +29,7 @@ def same(a: Any, b: Any) -> bool:
 def bound_once(config: Any) -> Iterator[list[str]]:
     """While the block runs, `config`'s callback slots take no second binding; yields the slots
     whose second binding was dropped, in order."""
-    base = type(config)
+    base: Any = type(config)
     dropped: list[str] = []
     hidden = {"no_sync_func"} if getattr(config, "no_sync_func", None) is not None else set()
 

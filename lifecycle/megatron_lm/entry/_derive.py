@@ -13,18 +13,7 @@ from argparse import Namespace
 from dataclasses import fields, is_dataclass
 from typing import Any
 
-from lifecycle.config import (
-    CheckpointConfig,
-    DDPConfig,
-    LoggingConfig,
-    ModelConfig,
-    OptimizerConfig,
-    ParallelConfig,
-    Problem,
-    RunConfig,
-    TokenizerConfig,
-    TrainingConfig,
-)
+from lifecycle.config import Problem, RunConfig
 
 # Sections of the container whose fields are named as Megatron-LM's arguments are.
 SECTIONS = ("train", "validation", "optimizer", "scheduler", "ddp", "dist", "rng", "logger", "checkpoint",
@@ -83,7 +72,7 @@ def args_from_container(container: Any) -> Namespace:
 
     from megatron.training.arguments import add_megatron_arguments
 
-    args = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False)).parse_args([])
+    args: Namespace = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False)).parse_args([])
     args._is_global_batch_size_explicitly_specified = True
     for name, (_path, value) in container_items(container).items():
         if hasattr(args, name):
@@ -93,69 +82,76 @@ def args_from_container(container: Any) -> Namespace:
     return args
 
 
-def _dtype(args: Namespace) -> Any:
+def _dtype(args: Namespace) -> str:
     return "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "fp32"
 
 
-def _model(args: Namespace) -> ModelConfig:
-    return ModelConfig(
-        num_layers=args.num_layers, hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads,
-        num_query_groups=args.num_query_groups if getattr(args, "group_query_attention", False) else None,
-        ffn_hidden_size=args.ffn_hidden_size, seq_length=args.seq_length,
-        vocab_size=getattr(args, "padded_vocab_size", None) or args.vocab_size,
-        max_position_embeddings=args.max_position_embeddings,
-        make_vocab_size_divisible_by=args.make_vocab_size_divisible_by, dtype=_dtype(args),
-        transformer_impl="local" if args.transformer_impl == "local" else "transformer_engine",
-        init_method_std=args.init_method_std, hidden_dropout=args.hidden_dropout,
-        attention_dropout=args.attention_dropout, num_moe_experts=args.num_experts,
-        add_bias_linear=args.add_bias_linear,
-        share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
-    )
+def _model(args: Namespace) -> dict[str, Any]:
+    return {
+        "num_layers": args.num_layers, "hidden_size": args.hidden_size,
+        "num_attention_heads": args.num_attention_heads,
+        "num_query_groups": args.num_query_groups if getattr(args, "group_query_attention", False) else None,
+        "ffn_hidden_size": args.ffn_hidden_size, "seq_length": args.seq_length,
+        "vocab_size": getattr(args, "padded_vocab_size", None) or args.vocab_size,
+        "max_position_embeddings": args.max_position_embeddings,
+        "make_vocab_size_divisible_by": args.make_vocab_size_divisible_by, "dtype": _dtype(args),
+        "transformer_impl": "local" if args.transformer_impl == "local" else "transformer_engine",
+        "init_method_std": args.init_method_std, "hidden_dropout": args.hidden_dropout,
+        "attention_dropout": args.attention_dropout, "num_moe_experts": args.num_experts,
+        "add_bias_linear": args.add_bias_linear,
+        "share_embeddings_and_output_weights": not args.untie_embeddings_and_output_weights,
+    }
 
 
-def _parallel(args: Namespace) -> ParallelConfig:
-    return ParallelConfig(
-        tp=args.tensor_model_parallel_size, pp=args.pipeline_model_parallel_size,
-        cp=args.context_parallel_size, ep=args.expert_model_parallel_size,
-        etp=args.expert_tensor_parallel_size, vpp=args.virtual_pipeline_model_parallel_size,
-        sequence_parallel=args.sequence_parallel, tp_comm_overlap=args.tp_comm_overlap,
-    )
+def _parallel(args: Namespace) -> dict[str, Any]:
+    return {
+        "tp": args.tensor_model_parallel_size, "pp": args.pipeline_model_parallel_size,
+        "cp": args.context_parallel_size, "ep": args.expert_model_parallel_size,
+        "etp": args.expert_tensor_parallel_size, "vpp": args.virtual_pipeline_model_parallel_size,
+        "sequence_parallel": args.sequence_parallel, "tp_comm_overlap": args.tp_comm_overlap,
+    }
 
 
-def _ddp(args: Namespace) -> DDPConfig:
-    return DDPConfig(
-        overlap_grad_reduce=args.overlap_grad_reduce, overlap_param_gather=args.overlap_param_gather,
-        align_grad_reduce=args.align_grad_reduce, align_param_gather=args.align_param_gather,
-        use_distributed_optimizer=args.use_distributed_optimizer,
-        grad_reduce_in_fp32=args.accumulate_allreduce_grads_in_fp32,
-        average_in_collective=args.ddp_average_in_collective, bucket_size=args.ddp_bucket_size,
-    )
+def _ddp(args: Namespace) -> dict[str, Any]:
+    return {
+        "overlap_grad_reduce": args.overlap_grad_reduce, "overlap_param_gather": args.overlap_param_gather,
+        "align_grad_reduce": args.align_grad_reduce, "align_param_gather": args.align_param_gather,
+        "use_distributed_optimizer": args.use_distributed_optimizer,
+        "grad_reduce_in_fp32": args.accumulate_allreduce_grads_in_fp32,
+        "average_in_collective": args.ddp_average_in_collective, "bucket_size": args.ddp_bucket_size,
+    }
 
 
-def _optimizer(args: Namespace) -> OptimizerConfig:
-    return OptimizerConfig(
-        optimizer="sgd" if args.optimizer == "sgd" else "adam", lr=args.lr, min_lr=args.min_lr,
-        weight_decay=args.weight_decay, adam_beta1=args.adam_beta1, adam_beta2=args.adam_beta2,
-        adam_eps=args.adam_eps, clip_grad=args.clip_grad, loss_scale=args.loss_scale,
-    )
+def _optimizer(args: Namespace) -> dict[str, Any]:
+    return {
+        "optimizer": "sgd" if args.optimizer == "sgd" else "adam", "lr": args.lr, "min_lr": args.min_lr,
+        "weight_decay": args.weight_decay, "adam_beta1": args.adam_beta1, "adam_beta2": args.adam_beta2,
+        "adam_eps": args.adam_eps, "clip_grad": args.clip_grad, "loss_scale": args.loss_scale,
+    }
+
+
+def _data_parallel(args: Namespace) -> int:
+    """`validate_args` sets it; before that it follows from the world size and the model-parallel sizes."""
+    dp = getattr(args, "data_parallel_size", None)
+    if dp:
+        return int(dp)
+    model_parallel = args.tensor_model_parallel_size * args.pipeline_model_parallel_size * args.context_parallel_size
+    return max(1, int(args.world_size) // max(1, int(model_parallel)))
 
 
 def run_config(args: Namespace, *, log_dir: str | None = None) -> RunConfig:
-    """The RunConfig that describes the run Megatron-LM's (validated) `args` will train."""
-    dp = max(1, int(getattr(args, "data_parallel_size", 1) or 1))
-    micro = args.micro_batch_size
-    null = args.tokenizer_type == "NullTokenizer"
-    return RunConfig(
-        model=_model(args), parallel=_parallel(args), ddp=_ddp(args), optimizer=_optimizer(args),
-        training=TrainingConfig(micro_batch_size=micro, num_microbatches=max(1, args.global_batch_size // (micro * dp)),
-                                steps=args.train_iters or 0, seed=args.seed),
-        tokenizer=TokenizerConfig(type="null" if null else "huggingface", vocab_size=args.vocab_size or 1000,
-                                  path=None if null else args.tokenizer_model, build=False),
-        checkpoint=CheckpointConfig(load=args.load, save=args.save),
-        logging=LoggingConfig(log_dir=log_dir, tensorboard_dir=args.tensorboard_dir),
-        backend="gloo" if args.distributed_backend == "gloo" else "nccl",
-        plan="training",
-    )
+    """The RunConfig that describes the run Megatron-LM's `args` will train."""
+    micro, null = args.micro_batch_size, args.tokenizer_type == "NullTokenizer"
+    return RunConfig.from_dict({
+        "model": _model(args), "parallel": _parallel(args), "ddp": _ddp(args), "optimizer": _optimizer(args),
+        "training": {"micro_batch_size": micro, "steps": args.train_iters or 0, "seed": args.seed,
+                     "num_microbatches": max(1, args.global_batch_size // (micro * _data_parallel(args)))},
+        "tokenizer": {"type": "null" if null else "huggingface", "vocab_size": args.vocab_size or 1000,
+                      "path": None if null else args.tokenizer_model, "build": False},
+        "checkpoint": {"load": args.load, "save": args.save},
+        "logging": {"log_dir": log_dir, "tensorboard_dir": args.tensorboard_dir},
+        "backend": "gloo" if args.distributed_backend == "gloo" else "nccl", "plan": "training",
+    })
 
 
 def run_config_from_yaml(path: str, *, world_size: int = 1, log_dir: str | None = None) -> RunConfig:

@@ -45,7 +45,7 @@ def _kind(obj: Any) -> str | None:
     try:
         from megatron.training.models.base import ModelBuilder, ModelConfig
     except ImportError:  # pragma: no cover - the package needs megatron.training
-        ModelBuilder = ModelConfig = ()  # type: ignore[misc,assignment]  # no such classes to match
+        return None
     if isinstance(obj, ModelBuilder):
         return "builder"
     if isinstance(obj, ModelConfig):

@@ -23,7 +23,8 @@ def data_iterators(call: Any, chunks: int) -> tuple[Any, Any, Any]:
 
     provider = call.train_valid_test_dataset_provider
     if get_args().virtual_pipeline_model_parallel_size is None:
-        return build_train_valid_test_data_iterators(provider)
+        train, valid, test = build_train_valid_test_data_iterators(provider)
+        return train, valid, test
     if "vp_stage" not in inspect.signature(provider).parameters:
         raise TypeError("vp_stage must be a kwarg in train_valid_test_dataset_provider with virtual pipelines")
     out: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
