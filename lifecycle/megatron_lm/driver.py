@@ -48,16 +48,11 @@ def pretrain(
     (see `lifecycle.megatron_lm.entry`); then Megatron-LM's `train()` runs as is. The lifecycle's
     RunConfig is derived from Megatron-LM's arguments (the script's `parse_and_validate_args`, or
     the container's fields when the script parsed none). The startup log goes to `log_dir`, else
-    `$LIFECYCLE_LOG_DIR`, else nowhere. Returns the last iteration, the per-step losses and the
-    slots whose second binding by `train()` was dropped.
+    `$LIFECYCLE_LOG_DIR`. Returns the last iteration, the per-step losses, and the slots whose
+    second binding by `train()` was dropped.
     """
-    from megatron.training import global_vars
-
     quiet_library_loggers()
-    args = global_vars._GLOBAL_ARGS
-    validated = args is not None
-    if args is None:
-        args = args_from_container(cfg_container)
+    args, validated = _megatron_args(cfg_container)
     if inprocess_call_wrapper is not None:
         import torch.distributed as dist
 
@@ -76,3 +71,13 @@ def pretrain(
                    options=options) as lc:
         lc.advance_to(State.CALLBACKS_BOUND)
         return run_training(lc, call)
+
+
+def _megatron_args(cfg_container: Any) -> tuple[Any, bool]:
+    """(Megatron-LM's arguments, validated?): the script's, or derived from the container."""
+    from megatron.training import global_vars
+
+    args = global_vars._GLOBAL_ARGS
+    if args is not None:
+        return args, True
+    return args_from_container(cfg_container), False

@@ -61,9 +61,6 @@ def _rerun_state_machine(args: Any) -> None:
 def _seed(ctx: PhaseContext, call: Any) -> None:
     from megatron.training import initialize as mi
 
-    from lifecycle.megatron_lm.entry._phases import MegatronLMCall
-
-    assert isinstance(call, MegatronLMCall)
     args, groups = call.args, call.pg_collection
     ctx.side_effect(SideEffect.RNG)
     mi._set_random_seed(
