@@ -28,7 +28,7 @@ from lifecycle.megatron import callbacks_bound as lifecycle_binding
 from lifecycle.megatron_lm.entry import _derive, _providers
 from lifecycle.megatron_lm.entry._distributed import initialize
 from lifecycle.runtime import PhaseContext, Runtime
-from states import SideEffect
+from states import SideEffect, State
 
 
 @dataclass(kw_only=True)
@@ -130,6 +130,17 @@ class MegatronLMPhases(MegatronPhases):
 
     def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
         return lifecycle_binding.enter(ctx)
+
+    def release(self, ctx: PhaseContext, keep: State) -> Runtime:
+        """The real phases' releases, and, with DISTRIBUTED, the rerun state machine it created."""
+        held = ctx.runtime.distributed
+        try:
+            return super().release(ctx, keep)
+        finally:
+            if held and keep.startup_index < State.DISTRIBUTED.startup_index:
+                from megatron.core.rerun_state_machine import destroy_rerun_state_machine
+
+                destroy_rerun_state_machine()
 
 
 def _inputs(rt: Runtime) -> Any:
