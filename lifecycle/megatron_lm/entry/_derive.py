@@ -26,6 +26,9 @@ CHECKED = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size"
            "max_position_embeddings", "tensor_model_parallel_size", "pipeline_model_parallel_size",
            "micro_batch_size", "global_batch_size", "train_iters", "lr", "seed")
 
+# Arguments `validate_args` computes and stores, which a container built from validated args carries.
+DERIVED_BY_VALIDATE_ARGS = ("start_weight_decay", "end_weight_decay")
+
 
 def container_items(container: Any) -> dict[str, tuple[str, Any]]:
     """argument name -> (container path, value) for every dataclass field of the container's sections."""
@@ -73,10 +76,15 @@ def args_from_container(container: Any) -> Namespace:
     from megatron.training.arguments import add_megatron_arguments
 
     args: Namespace = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False)).parse_args([])
+    defaults = argparse.Namespace(**vars(args))
     args._is_global_batch_size_explicitly_specified = True
     for name, (_path, value) in container_items(container).items():
         if hasattr(args, name):
             setattr(args, name, value)
+    for name in DERIVED_BY_VALIDATE_ARGS:  # validate_args derives them again (and asserts they are unset)
+        setattr(args, name, getattr(defaults, name))
+    if args.max_position_embeddings is None:  # the container's GPT config has only seq_length
+        args.max_position_embeddings = args.seq_length
     args.rank = int(os.getenv("RANK", "0"))
     args.world_size = int(os.getenv("WORLD_SIZE", "1"))
     return args
