@@ -191,4 +191,21 @@ def provider_shapes() -> dict[str, Any]:
 
         shaped = dataclasses.replace(call, model_provider=provider)
         out[label] = _startup(MegatronLMPhases(shaped), shaped)
+    out["mismatch"] = mismatch()
     return out
+
+
+def mismatch() -> dict[str, Any]:
+    """The container edited after it was built from the args: 4 layers there, 2 in the args."""
+    import dataclasses
+
+    from megatron.training.argument_utils import gpt_config_from_args
+
+    from lifecycle.megatron_lm.entry import MegatronLMPhases
+
+    call = _one_rank_call(provider=lambda: None)
+    container = call.cfg_container
+    container.model = gpt_config_from_args(call.args)
+    container.model.transformer.num_layers = 4
+    edited = dataclasses.replace(call, cfg_container=container, model_provider=None)
+    return _startup(MegatronLMPhases(edited), edited)

@@ -46,3 +46,11 @@ def test_a_failing_provider_is_named_with_its_file_and_line(shapes: dict[str, An
     assert "provider_shapes.<locals>.failing" in case["message"]
     assert "megatron_lm_cases.py:" in case["message"] and "no weights here" in case["message"]
     assert case["entered"] == ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "FAILED", "SHUT_DOWN"]
+
+
+def test_a_container_that_disagrees_with_the_args_is_refused_at_validated(shapes: dict[str, Any]) -> None:
+    case = shapes["mismatch"]
+    assert case["error"] == "ConfigError"
+    assert case["entered"] == ["FAILED", "SHUT_DOWN"]
+    assert "model.transformer.num_layers=4" in case["message"]
+    assert "Megatron-LM's args say 2" in case["message"]
