@@ -45,7 +45,7 @@ def _record(out: dict[str, Any]) -> None:
     training.train_step = train_step
 
 
-def run(which: str, tp: int, log_dir: str) -> dict[str, Any]:
+def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """The example script with `which` pretrain ("megatron" or "lifecycle"), TP=`tp`, 2 ranks."""
     os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # what Megatron-LM asks of TP > 1 runs
     sys.argv = ["pretrain_gpt_tiny.py"]
@@ -54,7 +54,7 @@ def run(which: str, tp: int, log_dir: str) -> dict[str, Any]:
 
     out: dict[str, Any] = {"losses": [], "finalizer_calls": []}
     _record(out)
-    argv = ["--tensor-model-parallel-size", str(tp)]
+    argv = ["--tensor-model-parallel-size", str(tp), *extra]
     if which == "megatron":
         from megatron.training import pretrain
 

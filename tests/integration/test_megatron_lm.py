@@ -27,13 +27,22 @@ pytestmark = pytest.mark.slow
 STATES = ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"]
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["dp2", "tp2"])
+# (TP, extra arguments, the slots train() would have bound a second time, in its order)
+CASES = {
+    "dp2": (1, (), ["grad_scale_func"]),
+    "tp2": (2, (), ["grad_scale_func"]),
+    "dp2-overlap": (1, ("--overlap-grad-reduce",), ["grad_scale_func", "no_sync_func", "grad_sync_func"]),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
 def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    logs = tmp_path_factory.mktemp(f"tp{request.param}")
+    tp, extra, dropped = CASES[request.param]
+    logs = tmp_path_factory.mktemp(request.param)
     return {
-        "megatron": run_ranks(megatron_lm_cases.run, 2, "megatron", request.param, "", timeout_s=400),
-        "lifecycle": run_ranks(megatron_lm_cases.run, 2, "lifecycle", request.param, str(logs), timeout_s=400),
-        "logs": logs,
+        "megatron": run_ranks(megatron_lm_cases.run, 2, "megatron", tp, "", extra, timeout_s=400),
+        "lifecycle": run_ranks(megatron_lm_cases.run, 2, "lifecycle", tp, str(logs), extra, timeout_s=400),
+        "logs": logs, "dropped": dropped,
     }
 
 
@@ -81,7 +90,7 @@ def test_every_slot_holds_what_megatron_lms_train_binds(runs: dict[str, Any]) ->
 
 def test_train_does_not_bind_a_second_time_and_finalizes_once_per_step(runs: dict[str, Any]) -> None:
     for mine in runs["lifecycle"]:
-        assert mine["result"]["second_binding_dropped"] == ["grad_scale_func"]
+        assert mine["result"]["second_binding_dropped"] == runs["dropped"]
         assert mine["finalizer_calls"] == [1, 2, 3, 4, 5]
 
 
