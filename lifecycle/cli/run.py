@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", help="a shipped preset, e.g. tiny-gpt (default when --config is absent)")
     src.add_argument("--config", help="a RunConfig YAML file")
+    src.add_argument("--megatron-config", metavar="FILE",
+                     help="a Megatron-LM YAML config (PretrainConfigContainer.to_yaml); "
+                          "the RunConfig is derived from it")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set parallel.tp=2 (repeatable)")
     p.add_argument("--plan", choices=[x.value for x in Plan], help="training, inference, convert or rl")
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from lifecycle.errors import LifecycleError
 
     try:
-        config = load(args)
+        config = _megatron_config(args, launching) if args.megatron_config else load(args)
     except LifecycleError as exc:
         return _refuse(str(exc))
     status = check_before_start(config, launch_world_size(args) if launching else None)
@@ -75,6 +78,22 @@ def run(args: argparse.Namespace) -> int:
     if launching:
         return launch(args)
     return _drive_rank(args, config)
+
+
+def _megatron_config(args: argparse.Namespace, launching: bool) -> Any:
+    """The RunConfig derived from a Megatron-LM YAML config (needs megatron-core>=0.17)."""
+    from lifecycle.megatron_lm import require_megatron_training
+
+    require_megatron_training()
+    from lifecycle.config import RunConfig
+    from lifecycle.megatron_lm.entry import run_config_from_yaml
+
+    world = launch_world_size(args) if launching else None
+    world = world or int(os.environ.get("WORLD_SIZE", "1"))
+    config = run_config_from_yaml(args.megatron_config, world_size=world, log_dir=args.log_dir)
+    overrides = [*args.overrides, *([f"plan={args.plan}"] if args.plan else []),
+                 *(["logging.existing=overwrite"] if args.overwrite else [])]
+    return RunConfig.from_dict(config.to_dict(), overrides) if overrides else config
 
 
 def _refuse(message: str) -> int:

@@ -1,0 +1,93 @@
+"""Time to the first training step: the example script (`examples/pretrain_gpt_tiny.py`) with
+`lifecycle.megatron_lm.pretrain` against Megatron-LM's own `pretrain` (inside the CPU stand-ins the
+drop-in also uses), 2 gloo ranks, ABBA order.
+
+    python benchmarks/dropin.py [--runs 4] [--tp 1]
+
+Each run starts 2 fresh processes; the time is from just before they are spawned to the moment the
+later of the two ranks enters Megatron-LM's first `train_step`. Prints medians, spread (min–max) and
+the ratio lifecycle / Megatron-LM (goal ≤ 1.05).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def first_step(which: str, tp: int, log_dir: str) -> float:
+    """Run the script with `which` pretrain; return the wall-clock time its first train_step began."""
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    sys.argv = ["pretrain_gpt_tiny.py"]
+    sys.path.insert(0, str(ROOT / "examples"))
+    import pretrain_gpt_tiny as script
+    from megatron.training import arguments, training
+
+    started: list[float] = []
+    original = training.train_step
+
+    def train_step(*args: Any, **kwargs: Any) -> Any:
+        started.append(started[0] if started else time.time())
+        return original(*args, **kwargs)
+
+    training.train_step = train_step
+    argv = ["--tensor-model-parallel-size", str(tp), "--train-iters", "1"]
+    if which == "megatron":
+        from megatron.training import pretrain
+
+        from lifecycle.megatron_lm.entry import cuda_as_cpu
+
+        with cuda_as_cpu():
+            script.main(pretrain=pretrain, extra_argv=argv)
+    else:
+        from functools import partial
+
+        from lifecycle.megatron_lm import pretrain as dropin
+
+        arguments.get_device_arch_version = lambda: 9  # the script's own TP>1 read, before pretrain
+        script.main(pretrain=partial(dropin, log_dir=log_dir), extra_argv=argv)
+    return started[0]
+
+
+def one(which: str, tp: int) -> float:
+    from lifecycle.engine.launch import run_ranks
+
+    with tempfile.TemporaryDirectory() as logs:
+        t0 = time.time()
+        firsts = run_ranks(first_step, 2, which, tp, logs, timeout_s=600)
+    return max(firsts) - t0
+
+
+def _line(name: str, times: list[float]) -> str:
+    spread = f"{min(times):6.2f}–{max(times):6.2f} s"
+    return f"{name:<34} median {statistics.median(times):7.2f} s   spread {spread}   ({len(times)} runs)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=4, help="runs of each (ABBA: an even number)")
+    parser.add_argument("--tp", type=int, default=1)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    times: dict[str, list[float]] = {"megatron": [], "lifecycle": []}
+    for i in range(args.runs):
+        order = ("megatron", "lifecycle") if i % 2 == 0 else ("lifecycle", "megatron")
+        for which in order:
+            times[which].append(one(which, args.tp))
+    print(_line("Megatron-LM pretrain (first step)", times["megatron"]))
+    print(_line("lifecycle pretrain (first step)", times["lifecycle"]))
+    ratio = statistics.median(times["lifecycle"]) / statistics.median(times["megatron"])
+    pairs = [b / a for a, b in zip(times["megatron"], times["lifecycle"], strict=True)]
+    print(f"lifecycle / Megatron-LM: {ratio:.3f} (goal ≤ 1.05); per ABBA pair {min(pairs):.3f}–{max(pairs):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""`pretrain`: Megatron-LM's signature, the lifecycle's startup, Megatron-LM's `train()`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lifecycle.engine import Lifecycle, TripwirePolicy
+from lifecycle.megatron_lm.entry import (
+    MegatronLMCall,
+    MegatronLMPhases,
+    args_from_container,
+    quiet_library_loggers,
+    run_config,
+    run_training,
+)
+from lifecycle.runtime import Options
+from states import State
+
+LOG_DIR_ENV = "LIFECYCLE_LOG_DIR"
+
+
+def pretrain(
+    cfg_container: Any,
+    train_valid_test_dataset_provider: Any,
+    model_type: Any,
+    forward_step_func: Any,
+    model_provider: Any = None,
+    process_non_loss_data_func: Any = None,
+    get_embedding_ranks: Any = None,
+    get_position_embedding_ranks: Any = None,
+    non_loss_data_func: Any = None,
+    store: Any = None,
+    inprocess_call_wrapper: Any = None,
+    p2p_communicator: Any = None,
+    pg_collection: Any = None,
+    skip_model_parallel_init: bool = False,
+    *,
+    log_dir: str | Path | None = None,
+    tripwires: TripwirePolicy = "raise",
+    options: Options | Mapping[str, object] | None = None,
+) -> dict[str, Any]:
+    """Megatron-LM's `pretrain`, started by the lifecycle: same arguments, same training.
+
+    The startup runs as the lifecycle's states, each doing its work with Megatron-LM's own function
+    (see `lifecycle.megatron_lm.entry`); then Megatron-LM's `train()` runs as is. The lifecycle's
+    RunConfig is derived from Megatron-LM's arguments (the script's `parse_and_validate_args`, or
+    the container's fields when the script parsed none). The startup log goes to `log_dir`, else
+    `$LIFECYCLE_LOG_DIR`. Returns the last iteration, the per-step losses, and the slots whose
+    second binding by `train()` was dropped.
+    """
+    quiet_library_loggers()
+    args, validated = _megatron_args(cfg_container)
+    if inprocess_call_wrapper is not None:
+        import torch.distributed as dist
+
+        store = dist.PrefixStore(str(inprocess_call_wrapper.iteration), store)
+    call = MegatronLMCall(
+        cfg_container=cfg_container, train_valid_test_dataset_provider=train_valid_test_dataset_provider,
+        model_type=model_type, forward_step_func=forward_step_func, model_provider=model_provider,
+        process_non_loss_data_func=process_non_loss_data_func, get_embedding_ranks=get_embedding_ranks,
+        get_position_embedding_ranks=get_position_embedding_ranks, non_loss_data_func=non_loss_data_func,
+        store=store, p2p_communicator=p2p_communicator, pg_collection=pg_collection,
+        skip_model_parallel_init=skip_model_parallel_init, args=args, args_validated=validated,
+    )
+    where = log_dir if log_dir is not None else os.environ.get(LOG_DIR_ENV)
+    config = run_config(args, log_dir=None if where is None else str(where))
+    with Lifecycle(config, provider=model_provider, phases=MegatronLMPhases(call), tripwires=tripwires,
+                   options=options) as lc:
+        lc.advance_to(State.CALLBACKS_BOUND)
+        return run_training(lc, call)
+
+
+def _megatron_args(cfg_container: Any) -> tuple[Any, bool]:
+    """(Megatron-LM's arguments, validated?): the script's, or derived from the container."""
+    from megatron.training import global_vars
+
+    args = global_vars._GLOBAL_ARGS
+    if args is not None:
+        return args, True
+    return args_from_container(cfg_container), False

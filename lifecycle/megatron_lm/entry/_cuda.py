@@ -1,0 +1,106 @@
+"""What Megatron-LM's `megatron.training` needs on top of the CPU rehearsal to run its CUDA paths on CPU.
+
+The rehearsal (`lifecycle.megatron.rehearsal`) already rewrites `device="cuda"`, `Tensor.cuda` and
+`Tensor.type` (so `clip_grads.py`'s `torch.cuda.FloatTensor` check passes), streams, events and
+the CUDA RNG. `megatron.training` also reads:
+
+- `torch.cuda.is_available()` (`initialize_megatron` asserts it unless `allow_no_cuda`, which
+  `pretrain` never passes) and `torch.cuda.device_count()` (zero skips model-parallel init and the
+  model-parallel seeds, `initialize.py`);
+- `torch.cuda.set_device` and `get_device_properties` (`arguments.py` reads the architecture when
+  TP > 1);
+- megatron's fused functions are `torch.compile`d at import, and compiling reads the CUDA driver:
+  compilation is off (`torch._dynamo.config.disable`), so they run eagerly, the same arithmetic;
+  so is torch's optimizers' graph-capture check (it reads the CUDA stream); the data loader's
+  pinning of memory is a no-op;
+- `compile_helpers()` runs `make` for the dataset helper; the wheel ships the compiled helper and
+  no Makefile, so the stand-in imports the compiled one instead.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+def _compiled_helpers() -> None:
+    """megatron's `compile_helpers`, for a wheel that ships the compiled helper: import it."""
+    from megatron.core.datasets import helpers_cpp  # noqa: F401
+
+
+def _properties(device: Any = None) -> Any:
+    return types.SimpleNamespace(major=9, minor=0, name="cpu-rehearsal", total_memory=0, multi_processor_count=1)
+
+
+def _unpinned(self: Any, *_: Any, **__: Any) -> Any:
+    """`Tensor.pin_memory()` (the data loader pins when CUDA is available): nothing to pin on CPU."""
+    return self
+
+
+def _zero(*_: Any, **__: Any) -> int:
+    return 0
+
+
+def extra_patches() -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, stand-in) for what `megatron.training` reads beyond the rehearsal's patches."""
+    import torch
+    import torch._dynamo.config as dynamo_config
+    from megatron.core.datasets import utils as dataset_utils
+
+    out: list[tuple[Any, str, Any]] = [
+        (torch.cuda, "is_available", lambda: True),
+        (torch.cuda, "device_count", lambda: 1),
+        (torch.cuda, "set_device", lambda device: None),
+        (torch.cuda, "get_device_properties", _properties),
+        (torch.cuda, "memory_allocated", _zero),
+        (torch.cuda, "max_memory_allocated", _zero),
+        (torch.cuda, "memory_reserved", _zero),
+        (torch.cuda, "max_memory_reserved", _zero),
+        (torch.cuda, "reset_peak_memory_stats", lambda *a, **k: None),
+        (torch.cuda, "is_current_stream_capturing", lambda: False),
+        (torch.Tensor, "pin_memory", _unpinned),
+        (torch.optim.Optimizer, "_accelerator_graph_capture_health_check", lambda self: None),
+        (dataset_utils, "compile_helpers", _compiled_helpers),
+        (dynamo_config, "disable", True),
+    ]
+    return out
+
+
+class Patched:
+    """Attributes replaced by `install`; `restore` puts them back, newest first. Idempotent."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, Any, bool]] = []
+
+    def install(self, patches: list[tuple[Any, str, Any]]) -> Patched:
+        for owner, name, value in patches:
+            self._saved.append((owner, name, getattr(owner, name, None), hasattr(owner, name)))
+            setattr(owner, name, value)
+        return self
+
+    def restore(self) -> None:
+        while self._saved:
+            owner, name, original, had = self._saved.pop()
+            if had:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+
+
+@contextmanager
+def cuda_as_cpu() -> Iterator[None]:
+    """The CPU rehearsal plus the patches above: Megatron-LM's own `pretrain` runs on CPU inside it."""
+    from lifecycle.megatron.rehearsal import start_rehearsal
+
+    rehearsal = start_rehearsal()
+    extra = Patched()
+    try:
+        extra.install(extra_patches())
+        yield
+    finally:
+        try:
+            extra.restore()
+        finally:
+            rehearsal.close()

@@ -1,0 +1,137 @@
+"""DISTRIBUTED with Megatron-LM's functions, in `initialize_megatron`'s order, then the JIT warm-up
+that `pretrain` runs right after it (it draws random numbers: the same draws in the same order
+reproduce Megatron-LM's losses)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from lifecycle.log import events
+from lifecycle.runtime import PhaseContext, Runtime
+from states import SideEffect
+
+
+class CpuStandIns:
+    """The CPU rehearsal and the patches `megatron.training` needs on top (`_cuda.py`); one close."""
+
+    def __init__(self) -> None:
+        from lifecycle.megatron.rehearsal import start_rehearsal
+        from lifecycle.megatron_lm.entry._cuda import Patched, extra_patches
+
+        self.rehearsal = start_rehearsal()
+        try:
+            self.extra = Patched().install(extra_patches())
+        except BaseException:
+            self.rehearsal.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            self.extra.restore()
+        finally:
+            self.rehearsal.close()
+
+
+def _rerun_state_machine(args: Any) -> None:
+    """`initialize_megatron`'s rerun state machine, with its RNG-tracker save and restore."""
+    from megatron.core import tensor_parallel
+    from megatron.core.rerun_state_machine import (
+        RerunDiagnostic,
+        RerunErrorInjector,
+        RerunMode,
+        initialize_rerun_state_machine,
+    )
+
+    def state_save_func() -> dict[str, Any]:
+        return {"rng_tracker_states": tensor_parallel.get_cuda_rng_tracker().get_states()}
+
+    def state_restore_func(state_dict: dict[str, Any]) -> None:
+        if state_dict["rng_tracker_states"]:
+            tensor_parallel.get_cuda_rng_tracker().set_states(state_dict["rng_tracker_states"])
+
+    initialize_rerun_state_machine(
+        state_save_func=state_save_func, state_restore_func=state_restore_func, mode=RerunMode(args.rerun_mode),
+        error_injector=RerunErrorInjector(error_injection_rate=args.error_injection_rate,
+                                          error_injection_type=RerunDiagnostic(args.error_injection_type)),
+        result_rejected_tracker_filename=args.result_rejected_tracker_filename,
+    )
+
+
+def _seed(ctx: PhaseContext, call: Any) -> None:
+    from megatron.training import initialize as mi
+
+    args, groups = call.args, call.pg_collection
+    ctx.side_effect(SideEffect.RNG)
+    mi._set_random_seed(
+        args.seed, args.data_parallel_random_init, args.te_rng_tracker, args.inference_rng_tracker,
+        use_cudagraphable_rng=args.cuda_graph_impl != "none", pp_group=getattr(groups, "pp", None),
+        dp_group=getattr(groups, "dp", None), tp_group=getattr(groups, "tp", None),
+        ep_group=getattr(groups, "ep", None), etp_group=getattr(groups, "expt_tp", None),
+    )
+
+
+def _groups(ctx: PhaseContext, call: Any) -> Any:
+    """Process group and parallel state: Megatron-LM's `_initialize_distributed`."""
+    import torch.distributed as dist
+    from megatron.training import initialize as mi
+
+    ctx.side_effect(SideEffect.PROCESS_GROUP)
+    ctx.side_effect(SideEffect.PARALLEL_STATE)
+    mi._initialize_distributed(call.get_embedding_ranks, call.get_position_embedding_ranks, call.store,
+                               skip_model_parallel_init=call.skip_model_parallel_init)
+    ctx.set_rank(rank=dist.get_rank(), world_size=dist.get_world_size())
+
+
+def initialize(ctx: PhaseContext, call: Any) -> Runtime:
+    """Rehearsal (without CUDA), rerun state machine, groups, seeds, autoresume, dataset helper,
+    TP communicators, JIT warm-up; a failure part-way undoes what was created."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.training import initialize as mi
+
+    from lifecycle.megatron.distributed import decide_rehearsal, refuse_if_initialized
+
+    args, config = call.args, ctx.runtime.config
+    refuse_if_initialized()
+    on, reason = decide_rehearsal(config.rehearsal, bool(torch.cuda.is_available()))
+    if on:
+        ctx.side_effect(SideEffect.CUDA_DEVICE)
+    stand_ins = CpuStandIns() if on else None
+    try:
+        ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
+        _rerun_state_machine(args)
+        _groups(ctx, call)
+        _seed(ctx, call)
+        mi._init_autoresume()
+        mi._compile_dependencies()
+        if args.tp_comm_overlap:
+            mi._initialize_tp_communicators()
+        mi.set_jit_fusion_options(tp_size=args.tensor_model_parallel_size)
+        groups = call.pg_collection or ProcessGroupCollection.use_mpu_process_groups()
+    except BaseException:
+        _undo(stand_ins)
+        raise
+    ctx.emit(events.DISTRIBUTED_INITIALIZED, backend=args.distributed_backend, tp=config.parallel.tp,
+             pp=config.parallel.pp, cp=config.parallel.cp, ep=config.parallel.ep,
+             dp=ps.get_data_parallel_world_size(), vpp=config.parallel.vpp,
+             ranks={"tp": ps.get_tensor_model_parallel_rank(), "pp": ps.get_pipeline_model_parallel_rank(),
+                    "cp": ps.get_context_parallel_rank(), "ep": ps.get_expert_model_parallel_rank(),
+                    "dp": ps.get_data_parallel_rank()})
+    return dataclasses.replace(ctx.runtime, distributed=True, rank=dist.get_rank(), world_size=dist.get_world_size(),
+                               backend=args.distributed_backend, pg_collection=groups, rehearsal=stand_ins)
+
+
+def _undo(stand_ins: CpuStandIns | None) -> None:
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    try:
+        parallel_state.destroy_model_parallel()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    finally:
+        if stand_ins is not None:
+            stand_ins.close()

@@ -1,0 +1,163 @@
+"""`MegatronLMPhases`: each state's entry work done by Megatron-LM's own function for it.
+
+- VALIDATED: the provider's shape, the container against the args, the lifecycle's checks of the
+  RunConfig derived from the args, and Megatron-LM's `validate_args` when the script did not run
+  it: every problem in one ConfigError, before any side effect.
+- SERVICES_READY: Megatron-LM's `set_global_variables` (tokenizer with the padded vocab, writers,
+  timers, micro-batch calculator); adopted, and recorded as such, when the script's
+  `parse_and_validate_args` already ran it.
+- DISTRIBUTED: the rerun state machine, `_initialize_distributed` (process group, parallel state),
+  `_set_random_seed`, the autoresume and dataset-helper steps, then the JIT warm-up (it draws
+  random numbers, so it runs where `pretrain` runs it: right after the seeds), all under the
+  tripwires; in a CPU rehearsal when CUDA is absent.
+- MODEL_BUILT: `setup_model_and_optimizer` (model from the container's ModelConfig or the provider
+  called by keyword, DDP, optimizer, scheduler, checkpoint load).
+- CALLBACKS_BOUND: the lifecycle's `bindings`, verified (lifecycle.megatron.callbacks_bound).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from lifecycle.config import normalize, raise_for, snapshot_config, validate
+from lifecycle.log import events, redact
+from lifecycle.megatron import MegatronPhases
+from lifecycle.megatron import callbacks_bound as lifecycle_binding
+from lifecycle.megatron_lm.entry import _derive, _providers
+from lifecycle.megatron_lm.entry._distributed import initialize
+from lifecycle.runtime import PhaseContext, Runtime
+from states import SideEffect, State
+
+
+@dataclass(kw_only=True)
+class MegatronLMCall:
+    """The arguments of one `pretrain(...)` call, as Megatron-LM's signature names them."""
+
+    cfg_container: Any
+    train_valid_test_dataset_provider: Any
+    model_type: Any
+    forward_step_func: Any
+    model_provider: Any = None
+    process_non_loss_data_func: Any = None
+    get_embedding_ranks: Any = None
+    get_position_embedding_ranks: Any = None
+    non_loss_data_func: Any = None
+    store: Any = None
+    p2p_communicator: Any = None
+    pg_collection: Any = None
+    skip_model_parallel_init: bool = False
+    args: Any = None
+    args_validated: bool = False
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class MegatronLMPhases(MegatronPhases):
+    """The lifecycle's states with Megatron-LM's functions as their work; `release` and `drift` are
+    the real phases' (they undo what these built the same way)."""
+
+    def __init__(self, call: MegatronLMCall) -> None:
+        self.call = call
+
+    def validate(self, ctx: PhaseContext) -> Runtime:
+        call, run = self.call, ctx.runtime.config
+        problems = list(_derive.disagreements(call.cfg_container, call.args))
+        shape = _providers.problem(call.model_provider)
+        if shape is not None:
+            from lifecycle.config import Problem
+
+            problems.append(Problem(check="megatron_lm_provider", field="model_provider",
+                                    value=type(call.model_provider).__name__, message=shape, fix="see the message"))
+        used, rewrites = normalize(run)
+        problems += validate(used, environment=ctx.options.environment_checks)
+        if not call.args_validated:
+            problems += _megatron_validation(call.args)
+        raise_for(problems)
+        for rewrite in rewrites:
+            ctx.emit(events.CONFIG_NORMALIZED, **rewrite.log_fields())
+        fingerprint = run.fingerprint()
+        ctx.emit(events.CONFIG_VALIDATED, fingerprint=fingerprint, config=redact(run.to_dict()),
+                 environment=ctx.options.environment_checks)
+        return dataclasses.replace(ctx.runtime, config=used, fingerprint=fingerprint)
+
+    def start_services(self, ctx: PhaseContext) -> Runtime:
+        from megatron.training import get_tokenizer, global_vars
+
+        args = self.call.args
+        adopted = global_vars._GLOBAL_ARGS is args
+        if not adopted:
+            ctx.side_effect(SideEffect.TOKENIZER)
+            ctx.side_effect(SideEffect.WRITERS)
+            global_vars.set_global_variables(args)
+        tokenizer = get_tokenizer()
+        writers = {k: v for k, v in (("tensorboard", global_vars._GLOBAL_TENSORBOARD_WRITER),
+                                     ("timers", global_vars._GLOBAL_TIMERS)) if v is not None}
+        ctx.emit(events.SERVICES_READY, tokenizer=type(tokenizer).__name__, vocab_size=args.padded_vocab_size,
+                 vocab_source="parse_and_validate_args" if adopted else "set_global_variables")
+        from types import MappingProxyType
+
+        return dataclasses.replace(ctx.runtime, services_ready=True, tokenizer=tokenizer,
+                                   vocab_size=args.padded_vocab_size, vocab_source="megatron-lm",
+                                   writers=MappingProxyType(writers))
+
+    def init_distributed(self, ctx: PhaseContext) -> Runtime:
+        return initialize(ctx, self.call)
+
+    def build_model(self, ctx: PhaseContext) -> Runtime:
+        from megatron.core.utils import get_model_config
+        from megatron.training.training import setup_model_and_optimizer
+
+        call, rt = self.call, ctx.runtime
+        provider = None
+        if call.model_provider is not None:
+            from megatron.training.arguments import core_transformer_config_from_args
+
+            provider = _providers.KeywordProvider(call.model_provider, inputs=_inputs(rt),
+                                                  transformer_config=core_transformer_config_from_args(call.args))
+        ctx.side_effect(SideEffect.MODEL)
+        model, optimizer, scheduler = setup_model_and_optimizer(
+            call.model_type, model_provider_func=provider, checkpointing_context=call.extras.setdefault("ckpt", {}),
+            cfg_container=call.cfg_container, pg_collection=rt.pg_collection,
+        )
+        config = get_model_config(model[0])
+        ctx.emit(events.MODEL_BUILT, chunks=len(model), model_config_id=hex(id(config)),
+                 provider_config_id=hex(id(config)), optimizer=optimizer is not None)
+        extras = {**rt.extras, "scheduler": scheduler, "transformer_config_snapshot": snapshot_config(config),
+                  "checkpoint_step": int(getattr(call.args, "iteration", 0) or 0)}
+        return dataclasses.replace(rt, transformer_config=config, provider_config=config, model=tuple(model),
+                                   optimizer=optimizer, ddp_config=call.cfg_container.ddp, extras=extras)
+
+    def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
+        return lifecycle_binding.enter(ctx)
+
+    def release(self, ctx: PhaseContext, keep: State) -> Runtime:
+        """The real phases' releases, and, with DISTRIBUTED, the rerun state machine it created."""
+        held = ctx.runtime.distributed
+        try:
+            return super().release(ctx, keep)
+        finally:
+            if held and keep.startup_index < State.DISTRIBUTED.startup_index:
+                from megatron.core.rerun_state_machine import destroy_rerun_state_machine
+
+                destroy_rerun_state_machine()
+
+
+def _inputs(rt: Runtime) -> Any:
+    from lifecycle.megatron.providers import model_inputs
+
+    return model_inputs(rt.config, rt.vocab_size)
+
+
+def _megatron_validation(args: Any) -> list[Any]:
+    """Megatron-LM's `validate_args` on args derived from a container; its assertion as a Problem."""
+    from megatron.training.arguments import validate_args
+
+    from lifecycle.config import Problem
+
+    try:
+        validate_args(args)
+    except (AssertionError, ValueError) as exc:
+        return [Problem(check="megatron_lm_validate_args", field="cfg_container", value=None,
+                        message=f"Megatron-LM's validate_args: {exc}", fix="change the config as the message says")]
+    return []

@@ -1,0 +1,211 @@
+"""Children for test_megatron_lm.py: the example script (`examples/pretrain_gpt_tiny.py`) run on
+spawned gloo ranks with Megatron-LM's own `pretrain` (inside the CPU stand-ins) or the lifecycle's,
+recording each `train_step`'s losses and, at the first step, what each scheduler slot holds."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SLOTS = ("finalize_model_grads_func", "grad_scale_func", "no_sync_func", "grad_sync_func", "param_sync_func")
+
+
+def describe(value: Any, model: list[Any], optimizer: Any) -> Any:
+    """A slot in terms both runs share: the function's name, whose method it is, how many chunks."""
+    if value is None:
+        return None
+    fn = getattr(value, "fn", value)  # the lifecycle's CountingFinalizer around megatron's function,
+    fn = getattr(fn, "func", fn)  # which it binds to the model's process groups (functools.partial)
+    entries = fn if isinstance(fn, list) else [fn]
+    owners = ["optimizer" if getattr(e, "__self__", None) is optimizer else
+              "chunk" if getattr(e, "__self__", None) in model else None for e in entries]
+    return (getattr(entries[0], "__name__", repr(entries[0])), owners[0], len(entries) if isinstance(fn, list) else 1)
+
+
+def _record(out: dict[str, Any]) -> None:
+    """Wrap Megatron-LM's `train_step` (train() looks it up on each call) to record losses and slots."""
+    from megatron.core.utils import get_model_config
+    from megatron.training import training
+
+    original = training.train_step
+
+    def train_step(forward_step_func: Any, data_iterator: Any, model: Any, optimizer: Any,
+                   *rest: Any, **kw: Any) -> Any:
+        config = get_model_config(model[0])
+        if "slots" not in out:
+            out["slots"] = {s: describe(getattr(config, s), list(model), optimizer) for s in SLOTS}
+        result = original(forward_step_func, data_iterator, model, optimizer, *rest, **kw)
+        out["losses"].append(float(result[0]["lm loss"]) if result[0] else None)
+        out["finalizer_calls"].append(getattr(config.finalize_model_grads_func, "calls", None))
+        return result
+
+    training.train_step = train_step
+
+
+def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The example script with `which` pretrain ("megatron" or "lifecycle"), TP=`tp`, 2 ranks."""
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # what Megatron-LM asks of TP > 1 runs
+    sys.argv = ["pretrain_gpt_tiny.py"]
+    sys.path.insert(0, str(ROOT / "examples"))
+    import pretrain_gpt_tiny as script
+
+    out: dict[str, Any] = {"losses": [], "finalizer_calls": []}
+    _record(out)
+    argv = ["--tensor-model-parallel-size", str(tp), *extra]
+    if which == "megatron":
+        from megatron.training import pretrain
+
+        from lifecycle.megatron_lm.entry import cuda_as_cpu
+
+        with cuda_as_cpu():
+            script.main(pretrain=pretrain, extra_argv=argv)
+        return out
+    from functools import partial
+
+    from megatron.training import arguments
+
+    from lifecycle.megatron_lm import pretrain as dropin
+
+    # The script's own parse_and_validate_args runs before pretrain and, for TP > 1, reads the GPU's
+    # architecture; on this CPU machine the script gets the stand-in's answer (Hopper).
+    arguments.get_device_arch_version = lambda: 9
+
+    out["result"] = script.main(pretrain=partial(dropin, log_dir=log_dir), extra_argv=argv)
+    return out
+
+
+def _one_rank_call(provider: Any = None) -> Any:
+    """The example script's arguments on one rank, parsed as the script does, as a MegatronLMCall."""
+    sys.argv = ["pretrain_gpt_tiny.py", *_tiny()]
+    from megatron.core.enums import ModelType
+    from megatron.training import global_vars
+    from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args
+    from megatron.training.arguments import parse_and_validate_args
+
+    from lifecycle.megatron_lm.entry import MegatronLMCall
+
+    args = global_vars._GLOBAL_ARGS or parse_and_validate_args()
+    container = pretrain_cfg_container_from_args(args, None if provider is not None else gpt_config_from_args(args))
+    import pretrain_gpt_tiny as script
+
+    return MegatronLMCall(cfg_container=container,
+                          train_valid_test_dataset_provider=script.train_valid_test_datasets_provider,
+                          model_type=ModelType.encoder_or_decoder, forward_step_func=script.forward_step,
+                          model_provider=provider, args=args, args_validated=True)
+
+
+def _tiny() -> list[str]:
+    sys.path.insert(0, str(ROOT / "examples"))
+    import pretrain_gpt_tiny as script
+
+    return list(script.TINY_GPT)
+
+
+def _startup(phases: Any, call: Any) -> dict[str, Any]:
+    """Advance a lifecycle with `phases` to CALLBACKS_BOUND; what stopped it, and the violations logged."""
+    from lifecycle.engine import Lifecycle
+    from lifecycle.megatron_lm.entry import run_config
+    from states import State
+
+    lc = Lifecycle(run_config(call.args), phases=phases, options={"keep_records": True, "environment_checks": False})
+    out: dict[str, Any] = {}
+    try:
+        with lc:
+            lc.advance_to(State.CALLBACKS_BOUND)
+    except Exception as exc:
+        out = {"error": type(exc).__name__, "message": str(exc)}
+    out["state"] = lc.state.name
+    out["violations"] = [{k: r.get(k) for k in ("target", "kind", "trigger")}
+                         for r in lc.records if r["event"] == "tripwire_violation"]
+    out["entered"] = [r["dest"] for r in lc.records if r["event"] == "transition_completed"]
+    return out
+
+
+def misordered() -> dict[str, Any]:
+    """Two deliberately misordered variants of the drop-in's phases, one after the other on one rank:
+    process groups created in SERVICES_READY, and seeding moved into MODEL_BUILT."""
+    from megatron.training import initialize as mi
+
+    from lifecycle.megatron_lm.entry import MegatronLMPhases
+
+    call = _one_rank_call()
+
+    class GroupsInServices(MegatronLMPhases):
+        def start_services(self, ctx: Any) -> Any:
+            mi._initialize_distributed(None, None, None)
+            return super().start_services(ctx)
+
+    class SeedsInModel(MegatronLMPhases):
+        def build_model(self, ctx: Any) -> Any:
+            mi._set_random_seed(self.call.args.seed)
+            return super().build_model(ctx)
+
+    return {"groups_in_services": _startup(GroupsInServices(call), call),
+            "seeds_in_model": _startup(SeedsInModel(call), call)}
+
+
+class BridgeLike:
+    """A Megatron-Bridge-shaped provider: `.provide(pre_process, post_process, vp_stage)`."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def provide(self, pre_process: bool = True, post_process: bool = True, vp_stage: Any = None) -> Any:
+        return self.fn(pre_process=pre_process, post_process=post_process, vp_stage=vp_stage)
+
+
+class NotAProvider:
+    """Neither callable nor a builder."""
+
+    payload = "x" * 10_000
+
+
+def provider_shapes() -> dict[str, Any]:
+    """Each provider shape through the drop-in's startup on one rank: the model it built, or the refusal."""
+    from megatron.training.argument_utils import gpt_config_from_args
+    from megatron.training.models.gpt import GPTModelBuilder
+
+    from lifecycle.megatron.providers import gpt_provider
+    from lifecycle.megatron_lm.entry import MegatronLMPhases
+
+    call = _one_rank_call(provider=lambda: None)
+    model_cfg = gpt_config_from_args(call.args)
+
+    def keyword(pre_process: bool = True, post_process: bool = True, vp_stage: Any = None,
+                config: Any = None, pg_collection: Any = None) -> Any:
+        return GPTModelBuilder(model_cfg).build_model(pg_collection, pre_process=pre_process,
+                                                      post_process=post_process, vp_stage=vp_stage)
+
+    def failing(pre_process: bool = True, post_process: bool = True) -> Any:
+        raise RuntimeError("no weights here")
+
+    shapes = {"keyword": keyword, "lifecycle": gpt_provider, "builder": GPTModelBuilder(model_cfg),
+              "model_config": model_cfg, "bridge": BridgeLike(keyword), "refused": NotAProvider(),
+              "failing": failing}
+    out = {}
+    for label, provider in shapes.items():
+        import dataclasses
+
+        shaped = dataclasses.replace(call, model_provider=provider)
+        out[label] = _startup(MegatronLMPhases(shaped), shaped)
+    out["mismatch"] = mismatch()
+    return out
+
+
+def mismatch() -> dict[str, Any]:
+    """The container edited after it was built from the args: 4 layers there, 2 in the args."""
+    import dataclasses
+
+    from megatron.training.argument_utils import gpt_config_from_args
+
+    from lifecycle.megatron_lm.entry import MegatronLMPhases
+
+    call = _one_rank_call(provider=lambda: None)
+    container = call.cfg_container
+    container.model = gpt_config_from_args(call.args)
+    container.model.transformer.num_layers = 4
+    edited = dataclasses.replace(call, cfg_container=container, model_provider=None)
+    return _startup(MegatronLMPhases(edited), edited)

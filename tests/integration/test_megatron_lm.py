@@ -1,0 +1,114 @@
+"""The one-import change: the example `pretrain_gpt.py`-style script run with Megatron-LM's own
+`pretrain` (inside the CPU stand-ins: the rehearsal plus `lifecycle/megatron_lm/entry/_cuda.py`) and
+with `lifecycle.megatron_lm.pretrain`, on 2 gloo ranks, DP=2 and TP=2, 5 iterations each.
+
+What a user relies on: the same per-iteration losses (from `train_step`, not the averaged log line),
+a startup log that enters every state in order and audits clean, the scheduler slots holding what
+Megatron-LM's `train()` binds (bound once: train() binds nothing a second time), the finalizer
+called once per step.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
+
+from lifecycle.engine.launch import run_ranks
+from tests.integration import megatron_lm_cases
+
+pytestmark = pytest.mark.slow
+STATES = ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"]
+
+
+# (TP, extra arguments, the slots train() would have bound a second time, in its order)
+CASES = {
+    "dp2": (1, (), ["grad_scale_func"]),
+    "tp2": (2, (), ["grad_scale_func"]),
+    "dp2-overlap": (1, ("--overlap-grad-reduce",), ["grad_scale_func", "no_sync_func", "grad_sync_func"]),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tp, extra, dropped = CASES[request.param]
+    logs = tmp_path_factory.mktemp(request.param)
+    return {
+        "megatron": run_ranks(megatron_lm_cases.run, 2, "megatron", tp, "", extra, timeout_s=400),
+        "lifecycle": run_ranks(megatron_lm_cases.run, 2, "lifecycle", tp, str(logs), extra, timeout_s=400),
+        "logs": logs, "dropped": dropped,
+    }
+
+
+def records(logs: Path, rank: int) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (logs / f"rank-{rank:05d}.jsonl").read_text().splitlines()]
+
+
+def test_losses_are_megatron_lms_own_step_for_step(runs: dict[str, Any]) -> None:
+    for mine, theirs in zip(runs["lifecycle"], runs["megatron"], strict=True):
+        assert len(theirs["losses"]) == 5
+        assert mine["losses"] == theirs["losses"]
+        assert mine["result"]["losses"] == theirs["losses"]
+
+
+def test_the_startup_log_enters_every_state_in_order_then_records_each_step(runs: dict[str, Any]) -> None:
+    for rank in (0, 1):
+        recs = records(runs["logs"], rank)
+        dests = [r["dest"] for r in recs if r["event"] == "transition_completed"]
+        assert dests == [*STATES, "SHUT_DOWN"]
+        assert [r["step"] for r in recs if r["event"] == "step_completed"] == [1, 2, 3, 4, 5]
+        assert not [r for r in recs if r["event"] in ("tripwire_violation", "side_effect_refused")]
+
+
+def test_each_megatron_lm_side_effect_happens_inside_the_transition_that_owns_it(runs: dict[str, Any]) -> None:
+    owner = {"cuda_device": "init_distributed", "process_group": "init_distributed",
+             "parallel_state": "init_distributed",
+             "rng": "init_distributed", "model": "build_model", "callbacks": "bind_callbacks"}
+    recs = records(runs["logs"], 0)
+    seen = {r["kind"]: r["trigger"] for r in recs if r["event"] == "side_effect"}
+    assert seen == owner
+
+
+def test_lifecycle_audit_is_clean(runs: dict[str, Any]) -> None:
+    done = subprocess.run([sys.executable, "-m", "lifecycle", "audit", str(runs["logs"])],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "clean" in done.stdout
+
+
+def test_every_slot_holds_what_megatron_lms_train_binds(runs: dict[str, Any]) -> None:
+    for mine, theirs in zip(runs["lifecycle"], runs["megatron"], strict=True):
+        assert theirs["slots"]["finalize_model_grads_func"][0] == "finalize_model_grads"
+        assert mine["slots"] == theirs["slots"]
+
+
+def test_train_does_not_bind_a_second_time_and_finalizes_once_per_step(runs: dict[str, Any]) -> None:
+    for mine in runs["lifecycle"]:
+        assert mine["result"]["second_binding_dropped"] == runs["dropped"]
+        assert mine["finalizer_calls"] == [1, 2, 3, 4, 5]
+
+
+@pytest.fixture(scope="module")
+def misordered() -> dict[str, Any]:
+    return run_ranks(megatron_lm_cases.misordered, 1, timeout_s=300)[0]
+
+
+def test_process_groups_created_in_services_ready_are_caught_by_the_tripwires(misordered: dict[str, Any]) -> None:
+    case = misordered["groups_in_services"]
+    assert case["error"] == "TripwireViolation", case
+    assert case["violations"][0] == {"target": "torch.distributed.init_process_group", "kind": "process_group",
+                                     "trigger": "start_services"}
+    assert case["entered"] == ["VALIDATED", "FAILED", "SHUT_DOWN"]
+
+
+def test_seeding_moved_into_model_built_is_caught_by_the_tripwires(misordered: dict[str, Any]) -> None:
+    case = misordered["seeds_in_model"]
+    assert case["error"] == "TripwireViolation", case
+    assert case["violations"][0]["kind"] == "rng" and case["violations"][0]["trigger"] == "build_model"
+    assert case["entered"] == ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "FAILED", "SHUT_DOWN"]
