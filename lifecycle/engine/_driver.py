@@ -16,6 +16,7 @@ from lifecycle.config import RunConfig, Snapshot
 from lifecycle.engine import _steps, _tripwires
 from lifecycle.engine._context import Context
 from lifecycle.engine._failures import Failures, SignalTrap
+from lifecycle.engine._ledger import Cycles, Ledger
 from lifecycle.engine._machine import MachineModel, build_machine
 from lifecycle.engine._side_effects import SideEffectRules
 from lifecycle.engine._work import RELEASE_KEEP, EntryWork
@@ -47,7 +48,7 @@ TripwirePolicy = Literal["raise", "warn", "off"]
 _FORWARD = frozenset(forward_trigger(dest) for dest in STARTUP_ORDER[1:])
 
 
-class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
+class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
     """Drive one process's Megatron startup through the table: `lc.advance_to(State.CALLBACKS_BOUND)`."""
 
     def __init__(
@@ -88,6 +89,7 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         self._abort_logged = False
         self._fault_seen = False
         self._trap = SignalTrap(self._on_signal)
+        self._ledger = Ledger()
         self._log = AuditLog(
             run_id=run_id or run_id_from_env(), rank=self._runtime.rank, world_size=self._runtime.world_size,
             keep_records=self.options.keep_records,
@@ -364,8 +366,14 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
             self._runtime = self._validated(self._phases.validate(ctx))
         elif trigger in RELEASE_KEEP:
             self._runtime = self._release(ctx, trigger)
+            del ctx  # it holds the released runtime: the ledger checks that nothing does
+            self._released(trigger)
         elif trigger is not Trigger.FAIL:
             self._runtime = getattr(self._phases, trigger.value)(ctx)
+            self._register(trigger, find(self.state, trigger).dest)  # type: ignore[union-attr]
+
+    def _state_name(self) -> str:
+        return self.state.name
 
     def _emit_from_phase(self, event: str, fields: dict[str, Any]) -> None:
         if event == events.CONFIG_VALIDATED:

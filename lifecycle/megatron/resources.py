@@ -1,0 +1,100 @@
+"""What each state's entry work made, for the engine's ledger (lifecycle/engine/_ledger.py).
+
+`resources(state, runtime)` names each resource `state` created, with a probe that is true once it
+is gone. The probes hold weak references only: the ledger never keeps a model alive.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from lifecycle.megatron.ranks import WATCH
+from lifecycle.runtime import Runtime
+from states import State
+
+Probe = Callable[[], bool]
+
+
+def resources(state: State, runtime: Runtime) -> list[tuple[str, Probe]]:
+    """(name, gone) for what `state`'s entry work made, in creation order."""
+    made = {
+        State.SERVICES_READY: _services,
+        State.DISTRIBUTED: _distributed,
+        State.MODEL_BUILT: _model,
+        State.CALLBACKS_BOUND: _callbacks,
+    }.get(state)
+    return made(runtime) if made is not None else []
+
+
+def _dead(obj: Any) -> Probe:
+    try:
+        ref = weakref.ref(obj)
+    except TypeError:  # not weak-referenceable: nothing to watch
+        return lambda: True
+    return lambda: ref() is None
+
+
+def _services(runtime: Runtime) -> list[tuple[str, Probe]]:
+    out: list[tuple[str, Probe]] = []
+    for name, writer in runtime.writers.items():
+        out.append((f"{name} writer", _closed(writer)))
+    return out
+
+
+def _closed(writer: Any) -> Probe:
+    try:
+        ref = weakref.ref(writer)
+    except TypeError:
+        return lambda: True
+
+    def gone() -> bool:
+        alive = ref()
+        return alive is None or bool(getattr(alive, "closed", True))
+
+    return gone
+
+
+def _distributed(runtime: Runtime) -> list[tuple[str, Probe]]:
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+
+    out: list[tuple[str, Probe]] = [
+        ("process group", lambda: not dist.is_initialized()),
+        ("megatron parallel state", lambda: not ps.model_parallel_is_initialized()),
+        ("RNG tracker states", lambda: not get_cuda_rng_tracker().get_states()),
+    ]
+    watch = runtime.extras.get(WATCH)
+    thread = getattr(watch, "_thread", None)
+    if isinstance(thread, threading.Thread):
+        out.append(("rank watch thread", lambda: not thread.is_alive()))
+    if runtime.rehearsal is not None:
+        from lifecycle.megatron.rehearsal import is_active
+
+        out.append(("CPU rehearsal patches", lambda: not is_active()))
+    return out
+
+
+def _model(runtime: Runtime) -> list[tuple[str, Probe]]:
+    out: list[tuple[str, Probe]] = []
+    for index, chunk in enumerate(runtime.model or ()):
+        out.append((f"model chunk {index} (DDP grad hooks, forward pre-hooks)", _dead(chunk)))
+    if runtime.optimizer is not None:
+        out.append(("optimizer", _dead(runtime.optimizer)))
+    return out
+
+
+def _callbacks(runtime: Runtime) -> list[tuple[str, Probe]]:
+    report = runtime.binding
+    if report is None:
+        return []
+    ref, installed = report.target_ref, dict(report.installed_ids)
+
+    def gone() -> bool:
+        target = ref() if ref is not None else None
+        return target is None or all(id(getattr(target, slot, None)) != ident for slot, ident in installed.items())
+
+    return [("bound callbacks", gone)]
