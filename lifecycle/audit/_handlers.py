@@ -10,7 +10,7 @@ from collections.abc import Callable
 from sys import intern
 from typing import Any, Protocol
 
-from lifecycle.audit import _steps
+from lifecycle.audit import _cycles, _steps
 from lifecycle.audit._records import Failure, Segment, unreadable
 from lifecycle.audit._state import RankState
 from lifecycle.log import events
@@ -76,6 +76,7 @@ def started(audit: RankState, rec: Record, ts: float) -> None:
     attempt = rec.get("attempt")
     if type(attempt) is int and attempt > 0:  # a new attempt continuing this log
         _new_attempt(audit)
+        audit.attempt_no = attempt
     audit.plan = _str(audit, rec, "plan", optional=True)
     if rec.get("target") is not None:
         audit.target = _state(audit, rec, "target")
@@ -314,7 +315,11 @@ HANDLERS: dict[str, Handler] = {
     events.LIFECYCLE_SHUTDOWN: shutdown,
     events.SIMULATION_STARTED: simulation,
     events.IMPORTS: imports,
+    events.CYCLE_STARTED: _cycles.cycle_started,
+    events.CYCLE_ENDED: _cycles.cycle_ended,
 }
+_READS[_cycles.cycle_started] = _cycles.STARTED
+_READS[_cycles.cycle_ended] = _cycles.ENDED
 
 READS: dict[str, tuple[str, ...]] = {event: _READS[handler] for event, handler in HANDLERS.items()}
 """The fields each event's handler reads besides the envelope (`event`, `ts`, ...), from its `@reads`:

@@ -16,7 +16,7 @@ from lifecycle.config import RunConfig, Snapshot
 from lifecycle.engine import _steps, _tripwires
 from lifecycle.engine._context import Context
 from lifecycle.engine._failures import Failures, SignalTrap
-from lifecycle.engine._ledger import Cycles, Ledger
+from lifecycle.engine._ledger import Cycles
 from lifecycle.engine._machine import MachineModel, build_machine
 from lifecycle.engine._side_effects import SideEffectRules
 from lifecycle.engine._work import RELEASE_KEEP, EntryWork
@@ -89,7 +89,6 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         self._abort_logged = False
         self._fault_seen = False
         self._trap = SignalTrap(self._on_signal)
-        self._ledger = Ledger()
         self._log = AuditLog(
             run_id=run_id or run_id_from_env(), rank=self._runtime.rank, world_size=self._runtime.world_size,
             keep_records=self.options.keep_records,

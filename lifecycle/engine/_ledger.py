@@ -7,7 +7,8 @@ the states it leaves backwards, newest first, and probes each: a survivor is log
 (`resource_leaked`) and raised as `ResourceLeak` naming the resource and its state.
 
 A cycle is one in-process restart attempt (`lifecycle.resilience`): `begin_cycle` puts its number on
-every later record (the `cycle` envelope field) and logs `cycle_started`; `end_cycle` logs
+every later record (the `cycle` envelope field); `cycle_trained` logs `cycle_started` once training
+can start (the ledger, the fingerprint, how long the restart took); `end_cycle` logs
 `cycle_ended` (which rank caused it, and why) in the cycle that ends.
 """
 
@@ -73,7 +74,13 @@ class Cycles:
     _log: AuditLog
     _runtime: Runtime
     _phases: PhaseSet
-    _ledger: Ledger
+
+    @property
+    def _ledger(self) -> Ledger:
+        held: Ledger | None = self.__dict__.get("_the_ledger")
+        if held is None:
+            held = self.__dict__["_the_ledger"] = Ledger()
+        return held
 
     def provide(self, **extras: object) -> None:
         """Hand objects to the entry work through `runtime.extras` (the restart's rendezvous store)."""
@@ -88,10 +95,15 @@ class Cycles:
         """(state, resource) of every entry in the ledger now, oldest first."""
         return self._ledger.names()
 
-    def begin_cycle(self, cycle: int, **fields: Any) -> None:
-        """Start restart cycle `cycle`: every later record carries it; logs `cycle_started`."""
+    def begin_cycle(self, cycle: int) -> None:
+        """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
         self._log.rebind(cycle=cycle)
-        self._log.emit(events.CYCLE_STARTED, **fields)
+
+    def cycle_trained(self, **fields: Any) -> None:
+        """Log `cycle_started` once the cycle is at its target and training starts: the ledger now
+        (`STATE:resource`), the config fingerprint, and the caller's fields."""
+        self._log.emit(events.CYCLE_STARTED, ledger=[f"{s}:{n}" for s, n in self._ledger.names()],
+                       fingerprint=self._runtime.fingerprint, **fields)
 
     def end_cycle(self, **fields: Any) -> None:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""

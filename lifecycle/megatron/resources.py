@@ -98,3 +98,21 @@ def _callbacks(runtime: Runtime) -> list[tuple[str, Probe]]:
         return target is None or all(id(getattr(target, slot, None)) != ident for slot, ident in installed.items())
 
     return [("bound callbacks", gone)]
+
+
+def hook_counts(runtime: Runtime) -> dict[str, int]:
+    """Hooks on the model now: forward pre-hooks, gradient hooks, bound callback slots (`--diff`
+    shows a count that grows from one cycle to the next: hooks added again, not released)."""
+    from megatron.core.utils import unwrap_model
+
+    chunks = unwrap_model(list(runtime.model or ()))
+    modules = [m for chunk in chunks for m in chunk.modules()]
+    params = [p for chunk in chunks for p in chunk.parameters()]
+    slots = ("finalize_model_grads_func", "grad_scale_func", "no_sync_func", "grad_sync_func", "param_sync_func")
+    config = runtime.transformer_config
+    return {
+        "forward_pre_hooks": sum(len(m._forward_pre_hooks) for m in modules),
+        "forward_hooks": sum(len(m._forward_hooks) for m in modules),
+        "grad_hooks": sum(len(getattr(p, "_post_accumulate_grad_hooks", None) or {}) for p in params),
+        "callbacks": sum(getattr(config, s, None) is not None for s in slots),
+    }

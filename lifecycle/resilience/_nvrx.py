@@ -60,8 +60,21 @@ def base_store(call_wrapper: Any) -> Any:
     return call_wrapper.base_store
 
 
+def atomic(call_wrapper: Any) -> Any:
+    """A section the wrapper's termination procedure does not interrupt (nor start during)."""
+    return call_wrapper.atomic()
+
+
 def is_restart_request(exc: BaseException) -> bool:
-    """True for the exception nvrx raises into a rank that did not fail itself."""
+    """True for the exception nvrx raises into a rank that did not fail itself (also when it
+    arrived inside a transition and the engine chained it under PhaseFailed)."""
     from nvidia_resiliency_ext.inprocess.monitor_thread import RankShouldRestart
 
-    return isinstance(exc, RankShouldRestart)
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, RankShouldRestart):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

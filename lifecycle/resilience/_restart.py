@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,6 +22,9 @@ import orjson
 from lifecycle.engine import Lifecycle
 from lifecycle.errors import ConfigError
 from lifecycle.megatron.distributed import STORE, decide_rehearsal
+from lifecycle.megatron.ranks import WATCH, Failure, RankWatch
+from lifecycle.megatron.resources import hook_counts
+from lifecycle.megatron.train import checkpoint_step
 from lifecycle.resilience import _nvrx
 from lifecycle.resilience._compat import installed_problem
 from states import State
@@ -29,9 +33,8 @@ T = TypeVar("T")
 _CAUSE = "megatron-lifecycle/cause/{cycle}"
 
 
-def refuse_incompatible(problem: str | None = None) -> None:
-    """ConfigError (one line, both versions) when the installed pair cannot run; before any import."""
-    problem = installed_problem() if problem is None else problem
+def refuse_incompatible(problem: str | None) -> None:
+    """ConfigError (one line naming both versions) for a `pair_problem`; nothing for None."""
     if problem is not None:
         raise ConfigError(problem, field="resilience", problems=[problem])
 
@@ -42,11 +45,13 @@ class InProcessRestart:
 
     def __init__(self, config: Any, provider: Any = None, log_dir: str | Path | None = None, *,
                  max_cycles: int = 10, port: int | None = None, **lifecycle: Any) -> None:
-        refuse_incompatible()
+        refuse_incompatible(installed_problem())  # before anything imports megatron.core
         self.lc = Lifecycle(config, provider, log_dir, **lifecycle)
         self.max_cycles = max_cycles
         self.port = port
         self.cycles = 0
+        self._open = False  # a cycle started and not ended yet
+        self._fault: dict[str, Any] = {}  # what the last ended cycle's first failed rank published
 
     def run(self, train: Callable[[Lifecycle], T]) -> T:
         """Validate once, then call `train` under the wrapper; shut the lifecycle down at the end."""
@@ -81,29 +86,56 @@ class InProcessRestart:
     def _cycle(self, train: Callable[[Lifecycle], T], call_wrapper: Any) -> T:
         lc, cycle = self.lc, _nvrx.iteration(call_wrapper)
         store = _nvrx.base_store(call_wrapper)
-        if cycle > 0:
-            self._end(store, cycle - 1)
-        self.cycles = cycle + 1
-        lc.begin_cycle(cycle, pid=os.getpid())
+        fault = self._end(store, cycle - 1) if cycle > 0 and self._open else self._fault
+        self.cycles, self._open, self._fault = cycle + 1, True, {}
+        lc.begin_cycle(cycle)
         import torch.distributed as dist
 
         lc.provide(**{STORE: dist.PrefixStore(f"megatron-lifecycle/cycle-{cycle}", store)})
         try:
             lc.advance_to(State.CALLBACKS_BOUND)
+            fault_ts = fault.get("ts")
+            lc.cycle_trained(
+                pid=os.getpid(), resumed_step=checkpoint_step(lc.runtime), hooks=hook_counts(lc.runtime),
+                restart_s=time.time() - fault_ts if isinstance(fault_ts, (int, float)) else None,
+            )
             return train(lc)
         except BaseException as exc:
-            if not _nvrx.is_restart_request(exc):
-                _publish(store, cycle, lc.runtime.rank, exc)
+            self._abort(call_wrapper, store, cycle, exc)
             raise
 
-    def _end(self, store: Any, cycle: int) -> None:
-        """Log the end of `cycle` (who caused it) and release what it made, back to VALIDATED."""
+    def _abort(self, call_wrapper: Any, store: Any, cycle: int, exc: BaseException) -> None:
+        """End the cycle at once on this rank. The rank that failed first publishes why, and its
+        release destroys its process groups without a closing barrier: a peer blocked in a gloo
+        collective with it gets an error at once instead of waiting out the timeout. The frames
+        of the failed call are cleared first (they hold the model); the wrapper cannot interrupt
+        this (its `atomic` section)."""
+        own = not _nvrx.is_restart_request(exc)
+        if own:
+            _publish(store, cycle, self.lc.runtime.rank, exc)
+            _mark_failed(self.lc, exc)
+        traceback.clear_frames(exc.__traceback__)
+        with _nvrx.atomic(call_wrapper):
+            self._fault = self._end(store, cycle)
+
+    def _end(self, store: Any, cycle: int) -> dict[str, Any]:
+        """Log the end of `cycle` (who caused it) and release what it made, back to VALIDATED; the
+        cause the first failed rank published."""
         lc = self.lc
+        self._open = False
         cause = _read_cause(store, cycle)
-        lc.end_cycle(cycle=cycle, cause_rank=cause.get("rank"), cause=cause.get("error"),
-                     fault_ts=cause.get("ts"), restarted_at=time.time())
+        lc.end_cycle(cause_rank=cause.get("rank"), cause=cause.get("error"), fault_ts=cause.get("ts"))
         if lc.state is not State.VALIDATED:
             lc.restart()
+        return cause
+
+
+def _mark_failed(lc: Lifecycle, exc: BaseException) -> None:
+    """Publish this rank's failure to its rank watch: DISTRIBUTED's release then skips its barrier."""
+    watch = lc.runtime.extras.get(WATCH)
+    if isinstance(watch, RankWatch):
+        watch.publish(Failure(rank=lc.runtime.rank, state=lc.state.name, error=f"{type(exc).__name__}: {exc}"[:500],
+                              kind="exception"))
 
 
 def _publish(store: Any, cycle: int, rank: int, exc: BaseException) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 
@@ -14,7 +15,7 @@ def config(root: str, name: str, *overrides: str) -> Any:
     from lifecycle import RunConfig
 
     return RunConfig.preset("tiny-gpt", ["model.hidden_size=32", f"logging.log_dir={root}/{name}/logs",
-                                         f"checkpoint.save={root}/{name}/ck", *overrides])
+                                         f"checkpoint.save={root}/{name}/ck", "startup.timeout_s=60", *overrides])
 
 
 def weights_digest(lc: Any) -> str:
@@ -87,12 +88,53 @@ def run_case(root: str, name: str, fault_cycles: int, fault_step: int, port_offs
     return {**result, "cycles": restart.cycles, "per_cycle": list(PER_CYCLE), "log_dir": f"{root}/{name}/logs"}
 
 
+def sabotaged(root: str, name: str) -> dict[str, Any]:
+    """A plain lifecycle whose release misses one thing (`rng`: the RNG tracker is not reset;
+    `model`: a reference to the model survives): restart() must raise ResourceLeak naming it."""
+    from megatron.core.tensor_parallel import random as mp_random
+
+    from lifecycle import Lifecycle, PhaseFailed
+    from states import State
+
+    kept: list[Any] = []
+    tracker = mp_random.get_cuda_rng_tracker()
+    reset = tracker.reset
+    with Lifecycle(config(root, f"sabotage-{name}"), "gpt") as lc:
+        lc.advance_to(State.CALLBACKS_BOUND)
+        if name == "rng":
+            tracker.reset = lambda: None  # type: ignore[method-assign]
+        else:
+            kept.append(lc.runtime.model)
+        try:
+            lc.restart()
+            error: dict[str, Any] = {}
+        except PhaseFailed as exc:
+            cause = exc.__cause__
+            error = {"type": type(cause).__name__, "resource": getattr(cause, "resource", None),
+                     "state": getattr(cause, "state", None), "message": str(cause)}
+        finally:
+            tracker.reset = reset  # type: ignore[method-assign]
+            kept.clear()
+        leaked = [r for r in _records(lc) if r.get("event") == "resource_leaked"]
+    return {"error": error, "leaked": leaked}
+
+
+def _records(lc: Any) -> list[dict[str, Any]]:
+    import orjson
+
+    path = lc.log_path
+    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines()] if path else []
+
+
 def restart_group(root: str) -> dict[str, Any]:
-    """The uninterrupted run, the run where rank 1 fails at step 3, five restarts in one process."""
+    """The uninterrupted run, the run where rank 1 fails at step 3, five restarts in one process,
+    and the two sabotaged releases."""
     out = {
         "plain": run_case(root, "plain", 0, 3, 1),
         "restart": run_case(root, "restart", 1, 3, 2),
     }
     if os.environ.get("RESTART_LEAKS", "1") == "1":
-        out["leaks"] = run_case(root, "leaks", 5, 3, 3)
+        out["leaks"] = run_case(root, "leaks", 5, 1, 3)
+        out["sabotage_rng"] = sabotaged(root, "rng")
+        out["sabotage_model"] = sabotaged(root, "model")
     return out
