@@ -34,6 +34,15 @@ def cycle_ended(audit: RankState, rec: Any, ts: float) -> None:
     entry.update(cause_rank=rec.get("cause_rank"), cause=rec.get("cause"), fault_ts=rec.get("fault_ts"), ended=True)
 
 
+def process_ended(audit: RankState) -> None:
+    """A new process attempt starts in this log: the last cycle of the one before ended with its
+    process (killed, or stopped by the launcher), at the last record before it."""
+    cycles = [k for k in audit.cycles if k[0] == audit.attempt_no]
+    entry = audit.cycles.setdefault(max(cycles) if cycles else (audit.attempt_no, 0), {})
+    if not entry.get("ended"):
+        entry.update(ended=True, cause=f"process ended in {audit.state}", last_ts=audit.last_ts)
+
+
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """One cycle of one process attempt, over every rank that logged it."""
@@ -63,6 +72,9 @@ def attempts(ranks: Iterable[RankState]) -> list[Attempt]:
     for (run_id, attempt, cycle), rows in sorted(joined.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2])):
         ended = [f for _, f in rows if f.get("ended")]
         causes = [f.get("cause_rank") for f in ended if isinstance(f.get("cause_rank"), int)]
+        stopped = [(f["last_ts"], rank) for rank, f in rows if isinstance(f.get("last_ts"), float)]
+        if not causes and stopped:  # a process attempt: the rank whose log stopped first
+            causes = [min(stopped)[1]]
         restart = [f["restart_s"] for _, f in rows if isinstance(f.get("restart_s"), (int, float))]
         steps = [f["resumed_step"] for _, f in rows if isinstance(f.get("resumed_step"), int)]
         out.append(Attempt(

@@ -77,6 +77,7 @@ def started(audit: RankState, rec: Record, ts: float) -> None:
     if type(attempt) is int and attempt > 0:  # a new attempt continuing this log
         _new_attempt(audit)
         audit.attempt_no = attempt
+        audit.cycles.setdefault((attempt, 0), {})  # joined with the other ranks' by `attempts`
     audit.plan = _str(audit, rec, "plan", optional=True)
     if rec.get("target") is not None:
         audit.target = _state(audit, rec, "target")
@@ -86,6 +87,7 @@ def started(audit: RankState, rec: Record, ts: float) -> None:
 
 def _new_attempt(audit: RankState) -> None:
     """The same run id came back (torchrun elastic restart): judge the rank by its latest attempt."""
+    _cycles.process_ended(audit)
     audit.state = State.CONFIGURED.name
     audit.validated = audit.shut = audit.model_gen = audit.rebind_pending = audit.rebuilt = False
     audit.fingerprint = audit.failure = audit.open_trigger = audit.model_id = audit.old_model_id = None

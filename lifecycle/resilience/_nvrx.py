@@ -60,11 +60,6 @@ def base_store(call_wrapper: Any) -> Any:
     return call_wrapper.base_store
 
 
-def atomic(call_wrapper: Any) -> Any:
-    """A section the wrapper's termination procedure does not interrupt (nor start during)."""
-    return call_wrapper.atomic()
-
-
 def is_restart_request(exc: BaseException) -> bool:
     """True for the exception nvrx raises into a rank that did not fail itself (also when it
     arrived inside a transition and the engine chained it under PhaseFailed)."""

@@ -22,7 +22,6 @@ import orjson
 from lifecycle.engine import Lifecycle
 from lifecycle.errors import ConfigError
 from lifecycle.megatron.distributed import STORE, decide_rehearsal
-from lifecycle.megatron.ranks import WATCH, Failure, RankWatch
 from lifecycle.megatron.resources import hook_counts
 from lifecycle.megatron.train import checkpoint_step
 from lifecycle.resilience import _nvrx
@@ -50,8 +49,6 @@ class InProcessRestart:
         self.max_cycles = max_cycles
         self.port = port
         self.cycles = 0
-        self._open = False  # a cycle started and not ended yet
-        self._fault: dict[str, Any] = {}  # what the last ended cycle's first failed rank published
 
     def run(self, train: Callable[[Lifecycle], T]) -> T:
         """Validate once, then call `train` under the wrapper; shut the lifecycle down at the end."""
@@ -86,8 +83,8 @@ class InProcessRestart:
     def _cycle(self, train: Callable[[Lifecycle], T], call_wrapper: Any) -> T:
         lc, cycle = self.lc, _nvrx.iteration(call_wrapper)
         store = _nvrx.base_store(call_wrapper)
-        fault = self._end(store, cycle - 1) if cycle > 0 and self._open else self._fault
-        self.cycles, self._open, self._fault = cycle + 1, True, {}
+        fault = self._end(store, cycle - 1) if cycle > 0 else {}
+        self.cycles = cycle + 1
         lc.begin_cycle(cycle)
         import torch.distributed as dist
 
@@ -101,41 +98,28 @@ class InProcessRestart:
             )
             return train(lc)
         except BaseException as exc:
-            self._abort(call_wrapper, store, cycle, exc)
+            self._abort(store, cycle, exc)
             raise
 
-    def _abort(self, call_wrapper: Any, store: Any, cycle: int, exc: BaseException) -> None:
-        """End the cycle at once on this rank. The rank that failed first publishes why, and its
-        release destroys its process groups without a closing barrier: a peer blocked in a gloo
-        collective with it gets an error at once instead of waiting out the timeout. The frames
-        of the failed call are cleared first (they hold the model); the wrapper cannot interrupt
-        this (its `atomic` section)."""
-        own = not _nvrx.is_restart_request(exc)
-        if own:
+    def _abort(self, store: Any, cycle: int, exc: BaseException) -> None:
+        """The rank that failed first publishes why (before the wrapper learns of the fault), and
+        every rank clears the frames of the failed call, which hold the model: the wrapper then
+        aborts the process groups, and the next cycle's `restart()` proves everything is gone.
+        (Releasing here instead, before the wrapper's abort, left the peer blocked in its gloo
+        collective until the timeout: measured 62 s against 2 s.)"""
+        if not _nvrx.is_restart_request(exc):
             _publish(store, cycle, self.lc.runtime.rank, exc)
-            _mark_failed(self.lc, exc)
         traceback.clear_frames(exc.__traceback__)
-        with _nvrx.atomic(call_wrapper):
-            self._fault = self._end(store, cycle)
 
     def _end(self, store: Any, cycle: int) -> dict[str, Any]:
         """Log the end of `cycle` (who caused it) and release what it made, back to VALIDATED; the
         cause the first failed rank published."""
         lc = self.lc
-        self._open = False
         cause = _read_cause(store, cycle)
         lc.end_cycle(cause_rank=cause.get("rank"), cause=cause.get("error"), fault_ts=cause.get("ts"))
         if lc.state is not State.VALIDATED:
             lc.restart()
         return cause
-
-
-def _mark_failed(lc: Lifecycle, exc: BaseException) -> None:
-    """Publish this rank's failure to its rank watch: DISTRIBUTED's release then skips its barrier."""
-    watch = lc.runtime.extras.get(WATCH)
-    if isinstance(watch, RankWatch):
-        watch.publish(Failure(rank=lc.runtime.rank, state=lc.state.name, error=f"{type(exc).__name__}: {exc}"[:500],
-                              kind="exception"))
 
 
 def _publish(store: Any, cycle: int, rank: int, exc: BaseException) -> None:
