@@ -66,6 +66,7 @@ def _distributed(runtime: Runtime) -> list[tuple[str, Probe]]:
         ("process group", lambda: not dist.is_initialized()),
         ("megatron parallel state", lambda: not ps.model_parallel_is_initialized()),
         ("RNG tracker states", lambda: not get_cuda_rng_tracker().get_states()),
+        ("process group objects (their gloo sockets)", _no_process_groups),
     ]
     watch = runtime.extras.get(WATCH)
     thread = getattr(watch, "_thread", None)
@@ -76,6 +77,16 @@ def _distributed(runtime: Runtime) -> list[tuple[str, Probe]]:
 
         out.append(("CPU rehearsal patches", lambda: not is_active()))
     return out
+
+
+def _no_process_groups() -> bool:
+    """No ProcessGroup object is alive: a destroyed group that something still references keeps
+    its gloo connections open, and a peer blocked in a collective with it waits for its timeout."""
+    import gc
+
+    import torch.distributed as dist
+
+    return not any(isinstance(obj, dist.ProcessGroup) for obj in gc.get_objects())
 
 
 def _model(runtime: Runtime) -> list[tuple[str, Probe]]:

@@ -15,7 +15,7 @@ def config(root: str, name: str, *overrides: str) -> Any:
     from lifecycle import RunConfig
 
     return RunConfig.preset("tiny-gpt", ["model.hidden_size=32", f"logging.log_dir={root}/{name}/logs",
-                                         f"checkpoint.save={root}/{name}/ck", "startup.timeout_s=60", *overrides])
+                                         f"checkpoint.save={root}/{name}/ck", "startup.timeout_s=30", *overrides])
 
 
 def weights_digest(lc: Any) -> str:
