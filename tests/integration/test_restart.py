@@ -22,7 +22,8 @@ if PROBLEM is not None:
 
 LEDGER = {
     "DISTRIBUTED:process group", "DISTRIBUTED:megatron parallel state", "DISTRIBUTED:RNG tracker states",
-    "DISTRIBUTED:rank watch thread", "DISTRIBUTED:process group objects (their gloo sockets)", "MODEL_BUILT:model chunk 0 (DDP grad hooks, forward pre-hooks)",
+    "DISTRIBUTED:rank watch thread", "DISTRIBUTED:process group objects (their gloo sockets)",
+    "MODEL_BUILT:model chunk 0 (DDP grad hooks, forward pre-hooks)",
     "MODEL_BUILT:optimizer", "CALLBACKS_BOUND:bound callbacks",
 }
 """What the ledger must hold at CALLBACKS_BOUND under the restart wrapper (the CPU rehearsal is the
