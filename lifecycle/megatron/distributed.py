@@ -174,7 +174,9 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> An
         entry = _STORES[(addr, port)] = [store, 0]
     entry[1] += 1
     entry[0].set_timeout(timedelta(seconds=timeout_s))
-    return dist.PrefixStore(f"megatron-lifecycle/init-{entry[1]}", entry[0])
+    # torchrun's agent store outlives a restart of the workers (--max-restarts): each attempt its keys
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"megatron-lifecycle/attempt-{attempt}/init-{entry[1]}", entry[0])
 
 
 def await_store_host(addr: str, port: int, timeout_s: float) -> None:
