@@ -93,7 +93,7 @@ def sabotaged(root: str, name: str) -> dict[str, Any]:
     `model`: a reference to the model survives): restart() must raise ResourceLeak naming it."""
     from megatron.core.tensor_parallel import random as mp_random
 
-    from lifecycle import Lifecycle, PhaseFailed
+    from lifecycle import Lifecycle, LifecycleError
     from states import State
 
     kept: list[Any] = []
@@ -108,10 +108,9 @@ def sabotaged(root: str, name: str) -> dict[str, Any]:
         try:
             lc.restart()
             error: dict[str, Any] = {}
-        except PhaseFailed as exc:
-            cause = exc.__cause__
-            error = {"type": type(cause).__name__, "resource": getattr(cause, "resource", None),
-                     "state": getattr(cause, "state", None), "message": str(cause)}
+        except LifecycleError as exc:  # the engine re-raises the ResourceLeak, the lifecycle FAILED
+            error = {"type": type(exc).__name__, "resource": getattr(exc, "resource", None),
+                     "state": getattr(exc, "state", None), "message": str(exc)}
         finally:
             tracker.reset = reset  # type: ignore[method-assign]
             kept.clear()
