@@ -23,7 +23,10 @@ def wrap(fn: Callable[[Any], Any], *, max_cycles: int, port: int | None, timeout
     from nvidia_resiliency_ext.inprocess.abort import AbortTorchDistributed
     from nvidia_resiliency_ext.inprocess.initialize import RetryController
 
-    soft = timedelta(seconds=timeout_s)
+    # The soft timeout (no progress) well after the collectives' own (`startup.timeout_s`): a rank
+    # blocked in gloo raises at the collective's timeout, and a second RankShouldRestart must not
+    # arrive while nvrx handles the first (it then escapes the wrapper).
+    soft = timedelta(seconds=timeout_s * 3)
     wrapper = inprocess.Wrapper(
         store_kwargs={"port": port} if port is not None else {},
         initialize=RetryController(max_iterations=max_cycles),
