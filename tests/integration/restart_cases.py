@@ -97,10 +97,10 @@ def sabotaged(root: str, name: str) -> dict[str, Any]:
     from states import State
 
     kept: list[Any] = []
-    tracker = mp_random.get_cuda_rng_tracker()
-    reset = tracker.reset
     with Lifecycle(config(root, f"sabotage-{name}"), "gpt") as lc:
         lc.advance_to(State.CALLBACKS_BOUND)
+        tracker = mp_random.get_cuda_rng_tracker()  # DISTRIBUTED's seeding made a new one
+        reset = tracker.reset
         if name == "rng":
             tracker.reset = lambda: None  # type: ignore[method-assign]
         else:
