@@ -38,7 +38,8 @@ def main(root: str, name: str, fault: bool) -> None:
 
         train_steps(lc, 6 - start, on_step)
         out = {"losses": losses, "weights": weights_digest(lc), "start": start, "attempt": attempt}
-    Path(root, name, f"out-{lc.runtime.rank}.json").write_text(json.dumps(out))
+        rank = lc.runtime.rank  # shutdown resets it
+    Path(root, name, f"out-{rank}.json").write_text(json.dumps(out))
 
 
 if __name__ == "__main__":
