@@ -109,7 +109,7 @@ class InProcessRestart:
         collective until the timeout: measured 62 s against 2 s.)"""
         if not _nvrx.is_restart_request(exc):
             _publish(store, cycle, self.lc.runtime.rank, exc)
-        traceback.clear_frames(exc.__traceback__)
+        _clear_frames(exc)
 
     def _end(self, store: Any, cycle: int) -> dict[str, Any]:
         """Log the end of `cycle` (who caused it) and release what it made, back to VALIDATED; the
@@ -120,6 +120,20 @@ class InProcessRestart:
         if lc.state is not State.VALIDATED:
             lc.restart()
         return cause
+
+
+def _clear_frames(exc: BaseException) -> None:
+    """Clear the finished frames of `exc` and of every exception chained to it (the wrapper keeps
+    the exception; a gloo error chained under RankShouldRestart holds the model through its frames)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        pending += [current.__cause__, current.__context__]
 
 
 def _publish(store: Any, cycle: int, rank: int, exc: BaseException) -> None:
