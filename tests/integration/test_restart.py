@@ -79,11 +79,12 @@ def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> N
         assert first["forward_pre_hooks"] + first["callbacks"] + first["process_groups"] > 0
         for cycle, counts in enumerate(later, 1):
             # hooks, callbacks, process groups, ledger entries, threads: exactly the first cycle's;
-            # descriptors: never more than the first cycle's (it also opens what a process opens
-            # once, e.g. lazily imported modules' files), and the same in every later cycle
+            # descriptors: never more than the first cycle's (measured: 207, 192, 128, ... on one
+            # rank: sockets of the aborted groups still closing; the first cycle also opens what a
+            # process opens once)
             assert {k: v for k, v in counts.items() if k != "fds"} == \
                 {k: v for k, v in first.items() if k != "fds"}, (rank, cycle)
-            assert counts["fds"] <= first["fds"] and counts["fds"] == later[0]["fds"], (rank, cycle, counts, first)
+            assert counts["fds"] <= first["fds"], (rank, cycle, counts, first)
     records = _log_records(cases[0]["leaks"]["log_dir"])
     assert not [r for r in records if r["event"] == "resource_leaked"]
     for record in (r for r in records if r["event"] == "cycle_started"):
