@@ -47,7 +47,7 @@ class ChainWriter:
     """Writes one rank's records exactly as lifecycle.log.AuditLog does."""
 
     def __init__(self, run_id: str, rank: int, world: int) -> None:
-        self.base = {"run_id": run_id, "rank": rank, "world_size": world, "generation": 0}
+        self.base = {"run_id": run_id, "rank": rank, "world_size": world, "generation": 0, "cycle": 0}
         self.seq = 0
         self.prev = GENESIS
         self.lines: list[bytes] = []

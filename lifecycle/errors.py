@@ -17,7 +17,8 @@
     ├── RehearsalError (RuntimeError)       a CPU rehearsal nested, or closed on the wrong thread
     ├── RankFailed (RuntimeError)           a spawned rank raised or died (`run_ranks`)
     ├── LogUnreadable (ValueError)          a startup log cannot be read (`lifecycle audit` exits 2)
-    └── ExtraNotInstalled (ImportError)     an optional dependency is missing; names the pip extra
+    ├── ExtraNotInstalled (ImportError)     an optional dependency is missing; names the pip extra
+    └── ResourceLeak (RuntimeError)         a resource a state made is still alive after its release
 
     StartupAborted (SystemExit)             SIGTERM/SIGINT during startup: logged, released, exit 128+N
 
@@ -94,6 +95,11 @@ class ExtraNotInstalled(_Redacted, ImportError):
     """An optional dependency is missing; the message names the `pip install` extra that adds it."""
 
 
+class ResourceLeak(LifecycleError, RuntimeError):
+    """A resource in the ledger is still alive after the release of the state that made it:
+    `resource` and `state` name it (docs/restart.md#the-ledger)."""
+
+
 class StartupAborted(SystemExit):
     """SIGTERM or SIGINT arrived during startup: the lifecycle logged `startup_aborted`, released
     everything in reverse order, and the process exits with `code` = 128 + the signal number.
@@ -136,6 +142,7 @@ __all__ = [
     "ProviderError",
     "RankFailed",
     "RehearsalError",
+    "ResourceLeak",
     "SideEffectBeforeValidation",
     "SideEffectError",
     "StartupAborted",

@@ -13,6 +13,7 @@ from lifecycle.audit._audit import (
     audit,
 )
 from lifecycle.audit._cause import RootCause, Victim, root_causes
+from lifecycle.audit._cycles import Attempt, attempts, diff
 from lifecycle.audit._plot import plot
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure, Finding, Segment
@@ -34,6 +35,7 @@ __all__ = [
     "EXIT_UNREADABLE",
     "EXIT_VIOLATION",
     "RULES",
+    "Attempt",
     "AuditResult",
     "ChainLink",
     "Failure",
@@ -47,10 +49,12 @@ __all__ = [
     "Straggler",
     "Victim",
     "as_json",
+    "attempts",
     "audit",
     "blame",
     "counts",
     "critical_chain",
+    "diff",
     "enabled",
     "plot",
     "printable",

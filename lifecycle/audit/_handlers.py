@@ -10,7 +10,7 @@ from collections.abc import Callable
 from sys import intern
 from typing import Any, Protocol
 
-from lifecycle.audit import _steps
+from lifecycle.audit import _cycles, _steps
 from lifecycle.audit._records import Failure, Segment, unreadable
 from lifecycle.audit._state import RankState
 from lifecycle.log import events
@@ -76,6 +76,8 @@ def started(audit: RankState, rec: Record, ts: float) -> None:
     attempt = rec.get("attempt")
     if type(attempt) is int and attempt > 0:  # a new attempt continuing this log
         _new_attempt(audit)
+        audit.attempt_no = attempt
+        audit.cycles.setdefault((attempt, 0), {})  # joined with the other ranks' by `attempts`
     audit.plan = _str(audit, rec, "plan", optional=True)
     if rec.get("target") is not None:
         audit.target = _state(audit, rec, "target")
@@ -85,6 +87,7 @@ def started(audit: RankState, rec: Record, ts: float) -> None:
 
 def _new_attempt(audit: RankState) -> None:
     """The same run id came back (torchrun elastic restart): judge the rank by its latest attempt."""
+    _cycles.process_ended(audit)
     audit.state = State.CONFIGURED.name
     audit.validated = audit.shut = audit.model_gen = audit.rebind_pending = audit.rebuilt = False
     audit.fingerprint = audit.failure = audit.open_trigger = audit.model_id = audit.old_model_id = None
@@ -340,7 +343,11 @@ HANDLERS: dict[str, Handler] = {
     events.RANK_SIMULATED: rank_simulated,
     events.IMPORTS: imports,
     events.WARNING: warning,
+    events.CYCLE_STARTED: _cycles.cycle_started,
+    events.CYCLE_ENDED: _cycles.cycle_ended,
 }
+_READS[_cycles.cycle_started] = _cycles.STARTED
+_READS[_cycles.cycle_ended] = _cycles.ENDED
 
 READS: dict[str, tuple[str, ...]] = {event: _READS[handler] for event, handler in HANDLERS.items()}
 """The fields each event's handler reads besides the envelope (`event`, `ts`, ...), from its `@reads`:

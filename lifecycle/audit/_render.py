@@ -13,6 +13,7 @@ import orjson
 
 from lifecycle.audit._audit import AuditResult
 from lifecycle.audit._cross import ranges
+from lifecycle.audit._cycles import attempt_lines, attempts
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Finding
 from lifecycle.audit._rules import BY_ID
@@ -51,6 +52,9 @@ def text(result: AuditResult, *, show_blame: bool = False, show_chain: bool = Fa
     for rule_id, ranks in rest.items():
         out.append(f"{rule_id} [{BY_ID[rule_id].slug}] also on ranks {ranges(ranks)}")
     out += _warning_lines(result)
+    cycles = attempts(result.ranks)
+    if any(a.cycle > 0 or a.ended for a in cycles):  # restart cycles: one line each
+        out += attempt_lines(cycles)
     if show_blame:
         out += _blame_lines(result, causes)
     if show_chain:

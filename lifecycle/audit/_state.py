@@ -21,12 +21,44 @@ class RankState:
     occurrence per rule plus a count, and the transition sequence and timing segments are capped."""
 
     __slots__ = (
-        "_findings", "bound_steps", "counts", "cut", "envelope", "failure", "fingerprint", "first_step_logged",
+        "_findings",
+        "attempt_no",
+        "bound_steps",
+        "counts",
+        "cut",
+        "cycles",
+        "envelope",
+        "failure",
+        "fingerprint",
+        "first_step_logged",
         "first_ts",
-        "generation", "last_ts",
-        "line", "model_gen", "model_id", "next_seq", "old_model_id", "open_start", "open_trigger", "plan",
-        "prev", "rank", "rebind_line", "rebind_pending", "rebuilt", "records", "run_id", "segments", "shut",
-        "simulated", "source", "state", "target", "transitions", "validated", "warnings", "world_size",
+        "generation",
+        "last_ts",
+        "line",
+        "model_gen",
+        "model_id",
+        "next_seq",
+        "old_model_id",
+        "open_start",
+        "open_trigger",
+        "plan",
+        "prev",
+        "rank",
+        "rebind_line",
+        "rebind_pending",
+        "rebuilt",
+        "records",
+        "run_id",
+        "segments",
+        "shut",
+        "simulated",
+        "source",
+        "state",
+        "target",
+        "transitions",
+        "validated",
+        "warnings",
+        "world_size",
     )
 
     def __init__(self, source: str) -> None:
@@ -63,6 +95,8 @@ class RankState:
         self.transitions: list[tuple[str, str]] = []
         self.segments: list[Segment] = []
         self._findings: dict[str, list[Any]] = {}
+        self.attempt_no = 0  # the process attempt (torchrun restart) the records now belong to
+        self.cycles: dict[tuple[int, int], dict[str, Any]] = {}  # (attempt, cycle) -> its records' fields
         self.simulated: int | None = None  # how many ranks a `lifecycle simulate` run drove
         self.warnings: dict[tuple[str, str, str], int] = {}  # (category, module, message) → times logged
         self.counts: dict[str, dict[str, int]] = {}  # per state: process groups, collectives (simulate)

@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--blame", action="store_true", help="time per state, slowest first, and stragglers")
     parser.add_argument("--critical-chain", action="store_true",
                         help="the ranks and states that held the whole startup back")
+    parser.add_argument("--diff", nargs=2, type=int, default=None, metavar=("A", "B"),
+                        help="compare restart cycles A and B: what was created or bound differently, "
+                        "config drift, hooks added twice")
     parser.add_argument("--jobs", type=at_least_one, default=None, metavar="N",
                         help="processes reading the files (default: one per CPU, up to 8, from 256 files on)")
     parser.set_defaults(func=run)
@@ -51,4 +54,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(as_json(result) + b"\n")
     else:
         print(text(result, show_blame=args.blame, show_chain=args.critical_chain))
+        if args.diff is not None:
+            from lifecycle.audit import diff
+
+            print("\n".join(map(printable, diff(result.ranks, *args.diff))))
     return result.exit_code

@@ -16,16 +16,11 @@ from lifecycle.config import RunConfig, Snapshot
 from lifecycle.engine import _steps, _tripwires, _warnings
 from lifecycle.engine._context import Context
 from lifecycle.engine._failures import Failures, SignalTrap, track
+from lifecycle.engine._ledger import Cycles
 from lifecycle.engine._machine import MachineModel, build_machine
 from lifecycle.engine._side_effects import SideEffectRules
 from lifecycle.engine._work import RELEASE_KEEP, EntryWork
-from lifecycle.errors import (
-    ConfigError,
-    GuardRejected,
-    InvalidTransition,
-    PhaseFailed,
-    StartupAborted,
-)
+from lifecycle.errors import ConfigError, GuardRejected, InvalidTransition, PhaseFailed, StartupAborted
 from lifecycle.log import AuditLog, events
 from lifecycle.runtime import Options, PhaseSet, Runtime, rank_of, run_id_from_env, world_size_of
 from states import (
@@ -47,7 +42,7 @@ TripwirePolicy = Literal["raise", "warn", "off"]
 _FORWARD = frozenset(forward_trigger(dest) for dest in STARTUP_ORDER[1:])
 
 
-class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
+class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
     """Drive one process's Megatron startup through the table: `lc.advance_to(State.CALLBACKS_BOUND)`."""
 
     def __init__(
@@ -368,10 +363,16 @@ class Lifecycle(SideEffectRules, Failures, EntryWork, _steps.StepLoop):
             self._runtime = self._validated(self._phases.validate(ctx))
         elif trigger in RELEASE_KEEP:
             self._runtime = self._release(ctx, trigger)
+            del ctx  # it holds the released runtime: the ledger checks that nothing does
+            self._released(trigger)
         elif trigger is Trigger.FAIL:
             self._phases_failed(self.state)
         else:
             self._runtime = getattr(self._phases, trigger.value)(ctx)
+            self._register(trigger, find(self.state, trigger).dest)  # type: ignore[union-attr]
+
+    def _state_name(self) -> str:
+        return self.state.name
 
     def _emit_from_phase(self, event: str, fields: dict[str, Any]) -> None:
         if event == events.CONFIG_VALIDATED:

@@ -45,6 +45,9 @@ class EntryWork:
     def _force_fail(self, reason: str) -> None:
         raise NotImplementedError
 
+    def _check_released(self, keep: State) -> None:
+        raise NotImplementedError
+
     def _validated(self, runtime: Runtime) -> Runtime:
         fingerprint = self._config.fingerprint()
         if runtime.fingerprint is None:
@@ -87,6 +90,16 @@ class EntryWork:
                 fields = {"log_fault": str(self._log.fault), "unlogged": unlogged, "lost": lost}
             self._log.emit(events.LIFECYCLE_SHUTDOWN, source=self.state.name, **fields)
         return runtime
+
+    def _released(self, trigger: Trigger) -> None:
+        """The ledger's check, once neither the runtime nor the phase context holds what was released.
+        A leak at shutdown is reported after the rest is released, as a release error is."""
+        try:
+            self._check_released(RELEASE_KEEP[trigger])
+        except Exception as exc:
+            if trigger is not Trigger.SHUTDOWN:
+                raise
+            self._pending_error = self._pending_error or exc
 
     def _check_mutation(self, trigger: Trigger | None) -> None:
         if self._snapshot is None or not self._runtime.validated:

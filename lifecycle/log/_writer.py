@@ -26,7 +26,7 @@ from lifecycle.log._lock import lock_log_dir
 from lifecycle.log._redact import may_hold_credentials, redact
 
 _NEW = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-_ENVELOPE = frozenset({"event", "ts", "seq", "prev_hash", "run_id", "rank", "world_size", "generation"})
+_ENVELOPE = frozenset({"event", "ts", "seq", "prev_hash", "run_id", "rank", "world_size", "generation", "cycle"})
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -134,6 +134,7 @@ class AuditLog:
         self.rank = rank
         self.world_size = world_size
         self.generation = 0
+        self.cycle = 0  # the in-process restart cycle (lifecycle.resilience); 0 without one
         self.path: Path | None = None
         self._lock_fd: int | None = None
         self._claimed: Path | None = None
@@ -147,14 +148,17 @@ class AuditLog:
             cache_logger_on_first_use=True,
         )
         return base.bind(
-            run_id=self.run_id, rank=self.rank, world_size=self.world_size, generation=self.generation
+            run_id=self.run_id, rank=self.rank, world_size=self.world_size, generation=self.generation,
+            cycle=self.cycle,
         )
 
-    def rebind(self, *, rank: int | None = None, world_size: int | None = None, generation: int | None = None) -> None:
-        """Change the per-process context (after distributed init, or at a restart)."""
+    def rebind(self, *, rank: int | None = None, world_size: int | None = None, generation: int | None = None,
+               cycle: int | None = None) -> None:
+        """Change the per-process context (after distributed init, at a restart, at a new cycle)."""
         self.rank = self.rank if rank is None else rank
         self.world_size = self.world_size if world_size is None else world_size
         self.generation = self.generation if generation is None else generation
+        self.cycle = self.cycle if cycle is None else cycle
         self._logger = self._make_logger()
 
     def emit(self, event: str, **fields: Any) -> None:

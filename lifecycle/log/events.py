@@ -43,6 +43,9 @@ SIMULATION_STARTED: Final = "simulation_started"
 RANK_SIMULATED: Final = "rank_simulated"
 LOG_WRITE_FAILED: Final = "log_write_failed"
 WARNING: Final = "warning"
+CYCLE_STARTED: Final = "cycle_started"
+CYCLE_ENDED: Final = "cycle_ended"
+RESOURCE_LEAKED: Final = "resource_leaked"
 
 ALL: Final[frozenset[str]] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

@@ -14,6 +14,7 @@ from lifecycle.config import CALLBACK_FIELDS, config_drift
 from lifecycle.megatron import callbacks_bound, distributed, model_built, services_ready, validated
 from lifecycle.megatron._imports import validate_while_importing
 from lifecycle.megatron.ranks import mark_failed, watched
+from lifecycle.megatron.resources import resources
 from lifecycle.runtime import PhaseContext, Runtime
 from states import State
 
@@ -66,6 +67,10 @@ class MegatronPhases:
     def failed(self, runtime: Runtime, state: str, reason: str) -> None:
         """The lifecycle moved to FAILED: tell the other ranks (and skip the closing barrier)."""
         mark_failed(runtime.extras, state, reason)
+
+    def resources(self, state: State, runtime: Runtime) -> list[tuple[str, Callable[[], bool]]]:
+        """What `state`'s entry work made, with a probe each (the engine's ledger)."""
+        return resources(state, runtime)
 
     def drift(self, runtime: Runtime) -> list[tuple[str, Any, Any]]:
         """Fields of the model's TransformerConfig changed since MODEL_BUILT (callback slots excepted)."""

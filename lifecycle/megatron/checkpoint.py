@@ -171,13 +171,20 @@ def load_checkpoint(directory: str, field: str, model: list[Any], optimizer: Any
 
 def checkpoint_source(run: RunConfig, generation: int) -> tuple[str, str] | None:
     """(directory, field) MODEL_BUILT loads from: after a restart, the latest checkpoint this run
-    saved (`checkpoint.save`) when there is one; else `checkpoint.load`; None for fresh weights."""
+    saved (`checkpoint.save`) when there is one (also in a process torchrun restarted); else
+    `checkpoint.load`; None for fresh weights."""
     save = run.checkpoint.save
-    if generation > 0 and save and latest_step(save) is not None:
+    if (generation > 0 or _process_restart()) and save and latest_step(save) is not None:
         return save, "checkpoint.save"
     if run.checkpoint.load:
         return run.checkpoint.load, "checkpoint.load"
     return None
+
+
+def _process_restart() -> bool:
+    """This process is a torchrun restart (`--max-restarts`) of the job: resume like a restart."""
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "")
+    return count.isdigit() and int(count) > 0
 
 
 def load_at_build(ctx: PhaseContext, model: list[Any], optimizer: Any) -> int:

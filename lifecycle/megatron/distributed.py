@@ -107,7 +107,7 @@ def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: in
     timeout_s = config.startup.timeout_s
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # then torchrun hosts the store
     try:
-        store = rendezvous_store(rank, world, timeout_s)
+        store = _provided_store(ctx) or rendezvous_store(rank, world, timeout_s)
     except Exception as exc:
         if (rank == 0 and not agent) or not is_timeout(exc):
             raise
@@ -132,6 +132,19 @@ def _store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> Dist
         field="startup.timeout_s",
     )
 
+
+STORE = "rendezvous_store"
+"""The `Runtime.extras` key of a store someone else hosts (`lifecycle.resilience`: the restart
+wrapper's store for this cycle); DISTRIBUTED rendezvouses on it instead of MASTER_ADDR/MASTER_PORT."""
+
+
+def _provided_store(ctx: PhaseContext) -> Any:
+    import torch.distributed as dist
+
+    store = ctx.runtime.extras.get(STORE)
+    if store is None:
+        return None
+    return dist.PrefixStore(f"megatron-lifecycle/generation-{ctx.runtime.generation}", store)
 
 # The TCPStore each process keeps per MASTER_ADDR:MASTER_PORT, and how many process groups it has
 # served. It must outlive `destroy_process_group`: re-creating it on the same port for a restart
@@ -162,7 +175,9 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> An
         entry = _STORES[(addr, port)] = [store, 0]
     entry[1] += 1
     entry[0].set_timeout(timedelta(seconds=timeout_s))
-    return dist.PrefixStore(f"megatron-lifecycle/init-{entry[1]}", entry[0])
+    # torchrun's agent store outlives a restart of the workers (--max-restarts): each attempt its keys
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"megatron-lifecycle/attempt-{attempt}/init-{entry[1]}", entry[0])
 
 
 def await_store_host(addr: str, port: int, timeout_s: float) -> None:
@@ -223,6 +238,7 @@ def _undo(rehearsal: Rehearsal | None, *, barrier: AbstractContextManager[None] 
     # barrier must not leave the process group, nor a failed destroy the rehearsal's patches.
     try:
         parallel_state.destroy_model_parallel()
+        _reset_rng_tracker()
         if dist.is_initialized() and barrier and dist.get_world_size() > 1 and dist.get_backend() != "fake":
             with barrier:
                 dist.barrier()  # no rank tears its groups down while another still uses them
@@ -233,6 +249,13 @@ def _undo(rehearsal: Rehearsal | None, *, barrier: AbstractContextManager[None] 
         finally:
             if rehearsal is not None:
                 rehearsal.close()
+
+
+def _reset_rng_tracker() -> None:
+    """The model-parallel RNG tracker's states go with the parallel state (DISTRIBUTED seeds them)."""
+    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+
+    get_cuda_rng_tracker().reset()
 
 
 def _rehearsal(ctx: PhaseContext, config: RunConfig, cuda: bool) -> tuple[bool, str, Rehearsal | None]:

@@ -1,0 +1,133 @@
+"""Restart cycles as attempts (docs/restart.md#in-the-audit): which rank caused each in-process
+restart, and how long the restart took, from `cycle_started` / `cycle_ended`; and `--diff` of two
+cycles (what was created or bound differently, config drift, hooks added twice).
+
+Each rank keeps its cycles' records (`RankState.cycles`: cycle → the fields read); `attempts`
+joins them over the ranks of a run, across processes too (a torchrun restart continues the same run
+id's files as a new `attempt`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lifecycle.audit._state import RankState
+
+STARTED = ("resumed_step", "restart_s", "ledger", "fingerprint", "hooks", "cycle")
+ENDED = ("cause_rank", "cause", "fault_ts", "cycle")
+
+
+def _key(audit: RankState, cycle: Any) -> tuple[int, int]:
+    return audit.attempt_no, cycle if type(cycle) is int else 0
+
+
+def cycle_started(audit: RankState, rec: Any, ts: float) -> None:
+    entry = audit.cycles.setdefault(_key(audit, rec.get("cycle")), {})
+    entry.update(resumed_step=rec.get("resumed_step"), restart_s=rec.get("restart_s"), ledger=rec.get("ledger"),
+                 fingerprint=rec.get("fingerprint"), hooks=rec.get("hooks"), started_ts=ts)
+
+
+def cycle_ended(audit: RankState, rec: Any, ts: float) -> None:
+    entry = audit.cycles.setdefault(_key(audit, rec.get("cycle")), {})
+    entry.update(cause_rank=rec.get("cause_rank"), cause=rec.get("cause"), fault_ts=rec.get("fault_ts"), ended=True)
+
+
+def process_ended(audit: RankState) -> None:
+    """A new process attempt starts in this log: the last cycle of the one before ended with its
+    process (killed, or stopped by the launcher), at the last record before it."""
+    cycles = [k for k in audit.cycles if k[0] == audit.attempt_no]
+    entry = audit.cycles.setdefault(max(cycles) if cycles else (audit.attempt_no, 0), {})
+    if not entry.get("ended"):
+        entry.update(ended=True, cause=f"process ended in {audit.state}", last_ts=audit.last_ts)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One cycle of one process attempt, over every rank that logged it."""
+
+    run_id: str | None
+    attempt: int
+    cycle: int
+    ranks: tuple[int, ...]
+    cause_rank: int | None
+    cause: str | None
+    restart_s: float | None  # from the fault of the cycle before to training again (slowest rank)
+    resumed_step: int | None
+    ended: bool
+
+    @property
+    def clean(self) -> bool:
+        return not self.ended
+
+
+def attempts(ranks: Iterable[RankState]) -> list[Attempt]:
+    """Every (run, process attempt, cycle) logged, in order, joined over ranks."""
+    joined: dict[tuple[Any, int, int], list[tuple[int, dict[str, Any]]]] = {}
+    for audit in ranks:
+        for (attempt, cycle), fields in audit.cycles.items():
+            joined.setdefault((audit.run_id, attempt, cycle), []).append((audit.rank or 0, fields))
+    out = []
+    for (run_id, attempt, cycle), rows in sorted(joined.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2])):
+        ended = [f for _, f in rows if f.get("ended")]
+        causes = [f.get("cause_rank") for f in ended if isinstance(f.get("cause_rank"), int)]
+        stopped = [(f["last_ts"], rank) for rank, f in rows if isinstance(f.get("last_ts"), float)]
+        if not causes and stopped:  # a process attempt: the rank whose log stopped first
+            causes = [min(stopped)[1]]
+        restart = [f["restart_s"] for _, f in rows if isinstance(f.get("restart_s"), (int, float))]
+        steps = [f["resumed_step"] for _, f in rows if isinstance(f.get("resumed_step"), int)]
+        out.append(Attempt(
+            run_id=run_id, attempt=attempt, cycle=cycle, ranks=tuple(sorted(r for r, _ in rows)),
+            cause_rank=min(causes, key=causes.count) if causes else None,
+            cause=next((str(f.get("cause")) for f in ended if f.get("cause")), None),
+            restart_s=max(restart) if restart else None, resumed_step=min(steps) if steps else None,
+            ended=bool(ended),
+        ))
+    return out
+
+
+def attempt_lines(found: Sequence[Attempt]) -> list[str]:
+    lines = []
+    for a in found:
+        head = f"attempt {a.attempt} cycle {a.cycle} (ranks {len(a.ranks)})"
+        resumed = f", resumed at step {a.resumed_step}" if a.resumed_step else ""
+        took = f", restart took {a.restart_s:.2f} s" if a.restart_s is not None else ""
+        who = a.cause_rank if a.cause_rank is not None else "?"
+        end = f": ended by rank {who} ({a.cause or 'no cause published'})" if a.ended else ": clean"
+        lines.append(f"{head}{took}{resumed}{end}")
+    return lines
+
+
+def diff(ranks: Iterable[RankState], first: int, second: int) -> list[str]:
+    """What differs between cycles `first` and `second` (latest process attempt), per rank."""
+    out = []
+    for audit in sorted(ranks, key=lambda a: a.rank or 0):
+        a, b = _latest(audit, first), _latest(audit, second)
+        if a is None or b is None:
+            out.append(f"rank {audit.rank}: cycle {first if a is None else second} not logged")
+            continue
+        out += [f"rank {audit.rank}: {line}" for line in _diff_fields(a, b, first, second)]
+    return out or [f"cycles {first} and {second}: no difference"]
+
+
+def _latest(audit: RankState, cycle: int) -> dict[str, Any] | None:
+    keys = [k for k in audit.cycles if k[1] == cycle]
+    return audit.cycles[max(keys)] if keys else None
+
+
+def _diff_fields(a: dict[str, Any], b: dict[str, Any], first: int, second: int) -> list[str]:
+    lines = []
+    la, lb = list(a.get("ledger") or []), list(b.get("ledger") or [])
+    for name in [x for x in lb if x not in la]:
+        lines.append(f"created in cycle {second} only: {name}")
+    for name in [x for x in la if x not in lb]:
+        lines.append(f"created in cycle {first} only: {name}")
+    if a.get("fingerprint") != b.get("fingerprint"):
+        lines.append(f"config drift: fingerprint {a.get('fingerprint')} -> {b.get('fingerprint')}")
+    ha, hb = a.get("hooks") or {}, b.get("hooks") or {}
+    for name in sorted(set(ha) | set(hb)):
+        if ha.get(name) != hb.get(name):
+            twice = " (added again: not released)" if (hb.get(name) or 0) > (ha.get(name) or 0) else ""
+            lines.append(f"{name}: {ha.get(name)} in cycle {first}, {hb.get(name)} in cycle {second}{twice}")
+    return lines

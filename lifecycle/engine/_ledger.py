@@ -1,0 +1,133 @@
+"""The ledger of what each state made, and the restart cycles (mixed into `Lifecycle`).
+
+After a forward transition's entry work, the phases name what that state created
+(`PhaseSet.resources(state, runtime)`, optional: the light in-process phases have none), each with
+a probe that says whether it is gone. A release (rebuild, restart, shutdown) walks the entries of
+the states it leaves backwards, newest first, and probes each: a survivor is logged
+(`resource_leaked`) and raised as `ResourceLeak` naming the resource and its state.
+
+A cycle is one in-process restart attempt (`lifecycle.resilience`): `begin_cycle` puts its number on
+every later record (the `cycle` envelope field); `cycle_trained` logs `cycle_started` once training
+can start (the ledger, the fingerprint, how long the restart took); `end_cycle` logs
+`cycle_ended` (which rank caused it, and why) in the cycle that ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lifecycle.errors import ResourceLeak
+from lifecycle.log import events
+from states import State, Trigger
+
+if TYPE_CHECKING:
+    from lifecycle.log import AuditLog
+    from lifecycle.runtime import PhaseSet, Runtime
+
+Probe = Callable[[], bool]
+"""True when the resource is gone."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    state: State
+    name: str
+    gone: Probe
+
+
+class Ledger:
+    """Entries in creation order; `survivors(keep)` probes, newest first, those of states after `keep`."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+
+    def register(self, state: State, name: str, gone: Probe) -> None:
+        self.entries.append(Entry(state, name, gone))
+
+    def names(self) -> list[tuple[str, str]]:
+        return [(e.state.name, e.name) for e in self.entries]
+
+    def survivors(self, keep: State) -> list[Entry]:
+        """Walk back over the entries of states after `keep`, drop them, return those still alive."""
+        leaving = [e for e in self.entries if e.state.startup_index > keep.startup_index]
+        self.entries = [e for e in self.entries if e.state.startup_index <= keep.startup_index]
+        if not leaving:
+            return []
+        gc.collect()  # what only a reference cycle still holds is gone, not leaked
+        return [e for e in reversed(leaving) if not _gone(e)]
+
+
+def _gone(entry: Entry) -> bool:
+    try:
+        return bool(entry.gone())
+    except Exception:  # a probe that cannot look (its module torn down) cannot prove a leak
+        return True
+
+
+class Cycles:
+    """The ledger hooks and the cycle records of `Lifecycle`."""
+
+    _log: AuditLog
+    _runtime: Runtime
+    _phases: PhaseSet
+
+    @property
+    def _ledger(self) -> Ledger:
+        held: Ledger | None = self.__dict__.get("_the_ledger")
+        if held is None:
+            held = self.__dict__["_the_ledger"] = Ledger()
+        return held
+
+    def provide(self, **extras: object) -> None:
+        """Hand objects to the entry work through `runtime.extras` (the restart's rendezvous store)."""
+        self._runtime = dataclasses.replace(self._runtime, extras={**self._runtime.extras, **extras})
+
+    @property
+    def cycle(self) -> int:
+        return self._log.cycle
+
+    @property
+    def ledger(self) -> list[tuple[str, str]]:
+        """(state, resource) of every entry in the ledger now, oldest first."""
+        return self._ledger.names()
+
+    def begin_cycle(self, cycle: int) -> None:
+        """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
+        self._log.rebind(cycle=cycle)
+
+    def cycle_trained(self, **fields: Any) -> None:
+        """Log `cycle_started` once the cycle is at its target and training starts: the ledger now
+        (`STATE:resource`), the config fingerprint, and the caller's fields."""
+        self._log.emit(events.CYCLE_STARTED, ledger=[f"{s}:{n}" for s, n in self._ledger.names()],
+                       fingerprint=self._runtime.fingerprint, **fields)
+
+    def end_cycle(self, **fields: Any) -> None:
+        """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
+        self._log.emit(events.CYCLE_ENDED, state=self._state_name(), **fields)
+
+    def _state_name(self) -> str:
+        raise NotImplementedError
+
+    def _register(self, trigger: Trigger, dest: State) -> None:
+        probes = getattr(self._phases, "resources", None)
+        if probes is None or trigger is Trigger.FAIL:
+            return
+        for name, gone in probes(dest, self._runtime):
+            self._ledger.register(dest, name, gone)
+
+    def _check_released(self, keep: State) -> None:
+        survivors = self._ledger.survivors(keep)
+        for entry in survivors:
+            self._log.emit(events.RESOURCE_LEAKED, resource=entry.name, state=entry.state.name)
+        if survivors:
+            first = survivors[0]
+            names = ", ".join(f"{e.name} ({e.state.name})" for e in survivors)
+            raise ResourceLeak(
+                f"{len(survivors)} resource(s) still alive after release to {keep.name}: {names}; "
+                f"the release of {first.state.name} must destroy {first.name}",
+                resource=first.name, state=first.state.name,
+            )

@@ -1,0 +1,129 @@
+"""What each state's entry work made, for the engine's ledger (lifecycle/engine/_ledger.py).
+
+`resources(state, runtime)` names each resource `state` created, with a probe that is true once it
+is gone. The probes hold weak references only: the ledger never keeps a model alive.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from lifecycle.megatron.ranks import WATCH
+from lifecycle.runtime import Runtime
+from states import State
+
+Probe = Callable[[], bool]
+
+
+def resources(state: State, runtime: Runtime) -> list[tuple[str, Probe]]:
+    """(name, gone) for what `state`'s entry work made, in creation order."""
+    made = {
+        State.SERVICES_READY: _services,
+        State.DISTRIBUTED: _distributed,
+        State.MODEL_BUILT: _model,
+        State.CALLBACKS_BOUND: _callbacks,
+    }.get(state)
+    return made(runtime) if made is not None else []
+
+
+def _dead(obj: Any) -> Probe:
+    try:
+        ref = weakref.ref(obj)
+    except TypeError:  # not weak-referenceable: nothing to watch
+        return lambda: True
+    return lambda: ref() is None
+
+
+def _services(runtime: Runtime) -> list[tuple[str, Probe]]:
+    out: list[tuple[str, Probe]] = []
+    for name, writer in runtime.writers.items():
+        out.append((f"{name} writer", _closed(writer)))
+    return out
+
+
+def _closed(writer: Any) -> Probe:
+    try:
+        ref = weakref.ref(writer)
+    except TypeError:
+        return lambda: True
+
+    def gone() -> bool:
+        alive = ref()
+        return alive is None or bool(getattr(alive, "closed", True))
+
+    return gone
+
+
+def _distributed(runtime: Runtime) -> list[tuple[str, Probe]]:
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+
+    out: list[tuple[str, Probe]] = [
+        ("process group", lambda: not dist.is_initialized()),
+        ("megatron parallel state", lambda: not ps.model_parallel_is_initialized()),
+        ("RNG tracker states", lambda: not get_cuda_rng_tracker().get_states()),
+        ("process group objects (their gloo sockets)", _no_process_groups),
+    ]
+    watch = runtime.extras.get(WATCH)
+    thread = getattr(watch, "_thread", None)
+    if isinstance(thread, threading.Thread):
+        out.append(("rank watch thread", lambda: not thread.is_alive()))
+    if runtime.rehearsal is not None:
+        from lifecycle.megatron.rehearsal import is_active
+
+        out.append(("CPU rehearsal patches", lambda: not is_active()))
+    return out
+
+
+def _no_process_groups() -> bool:
+    """No ProcessGroup object is alive: a destroyed group that something still references keeps
+    its gloo connections open, and a peer blocked in a collective with it waits for its timeout."""
+    import gc
+
+    import torch.distributed as dist
+
+    return not any(isinstance(obj, dist.ProcessGroup) for obj in gc.get_objects())
+
+
+def _model(runtime: Runtime) -> list[tuple[str, Probe]]:
+    out: list[tuple[str, Probe]] = []
+    for index, chunk in enumerate(runtime.model or ()):
+        out.append((f"model chunk {index} (DDP grad hooks, forward pre-hooks)", _dead(chunk)))
+    if runtime.optimizer is not None:
+        out.append(("optimizer", _dead(runtime.optimizer)))
+    return out
+
+
+def _callbacks(runtime: Runtime) -> list[tuple[str, Probe]]:
+    report = runtime.binding
+    if report is None:
+        return []
+    ref, installed = report.target_ref, dict(report.installed_ids)
+
+    def gone() -> bool:
+        target = ref() if ref is not None else None
+        return target is None or all(id(getattr(target, slot, None)) != ident for slot, ident in installed.items())
+
+    return [("bound callbacks", gone)]
+
+
+def hook_counts(runtime: Runtime) -> dict[str, int]:
+    """Hooks on the model now: forward pre-hooks, gradient hooks, bound callback slots (`--diff`
+    shows a count that grows from one cycle to the next: hooks added again, not released)."""
+    from megatron.core.utils import unwrap_model
+
+    chunks = unwrap_model(list(runtime.model or ()))
+    modules = [m for chunk in chunks for m in chunk.modules()]
+    params = [p for chunk in chunks for p in chunk.parameters()]
+    slots = ("finalize_model_grads_func", "grad_scale_func", "no_sync_func", "grad_sync_func", "param_sync_func")
+    config = runtime.transformer_config
+    return {
+        "forward_pre_hooks": sum(len(m._forward_pre_hooks) for m in modules),
+        "forward_hooks": sum(len(m._forward_hooks) for m in modules),
+        "grad_hooks": sum(len(getattr(p, "_post_accumulate_grad_hooks", None) or {}) for p in params),
+        "callbacks": sum(getattr(config, s, None) is not None for s in slots),
+    }

@@ -1,0 +1,78 @@
+"""Everything that depends on nvidia-resiliency-ext's `inprocess` API (0.4.1; the parts 0.6/0.7 share).
+
+Used: `inprocess.Wrapper` (keyword arguments `store_kwargs`, `initialize`, `abort`,
+`health_check`, the timeouts), `inprocess.CallWrapper` (passed to the function through a parameter
+annotated with it; `.iteration`, `.base_store`), `initialize.RetryController(max_iterations=)`,
+`abort.AbortTorchDistributed`, and `monitor_thread.RankShouldRestart` (what a rank that did not
+fail receives). Not exercised here: health checks (off: they need CUDA), rank reassignment after a
+rank is lost (every rank stays), hard timeouts, `AbortTransformerEngine`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+
+def wrap(fn: Callable[[Any], Any], *, max_cycles: int, port: int | None, timeout_s: float) -> Callable[[], Any]:
+    """`fn(call_wrapper)` under an `inprocess.Wrapper` on CPU/gloo: restarted in place, on every rank,
+    after a fault on any rank, up to `max_cycles` calls in all."""
+    from nvidia_resiliency_ext import inprocess
+    from nvidia_resiliency_ext.inprocess.abort import AbortTorchDistributed
+    from nvidia_resiliency_ext.inprocess.initialize import RetryController
+
+    # The soft timeout (no progress) well after the collectives' own (`startup.timeout_s`): a rank
+    # blocked in gloo raises at the collective's timeout, and a second RankShouldRestart must not
+    # arrive while nvrx handles the first (it then escapes the wrapper).
+    soft = timedelta(seconds=timeout_s * 3)
+    wrapper = inprocess.Wrapper(
+        store_kwargs={"port": port} if port is not None else {},
+        initialize=RetryController(max_iterations=max_cycles),
+        abort=AbortTorchDistributed(),
+        health_check=None,
+        soft_timeout=soft,
+        hard_timeout=soft * 2,
+        barrier_timeout=soft * 3,
+        completion_timeout=soft * 3,
+        heartbeat_timeout=min(soft * 2, timedelta(seconds=30)),
+        last_call_wait=timedelta(seconds=0.2),
+        monitor_thread_interval=timedelta(seconds=0.2),
+        monitor_process_interval=timedelta(seconds=0.2),
+        progress_watchdog_interval=timedelta(seconds=0.2),
+        heartbeat_interval=timedelta(seconds=0.5),
+    )
+
+    def call(call_wrapper: Any = None) -> Any:
+        return fn(call_wrapper)
+
+    # nvrx finds the parameter by its annotation, which must be the class itself (not a string)
+    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("call_wrapper", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                           annotation=inprocess.CallWrapper)]
+    )
+    return wrapper(call)  # type: ignore[no-any-return]
+
+
+def iteration(call_wrapper: Any) -> int:
+    return int(call_wrapper.iteration)
+
+
+def base_store(call_wrapper: Any) -> Any:
+    return call_wrapper.base_store
+
+
+def is_restart_request(exc: BaseException) -> bool:
+    """True for the exception nvrx raises into a rank that did not fail itself (also when it
+    arrived inside a transition and the engine chained it under PhaseFailed)."""
+    from nvidia_resiliency_ext.inprocess.monitor_thread import RankShouldRestart
+
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, RankShouldRestart):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -1,0 +1,106 @@
+"""In-process restart on nvidia-resiliency-ext (2 gloo ranks, real megatron-core, one spawned group):
+rank 1 raises at step 3 of 6 after a checkpoint at step 2, every rank restarts in place and the
+result equals an uninterrupted run exactly; five restarts in one process leak nothing; a release
+that misses something raises ResourceLeak naming it. Skipped, with the reason, where
+nvidia-resiliency-ext is not installed or cannot sit beside this megatron-core."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.audit import attempts, audit, diff
+from lifecycle.engine.launch import run_ranks
+from lifecycle.resilience import installed_problem
+
+PROBLEM = installed_problem()
+if PROBLEM is not None:
+    print(f"tests/integration/test_restart.py skipped: {PROBLEM}")
+    pytest.skip(PROBLEM, allow_module_level=True)
+
+LEDGER = {
+    "DISTRIBUTED:process group", "DISTRIBUTED:megatron parallel state", "DISTRIBUTED:RNG tracker states",
+    "DISTRIBUTED:rank watch thread", "DISTRIBUTED:process group objects (their gloo sockets)",
+    "MODEL_BUILT:model chunk 0 (DDP grad hooks, forward pre-hooks)",
+    "MODEL_BUILT:optimizer", "CALLBACKS_BOUND:bound callbacks",
+}
+"""What the ledger must hold at CALLBACKS_BOUND under the restart wrapper (the CPU rehearsal is the
+wrapper's, once per process, so not a cycle's). Removing any entry from the ledger fails a test."""
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    from tests.integration.restart_cases import restart_group
+
+    root = tmp_path_factory.mktemp("restart")
+    result: list[dict[str, Any]] = run_ranks(restart_group, 2, str(root), timeout_s=900)
+    return result
+
+
+def _log_records(log_dir: str) -> list[dict[str, Any]]:
+    import orjson
+
+    return [orjson.loads(line) for path in sorted(Path(log_dir).glob("rank-*.jsonl"))
+            for line in path.read_bytes().splitlines()]
+
+
+def test_in_process_restart_equals_no_restart(cases: list[dict[str, Any]]) -> None:
+    for rank, case in enumerate(cases):
+        plain, restart = case["plain"], case["restart"]
+        assert [s for s, _ in plain["losses"]] == [1, 2, 3, 4, 5, 6], rank
+        assert (restart["cycles"], restart["start"]) == (2, 2), rank  # restarted once, resumed from step 2
+        assert restart["losses"] == plain["losses"][2:], rank  # exactly, not approximately
+        assert restart["weights"] == plain["weights"], rank
+    steps = [(r["rank"], r["cycle"], r["step"]) for r in _log_records(cases[0]["restart"]["log_dir"])
+             if r["event"] == "step_completed"]
+    assert [(c, s) for rank, c, s in steps if rank == 1] == [(0, 1), (0, 2), (0, 3), (1, 3), (1, 4), (1, 5), (1, 6)]
+
+
+def test_the_audit_names_rank_1_as_the_cause_of_cycle_0_and_cycle_1_is_clean(cases: list[dict[str, Any]]) -> None:
+    result = audit([cases[0]["restart"]["log_dir"]], jobs=1)
+    assert result.exit_code == 0, result.findings
+    found = attempts(result.ranks)
+    assert [(a.cycle, a.ended, a.cause_rank, a.ranks) for a in found] == \
+        [(0, True, 1, (0, 1)), (1, False, None, (0, 1))]
+    assert found[0].cause is not None and "injected fault at step 3 in cycle 0" in found[0].cause
+    assert found[1].restart_s is not None and 0 < found[1].restart_s < 120 and found[1].resumed_step == 2
+    ended = [r for r in _log_records(cases[0]["restart"]["log_dir"]) if r["event"] == "cycle_ended"]
+    assert sorted((r["rank"], r["cycle"], r["cause_rank"]) for r in ended) == [(0, 0, 1), (1, 0, 1)]
+    assert diff(result.ranks, 0, 1) == ["cycles 0 and 1: no difference"]
+
+
+def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> None:
+    for rank, case in enumerate(cases):
+        leaks = case["leaks"]
+        assert leaks["cycles"] == 6 and leaks["weights"] == case["plain"]["weights"], rank
+        first, *later = leaks["per_cycle"][:5]  # at step 1 of cycles 0..4, just before the fault
+        assert first["forward_pre_hooks"] + first["callbacks"] + first["process_groups"] > 0
+        for cycle, counts in enumerate(later, 1):
+            # hooks, callbacks, process groups, ledger entries, threads: exactly the first cycle's;
+            # descriptors: never more than the first cycle's (measured: 207, 192, 128, ... on one
+            # rank: sockets of the aborted groups still closing; the first cycle also opens what a
+            # process opens once)
+            assert {k: v for k, v in counts.items() if k != "fds"} == \
+                {k: v for k, v in first.items() if k != "fds"}, (rank, cycle)
+            assert counts["fds"] <= first["fds"], (rank, cycle, counts, first)
+    records = _log_records(cases[0]["leaks"]["log_dir"])
+    assert not [r for r in records if r["event"] == "resource_leaked"]
+    for record in (r for r in records if r["event"] == "cycle_started"):
+        assert set(record["ledger"]) == LEDGER, record["ledger"]
+    result = audit([cases[0]["leaks"]["log_dir"]], jobs=1)
+    assert [a.cause_rank for a in attempts(result.ranks)] == [1, 1, 1, 1, 1, None]
+
+
+@pytest.mark.parametrize(("case", "resource", "state"), [
+    ("sabotage_rng", "RNG tracker states", "DISTRIBUTED"),
+    ("sabotage_model", "model chunk 0 (DDP grad hooks, forward pre-hooks)", "MODEL_BUILT"),
+])
+def test_a_release_that_misses_a_resource_raises_resource_leak(
+    cases: list[dict[str, Any]], case: str, resource: str, state: str
+) -> None:
+    for result in (c[case] for c in cases):
+        assert (result["error"]["type"], result["error"]["resource"], result["error"]["state"]) == \
+            ("ResourceLeak", resource, state), result["error"]
+        assert {(r["resource"], r["state"]) for r in result["leaked"]} >= {(resource, state)}
