@@ -11,6 +11,7 @@ from lifecycle.audit._audit import (
     EXIT_VIOLATION,
     AuditResult,
     audit,
+    no_gc,
 )
 from lifecycle.audit._cause import RootCause, Victim, root_causes
 from lifecycle.audit._cycles import Attempt, attempts, diff
@@ -56,6 +57,7 @@ __all__ = [
     "critical_chain",
     "diff",
     "enabled",
+    "no_gc",
     "plot",
     "printable",
     "rank_blame",

@@ -73,7 +73,7 @@ def audit(
     the result does not depend on it. Raises ValueError for an unknown or empty rule name.
     """
     rules = enabled(select, ignore)
-    with _no_gc():
+    with no_gc():
         return _audit(paths, rules, jobs)
 
 
@@ -128,17 +128,18 @@ def _cpus() -> int:
 
 def _read_files(inputs: Sequence[Input], limit: int) -> _Read:
     read = _Read()
-    with _no_gc():
+    with no_gc():
         for source in inputs:
             _read_source(source, read, limit)
     return read
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """The cyclic collector paused while auditing (and in each reading process): reading allocates
-    hundreds of thousands of small objects and keeps the ranks' summaries, so the collector would
-    rescan them again and again for cycles that the audit never makes (5-10% of its time)."""
+def no_gc() -> Iterator[None]:
+    """The cyclic collector paused while auditing (and in each reading process, and while the
+    export reads the same logs): reading allocates hundreds of thousands of small objects and keeps
+    the ranks' summaries, so the collector would rescan them again and again for cycles that the
+    audit never makes (5-10% of its time)."""
     was = gc.isenabled()
     gc.disable()
     try:

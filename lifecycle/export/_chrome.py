@@ -13,7 +13,8 @@ from typing import Any
 
 import orjson
 
-from lifecycle.export._model import RankTrace, Trace, no_gc
+from lifecycle.audit import no_gc
+from lifecycle.export._model import RankTrace, Trace
 from lifecycle.log import events
 
 STATES_TID, IMPORTS_TID, MARKS_TID = 1, 2, 3

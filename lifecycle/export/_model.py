@@ -3,18 +3,16 @@ causes, critical chain) joined with what the second read of each rank file found
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import multiprocessing as mp
 import os
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-from lifecycle.audit import AuditResult, ChainLink, RankAudit, RootCause, Segment, audit, critical_chain
+from lifecycle.audit import AuditResult, ChainLink, RankAudit, RootCause, Segment, audit, critical_chain, no_gc
 from lifecycle.errors import LogUnreadable
 from lifecycle.export._details import Attempt, Details, Mark, read_details
 
@@ -95,20 +93,6 @@ class Trace:
     @property
     def world_size(self) -> int:
         return max((r.audit.world_size or 0 for r in self.ranks), default=0)
-
-
-@contextlib.contextmanager
-def no_gc() -> Iterator[None]:
-    """The cyclic collector paused, as the audit does: an export allocates hundreds of thousands
-    of small objects that hold no cycles, and the collector would rescan them all (a third of the
-    time at 4,096 ranks)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def load(paths: Sequence[str], *, jobs: int | None = None) -> Trace:

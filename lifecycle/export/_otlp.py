@@ -16,8 +16,9 @@ from typing import Any
 
 import orjson
 
+from lifecycle.audit import no_gc
 from lifecycle.errors import ExtraNotInstalled
-from lifecycle.export._model import COORDINATES, RankTrace, Trace, no_gc
+from lifecycle.export._model import COORDINATES, RankTrace, Trace
 from lifecycle.log import events
 from states import State
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from lifecycle.audit import RULES, blame, stragglers
-from lifecycle.export._model import RankTrace, Trace, no_gc
+from lifecycle.audit import RULES, blame, no_gc, stragglers
+from lifecycle.export._model import RankTrace, Trace
 from lifecycle.export._rows import Row, rows
 from lifecycle.log import events
 from states import STARTUP_ORDER, State
