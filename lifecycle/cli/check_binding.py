@@ -113,7 +113,24 @@ def check_rank(config_data: dict[str, Any], provider_spec: str, binder_spec: str
             binder(binder_spec)(model, rt.optimizer, rt.ddp_config, rt.provider_config)
         report = check(model, rt.ddp_config, rt.optimizer, provider_config=rt.provider_config,
                        align_grad_reduce=config.ddp.align_grad_reduce)
-    return {"verdict": report.verdict, "text": report.render()}
+        result = {"verdict": report.verdict, "text": report.render()}
+        if binder_spec != "lifecycle":  # the foreign binder's callbacks hold the optimizer and the model:
+            _clear_slots([rt.provider_config, *model])  # let the lifecycle's release free them
+        del rt, model, report
+    return result
+
+
+def _clear_slots(holders: list[Any]) -> None:
+    """Empty every callback slot on the given configs and on the configs of the given chunks."""
+    from megatron.core.utils import get_model_config
+
+    from bindings import SLOTS
+
+    for holder in holders:
+        config = holder if holder is None or not hasattr(holder, "forward") else get_model_config(holder)
+        for slot in SLOTS if config is not None else ():
+            if hasattr(config, slot):
+                setattr(config, slot, None)
 
 
 def binder(spec: str) -> Any:
