@@ -93,7 +93,7 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         )
         if tripwires != "off":
             _tripwires.arm(self)
-        self._warnings = _warnings.capture(self, console=self._runtime.rank == 0 and self.options.warnings_line)
+        self._warnings = _warnings.capture(self, console=self._runtime.rank == 0, enabled=self.options.capture_warnings)
         track(self)
 
     # -- what users read -------------------------------------------------------------------------

@@ -157,9 +157,19 @@ def quiet_library_loggers() -> None:
     warnings.showwarning = show
 
 
-def capture(lc: _Recorder, *, console: bool) -> WarningCapture:
-    """Route this process's library warnings to `lc`'s log until `release()`."""
-    return WarningCapture(lc, console=console).install()
+class _Off:
+    """What a lifecycle holds when it captures nothing (`Options.capture_warnings=False`)."""
+
+    def flush(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
+def capture(lc: _Recorder, *, console: bool, enabled: bool = True) -> WarningCapture | _Off:
+    """Route this process's library warnings to `lc`'s log until `release()` (nothing if not `enabled`)."""
+    return WarningCapture(lc, console=console).install() if enabled else _Off()
 
 
 class _Handler(logging.Handler):

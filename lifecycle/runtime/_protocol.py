@@ -91,9 +91,10 @@ class Options:
     """Run the environment checks at VALIDATED (the convert plan never does)."""
     binding_policy: Policy | None = None
     """What binding does when a slot holds another callable: refuse (None), 'keep' or 'replace'."""
-    warnings_line: bool = True
-    """Rank 0 prints one closing line counting the library warnings it logged (`lifecycle simulate`
-    turns it off: its simulated ranks share one console)."""
+    capture_warnings: bool = True
+    """Write library warnings to this lifecycle's log as `warning` records, rank 0 printing one
+    closing line that counts them. `lifecycle simulate` turns it off: its simulated ranks share one
+    process and console, and their logs describe the layout, the same on every environment."""
 
     @classmethod
     def of(cls, value: Options | Mapping[str, object] | None) -> Options:

@@ -202,7 +202,7 @@ def simulate_rank(sim: Simulation, rank: int, expected: Placement) -> RankReport
     started = time.perf_counter()
     provider = shrunken_gpt_provider if sim.until is State.MODEL_BUILT else None
     lc = Lifecycle(at_rank(sim.config, rank), provider, sim.log_dir, run_id=sim.run_id,
-                   options={"environment_checks": False, "warnings_line": False})
+                   options={"environment_checks": False, "capture_warnings": False})
     observed: Placement | None = None
     mismatches: tuple[str, ...] = ()
     parameters: int | None = None
