@@ -42,9 +42,10 @@ def non_negative(text: str) -> int:
 def load(args: argparse.Namespace) -> RunConfig:
     """The RunConfig from `--preset`/`--config`, `--set`, `--plan` and `--log-dir` (`--config` and
     `--log-dir` are paths, taken as typed)."""
-    from lifecycle.config import RunConfig
+    from lifecycle.config import RunConfig, refuse_repeated
 
     overrides = list(args.overrides)
+    refuse_repeated(overrides)
     if args.plan:
         overrides.append(f"plan={args.plan}")
     if getattr(args, "overwrite", False):

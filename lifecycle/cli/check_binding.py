@@ -72,9 +72,10 @@ def run(args: argparse.Namespace) -> int:
     problem = spec_problem(args.provider) or binder_problem(args.binder)
     if problem:
         return _refuse(problem)
-    from lifecycle.config import RunConfig
+    from lifecycle.config import RunConfig, refuse_repeated
 
     try:
+        refuse_repeated(args.overrides)
         config = RunConfig.preset(args.preset, [*args.overrides, f"parallel.world_size={NPROC}"])
     except LifecycleError as exc:
         return _refuse(str(exc))

@@ -80,8 +80,9 @@ def _check_flags(args: argparse.Namespace) -> str | None:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from lifecycle.config import RunConfig
+    from lifecycle.config import RunConfig, refuse_repeated
 
+    refuse_repeated(args.overrides)
     if args.config:
         return RunConfig.from_yaml(args.config, args.overrides)
     return RunConfig.preset(args.preset, args.overrides)

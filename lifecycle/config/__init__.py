@@ -9,6 +9,7 @@ from lifecycle.config._checkpoints import LATEST, checkpoint_problem, iteration_
 from lifecycle.config._environment import probe_environment
 from lifecycle.config._loading import preset_names
 from lifecycle.config._normalize import Normalization, normalize
+from lifecycle.config._overrides import refuse_repeated
 from lifecycle.config._problems import TE_EXTRA, Environment, Kind, Problem
 from lifecycle.config._records import (
     CheckpointConfig,
@@ -66,6 +67,7 @@ __all__ = [
     "preset_names",
     "probe_environment",
     "raise_for",
+    "refuse_repeated",
     "require_unchanged",
     "snapshot_config",
     "validate",

@@ -86,8 +86,9 @@ def _split(item: str) -> tuple[str, str]:
     return key, raw
 
 
-def apply_overrides(data: dict[str, Any], overrides: Iterable[str], cls: type[Any] | None = None) -> dict[str, Any]:
-    """`data` with each `KEY=VALUE` override applied, typed by `cls`'s field (see the module doc)."""
+def refuse_repeated(overrides: Iterable[str]) -> None:
+    """A key given twice on the command line (`--set k=1 --set k=2`) is a ConfigError naming it. In
+    code, a list of overrides applies in order and the last one wins (a preset refined by a case)."""
     seen: dict[str, str] = {}
     for item in overrides:
         key, raw = _split(item)
@@ -95,6 +96,12 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str], cls: type[An
             raise ConfigError(f"override {key} is given twice ({seen[key]!r}, then {raw!r}); give it once",
                               field=key, problems=[item])
         seen[key] = raw
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str], cls: type[Any] | None = None) -> dict[str, Any]:
+    """`data` with each `KEY=VALUE` override applied in order, typed by `cls`'s field (see the module doc)."""
+    for item in overrides:
+        key, raw = _split(item)
         node = data
         parts = key.split(".")
         for part in parts[:-1]:

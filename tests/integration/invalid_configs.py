@@ -159,7 +159,7 @@ CASES: list[Case] = [
         "checkpoint_load_missing",
         ["checkpoint.load=/no/such/ckpt"],
         [("paths", "checkpoint.load")],
-        {},
+        {"checkpoint_problem": "does not exist"},  # what the probe reads for /no/such/ckpt
     ),
     ("nccl_without_cuda", ["backend=nccl"], [("cuda_backend", "backend")], {}),
     (
