@@ -93,13 +93,16 @@ class EntryWork:
 
     def _released(self, trigger: Trigger) -> None:
         """The ledger's check, once neither the runtime nor the phase context holds what was released.
-        A leak at shutdown is reported after the rest is released, as a release error is."""
+        A survivor is logged (`resource_leaked`) in every case; a rebuild or restart also raises
+        ResourceLeak, since the next cycle would stack on it. A shutdown does not: it can run while
+        a failed entry work's frames still hold what they built (a log write failing inside it), and
+        the process is leaving. The errors the lifecycle holds drop their frames' locals first."""
+        _drop_frame_locals(self._pending_error, getattr(self._log, "fault", None))
         try:
             self._check_released(RELEASE_KEEP[trigger])
-        except Exception as exc:
+        except Exception:
             if trigger is not Trigger.SHUTDOWN:
                 raise
-            self._pending_error = self._pending_error or exc
 
     def _check_mutation(self, trigger: Trigger | None) -> None:
         if self._snapshot is None or not self._runtime.validated:
@@ -119,3 +122,18 @@ class EntryWork:
             "once validated; build a new RunConfig (dataclasses.replace) and a new Lifecycle instead",
             field=name, validated=old, current=new,
         )
+
+
+def _drop_frame_locals(*errors: BaseException | None) -> None:
+    """Clear the local variables of every frame in these errors' tracebacks (and their causes)."""
+    import traceback
+
+    seen: set[int] = set()
+    todo = [e for e in errors if e is not None]
+    while todo:
+        error = todo.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        todo += [e for e in (error.__cause__, error.__context__) if e is not None]
