@@ -106,15 +106,19 @@ def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: in
 
     timeout_s = config.startup.timeout_s
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # then torchrun hosts the store
+    provided = _provided_store(ctx)
     try:
-        store = _provided_store(ctx) or rendezvous_store(rank, world, timeout_s)
+        store = provided or rendezvous_store(rank, world, timeout_s)
     except Exception as exc:
         if (rank == 0 and not agent) or not is_timeout(exc):
             raise
         raise _store_unreachable(ctx, timeout_s, agent) from exc
     ranks = dist.PrefixStore("ranks", store)
-    watch = RankWatch(ranks, rank=rank, world_size=world, timeout_s=timeout_s,
-                      watcher_store=ranks.clone, store_host=None if agent else 0)  # its own connection
+    # Under an in-process restart wrapper (it provides the store) the process must live on to be
+    # restarted in place: the watcher still logs and publishes, but never ends the process.
+    watch = RankWatch(ranks, rank=rank, world_size=world, timeout_s=timeout_s, watcher_store=ranks.clone,
+                      store_host=None if agent else 0,  # its own connection
+                      exit_process=_stay if provided is not None else os._exit)
     watch.check_in(ctx)
     watch.start()
     return store, watch
@@ -134,6 +138,10 @@ def _store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> Dist
 
 
 STORE = "rendezvous_store"
+
+
+def _stay(_code: int) -> None:
+    """The watcher's exit under an in-process restart wrapper: the wrapper aborts and restarts."""
 """The `Runtime.extras` key of a store someone else hosts (`lifecycle.resilience`: the restart
 wrapper's store for this cycle); DISTRIBUTED rendezvouses on it instead of MASTER_ADDR/MASTER_PORT."""
 

@@ -23,7 +23,7 @@ import orjson
 
 from lifecycle import GuardRejected, Lifecycle, LifecycleError, RunConfig
 from lifecycle.errors import StartupAborted
-from lifecycle.log import _writer
+from lifecycle.log import _writer, events
 from lifecycle.megatron import MegatronPhases
 from lifecycle.runtime import PhaseContext, Runtime
 from states import STARTUP_ORDER, State, forward_trigger
@@ -62,7 +62,7 @@ class FaultyPhases(MegatronPhases):
         self.scenario = scenario
         self.armed = True
 
-    def _fault(self, trigger: str) -> None:
+    def _fault(self, trigger: str, ctx: PhaseContext | None = None) -> None:
         if not self.armed or forward_trigger(State[self.scenario["state"]]).value != trigger:
             return
         self.armed = False
@@ -71,28 +71,34 @@ class FaultyPhases(MegatronPhases):
             raise RuntimeError(f"injected in {trigger}")
         if kind == "oserror":
             fill(self.scenario.get("disk"))
+            if self.scenario.get("disk") and ctx is not None:
+                # tmpfs keeps the free bytes of the log's last page: records of this state's entry
+                # work use them up (8 x ~0.7 KiB > one 4 KiB page), so its next write meets ENOSPC
+                for _ in range(8):
+                    ctx.emit(events.WARNING, category="UserWarning", module="fault_child", message="x" * 512,
+                             lineno=0)
         if kind == "signal":
             print("READY", flush=True)
             time.sleep(120)
 
     def validate(self, ctx: PhaseContext) -> Runtime:
-        self._fault("validate")
+        self._fault("validate", ctx)
         return super().validate(ctx)
 
     def start_services(self, ctx: PhaseContext) -> Runtime:
-        self._fault("start_services")
+        self._fault("start_services", ctx)
         return super().start_services(ctx)
 
     def init_distributed(self, ctx: PhaseContext) -> Runtime:
-        self._fault("init_distributed")
+        self._fault("init_distributed", ctx)
         return super().init_distributed(ctx)
 
     def build_model(self, ctx: PhaseContext) -> Runtime:
-        self._fault("build_model")
+        self._fault("build_model", ctx)
         return super().build_model(ctx)
 
     def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
-        self._fault("bind_callbacks")
+        self._fault("bind_callbacks", ctx)
         return super().bind_callbacks(ctx)
 
 

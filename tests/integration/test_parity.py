@@ -118,10 +118,15 @@ def test_replicas_differ_after_a_hand_written_loop_until_params_are_synced(ranks
 
 
 def test_the_step_api_watchdog_raises_when_the_step_ran_without_the_binding(ranks: list[dict[str, Any]]) -> None:
+    own = []
     for rank in ranks:
         case = rank["unbound_loop"]
-        assert case["error"] == "FinalizerNotCalled"
+        # Both ranks raise; the second to fail may first hear (failure broadcast, which covers the
+        # steps) that its peer did, and names the peer's FinalizerNotCalled instead.
+        assert case["error"] in ("FinalizerNotCalled", "DistributedError"), case
         assert _names(case["records"]) == ["first_step_not_finalized"]
+        own.append(case["error"] == "FinalizerNotCalled")
+    assert any(own), "the first rank to fail names its own FinalizerNotCalled"
 
 
 def test_a_first_step_that_raises_restores_the_gather_and_the_next_step_is_the_first(
@@ -129,7 +134,9 @@ def test_a_first_step_that_raises_restores_the_gather_and_the_next_step_is_the_f
 ) -> None:
     for rank in ranks:
         case = rank["failing_first_step"]
-        assert case["error"] == "checkpoint load failed"
+        # its own error, or its peer's, heard through the failure broadcast first
+        assert case["error"] == "checkpoint load failed" or (
+            "checkpoint load failed" in case["error"] and "The root cause is on rank" in case["error"]), case
         assert case["hooks"] == [True, True] and case["param_sync_restored"]
         assert case["records"][:2] == ["param_gather_deferred", "param_gather_resumed"]
         assert case["records"][2:] == ["param_gather_deferred", "first_step_finalized",
