@@ -1,21 +1,19 @@
 """Deadlines, check-in and failure broadcast for the collective states (docs/failures.md).
 
 Keys, under this initialization's rendezvous prefix and `ranks/`:
-
     checkin/<rank>   each rank, before `init_process_group`
     host/<name>[/n]  a count of the ranks on host <name>, and the n-th one's `rank:pid` (check-in)
     arrived          a counter; the rank that brings it to world_size sets `all_arrived`
     failure/<rank>   what a failed rank publishes: {rank, state, error, kind}
     first            the first failure published (`compare_set`: the first writer wins)
 
-A watcher thread polls `first` on its own store connection (the main thread's may be blocked in a
-`wait`), checks that the ranks on its host still exist (`_liveness.py`) and that the store's host
-answers. It watches the collective states, each training step and the shutdown's closing barrier.
-gloo on torch 2.13 cannot abort a collective in flight: `_abort_process_group`,
-`ProcessGroupGloo.abort()` and `set_timeout` all leave it blocked (tried). So a victim leaves a
-blocked collective when the failed rank destroys its process group (its sockets close and the
-victim's op raises at once), when the collective's own timeout (`startup.timeout_s`) expires, or,
-when neither happened `grace_s` after the watcher saw the failure or the state's deadline passed,
+A watcher thread polls `first` on its own store connection (the main thread's may be blocked), checks
+that the ranks on its host exist (`_liveness.py`) and the store's host answers; it watches the
+collective states, each training step and the shutdown's closing barrier.
+gloo on torch 2.13 cannot abort a collective in flight (`_abort_process_group`, `abort()`,
+`set_timeout`: tried). So a victim leaves a blocked collective when the failed rank destroys its
+process group (its sockets close: the op raises at once), when the collective's timeout
+(`startup.timeout_s`) expires, or `grace_s` after the watcher saw the failure or the deadline passed,
 because the watcher writes `peer_failed` / `state_timeout` and ends the process (`EXIT_CODE`).
 """
 
@@ -216,6 +214,8 @@ class RankWatch:
                 self._active = None
 
     def _classify(self, emit: Emit, trigger: str, state: str, exc: BaseException) -> BaseException:
+        if not isinstance(exc, (Exception, KeyboardInterrupt, SystemExit)):
+            return exc  # a wrapper's control flow (nvidia-resiliency-ext's RankShouldRestart), passed on
         peer = self.peer_failure()
         if peer is None and connection_lost(exc):  # a peer died: wait for the verdict naming it
             peer = self._await_peer_failure(self.stale_s + 3 * self.poll_s)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from lifecycle.errors import DistributedError
 from lifecycle.megatron._liveness import host_key, process_alive, store_closed
 from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch
 
@@ -193,3 +194,23 @@ class _Ctx:
     def emit(self, event: str, **fields: Any) -> None:
         raise AssertionError(f"unexpected {event}")
 
+
+
+class RankShouldRestart(BaseException):
+    """Stands for nvidia-resiliency-ext's restart signal: a BaseException the wrapper raises in a rank."""
+
+
+@pytest.mark.parametrize(("raised", "expected"), [
+    (RankShouldRestart("Interruption.EXCEPTION on ranks={1}"), RankShouldRestart),
+    (RuntimeError("gloo: Connection closed by peer"), DistributedError),
+])
+def test_a_wrappers_restart_signal_passes_through_while_a_peers_failure_makes_an_error_a_victims(
+    raised: BaseException, expected: type[BaseException]
+) -> None:
+    store = MemoryStore()
+    failure = Failure(rank=1, state="CALLBACKS_BOUND", error="RuntimeError: injected", kind="exception")
+    store.set("first", failure.encode())
+    watch = _watch(store, 0, [])
+    with pytest.raises(expected) as caught, watch.watching(Emitted(), "step 3", "CALLBACKS_BOUND", deadline=False):
+        raise raised
+    assert (caught.value is raised) is (expected is RankShouldRestart)
