@@ -41,6 +41,9 @@ def process_ended(audit: RankState) -> None:
     entry = audit.cycles.setdefault(max(cycles) if cycles else (audit.attempt_no, 0), {})
     if not entry.get("ended"):
         entry.update(ended=True, cause=f"process ended in {audit.state}", last_ts=audit.last_ts)
+        failure = audit.failure  # a survivor that logged `peer_failed` named the rank that failed
+        if failure is not None and failure.kind == "peer_failed" and failure.peer is not None:
+            entry.update(cause_rank=failure.peer, cause=failure.message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,10 @@ CHILD = Path(__file__).with_name("restart_torchrun_child.py")
 
 def torchrun(root: Path, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(CHILD.parents[2]), "TORCH_CPP_LOG_LEVEL": "ERROR"}
+    # --monitor-interval 3: the agent notices the killed rank after the survivor's watcher has (its
+    # pid check, 0.5 s, and 1 s grace): the survivor's log then names the rank that died
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
+               "--monitor-interval", "3",
                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", name,
                str(CHILD), str(root), name, *extra]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
@@ -52,5 +55,5 @@ def test_the_audit_joins_the_attempts_of_one_run_id(runs: dict[str, Any]) -> Non
     result = audit([str(runs["root"] / "killed" / "logs")], jobs=1)
     found = attempts(result.ranks)
     assert [(a.attempt, a.ranks, a.ended) for a in found] == [(0, (0, 1), True), (1, (0, 1), False)]
-    assert found[0].cause_rank == 1  # its log stopped first: killed at step 3
+    assert found[0].cause_rank == 1  # killed at step 3: rank 0's `peer_failed` names it
     assert len({r.run_id for r in result.ranks}) == 1
