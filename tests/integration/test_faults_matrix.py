@@ -41,12 +41,18 @@ def disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
 
 
 def run_child(scenarios: list[dict[str, Any]], send: int | None = None) -> tuple[list[dict[str, Any]], int, str]:
-    """Run the child over `scenarios`, sending it `send` each time it says READY."""
+    """Run the child over `scenarios`, sending it `send` each time it says READY. Its stderr (the
+    logs' fallback JSON lines among them) is drained on a thread: a full pipe would block the child."""
+    import threading
+
     child = subprocess.Popen([sys.executable, "-m", "tests.integration.fault_child", orjson.dumps(scenarios)],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stderr is not None
+    err: list[str] = []
+    drain = threading.Thread(target=lambda: err.extend(child.stderr), daemon=True)  # type: ignore[arg-type]
+    drain.start()
     results = []
     try:
-        assert child.stdout is not None
         for line in child.stdout:
             if line.startswith("READY") and send is not None:
                 os.kill(child.pid, send)
@@ -56,8 +62,8 @@ def run_child(scenarios: list[dict[str, Any]], send: int | None = None) -> tuple
     finally:
         if child.poll() is None:
             child.kill()
-    assert child.stderr is not None
-    return results, code, child.stderr.read()
+    drain.join(timeout=30)
+    return results, code, "".join(err)
 
 
 def scenarios(kind: str, tmp: Path, disk: str | None) -> list[dict[str, Any]]:
