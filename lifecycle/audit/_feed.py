@@ -19,13 +19,14 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_right
 from collections.abc import Sequence
-from itertools import compress, count, islice, repeat
-from operator import add, attrgetter, eq, itemgetter, le, ne, not_
+from itertools import compress, islice
+from operator import attrgetter, itemgetter
 from typing import Annotated, Any, Union
 
 import msgspec
 import orjson
 
+from lifecycle.audit._breaks import HexDigests, chain_breaks, typed_clean
 from lifecycle.audit._handlers import HANDLERS, READS, WANTED
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import Lines
@@ -107,11 +108,11 @@ class Feeder:
         joined = b"".join([_sha256(line[:_CUT] + b"}").digest() for line in (lines if n == len(lines) else lines[:n])]
                           ).hex()  # hexed at once: one call, not one per record
         digests: Sequence[str]
-        if heads is None and type(recs[0]) is not dict and _typed_clean(cols, joined):
-            digests, breaks = _Hex(joined), []
+        if heads is None and type(recs[0]) is not dict and typed_clean(cols, joined):
+            digests, breaks = HexDigests(joined), []
         else:
             digests = [joined[k:k + 64] for k in range(0, len(joined), 64)]
-            breaks = _breaks(cols, digests)
+            breaks = chain_breaks(cols, digests)
         seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
         i = 0
         while i < n:
@@ -243,93 +244,6 @@ def _heads(recs: list[Any]) -> list[tuple[Any, ...] | None]:
         except (KeyError, TypeError):
             heads.append(None)
     return heads
-
-
-def _breaks(cols: tuple[tuple[Any, ...], ...], digests: list[str]) -> list[int]:
-    """Sorted indices j >= 1 whose record does not continue record j - 1 unchanged (or fails its own
-    hash or event check). Checked on whole columns: a batch of one log has none; a batch of
-    concatenated logs (stdin) is checked between the places where the chain breaks."""
-    n = len(digests)
-    if n < 2:
-        return []
-    try:
-        if _clean(cols, digests, 0, n):
-            return []
-        prevs, hashes = cols[1], cols[2]
-        cuts = list(compress(count(1), map(ne, prevs[1:], hashes[:-1])))
-        found: list[int] = []
-        for start, stop in zip([0, *cuts], [*cuts, n], strict=True):
-            if stop - start > 1 and not _clean(cols, digests, start, stop):  # one record: _run checks it
-                found += [start + j for j in _pairwise([c[start:stop] for c in cols], digests[start:stop])]
-        return sorted({*cuts, *found})
-    except TypeError:  # a str seq, an unhashable event, a ts that is not a number: record by record
-        rows = list(zip(*cols, strict=True))
-        return [j for j in range(1, n) if not _continues(rows[j - 1], rows[j], digests[j - 1], digests[j])]
-
-
-def _typed_clean(cols: tuple[tuple[Any, ...], ...], joined: str) -> bool:
-    """_clean for typed records, whose hashes are 64 characters and events known: the stored hashes
-    and the previous hashes compared as joined strings."""
-    prevs, hashes = cols[1], cols[2]
-    return bool("".join(hashes) == joined and "".join(prevs[1:]) == joined[:-64] and _in_order(cols))
-
-
-def _in_order(cols: Sequence[tuple[Any, ...]]) -> bool:
-    """Consecutive `seq`s, one envelope and a clock that does not go backwards, on whole columns."""
-    seqs, _, _, gens, ranks, runs, sizes, tss, _ = cols
-    n = len(seqs)
-    return bool(seqs == tuple(range(seqs[0], seqs[0] + n)) and gens.count(gens[0]) == n
-                and ranks.count(ranks[0]) == n and runs.count(runs[0]) == n and sizes.count(sizes[0]) == n
-                and all(map(le, tss, islice(tss, 1, None))))
-
-
-class _Hex(Sequence[str]):
-    """The records' hashes, read from their joined hex digests when asked for (a few per batch)."""
-
-    __slots__ = ("joined",)
-
-    def __init__(self, joined: str) -> None:
-        self.joined = joined
-
-    def __len__(self) -> int:
-        return len(self.joined) // 64
-
-    def __getitem__(self, i: Any) -> Any:
-        if type(i) is not int:
-            raise TypeError("a single index")
-        start = 64 * (i if i >= 0 else len(self) + i)
-        return self.joined[start:start + 64]
-
-
-def _clean(cols: Sequence[tuple[Any, ...]], digests: list[str], start: int, stop: int) -> bool:
-    """Whether records [start, stop) each continue the one before unchanged, on whole columns."""
-    n = stop - start
-    whole = n == len(digests)
-    part = cols if whole else [c[start:stop] for c in cols]
-    prevs, hashes, evs = part[1], part[2], part[8]
-    return bool(hashes == tuple(digests if whole else digests[start:stop]) and prevs[1:] == hashes[:-1]
-                and _in_order(part) and _EVENTS.issuperset(evs))
-
-
-def _pairwise(cols: Sequence[tuple[Any, ...]], digests: list[str]) -> list[int]:
-    """_breaks record by record, still in C (ranks interleaved on stdin, a damaged log). Raises
-    TypeError on a field of a type it cannot compare."""
-    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
-    same = [map(eq, column[1:], column[:-1]) for column in (gens, ranks, runs, sizes)]
-    ok = map(all, zip(map(eq, hashes[1:], digests[1:]), map(eq, prevs[1:], digests[:-1]),
-                      map(eq, seqs[1:], map(add, seqs[:-1], repeat(1))), *same,
-                      map(le, tss[:-1], tss[1:]), map(_EVENTS.__contains__, evs[1:]), strict=True))
-    return list(compress(count(1), map(not_, ok)))
-
-
-def _continues(before: tuple[Any, ...], head: tuple[Any, ...], prev: str, digest: str) -> bool:
-    if head[2] is None or before[2] is None:  # a record without the fields (a row of None)
-        return False
-    try:
-        return bool(head[0] == before[0] + 1 and head[1] == prev and head[2] == digest and head[3:7] == before[3:7]
-                    and type(head[7]) is float and head[7] >= before[7] and head[8] in _EVENTS)
-    except TypeError:
-        return False
 
 
 class _Router:
