@@ -65,15 +65,11 @@ def cross_rank(streams: Sequence[RankAudit]) -> list[Finding]:
 
 
 def _ranks_present(run_id: str | None, group: list[RankAudit]) -> list[Finding]:
-    found: list[Finding] = []
     by_rank: dict[int, list[str]] = defaultdict(list)
     for stream in group:
         if stream.rank is not None:
             by_rank[stream.rank].append(stream.source)
-    for rank, sources in sorted(by_rank.items()):
-        if len(sources) > 1:
-            found.append(Finding(rule="LA015", run_id=run_id, rank=rank,
-                                 message=f"rank {rank} has {len(sources)} logs: {', '.join(sources[:4])}"))
+    found = _duplicate_logs(run_id, by_rank)
     sizes = Counter(s.world_size for s in group if s.world_size is not None)
     if not sizes:
         return found
@@ -93,6 +89,12 @@ def _ranks_present(run_id: str | None, group: list[RankAudit]) -> list[Finding]:
         found.append(Finding(rule="LA014", run_id=run_id, message=f"ranks disagree on world_size "
                              f"{dict(sizes)} or claim ranks outside it: {ranges(outside) if outside else '-'}"))
     return found
+
+
+def _duplicate_logs(run_id: str | None, by_rank: dict[int, list[str]]) -> list[Finding]:
+    return [Finding(rule="LA015", run_id=run_id, rank=rank,
+                    message=f"rank {rank} has {len(sources)} logs: {', '.join(sources[:4])}")
+            for rank, sources in sorted(by_rank.items()) if len(sources) > 1]
 
 
 def _final_state(stream: RankAudit) -> str:

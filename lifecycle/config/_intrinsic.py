@@ -119,15 +119,20 @@ def check_attention(c: RunConfig) -> list[Problem]:
                 "use a hidden size that is a multiple of the head count",
             )
         )
-    g = m.num_query_groups
+    return out + _query_groups(m.num_query_groups, m.num_attention_heads, tp)
+
+
+def _query_groups(g: int | None, heads: int, tp: int) -> list[Problem]:
+    """Query groups divide the heads and are a multiple or divisor of tp."""
+    out: list[Problem] = []
     if g is not None and g >= 1:
-        if m.num_attention_heads % g:
+        if heads % g:
             out.append(
                 _p(
                     "attention",
                     "model.num_query_groups",
                     g,
-                    f"does not divide model.num_attention_heads={m.num_attention_heads}",
+                    f"does not divide model.num_attention_heads={heads}",
                     "use a divisor of the head count",
                 )
             )
@@ -209,6 +214,12 @@ def check_experts(c: RunConfig) -> list[Problem]:
                 f"use a multiple of {p.ep} experts, or change parallel.ep",
             )
         )
+    return out + _moe_layers(c, n)
+
+
+def _moe_layers(c: RunConfig, n: int | None) -> list[Problem]:
+    """MoE training with tp > 1 needs sequence parallelism; bias in MoE layers needs etp 1."""
+    m, p, out = c.model, c.parallel, []
     moe_training = n is not None and c.plan in _TRAINING_PLANS
     if moe_training and p.tp > 1 and not p.sequence_parallel:
         out.append(

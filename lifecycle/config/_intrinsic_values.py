@@ -37,17 +37,23 @@ def check_positive_sizes(c: RunConfig) -> list[Problem]:
         for k, v in {**required, **{k: v for k, v in optional.items() if v is not None}}.items()
         if v < 1
     ]
-    if t.steps < 0:
+    return out + _steps(c.training.steps) + _startup_deadline(c)
+
+
+def _steps(steps: int) -> list[Problem]:
+    """training.steps is 0 or more."""
+    out: list[Problem] = []
+    if steps < 0:
         out.append(
             _p(
                 "positive_sizes",
                 "training.steps",
-                t.steps,
+                steps,
                 "must not be negative",
                 "set training.steps to 0 or more",
             )
         )
-    return out + _startup_deadline(c)
+    return out
 
 
 def _startup_deadline(c: RunConfig) -> list[Problem]:
@@ -132,6 +138,12 @@ def check_vocab(c: RunConfig) -> list[Problem]:
         out.append(_p("vocab", "model.vocab_size", m.vocab_size,
                       f"smaller than the tokenizer's {null_size} ids (tokenizer.vocab_size + eod)",
                       f"set model.vocab_size >= {null_size} or remove it to pad automatically"))
+    return out + _tokenizer_source(c)
+
+
+def _tokenizer_source(c: RunConfig) -> list[Problem]:
+    """build=false needs an explicit or restored vocab size; a huggingface tokenizer needs a path."""
+    m, tok, out = c.model, c.tokenizer, []
     if not tok.build and m.vocab_size is None and c.checkpoint.vocab_size is None:
         out.append(
             _p(
