@@ -192,6 +192,11 @@ def bind_callbacks(
     align = align_grad_reduce_of(ddp_config, align_grad_reduce)
     done = install(target, planned(chunks, optimizer, ddp_config, pg_collection, align), policy)
     scheduler = _verify(chunks, target, done.installed)
+    return _report(target, scheduler, provider_config, done, chunks, optimizer, ddp_config, align, policy)
+
+
+def _report(target: Any, scheduler: Any, provider_config: Any, done: Installed, chunks: Sequence[Any], optimizer: Any,
+            ddp_config: Any, align: bool, policy: Policy | None) -> BindingReport:
     return BindingReport(
         target_type=type(target).__name__,
         target_id=hex(id(target)),

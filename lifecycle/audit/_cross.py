@@ -69,10 +69,14 @@ def _ranks_present(run_id: str | None, group: list[RankAudit]) -> list[Finding]:
     for stream in group:
         if stream.rank is not None:
             by_rank[stream.rank].append(stream.source)
-    found = _duplicate_logs(run_id, by_rank)
     sizes = Counter(s.world_size for s in group if s.world_size is not None)
-    if not sizes:
-        return found
+    return _duplicate_logs(run_id, by_rank) + (_world_covered(run_id, group, by_rank, sizes) if sizes else [])
+
+
+def _world_covered(run_id: str | None, group: list[RankAudit], by_rank: dict[int, list[str]],
+                   sizes: Counter[int]) -> list[Finding]:
+    """Every rank of the world size has a log (a simulation only those it drove), and no more."""
+    found: list[Finding] = []
     world = max(sizes)
     absent = missing(by_rank, world)
     simulated = [s.simulated for s in group if s.simulated is not None]

@@ -280,7 +280,6 @@ def _rehearsal(ctx: PhaseContext, config: RunConfig, cuda: bool) -> tuple[bool, 
 def enter(ctx: PhaseContext) -> Runtime:
     """Rehearsal decision, process group, parallel state, RNG; log rank, world size and groups."""
     import torch
-    from megatron.core import parallel_state as ps
     from megatron.core.process_groups_config import ProcessGroupCollection
 
     config = ctx.runtime.config
@@ -300,18 +299,7 @@ def enter(ctx: PhaseContext) -> Runtime:
             watch.stop()
         _undo(rehearsal)
         raise
-    par = config.parallel
-    ctx.emit(
-        events.DISTRIBUTED_INITIALIZED,
-        backend=config.backend,
-        tp=par.tp,
-        pp=par.pp,
-        cp=par.cp,
-        ep=par.ep,
-        dp=ps.get_data_parallel_world_size(),
-        vpp=par.vpp,
-        ranks=coords,
-    )
+    _log_initialized(ctx, config, coords)
     return dataclasses.replace(
         ctx.runtime,
         distributed=True,
@@ -322,6 +310,14 @@ def enter(ctx: PhaseContext) -> Runtime:
         rehearsal=rehearsal,
         extras={**ctx.runtime.extras, WATCH: watch} if watch is not None else ctx.runtime.extras,
     )
+
+
+def _log_initialized(ctx: PhaseContext, config: RunConfig, coords: dict[str, int]) -> None:
+    from megatron.core import parallel_state as ps
+
+    par = config.parallel
+    ctx.emit(events.DISTRIBUTED_INITIALIZED, backend=config.backend, tp=par.tp, pp=par.pp, cp=par.cp, ep=par.ep,
+             dp=ps.get_data_parallel_world_size(), vpp=par.vpp, ranks=coords)
 
 
 def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:

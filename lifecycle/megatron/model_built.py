@@ -159,15 +159,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     ctx.side_effect(SideEffect.MODEL)
     config = transformer_config(run)
     chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size), display_name(ctx.provider))
-    optimizer = ddp_config = None
-    if ctx.plan is Plan.INFERENCE:
-        for chunk in chunks:
-            chunk.eval()
-        model = chunks
-    else:
-        ddp_config = megatron_ddp_config(run)
-        model = wrap_ddp(chunks, ddp_config, rt.pg_collection)
-        optimizer = build_optimizer(run, model, rt.pg_collection)
+    model, optimizer, ddp_config = _train_or_eval(ctx, chunks)
     step = load_at_build(ctx, model, optimizer)
     runtime_config = get_model_config(model[0])
     te_buffers = init_te_user_buffers(run, runtime_config)
@@ -183,6 +175,18 @@ def enter(ctx: PhaseContext) -> Runtime:
         rt, transformer_config=runtime_config, provider_config=config, model=tuple(model),
         optimizer=optimizer, ddp_config=ddp_config, extras=extras,
     )
+
+
+def _train_or_eval(ctx: PhaseContext, chunks: list[Any]) -> tuple[list[Any], Any, Any]:
+    """The chunks in eval mode for inference; else wrapped in DDP, with their optimizer."""
+    if ctx.plan is Plan.INFERENCE:
+        for chunk in chunks:
+            chunk.eval()
+        return chunks, None, None
+    run, groups = ctx.runtime.config, ctx.runtime.pg_collection
+    ddp_config = megatron_ddp_config(run)
+    model = wrap_ddp(chunks, ddp_config, groups)
+    return model, build_optimizer(run, model, groups), ddp_config
 
 
 def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
