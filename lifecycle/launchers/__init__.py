@@ -94,7 +94,8 @@ def unknown_identity(environ: Mapping[str, str] | None = None) -> str | None:
         problem = launcher.unknown(env)
         if problem:
             return problem
-    evidence = [v for launcher in LAUNCHERS for v in launcher.evidence if v in env]
+    # a launcher that gave its world size (1, since `unknown` said nothing) started a lone process
+    evidence = [v for x in LAUNCHERS if x.size_variable not in env for v in x.evidence if v in env]
     if evidence:
         sizes = ", ".join(f"{launcher.size_variable} ({launcher.name} does)" for launcher in LAUNCHERS)
         return (f"{', '.join(f'{k}={env[k]}' for k in evidence)} say several processes, but no world "
