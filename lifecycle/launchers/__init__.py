@@ -98,8 +98,10 @@ def unknown_identity(environ: Mapping[str, str] | None = None) -> str | None:
     evidence = [v for x in LAUNCHERS if x.size_variable not in env for v in x.evidence if v in env]
     if evidence:
         sizes = ", ".join(f"{launcher.size_variable} ({launcher.name} does)" for launcher in LAUNCHERS)
-        return (f"{', '.join(f'{k}={env[k]}' for k in evidence)} say several processes, but no world "
-                f"size is set anywhere; set {sizes} or parallel.world_size")
+        return (
+            f"{', '.join(f'{k}={env[k]}' for k in evidence)} say several processes, but no world "
+            f"size is set anywhere; set {sizes} or parallel.world_size"
+        )
     return None
 
 
@@ -118,8 +120,14 @@ def launcher_run_id(environ: Mapping[str, str] | None = None) -> str | None:
 
 def torchrun_env(*, rank: int, world_size: int, master_addr: str, master_port: int) -> dict[str, str]:
     """The identity variables of one local rank that this project launches itself (`run_ranks`)."""
-    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
-            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }
 
 
 __all__ = [

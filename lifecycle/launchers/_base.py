@@ -49,6 +49,8 @@ class Launcher:
         size = environ.get(self.size_variable, "1")
         if not self.started(environ) or "RANK" in environ or (size.isdigit() and int(size) <= 1):
             return None
-        return (f"this is {self.task} {environ[self.rank_variable]} of {size} but RANK/WORLD_SIZE are not "
-                "set; call lifecycle.runtime.adopt_launcher_identity() before Lifecycle(...) (lifecycle run "
-                "does), or set parallel.world_size and parallel.rank")
+        return (
+            f"this is {self.task} {environ[self.rank_variable]} of {size} but RANK/WORLD_SIZE are not "
+            "set; call lifecycle.runtime.adopt_launcher_identity() before Lifecycle(...) (lifecycle run "
+            "does), or set parallel.world_size and parallel.rank"
+        )

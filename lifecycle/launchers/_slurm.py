@@ -71,5 +71,6 @@ def _nodelist_error(nodelist: str) -> ConfigError:
     return ConfigError(
         f"SLURM_JOB_NODELIST={nodelist!r} is not a SLURM host list such as node[01-04,07]; "
         "set MASTER_ADDR to the first node's address",
-        field="SLURM_JOB_NODELIST", problems=[nodelist],
+        field="SLURM_JOB_NODELIST",
+        problems=[nodelist],
     )

@@ -14,10 +14,20 @@ from lifecycle.launchers import Launcher, OpenMPI, Slurm, Torchrun, implied_iden
 from lifecycle.runtime import adopt_launcher_identity, rank_of, run_id_from_env, world_size_of
 
 # What Open MPI 4.1 sets in rank 3 of `mpirun -n 4` on one node.
-MPIRUN = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
-          "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_MCA_ess_base_jobid": "3487367169"}
-SRUN = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_NODELIST": "n[1-2]",
-        "SLURM_JOB_ID": "55"}
+MPIRUN = {
+    "OMPI_COMM_WORLD_RANK": "3",
+    "OMPI_COMM_WORLD_SIZE": "4",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+    "OMPI_MCA_ess_base_jobid": "3487367169",
+}
+SRUN = {
+    "SLURM_PROCID": "1",
+    "SLURM_NTASKS": "2",
+    "SLURM_LOCALID": "0",
+    "SLURM_JOB_NODELIST": "n[1-2]",
+    "SLURM_JOB_ID": "55",
+}
 
 
 def test_the_launchers_are_asked_innermost_first() -> None:
@@ -25,15 +35,24 @@ def test_the_launchers_are_asked_innermost_first() -> None:
 
 
 def test_an_mpirun_rank_on_one_node_maps_to_torchruns_identity_with_a_derived_rendezvous() -> None:
-    assert implied_identity(MPIRUN) == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3",
-                                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port_for("3487367169"))}
+    assert implied_identity(MPIRUN) == {
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "3",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port_for("3487367169")),
+    }
 
 
 def test_mpirun_across_nodes_needs_master_addr_given_and_open_mpi_5_derives_the_port_from_its_namespace() -> None:
     across = {**MPIRUN, "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
     assert "MASTER_ADDR" not in implied_identity(across)
-    assert implied_identity({**across, "MASTER_ADDR": "node0"}).keys() == {"RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                                                            "MASTER_PORT"}
+    assert implied_identity({**across, "MASTER_ADDR": "node0"}).keys() == {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "MASTER_PORT",
+    }
     five = {k: v for k, v in MPIRUN.items() if k != "OMPI_MCA_ess_base_jobid"} | {"PMIX_NAMESPACE": "prterun-a-17@1"}
     port = int(implied_identity(five)["MASTER_PORT"])
     assert port == port_for("prterun-a-17@1")
@@ -58,8 +77,14 @@ def test_an_mpirun_rank_that_never_adopted_its_identity_is_refused_naming_the_fi
 
 
 def test_adopting_under_mpirun_gives_rank_world_size_and_one_run_id(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (*launchers.IDENTITY_VARIABLES, "LIFECYCLE_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_PROCID",
-                 "SLURM_JOB_ID", "PMIX_NAMESPACE"):
+    for name in (
+        *launchers.IDENTITY_VARIABLES,
+        "LIFECYCLE_RUN_ID",
+        "TORCHELASTIC_RUN_ID",
+        "SLURM_PROCID",
+        "SLURM_JOB_ID",
+        "PMIX_NAMESPACE",
+    ):
         monkeypatch.delenv(name, raising=False)
     for name, value in MPIRUN.items():
         monkeypatch.setenv(name, value)

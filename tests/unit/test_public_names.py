@@ -25,11 +25,19 @@ WHITE_BOX: dict[str, set[str]] = {
     # The writer's clock and os.write, replaced to place records in time and to fill the disk.
     "tests/integration/fault_child.py": {"lifecycle.log._writer"},
     "tests/unit/test_engine_failures.py": {"lifecycle.log._writer"},
-    "tests/unit/audit/audit_logs.py": {"lifecycle.log._writer", "lifecycle.engine._inprocess",
-                                       "lifecycle.engine._inprocess.SLOTS", "lifecycle.engine._inprocess._finalize"},
+    "tests/unit/audit/audit_logs.py": {
+        "lifecycle.log._writer",
+        "lifecycle.engine._inprocess",
+        "lifecycle.engine._inprocess.SLOTS",
+        "lifecycle.engine._inprocess._finalize",
+    },
     # The batch decoder's typed records, checked field by field against the per-record handlers.
-    "tests/unit/audit/test_audit_batch.py": {"lifecycle.audit._feed", "lifecycle.audit._feed._TYPES",
-                                             "lifecycle.audit._feed._decode", "lifecycle.audit._handlers"},
+    "tests/unit/audit/test_audit_batch.py": {
+        "lifecycle.audit._feed",
+        "lifecycle.audit._feed._TYPES",
+        "lifecycle.audit._feed._decode",
+        "lifecycle.audit._handlers",
+    },
     # The worker pool and the per-input log limit, replaced to test the fallbacks and the cap cheaply;
     # the chain function, replaced to show the audit never re-serializes a record.
     "tests/unit/audit/test_audit_cli.py": {"lifecycle.audit._audit", "lifecycle.log._chain"},
@@ -37,9 +45,17 @@ WHITE_BOX: dict[str, set[str]] = {
     "tests/unit/test_mutants_chain.py": {"lifecycle.audit._audit"},
     # Unit tests of the bindings' and guards' own helpers.
     "tests/unit/test_bindings_check.py": {
-        "bindings._check", "bindings._check.chunk_list", "bindings._check.describe", "bindings._check.inspect_slots",
-        "bindings._check.judge", "bindings._check.judge_binding", "bindings._check.reachable_configs",
-        "bindings._check.unwrap_finalizer", "bindings._guard", "bindings._guard.arm", "bindings._guard.scale_owner",
+        "bindings._check",
+        "bindings._check.chunk_list",
+        "bindings._check.describe",
+        "bindings._check.inspect_slots",
+        "bindings._check.judge",
+        "bindings._check.judge_binding",
+        "bindings._check.reachable_configs",
+        "bindings._check.unwrap_finalizer",
+        "bindings._guard",
+        "bindings._guard.arm",
+        "bindings._guard.scale_owner",
     },
     "tests/unit/test_bindings_unit.py": {"bindings._bind", "bindings._bind.install", "bindings._bind.planned"},
     "tests/unit/test_guards.py": {"states._guards"},
@@ -72,7 +88,7 @@ def private_names(source: str) -> set[str]:
 
 
 def test_the_scan_finds_every_form_of_reaching_in() -> None:
-    source = '''
+    source = """
 import lifecycle.audit._audit as a
 from lifecycle.log._lock import LOCK_NAME
 from lifecycle.audit import _feed, audit
@@ -80,10 +96,15 @@ from states._guards import g
 monkeypatch.setattr("lifecycle.megatron.distributed._STORES", {})
 from lifecycle.audit import RankAudit
 import lifecycle.__main__
-'''
+"""
     assert private_names(source) == {
-        "lifecycle.audit._audit", "lifecycle.log._lock", "lifecycle.log._lock.LOCK_NAME", "lifecycle.audit._feed",
-        "states._guards", "states._guards.g", "lifecycle.megatron.distributed._STORES",
+        "lifecycle.audit._audit",
+        "lifecycle.log._lock",
+        "lifecycle.log._lock.LOCK_NAME",
+        "lifecycle.audit._feed",
+        "states._guards",
+        "states._guards.g",
+        "lifecycle.megatron.distributed._STORES",
     }
 
 
