@@ -85,7 +85,8 @@ def test_adopting_under_mpirun_gives_rank_world_size_and_one_run_id(monkeypatch:
         "SLURM_JOB_ID",
         "PMIX_NAMESPACE",
     ):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # recorded, so what adopting sets is undone after the test
+        monkeypatch.delenv(name)
     for name, value in MPIRUN.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match="Open MPI rank 3 of 4"):
