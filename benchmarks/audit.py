@@ -176,10 +176,9 @@ def peak_bytes(log_dir: Path) -> int:
 
 
 def _jobs(log_dir: Path) -> int:
-    from lifecycle.audit._audit import _workers
-    from lifecycle.audit._reader import discover
+    from lifecycle.audit import default_workers
 
-    return _workers(None, discover([str(log_dir)]).inputs)
+    return default_workers([str(log_dir)])
 
 
 def _ratios(log_dir: Path, jobs: int | None, repeat: int) -> tuple[list[float], list[float], list[float], Any]:

@@ -166,8 +166,9 @@ def _step_fault(case: str, rank: int, fault_file: Path) -> Any:
 
 
 def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> int:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    from lifecycle.launchers import torchrun_env
+
+    os.environ.update(torchrun_env(rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port))
     from lifecycle import Lifecycle, RunConfig
     from states import State
 

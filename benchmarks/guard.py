@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def _lifecycle() -> Any:
     from lifecycle import Lifecycle, RunConfig
     from lifecycle.engine.launch import free_port
+    from lifecycle.launchers import torchrun_env
     from states import State
 
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    os.environ.update(torchrun_env(rank=0, world_size=1, master_addr="127.0.0.1", master_port=free_port()))
     lc = Lifecycle(RunConfig.preset("tiny-gpt", ["parallel.world_size=1"]), "gpt", tripwires="off")
     lc.advance_to(State.CALLBACKS_BOUND)
     return lc

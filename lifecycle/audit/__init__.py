@@ -11,6 +11,7 @@ from lifecycle.audit._audit import (
     EXIT_VIOLATION,
     AuditResult,
     audit,
+    default_workers,
     no_gc,
 )
 from lifecycle.audit._cause import RootCause, Victim, root_causes
@@ -55,6 +56,7 @@ __all__ = [
     "blame",
     "counts",
     "critical_chain",
+    "default_workers",
     "diff",
     "enabled",
     "no_gc",

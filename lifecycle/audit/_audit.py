@@ -111,6 +111,11 @@ def _read_all(inputs: Sequence[Input], jobs: int | None) -> _Read:
     return _read_files(inputs, MAX_LOGS_PER_INPUT)
 
 
+def default_workers(paths: Sequence[str]) -> int:
+    """How many processes `audit(paths)` reads the files with when `jobs` is not given."""
+    return _workers(None, discover(paths).inputs)
+
+
 def _workers(jobs: int | None, inputs: Sequence[Input]) -> int:
     if any(i.stream for i in inputs):  # stdin, pipes and FIFOs are read once, by this process
         return 1

@@ -8,6 +8,11 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from lifecycle.cli import audit, check_binding, experiment, export, graph, plot, report, run, simulate
+from lifecycle.cli._inputs import load as load
+from lifecycle.cli._launch import launch_env as launch_env
+from lifecycle.cli._launch import launch_world_size as launch_world_size
+from lifecycle.cli._launch import torchrun_command as torchrun_command
+from lifecycle.cli._launch import wants_launch as wants_launch
 
 # Each command module defines `register(subparsers)`; its parser sets `func(args) -> int`.
 COMMANDS = (run, audit, plot, graph, experiment, simulate, check_binding, export, report)

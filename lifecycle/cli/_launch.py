@@ -41,8 +41,9 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
 
 def wants_launch(args: argparse.Namespace) -> bool:
     """Launch torchrun: more than one local rank or more than one node, and not inside a launch."""
-    launched = "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ
-    return (args.nproc > 1 or args.nnodes != "1") and not launched
+    from lifecycle.launchers import inside_torchrun
+
+    return (args.nproc > 1 or args.nnodes != "1") and not inside_torchrun()
 
 
 def launch_world_size(args: argparse.Namespace) -> int | None:

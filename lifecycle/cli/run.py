@@ -3,18 +3,19 @@
 With `--nproc N` (N > 1) or `--nnodes` outside a launcher, it checks the config for the world size
 it is about to launch, then re-executes itself under torchrun; torchrun's multi-node options
 (`--nnodes`, `--node-rank`, `--rdzv-endpoint`, `--rdzv-backend`, `--rdzv-id`, `--max-restarts`)
-pass through. `torchrun --nproc-per-node N -m lifecycle run ...` and `srun lifecycle run ...`
-(SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID) work the same.
+pass through. `torchrun --nproc-per-node N -m lifecycle run ...`, `srun lifecycle run ...`
+(SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID) and `mpirun -n N lifecycle run ...`
+(OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK) work the same (`lifecycle.launchers`).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from lifecycle import launchers
 from lifecycle.cli._inputs import EXIT_INPUT, check_before_start, load, non_negative, say
 from lifecycle.cli._launch import add_launch_options, launch, launch_problem, launch_world_size, wants_launch
 from lifecycle.megatron.user_providers import NAMES, spec_problem
@@ -89,7 +90,7 @@ def _megatron_config(args: argparse.Namespace, launching: bool) -> Any:
     from lifecycle.megatron_lm.entry import run_config_from_yaml
 
     world = launch_world_size(args) if launching else None
-    world = world or int(os.environ.get("WORLD_SIZE", "1"))
+    world = world or launchers.world_size() or 1
     config = run_config_from_yaml(args.megatron_config, world_size=world, log_dir=args.log_dir)
     overrides = [*args.overrides, *([f"plan={args.plan}"] if args.plan else []),
                  *(["logging.existing=overwrite"] if args.overwrite else [])]
@@ -104,14 +105,14 @@ def _refuse(message: str) -> int:
 def _drive_rank(args: argparse.Namespace, config: Any) -> int:
     from lifecycle.errors import ConfigError, LifecycleError, ProviderError, StartupAborted
     from lifecycle.megatron.user_providers import resolve_provider
-    from lifecycle.runtime import adopt_slurm_identity, world_size_of
+    from lifecycle.runtime import adopt_launcher_identity, world_size_of
 
-    if "LOCAL_RANK" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ:  # launched: end with the launcher
+    if launchers.inside_torchrun():  # launched: end with the launcher
         from lifecycle.engine.launch import die_with_parent
 
         die_with_parent()
     try:
-        adopt_slurm_identity()
+        adopt_launcher_identity()
         world_size_of(config)
         provider = resolve_provider(args.provider)
     except (ConfigError, ProviderError) as exc:
@@ -119,11 +120,10 @@ def _drive_rank(args: argparse.Namespace, config: Any) -> int:
     try:
         return _drive(args, config, provider)
     except StartupAborted as exc:
-        say(f"rank {os.environ.get('RANK', '0')}: {exc} (exit {exc.code})")
+        say(f"rank {launchers.rank() or 0}: {exc} (exit {exc.code})")
         return int(exc.code or 1)
     except LifecycleError as exc:
-        rank = os.environ.get("RANK", "0")
-        say(f"rank {rank} failed: {type(exc).__name__}: {exc}")
+        say(f"rank {launchers.rank() or 0} failed: {type(exc).__name__}: {exc}")
         return 1
 
 
@@ -174,7 +174,7 @@ def _show_imports(show: Any, imports: Any) -> None:
 
 
 def _printer() -> Any:
-    if os.environ.get("RANK", "0") != "0":
+    if launchers.rank():
         return lambda _msg: None
     from rich.console import Console
 

@@ -5,6 +5,7 @@ Imports neither torch nor megatron (the environment probe imports torch when it 
 
 from __future__ import annotations
 
+from lifecycle.config._bounds import BOUNDS, LOCAL_PATHS
 from lifecycle.config._checkpoints import LATEST, checkpoint_problem, iteration_dir, latest_step, partial_dir
 from lifecycle.config._environment import probe_environment
 from lifecycle.config._loading import preset_names
@@ -36,8 +37,10 @@ from lifecycle.config._snapshot import (
 from lifecycle.config._validation import check_names, raise_for, validate
 
 __all__ = [
+    "BOUNDS",
     "CALLBACK_FIELDS",
     "LATEST",
+    "LOCAL_PATHS",
     "TE_EXTRA",
     "CheckpointConfig",
     "DDPConfig",

@@ -6,7 +6,6 @@ Each reads an `Environment` record (built once by `probe_environment`) and never
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 from lifecycle.config._checkpoints import checkpoint_problem
@@ -14,10 +13,10 @@ from lifecycle.config._intrinsic import world_problems
 from lifecycle.config._problems import TE_EXTRA, Environment, Problem
 from lifecycle.config._problems import environment as _e
 from lifecycle.config._records import RunConfig
+from lifecycle.launchers import identity_variables
 from lifecycle.log import check_log_dir
 
 OPTIONAL_MODULES = ("transformer_engine", "apex", "torch_memory_saver", "transformers", "tensorboard")
-LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def probe_environment(config: RunConfig) -> Environment:
@@ -30,7 +29,7 @@ def probe_environment(config: RunConfig) -> Environment:
         cuda=bool(torch.cuda.is_available()),
         modules=frozenset(m for m in OPTIONAL_MODULES if importlib.util.find_spec(m) is not None),
         existing_dirs=frozenset(p for p in paths if Path(p).is_dir()),
-        env={k: os.environ[k] for k in LAUNCHER_VARIABLES if k in os.environ},
+        env=identity_variables(),
         log_dir_problem=check_log_dir(Path(log_dir)) if log_dir else None,
         checkpoint_problem=checkpoint_problem(config.checkpoint.load) if config.checkpoint.load else None,
     )

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lifecycle.errors import RankFailed
+from lifecycle.launchers import torchrun_env
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -40,10 +41,7 @@ def free_port() -> int:
 
 
 def _worker(fn: Callable[..., Any], rank: int, nproc: int, port: int, args: Sequence[Any], queue: Any) -> None:
-    os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-    )
+    os.environ.update(torchrun_env(rank=rank, world_size=nproc, master_addr="127.0.0.1", master_port=port))
     try:
         queue.put((rank, True, fn(*args)))
     except BaseException as exc:  # the parent reports it with the rank

@@ -10,12 +10,14 @@ from __future__ import annotations
 from lifecycle.log import events
 from lifecycle.log._chain import GENESIS, SUFFIX, ChainVerifier, line_hash_matches, record_hash
 from lifecycle.log._files import EXISTING_POLICIES, check_log_dir, existing_policy_problem, rank_file
+from lifecycle.log._lock import LOCK_NAME
 from lifecycle.log._redact import REDACTED, is_secret_key, redact, redact_text
 from lifecycle.log._writer import AuditLog
 
 __all__ = [
     "EXISTING_POLICIES",
     "GENESIS",
+    "LOCK_NAME",
     "REDACTED",
     "SUFFIX",
     "AuditLog",

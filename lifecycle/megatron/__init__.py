@@ -7,6 +7,8 @@ stays cheap; running any of it costs megatron's ~7 s import once per process.
 
 from __future__ import annotations
 
+from lifecycle.megatron._imports import ImportJob
+from lifecycle.megatron._liveness import host_key, process_alive, store_closed
 from lifecycle.megatron._phases import MegatronPhases
 
-__all__ = ["MegatronPhases"]
+__all__ = ["ImportJob", "MegatronPhases", "host_key", "process_alive", "store_closed"]

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from lifecycle.config import LATEST, iteration_dir, latest_step, partial_dir
 from lifecycle.errors import ConfigError
+from lifecycle.launchers import restart_count
 from lifecycle.log import events
 
 if TYPE_CHECKING:
@@ -183,8 +184,7 @@ def checkpoint_source(run: RunConfig, generation: int) -> tuple[str, str] | None
 
 def _process_restart() -> bool:
     """This process is a torchrun restart (`--max-restarts`) of the job: resume like a restart."""
-    count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "")
-    return count.isdigit() and int(count) > 0
+    return (restart_count() or 0) > 0
 
 
 def load_at_build(ctx: PhaseContext, model: list[Any], optimizer: Any) -> int:

@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from typing import Any
 
+from lifecycle import launchers
 from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
@@ -83,10 +84,10 @@ def _init_process_group(
     world, rank = world_size_of(config), rank_of(config)
     if real_cuda:
         ctx.side_effect(SideEffect.CUDA_DEVICE)
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(launchers.local_rank())
     ctx.side_effect(SideEffect.PROCESS_GROUP)
     timeout = timedelta(seconds=config.startup.timeout_s)
-    if world == 1 and "MASTER_ADDR" not in os.environ:
+    if world == 1 and launchers.rendezvous() is None:
         dist.init_process_group(config.backend, store=dist.HashStore(), rank=rank, world_size=world,
                                 timeout=timeout)
         return dist.get_rank(), dist.get_world_size(), None
@@ -105,7 +106,7 @@ def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: in
     import torch.distributed as dist
 
     timeout_s = config.startup.timeout_s
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # then torchrun hosts the store
+    agent = launchers.agent_store()  # then torchrun hosts the store
     provided = _provided_store(ctx)
     try:
         store = provided or rendezvous_store(rank, world, timeout_s)
@@ -126,7 +127,7 @@ def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: in
 
 def _store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> DistributedError:
     """A client rank never reached the store's host (rank 0, or torchrun's agent): log and explain."""
-    where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    where = "{}:{}".format(*launchers.rendezvous() or ("MASTER_ADDR", "MASTER_PORT"))
     host = "torchrun's agent" if agent else "rank 0"
     fields: dict[str, Any] = {} if agent else {"missing": [0]}
     ctx.emit(events.STATE_TIMEOUT, state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=timeout_s, **fields)
@@ -169,10 +170,10 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> An
     """
     import torch.distributed as dist
 
-    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    addr, port = launchers.rendezvous() or _no_rendezvous()
     entry = _STORES.get((addr, port))
     if entry is None:
-        agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+        agent = launchers.agent_store()
         master = rank == 0 and not agent
         if not master:
             await_store_host(addr, port, timeout_s)
@@ -184,8 +185,14 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> An
     entry[1] += 1
     entry[0].set_timeout(timedelta(seconds=timeout_s))
     # torchrun's agent store outlives a restart of the workers (--max-restarts): each attempt its keys
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    attempt = launchers.restart_count() or 0
     return dist.PrefixStore(f"megatron-lifecycle/attempt-{attempt}/init-{entry[1]}", entry[0])
+
+
+def _no_rendezvous() -> tuple[str, int]:
+    raise DistributedError("several ranks need a rendezvous but MASTER_ADDR is not set; launch with torchrun "
+                           "(or `lifecycle run --nproc N`), or set MASTER_ADDR and MASTER_PORT",
+                           field="parallel.world_size")
 
 
 def await_store_host(addr: str, port: int, timeout_s: float) -> None:

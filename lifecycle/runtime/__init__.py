@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from lifecycle.launchers import expand_nodelist  # SLURM's host lists, where users found them first
 from lifecycle.runtime._identity import (
+    adopt_launcher_identity,
     adopt_slurm_identity,
-    expand_nodelist,
     new_run_id,
     rank_of,
     run_id_from_env,
@@ -33,6 +34,7 @@ __all__ = [
     "PhaseSet",
     "Runtime",
     "Tokenizer",
+    "adopt_launcher_identity",
     "adopt_slurm_identity",
     "expand_nodelist",
     "new_run_id",

@@ -1,4 +1,5 @@
-"""`lifecycle run` launched the other ways users launch it: by srun (only SLURM_* variables)."""
+"""`lifecycle run` launched the other ways users launch it: by srun (only SLURM_* variables) and by
+Open MPI's mpirun (only OMPI_* variables)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle.runtime._identity import PORT_BASE, PORT_SPAN
+from lifecycle.launchers import PORT_BASE, PORT_SPAN, port_for
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,24 +23,20 @@ def _job_id_with_a_free_port() -> int:
         job = random.randrange(10**6, 10**7)
         with socket.socket() as sock:
             try:
-                sock.bind(("127.0.0.1", PORT_BASE + job % PORT_SPAN))
+                sock.bind(("127.0.0.1", port_for(str(job))))
             except OSError:
                 continue
+        assert PORT_BASE <= port_for(str(job)) < PORT_BASE + PORT_SPAN
         return job
-    raise RuntimeError("no free port in the SLURM port range")
+    raise RuntimeError("no free port in the launchers' port range")
 
 
-def test_two_srun_tasks_with_only_slurm_variables_reach_callbacks_bound_as_ranks_0_and_1(tmp_path: Path) -> None:
-    job, logs = _job_id_with_a_free_port(), tmp_path / "logs"
-    procs = []
-    for task in (0, 1):
-        env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "SLURM_PROCID": str(task), "SLURM_NTASKS": "2",
-               "SLURM_LOCALID": str(task), "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": str(job),
-               "SLURM_STEP_ID": "0"}
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "lifecycle", "run", "--steps", "1", "--log-dir", str(logs),
-             "--set", "model.hidden_size=32"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+def _two_tasks(env_of: dict[int, dict[str, str]], logs: Path, *args: str) -> list[tuple[str, str]]:
+    """Start `lifecycle run` as tasks 0 and 1, each with only PYTHONPATH, PATH and `env_of[task]`."""
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "lifecycle", "run", *args, "--log-dir", str(logs), "--set", "model.hidden_size=32"],
+        cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **env_of[task]},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for task in (0, 1)]
     outputs = []
     try:
         outputs = [p.communicate(timeout=300) for p in procs]
@@ -49,12 +46,40 @@ def test_two_srun_tasks_with_only_slurm_variables_reach_callbacks_bound_as_ranks
                 p.kill()
                 p.wait()
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
-    assert "2 rank(s)" in outputs[0][0] and "✓ CALLBACKS_BOUND" in outputs[0][0]
+    return outputs
+
+
+def _assert_ranks_0_and_1_bound(logs: Path, run_id: str) -> None:
     for rank in (0, 1):
         records = [json.loads(line) for line in (logs / f"rank-{rank:05d}.jsonl").read_text().splitlines()]
         assert {r["rank"] for r in records} == {rank}
-        assert {r["run_id"] for r in records} == {f"slurm-{job}.0"}
+        assert {r["world_size"] for r in records} == {2}
+        assert {r["run_id"] for r in records} == {run_id}
         assert any(r.get("dest") == "CALLBACKS_BOUND" for r in records)
+
+
+def test_two_srun_tasks_with_only_slurm_variables_reach_callbacks_bound_as_ranks_0_and_1(tmp_path: Path) -> None:
+    job, logs = _job_id_with_a_free_port(), tmp_path / "logs"
+    env_of = {task: {"SLURM_PROCID": str(task), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(task),
+                     "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": str(job), "SLURM_STEP_ID": "0"}
+              for task in (0, 1)}
+    outputs = _two_tasks(env_of, logs, "--steps", "1")
+    assert "2 rank(s)" in outputs[0][0] and "✓ CALLBACKS_BOUND" in outputs[0][0]
+    _assert_ranks_0_and_1_bound(logs, f"slurm-{job}.0")
+
+
+def test_two_mpirun_ranks_with_only_open_mpi_variables_reach_callbacks_bound_as_ranks_0_and_1(
+    tmp_path: Path,
+) -> None:
+    """What Open MPI 4 sets in each rank of `mpirun -n 2` on one node; the rendezvous is derived
+    (127.0.0.1, a port from the job id)."""
+    job, logs = _job_id_with_a_free_port(), tmp_path / "logs"
+    env_of = {rank: {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "2",
+                     "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+                     "OMPI_MCA_ess_base_jobid": str(job)} for rank in (0, 1)}
+    outputs = _two_tasks(env_of, logs, "--steps", "0")
+    assert "2 rank(s)" in outputs[0][0] and "✓ CALLBACKS_BOUND" in outputs[0][0]
+    _assert_ranks_0_and_1_bound(logs, f"ompi-{job}")
 
 
 def _lifecycle(*args: str) -> subprocess.CompletedProcess[str]:

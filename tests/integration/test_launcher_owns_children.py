@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.megatron._liveness import process_alive
+from lifecycle.megatron import process_alive
 from lifecycle.megatron.compat import at_least
 
 pytestmark = pytest.mark.slow

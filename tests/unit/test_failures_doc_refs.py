@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lifecycle.config import check_names
-from lifecycle.log._lock import LOCK_NAME
+from lifecycle.log import LOCK_NAME
 from lifecycle.redaction import SHAPES
 
 ROOT = Path(__file__).resolve().parents[2]

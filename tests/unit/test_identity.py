@@ -55,7 +55,7 @@ def test_several_processes_without_a_world_size_are_refused(monkeypatch: pytest.
     monkeypatch.delenv("RANK")
     monkeypatch.setenv("SLURM_PROCID", "1")
     monkeypatch.setenv("SLURM_NTASKS", "2")
-    with pytest.raises(ConfigError, match="SLURM task 1 of 2 .*adopt_slurm_identity"):
+    with pytest.raises(ConfigError, match="SLURM task 1 of 2 .*adopt_launcher_identity"):
         world_size_of(RunConfig())
 
 

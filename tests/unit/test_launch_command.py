@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from lifecycle.cli import build_parser
-from lifecycle.cli._launch import launch_env, launch_world_size, torchrun_command, wants_launch
+from lifecycle.cli import build_parser, launch_env, launch_world_size, torchrun_command, wants_launch
 
 
 def parse(*argv: str) -> object:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lifecycle.errors import DistributedError
-from lifecycle.megatron._liveness import host_key, process_alive, store_closed
+from lifecycle.megatron import host_key, process_alive, store_closed
 from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch
 
 

@@ -67,7 +67,7 @@ def test_a_huggingface_tokenizer_without_transformers_names_the_hf_extra(monkeyp
 def test_an_import_that_never_finishes_fails_the_join_naming_the_module(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from lifecycle import LifecycleError
-    from lifecycle.megatron._imports import ImportJob
+    from lifecycle.megatron import ImportJob
 
     (tmp_path / "stuck_on_import.py").write_text("import time\ntime.sleep(2)\n")
     monkeypatch.syspath_prepend(str(tmp_path))

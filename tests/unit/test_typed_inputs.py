@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.cli import main
-from lifecycle.cli._inputs import load
-from lifecycle.config import RunConfig, validate
-from lifecycle.config._bounds import BOUNDS, LOCAL_PATHS
+from lifecycle.cli import load, main
+from lifecycle.config import BOUNDS, LOCAL_PATHS, RunConfig, validate
 
 
 def loaded(*argv: str) -> RunConfig:

@@ -13,6 +13,7 @@ from argparse import Namespace
 from dataclasses import fields, is_dataclass
 from typing import Any
 
+from lifecycle import launchers
 from lifecycle.config import Problem, RunConfig
 
 # Sections of the container whose fields are named as Megatron-LM's arguments are.
@@ -71,7 +72,6 @@ def args_from_container(container: Any) -> Namespace:
     """Megatron-LM's arguments for a container built without them (YAML, dict): the parser's
     defaults, overridden by every container field of the same name. Not yet validated."""
     import argparse
-    import os
 
     from megatron.training.arguments import add_megatron_arguments
 
@@ -85,8 +85,8 @@ def args_from_container(container: Any) -> Namespace:
         setattr(args, name, getattr(defaults, name))
     if args.max_position_embeddings is None:  # the container's GPT config has only seq_length
         args.max_position_embeddings = args.seq_length
-    args.rank = int(os.getenv("RANK", "0"))
-    args.world_size = int(os.getenv("WORLD_SIZE", "1"))
+    args.rank = launchers.rank() or 0
+    args.world_size = launchers.world_size() or 1
     return args
 
 

@@ -20,9 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lifecycle.audit import _feed, _handlers, audit
+from lifecycle.audit import RankAudit, _feed, _handlers, audit
 from lifecycle.audit._feed import _TYPES, _decode
-from lifecycle.audit._rank import RankAudit
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import GENESIS
 
