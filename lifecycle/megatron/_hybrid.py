@@ -10,42 +10,48 @@ The guide's stack spec, `hybrid_layer_specs.hybrid_stack_spec`, is Transformer E
 `local_stack_spec()`: the layers of megatron's local GPT layer spec (plain torch norms, megatron's
 own linear layers and core attention) split into an attention layer and an MLP layer. One more
 piece needs TE whatever the spec says: `HybridStack` builds its final norm as `TENorm`, which
-raises ImportError "Transformer Engine is not installed" without it. `LocalFinalNorm` builds the
-stack without that norm and adds the local spec's norm under the same name, `final_norm`.
-
-Imports megatron at module level: import it only inside functions.
+raises ImportError "Transformer Engine is not installed" without it. `local_final_norm_stack()`
+builds the stack without that norm and adds the local spec's norm under the same name,
+`final_norm`.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
-
-from megatron.core.models.hybrid.hybrid_block import HybridStack, HybridStackSubmodules
-from megatron.core.transformer.spec_utils import ModuleSpec, build_module
 
 GPT_BLOCK = "*-"
 """One GPT transformer block as hybrid layers: self-attention, then a dense MLP."""
 
 
-class LocalFinalNorm(HybridStack):  # type: ignore[misc]
-    """A HybridStack whose final norm is `final_norm` (a norm spec) instead of TE's `TENorm`."""
+@functools.cache
+def local_final_norm_stack() -> type:
+    """A HybridStack subclass whose final norm is `final_norm` (a norm spec), not TE's `TENorm`.
+    (A class made on first use: megatron is imported inside functions.)"""
+    from megatron.core.models.hybrid.hybrid_block import HybridStack
+    from megatron.core.transformer.spec_utils import build_module
 
-    def __init__(
-        self, config: Any, submodules: HybridStackSubmodules, *, final_norm: Any,
-        post_process: bool = True, post_layer_norm: bool = True, **kwargs: Any,
-    ) -> None:
-        super().__init__(config, submodules, post_process=post_process, post_layer_norm=False, **kwargs)
-        self.post_layer_norm = post_layer_norm
-        if post_process and post_layer_norm:
-            self.final_norm = build_module(
-                final_norm, config=config, hidden_size=config.hidden_size, eps=config.layernorm_epsilon,
-            )
+    class LocalFinalNormStack(HybridStack):  # type: ignore[misc]
+        def __init__(
+            self, config: Any, submodules: Any, *, final_norm: Any, post_process: bool = True,
+            post_layer_norm: bool = True, **kwargs: Any,
+        ) -> None:
+            super().__init__(config, submodules, post_process=post_process, post_layer_norm=False, **kwargs)
+            self.post_layer_norm = post_layer_norm
+            if post_process and post_layer_norm:
+                self.final_norm = build_module(
+                    final_norm, config=config, hidden_size=config.hidden_size, eps=config.layernorm_epsilon,
+                )
+
+    return LocalFinalNormStack
 
 
 def local_stack_spec() -> Any:
     """The hybrid stack spec of megatron's local GPT layer spec: `*` and `-` layers, local norms."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.hybrid.hybrid_block import HybridStackSubmodules
     from megatron.core.ssm.mlp_layer import MLPLayer
+    from megatron.core.transformer.spec_utils import ModuleSpec
     from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
 
     gpt = get_gpt_layer_local_spec().submodules
@@ -57,7 +63,7 @@ def local_stack_spec() -> Any:
         pre_mlp_layernorm=gpt.pre_mlp_layernorm, mlp=gpt.mlp, mlp_bda=gpt.mlp_bda,
     ))
     return ModuleSpec(
-        module=LocalFinalNorm, params={"final_norm": gpt.input_layernorm},
+        module=local_final_norm_stack(), params={"final_norm": gpt.input_layernorm},
         submodules=HybridStackSubmodules(attention_layer=attention, mlp_layer=mlp),
     )
 

@@ -275,8 +275,8 @@ def test_hybrid_model_trains_exactly_as_the_gpt_model_it_replaces(ranks: list[di
 def test_megatrons_own_hybrid_stack_needs_transformer_engine_for_its_final_norm(
     ranks: list[dict[str, Any]],
 ) -> None:
-    """Why `_hybrid.LocalFinalNorm` exists: HybridStack builds its final norm as TENorm whatever
-    the spec says. When this fails, megatron builds it from the spec: drop LocalFinalNorm."""
+    """Why `_hybrid.local_final_norm_stack` exists: HybridStack builds its final norm as TENorm whatever
+    the spec says. When this fails, megatron builds it from the spec: drop that subclass."""
     case = _hybrid_case(ranks)[0]
     if "stock_final_norm" not in case:
         pytest.skip("transformer-engine is installed")
