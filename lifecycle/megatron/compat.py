@@ -62,6 +62,14 @@ def null_tokenizer_eod_in_vocab(installed: tuple[int, ...] | None = None) -> boo
     return at_least(0, 18, installed=installed)
 
 
+def gpt_model_deprecated(installed: tuple[int, ...] | None = None) -> bool:
+    """Whether the default providers build a HybridModel rather than a GPTModel: 0.19.0 deprecated
+    GPTModel (its constructor logs "GPTModel IS DEPRECATED ... use HybridModel", Megatron-LM issue
+    6071) for HybridModel, whose migration guide maps each GPT block onto the pattern `*-`.
+    HybridModel exists from 0.18 and not on the 0.15 floor, where GPTModel is the current API."""
+    return at_least(0, 19, installed=installed)
+
+
 def megatron_null_tokenizer(vocab_size: int) -> Any:
     """megatron-core's own null tokenizer of `vocab_size` (imports `megatron.core.tokenizers`)."""
     from megatron.core.tokenizers import MegatronTokenizer

@@ -17,7 +17,7 @@ from lifecycle.config import snapshot_config
 from lifecycle.errors import ConfigError
 from lifecycle.log import events
 from lifecycle.megatron.checkpoint import load_at_build
-from lifecycle.megatron.providers import ModelProvider, model_inputs, transformer_config
+from lifecycle.megatron.providers import ModelProvider, model_inputs, provider_config
 from lifecycle.megatron.user_providers import check_chunk, display_name, resolve_provider
 from states import Plan, SideEffect
 
@@ -157,7 +157,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     run = rt.config
     provider = resolve_provider(ctx.provider)
     ctx.side_effect(SideEffect.MODEL)
-    config = transformer_config(run)
+    config = provider_config(run, provider)
     chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size), display_name(ctx.provider))
     model, optimizer, ddp_config = _train_or_eval(ctx, chunks)
     step = load_at_build(ctx, model, optimizer)

@@ -69,8 +69,13 @@ def model_inputs(run: RunConfig, vocab_size: int | None) -> ModelInputs:
     )
 
 
-def transformer_config(run: RunConfig, *, cpu: bool | None = None) -> Any:
-    """megatron's TransformerConfig for `run` (model, parallel and dtype fields)."""
+def transformer_config(run: RunConfig, *, cpu: bool | None = None, hybrid: bool = False) -> Any:
+    """megatron's TransformerConfig for `run` (model, parallel and dtype fields).
+
+    `hybrid`: the config of a HybridModel whose `*-` pattern has `model.num_layers` GPT blocks, so
+    `num_layers` counts its symbols (twice `model.num_layers`) and `is_hybrid_model` is set, as the
+    migration guide and Megatron-LM's `pretrain_hybrid.py` do (see `_hybrid.py`).
+    """
     import torch
     from megatron.core.transformer import TransformerConfig
 
@@ -81,7 +86,7 @@ def transformer_config(run: RunConfig, *, cpu: bool | None = None) -> Any:
     dtype = getattr(torch, _DTYPES[model.dtype])
     on_cpu = (not torch.cuda.is_available()) if cpu is None else cpu
     return TransformerConfig(
-        num_layers=model.num_layers,
+        num_layers=model.num_layers * (2 if hybrid else 1),
         hidden_size=model.hidden_size,
         num_attention_heads=model.num_attention_heads,
         num_query_groups=model.num_query_groups,
@@ -105,7 +110,23 @@ def transformer_config(run: RunConfig, *, cpu: bool | None = None) -> Any:
         apply_rope_fusion=False,
         bias_activation_fusion=False,
         persist_layer_norm=False,
+        **({"is_hybrid_model": True} if hybrid else {}),
     )
+
+
+def builds_hybrid(provider: object) -> bool:
+    """Whether `provider` is one of the default providers, which build a HybridModel where
+    megatron-core deprecates GPTModel (`compat.gpt_model_deprecated`), else a GPTModel."""
+    from lifecycle.megatron.compat import gpt_model_deprecated
+
+    default = any(provider is p for p in PROVIDERS.values()) or isinstance(provider, GPTBuilder | HybridBuilder)
+    return default and gpt_model_deprecated()
+
+
+def provider_config(run: RunConfig, provider: object) -> Any:
+    """The TransformerConfig the lifecycle gives `provider`: a hybrid one for a default provider
+    that builds a HybridModel, the GPT-shaped one (`num_layers` blocks) for every other provider."""
+    return transformer_config(run, hybrid=builds_hybrid(provider))
 
 
 def layer_spec(impl: str) -> Any:
@@ -122,6 +143,12 @@ def layer_spec(impl: str) -> Any:
 
 
 def _gpt(config: Any, pre: bool, post: bool, vp: int | None, inputs: ModelInputs) -> Any:
+    """The default providers' model: a HybridModel of `*-` blocks when `config` is a hybrid one
+    (`provider_config`), else a GPTModel."""
+    if getattr(config, "is_hybrid_model", False):
+        from lifecycle.megatron._hybrid import hybrid_model
+
+        return hybrid_model(config, pre, post, vp, inputs)
     from megatron.core.models.gpt import GPTModel
 
     return GPTModel(
@@ -139,7 +166,8 @@ def _gpt(config: Any, pre: bool, post: bool, vp: int | None, inputs: ModelInputs
 def gpt_provider(
     config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: ModelInputs
 ) -> Any:
-    """A tiny GPTModel that keeps the provider's config: `model.config is config`."""
+    """A tiny GPT (a HybridModel of `*-` blocks on megatron-core 0.19, a GPTModel before) that keeps
+    the provider's config: `model.config is config`."""
     return _gpt(config, pre_process, post_process, vp_stage, inputs)
 
 
@@ -195,9 +223,10 @@ class HybridBuilder:
     """Hybrid (Mamba-style) builder: derives its own nested transformer config from the one it
     is given, and the model stores that nested object, so `model.config is not config`.
 
-    megatron's MambaModel needs the mamba_ssm CUDA kernels and cannot run on CPU; the model built
-    here is a GPTModel on the nested config. What binding cares about, where the config the
-    scheduler reads lives, is the hybrid builder's.
+    Mamba layers (`M` in `pattern`) need the mamba_ssm CUDA kernels and cannot run on CPU; the model
+    built here is the default providers' GPT (HybridModel `*-` blocks on 0.19, GPTModel before) on
+    the nested config, and `pattern` is recorded only. What binding cares about, where the config
+    the scheduler reads lives, is the hybrid builder's.
     """
 
     def __init__(self, pattern: str = "M*") -> None:

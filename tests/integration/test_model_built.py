@@ -98,12 +98,67 @@ def _inference() -> dict[str, Any]:
     return out
 
 
+def _chunk_shape(chunk: Any) -> dict[str, Any]:
+    model = chunk.module
+    return {"class": type(model).__name__, "pattern": model.hybrid_layer_pattern,
+            "layers": "".join(model.decoder.layer_type_list),
+            "final_norm": type(getattr(model.decoder, "final_norm", None)).__name__,
+            "layer_norm": type(model.decoder.layers[0].input_layernorm).__name__,
+            "num_layers": model.config.num_layers, "is_hybrid": model.config.is_hybrid_model}
+
+
+def _stock_final_norm_error() -> str | None:
+    """megatron's own HybridStack (TENorm as final norm) on the local layers; its error, if any."""
+    import dataclasses
+
+    import megatron_cases as mc
+    from megatron.core.models.hybrid.hybrid_block import HybridStack
+    from megatron.core.models.hybrid.hybrid_model import HybridModel
+
+    from lifecycle.megatron._hybrid import local_stack_spec
+    from lifecycle.megatron.providers import transformer_config
+
+    spec = dataclasses.replace(local_stack_spec(), module=HybridStack, params={})
+    try:
+        HybridModel(config=transformer_config(mc.run_config(), hybrid=True), hybrid_stack_spec=spec,
+                    vocab_size=mc.VOCAB, max_sequence_length=mc.SEQ, hybrid_layer_pattern="*-*-")
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def _hybrid() -> dict[str, Any]:
+    """Where megatron-core deprecates GPTModel: the default providers' HybridModel, its steps
+    against a GPTModel's on the same run config, and why its stack brings its own final norm."""
+    import importlib.util
+
+    import megatron_cases as mc
+
+    from lifecycle.megatron import compat
+
+    if not compat.gpt_model_deprecated():
+        return {}
+    out: dict[str, Any] = {}
+    with mc.parallel(pp=2, vpp=2):
+        out["vpp"] = [_chunk_shape(c) for c in mc.build(mc.run_config(pp=2, vpp=2), "gpt").runtime.model]
+    for name, provider in (("hybrid", "gpt"), ("gpt", RecordingProvider())):
+        with mc.parallel():
+            rt = mc.bind(mc.build(mc.run_config(), provider)).runtime
+            out[name] = {"class": type(rt.model[0].module).__name__,
+                         "params": sum(p.numel() for p in rt.model[0].parameters()),
+                         "losses": [mc.train_step(rt, 2)["losses"] for _ in range(3)]}
+    if importlib.util.find_spec("transformer_engine") is None:
+        with mc.parallel():
+            out["stock_final_norm"] = _stock_final_norm_error()
+    return out
+
+
 def _all() -> dict[str, Any]:
     import megatron_cases as mc
 
     with mc.rehearsal_group():
         return {"stages": _stages(), "schedules": _schedules(), "runs": _runs(),
-                "inference": _inference()}
+                "inference": _inference(), "hybrid": _hybrid()}
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +230,54 @@ def test_inference_plan_builds_the_model_without_ddp_or_optimizer(
 ) -> None:
     case = ranks[0]["inference"]
     assert case["optimizer"] is None and case["ddp_config"] is None
-    assert case["wrapper"] == "GPTModel" and case["training_mode"] is False
+    assert case["wrapper"] == _default_model() and case["training_mode"] is False
     assert case["event"]["optimizer"] is False
     assert case["released"] == (None, None, None)
+
+
+def _default_model() -> str:
+    from lifecycle.megatron.compat import gpt_model_deprecated
+
+    return "HybridModel" if gpt_model_deprecated() else "GPTModel"
+
+
+def _hybrid_case(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not ranks[0]["hybrid"]:
+        pytest.skip("megatron-core before 0.19: GPTModel is current, the default providers build it")
+    return [r["hybrid"] for r in ranks]
+
+
+def test_default_provider_splits_each_gpt_block_into_attention_and_mlp_layers_per_pipeline_segment(
+    ranks: list[dict[str, Any]],
+) -> None:
+    """pp=2, vpp=2, 4 GPT blocks: 8 hybrid layers `*-|*-|*-|*-`, one segment per chunk, in
+    megatron's virtual-pipeline order; the last chunk ends in the local final norm."""
+    cases = _hybrid_case(ranks)
+    for rank, case in enumerate(cases):
+        assert [c["class"] for c in case["vpp"]] == ["HybridModel"] * 2
+        assert {c["pattern"] for c in case["vpp"]} == {"*-|*-|*-|*-"}
+        assert [c["layers"] for c in case["vpp"]] == ["*-", "*-"]
+        assert {(c["num_layers"], c["is_hybrid"]) for c in case["vpp"]} == {(8, True)}
+        norms = [c["final_norm"] for c in case["vpp"]]
+        assert norms == (["NoneType", case["vpp"][0]["layer_norm"]] if rank == 1 else ["NoneType"] * 2)
+
+
+def test_hybrid_model_trains_exactly_as_the_gpt_model_it_replaces(ranks: list[dict[str, Any]]) -> None:
+    """The migration guide's check for an architecture-preserving `*-` migration: same parameter
+    count, same losses step after step (same initialization order, same computation)."""
+    for case in _hybrid_case(ranks):
+        assert (case["hybrid"]["class"], case["gpt"]["class"]) == ("HybridModel", "GPTModel")
+        assert case["hybrid"]["params"] == case["gpt"]["params"]
+        assert case["hybrid"]["losses"] == case["gpt"]["losses"]
+        assert len({tuple(step) for step in case["hybrid"]["losses"]}) == 3  # the steps train
+
+
+def test_megatrons_own_hybrid_stack_needs_transformer_engine_for_its_final_norm(
+    ranks: list[dict[str, Any]],
+) -> None:
+    """Why `_hybrid.local_final_norm_stack` exists: HybridStack builds its final norm as TENorm whatever
+    the spec says. When this fails, megatron builds it from the spec: drop that subclass."""
+    case = _hybrid_case(ranks)[0]
+    if "stock_final_norm" not in case:
+        pytest.skip("transformer-engine is installed")
+    assert "Transformer Engine is not installed" in (case["stock_final_norm"] or "")

@@ -49,3 +49,10 @@ def test_the_model_parallel_config_mend_applies_to_015_only(monkeypatch: pytest.
     import warnings
 
     assert module.__dict__["warnings"] is warnings
+
+
+@pytest.mark.parametrize(("release", "hybrid"), [
+    ((0, 15, 3), False), ((0, 18, 2), False), ((0, 19, 0), True), ((0, 19, 2), True),
+])
+def test_the_default_model_is_hybrid_where_gptmodel_is_deprecated(release: tuple[int, ...], hybrid: bool) -> None:
+    assert compat.gpt_model_deprecated(release) is hybrid
