@@ -27,7 +27,7 @@ from lifecycle.export._details import _KEEP, Details, Mark, _take
 from lifecycle.export._model import _rank
 from lifecycle.log import AuditLog, events, redact_text
 
-_OPEN = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO never blocks
+_OPEN = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO never blocks
 _SHUT_DOWN = "SHUT_DOWN"
 _HEAD = b'{"resourceSpans"'
 
@@ -48,6 +48,7 @@ class LiveSpans:
         self._start = self._end = 0.0
         self._done = 0  # segments already written as spans
         self._findings = 0
+        self._finished = False
         self._pending: list[Mark] = []
 
     def __call__(self, line: bytes) -> None:
@@ -62,12 +63,15 @@ class LiveSpans:
         self._details.line_ts[self._lineno] = float(rec["ts"])
         if event in _KEEP:
             _take(self._details, event, rec, False)
+        ending = self._audit.state == _SHUT_DOWN and event == events.TRANSITION_COMPLETED
+        if ending:  # the log's end: the rules on the whole log, before the last state's span is written
+            self._finish_audit()
         self._pending += self._details.marks[marks:] + self._new_findings()
         if event == events.LIFECYCLE_STARTED or self._lineno == 1:
             self._open_root(rec)
         if self._root is not None:
             self._write_segments()
-            if self._audit.state == _SHUT_DOWN and event == events.TRANSITION_COMPLETED:
+            if ending:
                 self._close_root()
         fault = getattr(self._exporter, "fault", None)
         if fault is not None:  # the log drops this sink and says why in one `warning` record
@@ -96,10 +100,10 @@ class LiveSpans:
 
     def _write_segments(self) -> None:
         for seg in self._audit.segments[self._done:]:
+            self._end = max(self._end, seg.end)
             child = _otlp.child_span(self._tracer, self._root, seg, self._audit.counts)
             self._place([(seg.start, seg.end, child)])
             child.end(end_time=_otlp._ns(seg.end))
-            self._end = max(self._end, seg.end)
         self._done = len(self._audit.segments)
 
     def _place(self, children: list[tuple[float, float, Any]], *, last: bool = False) -> None:
@@ -115,8 +119,13 @@ class LiveSpans:
         return [Mark(ts=self._details.line_ts[f.line], event=f.rule, kind="finding", detail=f.message[:300],
                      rule=f.rule) for f in new if f.line is not None and f.line in self._details.line_ts]
 
+    def _finish_audit(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._audit.finish()
+
     def _close_root(self) -> None:
-        self._audit.finish()
+        self._finish_audit()
         self._pending += self._new_findings()
         trace = _rank(self._audit, self._details)
         started = next((a for a in trace.attempts if a.attempt == self._attempt), None)
