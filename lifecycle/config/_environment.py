@@ -237,7 +237,7 @@ def check_writers(c: RunConfig, env: Environment) -> list[Problem]:
     return out
 
 
-def check_otel_writer(c: RunConfig, env: Environment) -> list[Problem]:
+def check_otel_exporter(c: RunConfig, env: Environment) -> list[Problem]:
     """logging.otel needs opentelemetry-sdk; an endpoint also needs the OTLP/HTTP exporter."""
     otel = (c.logging.otel or "").strip()
     if not otel:
@@ -249,7 +249,7 @@ def check_otel_writer(c: RunConfig, env: Environment) -> list[Problem]:
                     "pip install opentelemetry-exporter-otlp, or set logging.otel to a local file")
     else:
         return []
-    return [_e("writers", "logging.otel", redact_text(c.logging.otel or ""), why, fix)]
+    return [_e("otel_exporter", "logging.otel", redact_text(c.logging.otel or ""), why, fix)]
 
 
 def check_distributed_optimizer_checkpoints(c: RunConfig, env: Environment) -> list[Problem]:
@@ -284,5 +284,5 @@ ENVIRONMENT = (
     check_paths,
     check_distributed_optimizer_checkpoints,
     check_writers,
-    check_otel_writer,
+    check_otel_exporter,
 )

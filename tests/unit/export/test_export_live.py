@@ -149,3 +149,34 @@ def test_an_endpoint_needs_the_exporter_and_a_file_the_sdk() -> None:
 @pytest.mark.parametrize("path", ["runs/x #1.jsonl", "yes", "1e3", "{x}"])
 def test_the_field_set_with_set_is_the_path_as_typed(path: str) -> None:
     assert RunConfig.from_dict({}, [f"logging.otel={path}"]).logging.otel == path
+
+
+def test_an_endpoint_receives_the_spans_over_otlp_http(tmp_path: Path) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="opentelemetry-exporter-otlp is not installed")
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    received: list[str] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # http.server's name
+            request = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["Content-Length"])))
+            received.extend(s.name for r in request.resource_spans for ss in r.scope_spans for s in ss.spans)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        lc = rank(tmp_path / "logs", f"http://127.0.0.1:{server.server_port}/v1/traces")
+        lc.advance_to(State.CALLBACKS_BOUND)
+        lc.shutdown()  # the log's close flushes the batch
+    finally:
+        server.shutdown()
+    assert sorted(received) == sorted(["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND",
+                                       "SHUT_DOWN", ROOT])
