@@ -15,6 +15,7 @@ sent to an OTLP/HTTP endpoint by the SDK's batch processor (`opentelemetry-expor
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import stat
 from typing import Any
@@ -162,7 +163,25 @@ def _endpoint(url: str) -> Any:
 
         raise ExtraNotInstalled("an OTLP endpoint needs opentelemetry-exporter-otlp, which is not installed: "
                                 "pip install opentelemetry-exporter-otlp", extra="otel") from exc
-    return OTLPSpanExporter(endpoint=url, timeout=5)
+    exporter = OTLPSpanExporter(endpoint=url, timeout=5)
+    _redact_sdk_logs()
+    return exporter
+
+
+class _Redacting(logging.Filter):
+    """The SDK's own log lines (a failed export names the URL) pass through `redact_text`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact_text(record.getMessage()), None
+        return True
+
+
+def _redact_sdk_logs() -> None:
+    """On each OpenTelemetry logger there is (a logger's filters do not reach its children's lines)."""
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("opentelemetry") and isinstance(logger, logging.Logger) \
+                and not any(isinstance(f, _Redacting) for f in logger.filters):
+            logger.addFilter(_Redacting())
 
 
 class _FileExporter:
@@ -192,9 +211,11 @@ class _FileExporter:
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
-    def shutdown(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
+    def shutdown(self) -> None:  # each provider (restart cycle) shuts its processor down: once here
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def force_flush(self, timeout_millis: int = 0) -> bool:
         return True
