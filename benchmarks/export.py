@@ -51,11 +51,7 @@ def _spread(values: list[float], unit: str = "s") -> str:
 
 
 def _export(log_dir: Path, out: Path, writer: object, jobs: int | None = None) -> None:
-    trace = load([str(log_dir)], jobs=jobs)
-    if writer is write_chrome:
-        write_chrome(trace, out, jobs=jobs)
-    else:
-        writer(trace, out)  # type: ignore[operator]
+    writer(load([str(log_dir)], jobs=jobs), out)  # type: ignore[operator]
 
 
 def browser_load(page: Path, repeat: int) -> list[float] | None:

@@ -8,16 +8,13 @@ thread beside VALIDATED, so they overlap it). Times are whole microseconds since
 from __future__ import annotations
 
 import gzip
-import multiprocessing as mp
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from lifecycle.audit import no_gc
-from lifecycle.export._model import PARALLEL_FROM, RankTrace, Trace, _cpus
+from lifecycle.export._model import RankTrace, Trace
 from lifecycle.log import events
 
 STATES_TID, IMPORTS_TID, MARKS_TID = 1, 2, 3
@@ -33,71 +30,29 @@ def chrome_events(trace: Trace) -> list[dict[str, Any]]:
     return out
 
 
-_FORKED: Trace | None = None
-"""The trace the forked serializers read (inherited at fork: not pickled to them)."""
-
-
-def _rank_parts(trace: Trace, jobs: int | None) -> list[bytes]:
-    """The ranks' events as JSON array bodies (no brackets), in rank order, made in parallel."""
-    global _FORKED
-    count = len(trace.ranks)
-    workers = jobs if jobs is not None else min(_cpus(), 8) if count >= PARALLEL_FROM else 1
-    workers = max(1, min(workers, count))
-    if workers < 2 or "fork" not in mp.get_all_start_methods():
-        return [_serialized(trace, 0, count)]
-    size = -(-count // workers)
-    bounds = [(i, min(i + size, count)) for i in range(0, count, size)]
-    _FORKED = trace
-    try:
-        with ProcessPoolExecutor(max_workers=len(bounds) - 1, mp_context=mp.get_context("fork")) as pool:
-            others = [pool.submit(_forked_part, *b) for b in bounds[1:]]
-            return [_serialized(trace, *bounds[0]), *(f.result() for f in others)]
-    except (OSError, BrokenProcessPool):
-        return [_serialized(trace, 0, count)]
-    finally:
-        _FORKED = None
-
-
-def _forked_part(start: int, stop: int) -> bytes:
-    assert _FORKED is not None
-    return _serialized(_FORKED, start, stop)
-
-
-def _serialized(trace: Trace, start: int, stop: int) -> bytes:
-    with no_gc():
-        out: list[dict[str, Any]] = []
-        for rank in trace.ranks[start:stop]:
-            out += _rank_events(rank, trace.t0)
-        return orjson.dumps(out)[1:-1]
-
-
 def chrome_document(trace: Trace) -> dict[str, Any]:
     """The JSON Object Format: `traceEvents` plus what the viewers show as metadata."""
-    return {"traceEvents": chrome_events(trace), "displayTimeUnit": "ms", "otherData": _other_data(trace)}
-
-
-def _other_data(trace: Trace) -> dict[str, Any]:
     result = trace.result
     return {
-        "producer": "megatron-lifecycle",
-        "run_ids": list(trace.run_ids),
-        "t0_unix_s": trace.t0,
-        "world_size": trace.world_size,
-        "ranks": len(trace.ranks),
-        "findings": len(result.findings),
-        "root_causes": [{"rank": c.rank, "kind": c.kind, "message": c.message} for c in trace.root_causes],
+        "traceEvents": chrome_events(trace),
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "producer": "megatron-lifecycle",
+            "run_ids": list(trace.run_ids),
+            "t0_unix_s": trace.t0,
+            "world_size": trace.world_size,
+            "ranks": len(trace.ranks),
+            "findings": len(result.findings),
+            "root_causes": [{"rank": c.rank, "kind": c.kind, "message": c.message} for c in trace.root_causes],
+        },
     }
 
 
-def write_chrome(trace: Trace, output: str | Path, *, jobs: int | None = None) -> Path:
-    """Write the trace to `output`; a `.gz` suffix gzips it. The ranks' events are made and
-    serialized by this process and `jobs - 1` forked others (default: as the audit, one per CPU up
-    to 8 from PARALLEL_FROM ranks on); the bytes are those of `orjson.dumps(chrome_document(trace))`."""
+def write_chrome(trace: Trace, output: str | Path) -> Path:
+    """Write the trace to `output`; a `.gz` suffix gzips it."""
     path = Path(output)
     with no_gc():
-        parts = [part for part in (*_rank_parts(trace, jobs), orjson.dumps(_flows(trace))[1:-1]) if part]
-        data = (b'{"traceEvents":[' + b",".join(parts) + b'],"displayTimeUnit":"ms","otherData":'
-                + orjson.dumps(_other_data(trace)) + b"}")
+        data = orjson.dumps(chrome_document(trace))
     if path.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6, mtime=0)
     path.write_bytes(data)

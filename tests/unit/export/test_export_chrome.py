@@ -138,13 +138,3 @@ def test_a_record_of_unexpected_types_is_read_line_by_line_and_kept(tmp_path: Pa
     assert {"loss": 2.5, "step_time_s": 0.1, "step": 1} in counters
     assert {"step_time_s": 0.2, "step": 2} in counters  # its loss is not a number: only its time
 
-
-@pytest.mark.parametrize("jobs", [1, 2, 3])
-def test_the_ranks_serialized_in_parallel_give_the_bytes_of_the_whole_document(tmp_path: Path, failed_logs: Path,
-                                                                               jobs: int) -> None:
-    from lifecycle.export import chrome_document, write_chrome
-
-    trace = load([str(failed_logs)])
-    written = write_chrome(trace, tmp_path / "t.json", jobs=jobs).read_bytes()
-    assert written == orjson.dumps(chrome_document(trace))
-    assert len(orjson.loads(written)["traceEvents"]) == len(chrome_document(trace)["traceEvents"])
