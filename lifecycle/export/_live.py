@@ -91,7 +91,8 @@ class LiveSpans:
         attempt: int = rec["attempt"] if type(rec.get("attempt")) is int else 0
         key = (self._audit.run_id, attempt)
         if key not in self._providers:
-            self._providers[key] = self._sdk.TracerProvider(resource=_otlp.resource(*key), id_generator=self._ids)
+            self._providers[key] = self._sdk.TracerProvider(resource=_otlp.resource(*key), id_generator=self._ids,
+                                                            shutdown_on_exit=False)  # `close` shuts it down
             self._providers[key].add_span_processor(self._processor)
         self._tracer = self._providers[key].get_tracer(_otlp.SCOPE)
         self._attempt = attempt
