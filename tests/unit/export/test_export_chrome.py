@@ -137,4 +137,3 @@ def test_a_record_of_unexpected_types_is_read_line_by_line_and_kept(tmp_path: Pa
     counters = [e["args"] for e in trace if e["ph"] == "C"]
     assert {"loss": 2.5, "step_time_s": 0.1, "step": 1} in counters
     assert {"step_time_s": 0.2, "step": 2} in counters  # its loss is not a number: only its time
-
