@@ -3,8 +3,10 @@ benchmark's logs, with its injected faults).
 
 Prints, as medians over `--repeat` runs with the lowest and highest: the audit's own time, the
 Chrome export's and the OTLP export's (each reads the logs, audits them, reads the details and
-writes the file), and their ratio to the audit run back to back (target: Chrome < 2x); then how
-long headless Chromium takes to load and draw the report (target < 5 s), when chromium is here.
+writes the file), and their ratio to the audit run back to back (target: Chrome < 2x), in wall
+time and in CPU time (this process and its workers: what a busy machine's other work does not
+change); then how long headless Chromium takes to load and draw the report (target < 5 s), when
+chromium is here.
 
     python benchmarks/export.py [--ranks 4096] [--steps 30] [--repeat 3] [--dir DIR] [--no-otlp]
 """
@@ -12,6 +14,7 @@ long headless Chromium takes to load and draw the report (target < 5 s), when ch
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import tempfile
@@ -26,11 +29,21 @@ from audit import write_run  # noqa: E402
 from lifecycle.audit import audit  # noqa: E402
 from lifecycle.export import load, write_chrome, write_otlp, write_report  # noqa: E402
 
+CPU: list[float] = []
+"""The CPU time of each `_timed` call, in order (the wall time is what it returns)."""
+
+
+def _cpu() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
 
 def _timed(fn: object, *args: object) -> float:
-    start = time.perf_counter()
+    cpu, start = _cpu(), time.perf_counter()
     fn(*args)  # type: ignore[operator]
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    CPU.append(_cpu() - cpu)
+    return wall
 
 
 def _spread(values: list[float], unit: str = "s") -> str:
@@ -77,14 +90,22 @@ def main() -> int:
     print(f"logs: {args.ranks} ranks, {lines} lines, {sum(p.stat().st_size for p in logs.iterdir()) / 2**20:.1f} MiB")
     rows: dict[str, list[float]] = {"audit": [], "chrome": [], "chrome.gz": [], "otlp": []}
     one: dict[str, list[float]] = {"audit": [], "chrome": []}
+    cpu: dict[str, list[float]] = {"audit": [], "chrome": [], "audit jobs=1": [], "chrome jobs=1": []}
     for _ in range(args.repeat):
         one["audit"].append(_timed(lambda: audit([str(logs)], jobs=1)))
         one["chrome"].append(_timed(_export, logs, root / "trace.json", write_chrome, 1))
+        cpu["audit jobs=1"].append(CPU[-2])
+        cpu["chrome jobs=1"].append(CPU[-1])
         rows["audit"].append(_timed(audit, [str(logs)]))
         rows["chrome"].append(_timed(_export, logs, root / "trace.json", write_chrome))
+        cpu["audit"].append(CPU[-2])
+        cpu["chrome"].append(CPU[-1])
         rows["chrome.gz"].append(_timed(_export, logs, root / "trace.json.gz", write_chrome))
         if not args.no_otlp:
             rows["otlp"].append(_timed(_export, logs, root / "spans.json", write_otlp))
+    for name in ("chrome", "chrome jobs=1"):
+        ratios = [c / a for c, a in zip(cpu[name], cpu[name.replace("chrome", "audit")], strict=True)]
+        print(f"CPU time {name}: {_spread(cpu[name])}; x audit {_spread(ratios, '')}")
     for title, table in (("ONE PROCESS (jobs=1)", one), ("default jobs", rows)):
         print(title)
         for name, values in table.items():

@@ -12,6 +12,7 @@ from lifecycle.config._intrinsic_values import check_dtype, check_optimizer, che
 from lifecycle.config._problems import Problem
 from lifecycle.config._problems import intrinsic as _p
 from lifecycle.config._records import RunConfig
+from lifecycle.redaction import redact_text
 
 _K = 1 << 10
 _M = 1 << 20
@@ -58,6 +59,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
 }
 LOCAL_PATHS = ("checkpoint.load", "checkpoint.save", "logging.log_dir", "tokenizer.path")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+ENDPOINT = re.compile(r"https?://[^\s/?#]+", re.IGNORECASE)
+"""An OTLP/HTTP endpoint (`logging.otel`): any other URL is refused."""
 # The checks that already report a value below its lowest bound (with their own words).
 _OWNERS = (check_positive_sizes, check_optimizer, check_dtype, check_vocab, check_rank)
 
@@ -100,3 +103,19 @@ def check_local_paths(c: RunConfig) -> list[Problem]:
             out.append(_p("local_paths", name, value, "holds a NUL byte or a line break",
                           f"set {name} to a path without control characters"))
     return out
+
+
+def check_otel(c: RunConfig) -> list[Problem]:
+    """logging.otel is a local file path or an http(s) OTLP endpoint (shown redacted). Its spans are
+    derived from the startup log's records: a run without a log directory writes none."""
+    value = c.logging.otel
+    if value is None:
+        return []
+    shown = redact_text(value)
+    if not value.strip() or any(ch in value for ch in "\0\n\r"):
+        return [_p("otel", "logging.otel", shown, "is empty or holds a NUL byte or a line break",
+                   "set logging.otel to a file path or an http(s) OTLP endpoint")]
+    if _URL.match(value.strip()) and not ENDPOINT.match(value.strip()):
+        return [_p("otel", "logging.otel", shown, "is a URL but not an http(s) OTLP endpoint",
+                   "set logging.otel to a local file path, or to http(s)://HOST:4318/v1/traces")]
+    return []

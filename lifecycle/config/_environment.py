@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from lifecycle.config._bounds import ENDPOINT
 from lifecycle.config._checkpoints import checkpoint_problem
 from lifecycle.config._intrinsic import world_problems
 from lifecycle.config._problems import TE_EXTRA, Environment, Problem
@@ -15,8 +16,11 @@ from lifecycle.config._problems import environment as _e
 from lifecycle.config._records import RunConfig
 from lifecycle.launchers import identity_variables
 from lifecycle.log import check_log_dir
+from lifecycle.redaction import redact_text
 
 OPTIONAL_MODULES = ("transformer_engine", "apex", "torch_memory_saver", "transformers", "tensorboard")
+OTEL_MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+"""What `logging.otel` needs: the SDK for a file, and the OTLP/HTTP exporter for an endpoint."""
 
 
 def probe_environment(config: RunConfig) -> Environment:
@@ -27,12 +31,19 @@ def probe_environment(config: RunConfig) -> Environment:
     log_dir = config.logging.log_dir
     return Environment(
         cuda=bool(torch.cuda.is_available()),
-        modules=frozenset(m for m in OPTIONAL_MODULES if importlib.util.find_spec(m) is not None),
+        modules=frozenset(m for m in OPTIONAL_MODULES + OTEL_MODULES if _importable(m)),
         existing_dirs=frozenset(p for p in paths if Path(p).is_dir()),
         env=identity_variables(),
         log_dir_problem=check_log_dir(Path(log_dir)) if log_dir else None,
         checkpoint_problem=checkpoint_problem(config.checkpoint.load) if config.checkpoint.load else None,
     )
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a dotted name whose parent package is absent
+        return False
 
 
 def check_launcher(c: RunConfig, env: Environment) -> list[Problem]:
@@ -225,6 +236,21 @@ def check_writers(c: RunConfig, env: Environment) -> list[Problem]:
     return out
 
 
+def check_otel_exporter(c: RunConfig, env: Environment) -> list[Problem]:
+    """logging.otel needs opentelemetry-sdk; an endpoint also needs the OTLP/HTTP exporter."""
+    otel = (c.logging.otel or "").strip()
+    if not otel:
+        return []
+    if "opentelemetry.sdk" not in env.modules:
+        why, fix = "live spans need opentelemetry-sdk, not importable", "pip install megatron-lifecycle[otel]"
+    elif ENDPOINT.match(otel) and OTEL_MODULES[1] not in env.modules:
+        why, fix = ("an OTLP endpoint needs opentelemetry-exporter-otlp-proto-http, not importable",
+                    "pip install opentelemetry-exporter-otlp, or set logging.otel to a local file")
+    else:
+        return []
+    return [_e("otel_exporter", "logging.otel", redact_text(c.logging.otel or ""), why, fix)]
+
+
 def check_distributed_optimizer_checkpoints(c: RunConfig, env: Environment) -> list[Problem]:
     """The distributed optimizer's checkpoints need Apex's or Transformer Engine's Adam.
 
@@ -257,4 +283,5 @@ ENVIRONMENT = (
     check_paths,
     check_distributed_optimizer_checkpoints,
     check_writers,
+    check_otel_exporter,
 )

@@ -137,6 +137,9 @@ class LoggingConfig:
     timers: bool = False
     # a log_dir holding another run's logs: refuse it, overwrite them, or append to them
     existing: Literal["refuse", "overwrite", "append"] = "refuse"
+    # spans written as the run goes (docs/observability.md): an OTLP JSON lines file, or an http(s)
+    # OTLP endpoint when opentelemetry-exporter-otlp is installed; extra `otel`
+    otel: str | None = None
 
 
 @_frozen

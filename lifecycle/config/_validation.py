@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lifecycle.config._bounds import check_bounds, check_local_paths
+from lifecycle.config._bounds import check_bounds, check_local_paths, check_otel
 from lifecycle.config._environment import ENVIRONMENT, probe_environment
 from lifecycle.config._intrinsic import INTRINSIC as _LAYOUT_AND_VALUES
 from lifecycle.config._problems import Environment, Kind, Problem
 from lifecycle.config._records import RunConfig
 from lifecycle.errors import ConfigError
 
-INTRINSIC = (*_LAYOUT_AND_VALUES, check_bounds, check_local_paths)
+INTRINSIC = (*_LAYOUT_AND_VALUES, check_bounds, check_local_paths, check_otel)
 
 
 def validate(config: RunConfig, environment: bool | Environment = True) -> list[Problem]:

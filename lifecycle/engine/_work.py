@@ -66,6 +66,10 @@ class EntryWork:
             self._log.emit(events.CONFIG_VALIDATED, fingerprint=runtime.fingerprint,
                            config=redact(self._config.to_dict()), environment=self.plan is not Plan.CONVERT)
         if self._log_dir is not None and not self._log.is_open:
+            if self._config.logging.otel:  # before open: the held records feed the live spans too
+                from lifecycle.export import attach_live_spans
+
+                attach_live_spans(self._log, self._config.logging.otel)
             self._log.open(self._log_dir, overwrite=existing == "overwrite")
         return runtime
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from lifecycle.export._chrome import chrome_document, chrome_events, write_chrome
 from lifecycle.export._details import Attempt, Mark
 from lifecycle.export._follow import follow
+from lifecycle.export._live import LiveSpans, live_spans
+from lifecycle.export._live import attach as attach_live_spans
 from lifecycle.export._model import Cycle, RankTrace, Trace, load
 from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, encode, spans, write_otlp
 from lifecycle.export._report import RULES_URL, render, report_data, write_report
@@ -22,14 +24,17 @@ __all__ = [
     "RULES_URL",
     "Attempt",
     "Cycle",
+    "LiveSpans",
     "Mark",
     "RankTrace",
     "Row",
     "Trace",
+    "attach_live_spans",
     "chrome_document",
     "chrome_events",
     "encode",
     "follow",
+    "live_spans",
     "load",
     "render",
     "report_data",

@@ -92,14 +92,16 @@ def _rank_events(rank: RankTrace, t0: float) -> list[dict[str, Any]]:
         out.append({"ph": "i", "s": "t", "pid": pid, "tid": MARKS_TID, "name": mark.event, "cat": mark.kind,
                     "ts": _us(mark.ts, t0), "args": {"detail": mark.detail, "state": mark.state,
                                                        "rule": mark.rule, "peer_rank": mark.peer}})
+    before = len(out)
     out += [{"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": round((ts - t0) * 1e6),
              "args": {"loss": loss, "step_time_s": duration, "step": step}}
             for ts, step, loss, duration in rank.steps if loss is not None and duration is not None]
-    for ts, step, loss, duration in rank.steps:
-        if (loss is None) != (duration is None):  # a step with one of the two: a counter of that one
-            values = {"loss": loss} if duration is None else {"step_time_s": duration}
-            out.append({"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": _us(ts, t0),
-                        "args": values | {"step": step}})
+    if len(out) - before < len(rank.steps):  # a step with one of the two: a counter of that one
+        for ts, step, loss, duration in rank.steps:
+            if (loss is None) != (duration is None):
+                values = {"loss": loss} if duration is None else {"step_time_s": duration}
+                out.append({"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": _us(ts, t0),
+                            "args": values | {"step": step}})
     return out
 
 

@@ -18,6 +18,7 @@ import orjson
 
 from lifecycle.audit import no_gc
 from lifecycle.errors import ExtraNotInstalled
+from lifecycle.export._details import Mark
 from lifecycle.export._model import COORDINATES, RankTrace, Trace
 from lifecycle.log import events
 from states import State
@@ -47,27 +48,32 @@ def sdk() -> Any:
 def spans(trace: Trace) -> list[Any]:
     """The startup as finished SDK spans (`ReadableSpan`), rank by rank, attempt by attempt."""
     sdk_trace = sdk()
-    from opentelemetry.sdk.resources import Resource
-
-    ids = _ids()
+    ids = make_ids()
     collected = _collector()
     providers: dict[tuple[str | None, int], Any] = {}
     for rank in trace.ranks:
         for attempt, parts in _attempts(rank):
             key = (rank.audit.run_id, attempt)
             if key not in providers:
-                resource = Resource.create({"service.name": "megatron", "lifecycle.run_id": key[0] or "",
-                                            "run_uuid": key[0] or "", "nvrx.cycle": attempt})
-                provider = sdk_trace.TracerProvider(resource=resource, id_generator=ids)
-                provider.add_span_processor(collected)
-                providers[key] = provider
+                providers[key] = sdk_trace.TracerProvider(resource=resource(*key), id_generator=ids)
+                providers[key].add_span_processor(collected)
             tracer = providers[key].get_tracer(SCOPE)
             _rank_spans(tracer, ids, rank, attempt, parts, trace)
     return list(collected.spans)
 
 
-def _ids() -> Any:
-    """The SDK's id generator, fed the next ids: deterministic spans from the logs."""
+def resource(run_id: str | None, attempt: int) -> Any:
+    """The resource of one run's restart cycle: Megatron-LM's `run_uuid` and `nvrx.cycle`. Its
+    `service.instance.id` is the run and cycle (the SDK would draw a random one: the same logs, or
+    the live spans of the run, would not give the same resource)."""
+    from opentelemetry.sdk.resources import Resource
+
+    return Resource.create({"service.name": "megatron", "service.instance.id": f"{run_id or ''}:{attempt}",
+                            "lifecycle.run_id": run_id or "", "run_uuid": run_id or "", "nvrx.cycle": attempt})
+
+
+def make_ids() -> Any:
+    """The SDK's id generator, fed the next ids (`seed`): deterministic spans from the logs."""
     from opentelemetry.sdk.trace.id_generator import IdGenerator
 
     class Ids(IdGenerator):
@@ -82,6 +88,13 @@ def _ids() -> Any:
             return next(self.span_ids)
 
     return Ids()
+
+
+def seed(ids: Any, run_id: str | None, rank: int, attempt: int) -> None:
+    """The trace id of a rank's attempt, and its span ids in the order the spans start."""
+    key = (run_id, rank, attempt)
+    ids.trace_id = int.from_bytes(_digest(*key)[:16], "big") or 1
+    ids.span_ids = (int.from_bytes(_digest(*key, n)[:8], "big") or 1 for n in range(1 << 30))
 
 
 def _collector() -> Any:
@@ -109,39 +122,50 @@ def _attempts(rank: RankTrace) -> Iterator[tuple[int, list[Any]]]:
 
 
 def _rank_spans(tracer: Any, ids: Any, rank: RankTrace, attempt: int, segments: list[Any], trace: Trace) -> None:
-    from opentelemetry import trace as api
-    from opentelemetry.trace import Status, StatusCode
-
-    seed = (rank.audit.run_id, rank.rank, attempt)
-    ids.trace_id = int.from_bytes(_digest(*seed)[:16], "big") or 1
-    ids.span_ids = (int.from_bytes(_digest(*seed, n)[:8], "big") or 1 for n in range(1 << 30))
+    seed(ids, rank.audit.run_id, rank.rank, attempt)
     started = next((a for a in rank.attempts if a.attempt == attempt), None)
     last_attempt = not rank.attempts or attempt == rank.attempts[-1].attempt
     unfinished = rank.unfinished if last_attempt else None
     ends = [s.end for s in segments] + ([unfinished[2]] if unfinished else [])
     start = started.ts if started is not None else min((s.start for s in segments), default=trace.t0)
     end = max(ends, default=start)
-    root = tracer.start_span(ROOT, start_time=_ns(start), attributes=_root_attributes(rank, attempt, started))
-    context = api.set_span_in_context(root)
-    children = []
-    for seg in segments:
-        attributes: dict[str, Any] = {"lifecycle.state": seg.state, "lifecycle.trigger": seg.trigger,
-                                      "lifecycle.generation": seg.generation}
-        if seg.state in MEGATRON_SPANS:
-            attributes["megatron.span"] = MEGATRON_SPANS[seg.state]
-        attributes.update({f"lifecycle.{k}": v for k, v in rank.counts.get(seg.state, {}).items()})
-        name = "imports" if seg.state == events.IMPORTS else seg.state
-        child = tracer.start_span(name, context=context, start_time=_ns(seg.start), attributes=attributes)
-        children.append((seg.start, seg.end, child))
+    root = tracer.start_span(ROOT, start_time=_ns(start), attributes=root_attributes(rank, attempt, started))
+    children = [(seg.start, seg.end, child_span(tracer, root, seg, rank.counts)) for seg in segments]
     if unfinished is not None:
-        trigger, begin, stop = unfinished
-        child = tracer.start_span(f"{trigger} (not completed)", context=context, start_time=_ns(begin),
-                                  attributes={"lifecycle.trigger": trigger, "lifecycle.completed": False})
-        children.append((begin, stop, child))
-    _events(rank, root, children, start, end)
-    failure = rank.audit.failure if last_attempt else None
+        children.append((unfinished[1], unfinished[2], unfinished_span(tracer, root, unfinished[0], unfinished[1])))
+    place_events(rank.marks, root, children, start, end)
+    finish(root, children, rank.audit.failure if last_attempt else None, unfinished is not None, end)
+
+
+def child_span(tracer: Any, root: Any, seg: Any, counts: dict[str, dict[str, int]]) -> Any:
+    """The span of one state's entry work (or of `imports`), started under `root`."""
+    from opentelemetry import trace as api
+
+    attributes: dict[str, Any] = {"lifecycle.state": seg.state, "lifecycle.trigger": seg.trigger,
+                                  "lifecycle.generation": seg.generation}
+    if seg.state in MEGATRON_SPANS:
+        attributes["megatron.span"] = MEGATRON_SPANS[seg.state]
+    attributes.update({f"lifecycle.{k}": v for k, v in counts.get(seg.state, {}).items()})
+    name = "imports" if seg.state == events.IMPORTS else seg.state
+    return tracer.start_span(name, context=api.set_span_in_context(root), start_time=_ns(seg.start),
+                             attributes=attributes)
+
+
+def unfinished_span(tracer: Any, root: Any, trigger: str, begin: float) -> Any:
+    """The span of the transition that never completed."""
+    from opentelemetry import trace as api
+
+    return tracer.start_span(f"{trigger} (not completed)", context=api.set_span_in_context(root),
+                             start_time=_ns(begin), attributes={"lifecycle.trigger": trigger,
+                                                                "lifecycle.completed": False})
+
+
+def finish(root: Any, children: list[tuple[float, float, Any]], failure: Any, unfinished: bool, end: float) -> None:
+    """End `children` (the last one, when `unfinished`, with the failure's status ERROR), then the root."""
+    from opentelemetry.trace import Status, StatusCode
+
     for _, stop, child in children:
-        if failure is not None and child is children[-1][2] and unfinished is not None:
+        if failure is not None and child is children[-1][2] and unfinished:
             child.set_status(Status(StatusCode.ERROR, failure.message[:500]))
         child.end(end_time=_ns(stop))
     if failure is not None:
@@ -149,7 +173,7 @@ def _rank_spans(tracer: Any, ids: Any, rank: RankTrace, attempt: int, segments: 
     root.end(end_time=_ns(max(end, failure.ts or end) if failure is not None else end))
 
 
-def _root_attributes(rank: RankTrace, attempt: int, started: Any) -> dict[str, Any]:
+def root_attributes(rank: RankTrace, attempt: int, started: Any) -> dict[str, Any]:
     audit = rank.audit
     out: dict[str, Any] = {"lifecycle.run_id": audit.run_id or "", "lifecycle.rank": rank.rank,
                            "lifecycle.world_size": audit.world_size or 0, "nvrx.cycle": attempt,
@@ -166,9 +190,10 @@ def _root_attributes(rank: RankTrace, attempt: int, started: Any) -> dict[str, A
     return out
 
 
-def _events(rank: RankTrace, root: Any, children: list[tuple[float, float, Any]], start: float, end: float) -> None:
+def place_events(marks: Sequence[Mark], root: Any, children: list[tuple[float, float, Any]], start: float,
+                 end: float) -> None:
     """Violations and failures as span events on the state's span that holds them, else the root."""
-    for mark in rank.marks:
+    for mark in marks:
         if not start <= mark.ts <= end:
             continue
         holder = next((c for b, e, c in children if b <= mark.ts <= e), root)

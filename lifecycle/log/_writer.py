@@ -13,6 +13,7 @@ import hashlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from lifecycle.log import events
 from lifecycle.log._chain import GENESIS
 from lifecycle.log._files import ChainEnd, existing_policy_problem, inspect_log, rank_file, removable_ranks
 from lifecycle.log._lock import lock_log_dir
-from lifecycle.log._redact import may_hold_credentials, redact
+from lifecycle.log._redact import may_hold_credentials, redact, redact_text
 
 _NEW = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 _ENVELOPE = frozenset({"event", "ts", "seq", "prev_hash", "run_id", "rank", "world_size", "generation", "cycle"})
@@ -58,6 +59,8 @@ class _ChainWriter:
         self.fault: OSError | None = None
         self.unlogged = 0  # records that went to stderr instead of the file
         self.lost = 0  # records that reached neither
+        self.sinks: list[Callable[[bytes], None]] = []  # fed each record's line once it left (AuditLog.add_sink)
+        self.sink_faults: list[str] = []
 
     def chain(self, _logger: Any, _name: str, event_dict: Any) -> bytes:
         event_dict["ts"] = time.time()
@@ -84,6 +87,7 @@ class _ChainWriter:
             try:
                 _write_all(self.fd, line)
                 self.size += len(line)
+                self.feed(line)
                 return
             except OSError as exc:
                 with contextlib.suppress(OSError):  # the file then ends at a whole record
@@ -91,8 +95,18 @@ class _ChainWriter:
                 self.failed(exc)
         if self.to_stderr:
             self.stderr(line)
+            self.feed(line)
         else:
             self.pending.append(line)
+
+    def feed(self, line: bytes) -> None:
+        """Give the written record to each sink; a sink that raises is dropped (AuditLog reports it)."""
+        for sink in list(self.sinks):
+            try:
+                sink(line)
+            except Exception as exc:  # a sink never stops the log
+                self.sinks.remove(sink)
+                self.sink_faults.append(f"{type(exc).__name__}: {exc}")
 
     def failed(self, exc: OSError) -> None:
         """The file cannot take records any more: close it, and send this and later ones to stderr."""
@@ -171,6 +185,19 @@ class AuditLog:
         if before is None and fault is not None:
             self._logger.msg(events.LOG_WRITE_FAILED, path=str(self.path), errno=fault.errno,
                              error=redact(str(fault)), failed_event=event)
+        self._sink_warnings()
+
+    def add_sink(self, sink: Callable[[bytes], None]) -> None:
+        """Feed `sink` each record's line (bytes, with its newline) once it is written, the held ones
+        at `open`. A sink that raises is dropped, one `warning` record says why, and the log goes on;
+        its `close()`, if any, is called by `close`."""
+        self._writer.sinks.append(sink)
+
+    def _sink_warnings(self) -> None:
+        while self._writer.sink_faults:
+            message = redact_text(self._writer.sink_faults.pop(0))[:500]
+            self._logger.msg(events.WARNING, category="LogSinkFailed", module="lifecycle.log", message=message,
+                             lineno=None)
 
     @property
     def is_open(self) -> bool:
@@ -244,6 +271,7 @@ class AuditLog:
         if self._writer.fault is not None:
             self._emit_fault(path)
             return None
+        self._sink_warnings()
         return path
 
     def _open_file(self, path: Path, *, overwrite: bool) -> int:
@@ -293,6 +321,10 @@ class AuditLog:
 
     def close(self) -> None:
         self.release()
+        sinks, self._writer.sinks = self._writer.sinks, []
+        for sink in sinks:  # after the last record: a failure here has no record left to go to
+            with contextlib.suppress(Exception):
+                getattr(sink, "close", lambda: None)()
         fd, self._writer.fd = self._writer.fd, None
         if fd is not None:
             try:

@@ -1,9 +1,11 @@
-"""What a simulated rank creates and issues in each state it enters: process groups and
-collectives, counted by wrapping `torch.distributed`'s functions while the rank advances one state
-at a time, so the rehearsal predicts where a large job's startup spends its rendezvous.
+"""What a simulated rank creates and issues in each state it enters: process groups, collectives
+and store operations, counted by wrapping `torch.distributed`'s functions while the rank advances
+one state at a time, so the rehearsal predicts where a large job's startup spends its rendezvous.
 
-Store operations are not counted: on the fake backend torch makes none (its `FakeStore` has no
-operations), so a count here would say nothing about the real job.
+Store operations are counted on the store given to `init_process_group`, wrapped: every group's
+`PrefixStore` sits on it, so what torch, megatron or a backend asks of any store of the job passes
+there. On the fake backend they are 0 (docs/observability.md): its process groups never touch the
+store, and neither torch's `new_group` nor megatron-core's group creation does.
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ COLLECTIVES = (
     "isend", "monitored_barrier", "recv", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter",
     "scatter_object_list", "send",
 )
-NAMES = ("process_groups", "collectives")
+STORE_OPS = ("set", "get", "add", "compare_set", "wait", "check", "delete_key", "num_keys", "append", "multi_get",
+             "multi_set")
+"""The operations of `torch.distributed.Store` that reach its server (`set_timeout` does not)."""
+NAMES = ("process_groups", "collectives", "store_ops")
+_KEPT: list[Any] = []
+"""The counting stores made, alive while their process groups may use them (one per simulated rank)."""
 
 
 class Counts:
@@ -50,10 +57,12 @@ def counting() -> Iterator[Counts]:
             original = getattr(dist, name, None)
             if original is not None:
                 saved[name] = original
-                setattr(dist, name, _counted(original, counts, kind))
+                wrapped = _store_counted(original, counts) if name == "init_process_group" else original
+                setattr(dist, name, _counted(wrapped, counts, kind))
     try:
         yield counts
     finally:
+        counts.state = None  # what the rank's groups do after the block is not counted
         for name, original in saved.items():
             setattr(dist, name, original)
 
@@ -64,3 +73,34 @@ def _counted(original: Callable[..., Any], counts: Counts, kind: str) -> Callabl
         counts.add(kind)
         return original(*args, **kwargs)
     return counted
+
+
+def _store_counted(init: Callable[..., Any], counts: Counts) -> Callable[..., Any]:
+    """`init_process_group` with its `store=` wrapped by `counting_store`."""
+    @functools.wraps(init)
+    def with_counted_store(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("store") is not None:
+            kwargs["store"] = counting_store(kwargs["store"], counts)
+        return init(*args, **kwargs)
+    return with_counted_store
+
+
+def counting_store(inner: Any, counts: Counts) -> Any:
+    """A `torch.distributed.Store` that counts each operation (`STORE_OPS`) and makes it on `inner`."""
+    import torch.distributed as dist
+
+    def operation(name: str) -> Callable[..., Any]:
+        def counted(self: Any, *args: Any) -> Any:
+            counts.add("store_ops")
+            return getattr(inner, name)(*args)
+        counted.__name__ = name
+        return counted
+
+    def set_timeout(self: Any, timeout: Any) -> None:  # the trampoline has no default for it
+        inner.set_timeout(timeout)
+
+    cls = type("CountingStore", (dist.Store,), {name: operation(name) for name in STORE_OPS}
+               | {"set_timeout": set_timeout})
+    store = cls()
+    _KEPT.append(store)  # torch holds only its C++ half: without this its Python methods would be gone
+    return store
