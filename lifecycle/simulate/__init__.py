@@ -7,6 +7,7 @@ Imports neither torch nor megatron; its functions do when they run.
 
 from __future__ import annotations
 
+from lifecycle.simulate._counting import counting
 from lifecycle.simulate._layout import (
     COORDINATES,
     GROUPS,
@@ -41,6 +42,7 @@ __all__ = [
     "Simulation",
     "SimulationResult",
     "at_rank",
+    "counting",
     "format_ranks",
     "observe",
     "parse_ranks",

@@ -115,7 +115,7 @@ def _stock_final_norm_error() -> str | None:
     from megatron.core.models.hybrid.hybrid_block import HybridStack
     from megatron.core.models.hybrid.hybrid_model import HybridModel
 
-    from lifecycle.megatron._hybrid import local_stack_spec
+    from lifecycle.megatron import local_stack_spec
     from lifecycle.megatron.providers import transformer_config
 
     spec = dataclasses.replace(local_stack_spec(), module=HybridStack, params={})

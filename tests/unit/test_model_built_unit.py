@@ -78,7 +78,7 @@ def test_only_the_shipped_providers_get_a_hybrid_config_where_gptmodel_is_deprec
 def test_the_hybrid_pattern_has_one_segment_per_pipeline_and_virtual_stage(
     layers: int, pp: int, vpp: int | None, pattern: str,
 ) -> None:
-    from lifecycle.megatron._hybrid import layer_pattern
+    from lifecycle.megatron import layer_pattern
 
     config = SimpleNamespace(num_layers=layers, pipeline_model_parallel_size=pp,
                              virtual_pipeline_model_parallel_size=vpp)

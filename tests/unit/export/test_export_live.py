@@ -11,8 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from lifecycle.config import RunConfig, validate
-from lifecycle.config._problems import Environment
+from lifecycle.config import Environment, RunConfig, validate
 from lifecycle.engine import InProcessPhases, Lifecycle
 from lifecycle.export import ROOT, load, write_otlp
 from states import State
