@@ -31,12 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="drive startup to the plan's target state and run training steps",
                        description=__doc__, epilog=EXIT_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", help="a shipped preset, e.g. tiny-gpt (default when --config is absent)")
-    src.add_argument("--config", help="a RunConfig YAML file")
-    src.add_argument("--megatron-config", metavar="FILE",
-                     help="a Megatron-LM YAML config (PretrainConfigContainer.to_yaml); "
-                          "the RunConfig is derived from it")
+    _add_sources(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set parallel.tp=2 (repeatable)")
     p.add_argument("--plan", choices=[x.value for x in Plan], help="training, inference, convert or rl")
@@ -50,6 +45,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="replace another run's logs in --log-dir (logging.existing=overwrite; default: refuse)")
     add_launch_options(p)
     p.set_defaults(func=run)
+
+
+def _add_sources(p: argparse.ArgumentParser) -> None:
+    """Where the config comes from: a preset, a RunConfig YAML, or a Megatron-LM YAML (one of them)."""
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", help="a shipped preset, e.g. tiny-gpt (default when --config is absent)")
+    src.add_argument("--config", help="a RunConfig YAML file")
+    src.add_argument("--megatron-config", metavar="FILE",
+                     help="a Megatron-LM YAML config (PretrainConfigContainer.to_yaml); "
+                          "the RunConfig is derived from it")
 
 
 # megatron-core's import-time notices about optional packages a CPU rehearsal does not use.

@@ -46,24 +46,20 @@ def follow(log_dir: str | Path, output: str | Path, *, idle_timeout_s: float = 6
     with open(output, "ab") as sink:
         exporter = _line_exporter(sink)
         providers: dict[str, Any] = {}
+
+        def tracer(run_id: str) -> Any:
+            if run_id not in providers:
+                resource = Resource.create({"service.name": "megatron", "lifecycle.run_id": run_id,
+                                            "run_uuid": run_id})
+                providers[run_id] = sdk_trace.TracerProvider(resource=resource)
+                providers[run_id].add_span_processor(SimpleSpanProcessor(exporter))
+            return providers[run_id].get_tracer(SCOPE)
+
         last_change = time.monotonic()
         world = 0
         while True:
             stopping = stop is not None and stop()  # asked before this pass: what was written is still read
-            changed = False
-            for path in sorted(Path(log_dir).glob("rank-*.jsonl")):
-                rank = ranks.setdefault(path, _Rank(path))
-                for rec in _new_records(rank):
-                    changed = True
-                    size = rec.get("world_size")
-                    world = max(world, size if isinstance(size, int) else 0)
-                    run_id = str(rec.get("run_id"))
-                    if run_id not in providers:
-                        resource = Resource.create({"service.name": "megatron", "lifecycle.run_id": run_id,
-                                                    "run_uuid": run_id})
-                        providers[run_id] = sdk_trace.TracerProvider(resource=resource)
-                        providers[run_id].add_span_processor(SimpleSpanProcessor(exporter))
-                    _apply(providers[run_id].get_tracer(SCOPE), rank, rec)
+            changed, world = _read_pass(Path(log_dir), ranks, tracer, world)
             now = time.monotonic()
             last_change = now if changed else last_change
             finished = len(ranks) >= world > 0 and all(r.done for r in ranks.values())
@@ -74,6 +70,20 @@ def follow(log_dir: str | Path, output: str | Path, *, idle_timeout_s: float = 6
             _close(rank, time.time_ns(), error="the log stops here")
     count: int = exporter.count
     return count
+
+
+def _read_pass(log_dir: Path, ranks: dict[Path, _Rank], tracer: Any, world: int) -> tuple[bool, int]:
+    """One pass over the rank files: each new record applied to its rank's spans. Returns whether
+    anything was new and the largest world size seen."""
+    changed = False
+    for path in sorted(log_dir.glob("rank-*.jsonl")):
+        rank = ranks.setdefault(path, _Rank(path))
+        for rec in _new_records(rank):
+            changed = True
+            size = rec.get("world_size")
+            world = max(world, size if isinstance(size, int) else 0)
+            _apply(tracer(str(rec.get("run_id"))), rank, rec)
+    return changed, world
 
 
 def _new_records(rank: _Rank) -> list[dict[str, Any]]:
@@ -113,19 +123,24 @@ def _apply(tracer: Any, rank: _Rank, rec: dict[str, Any]) -> None:
         rank.open[trigger] = (tracer.start_span(f"{trigger} (running)", context=api.set_span_in_context(rank.root),
                                                 start_time=ns), rec["ts"])
     elif event == events.TRANSITION_COMPLETED:
-        span, _ = rank.open.pop(str(rec.get("trigger")), (None, 0.0))
-        if span is not None:
-            dest = str(rec.get("dest"))
-            span.update_name(dest)
-            span.set_attributes({"lifecycle.state": dest, "lifecycle.trigger": str(rec.get("trigger"))}
-                                | ({"megatron.span": MEGATRON_SPANS[dest]} if dest in MEGATRON_SPANS else {}))
-            span.end(end_time=ns)
-        if rec.get("dest") in _DONE_STATES:
-            _close(rank, ns, error=None if rec.get("dest") == "SHUT_DOWN" else "the rank moved to FAILED")
+        _completed(rank, rec, ns)
     elif event in _ENDS and event != events.LIFECYCLE_SHUTDOWN:
         rank.root.add_event(str(event), timestamp=ns, attributes={"lifecycle.detail": str(rec.get("error")
                                                                                         or rec.get("signal") or "")})
         _close(rank, ns, error=f"{event}: {rec.get('error') or rec.get('signal') or rec.get('state') or ''}")
+
+
+def _completed(rank: _Rank, rec: dict[str, Any], ns: int) -> None:
+    """A transition's span is named for the state it reached; a rank that reached its end closes."""
+    span, _ = rank.open.pop(str(rec.get("trigger")), (None, 0.0))
+    if span is not None:
+        dest = str(rec.get("dest"))
+        span.update_name(dest)
+        span.set_attributes({"lifecycle.state": dest, "lifecycle.trigger": str(rec.get("trigger"))}
+                            | ({"megatron.span": MEGATRON_SPANS[dest]} if dest in MEGATRON_SPANS else {}))
+        span.end(end_time=ns)
+    if rec.get("dest") in _DONE_STATES:
+        _close(rank, ns, error=None if rec.get("dest") == "SHUT_DOWN" else "the rank moved to FAILED")
 
 
 def _close(rank: _Rank, ns: int, *, error: str | None) -> None:

@@ -86,16 +86,7 @@ def transformer_config(run: RunConfig, *, cpu: bool | None = None, hybrid: bool 
     dtype = getattr(torch, _DTYPES[model.dtype])
     on_cpu = (not torch.cuda.is_available()) if cpu is None else cpu
     return TransformerConfig(
-        num_layers=model.num_layers * (2 if hybrid else 1),
-        hidden_size=model.hidden_size,
-        num_attention_heads=model.num_attention_heads,
-        num_query_groups=model.num_query_groups,
-        ffn_hidden_size=model.ffn_hidden_size,
-        init_method_std=model.init_method_std,
-        hidden_dropout=model.hidden_dropout,
-        attention_dropout=model.attention_dropout,
-        num_moe_experts=model.num_moe_experts,
-        add_bias_linear=model.add_bias_linear,
+        **_model_fields(run, hybrid),
         **par.megatron_sizes(),
         sequence_parallel=par.sequence_parallel,
         tp_comm_overlap=par.tp_comm_overlap,
@@ -104,14 +95,36 @@ def transformer_config(run: RunConfig, *, cpu: bool | None = None, hybrid: bool 
         bf16=model.dtype == "bf16",
         fp16=model.dtype == "fp16",
         use_cpu_initialization=on_cpu,
-        gradient_accumulation_fusion=False,
-        bias_dropout_fusion=False,
-        masked_softmax_fusion=False,
-        apply_rope_fusion=False,
-        bias_activation_fusion=False,
-        persist_layer_norm=False,
+        **_NO_FUSIONS,
         **({"is_hybrid_model": True} if hybrid else {}),
     )
+
+
+_NO_FUSIONS = {
+    "gradient_accumulation_fusion": False,
+    "bias_dropout_fusion": False,
+    "masked_softmax_fusion": False,
+    "apply_rope_fusion": False,
+    "bias_activation_fusion": False,
+    "persist_layer_norm": False,
+}
+"""The fused kernels are off: they need CUDA (and some Apex/TE), and the CPU rehearsal runs without."""
+
+
+def _model_fields(run: RunConfig, hybrid: bool) -> dict[str, Any]:
+    model = run.model
+    return {
+        "num_layers": model.num_layers * (2 if hybrid else 1),
+        "hidden_size": model.hidden_size,
+        "num_attention_heads": model.num_attention_heads,
+        "num_query_groups": model.num_query_groups,
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "init_method_std": model.init_method_std,
+        "hidden_dropout": model.hidden_dropout,
+        "attention_dropout": model.attention_dropout,
+        "num_moe_experts": model.num_moe_experts,
+        "add_bias_linear": model.add_bias_linear,
+    }
 
 
 def builds_hybrid(provider: object) -> bool:

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from lifecycle.config import RunConfig
 from lifecycle.errors import ConfigError, LifecycleError
@@ -30,6 +30,9 @@ from lifecycle.log import events
 from lifecycle.simulate._counting import counting
 from lifecycle.simulate._layout import Layout, Placement, observe
 from states import STARTUP_ORDER, State
+
+if TYPE_CHECKING:
+    from lifecycle.engine import Lifecycle
 
 UNTIL = (State.DISTRIBUTED, State.MODEL_BUILT)
 _T = TypeVar("_T")
@@ -208,18 +211,7 @@ def simulate_rank(sim: Simulation, rank: int, expected: Placement) -> RankReport
     parameters: int | None = None
     error: str | None = None
     try:
-        lc.record(events.SIMULATION_STARTED, simulated=len(sim.ranks), selection=sim.selection,
-                  until=sim.until.name)
-        with counting() as counts:
-            for reached in STARTUP_ORDER[1:STARTUP_ORDER.index(sim.until) + 1]:
-                counts.state = reached.name
-                lc.advance_to(reached)
-        observed = observe(rank)
-        mismatches = observed.differences(expected)
-        if lc.runtime.model is not None:
-            parameters = sum(p.numel() for chunk in lc.runtime.model for p in chunk.parameters())
-        lc.record(events.RANK_SIMULATED, placement=observed.summary(), agrees=not mismatches,
-                  mismatches=list(mismatches), parameters=parameters, counts=counts.table)
+        observed, mismatches, parameters = _drive(sim, lc, rank, expected)
     except LifecycleError as exc:
         error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -227,6 +219,24 @@ def simulate_rank(sim: Simulation, rank: int, expected: Placement) -> RankReport
         lc.shutdown()
     return RankReport(rank=rank, state=state, duration_s=time.perf_counter() - started, expected=expected,
                       observed=observed, mismatches=mismatches, parameters=parameters, error=error)
+
+
+def _drive(sim: Simulation, lc: Lifecycle, rank: int,
+           expected: Placement) -> tuple[Placement, tuple[str, ...], int | None]:
+    """Advance `lc` state by state, counting what each state creates; compare the placement."""
+    lc.record(events.SIMULATION_STARTED, simulated=len(sim.ranks), selection=sim.selection, until=sim.until.name)
+    with counting() as counts:
+        for reached in STARTUP_ORDER[1:STARTUP_ORDER.index(sim.until) + 1]:
+            counts.state = reached.name
+            lc.advance_to(reached)
+    observed = observe(rank)
+    mismatches = observed.differences(expected)
+    parameters = None
+    if lc.runtime.model is not None:
+        parameters = sum(p.numel() for chunk in lc.runtime.model for p in chunk.parameters())
+    lc.record(events.RANK_SIMULATED, placement=observed.summary(), agrees=not mismatches,
+              mismatches=list(mismatches), parameters=parameters, counts=counts.table)
+    return observed, mismatches, parameters
 
 
 @functools.cache
