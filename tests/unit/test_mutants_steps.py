@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from bindings import BindingReport, FinalizerNotCalled
-from bindings._watchdog import CountingFinalizer, FirstStepWatchdog
+from bindings import BindingReport, CountingFinalizer, FinalizerNotCalled, FirstStepWatchdog
 from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError, LifecycleError
 from lifecycle.megatron.ranks import WATCH, RankWatch
