@@ -6,6 +6,7 @@ tests, so that a mutant the unit tests kill never pays for it."""
 
 from __future__ import annotations
 
+import argparse
 import pickle
 from pathlib import Path
 
@@ -25,6 +26,15 @@ def _complete(path: Path) -> Path:
 def test_a_checkpoint_whose_index_files_all_read_back_names_none(tmp_path: Path) -> None:
     assert _damaged_file(_complete(tmp_path / "ok")) is None
     assert _damaged_file(tmp_path / "empty") is None  # no index file at all: nothing to name
+
+
+def test_a_megatron_lm_checkpoint_whose_common_state_holds_its_args_is_not_named_damaged(tmp_path: Path) -> None:
+    import torch
+
+    path = _complete(tmp_path / "megatron_lm")
+    torch.save({"args": argparse.Namespace(lr=1e-3, tensor_model_parallel_size=1), "iteration": 3},
+               path / "common.pt")  # Megatron-LM keeps its argparse Namespace in the common state
+    assert _damaged_file(path) is None
 
 
 def test_the_first_index_file_that_does_not_read_back_is_named(tmp_path: Path) -> None:

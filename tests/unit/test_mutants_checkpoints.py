@@ -135,6 +135,15 @@ def test_saving_a_step_again_replaces_the_old_copy_and_leaves_nothing_aside(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000002", "iter_0000003", LATEST]
 
 
+def test_saving_a_step_again_needs_no_copy_left_aside_before(tmp_path: Path) -> None:
+    _saved(tmp_path, 3)
+    partial = partial_dir(tmp_path, 3)
+    partial.mkdir()
+    _publish(tmp_path, partial, iteration_dir(tmp_path, 3), 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000003", LATEST]
+    assert list(iteration_dir(tmp_path, 3).iterdir()) == []  # the new, empty save
+
+
 class CheckpointFailed(BaseException):
     def __init__(self, failures: dict[int, Any]) -> None:
         super().__init__("failed")
