@@ -101,6 +101,13 @@ def test_a_single_chunk_without_the_hook_means_no_overlapped_gather() -> None:
     assert overlapped_gather(lc.runtime) is False
 
 
+def test_chunks_not_wrapped_in_megatrons_ddp_mean_no_overlapped_gather() -> None:
+    lc, _ = _driver()
+    for chunk in lc.runtime.model:  # type: ignore[union-attr]
+        del chunk.use_forward_hook  # type: ignore[attr-defined]
+    assert overlapped_gather(lc.runtime) is False
+
+
 def test_steps_need_callbacks_bound_and_a_model() -> None:
     lc, _ = _driver()
     lc.state = State.MODEL_BUILT
