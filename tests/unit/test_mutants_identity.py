@@ -117,10 +117,14 @@ def test_an_srun_task_of_several_or_of_an_unreadable_count_must_adopt_slurms_ide
     assert unknown_identity({}) is None
 
 
-@pytest.mark.parametrize("name", ["RANK", "LOCAL_RANK", "SLURM_PROCID"])
-def test_each_launcher_variable_alone_says_several_processes(name: str) -> None:
-    problem = unknown_identity({name: "1", "SLURM_NTASKS": "1"} if name == "SLURM_PROCID" else {name: "1"})
-    assert problem is not None and f"{name}=1 say several processes" in problem
+@pytest.mark.parametrize(("environ", "says"), [
+    ({"RANK": "1"}, "RANK=1 say several processes"),
+    ({"LOCAL_RANK": "1"}, "LOCAL_RANK=1 say several processes"),
+    ({"RANK": "1", "SLURM_PROCID": "1"}, "RANK=1, SLURM_PROCID=1 say several processes"),
+])
+def test_launcher_variables_without_a_world_size_say_several_processes(environ: dict[str, str], says: str) -> None:
+    problem = unknown_identity(environ)
+    assert problem is not None and says in problem
 
 
 def test_the_run_id_is_lifecycles_then_torchruns_then_slurms_then_the_rendezvous(
