@@ -50,8 +50,10 @@ class Target:
 
 
 class Driver:
+    """The part of a `Lifecycle` the step bookkeeping uses: a training plan advanced to `state`."""
+
     def __init__(self, runtime: Runtime, state: State = State.CALLBACKS_BOUND) -> None:
-        self.runtime, self.state = runtime, state
+        self.runtime, self.state, self.target = runtime, state, State.CALLBACKS_BOUND
         self.records: list[dict[str, Any]] = []
 
     def record(self, event: str, **fields: Any) -> None:
