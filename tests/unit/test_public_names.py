@@ -31,6 +31,13 @@ WHITE_BOX: dict[str, set[str]] = {
         "lifecycle.engine._inprocess.SLOTS",
         "lifecycle.engine._inprocess._finalize",
     },
+    # Mutation tests (issue 26) of checkpoint's decisions, called directly: publishing a save, naming
+    # why a load was refused, naming the damaged file (the collective save/load is too slow per mutant).
+    "tests/unit/test_mutants_checkpoints.py": {
+        "lifecycle.megatron.checkpoint._publish",
+        "lifecycle.megatron.checkpoint._reason",
+    },
+    "tests/integration/test_mutants_checkpoints_torch.py": {"lifecycle.megatron.checkpoint._damaged_file"},
     # The batch decoder's typed records, checked field by field against the per-record handlers.
     "tests/unit/audit/test_audit_batch.py": {
         "lifecycle.audit._feed",
