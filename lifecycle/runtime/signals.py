@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 GRACE_S = 3.0
 """How long the main thread has to take a signal before the watch calls it blocked."""
 
+_POLL_S = 0.05
 _ARMED: list[SignalWatch] = []  # the armed watches, innermost (the one the wakeup fd feeds) last
 
 
@@ -124,13 +125,17 @@ class SignalWatch:
             os.close(read)
 
     def _wait_for_main_thread(self) -> None:
-        """Until the main thread takes the signal, the watch is disarmed, or `grace_s` passed."""
+        """Until the main thread takes the signal, the watch is disarmed, or `grace_s` passed, on the
+        clock and on this thread's own count of its polls: a process stalled as a whole (a loaded
+        machine, a CPU quota) gave the main thread no chance to run either, and it gets one more."""
         assert self._received is not None
         signum, since = self._received
+        polls = 0
         while not self._taken and self.armed:
             waited = time.monotonic() - since
-            if waited >= self.grace_s:
+            if waited >= self.grace_s and polls * _POLL_S >= self.grace_s:
                 self._taken = True  # once: whatever `on_blocked` does, the watch is done with it
                 self.on_blocked(signum, waited)
                 return
-            time.sleep(0.05)
+            time.sleep(_POLL_S)
+            polls += 1
