@@ -66,6 +66,7 @@ class SignalWatch:
         self._previous = -1
         self._received: tuple[int, float] | None = None
         self._taken = False
+        self._thread: threading.Thread | None = None
 
     @property
     def armed(self) -> bool:
@@ -86,7 +87,9 @@ class SignalWatch:
         self._write, self._received, self._taken = write, None, False
         forward = self._previous if all(w._write != self._previous for w in _ARMED) else -1
         _ARMED.append(self)
-        threading.Thread(target=self._read, args=(read, forward), name="lifecycle-signal-watch", daemon=True).start()
+        self._thread = threading.Thread(target=self._read, args=(read, forward), name="lifecycle-signal-watch",
+                                        daemon=True)
+        self._thread.start()
 
     def disarm(self) -> None:
         """Give the wakeup fd back to whoever had it; the reader ends (main thread only)."""
@@ -99,7 +102,10 @@ class SignalWatch:
         with contextlib.suppress(ValueError):
             _ARMED.remove(self)
         write, self._write = self._write, -1
-        os.close(write)  # the reader sees the end of the pipe
+        os.close(write)  # the reader sees the end of the pipe and ends: no thread outlives the startup
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+            self._thread = None
 
     def taken(self) -> None:
         """The main thread runs a handler for one of the signals (safe inside a handler: no lock)."""

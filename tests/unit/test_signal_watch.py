@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +56,7 @@ def test_a_signal_no_handler_took_is_pending_then_reported_once_after_the_grace(
         watch.disarm()
     assert [s for s, _ in blocked] == [signal.SIGTERM] and blocked[0][1] >= 0.3
     assert pending_signal() is None and sigterm_handler == [signal.SIGTERM]
+    assert "lifecycle-signal-watch" not in [t.name for t in threading.enumerate()], "disarmed: its thread is gone"
 
 
 def test_a_signal_the_handler_took_is_its_own(sigterm_handler: list[int]) -> None:
