@@ -118,7 +118,8 @@ def launch(args: argparse.Namespace) -> int:
     torchrun runs in its own session (a terminal's Ctrl-C reaches it once, forwarded from here, not
     twice) and dies with this process, even when this one is SIGKILLed (`die_with_parent`; each
     rank does the same with torchrun). SIGTERM and SIGINT here are forwarded to torchrun, which
-    stops its ranks with the same signal: each logs `startup_aborted` and releases everything.
+    stops its ranks with the same signal: each logs `startup_aborted` and releases everything (or,
+    its main thread blocked in native code, ends 3 s later: docs/failures.md).
     """
     from lifecycle.engine.launch import die_with_parent, free_port
 

@@ -80,7 +80,7 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         self._fail_reason = ""
         self._depth = 0  # _fire calls in progress on the lock-holding thread
         self._aborting = self._abort_logged = self._fault_seen = False
-        self._trap = SignalTrap(self._on_signal)
+        self._trap = SignalTrap(self._on_signal, self._on_signal_blocked)
         self._log = AuditLog(
             run_id=run_id or run_id_from_env(), rank=self._runtime.rank, world_size=self._runtime.world_size,
             keep_records=self.options.keep_records,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import signal
 import threading
 import weakref
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from lifecycle.errors import LifecycleError, PhaseFailed, RehearsalError, StartupAborted
 from lifecycle.log import check_log_dir, events, redact_text
+from lifecycle.runtime.signals import SignalWatch
 from states import State, Trigger, find
 
 if TYPE_CHECKING:
@@ -47,21 +49,26 @@ def _shut_down_at_exit() -> None:
 
 class SignalTrap:
     """SIGTERM/SIGINT handlers for the startup (main thread only; other threads cannot install
-    them). The previous handlers come back when the startup ends, fails or is shut down."""
+    them), and the watch that calls `on_blocked(signum, waited_s)` when the main thread, blocked
+    in native code, cannot run them. The previous handlers come back when the startup ends, fails
+    or is shut down."""
 
-    def __init__(self, on_signal: Any) -> None:
+    def __init__(self, on_signal: Any, on_blocked: Any) -> None:
         self.on_signal = on_signal
         self.previous: dict[int, Any] = {}
+        self.watch = SignalWatch(_SIGNALS, on_blocked)
 
     def install(self) -> None:
         if self.previous or threading.current_thread() is not threading.main_thread():
             return
         for sig in _SIGNALS:
             self.previous[sig] = signal.signal(sig, self.on_signal)
+        self.watch.arm()
 
     def uninstall(self) -> None:
         if not self.previous or threading.current_thread() is not threading.main_thread():
             return
+        self.watch.disarm()
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         self.previous.clear()
@@ -182,6 +189,7 @@ class Failures:
 
     # -- SIGTERM / SIGINT during startup ----------------------------------------------------------
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self._trap.watch.taken()
         if self._aborting:
             return
         self._aborting = True
@@ -204,6 +212,27 @@ class Failures:
         finally:
             self._trap.uninstall()
 
+    def _on_signal_blocked(self, signum: int, waited_s: float) -> None:
+        """On the signal watch's thread: `signum` came `waited_s` ago and the main thread has not run
+        its handler. It is blocked in native code (a collective, a store wait, `init_process_group`)
+        that may never return, its peers blocked too. Log `startup_aborted` with `blocked_s`, say so
+        on stderr, and end the process with 128 + N, as the signal would have without a handler: the
+        releases cannot run (the main thread holds them), what they release goes with the process."""
+        if self._aborting:  # the main thread took a signal after all
+            return
+        self._aborting = self._abort_logged = True
+        active = self._active
+        aborted = StartupAborted(signum, state=self.state.name, trigger=active.value if active else None)
+        self._log.emit(events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state, trigger=aborted.trigger,
+                       blocked_s=round(waited_s, 1))
+        during = f" during {aborted.trigger}()" if aborted.trigger else ""
+        line = (f"lifecycle: rank {self._runtime.rank}: startup aborted by {aborted.signal} in state {aborted.state}"
+                f"{during}; its main thread was blocked in native code for {waited_s:.0f} s, so the process ends "
+                f"without the releases (exit {aborted.code})\n")
+        with contextlib.suppress(OSError):
+            os.write(2, line.encode())
+        os._exit(int(aborted.code or 1))
+
     def _log_aborted(self, aborted: StartupAborted) -> None:
         if not self._abort_logged:
             self._abort_logged = True
@@ -221,6 +250,7 @@ class Failures:
         held: list[int] = []
 
         def hold(signum: int, _frame: FrameType | None) -> None:
+            self._trap.watch.taken()
             held.append(signum)
 
         previous = {sig: signal.signal(sig, hold) for sig in _SIGNALS}

@@ -7,14 +7,13 @@ Keys, under this initialization's rendezvous prefix and `ranks/`:
     failure/<rank>   what a failed rank publishes: {rank, state, error, kind}
     first            the first failure published (`compare_set`: the first writer wins)
 
-A watcher thread polls `first` on its own store connection (the main thread's may be blocked), checks
-that the ranks on its host exist (`_liveness.py`) and the store's host answers; it watches the
-collective states, each training step and the shutdown's closing barrier.
-gloo on torch 2.13 cannot abort a collective in flight (`_abort_process_group`, `abort()`,
-`set_timeout`: tried). So a victim leaves a blocked collective when the failed rank destroys its
-process group (its sockets close: the op raises at once), when the collective's timeout
-(`startup.timeout_s`) expires, or `grace_s` after the watcher saw the failure or the deadline passed,
-because the watcher writes `peer_failed` / `state_timeout` and ends the process (`EXIT_CODE`).
+A watcher thread polls `first` on its own store connection (the main thread's may be blocked), checks that the ranks
+on its host exist (`_liveness.py`) and the store's host answers; it watches the collective states, each training step
+and the shutdown's closing barrier. gloo on torch 2.13 cannot abort a collective in flight (`_abort_process_group`,
+`abort()`, `set_timeout`: tried). So a victim leaves a blocked collective when the failed rank destroys its process
+group (its sockets close: the op raises at once), when the collective's timeout (`startup.timeout_s`) expires, or
+`grace_s` after the watcher saw the failure or the deadline passed, because the watcher writes `peer_failed` /
+`state_timeout` and ends the process (`EXIT_CODE`), unless it got SIGTERM/SIGINT (`runtime/signals.py` ends it).
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from lifecycle.megatron._liveness import (
     process_alive,
     store_closed,
 )
-from lifecycle.runtime import PhaseContext
+from lifecycle.runtime import PhaseContext, signals
 
 WATCH = "rank_watch"
 """The `Runtime.extras` key of this initialization's `RankWatch` (multi-rank gloo/nccl only)."""
@@ -75,9 +74,8 @@ Emit = Callable[..., None]
 
 @dataclass(frozen=True, slots=True)
 class _Active:
-    """What the main thread is doing under the watch: the state, how to log, since when, and
-    whether the watcher enforces `timeout_s` on it (collective states; a training step relies on
-    its collectives' own timeout)."""
+    """What the main thread is doing under the watch: the state, how to log, since when, and whether the watcher
+    enforces `timeout_s` on it (collective states; a training step relies on its collectives' own timeout)."""
 
     emit: Emit
     trigger: str
@@ -357,10 +355,12 @@ class RankWatch:
             self._noticed = (Failure(rank=self.store_host, state="unknown", error=error, kind="lost"), now)
 
     def _escalate(self, active: _Active, now: float) -> None:
-        """End a process whose main thread stayed blocked past the grace or the deadline. A `lost`
-        peer gets a shorter grace: no process is left to close the collective's sockets."""
+        """End a process whose main thread stayed blocked past the grace or the deadline (unless it got a
+        signal). A `lost` peer gets a shorter grace: no process is left to close the collective's sockets."""
         noticed = self._noticed
         grace = min(self.grace_s, 1.0) if noticed is not None and noticed[0].kind == "lost" else self.grace_s
+        if signals.pending_signal() is not None:  # the signal watch logs `startup_aborted` and ends it
+            return
         if noticed is not None and now - max(noticed[1], active.started) >= grace:
             self._peer_failed(active.emit, noticed[0])
         elif active.deadline and now - active.started >= self.timeout_s + self.grace_s:

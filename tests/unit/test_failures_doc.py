@@ -12,6 +12,7 @@ import pytest
 
 from lifecycle.audit import RULES
 from lifecycle.megatron.ranks import EXIT_CODE, RankWatch
+from lifecycle.runtime.signals import GRACE_S
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "failures.md").read_text()
@@ -62,6 +63,7 @@ def test_the_numbers_the_doc_gives_are_the_codes() -> None:
         assert stale_s == min(8.0, max(5.0, timeout_s / 4))
     assert "A rank whose watcher thread is starved of the GIL for `stale_s` (8 s)" in DOC
     assert "`timeout_s + 3 s` after it began" in DOC  # the collective states' backstop: timeout_s + grace_s
+    assert "**3 s** later (`GRACE_S`)" in DOC and GRACE_S == 3.0  # a signal the main thread cannot take
     for name, code in (("SIGTERM", 143), ("SIGINT", 130)):
         assert 128 + signal.Signals[name] == code and str(code) in _section("## The launcher is stopped or killed")
     assert "exit 130)`" in _section("## SIGTERM or SIGINT during `shutdown()`")

@@ -1,0 +1,147 @@
+"""A signal this process received that its main thread has not handled: the main thread is blocked.
+
+Python runs a signal handler on the main thread, between two bytecodes. A main thread blocked in
+native code (a gloo collective, a TCPStore wait, `init_process_group`) runs it only when that call
+returns, and it may never return: the peer it waits for is blocked too, or gone. The C-level handler
+still runs at once, on whichever thread the kernel picked, and writes the signal's number to the
+wakeup fd (`signal.set_wakeup_fd`). `SignalWatch` reads that fd on a thread of its own; when the
+main thread has not taken the signal `grace_s` later, it calls `on_blocked(signum, waited_s)` on
+that thread (the engine logs `startup_aborted` and ends the process: docs/failures.md).
+
+`pending_signal()` tells the rank watch (megatron/ranks.py) that this process got a signal it is
+still blocked on: the signal, not a peer's failure, is what stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+GRACE_S = 3.0
+"""How long the main thread has to take a signal before the watch calls it blocked."""
+
+_POLL_S = 0.05
+_ARMED: list[SignalWatch] = []  # the armed watches, innermost (the one the wakeup fd feeds) last
+
+
+def pending_signal() -> int | None:
+    """The signal the armed watch got and the main thread has not taken yet, or None."""
+    return _ARMED[-1].pending() if _ARMED else None
+
+
+def _forget_in_child() -> None:
+    """A forked child (a data loader's worker) keeps its parent's wakeup fd: its signals would reach
+    the parent's watch. It gets back the one set before the first watch armed (asyncio, once
+    imported, resets it to none in a child as well)."""
+    if _ARMED:
+        previous = _ARMED[0]._previous
+        for watch in _ARMED:
+            watch._write = -1
+        _ARMED.clear()
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(previous)
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+class SignalWatch:
+    """Watches `signals` while armed (between `arm` and `disarm`, both on the main thread).
+
+    The handlers for `signals` call `taken()` first: from then on the main thread is known to run
+    them and the watch does nothing more until it is armed again. Another wakeup fd that was set
+    (asyncio's) keeps getting every signal's byte, forwarded.
+    """
+
+    def __init__(self, signals: Iterable[int], on_blocked: Callable[[int, float], object], *,
+                 grace_s: float = GRACE_S) -> None:
+        self.signals = frozenset(int(s) for s in signals)
+        self.on_blocked = on_blocked
+        self.grace_s = grace_s
+        self._write = -1
+        self._previous = -1
+        self._received: tuple[int, float] | None = None
+        self._taken = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def armed(self) -> bool:
+        return self._write != -1
+
+    def arm(self) -> None:
+        """Route the wakeup fd to this watch and start its reader (main thread only; else nothing)."""
+        if self.armed or threading.current_thread() is not threading.main_thread():
+            return
+        read, write = os.pipe()
+        os.set_blocking(write, False)  # the C-level handler must never block on it
+        try:
+            self._previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        except (ValueError, OSError):  # not the main interpreter: no watch, the handlers still work
+            os.close(read)
+            os.close(write)
+            return
+        self._write, self._received, self._taken = write, None, False
+        forward = self._previous if all(w._write != self._previous for w in _ARMED) else -1
+        _ARMED.append(self)
+        self._thread = threading.Thread(target=self._read, args=(read, forward), name="lifecycle-signal-watch",
+                                        daemon=True)
+        self._thread.start()
+
+    def disarm(self) -> None:
+        """Give the wakeup fd back to whoever had it; the reader ends (main thread only)."""
+        if not self.armed or threading.current_thread() is not threading.main_thread():
+            return
+        with contextlib.suppress(ValueError, OSError):
+            current = signal.set_wakeup_fd(self._previous)
+            if current != self._write:  # someone set theirs after this watch armed: it stays
+                signal.set_wakeup_fd(current)
+        with contextlib.suppress(ValueError):
+            _ARMED.remove(self)
+        write, self._write = self._write, -1
+        os.close(write)  # the reader sees the end of the pipe and ends: no thread outlives the startup
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+            self._thread = None
+
+    def taken(self) -> None:
+        """The main thread runs a handler for one of the signals (safe inside a handler: no lock)."""
+        self._taken = True
+
+    def pending(self) -> int | None:
+        """The signal received while armed that the main thread has not taken, or None."""
+        received = self._received
+        return received[0] if received is not None and not self._taken else None
+
+    def _read(self, read: int, forward: int) -> None:
+        try:
+            while data := os.read(read, 64):
+                if forward != -1:
+                    with contextlib.suppress(OSError):
+                        os.write(forward, data)
+                signum = next((s for s in data if s in self.signals), None)
+                if signum is not None and self._received is None and not self._taken:
+                    self._received = (signum, time.monotonic())
+                if self.pending() is not None:
+                    self._wait_for_main_thread()
+        finally:
+            os.close(read)
+
+    def _wait_for_main_thread(self) -> None:
+        """Until the main thread takes the signal, the watch is disarmed, or `grace_s` passed, on the
+        clock and on this thread's own count of its polls: a process stalled as a whole (a loaded
+        machine, a CPU quota) gave the main thread no chance to run either, and it gets one more."""
+        assert self._received is not None
+        signum, since = self._received
+        polls = 0
+        while not self._taken and self.armed:
+            waited = time.monotonic() - since
+            if waited >= self.grace_s and polls * _POLL_S >= self.grace_s:
+                self._taken = True  # once: whatever `on_blocked` does, the watch is done with it
+                self.on_blocked(signum, waited)
+                return
+            time.sleep(_POLL_S)
+            polls += 1
