@@ -118,3 +118,21 @@ def test_a_new_launcher_is_one_class_in_the_order(monkeypatch: pytest.MonkeyPatc
     assert launchers.launcher_run_id(flux) == "flux-f7"
     assert "Flux task 1 of 2" in (unknown_identity(flux) or "")
     assert "FLUX_JOB_SIZE (flux run does)" in (unknown_identity({"FLUX_TASK_RANK": "1"}) or "")
+
+
+def test_torchruns_own_variables_read_from_a_given_environment_or_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lifecycle.launchers import agent_store, inside_torchrun, rendezvous, restart_count
+
+    assert restart_count({"TORCHELASTIC_RESTART_COUNT": "2"}) == 2
+    assert restart_count({"TORCHELASTIC_RESTART_COUNT": "x"}) is None and restart_count({}) is None
+    assert agent_store({"TORCHELASTIC_USE_AGENT_STORE": "True"}) is True
+    assert agent_store({"TORCHELASTIC_USE_AGENT_STORE": "False"}) is False and agent_store({}) is False
+    assert inside_torchrun({"LOCAL_RANK": "0"}) and inside_torchrun({"TORCHELASTIC_RUN_ID": "r"})
+    assert not inside_torchrun({"RANK": "0"})
+    assert rendezvous({}) is None and rendezvous({"MASTER_ADDR": "h", "MASTER_PORT": "29500"}) == ("h", 29500)
+    for name in ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "3")
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r")
+    assert restart_count() == 3 and agent_store() is True and inside_torchrun() is True
