@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import compress, islice
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any, Union
@@ -54,17 +54,28 @@ class _Typed(msgspec.Struct, gc=False):
     """The record types of the batch path (below)."""
 
 
-_TYPES = tuple(
-    msgspec.defstruct(f"Typed_{event}", sorted([*_ENVELOPE, *((name, Any, None) for name in READS.get(event, ()))]),
-                      bases=(_Typed,), tag_field="event", tag=event, namespace={"event": event, "get": _get},
-                      module=__name__, gc=False, kw_only=True)
-    for event in sorted(_EVENTS)
-)
+def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], ...]:
+    return tuple(
+        msgspec.defstruct(f"Typed_{event}", sorted([*_ENVELOPE, *((name, Any, None) for name in
+                                                                  {*READS.get(event, ()), *more.get(event, ())})]),
+                          bases=(_Typed,), tag_field="event", tag=event, namespace={"event": event, "get": _get},
+                          module=__name__, gc=False, kw_only=True)
+        for event in sorted(_EVENTS)
+    )
+
+
+_TYPES = _types({})
 """One record type per event, as the batch path decodes it: the envelope, typed (checked in C),
 and the fields its handler reads (`READS`), any JSON value; `event` is its tag, `get` reads a field
 as `dict.get` would (None when absent). Fields in sorted order, as the writer sorts keys: msgspec
 finds each key at the next field."""
 _decode = msgspec.json.Decoder(Union[_TYPES]).decode  # noqa: UP007 - a union built at runtime
+TAPPED: Mapping[str, tuple[str, ...]] = {events.STEP_COMPLETED: ("duration_s", "loss", "step")}
+"""The fields a tap (below) reads beyond the handlers', on the records it is given typed."""
+_decode_tapped = msgspec.json.Decoder(Union[_types(TAPPED)]).decode  # noqa: UP007
+Tap = Callable[[list[bytes], list[Any]], None]
+"""Called with each batch's lines and their records (typed, or orjson dicts) before the audit reads
+them: what the export keeps of the records it would otherwise decode again. A plain audit has none."""
 _STEP = events.STEP_COMPLETED
 _BOUND = State.CALLBACKS_BOUND.name
 
@@ -72,25 +83,31 @@ _BOUND = State.CALLBACKS_BOUND.name
 class Feeder:
     """Reads one input: `feed(lines)`; the ranks' audits it found are in `streams`, unfinished."""
 
-    __slots__ = ("cur", "name", "router", "streams")
+    __slots__ = ("cur", "decode", "name", "router", "streams", "tap")
 
-    def __init__(self, name: str, limit: int) -> None:
+    def __init__(self, name: str, limit: int, tap: Tap | None = None) -> None:
         self.name = name
         self.streams: list[RankAudit] = []
         self.router = _Router(name, self.streams, limit)
         self.cur: RankAudit | None = None
+        self.tap = tap
+        self.decode = _decode if tap is None else _decode_tapped
 
     def feed(self, lines: Lines) -> None:
         for first, batch in lines:
             self._batch(first, batch, lines.cut, lines.ascii)
 
     def _batch(self, first: int, lines: list[bytes], cut: int, ascii: bool) -> None:
-        typed = _typed(lines) if ascii else None  # orjson checks that text is UTF-8, msgspec not where it skips
+        typed = _typed(lines, self.decode) if ascii else None  # orjson checks UTF-8, msgspec not where it skips
         if typed is not None:
+            if self.tap is not None:
+                self.tap(lines, typed)
             self._records(first, lines, typed, tuple(zip(*map(_TYPED_HEAD, typed), strict=True)), None, cut)
             return
         recs, error = _parse(lines)
         n = len(recs)
+        if n and self.tap is not None:
+            self.tap(lines[:n], recs)
         if n:
             try:
                 cols = tuple(zip(*map(_HEAD, recs), strict=True))
@@ -206,12 +223,12 @@ def _handle(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], tss: 
             j = end
 
 
-def _typed(lines: list[bytes]) -> list[Any] | None:
+def _typed(lines: list[bytes], decode: Callable[[bytes], Any]) -> list[Any] | None:
     """The batch decoded as typed records, or None when one line does not decode so (then orjson
     reads the batch and the records are checked as they are). Only for ASCII lines: msgspec does
     not check that the text of a field it skips is UTF-8; orjson does."""
     try:
-        return list(map(_decode, lines))
+        return list(map(decode, lines))
     except (msgspec.DecodeError, RecursionError):  # RecursionError: nested deeper than msgspec decodes
         return None
 

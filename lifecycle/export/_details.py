@@ -42,6 +42,7 @@ cannot hold it unescaped (its quotes would be escaped)."""
 _MAX_MARKS = 200
 _MAX_STEPS = 100_000
 _loads = orjson.loads
+_STEP = events.STEP_COMPLETED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,11 +180,57 @@ def _steps(out: dict[int, Details], lines: list[bytes], configs: bool) -> None:
             details.steps.append((rec.ts, rec.step, rec.loss, rec.duration_s))
 
 
+class Collect:
+    """A tap on the audit (`lifecycle.audit.Tap`) for the input `source`: its details, picked from
+    the records as the audit decodes them, so that the logs are decoded once. `out` ends as
+    `read_details(source, configs=False)` (without line times): steps are read from the audit's
+    typed records, the few other records kept are parsed from their line."""
+
+    __slots__ = ("out", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.out: dict[int, Details] = {}
+
+    def __call__(self, lines: list[bytes], recs: list[Any]) -> None:
+        out = self.out
+        if not recs or not isinstance(recs[0], msgspec.Struct):  # parsed by orjson: any JSON value
+            for rec in recs:
+                event = rec.get("event") if type(rec) is dict else None
+                if type(event) is str and event in _KEEP:
+                    _put(out, rec, event, False, None)
+            return
+        for line, rec in zip(lines, recs, strict=True):
+            event = rec.event
+            if event == _STEP:
+                details = out.get(rec.rank)
+                if details is None:
+                    details = out[rec.rank] = Details()
+                if len(details.steps) < _MAX_STEPS:
+                    details.steps.append((rec.ts, _int(rec.step) or 0, _num(rec.loss), _num(rec.duration_s)))
+            elif event in _KEEP:
+                _record(out, line, event, False, None)
+
+
+def line_times(path: str, lines_wanted: Collection[int], out: dict[int, Details]) -> None:
+    """The time of each of `lines_wanted` (1-based) of the file at `path`, into `out[rank].line_ts`."""
+    wanted = set(lines_wanted)
+    with open(path, "rb") as fh:
+        lines = fh.read().splitlines()
+    for lineno in sorted(wanted):
+        if 0 < lineno <= len(lines):
+            _record(out, lines[lineno - 1], None, False, lineno)
+
+
 def _record(out: dict[int, Details], line: bytes, event: str | None, configs: bool, lineno: int | None) -> None:
     try:
         rec = _loads(line)
     except orjson.JSONDecodeError:
         return  # a damaged record: the audit has reported it
+    _put(out, rec, event, configs, lineno)
+
+
+def _put(out: dict[int, Details], rec: Any, event: str | None, configs: bool, lineno: int | None) -> None:
     rank = rec.get("rank") if type(rec) is dict else None
     if type(rank) is not int or type(rec.get("ts")) not in (int, float):
         return
