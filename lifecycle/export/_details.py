@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from typing import Any, Union
 
 import msgspec
@@ -43,6 +45,9 @@ _MAX_MARKS = 200
 _MAX_STEPS = 100_000
 _loads = orjson.loads
 _STEP = events.STEP_COMPLETED
+_OTHERS = _KEEP - {_STEP}
+_EVENT, _TS = attrgetter("event"), attrgetter("ts")
+_STEP_FIELDS = (attrgetter("rank"), attrgetter("step"), attrgetter("loss"), attrgetter("duration_s"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,16 +205,34 @@ class Collect:
                 if type(event) is str and event in _KEEP:
                     _put(out, rec, event, False, None)
             return
-        for line, rec in zip(lines, recs, strict=True):
-            event = rec.event
-            if event == _STEP:
-                details = out.get(rec.rank)
-                if details is None:
-                    details = out[rec.rank] = Details()
-                if len(details.steps) < _MAX_STEPS:
-                    details.steps.append((rec.ts, _int(rec.step) or 0, _num(rec.loss), _num(rec.duration_s)))
-            elif event in _KEEP:
-                _record(out, line, event, False, None)
+        evs = list(map(_EVENT, recs))
+        for i in compress(range(len(recs)), map(_OTHERS.__contains__, evs)):  # the few kept that are not steps
+            _record(out, lines[i], evs[i], False, None)
+        steps = [recs[i] for i in compress(range(len(recs)), map(_STEP.__eq__, evs))]
+        if steps:
+            _typed_steps(out, steps)
+
+
+def _typed_steps(out: dict[int, Details], steps: list[Any]) -> None:
+    """The steps of a batch of typed records: at once (C) when they are of one rank and their fields
+    of the usual types, else one by one."""
+    ranks, nums, losses, times = (list(map(get, steps)) for get in _STEP_FIELDS)
+    if len(set(ranks)) == 1 and set(map(type, nums)) == {int} and set(map(type, losses)) == {float} \
+            and set(map(type, times)) == {float}:
+        details = out.get(ranks[0])
+        if details is None:
+            details = out[ranks[0]] = Details()
+        room = _MAX_STEPS - len(details.steps)
+        if room > 0:
+            details.steps += list(zip(map(_TS, steps[:room]), nums[:room], losses[:room], times[:room],
+                                      strict=True))
+        return
+    for rec in steps:
+        details = out.get(rec.rank)
+        if details is None:
+            details = out[rec.rank] = Details()
+        if len(details.steps) < _MAX_STEPS:
+            details.steps.append((rec.ts, _int(rec.step) or 0, _num(rec.loss), _num(rec.duration_s)))
 
 
 def line_times(path: str, lines_wanted: Collection[int], out: dict[int, Details]) -> None:
