@@ -16,6 +16,7 @@ rank on an interleaved stdin — goes to `RankAudit.feed` as an orjson dict, whi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +43,7 @@ _loads, _sha256 = orjson.loads, hashlib.sha256
 _HASH = Annotated[str, msgspec.Meta(min_length=64, max_length=64)]
 _ENVELOPE = (("seq", int), ("prev_hash", _HASH), ("hash", _HASH), ("generation", int), ("rank", int),
              ("run_id", str), ("world_size", int), ("ts", float))
+_IN_ENVELOPE = frozenset(name for name, _ in _ENVELOPE)
 _NAMES = (*(name for name, _ in _ENVELOPE), "event")  # the order of the columns in _records
 _HEAD = itemgetter(*_NAMES)
 _TYPED_HEAD = attrgetter(*_NAMES)
@@ -55,11 +57,12 @@ class _Typed(msgspec.Struct, gc=False):
 
 
 def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], ...]:
+    def fields(event: str) -> list[tuple[Any, ...]]:
+        names = {*READS.get(event, ()), *more.get(event, ())} - _IN_ENVELOPE
+        return sorted([*_ENVELOPE, *((name, Any, None) for name in names)])
     return tuple(
-        msgspec.defstruct(f"Typed_{event}", sorted([*_ENVELOPE, *((name, Any, None) for name in
-                                                                  {*READS.get(event, ()), *more.get(event, ())})]),
-                          bases=(_Typed,), tag_field="event", tag=event, namespace={"event": event, "get": _get},
-                          module=__name__, gc=False, kw_only=True)
+        msgspec.defstruct(f"Typed_{event}", fields(event), bases=(_Typed,), tag_field="event", tag=event,
+                          namespace={"event": event, "get": _get}, module=__name__, gc=False, kw_only=True)
         for event in sorted(_EVENTS)
     )
 
@@ -70,12 +73,21 @@ and the fields its handler reads (`READS`), any JSON value; `event` is its tag, 
 as `dict.get` would (None when absent). Fields in sorted order, as the writer sorts keys: msgspec
 finds each key at the next field."""
 _decode = msgspec.json.Decoder(Union[_TYPES]).decode  # noqa: UP007 - a union built at runtime
-TAPPED: Mapping[str, tuple[str, ...]] = {events.STEP_COMPLETED: ("duration_s", "loss", "step")}
-"""The fields a tap (below) reads beyond the handlers', on the records it is given typed."""
-_decode_tapped = msgspec.json.Decoder(Union[_types(TAPPED)]).decode  # noqa: UP007
 Tap = Callable[[list[bytes], list[Any]], None]
 """Called with each batch's lines and their records (typed, or orjson dicts) before the audit reads
-them: what the export keeps of the records it would otherwise decode again. A plain audit has none."""
+them: what the export keeps of the records it would otherwise decode again. A plain audit has none.
+A tap declares in its `reads` attribute ({event: field names}) the fields it reads, beyond the
+handlers', on the records it is given typed (`rec.get(name)`: None when absent)."""
+
+
+@functools.cache
+def _decoder(reads: tuple[tuple[str, tuple[str, ...]], ...]) -> Callable[[bytes], Any]:
+    return msgspec.json.Decoder(Union[_types(dict(reads))]).decode if reads else _decode  # noqa: UP007
+
+
+def _tap_decoder(tap: Tap) -> Callable[[bytes], Any]:
+    reads: Mapping[str, Sequence[str]] = getattr(tap, "reads", {})
+    return _decoder(tuple(sorted((event, tuple(sorted(names))) for event, names in reads.items())))
 _STEP = events.STEP_COMPLETED
 _BOUND = State.CALLBACKS_BOUND.name
 
@@ -91,7 +103,7 @@ class Feeder:
         self.router = _Router(name, self.streams, limit)
         self.cur: RankAudit | None = None
         self.tap = tap
-        self.decode = _decode if tap is None else _decode_tapped
+        self.decode = _decode if tap is None else _tap_decoder(tap)
 
     def feed(self, lines: Lines) -> None:
         for first, batch in lines:

@@ -15,7 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import msgspec
 import orjson
@@ -192,6 +192,15 @@ class Collect:
     typed records, the few other records kept are parsed from their line."""
 
     __slots__ = ("out", "source")
+    reads: ClassVar[dict[str, tuple[str, ...]]] = {
+        events.STEP_COMPLETED: ("duration_s", "loss", "step"),
+        events.LIFECYCLE_STARTED: ("attempt", "host", "pid", "plan", "restart_count"),
+        events.CONFIG_VALIDATED: ("fingerprint",),
+        events.DISTRIBUTED_INITIALIZED: ("cp", "dp", "ep", "pp", "ranks", "tp", "vpp"),
+        events.GENERATION_STARTED: ("generation",),
+    }
+    """The fields read on the audit's typed records (`lifecycle.audit.Tap`): what `_take` reads of
+    the records kept that are neither steps nor marks (those are parsed from their line)."""
 
     def __init__(self, source: str) -> None:
         self.source = source
@@ -207,7 +216,15 @@ class Collect:
             return
         evs = list(map(_EVENT, recs))
         for i in compress(range(len(recs)), map(_OTHERS.__contains__, evs)):  # the few kept that are not steps
-            _record(out, lines[i], evs[i], False, None)
+            event = evs[i]
+            if event in MARKS:
+                _record(out, lines[i], event, False, None)
+                continue
+            rec = recs[i]
+            details = out.get(rec.rank)
+            if details is None:
+                details = out[rec.rank] = Details()
+            _take(details, event, rec, False, rec.ts)
         steps = [recs[i] for i in compress(range(len(recs)), map(_STEP.__eq__, evs))]
         if steps:
             _typed_steps(out, steps)
@@ -266,8 +283,9 @@ def _put(out: dict[int, Details], rec: Any, event: str | None, configs: bool, li
         _take(details, event, rec, configs)
 
 
-def _take(d: Details, event: str, rec: dict[str, Any], configs: bool) -> None:
-    ts = float(rec["ts"])
+def _take(d: Details, event: str, rec: Any, configs: bool, ts: float | None = None) -> None:
+    """Keep what record `rec` (a dict, or a typed record that has the fields of `Collect.reads`) says."""
+    ts = float(rec["ts"]) if ts is None else ts
     if event == events.STEP_COMPLETED:
         if len(d.steps) < _MAX_STEPS:
             d.steps.append((ts, _int(rec.get("step")) or 0, _num(rec.get("loss")), _num(rec.get("duration_s"))))
