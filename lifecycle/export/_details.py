@@ -1,9 +1,11 @@
-"""The second read of each rank file: the records the audit's summary does not keep (coordinates,
-attempts, steps, violations, peer failures, and the time of each record a
-finding points at.
+"""What the export keeps of each rank file beyond the audit's summary (coordinates, attempts,
+steps, violations, peer failures, and the time of each record a finding points at).
 
-The audit has already checked every record (hash chain, envelope, order); this pass only picks.
-A line's event is found in its bytes (the writer sorts keys, so `"event":"..."` is there verbatim)
+`Collect` picks them as the audit decodes each record (a tap on its batches), so the logs are
+decoded once; `read_details` reads a file again (the first rank's, for its configs, and the
+reference the taps are tested against), `line_times` the lines findings point at. The audit has
+already checked every record (hash chain, envelope, order); these only pick. In a second read a
+line's event is found in its bytes (the writer sorts keys, so `"event":"..."` is there verbatim)
 and only the lines of the events below are parsed: most of a log (transitions, side effects) is
 skipped without being decoded.
 """
@@ -78,7 +80,7 @@ class Attempt:
 
 @dataclass(slots=True)
 class Details:
-    """What the second read found on one rank."""
+    """What the export keeps of one rank's log."""
 
     coords: dict[str, int] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)

@@ -1,5 +1,5 @@
 """The startup of a run as one object to export: the audit's result (segments, findings, root
-causes, critical chain) joined with what the second read of each rank file found."""
+causes, critical chain) joined with what its taps kept of each rank file (`_details.Collect`)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ class Trace:
 
 
 def load(paths: Sequence[str], *, jobs: int | None = None) -> Trace:
-    """Audit the logs under `paths` (files or directories), then read the details of each rank.
+    """Audit the logs under `paths` (files or directories), keeping the details of each rank as it reads them.
 
     Raises LogUnreadable when an input cannot be read or holds no timed record (an export of half
     the logs would look complete)."""
