@@ -2,11 +2,11 @@
 benchmark's logs, with its injected faults).
 
 Prints, as medians over `--repeat` runs with the lowest and highest: the audit's own time, the
-Chrome export's and the OTLP export's (each reads the logs, audits them, reads the details and
-writes the file), and their ratio to the audit run back to back (target: Chrome < 2x), in wall
-time and in CPU time (this process and its workers: what a busy machine's other work does not
-change); then how long headless Chromium takes to load and draw the report (target < 5 s), when
-chromium is here.
+Chrome export's and the OTLP export's (each reads the logs and audits them, keeping the details
+as the audit decodes each record, then writes the file), and their ratio to the audit run back to
+back (target: Chrome < 2x), in wall time and in CPU time (this process and its workers: what a
+busy machine's other work does not change); then how long headless Chromium takes to load and
+draw the report (target < 5 s), when chromium is here.
 
     python benchmarks/export.py [--ranks 4096] [--steps 30] [--repeat 3] [--dir DIR] [--no-otlp]
 """

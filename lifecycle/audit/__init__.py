@@ -11,11 +11,13 @@ from lifecycle.audit._audit import (
     EXIT_VIOLATION,
     AuditResult,
     audit,
+    audit_tapped,
     default_workers,
     no_gc,
 )
 from lifecycle.audit._cause import RootCause, Victim, root_causes
 from lifecycle.audit._cycles import Attempt, attempts, diff
+from lifecycle.audit._feed import Tap
 from lifecycle.audit._plot import plot
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure, Finding, Segment
@@ -49,10 +51,12 @@ __all__ = [
     "Segment",
     "StateBlame",
     "Straggler",
+    "Tap",
     "Victim",
     "as_json",
     "attempts",
     "audit",
+    "audit_tapped",
     "blame",
     "counts",
     "critical_chain",

@@ -7,7 +7,7 @@ import contextlib
 import gc
 import multiprocessing as mp
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -15,7 +15,7 @@ from typing import Any
 
 from lifecycle.audit._cause import RootCause, root_causes
 from lifecycle.audit._cross import cross_rank
-from lifecycle.audit._feed import Feeder
+from lifecycle.audit._feed import Feeder, Tap
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import STDIN, STDIN_NAME, Input, discover, file_rank, open_input
 from lifecycle.audit._records import Finding, unreadable
@@ -56,12 +56,14 @@ class _Read:
     errors: list[LogUnreadable] = field(default_factory=list)
     notes: list[Finding] = field(default_factory=list)
     empty: list[Finding] = field(default_factory=list)
+    taps: list[Tap] = field(default_factory=list)
 
     def extend(self, other: _Read) -> None:
         self.streams += other.streams
         self.errors += other.errors
         self.notes += other.notes
         self.empty += other.empty
+        self.taps += other.taps
 
 
 def audit(
@@ -74,12 +76,21 @@ def audit(
     """
     rules = enabled(select, ignore)
     with no_gc():
-        return _audit(paths, rules, jobs)
+        return _audit(paths, rules, jobs, None)[0]
 
 
-def _audit(paths: Sequence[str], rules: frozenset[str], jobs: int | None) -> AuditResult:
+def audit_tapped(paths: Sequence[str], tap: Callable[[str], Tap], *, jobs: int | None = None,
+                 ) -> tuple[AuditResult, list[Tap]]:
+    """`audit(paths, jobs=jobs)`, with `tap(input name)` given each batch of each input's records as
+    the audit decodes them (see `Tap`); the taps are returned (from the reading processes too)."""
+    with no_gc():
+        return _audit(paths, enabled((), ()), jobs, tap)
+
+
+def _audit(paths: Sequence[str], rules: frozenset[str], jobs: int | None, tap: Callable[[str], Tap] | None,
+           ) -> tuple[AuditResult, list[Tap]]:
     found = discover(paths)
-    read = _read_all(found.inputs, jobs)
+    read = _read_all(found.inputs, jobs, tap)
     errors = [*found.errors, *read.errors]
     records = sum(s.records for s in read.streams)
     notes = read.notes + read.empty if records else read.notes
@@ -90,7 +101,7 @@ def _audit(paths: Sequence[str], rules: frozenset[str], jobs: int | None) -> Aud
                 + [c.finding() for c in causes])
     kept = tuple(sorted((f for f in findings if f.rule in rules), key=_order))
     return AuditResult(findings=kept, errors=tuple(errors), ranks=tuple(read.streams), sources=len(found.inputs),
-                       records=records, root_causes=tuple(causes))
+                       records=records, root_causes=tuple(causes)), read.taps
 
 
 def _no_records(paths: Sequence[str], inputs: Sequence[Input]) -> LogUnreadable:
@@ -101,14 +112,14 @@ def _no_records(paths: Sequence[str], inputs: Sequence[Input]) -> LogUnreadable:
                       "run's log_dir or its rank-*.jsonl files")
 
 
-def _read_all(inputs: Sequence[Input], jobs: int | None) -> _Read:
+def _read_all(inputs: Sequence[Input], jobs: int | None, tap: Callable[[str], Tap] | None) -> _Read:
     workers = _workers(jobs, inputs)
     if workers > 1:
         try:
-            return _read_parallel(inputs, workers)
+            return _read_parallel(inputs, workers, tap)
         except (OSError, BrokenProcessPool):  # no processes to be had here: read them all ourselves
             pass
-    return _read_files(inputs, MAX_LOGS_PER_INPUT)
+    return _read_files(inputs, MAX_LOGS_PER_INPUT, tap)
 
 
 def default_workers(paths: Sequence[str]) -> int:
@@ -131,11 +142,11 @@ def _cpus() -> int:
     return os.cpu_count() or 1
 
 
-def _read_files(inputs: Sequence[Input], limit: int) -> _Read:
+def _read_files(inputs: Sequence[Input], limit: int, tap: Callable[[str], Tap] | None = None) -> _Read:
     read = _Read()
     with no_gc():
         for source in inputs:
-            _read_source(source, read, limit)
+            _read_source(source, read, limit, tap)
     return read
 
 
@@ -154,7 +165,7 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _read_parallel(inputs: Sequence[Input], workers: int) -> _Read:
+def _read_parallel(inputs: Sequence[Input], workers: int, tap: Callable[[str], Tap] | None) -> _Read:
     """Inputs split into contiguous chunks, read by this process and `workers - 1` others; results
     kept in input order. This process reads its share itself rather than wait idle."""
     chunks = workers * 4
@@ -164,8 +175,8 @@ def _read_parallel(inputs: Sequence[Input], workers: int) -> _Read:
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     read = _Read()
     with ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context(method)) as pool:
-        others = [pool.submit(_read_files, part, MAX_LOGS_PER_INPUT) for part in parts[own:]]
-        mine = [_read_files(part, MAX_LOGS_PER_INPUT) for part in parts[:own]]
+        others = [pool.submit(_read_files, part, MAX_LOGS_PER_INPUT, tap) for part in parts[own:]]
+        mine = [_read_files(part, MAX_LOGS_PER_INPUT, tap) for part in parts[:own]]
         for part in [*mine, *(f.result() for f in others)]:
             read.extend(part)
     return read
@@ -176,8 +187,11 @@ def _order(finding: Finding) -> tuple[Any, ...]:
             finding.source or "", finding.line or 0)
 
 
-def _read_source(source: Input, read: _Read, limit: int) -> None:
-    feeder = Feeder(STDIN_NAME if source.name == STDIN else source.name, limit)
+def _read_source(source: Input, read: _Read, limit: int, tap: Callable[[str], Tap] | None) -> None:
+    name = STDIN_NAME if source.name == STDIN else source.name
+    feeder = Feeder(name, limit, None if tap is None else tap(name))
+    if feeder.tap is not None:
+        read.taps.append(feeder.tap)
     try:
         lines, skipped = open_input(source)
         if lines is None:

@@ -16,9 +16,10 @@ rank on an interleaved stdin — goes to `RankAudit.feed` as an orjson dict, whi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import compress, islice
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any, Union
@@ -42,6 +43,7 @@ _loads, _sha256 = orjson.loads, hashlib.sha256
 _HASH = Annotated[str, msgspec.Meta(min_length=64, max_length=64)]
 _ENVELOPE = (("seq", int), ("prev_hash", _HASH), ("hash", _HASH), ("generation", int), ("rank", int),
              ("run_id", str), ("world_size", int), ("ts", float))
+_IN_ENVELOPE = frozenset(name for name, _ in _ENVELOPE)
 _NAMES = (*(name for name, _ in _ENVELOPE), "event")  # the order of the columns in _records
 _HEAD = itemgetter(*_NAMES)
 _TYPED_HEAD = attrgetter(*_NAMES)
@@ -54,17 +56,38 @@ class _Typed(msgspec.Struct, gc=False):
     """The record types of the batch path (below)."""
 
 
-_TYPES = tuple(
-    msgspec.defstruct(f"Typed_{event}", sorted([*_ENVELOPE, *((name, Any, None) for name in READS.get(event, ()))]),
-                      bases=(_Typed,), tag_field="event", tag=event, namespace={"event": event, "get": _get},
-                      module=__name__, gc=False, kw_only=True)
-    for event in sorted(_EVENTS)
-)
+def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], ...]:
+    def fields(event: str) -> list[tuple[Any, ...]]:
+        names = {*READS.get(event, ()), *more.get(event, ())} - _IN_ENVELOPE
+        return sorted([*_ENVELOPE, *((name, Any, None) for name in names)])
+    return tuple(
+        msgspec.defstruct(f"Typed_{event}", fields(event), bases=(_Typed,), tag_field="event", tag=event,
+                          namespace={"event": event, "get": _get}, module=__name__, gc=False, kw_only=True)
+        for event in sorted(_EVENTS)
+    )
+
+
+_TYPES = _types({})
 """One record type per event, as the batch path decodes it: the envelope, typed (checked in C),
 and the fields its handler reads (`READS`), any JSON value; `event` is its tag, `get` reads a field
 as `dict.get` would (None when absent). Fields in sorted order, as the writer sorts keys: msgspec
 finds each key at the next field."""
 _decode = msgspec.json.Decoder(Union[_TYPES]).decode  # noqa: UP007 - a union built at runtime
+Tap = Callable[[list[bytes], list[Any]], None]
+"""Called with each batch's lines and their records (typed, or orjson dicts) before the audit reads
+them: what the export keeps of the records it would otherwise decode again. A plain audit has none.
+A tap declares in its `reads` attribute ({event: field names}) the fields it reads, beyond the
+handlers', on the records it is given typed (`rec.get(name)`: None when absent)."""
+
+
+@functools.cache
+def _decoder(reads: tuple[tuple[str, tuple[str, ...]], ...]) -> Callable[[bytes], Any]:
+    return msgspec.json.Decoder(Union[_types(dict(reads))]).decode if reads else _decode  # noqa: UP007
+
+
+def _tap_decoder(tap: Tap) -> Callable[[bytes], Any]:
+    reads: Mapping[str, Sequence[str]] = getattr(tap, "reads", {})
+    return _decoder(tuple(sorted((event, tuple(sorted(names))) for event, names in reads.items())))
 _STEP = events.STEP_COMPLETED
 _BOUND = State.CALLBACKS_BOUND.name
 
@@ -72,25 +95,31 @@ _BOUND = State.CALLBACKS_BOUND.name
 class Feeder:
     """Reads one input: `feed(lines)`; the ranks' audits it found are in `streams`, unfinished."""
 
-    __slots__ = ("cur", "name", "router", "streams")
+    __slots__ = ("cur", "decode", "name", "router", "streams", "tap")
 
-    def __init__(self, name: str, limit: int) -> None:
+    def __init__(self, name: str, limit: int, tap: Tap | None = None) -> None:
         self.name = name
         self.streams: list[RankAudit] = []
         self.router = _Router(name, self.streams, limit)
         self.cur: RankAudit | None = None
+        self.tap = tap
+        self.decode = _decode if tap is None else _tap_decoder(tap)
 
     def feed(self, lines: Lines) -> None:
         for first, batch in lines:
             self._batch(first, batch, lines.cut, lines.ascii)
 
     def _batch(self, first: int, lines: list[bytes], cut: int, ascii: bool) -> None:
-        typed = _typed(lines) if ascii else None  # orjson checks that text is UTF-8, msgspec not where it skips
+        typed = _typed(lines, self.decode) if ascii else None  # orjson checks UTF-8, msgspec not where it skips
         if typed is not None:
+            if self.tap is not None:
+                self.tap(lines, typed)
             self._records(first, lines, typed, tuple(zip(*map(_TYPED_HEAD, typed), strict=True)), None, cut)
             return
         recs, error = _parse(lines)
         n = len(recs)
+        if n and self.tap is not None:
+            self.tap(lines[:n], recs)
         if n:
             try:
                 cols = tuple(zip(*map(_HEAD, recs), strict=True))
@@ -206,12 +235,12 @@ def _handle(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], tss: 
             j = end
 
 
-def _typed(lines: list[bytes]) -> list[Any] | None:
+def _typed(lines: list[bytes], decode: Callable[[bytes], Any]) -> list[Any] | None:
     """The batch decoded as typed records, or None when one line does not decode so (then orjson
     reads the batch and the records are checked as they are). Only for ASCII lines: msgspec does
     not check that the text of a field it skips is UTF-8; orjson does."""
     try:
-        return list(map(_decode, lines))
+        return list(map(decode, lines))
     except (msgspec.DecodeError, RecursionError):  # RecursionError: nested deeper than msgspec decodes
         return None
 

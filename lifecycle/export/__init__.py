@@ -9,7 +9,7 @@ need it.
 from __future__ import annotations
 
 from lifecycle.export._chrome import chrome_document, chrome_events, write_chrome
-from lifecycle.export._details import Attempt, Mark
+from lifecycle.export._details import Attempt, Collect, Details, Mark, read_details
 from lifecycle.export._follow import follow
 from lifecycle.export._live import LiveSpans, live_spans
 from lifecycle.export._live import attach as attach_live_spans
@@ -23,7 +23,9 @@ __all__ = [
     "ROOT",
     "RULES_URL",
     "Attempt",
+    "Collect",
     "Cycle",
+    "Details",
     "LiveSpans",
     "Mark",
     "RankTrace",
@@ -36,6 +38,7 @@ __all__ = [
     "follow",
     "live_spans",
     "load",
+    "read_details",
     "render",
     "report_data",
     "rows",

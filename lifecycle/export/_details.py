@@ -1,9 +1,11 @@
-"""The second read of each rank file: the records the audit's summary does not keep (coordinates,
-attempts, steps, violations, peer failures, and the time of each record a
-finding points at.
+"""What the export keeps of each rank file beyond the audit's summary (coordinates, attempts,
+steps, violations, peer failures, and the time of each record a finding points at).
 
-The audit has already checked every record (hash chain, envelope, order); this pass only picks.
-A line's event is found in its bytes (the writer sorts keys, so `"event":"..."` is there verbatim)
+`Collect` picks them as the audit decodes each record (a tap on its batches), so the logs are
+decoded once; `read_details` reads a file again (the first rank's, for its configs, and the
+reference the taps are tested against), `line_times` the lines findings point at. The audit has
+already checked every record (hash chain, envelope, order); these only pick. In a second read a
+line's event is found in its bytes (the writer sorts keys, so `"event":"..."` is there verbatim)
 and only the lines of the events below are parsed: most of a log (transitions, side effects) is
 skipped without being decoded.
 """
@@ -13,7 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Union
+from itertools import compress
+from operator import attrgetter
+from typing import Any, ClassVar, Union
 
 import msgspec
 import orjson
@@ -42,6 +46,10 @@ cannot hold it unescaped (its quotes would be escaped)."""
 _MAX_MARKS = 200
 _MAX_STEPS = 100_000
 _loads = orjson.loads
+_STEP = events.STEP_COMPLETED
+_OTHERS = _KEEP - {_STEP}
+_EVENT, _TS = attrgetter("event"), attrgetter("ts")
+_STEP_FIELDS = (attrgetter("rank"), attrgetter("step"), attrgetter("loss"), attrgetter("duration_s"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,7 +80,7 @@ class Attempt:
 
 @dataclass(slots=True)
 class Details:
-    """What the second read found on one rank."""
+    """What the export keeps of one rank's log."""
 
     coords: dict[str, int] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)
@@ -179,11 +187,92 @@ def _steps(out: dict[int, Details], lines: list[bytes], configs: bool) -> None:
             details.steps.append((rec.ts, rec.step, rec.loss, rec.duration_s))
 
 
+class Collect:
+    """A tap on the audit (`lifecycle.audit.Tap`) for the input `source`: its details, picked from
+    the records as the audit decodes them, so that the logs are decoded once. `out` ends as
+    `read_details(source, configs=False)` (without line times): steps are read from the audit's
+    typed records, the few other records kept are parsed from their line."""
+
+    __slots__ = ("out", "source")
+    reads: ClassVar[dict[str, tuple[str, ...]]] = {
+        events.STEP_COMPLETED: ("duration_s", "loss", "step"),
+        events.LIFECYCLE_STARTED: ("attempt", "host", "pid", "plan", "restart_count"),
+        events.CONFIG_VALIDATED: ("fingerprint",),
+        events.DISTRIBUTED_INITIALIZED: ("cp", "dp", "ep", "pp", "ranks", "tp", "vpp"),
+        events.GENERATION_STARTED: ("generation",),
+    }
+    """The fields read on the audit's typed records (`lifecycle.audit.Tap`): what `_take` reads of
+    the records kept that are neither steps nor marks (those are parsed from their line)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.out: dict[int, Details] = {}
+
+    def __call__(self, lines: list[bytes], recs: list[Any]) -> None:
+        out = self.out
+        if not recs or not isinstance(recs[0], msgspec.Struct):  # parsed by orjson: any JSON value
+            for rec in recs:
+                event = rec.get("event") if type(rec) is dict else None
+                if type(event) is str and event in _KEEP:
+                    _put(out, rec, event, False, None)
+            return
+        evs = list(map(_EVENT, recs))
+        for i in compress(range(len(recs)), map(_OTHERS.__contains__, evs)):  # the few kept that are not steps
+            event = evs[i]
+            if event in MARKS:
+                _record(out, lines[i], event, False, None)
+                continue
+            rec = recs[i]
+            details = out.get(rec.rank)
+            if details is None:
+                details = out[rec.rank] = Details()
+            _take(details, event, rec, False, rec.ts)
+        steps = [recs[i] for i in compress(range(len(recs)), map(_STEP.__eq__, evs))]
+        if steps:
+            _typed_steps(out, steps)
+
+
+def _typed_steps(out: dict[int, Details], steps: list[Any]) -> None:
+    """The steps of a batch of typed records: at once (C) when they are of one rank and their fields
+    of the usual types, else one by one."""
+    ranks, nums, losses, times = (list(map(get, steps)) for get in _STEP_FIELDS)
+    if len(set(ranks)) == 1 and set(map(type, nums)) == {int} and set(map(type, losses)) == {float} \
+            and set(map(type, times)) == {float}:
+        details = out.get(ranks[0])
+        if details is None:
+            details = out[ranks[0]] = Details()
+        room = _MAX_STEPS - len(details.steps)
+        if room > 0:
+            details.steps += list(zip(map(_TS, steps[:room]), nums[:room], losses[:room], times[:room],
+                                      strict=True))
+        return
+    for rec in steps:
+        details = out.get(rec.rank)
+        if details is None:
+            details = out[rec.rank] = Details()
+        if len(details.steps) < _MAX_STEPS:
+            details.steps.append((rec.ts, _int(rec.step) or 0, _num(rec.loss), _num(rec.duration_s)))
+
+
+def line_times(path: str, lines_wanted: Collection[int], out: dict[int, Details]) -> None:
+    """The time of each of `lines_wanted` (1-based) of the file at `path`, into `out[rank].line_ts`."""
+    wanted = set(lines_wanted)
+    with open(path, "rb") as fh:
+        lines = fh.read().splitlines()
+    for lineno in sorted(wanted):
+        if 0 < lineno <= len(lines):
+            _record(out, lines[lineno - 1], None, False, lineno)
+
+
 def _record(out: dict[int, Details], line: bytes, event: str | None, configs: bool, lineno: int | None) -> None:
     try:
         rec = _loads(line)
     except orjson.JSONDecodeError:
         return  # a damaged record: the audit has reported it
+    _put(out, rec, event, configs, lineno)
+
+
+def _put(out: dict[int, Details], rec: Any, event: str | None, configs: bool, lineno: int | None) -> None:
     rank = rec.get("rank") if type(rec) is dict else None
     if type(rank) is not int or type(rec.get("ts")) not in (int, float):
         return
@@ -196,8 +285,9 @@ def _record(out: dict[int, Details], line: bytes, event: str | None, configs: bo
         _take(details, event, rec, configs)
 
 
-def _take(d: Details, event: str, rec: dict[str, Any], configs: bool) -> None:
-    ts = float(rec["ts"])
+def _take(d: Details, event: str, rec: Any, configs: bool, ts: float | None = None) -> None:
+    """Keep what record `rec` (a dict, or a typed record that has the fields of `Collect.reads`) says."""
+    ts = float(rec["ts"]) if ts is None else ts
     if event == events.STEP_COMPLETED:
         if len(d.steps) < _MAX_STEPS:
             d.steps.append((ts, _int(rec.get("step")) or 0, _num(rec.get("loss")), _num(rec.get("duration_s"))))

@@ -1,24 +1,18 @@
 """The startup of a run as one object to export: the audit's result (segments, findings, root
-causes, critical chain) joined with what the second read of each rank file found."""
+causes, critical chain) joined with what its taps kept of each rank file (`_details.Collect`)."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-from lifecycle.audit import AuditResult, ChainLink, RankAudit, RootCause, Segment, audit, critical_chain, no_gc
+from lifecycle.audit import AuditResult, ChainLink, RankAudit, RootCause, Segment, audit_tapped, critical_chain, no_gc
 from lifecycle.errors import LogUnreadable
-from lifecycle.export._details import Attempt, Details, Mark, read_details
+from lifecycle.export._details import Attempt, Collect, Details, Mark, line_times, read_details
 
 COORDINATES = ("tp", "pp", "cp", "ep", "dp")
-PARALLEL_FROM = 256
-"""Files from which the details are read by several processes, as the audit reads them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,7 +90,7 @@ class Trace:
 
 
 def load(paths: Sequence[str], *, jobs: int | None = None) -> Trace:
-    """Audit the logs under `paths` (files or directories), then read the details of each rank.
+    """Audit the logs under `paths` (files or directories), keeping the details of each rank as it reads them.
 
     Raises LogUnreadable when an input cannot be read or holds no timed record (an export of half
     the logs would look complete)."""
@@ -108,14 +102,14 @@ def load(paths: Sequence[str], *, jobs: int | None = None) -> Trace:
 
 
 def _load(paths: Sequence[str], jobs: int | None) -> Trace:
-    result = audit(paths, jobs=jobs)
+    result, taps = audit_tapped(paths, Collect, jobs=jobs)
     if result.errors:
         raise result.errors[0]
     timed = [a for a in result.ranks if a.rank is not None and a.first_ts is not None]
     if not timed:
         raise LogUnreadable(f"{' '.join(paths)[:200]}: no rank has a timed record: nothing to export",
                             source=paths[0] if paths else "", line=None, reason="no timed record")
-    details = _read(timed, result, jobs)
+    details = _read(timed, result, taps)
     ranks = tuple(sorted((_rank(a, details.get((a.source, a.rank), Details())) for a in timed),
                          key=lambda r: (r.rank, r.audit.run_id or "")))
     t0 = min(a.first_ts for a in timed if a.first_ts is not None)
@@ -124,47 +118,26 @@ def _load(paths: Sequence[str], jobs: int | None) -> Trace:
                  cycles=_cycles(ranks, configs))
 
 
-def _read(timed: list[RankAudit], result: AuditResult, jobs: int | None) -> dict[tuple[str, int | None], Details]:
+def _read(timed: list[RankAudit], result: AuditResult, taps: list[Any]) -> dict[tuple[str, int | None], Details]:
+    """What the audit's taps kept of each rank file; the time of the lines a finding points at read
+    from their files; the first rank's file read whole, for its configs (the others' are not kept)."""
     wanted: dict[str, set[int]] = defaultdict(set)
     for finding in result.findings:
         if finding.source is not None and finding.line is not None:
             wanted[finding.source].add(finding.line)
     first = min(timed, key=lambda a: a.rank or 0).source
-    work = [(source, tuple(wanted.get(source, ())), source == first)
-            for source in dict.fromkeys(a.source for a in timed)]
+    picked = {tap.source: tap.out for tap in taps if isinstance(tap, Collect)}
     out: dict[tuple[str, int | None], Details] = {}
-    for source, found in _read_jobs(work, jobs):
+    for source in dict.fromkeys(a.source for a in timed):
+        if source == first:
+            found = read_details(source, tuple(wanted.get(source, ())), configs=True)
+        else:
+            found = picked.get(source, {})
+            if source in wanted:
+                line_times(source, wanted[source], found)
         for rank, details in found.items():
             out[(source, rank)] = details
     return out
-
-
-def _read_jobs(jobs: list[tuple[str, tuple[int, ...], bool]], n: int | None) -> list[tuple[str, dict[int, Details]]]:
-    """Each file read by this process and `n - 1` forked others (default: as the audit, one per CPU
-    up to 8 from PARALLEL_FROM files on)."""
-    workers = n if n is not None else min(_cpus(), 8) if len(jobs) >= PARALLEL_FROM else 1
-    workers = max(1, min(workers, len(jobs)))
-    if workers < 2 or "fork" not in mp.get_all_start_methods():
-        return _read_chunk(jobs)
-    size = -(-len(jobs) // (workers * 4))
-    parts = [jobs[i:i + size] for i in range(0, len(jobs), size)]
-    own = len(parts) // workers
-    try:
-        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context("fork")) as pool:
-            others = [pool.submit(_read_chunk, part) for part in parts[own:]]
-            mine = [item for part in parts[:own] for item in _read_chunk(part)]
-            return mine + [item for f in others for item in f.result()]
-    except (OSError, BrokenProcessPool):
-        return _read_chunk(jobs)
-
-
-def _read_chunk(jobs: list[tuple[str, tuple[int, ...], bool]]) -> list[tuple[str, dict[int, Details]]]:
-    with no_gc():
-        return [(source, read_details(source, lines, configs=configs)) for source, lines, configs in jobs]
-
-
-def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _rank(audit_: RankAudit, found: Details) -> RankTrace:
