@@ -62,6 +62,12 @@ def retarget(path: Path, field: str, model: list[Any], state: dict[str, Any]) ->
             f"megatron-core >= 0.19 and a shipped provider, or point {field} at a {GPT} checkpoint",
             field=field, problems=[str(path)],
         )
+    _translate(path, field, model, state)
+    return GPT
+
+
+def _translate(path: Path, field: str, model: list[Any], state: dict[str, Any]) -> None:
+    """Rewrite the HybridModel's `state` onto the GPTModel keys of the checkpoint at `path`."""
     from lifecycle.megatron.compat import gpt_checkpoint_interop
 
     interop = gpt_checkpoint_interop()
@@ -74,6 +80,12 @@ def retarget(path: Path, field: str, model: list[Any], state: dict[str, Any]) ->
         )
     from megatron.core.utils import unwrap_model
 
-    maps = interop.gpt_compatible_layer_maps(unwrap_model(list(model))[0].hybrid_layer_pattern)
-    interop.retarget_sharded_state_dict_to_gpt_checkpoint(state, maps)
-    return GPT
+    try:
+        maps = interop.gpt_compatible_layer_maps(unwrap_model(list(model))[0].hybrid_layer_pattern)
+        interop.retarget_sharded_state_dict_to_gpt_checkpoint(state, maps)
+    except ValueError as exc:  # a pattern megatron cannot pair with GPT layers: its reason
+        raise ConfigError(
+            f"{field}={str(path.parent)!r}: {path.name} was saved by a {GPT} and cannot be translated for "
+            f"this {HYBRID}: {str(exc).splitlines()[0]}",
+            field=field, problems=[str(path)],
+        ) from exc
