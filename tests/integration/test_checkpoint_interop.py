@@ -74,6 +74,7 @@ def _cases(root: str) -> dict[str, Any]:
         "six": _run(_config(root, "six"), 6, gpt),
         "first": _run(_config(root, "first", f"checkpoint.save={root}/gpt-ck"), 3, gpt),
         "second": _run(_config(root, "second", f"checkpoint.load={root}/gpt-ck"), 3, "gpt"),
+        "pp2": _run(_config(root, "pp2", f"checkpoint.load={root}/gpt-ck", "parallel.pp=2"), 3, "gpt"),
         "hybrid": _run(_config(root, "hybrid", f"checkpoint.save={root}/hybrid-ck"), 1, "gpt"),
         "back": _run(_config(root, "back", f"checkpoint.load={root}/hybrid-ck"), 1, gpt),
     }
@@ -118,10 +119,25 @@ def test_a_gptmodel_checkpoint_resumes_in_the_hybridmodel_with_its_weights_and_o
 def test_a_hybridmodel_checkpoint_into_a_gptmodel_is_refused_naming_both_and_the_fix(
     cases: list[dict[str, Any]],
 ) -> None:
-    for rank in cases:
-        back = rank["back"]
-        assert back["error"] == "ConfigError", back
-        message = back["message"]
-        assert "\n" not in message and "checkpoint.load=" in message
+    # Each rank refuses it itself, or first hears (failure broadcast) that its peer did.
+    assert {rank["back"]["error"] for rank in cases} <= {"ConfigError", "DistributedError"}, cases
+    own = [rank["back"]["message"] for rank in cases if rank["back"]["error"] == "ConfigError"]
+    assert own, "at least the first rank to refuse names the reason as its own error"
+    for message in own:
+        assert "\n" not in message and message.startswith("checkpoint.load=")
         assert "saved by a HybridModel" in message and "builds a GPTModel" in message
         assert "megatron-core >= 0.19" in message
+
+
+def test_the_gptmodel_checkpoint_is_resharded_onto_a_two_stage_hybridmodel_pipeline(
+    cases: list[dict[str, Any]], root: Path,
+) -> None:
+    """Saved with pp=1 (dp=2), resumed with pp=2: each stage's HybridModel layers (`*-|*-`) get
+    their GPT block's saved weights, every one of them (none keeps its fresh initialization)."""
+    saved = set(cases[0]["first"]["saved"])
+    for index, rank in enumerate(cases):
+        pp2 = rank["pp2"]
+        assert "error" not in pp2 and pp2["model"] == "HybridModel", pp2
+        assert pp2["loaded"] and set(pp2["loaded"]) <= saved
+        assert _loaded_event(root, "pp2", index)["retargeted_from"] == "GPTModel"
+    assert [step for step, _ in cases[1]["pp2"]["losses"]] == [4, 5, 6]
