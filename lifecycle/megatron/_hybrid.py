@@ -12,7 +12,8 @@ own linear layers and core attention) split into an attention layer and an MLP l
 piece needs TE whatever the spec says: `HybridStack` builds its final norm as `TENorm`, which
 raises ImportError "Transformer Engine is not installed" without it. `local_final_norm_stack()`
 builds the stack without that norm and adds the local spec's norm under the same name,
-`final_norm`.
+`final_norm`. The layers keep the local GPT layer's checkpoint names for their norms, so a
+checkpoint's keys are a GPTModel's, layer for layer.
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ def local_final_norm_stack() -> type:
     return LocalFinalNormStack
 
 
+def _keys(gpt: Any, prefix: str) -> dict[str, str]:
+    """The local GPT layer's checkpoint names for its norm `prefix` (stored where TE's fused layers
+    keep them, `self_attention.linear_qkv.layer_norm_*`, `mlp.linear_fc1.layer_norm_*`), so the
+    hybrid layers store them as a GPTModel does (`_interop` loads a GPTModel checkpoint)."""
+    return {k: v for k, v in gpt.sharded_state_dict_keys_map.items() if k == prefix}
+
+
 def local_stack_spec() -> Any:
     """The hybrid stack spec of megatron's local GPT layer spec: `*` and `-` layers, local norms."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -57,10 +65,11 @@ def local_stack_spec() -> Any:
     gpt = get_gpt_layer_local_spec().submodules
     attention = ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
         input_layernorm=gpt.input_layernorm, self_attention=gpt.self_attention,
-        self_attn_bda=gpt.self_attn_bda,
+        self_attn_bda=gpt.self_attn_bda, sharded_state_dict_keys_map=_keys(gpt, "input_layernorm."),
     ))
     mlp = ModuleSpec(module=MLPLayer, submodules=TransformerLayerSubmodules(
         pre_mlp_layernorm=gpt.pre_mlp_layernorm, mlp=gpt.mlp, mlp_bda=gpt.mlp_bda,
+        sharded_state_dict_keys_map=_keys(gpt, "pre_mlp_layernorm."),
     ))
     return ModuleSpec(
         module=local_final_norm_stack(), params={"final_norm": gpt.input_layernorm},

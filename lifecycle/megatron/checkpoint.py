@@ -140,7 +140,15 @@ def load_checkpoint(directory: str, field: str, model: list[Any], optimizer: Any
     """Load the latest checkpoint under `directory` into `model` (and `optimizer`); its step.
 
     A ConfigError naming `field` and the file when there is no complete checkpoint or it cannot be read."""
+    return _load(directory, field, model, optimizer)[0]
+
+
+def _load(directory: str, field: str, model: list[Any], optimizer: Any) -> tuple[int, str | None]:
+    """`load_checkpoint`, and the model class the checkpoint was saved by when it was translated for
+    this one (`_interop`: a GPTModel checkpoint into a HybridModel), else None."""
     from megatron.core import dist_checkpointing
+
+    from lifecycle.megatron import _interop
 
     step = latest_step(directory)
     if step is None:
@@ -150,8 +158,10 @@ def load_checkpoint(directory: str, field: str, model: list[Any], optimizer: Any
             field=field, problems=[directory],
         )
     path = iteration_dir(directory, step)
+    state = _sharded(model, optimizer, loading=True)
+    retargeted = _interop.retarget(path, field, model, state)
     try:
-        loaded = dist_checkpointing.load(_sharded(model, optimizer, loading=True), str(path))
+        loaded = dist_checkpointing.load(state, str(path))
         from megatron.core.utils import unwrap_model
 
         for index, chunk in enumerate(unwrap_model(list(model))):
@@ -167,7 +177,7 @@ def load_checkpoint(directory: str, field: str, model: list[Any], optimizer: Any
             "at a complete checkpoint of this model, or remove it",
             field=field, problems=[str(path)],
         ) from exc
-    return step
+    return step, retargeted
 
 
 def checkpoint_source(run: RunConfig, generation: int) -> tuple[str, str] | None:
@@ -194,9 +204,10 @@ def load_at_build(ctx: PhaseContext, model: list[Any], optimizer: Any) -> int:
         return 0
     directory, field = source
     started = time.perf_counter()
-    step = load_checkpoint(directory, field, model, optimizer)
+    step, retargeted = _load(directory, field, model, optimizer)
     ctx.emit(events.CHECKPOINT_LOADED, path=str(iteration_dir(directory, step)), step=step, source=field,
-             optimizer=optimizer is not None, duration_s=time.perf_counter() - started)
+             optimizer=optimizer is not None, duration_s=time.perf_counter() - started,
+             **({"retargeted_from": retargeted} if retargeted else {}))
     return step
 
 

@@ -70,6 +70,17 @@ def gpt_model_deprecated(installed: tuple[int, ...] | None = None) -> bool:
     return at_least(0, 19, installed=installed)
 
 
+def gpt_checkpoint_interop(installed: tuple[int, ...] | None = None) -> Any:
+    """megatron-core's translator of a GPTModel checkpoint for a HybridModel
+    (`dist_checkpointing.gpt_checkpoint_interop`, shipped with 0.19 beside GPTModel's deprecation);
+    None on earlier releases, where the shipped providers still build GPTModel."""
+    if not at_least(0, 19, installed=installed):
+        return None
+    from megatron.core.dist_checkpointing import gpt_checkpoint_interop
+
+    return gpt_checkpoint_interop
+
+
 def megatron_null_tokenizer(vocab_size: int) -> Any:
     """megatron-core's own null tokenizer of `vocab_size` (imports `megatron.core.tokenizers`)."""
     from megatron.core.tokenizers import MegatronTokenizer

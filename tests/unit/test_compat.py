@@ -56,3 +56,10 @@ def test_the_model_parallel_config_mend_applies_to_015_only(monkeypatch: pytest.
 ])
 def test_the_default_model_is_hybrid_where_gptmodel_is_deprecated(release: tuple[int, ...], hybrid: bool) -> None:
     assert compat.gpt_model_deprecated(release) is hybrid
+
+
+@pytest.mark.parametrize("release", [(0, 15, 3), (0, 18, 2)])
+def test_no_gpt_checkpoint_translator_before_the_release_that_deprecates_gptmodel(release: tuple[int, ...]) -> None:
+    """Before 0.19 `_interop` refuses a GPTModel checkpoint for a HybridModel rather than import a
+    module megatron-core does not ship (without importing megatron here)."""
+    assert compat.gpt_checkpoint_interop(release) is None
