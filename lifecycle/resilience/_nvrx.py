@@ -55,6 +55,21 @@ def wrap(fn: Callable[[Any], Any], *, max_cycles: int, port: int | None, timeout
     return wrapper(call)  # type: ignore[no-any-return]
 
 
+class _CallWrapperMeta(type):
+    def __subclasscheck__(cls, sub: type) -> bool:
+        try:
+            from nvidia_resiliency_ext.inprocess import CallWrapper
+        except ImportError:  # no nvrx: nothing can be its CallWrapper
+            return False
+        return isinstance(sub, type) and issubclass(sub, CallWrapper)
+
+
+class CallWrapperSlot(metaclass=_CallWrapperMeta):
+    """An annotation that nvrx's Wrapper fills with its `CallWrapper` without importing nvrx here:
+    it injects into each parameter whose annotation `issubclass(CallWrapper, annotation)` accepts
+    (`param_utils.check_type`, 0.4.1 and later)."""
+
+
 def iteration(call_wrapper: Any) -> int:
     return int(call_wrapper.iteration)
 
