@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from lifecycle.errors import ConfigError
@@ -61,4 +62,23 @@ def cycle_and_store(call_wrapper: Any, store: Any) -> tuple[int | None, Any]:
     if base is None:
         raise _refuse(f"store: {PARAM} was given without a store and has no base_store to rendezvous on; "
                       "pass store= (Megatron-LM's maybe_wrap_for_inprocess_restart returns one)", "store")
-    return cycle, dist.PrefixStore(PREFIX.format(cycle=cycle), base)
+    return cycle, dist.PrefixStore(PREFIX.format(cycle=cycle), own_client(base))
+
+
+_CLIENTS: dict[tuple[str, int], Any] = {}
+
+
+def own_client(base: Any) -> Any:
+    """A connection of our own to the wrapper's store (one per process, kept across cycles): the
+    wrapper's monitor thread waits on its own connection 0.2 s at a time, and each rendezvous
+    operation sent on that connection queued behind it (measured: DISTRIBUTED 2 s against 0.4 s
+    in a new process). `base` itself when it names no host and port (not a TCPStore)."""
+    host, port = getattr(base, "host", None), getattr(base, "port", None)
+    if not isinstance(host, str) or not isinstance(port, int):
+        return base
+    if (host, port) not in _CLIENTS:
+        import torch.distributed as dist
+
+        timeout = getattr(base, "timeout", None) or timedelta(seconds=300)
+        _CLIENTS[host, port] = dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
+    return _CLIENTS[host, port]

@@ -90,8 +90,13 @@ PER_CYCLE: list[dict[str, int]] = []
 
 
 def run_case(root: str, name: str, fault_cycles: int, fault_step: int, port_offset: int) -> dict[str, Any]:
+    import torch
+
     from lifecycle.resilience import InProcessRestart
 
+    # one intra-op thread per rank, as torchrun gives each (OMP_NUM_THREADS=1): 2 ranks of 2 threads
+    # each on 2 shared cores made every step ~50x slower (OpenMP threads spinning against each other)
+    torch.set_num_threads(1)
     PER_CYCLE.clear()
     port = int(os.environ["MASTER_PORT"]) + port_offset
     restart = InProcessRestart(config(root, name), "gpt", port=port, max_cycles=fault_cycles + 2)
