@@ -7,15 +7,16 @@
 The job: the tiny GPT on 2 gloo ranks (CPU rehearsal), 6 steps, a checkpoint at step 2, rank 1
 fails at step 3. In place: one run of `--faults` cycles that fail (`RuntimeError` on rank 1) and a
 last clean one, each restart a sample: `cycle_ended.fault_ts` → the first `step_completed` of the
-next cycle (the slowest rank). Process restart: `--runs` runs of `torchrun --max-restarts 1` where
-rank 1 SIGKILLs itself (the fault time is written just before); the sample is the fault → the
-first `step_completed` of attempt 1 (the slowest rank). Prints the medians, the spread (min–max)
-and the ratio in place / process restart (goal: ≤ 0.25). Goes in docs/restart.md#cost.
+next cycle (the slowest rank), and where it went (`PHASES`). Process restart: `--runs` runs of
+`torchrun --max-restarts 1` where rank 1 SIGKILLs itself (the fault time is written just before);
+the sample is the fault → the first `step_completed` of attempt 1 (the slowest rank). Prints the
+medians, the spread (min–max) and the ratio in place / process restart (goal: ≤ 0.25). Goes in docs/restart.md#cost.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import tempfile
@@ -33,19 +34,40 @@ def _records(log_dir: Path) -> list[dict[str, Any]]:
             for line in path.read_bytes().splitlines()]
 
 
-def in_place_samples(root: Path, faults: int) -> list[float]:
+PHASES = ("wrapper", "release", "services", "distributed", "model", "callbacks", "first step")
+"""Where an in-place restart's time goes, on each rank: fault → the next call of the wrapper
+(`cycle_ended`: detection, the abort, the wrapper's barrier), → VALIDATED (release and the ledger's
+check), → each state of the rebuild, → the first step completed."""
+
+
+def _first(records: list[dict[str, Any]], rank: int, after: float, test: Any) -> float:
+    return min(r["ts"] for r in records if r["rank"] == rank and r["ts"] >= after and test(r))
+
+
+def _phases(records: list[dict[str, Any]], cycle: int, rank: int, fault: float) -> list[float]:
+    marks = [fault, _first(records, rank, fault, lambda r: r["event"] == "cycle_ended" and r["cycle"] == cycle - 1)]
+    for dest in ("VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"):
+        marks.append(_first(records, rank, marks[-1],
+                            lambda r, d=dest: r["event"] == "transition_completed" and r.get("dest") == d))
+    marks.append(_first(records, rank, marks[-1], lambda r: r["event"] == "step_completed" and r["cycle"] == cycle))
+    return [b - a for a, b in itertools.pairwise(marks)]
+
+
+def in_place_samples(root: Path, faults: int) -> tuple[list[float], list[list[float]]]:
+    """(fault → first step after the restart, slowest rank; that rank's `PHASES`) per restart."""
     from lifecycle.engine.launch import run_ranks
     from tests.integration.restart_cases import run_case
 
     run_ranks(run_case, 2, str(root), "inplace", faults, 3, 1, timeout_s=1800)
     records = _records(root / "inplace" / "logs")
-    samples = []
+    samples, phases = [], []
     for cycle in range(1, faults + 1):
         fault = next(r["fault_ts"] for r in records if r["event"] == "cycle_ended" and r["cycle"] == cycle - 1)
-        first = [min(r["ts"] for r in records if r["event"] == "step_completed" and r["cycle"] == cycle
-                     and r["rank"] == rank) for rank in (0, 1)]
-        samples.append(max(first) - fault)
-    return samples
+        per_rank = [_phases(records, cycle, rank, fault) for rank in (0, 1)]
+        slowest = max(per_rank, key=sum)
+        samples.append(sum(slowest))
+        phases.append(slowest)
+    return samples, phases
 
 
 def process_samples(root: Path, runs: int) -> list[float]:
@@ -84,9 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="restart-bench-") as tmp:
         root = Path(tmp)
-        inplace = in_place_samples(root, args.faults)
+        inplace, phases = in_place_samples(root, args.faults)
         process = process_samples(root, args.runs)
     print(_line("in place (nvrx)", inplace))
+    for name, values in zip(PHASES, zip(*phases, strict=True), strict=True):
+        print(f"  {name:<20} median {statistics.median(values):6.2f} s  spread {min(values):.2f}–{max(values):.2f} s")
     print(_line("torchrun --max-restarts", process))
     ratio = statistics.median(inplace) / statistics.median(process)
     print(f"ratio in place / process restart: {ratio:.3f} (goal <= 0.25)")

@@ -101,14 +101,54 @@ def _model(runtime: Runtime) -> list[tuple[str, Probe]]:
 def _callbacks(runtime: Runtime) -> list[tuple[str, Probe]]:
     report = runtime.binding
     if report is None:
-        return []
+        return _workers()
     ref, installed = report.target_ref, dict(report.installed_ids)
 
     def gone() -> bool:
         target = ref() if ref is not None else None
         return target is None or all(id(getattr(target, slot, None)) != ident for slot, ident in installed.items())
 
-    return [("bound callbacks", gone)]
+    return [("bound callbacks", gone), *_workers()]
+
+
+def _workers() -> list[tuple[str, Probe]]:
+    """What training at CALLBACKS_BOUND starts: dataloader workers and checkpoint writers (worker
+    processes: DataLoader's, an async save's; threads: a pin-memory thread, a checkpoint writer's).
+    Gone when every one started since this state was entered has ended, the restart wrapper's own
+    threads excepted (its monitor thread comes back in each cycle). Thread idents can be reused."""
+    import multiprocessing
+
+    processes = {p.pid for p in multiprocessing.active_children()}
+    threads = {t.ident for t in threading.enumerate()}
+
+    def no_new_processes() -> bool:
+        kept = processes | _checkpoint_results_manager()
+        return all(p.pid in kept for p in multiprocessing.active_children())
+
+    def no_new_threads() -> bool:
+        return all(t.ident in threads or _wrappers(t) for t in threading.enumerate())
+
+    return [("dataloader and checkpoint worker threads", no_new_threads),
+            ("dataloader and checkpoint worker processes", no_new_processes)]
+
+
+def _checkpoint_results_manager() -> set[int]:
+    """The pid of megatron-core's checkpoint results queue's Manager process: started by the first
+    save (`filesystem_async._get_write_results_queue`) and kept in a module global for the
+    process's life, so not a cycle's."""
+    import sys
+
+    module = sys.modules.get("megatron.core.dist_checkpointing.strategies.filesystem_async")
+    process = getattr(getattr(getattr(module, "_results_queue", None), "_manager", None), "_process", None)
+    pid = getattr(process, "pid", None)
+    return {pid} if isinstance(pid, int) else set()
+
+
+def _wrappers(thread: threading.Thread) -> bool:
+    """A thread of the in-process restart wrapper (nvidia-resiliency-ext), which outlives cycles."""
+    target = getattr(thread, "_target", None)
+    modules = (type(thread).__module__, getattr(target, "__module__", None) or "")
+    return any(m.startswith("nvidia_resiliency_ext.") for m in modules)
 
 
 def hook_counts(runtime: Runtime) -> dict[str, int]:

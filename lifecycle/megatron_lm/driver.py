@@ -16,12 +16,14 @@ from lifecycle.megatron_lm.entry import (
     run_config,
     run_training,
 )
+from lifecycle.resilience import cycle_and_store, injectable
 from lifecycle.runtime import Options
 from states import State
 
 LOG_DIR_ENV = "LIFECYCLE_LOG_DIR"
 
 
+@injectable
 def pretrain(
     cfg_container: Any,
     train_valid_test_dataset_provider: Any,
@@ -48,15 +50,14 @@ def pretrain(
     (see `lifecycle.megatron_lm.entry`); then Megatron-LM's `train()` runs as is. The lifecycle's
     RunConfig is derived from Megatron-LM's arguments (the script's `parse_and_validate_args`, or
     the container's fields when the script parsed none). The startup log goes to `log_dir`, else
-    `$LIFECYCLE_LOG_DIR`. Returns the last iteration, the per-step losses, and the slots whose
-    second binding by `train()` was dropped.
+    `$LIFECYCLE_LOG_DIR`. Under nvidia-resiliency-ext's `inprocess.Wrapper` the wrapper injects
+    `inprocess_call_wrapper`; each call rendezvouses on `store` prefixed with its iteration, and its
+    records carry that restart cycle (docs/restart.md#megatron-lms-pretrain). Returns the last
+    iteration, the per-step losses, and the slots whose second binding by `train()` was dropped.
     """
+    cycle, store = cycle_and_store(inprocess_call_wrapper, store)  # a wrong one is refused before any work
     quiet_library_loggers()
     args, validated = _megatron_args(cfg_container)
-    if inprocess_call_wrapper is not None:
-        import torch.distributed as dist
-
-        store = dist.PrefixStore(str(inprocess_call_wrapper.iteration), store)
     call = MegatronLMCall(
         cfg_container=cfg_container, train_valid_test_dataset_provider=train_valid_test_dataset_provider,
         model_type=model_type, forward_step_func=forward_step_func, model_provider=model_provider,
@@ -69,6 +70,8 @@ def pretrain(
     config = run_config(args, log_dir=None if where is None else str(where))
     with Lifecycle(config, provider=model_provider, phases=MegatronLMPhases(call), tripwires=tripwires,
                    options=options) as lc:
+        if cycle is not None:
+            lc.begin_cycle(cycle)
         lc.advance_to(State.CALLBACKS_BOUND)
         return run_training(lc, call)
 

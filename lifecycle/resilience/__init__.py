@@ -8,7 +8,16 @@ resuming from the latest checkpoint. docs/restart.md. nvidia-resiliency-ext is i
 
 from __future__ import annotations
 
+from lifecycle.resilience._call import cycle_and_store, injectable
 from lifecycle.resilience._compat import installed_problem, megatron_nvrx_minimum, pair_problem
 from lifecycle.resilience._restart import InProcessRestart, refuse_incompatible
 
-__all__ = ["InProcessRestart", "installed_problem", "megatron_nvrx_minimum", "pair_problem", "refuse_incompatible"]
+__all__ = [
+    "InProcessRestart",
+    "cycle_and_store",
+    "injectable",
+    "installed_problem",
+    "megatron_nvrx_minimum",
+    "pair_problem",
+    "refuse_incompatible",
+]

@@ -1,11 +1,12 @@
 """Everything that depends on nvidia-resiliency-ext's `inprocess` API (0.4.1; the parts 0.6/0.7 share).
 
 Used: `inprocess.Wrapper` (keyword arguments `store_kwargs`, `initialize`, `abort`,
-`health_check`, the timeouts), `inprocess.CallWrapper` (passed to the function through a parameter
-annotated with it; `.iteration`, `.base_store`), `initialize.RetryController(max_iterations=)`,
-`abort.AbortTorchDistributed`, and `monitor_thread.RankShouldRestart` (what a rank that did not
-fail receives). Not exercised here: health checks (off: they need CUDA), rank reassignment after a
-rank is lost (every rank stays), hard timeouts, `AbortTransformerEngine`.
+`health_check`, the timeouts and intervals), `inprocess.CallWrapper` (passed to the function
+through a parameter annotated with it; `.iteration`, `.base_store`),
+`initialize.RetryController(max_iterations=)`, `abort.AbortTorchDistributed`, and
+`monitor_thread.RankShouldRestart` (what a rank that did not fail receives). Not exercised here:
+health checks (off: they need CUDA), rank reassignment after a rank is lost (every rank stays),
+hard timeouts, `AbortTransformerEngine`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ import inspect
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+
+MONITOR_S = 0.2
+"""How often the wrapper's monitor thread looks for a fault (`monitor_thread_interval`), and how
+long it waits for concurrent faults before aborting (`last_call_wait`)."""
+REACTION_S = 2 * (MONITOR_S + MONITOR_S)
+"""Twice the longest the wrapper takes to tell every rank to restart after a fault is recorded."""
 
 
 def wrap(fn: Callable[[Any], Any], *, max_cycles: int, port: int | None, timeout_s: float) -> Callable[[], Any]:
@@ -37,8 +44,8 @@ def wrap(fn: Callable[[Any], Any], *, max_cycles: int, port: int | None, timeout
         barrier_timeout=soft * 3,
         completion_timeout=soft * 3,
         heartbeat_timeout=min(soft * 2, timedelta(seconds=30)),
-        last_call_wait=timedelta(seconds=0.2),
-        monitor_thread_interval=timedelta(seconds=0.2),
+        last_call_wait=timedelta(seconds=MONITOR_S),
+        monitor_thread_interval=timedelta(seconds=MONITOR_S),
         monitor_process_interval=timedelta(seconds=0.2),
         progress_watchdog_interval=timedelta(seconds=0.2),
         heartbeat_interval=timedelta(seconds=0.5),
@@ -53,6 +60,21 @@ def wrap(fn: Callable[[Any], Any], *, max_cycles: int, port: int | None, timeout
                            annotation=inprocess.CallWrapper)]
     )
     return wrapper(call)  # type: ignore[no-any-return]
+
+
+class _CallWrapperMeta(type):
+    def __subclasscheck__(cls, sub: type) -> bool:
+        try:
+            from nvidia_resiliency_ext.inprocess import CallWrapper
+        except ImportError:  # no nvrx: nothing can be its CallWrapper
+            return False
+        return isinstance(sub, type) and issubclass(sub, CallWrapper)
+
+
+class CallWrapperSlot(metaclass=_CallWrapperMeta):
+    """An annotation that nvrx's Wrapper fills with its `CallWrapper` without importing nvrx here:
+    it injects into each parameter whose annotation `issubclass(CallWrapper, annotation)` accepts
+    (`param_utils.check_type`, 0.4.1 and later)."""
 
 
 def iteration(call_wrapper: Any) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -25,7 +26,9 @@ from lifecycle.megatron.distributed import STORE, decide_rehearsal
 from lifecycle.megatron.resources import hook_counts
 from lifecycle.megatron.train import checkpoint_step
 from lifecycle.resilience import _nvrx
+from lifecycle.resilience._call import cycle_and_store
 from lifecycle.resilience._compat import installed_problem
+from lifecycle.resilience._sockets import CycleSockets
 from states import State
 
 T = TypeVar("T")
@@ -49,6 +52,7 @@ class InProcessRestart:
         self.max_cycles = max_cycles
         self.port = port
         self.cycles = 0
+        self._cutting: threading.Timer | None = None
 
     def run(self, train: Callable[[Lifecycle], T]) -> T:
         """Validate once, then call `train` under the wrapper; shut the lifecycle down at the end."""
@@ -83,12 +87,15 @@ class InProcessRestart:
     def _cycle(self, train: Callable[[Lifecycle], T], call_wrapper: Any) -> T:
         lc, cycle = self.lc, _nvrx.iteration(call_wrapper)
         store = _nvrx.base_store(call_wrapper)
+        _, prefixed = cycle_and_store(call_wrapper, None)
+        if self._cutting is not None:  # every rank got past the wrapper's barrier: nobody is blocked
+            self._cutting.cancel()
+            self._cutting.join()
         fault = self._end(store, cycle - 1) if cycle > 0 else {}
         self.cycles = cycle + 1
         lc.begin_cycle(cycle)
-        import torch.distributed as dist
-
-        lc.provide(**{STORE: dist.PrefixStore(f"megatron-lifecycle/cycle-{cycle}", store)})
+        lc.provide(**{STORE: prefixed})
+        sockets = CycleSockets([getattr(store, "port", None), self.port])
         try:
             lc.advance_to(State.CALLBACKS_BOUND)
             fault_ts = fault.get("ts")
@@ -98,18 +105,23 @@ class InProcessRestart:
             )
             return train(lc)
         except BaseException as exc:
-            self._abort(store, cycle, exc)
+            self._abort(store, cycle, exc, sockets)
             raise
 
-    def _abort(self, store: Any, cycle: int, exc: BaseException) -> None:
+    def _abort(self, store: Any, cycle: int, exc: BaseException, sockets: CycleSockets) -> None:
         """The rank that failed first publishes why (before the wrapper learns of the fault), and
-        every rank clears the frames of the failed call, which hold the model: the wrapper then
-        aborts the process groups, and the next cycle's `restart()` proves everything is gone.
-        (Releasing here instead, before the wrapper's abort, left the peer blocked in its gloo
-        collective until the timeout: measured 62 s against 2 s.)"""
+        every rank clears the frames of the failed call, which hold the model and what training
+        started (a dataloader's workers end as their iterator goes). `REACTION_S` later, once the
+        wrapper has told every rank to restart, the cycle's gloo connections are shut down: a peer
+        blocked in a collective with this rank then raises at once instead of at the collective's
+        timeout (`_sockets.py`), with the wrapper's RankShouldRestart already pending. (Cut at
+        once, the peer's gloo error raced it, and where it landed in a `__del__`, a model chunk or
+        a dataloader worker was left alive: measured.) The wrapper aborts the process groups, and
+        the next cycle's `restart()` proves everything is gone."""
         if not _nvrx.is_restart_request(exc):
             _publish(store, cycle, self.lc.runtime.rank, exc)
         _clear_frames(exc)
+        self._cutting = sockets.cut_later(_nvrx.REACTION_S)
 
     def _end(self, store: Any, cycle: int) -> dict[str, Any]:
         """Log the end of `cycle` (who caused it) and release what it made, back to VALIDATED; the
@@ -123,8 +135,10 @@ class InProcessRestart:
 
 
 def _clear_frames(exc: BaseException) -> None:
-    """Clear the finished frames of `exc` and of every exception chained to it (the wrapper keeps
-    the exception; a gloo error chained under RankShouldRestart holds the model through its frames)."""
+    """Clear the finished frames of `exc` and of every exception chained to it, and drop their
+    tracebacks (the wrapper keeps the exception; a gloo error chained under RankShouldRestart holds
+    the model through its frames, and a frame suspended where the wrapper's asynchronous
+    RankShouldRestart landed, e.g. in a context manager's generator, can only be let go)."""
     seen: set[int] = set()
     pending: list[BaseException | None] = [exc]
     while pending:
@@ -133,6 +147,7 @@ def _clear_frames(exc: BaseException) -> None:
             continue
         seen.add(id(current))
         traceback.clear_frames(current.__traceback__)
+        current.__traceback__ = None  # a suspended generator's frame cannot be cleared: let it go
         pending += [current.__cause__, current.__context__]
 
 

@@ -5,6 +5,7 @@ and returns per rank the losses, a digest of the final weights, and resource cou
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import threading
 from pathlib import Path
@@ -45,7 +46,15 @@ def counts(lc: Any) -> dict[str, int]:
     slots = sum(getattr(config, s, None) is not None for s in ("finalize_model_grads_func", "grad_scale_func"))
     return {"forward_pre_hooks": pre_hooks, "grad_hooks": grad_hooks, "callbacks": slots,
             "threads": threading.active_count(), "fds": len(os.listdir("/proc/self/fd")),
-            "process_groups": groups, "ledger": len(lc.ledger)}
+            "process_groups": groups, "ledger": len(lc.ledger), "children": len(multiprocessing.active_children())}
+
+
+def worker_batches() -> Any:
+    """An iterator over a DataLoader with one worker process (a dataloader worker, as training's)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    return iter(DataLoader(torch.arange(64), batch_size=4, num_workers=1))
 
 
 def train(fault_cycles: int, fault_step: int, steps: int = 6) -> Any:
@@ -58,9 +67,11 @@ def train(fault_cycles: int, fault_step: int, steps: int = 6) -> Any:
 
         start = checkpoint_step(lc.runtime)
         losses: list[tuple[int, float | None]] = []
+        batches = worker_batches()  # its worker must be gone when the cycle is released
 
         def on_step(result: Any) -> None:
             losses.append((result.step, result.loss))
+            next(batches)
             if result.step == 2:
                 save_after_steps(lc, 2)
             if lc.cycle < fault_cycles and result.step == fault_step:
@@ -79,8 +90,13 @@ PER_CYCLE: list[dict[str, int]] = []
 
 
 def run_case(root: str, name: str, fault_cycles: int, fault_step: int, port_offset: int) -> dict[str, Any]:
+    import torch
+
     from lifecycle.resilience import InProcessRestart
 
+    # one intra-op thread per rank, as torchrun gives each (OMP_NUM_THREADS=1): 2 ranks of 2 threads
+    # each on 2 shared cores made every step ~50x slower (OpenMP threads spinning against each other)
+    torch.set_num_threads(1)
     PER_CYCLE.clear()
     port = int(os.environ["MASTER_PORT"]) + port_offset
     restart = InProcessRestart(config(root, name), "gpt", port=port, max_cycles=fault_cycles + 2)
@@ -90,7 +106,8 @@ def run_case(root: str, name: str, fault_cycles: int, fault_step: int, port_offs
 
 def sabotaged(root: str, name: str) -> dict[str, Any]:
     """A plain lifecycle whose release misses one thing (`rng`: the RNG tracker is not reset;
-    `model`: a reference to the model survives): restart() must raise ResourceLeak naming it."""
+    `model`: a reference to the model survives; `workers`: a dataloader iterator, so its worker
+    process, survives): restart() must raise ResourceLeak naming it."""
     from megatron.core.tensor_parallel import random as mp_random
 
     from lifecycle import Lifecycle, LifecycleError
@@ -103,6 +120,9 @@ def sabotaged(root: str, name: str) -> dict[str, Any]:
         reset = tracker.reset
         if name == "rng":
             tracker.reset = lambda: None  # type: ignore[method-assign]
+        elif name == "workers":
+            kept.append(worker_batches())
+            next(kept[-1])
         else:
             kept.append(lc.runtime.model)
         try:
@@ -136,4 +156,5 @@ def restart_group(root: str) -> dict[str, Any]:
         out["leaks"] = run_case(root, "leaks", 5, 1, 3)
         out["sabotage_rng"] = sabotaged(root, "rng")
         out["sabotage_model"] = sabotaged(root, "model")
+        out["sabotage_workers"] = sabotaged(root, "workers")
     return out

@@ -25,6 +25,8 @@ LEDGER = {
     "DISTRIBUTED:rank watch thread", "DISTRIBUTED:process group objects (their gloo sockets)",
     "MODEL_BUILT:model chunk 0 (DDP grad hooks, forward pre-hooks)",
     "MODEL_BUILT:optimizer", "CALLBACKS_BOUND:bound callbacks",
+    "CALLBACKS_BOUND:dataloader and checkpoint worker threads",
+    "CALLBACKS_BOUND:dataloader and checkpoint worker processes",
 }
 """What the ledger must hold at CALLBACKS_BOUND under the restart wrapper (the CPU rehearsal is the
 wrapper's, once per process, so not a cycle's). Removing any entry from the ledger fails a test."""
@@ -78,7 +80,8 @@ def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> N
         first, *later = leaks["per_cycle"][:5]  # at step 1 of cycles 0..4, just before the fault
         assert first["forward_pre_hooks"] + first["callbacks"] + first["process_groups"] > 0
         for cycle, counts in enumerate(later, 1):
-            # hooks, callbacks, process groups, ledger entries, threads: exactly the first cycle's;
+            # hooks, callbacks, process groups, ledger entries, threads, child processes (the
+            # dataloader worker of each cycle's training): exactly the first cycle's;
             # descriptors: never more than the first cycle's (measured: 207, 192, 128, ... on one
             # rank: sockets of the aborted groups still closing; the first cycle also opens what a
             # process opens once)
@@ -96,6 +99,7 @@ def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> N
 @pytest.mark.parametrize(("case", "resource", "state"), [
     ("sabotage_rng", "RNG tracker states", "DISTRIBUTED"),
     ("sabotage_model", "model chunk 0 (DDP grad hooks, forward pre-hooks)", "MODEL_BUILT"),
+    ("sabotage_workers", "dataloader and checkpoint worker processes", "CALLBACKS_BOUND"),
 ])
 def test_a_release_that_misses_a_resource_raises_resource_leak(
     cases: list[dict[str, Any]], case: str, resource: str, state: str
