@@ -71,7 +71,7 @@ def test_nvrx_injects_its_call_wrapper_into_the_drop_in_signature_and_restarts_i
 
 @pytest.mark.skipif(PROBLEM is None, reason="nvidia-resiliency-ext is installed: the real wrapper is shown above")
 def test_where_nvrx_is_not_installed_nothing_is_injected_without_it() -> None:
-    from lifecycle.resilience._nvrx import CallWrapperSlot
+    from lifecycle.resilience import CallWrapperSlot
 
     fake = type("CallWrapper", (), {"__module__": "nvidia_resiliency_ext.inprocess.wrap"})
     assert not issubclass(fake, CallWrapperSlot)
@@ -80,7 +80,7 @@ def test_where_nvrx_is_not_installed_nothing_is_injected_without_it() -> None:
 def test_the_drop_in_pretrain_declares_the_wrapper_for_injection() -> None:
     pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
     from lifecycle.megatron_lm import pretrain
-    from lifecycle.resilience._nvrx import CallWrapperSlot
+    from lifecycle.resilience import CallWrapperSlot
 
     params = inspect.signature(pretrain).parameters
     annotated = {name: p.annotation for name, p in params.items() if p.annotation is not inspect.Parameter.empty}
