@@ -22,7 +22,7 @@ from lifecycle.engine import InProcessPhases, Lifecycle, TripwirePolicy
 from lifecycle.errors import LifecycleError
 from lifecycle.log import ChainVerifier
 from lifecycle.runtime import Options, PhaseSet
-from states import STARTUP_ORDER, TABLE, State, Trigger, find
+from states import STARTUP_ORDER, TABLE, SideEffect, State, Trigger, find, made_in, releases
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
@@ -64,7 +64,7 @@ def check_log(records: Iterable[Mapping[str, Any]]) -> list[str]:
             if rec["source"] != state or row is None or row.dest.name != rec["dest"]:
                 problems.append(f"record {i}: {rec['source']} -{rec['trigger']}-> {rec['dest']} is not a table path")
             state = rec["dest"]
-            if rec["trigger"] in ("rebuild", "restart", "shutdown"):
+            if releases(Trigger(rec["trigger"]), made_in(SideEffect.MODEL)):
                 model_built = False
     return problems
 

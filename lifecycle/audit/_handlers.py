@@ -12,15 +12,14 @@ from typing import Any, Protocol
 
 from lifecycle.audit import _cycles, _steps
 from lifecycle.audit._records import Failure, Segment, unreadable
-from lifecycle.audit._state import RankState
+from lifecycle.audit._state import TRAINS_AT, RankState
 from lifecycle.log import events
-from states import PLAN_TARGETS, State, Trigger
+from states import PLAN_TARGETS, State, Trigger, rebinds
 
 _CAP = 256
 _STATES = {s.name: s.name for s in State}
 _TRIGGERS = {t.value: t.value for t in Trigger}
-_TRIGGERS_REBIND = frozenset({Trigger.REBUILD.value, Trigger.RESTART.value})
-_BOUND = State.CALLBACKS_BOUND.name
+_TRIGGERS_REBIND = frozenset(t.value for t in Trigger if rebinds(t))
 _PLAN_TARGETS = {plan.value: state.name for plan, state in PLAN_TARGETS.items()}
 _VALIDATED, _SHUT_DOWN, _FAILED = State.VALIDATED.name, State.SHUT_DOWN.name, State.FAILED.name
 _new_segment = tuple.__new__  # Segment(...) runs a Python-level __new__; this builds the same tuple in C
@@ -83,6 +82,7 @@ def started(audit: RankState, rec: Record, ts: float) -> None:
         audit.target = _state(audit, rec, "target")
     elif audit.plan in _PLAN_TARGETS:  # an older record without `target`: the plan decides it
         audit.target = _PLAN_TARGETS[audit.plan]
+    audit.trains = TRAINS_AT.get(audit.target)
 
 
 def _new_attempt(audit: RankState) -> None:
@@ -250,7 +250,7 @@ def callbacks_unbound(audit: RankState, rec: Record, ts: float) -> None:
 
 @reads()
 def step_completed(audit: RankState, rec: Record, ts: float) -> None:
-    if audit.rebind_pending and audit.rebuilt and audit.target == _BOUND:
+    if audit.rebind_pending and audit.rebuilt and audit.trains is not None:
         audit.flag_no_rebind("trained")
         return
     _steps.on_step(audit)
@@ -368,5 +368,5 @@ def _wanted(validated: bool, counting: bool) -> frozenset[str]:
 WANTED: dict[tuple[bool, bool], frozenset[str]] = {
     (v, c): _wanted(v, c) for v in (False, True) for c in (False, True)
 }
-"""By (validated, counting); `counting` is `state == CALLBACKS_BOUND and not rebind_pending`, when
-step_completed is exactly `_steps.on_step`'s `bound_steps += 1`."""
+"""By (validated, counting); `counting` is `state == trains and not rebind_pending` (at the plan's
+training state, no rebind pending), when step_completed is exactly `_steps.on_step`'s `bound_steps += 1`."""

@@ -20,7 +20,6 @@ from states import State
 _EVENTS = events.ALL
 _NUMBER = (float, int)
 _ENDED = (State.SHUT_DOWN.name,)
-_BOUND = State.CALLBACKS_BOUND.name
 
 
 class RankAudit(RankState):
@@ -132,7 +131,7 @@ class RankAudit(RankState):
     def finish(self) -> None:
         """Rules that need the whole log: died, failed, unfinished rebind, file name, unchecked steps."""
         _steps.close_binding(self)
-        if self.rebind_pending and self.rebuilt and self.target == _BOUND and self.shut:
+        if self.rebind_pending and self.rebuilt and self.trains is not None and self.shut:
             self.flag_no_rebind("shut down")
         named = None if self.rank is None or self.source.endswith(f"rank-{self.rank:05d}.jsonl") \
             else file_rank(self.source)  # the name's own rank, looked for only when the name is not the usual one

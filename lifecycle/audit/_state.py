@@ -10,9 +10,11 @@ from typing import Any
 
 from lifecycle.audit._records import Failure, Finding, Segment
 from lifecycle.log import GENESIS
-from states import PLAN_TARGETS, Plan, State
+from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State, training_state
 
 _DEFAULT_TARGET = PLAN_TARGETS[Plan.TRAINING].name
+TRAINS_AT: dict[str, str] = {s.name: t.name for s in STARTUP_ORDER if (t := training_state(s)) is not None}
+"""By target state: the state a rank stopping there trains in (absent: its plan never trains)."""
 _CONFIGURED = State.CONFIGURED.name
 
 
@@ -55,6 +57,7 @@ class RankState:
         "source",
         "state",
         "target",
+        "trains",
         "transitions",
         "validated",
         "warnings",
@@ -78,6 +81,7 @@ class RankState:
         self.state = _CONFIGURED
         self.plan: str | None = None
         self.target = _DEFAULT_TARGET
+        self.trains: str | None = TRAINS_AT.get(self.target)  # where steps belong (None: nowhere)
         self.validated = False
         self.fingerprint: str | None = None
         self.open_trigger: str | None = None

@@ -5,21 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from states import State
-
 if TYPE_CHECKING:
     from lifecycle.audit._state import RankState as RankAudit
 
-_BOUND = State.CALLBACKS_BOUND.name
-
 
 def on_step(audit: RankAudit) -> None:
-    """A `step_completed`: in a plan that binds callbacks, only at CALLBACKS_BOUND (LA030)."""
-    if audit.state == _BOUND:
+    """A `step_completed`: in a plan that binds callbacks, only in its training state (LA030)."""
+    if audit.state == audit.trains:
         audit.bound_steps += 1
-    elif audit.target == _BOUND:
+    elif audit.trains is not None:
         audit.flag("LA030", f"a training step was logged in state {audit.state} of generation "
-                   f"{audit.generation}, not CALLBACKS_BOUND: the schedule ran without the bound "
+                   f"{audit.generation}, not {audit.trains}: the schedule ran without the bound "
                    "callbacks, so gradients were not finalized by the lifecycle's binding")
 
 

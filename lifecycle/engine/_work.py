@@ -11,18 +11,15 @@ from typing import TYPE_CHECKING
 from lifecycle.config import RunConfig, Snapshot
 from lifecycle.errors import ConfigError, ConfigMutated
 from lifecycle.log import check_log_dir, events, redact
-from states import Plan, State, Trigger
+from states import Plan, State, Trigger, kept_by
 
 if TYPE_CHECKING:
     from lifecycle.engine._context import Context
     from lifecycle.log import AuditLog
     from lifecycle.runtime import PhaseSet, Runtime
 
-RELEASE_KEEP = {
-    Trigger.REBUILD: State.DISTRIBUTED,
-    Trigger.RESTART: State.VALIDATED,
-    Trigger.SHUTDOWN: State.CONFIGURED,
-}
+RELEASE_KEEP: dict[Trigger, State] = {t: kept for t in Trigger if (kept := kept_by(t)) is not None}
+"""What each releasing trigger keeps, as the table says (`Transition.keeps`)."""
 
 
 class EntryWork:
