@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from lifecycle.audit._records import Failure, Finding, Segment
+from lifecycle.audit._rules import RuleId
 from lifecycle.log import GENESIS
 from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State, training_state
 
@@ -125,7 +126,8 @@ class RankState:
         return out
 
     def flag_no_rebind(self, what: str) -> None:
-        self.flag("LA004", f"the model was rebuilt after line {self.rebind_line} and the rank {what} "
+        self.flag(RuleId.REBUILD_WITHOUT_REBIND,
+                  f"the model was rebuilt after line {self.rebind_line} and the rank {what} "
                   "without rebinding callbacks: gradients would not be synchronized")
         self.rebind_pending = False
 
