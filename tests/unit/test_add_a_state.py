@@ -26,8 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 EDITS = {
     "_enums.py": [
-        ('    CALLBACKS_BOUND = "CALLBACKS_BOUND"\n', '    CALLBACKS_BOUND = "CALLBACKS_BOUND"\n    DATA_READY = "DATA_READY"\n'),
-        ('    BIND_CALLBACKS = "bind_callbacks"\n', '    BIND_CALLBACKS = "bind_callbacks"\n    LOAD_DATA = "load_data"\n'),
+        ('    CALLBACKS_BOUND = "CALLBACKS_BOUND"\n',
+         '    CALLBACKS_BOUND = "CALLBACKS_BOUND"\n    DATA_READY = "DATA_READY"\n'),
+        ('    BIND_CALLBACKS = "bind_callbacks"\n',
+         '    BIND_CALLBACKS = "bind_callbacks"\n    LOAD_DATA = "load_data"\n'),
         ("    State.CALLBACKS_BOUND,\n)", "    State.CALLBACKS_BOUND,\n    State.DATA_READY,\n)"),
         ("    Plan.TRAINING: State.CALLBACKS_BOUND,", "    Plan.TRAINING: State.DATA_READY,"),
     ],
