@@ -19,7 +19,7 @@ from lifecycle.engine._failures import Failures, SignalTrap, track
 from lifecycle.engine._ledger import Cycles
 from lifecycle.engine._machine import MachineModel, build_machine
 from lifecycle.engine._side_effects import SideEffectRules
-from lifecycle.engine._work import RELEASE_KEEP, EntryWork, default_phases
+from lifecycle.engine._work import ENTERS, RELEASE_KEEP, RESUMING, EntryWork, default_phases
 from lifecycle.errors import ConfigError, GuardRejected, InvalidTransition, PhaseFailed, StartupAborted
 from lifecycle.log import AuditLog, events
 from lifecycle.runtime import Options, PhaseSet, Runtime, rank_of, run_id_from_env, world_size_of
@@ -33,7 +33,6 @@ from states import (
     Transition,
     Trigger,
     allowed_triggers,
-    entered_by,
     find,
     forward_trigger,
     rule,
@@ -41,7 +40,6 @@ from states import (
 
 TripwirePolicy = Literal["raise", "warn", "off"]
 _FORWARD = frozenset(forward_trigger(dest) for dest in STARTUP_ORDER[1:])
-_ENTERS = {t: dest for t in Trigger if (dest := entered_by(t)) is not None}
 
 
 class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
@@ -297,7 +295,7 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
             # (re-checking the same guards as its conditions). Entry work runs outside the
             # machine's callbacks: each callback costs a trip through LockedMachine's proxies.
             self._guard(row)(None)
-            if trigger in (Trigger.REBUILD, Trigger.RESTART) and self.policy != "off":
+            if trigger in RESUMING and self.policy != "off":
                 _tripwires.arm(self)  # only once the guards let it through: a refusal changes nothing
             self._enter(trigger)
             self._trigger(trigger)
@@ -361,7 +359,7 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         ctx = Context(runtime=self._runtime, trigger=trigger, provider=self.provider, plan=self.plan,
                       options=self.options, declare=self._declare_side_effect, record=self._emit_from_phase,
                       rank_known=self._set_rank)
-        dest = _ENTERS.get(trigger)
+        dest = ENTERS.get(trigger)
         if dest is not None:
             runtime = self._phase(dest).enter(ctx)
             if trigger is Trigger.VALIDATE:

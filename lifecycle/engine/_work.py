@@ -12,15 +12,19 @@ from typing import TYPE_CHECKING
 from lifecycle.config import RunConfig, Snapshot
 from lifecycle.errors import ConfigError, ConfigMutated
 from lifecycle.log import check_log_dir, events, redact
-from states import STARTUP_ORDER, Plan, State, Trigger, kept_by
+from states import STARTUP_ORDER, TABLE, Plan, State, Trigger, entered_by, kept_by
 
 if TYPE_CHECKING:
     from lifecycle.engine._context import Context
     from lifecycle.log import AuditLog
     from lifecycle.runtime import Phase, PhaseSet, Runtime
 
+ENTERS: dict[Trigger, State] = {t: dest for t in Trigger if (dest := entered_by(t)) is not None}
+"""The state each forward trigger enters, whose phase it runs."""
 RELEASE_KEEP: dict[Trigger, State] = {t: kept for t in Trigger if (kept := kept_by(t)) is not None}
 """What each releasing trigger keeps, as the table says (`Transition.keeps`)."""
+RESUMING = frozenset(row.trigger for row in TABLE if row.keeps is not None and row.dest in STARTUP_ORDER)
+"""Triggers that release and go on with the startup (rebuild, restart): they arm the tripwires again."""
 
 
 class EntryWork:
