@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dataclasses
 from typing import Any
 
-from lifecycle import InProcessPhases, Lifecycle, RunConfig, Runtime
+from lifecycle import InProcessPhases, Lifecycle, Phases, RunConfig, Work
 from lifecycle.engine import MachineModel, build_raw_machine
 from states import State
 
@@ -47,32 +47,21 @@ def _raw(cycles: int) -> float:
     return (time.perf_counter() - start) / (cycles * len(fire))
 
 
-class ThinPhases:
-    """Entry work reduced to what the guards check."""
+def _set(**fields: Any) -> Any:
+    return lambda ctx: dataclasses.replace(ctx.runtime, **fields)
 
-    def validate(self, ctx: Any) -> Runtime:
-        return ctx.runtime  # type: ignore[no-any-return]
 
-    def start_services(self, ctx: Any) -> Runtime:
-        return dataclasses.replace(ctx.runtime, services_ready=True)
+class ThinPhases(Phases):
+    """Entry work reduced to what the guards check (nothing built here can drift)."""
 
-    def init_distributed(self, ctx: Any) -> Runtime:
-        return dataclasses.replace(ctx.runtime, distributed=True)
-
-    def build_model(self, ctx: Any) -> Runtime:
-        return dataclasses.replace(ctx.runtime, model=(object(),))
-
-    def bind_callbacks(self, ctx: Any) -> Runtime:
-        return dataclasses.replace(ctx.runtime, binding=True)
-
-    def drift(self, runtime: Any) -> list[Any]:
-        return []  # nothing built here can drift (the engine asks before every transition)
-
-    def release(self, ctx: Any, keep: State) -> Runtime:
-        rt = dataclasses.replace(ctx.runtime, model=None, binding=None)
-        if keep is State.VALIDATED:
-            rt = dataclasses.replace(rt, services_ready=False, distributed=False)
-        return rt
+    def __init__(self) -> None:
+        super().__init__({
+            State.VALIDATED: Work(lambda ctx: ctx.runtime),
+            State.SERVICES_READY: Work(_set(services_ready=True), _set(services_ready=False)),
+            State.DISTRIBUTED: Work(_set(distributed=True), _set(distributed=False)),
+            State.MODEL_BUILT: Work(_set(model=(object(),)), _set(model=None)),
+            State.CALLBACKS_BOUND: Work(_set(binding=True), _set(binding=None)),
+        })
 
 
 def _engine(cycles: int, log_dir: str, phases: Any = None) -> float:

@@ -12,16 +12,20 @@ from lifecycle.config import RunConfig
 from lifecycle.engine import InProcessPhases, Lifecycle
 from lifecycle.errors import *  # noqa: F403 - the whole error tree, as errors.__all__ lists it
 from lifecycle.log import events
-from lifecycle.runtime import Options, PhaseContext, PhaseSet, Runtime
+from lifecycle.runtime import Around, Options, Phase, PhaseContext, Phases, PhaseSet, Runtime, Work
 
 __all__ = [
+    "Around",
     "InProcessPhases",
     "Lifecycle",
     "Options",
+    "Phase",
     "PhaseContext",
     "PhaseSet",
+    "Phases",
     "RunConfig",
     "Runtime",
+    "Work",
     "events",
 ]
 __all__ += errors.__all__  # every public error, listed once in lifecycle/errors.py

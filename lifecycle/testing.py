@@ -20,9 +20,9 @@ import orjson
 from lifecycle.config import RunConfig
 from lifecycle.engine import InProcessPhases, Lifecycle, TripwirePolicy
 from lifecycle.errors import LifecycleError
-from lifecycle.log import ChainVerifier
+from lifecycle.log import ChainVerifier, events
 from lifecycle.runtime import Options, PhaseSet
-from states import STARTUP_ORDER, TABLE, State, Trigger, find
+from states import STARTUP_ORDER, TABLE, SideEffect, State, Trigger, find, made_in, releases
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
@@ -51,20 +51,20 @@ def check_log(records: Iterable[Mapping[str, Any]]) -> list[str]:
         if chain.check(rec) is not None:
             problems.append(f"record {i}: hash chain broken")
         event = rec.get("event")
-        if event == "side_effect" and not validated:
+        if event == events.SIDE_EFFECT and not validated:
             problems.append(f"record {i}: side effect {rec.get('kind')} before VALIDATED")
-        if event == "config_validated":
+        if event == events.CONFIG_VALIDATED:
             validated = True
-        if event == "model_built":
+        if event == events.MODEL_BUILT:
             model_built = True
-        if event == "callbacks_bound" and not model_built:
+        if event == events.CALLBACKS_BOUND and not model_built:
             problems.append(f"record {i}: callbacks bound before MODEL_BUILT")
-        if event == "transition_completed":
+        if event == events.TRANSITION_COMPLETED:
             row = find(State[rec["source"]], Trigger(rec["trigger"]))
             if rec["source"] != state or row is None or row.dest.name != rec["dest"]:
                 problems.append(f"record {i}: {rec['source']} -{rec['trigger']}-> {rec['dest']} is not a table path")
             state = rec["dest"]
-            if rec["trigger"] in ("rebuild", "restart", "shutdown"):
+            if releases(Trigger(rec["trigger"]), made_in(SideEffect.MODEL)):
                 model_built = False
     return problems
 

@@ -3,6 +3,7 @@ the error tree. Imports nothing of the project and nothing heavy."""
 
 from __future__ import annotations
 
+from states._derived import entered_by, kept_by, made_in, rebinds, releases, training_state, trains_in
 from states._enums import (
     PLAN_TARGETS,
     SIDE_EFFECT_OWNERS,
@@ -32,7 +33,14 @@ __all__ = [
     "Transition",
     "Trigger",
     "allowed_triggers",
+    "entered_by",
     "find",
     "forward_trigger",
+    "kept_by",
+    "made_in",
+    "rebinds",
+    "releases",
     "rule",
+    "training_state",
+    "trains_in",
 ]

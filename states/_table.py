@@ -24,6 +24,9 @@ class Transition:
     trigger: Trigger
     dest: State
     guards: tuple[Guard, ...] = ()
+    keeps: State | None = None
+    """For a row that releases: the startup state whose work survives (with every state before it);
+    the work of each state after it is released, newest first. None: the row releases nothing."""
     doc: str = ""
 
 
@@ -69,6 +72,7 @@ TABLE: tuple[Transition, ...] = (
         trigger=Trigger.REBUILD,
         dest=State.DISTRIBUTED,
         guards=(distributed_is_initialized,),
+        keeps=State.DISTRIBUTED,
         doc="Unbind, drop model and optimizer; keep services and process groups.",
     ),
     Transition(
@@ -76,6 +80,7 @@ TABLE: tuple[Transition, ...] = (
         trigger=Trigger.RESTART,
         dest=State.VALIDATED,
         guards=(config_is_validated, plan_allows_restart),
+        keeps=State.VALIDATED,
         doc="Tear down to the validated config and start a new generation.",
     ),
     Transition(
@@ -88,6 +93,7 @@ TABLE: tuple[Transition, ...] = (
         sources=_LIVE,
         trigger=Trigger.SHUTDOWN,
         dest=State.SHUT_DOWN,
+        keeps=State.CONFIGURED,
         doc="Release everything the lifecycle created, in reverse order.",
     ),
 )

@@ -22,7 +22,7 @@ from lifecycle.audit._plot import plot
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure, Finding, Segment
 from lifecycle.audit._render import as_json, counts, printable, text
-from lifecycle.audit._rules import RULES, Rule, enabled, resolve
+from lifecycle.audit._rules import RULES, Rule, RuleId, enabled, resolve
 from lifecycle.audit._timing import (
     ChainLink,
     RankBlame,
@@ -48,6 +48,7 @@ __all__ = [
     "RankBlame",
     "RootCause",
     "Rule",
+    "RuleId",
     "Segment",
     "StateBlame",
     "Straggler",

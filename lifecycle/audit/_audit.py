@@ -19,7 +19,7 @@ from lifecycle.audit._feed import Feeder, Tap
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import STDIN, STDIN_NAME, Input, discover, file_rank, open_input
 from lifecycle.audit._records import Finding, unreadable
-from lifecycle.audit._rules import enabled
+from lifecycle.audit._rules import RuleId, enabled
 from lifecycle.errors import LogUnreadable
 
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_UNREADABLE = 0, 1, 2
@@ -202,7 +202,8 @@ def _read_source(source: Input, read: _Read, limit: int, tap: Callable[[str], Ta
         finally:
             lines.close()
         if not lines.count and not source.stream:
-            read.empty.append(Finding(rule="LA009", rank=file_rank(source.name), source=source.name, message=_EMPTY))
+            read.empty.append(Finding(rule=RuleId.HASH_CHAIN_BROKEN,
+                                      rank=file_rank(source.name), source=source.name, message=_EMPTY))
     except LogUnreadable as exc:
         read.errors.append(exc.with_traceback(None))  # its frames would keep this input's records alive
     except OSError as exc:

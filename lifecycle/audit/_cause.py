@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from lifecycle.audit._cross import ranges
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import CAUSE_KINDS, Failure, Finding
+from lifecycle.audit._rules import RuleId
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,7 +50,7 @@ class RootCause:
         else:
             when = f" (+{self.at:.3f}s after the first record)" if self.at is not None else ""
             text = f"root cause{when}: {self.message}{victim_summary(self.victims)}"
-        return Finding(rule="LA018", run_id=self.run_id, rank=self.rank, source=self.source, line=self.line,
+        return Finding(rule=RuleId.ROOT_CAUSE, run_id=self.run_id, rank=self.rank, source=self.source, line=self.line,
                        message=text)
 
 

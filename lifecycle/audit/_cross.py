@@ -8,6 +8,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Finding
+from lifecycle.audit._rules import RuleId
 
 _SHOWN = 16
 
@@ -53,13 +54,14 @@ def cross_rank(streams: Sequence[RankAudit]) -> list[Finding]:
     findings: list[Finding] = []
     if len(runs) > 1:
         listed = ", ".join(f"{run!r} ({len(s)} logs)" for run, s in runs.items())
-        findings.append(Finding(rule="LA016", message=f"logs of {len(runs)} runs were given: {listed}; "
+        findings.append(Finding(rule=RuleId.MIXED_RUNS, message=f"logs of {len(runs)} runs were given: {listed}; "
                                 "audit one run's log_dir at a time"))
     for run_id, group in runs.items():
         findings += _ranks_present(run_id, group)
-        findings += _agree(run_id, group, "LA006", "config fingerprint", lambda s: s.fingerprint, _short)
-        findings += _agree(run_id, group, "LA007", "final state", _final_state, _state)
-        findings += _agree(run_id, group, "LA008", "transition sequence",
+        findings += _agree(run_id, group, RuleId.FINGERPRINT_DISAGREEMENT,
+                           "config fingerprint", lambda s: s.fingerprint, _short)
+        findings += _agree(run_id, group, RuleId.FINAL_STATE_DISAGREEMENT, "final state", _final_state, _state)
+        findings += _agree(run_id, group, RuleId.TRANSITION_SEQUENCE_DISAGREEMENT, "transition sequence",
                            lambda s: tuple(s.transitions), _sequence)
     return findings
 
@@ -82,21 +84,22 @@ def _world_covered(run_id: str | None, group: list[RankAudit], by_rank: dict[int
     simulated = [s.simulated for s in group if s.simulated is not None]
     if absent and len(simulated) == len(group):  # `lifecycle simulate` drove only some ranks, on purpose
         if len(by_rank) < max(simulated):
-            found.append(Finding(rule="LA014", run_id=run_id, message=f"a simulation of {max(simulated)} of "
+            found.append(Finding(rule=RuleId.MISSING_RANKS, run_id=run_id,
+                                 message=f"a simulation of {max(simulated)} of "
                                  f"{world} ranks left logs for only {len(by_rank)}: pass every simulated rank's file"))
         absent = None
     outside = {r for r in by_rank if not 0 <= r < world}
     if absent:
-        found.append(Finding(rule="LA014", run_id=run_id, message=f"world_size is {world} but there is "
+        found.append(Finding(rule=RuleId.MISSING_RANKS, run_id=run_id, message=f"world_size is {world} but there is "
                              f"no log for ranks {absent}: pass every rank's file"))
     if len(sizes) > 1 or outside:
-        found.append(Finding(rule="LA014", run_id=run_id, message=f"ranks disagree on world_size "
+        found.append(Finding(rule=RuleId.MISSING_RANKS, run_id=run_id, message=f"ranks disagree on world_size "
                              f"{dict(sizes)} or claim ranks outside it: {ranges(outside) if outside else '-'}"))
     return found
 
 
 def _duplicate_logs(run_id: str | None, by_rank: dict[int, list[str]]) -> list[Finding]:
-    return [Finding(rule="LA015", run_id=run_id, rank=rank,
+    return [Finding(rule=RuleId.DUPLICATE_RANKS, run_id=run_id, rank=rank,
                     message=f"rank {rank} has {len(sources)} logs: {', '.join(sources[:4])}")
             for rank, sources in sorted(by_rank.items()) if len(sources) > 1]
 

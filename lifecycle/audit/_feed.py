@@ -8,7 +8,7 @@ is parsed with orjson instead. Each record's hash is computed on its bytes as th
 out (the sorted-keys body, then `,"hash":"<hex>"}`), and the batch is checked in C (list
 comparisons, `map`, `compress`): a run of records that continues its rank's chain with the same
 envelope, consecutive `seq`s, matching hashes, known events and a clock that does not go backwards
-is applied by calling only the handlers that matter (a run of steps at CALLBACKS_BOUND is counted,
+is applied by calling only the handlers that matter (a run of steps in the training state is counted,
 not handled one by one). Every other record — the first of a log, a damaged one, one of another
 rank on an interleaved stdin — goes to `RankAudit.feed` as an orjson dict, which checks it in full
 (re-serializing it for the hash when its bytes are laid out any other way).
@@ -34,7 +34,6 @@ from lifecycle.audit._reader import Lines
 from lifecycle.audit._records import unreadable
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import GENESIS, SUFFIX, events
-from states import State
 
 _NO_HEAD = (None,) * 9
 _CUT = -SUFFIX
@@ -89,7 +88,6 @@ def _tap_decoder(tap: Tap) -> Callable[[bytes], Any]:
     reads: Mapping[str, Sequence[str]] = getattr(tap, "reads", {})
     return _decoder(tuple(sorted((event, tuple(sorted(names))) for event, names in reads.items())))
 _STEP = events.STEP_COMPLETED
-_BOUND = State.CALLBACKS_BOUND.name
 
 
 class Feeder:
@@ -218,7 +216,7 @@ def _handle(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], tss: 
             evs: Sequence[str]) -> None:
     j = i
     while j < end:
-        validated, counting = cur.validated, cur.state == _BOUND and not cur.rebind_pending
+        validated, counting = cur.validated, cur.state == cur.trains and not cur.rebind_pending
         wanted, mark = WANTED[validated, counting], j
         for j in compress(range(j, end), map(wanted.__contains__, islice(evs, j, end))):  # noqa: B020
             if counting:  # the steps before this record (not one itself), counted before its handler reads them
@@ -226,7 +224,7 @@ def _handle(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], tss: 
             mark = j
             cur.line = first + j
             HANDLERS[evs[j]](cur, recs[j], tss[j])
-            if cur.validated is not validated or (cur.state == _BOUND and not cur.rebind_pending) is not counting:
+            if cur.validated is not validated or (cur.state == cur.trains and not cur.rebind_pending) is not counting:
                 j += 1  # other events matter now
                 break
         else:

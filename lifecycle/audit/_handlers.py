@@ -12,15 +12,15 @@ from typing import Any, Protocol
 
 from lifecycle.audit import _cycles, _steps
 from lifecycle.audit._records import Failure, Segment, unreadable
-from lifecycle.audit._state import RankState
+from lifecycle.audit._rules import RuleId
+from lifecycle.audit._state import TRAINS_AT, RankState
 from lifecycle.log import events
-from states import PLAN_TARGETS, State, Trigger
+from states import PLAN_TARGETS, State, Trigger, rebinds
 
 _CAP = 256
 _STATES = {s.name: s.name for s in State}
 _TRIGGERS = {t.value: t.value for t in Trigger}
-_TRIGGERS_REBIND = frozenset({Trigger.REBUILD.value, Trigger.RESTART.value})
-_BOUND = State.CALLBACKS_BOUND.name
+_TRIGGERS_REBIND = frozenset(t.value for t in Trigger if rebinds(t))
 _PLAN_TARGETS = {plan.value: state.name for plan, state in PLAN_TARGETS.items()}
 _VALIDATED, _SHUT_DOWN, _FAILED = State.VALIDATED.name, State.SHUT_DOWN.name, State.FAILED.name
 _new_segment = tuple.__new__  # Segment(...) runs a Python-level __new__; this builds the same tuple in C
@@ -83,6 +83,7 @@ def started(audit: RankState, rec: Record, ts: float) -> None:
         audit.target = _state(audit, rec, "target")
     elif audit.plan in _PLAN_TARGETS:  # an older record without `target`: the plan decides it
         audit.target = _PLAN_TARGETS[audit.plan]
+    audit.trains = TRAINS_AT.get(audit.target)
 
 
 def _new_attempt(audit: RankState) -> None:
@@ -123,7 +124,8 @@ def transition_completed(audit: RankState, rec: Record, ts: float) -> None:
         audit.transitions.append((trigger, dest))
     fingerprint = rec.get("config_fingerprint")
     if fingerprint is not None and audit.fingerprint is not None and fingerprint != audit.fingerprint:
-        audit.flag("LA005", f"{trigger!r} completed with config fingerprint {str(fingerprint)[:16]}, "
+        audit.flag(RuleId.CONFIG_CHANGED_AFTER_VALIDATED,
+                   f"{trigger!r} completed with config fingerprint {str(fingerprint)[:16]}, "
                    f"but VALIDATED fingerprinted {audit.fingerprint[:16]}: the config changed")
     if dest == _FAILED:  # `lc.fail(reason)`: no transition_failed before it
         reason = rec.get("reason")
@@ -196,14 +198,16 @@ def config_validated(audit: RankState, rec: Record, ts: float) -> None:
 
 @reads("field", "validated", "current")
 def config_mutated(audit: RankState, rec: Record, ts: float) -> None:
-    audit.flag("LA005", f"config field {str(rec.get('field'))!r} changed after VALIDATED: "
+    audit.flag(RuleId.CONFIG_CHANGED_AFTER_VALIDATED,
+               f"config field {str(rec.get('field'))!r} changed after VALIDATED: "
                f"validated {str(rec.get('validated'))[:60]}, now {str(rec.get('current'))[:60]}")
 
 
 @reads("kind", "trigger")
 def side_effect(audit: RankState, rec: Record, ts: float) -> None:
     if not audit.validated:
-        audit.flag("LA001", f"side effect {str(rec.get('kind'))!r} (trigger {rec.get('trigger')!r}) "
+        audit.flag(RuleId.SIDE_EFFECT_BEFORE_VALIDATED,
+                   f"side effect {str(rec.get('kind'))!r} (trigger {rec.get('trigger')!r}) "
                    f"in state {audit.state}, before the config was VALIDATED")
 
 
@@ -211,7 +215,7 @@ def side_effect(audit: RankState, rec: Record, ts: float) -> None:
 def tripwire(audit: RankState, rec: Record, ts: float) -> None:
     trigger = rec.get("trigger")
     during = f"during {trigger!r}" if trigger is not None else "outside any transition"
-    audit.flag("LA012", f"tripwire on {str(rec.get('target'))!r} ({rec.get('kind')}, owned by "
+    audit.flag(RuleId.TRIPWIRE_VIOLATION, f"tripwire on {str(rec.get('target'))!r} ({rec.get('kind')}, owned by "
                f"{rec.get('owner')!r}) fired in state {rec.get('state')} {during} "
                f"with policy {rec.get('policy')!r}")
 
@@ -229,15 +233,17 @@ def callbacks_bound(audit: RankState, rec: Record, ts: float) -> None:
     target = _str(audit, rec, "target_id", optional=True)
     scheduler = _str(audit, rec, "scheduler_config_id", optional=True)
     if not audit.model_gen:
-        audit.flag("LA002", f"callbacks bound in state {audit.state} of generation "
+        audit.flag(RuleId.BINDING_BEFORE_MODEL_BUILT, f"callbacks bound in state {audit.state} of generation "
                    f"{audit.generation} before any model_built record")
     if target != scheduler:
-        audit.flag("LA003", f"callbacks bound to {target} ({rec.get('target_type')}), but the scheduler "
+        audit.flag(RuleId.BINDING_WRONG_TARGET,
+                   f"callbacks bound to {target} ({rec.get('target_type')}), but the scheduler "
                    f"reads config {scheduler}: the scheduler will not call them")
     if audit.rebind_pending:
         if target != audit.model_id:
             old = " — the old model's config" if target is not None and target == audit.old_model_id else ""
-            audit.flag("LA004", f"after the rebuild/restart at line {audit.rebind_line}, callbacks were "
+            audit.flag(RuleId.REBUILD_WITHOUT_REBIND,
+                       f"after the rebuild/restart at line {audit.rebind_line}, callbacks were "
                        f"bound to {target}{old}, not the rebuilt model's config {audit.model_id}")
         audit.rebind_pending = False
     _steps.on_bound(audit)
@@ -250,7 +256,7 @@ def callbacks_unbound(audit: RankState, rec: Record, ts: float) -> None:
 
 @reads()
 def step_completed(audit: RankState, rec: Record, ts: float) -> None:
-    if audit.rebind_pending and audit.rebuilt and audit.target == _BOUND:
+    if audit.rebind_pending and audit.rebuilt and audit.trains is not None:
         audit.flag_no_rebind("trained")
         return
     _steps.on_step(audit)
@@ -264,7 +270,7 @@ def first_step_finalized(audit: RankState, rec: Record, ts: float) -> None:
 @reads("finalizer_calls")
 def first_step_not_finalized(audit: RankState, rec: Record, ts: float) -> None:
     _steps.on_first_step(audit)
-    audit.flag("LA011", f"the first training step called the gradient finalizer "
+    audit.flag(RuleId.FIRST_STEP_NOT_FINALIZED, f"the first training step called the gradient finalizer "
                f"{rec.get('finalizer_calls')} times, not once: gradients were not synchronized correctly")
 
 
@@ -368,5 +374,5 @@ def _wanted(validated: bool, counting: bool) -> frozenset[str]:
 WANTED: dict[tuple[bool, bool], frozenset[str]] = {
     (v, c): _wanted(v, c) for v in (False, True) for c in (False, True)
 }
-"""By (validated, counting); `counting` is `state == CALLBACKS_BOUND and not rebind_pending`, when
-step_completed is exactly `_steps.on_step`'s `bound_steps += 1`."""
+"""By (validated, counting); `counting` is `state == trains and not rebind_pending` (at the plan's
+training state, no rebind pending), when step_completed is exactly `_steps.on_step`'s `bound_steps += 1`."""

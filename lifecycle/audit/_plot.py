@@ -19,9 +19,11 @@ from lifecycle.log import events
 from states import STARTUP_ORDER, State
 
 FORMATS = ("png", "svg", "pdf")
-_ORDER = [events.IMPORTS] + [s.name for s in STARTUP_ORDER[1:]] + [State.FAILED.name, State.SHUT_DOWN.name]
-_COLORS = dict(zip(_ORDER, ("#b07aa1", "#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#76b7b2", "#000000",
-                            "#bab0ac"), strict=True))
+_PALETTE = ("#b07aa1", "#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#76b7b2", "#edc948", "#ff9da7", "#9c755f")
+_STARTUP = [events.IMPORTS] + [s.name for s in STARTUP_ORDER[1:]]
+_ORDER = [*_STARTUP, State.FAILED.name, State.SHUT_DOWN.name]
+_COLORS = {**{name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(_STARTUP)},
+           State.FAILED.name: "#000000", State.SHUT_DOWN.name: "#bab0ac"}  # a startup state's colour by its place
 _MAX_OUTLIERS = 24
 
 

@@ -13,6 +13,7 @@ from lifecycle.audit import _steps
 from lifecycle.audit._handlers import HANDLERS
 from lifecycle.audit._reader import file_rank
 from lifecycle.audit._records import Failure, unreadable
+from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
 from lifecycle.log import events, line_hash_matches
 from states import State
@@ -20,7 +21,6 @@ from states import State
 _EVENTS = events.ALL
 _NUMBER = (float, int)
 _ENDED = (State.SHUT_DOWN.name,)
-_BOUND = State.CALLBACKS_BOUND.name
 
 
 class RankAudit(RankState):
@@ -43,7 +43,7 @@ class RankAudit(RankState):
         self._identity(run_id, rank, ws)
         self._chain(rec, line, lineno)
         if self.run_id != run_id:
-            self.flag("LA016", f"run_id changes from {self.run_id!r} to {run_id!r} inside one log")
+            self.flag(RuleId.MIXED_RUNS, f"run_id changes from {self.run_id!r} to {run_id!r} inside one log")
             self.run_id = run_id
         if gen != self.generation:
             self.generation = gen
@@ -67,7 +67,8 @@ class RankAudit(RankState):
         if self.run_id is None:
             self.run_id = run_id
         elif self.rank is not None and rank != self.rank:
-            self.flag("LA019", f"rank changes from {self.rank} to {rank} inside one log: two ranks wrote "
+            self.flag(RuleId.FILE_RANK_MISMATCH,
+                      f"rank changes from {self.rank} to {rank} inside one log: two ranks wrote "
                       "to one file, or logs were spliced")
         self.rank = rank
         self.world_size = ws
@@ -76,7 +77,8 @@ class RankAudit(RankState):
         if self.last_ts is None:
             self.first_ts = ts
         elif ts < self.last_ts:
-            self.flag("LA017", f"record seq {seq} ({event[:40]}) is {self.last_ts - ts:.6f} s earlier than the "
+            self.flag(RuleId.TIME_WENT_BACKWARDS,
+                      f"record seq {seq} ({event[:40]}) is {self.last_ts - ts:.6f} s earlier than the "
                       "record before it: the clock went backwards (a clock step, or records edited and "
                       "re-hashed); this rank's durations are unreliable")
         self.last_ts = ts
@@ -92,17 +94,19 @@ class RankAudit(RankState):
         if type(seq) is not int:
             raise unreadable(self.source, lineno, f"field 'seq' is {repr(seq)[:60]}, expected an int")
         if type(digest) is not str or type(prev) is not str:
-            self.flag("LA009", "record has no hash chain ('hash'/'prev_hash' missing): not written by AuditLog")
+            self.flag(RuleId.HASH_CHAIN_BROKEN,
+                      "record has no hash chain ('hash'/'prev_hash' missing): not written by AuditLog")
             self.prev = None
         else:
             if seq != self.next_seq:
-                self.flag("LA009", self._seq_message(seq))
+                self.flag(RuleId.HASH_CHAIN_BROKEN, self._seq_message(seq))
             elif self.prev is not None and prev != self.prev:
                 what = ("first record's prev_hash is not genesis" if seq == 0
                         else "prev_hash does not match the previous record's hash")
-                self.flag("LA009", f"{what}: a record was changed, removed or reordered")
+                self.flag(RuleId.HASH_CHAIN_BROKEN, f"{what}: a record was changed, removed or reordered")
             if not line_hash_matches(line, rec, digest):
-                self.flag("LA009", f"hash of record seq {seq} does not match its content: the record was changed")
+                self.flag(RuleId.HASH_CHAIN_BROKEN,
+                          f"hash of record seq {seq} does not match its content: the record was changed")
             self.prev = digest
         self.next_seq = seq + 1
 
@@ -125,30 +129,32 @@ class RankAudit(RankState):
     def truncated(self, lineno: int, size: int) -> None:
         """The input's last line has no newline and is not a record: the writer died writing it."""
         self.cut = True
-        self.flag("LA009", f"the last line ({size} bytes) is truncated: the writer died mid-record", line=lineno)
+        self.flag(RuleId.HASH_CHAIN_BROKEN,
+                  f"the last line ({size} bytes) is truncated: the writer died mid-record", line=lineno)
 
     # -- end of log ---------------------------------------------------------------------------
 
     def finish(self) -> None:
         """Rules that need the whole log: died, failed, unfinished rebind, file name, unchecked steps."""
         _steps.close_binding(self)
-        if self.rebind_pending and self.rebuilt and self.target == _BOUND and self.shut:
+        if self.rebind_pending and self.rebuilt and self.trains is not None and self.shut:
             self.flag_no_rebind("shut down")
         named = None if self.rank is None or self.source.endswith(f"rank-{self.rank:05d}.jsonl") \
             else file_rank(self.source)  # the name's own rank, looked for only when the name is not the usual one
         if named is not None and self.rank is not None and named != self.rank:
-            self.flag("LA019", f"the file is named for rank {named} but its records are rank {self.rank}: "
+            self.flag(RuleId.FILE_RANK_MISMATCH,
+                      f"the file is named for rank {named} but its records are rank {self.rank}: "
                       f"a renamed or misplaced log; name it rank-{self.rank:05d}.jsonl, and find rank "
                       f"{named}'s own log", line=1)
         if self.failure is not None:
-            self.flag("LA013", self.failure.message, line=self.failure.line)
+            self.flag(RuleId.STARTUP_FAILED, self.failure.message, line=self.failure.line)
         elif self._died():
             message = self._died_message()
             self.failure = Failure(kind="died", message=message, ts=self.last_ts, line=self.line,
                                    state=self.state, trigger=self.open_trigger)
-            self.flag("LA010", message, line=self.line)
+            self.flag(RuleId.RANK_DIED, message, line=self.line)
         elif not self.shut and self.state not in _ENDED:
-            self.flag("LA021", f"log ends in state {self.state} with no shutdown or failure record: the "
+            self.flag(RuleId.INCOMPLETE, f"log ends in state {self.state} with no shutdown or failure record: the "
                       "process ended without shutting the lifecycle down, or is still running", line=self.line)
 
     def _died(self) -> bool:

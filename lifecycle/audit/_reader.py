@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from lifecycle.audit._records import Finding, unreadable
+from lifecycle.audit._rules import RuleId
 from lifecycle.errors import LogUnreadable
 
 STDIN = "-"
@@ -108,7 +109,7 @@ def open_input(source: Input) -> tuple[Lines | None, Finding | None]:
             os.close(fd)
     kind = next((what for test, what in _KINDS if test(info.st_mode)), "not a regular file")
     return None, Finding(
-        rule="LA020", rank=file_rank(source.name), source=source.name,
+        rule=RuleId.NOT_A_REGULAR_FILE, rank=file_rank(source.name), source=source.name,
         message=f"{kind} named like a rank log: skipped without reading it (reading it could block the audit "
         "forever); pass it by name to read it as a stream")
 

@@ -16,12 +16,12 @@ from lifecycle.audit._cross import ranges
 from lifecycle.audit._cycles import attempt_lines, attempts
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Finding
-from lifecycle.audit._rules import BY_ID
+from lifecycle.audit._rules import BY_ID, RuleId
 from lifecycle.audit._timing import blame, critical_chain, rank_blame, stragglers
 from lifecycle.redaction import redact, redact_text
 
 PER_RULE = 10
-_CAUSE = "LA018"
+_CAUSE = RuleId.ROOT_CAUSE
 
 
 def printable(text: str) -> str:

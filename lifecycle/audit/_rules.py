@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -19,54 +20,83 @@ class Rule:
         return f"docs/rules/{self.id}.md"
 
 
+class RuleId:
+    """Every rule's id, named by its slug (`RuleId.BINDING_WRONG_TARGET` is "LA003"): code flags a rule
+    through these, never a literal id."""
+
+    SIDE_EFFECT_BEFORE_VALIDATED: Final = "LA001"
+    BINDING_BEFORE_MODEL_BUILT: Final = "LA002"
+    BINDING_WRONG_TARGET: Final = "LA003"
+    REBUILD_WITHOUT_REBIND: Final = "LA004"
+    CONFIG_CHANGED_AFTER_VALIDATED: Final = "LA005"
+    FINGERPRINT_DISAGREEMENT: Final = "LA006"
+    FINAL_STATE_DISAGREEMENT: Final = "LA007"
+    TRANSITION_SEQUENCE_DISAGREEMENT: Final = "LA008"
+    HASH_CHAIN_BROKEN: Final = "LA009"
+    RANK_DIED: Final = "LA010"
+    FIRST_STEP_NOT_FINALIZED: Final = "LA011"
+    TRIPWIRE_VIOLATION: Final = "LA012"
+    STARTUP_FAILED: Final = "LA013"
+    MISSING_RANKS: Final = "LA014"
+    DUPLICATE_RANKS: Final = "LA015"
+    MIXED_RUNS: Final = "LA016"
+    TIME_WENT_BACKWARDS: Final = "LA017"
+    ROOT_CAUSE: Final = "LA018"
+    FILE_RANK_MISMATCH: Final = "LA019"
+    NOT_A_REGULAR_FILE: Final = "LA020"
+    INCOMPLETE: Final = "LA021"
+    STEP_WITHOUT_BINDING: Final = "LA030"
+    FIRST_STEP_UNCHECKED: Final = "LA031"
+
+
 RULES: tuple[Rule, ...] = (
-    Rule(id="LA001", slug="side-effect-before-validated",
+    Rule(id=RuleId.SIDE_EFFECT_BEFORE_VALIDATED, slug="side-effect-before-validated",
          summary="a side effect was performed before the config was VALIDATED"),
-    Rule(id="LA002", slug="binding-before-model-built",
+    Rule(id=RuleId.BINDING_BEFORE_MODEL_BUILT, slug="binding-before-model-built",
          summary="callbacks were bound before a model was built in this generation"),
-    Rule(id="LA003", slug="binding-wrong-target",
+    Rule(id=RuleId.BINDING_WRONG_TARGET, slug="binding-wrong-target",
          summary="callbacks were bound to an object other than the config the scheduler reads"),
-    Rule(id="LA004", slug="rebuild-without-rebind",
+    Rule(id=RuleId.REBUILD_WITHOUT_REBIND, slug="rebuild-without-rebind",
          summary="after a rebuild or restart the new model was not rebound, or the old one was"),
-    Rule(id="LA005", slug="config-changed-after-validated",
+    Rule(id=RuleId.CONFIG_CHANGED_AFTER_VALIDATED, slug="config-changed-after-validated",
          summary="the validated config changed after VALIDATED"),
-    Rule(id="LA006", slug="fingerprint-disagreement",
+    Rule(id=RuleId.FINGERPRINT_DISAGREEMENT, slug="fingerprint-disagreement",
          summary="ranks validated configs with different fingerprints"),
-    Rule(id="LA007", slug="final-state-disagreement",
+    Rule(id=RuleId.FINAL_STATE_DISAGREEMENT, slug="final-state-disagreement",
          summary="ranks ended in different states"),
-    Rule(id="LA008", slug="transition-sequence-disagreement",
+    Rule(id=RuleId.TRANSITION_SEQUENCE_DISAGREEMENT, slug="transition-sequence-disagreement",
          summary="ranks went through different sequences of transitions"),
-    Rule(id="LA009", slug="hash-chain-broken",
+    Rule(id=RuleId.HASH_CHAIN_BROKEN, slug="hash-chain-broken",
          summary="a log's hash chain is broken or missing: records changed, removed, reordered or truncated"),
-    Rule(id="LA010", slug="rank-died",
+    Rule(id=RuleId.RANK_DIED, slug="rank-died",
          summary="a rank's log stops mid-transition, or before its plan's target state without a failure "
                  "or shutdown record"),
-    Rule(id="LA011", slug="first-step-not-finalized",
+    Rule(id=RuleId.FIRST_STEP_NOT_FINALIZED, slug="first-step-not-finalized",
          summary="the first training step did not run the gradient finalizer exactly once"),
-    Rule(id="LA012", slug="tripwire-violation",
+    Rule(id=RuleId.TRIPWIRE_VIOLATION, slug="tripwire-violation",
          summary="a tripwire caught a side effect outside its owning transition"),
-    Rule(id="LA013", slug="startup-failed",
+    Rule(id=RuleId.STARTUP_FAILED, slug="startup-failed",
          summary="a rank's startup failed (a transition failed, a signal, a peer's failure or a timeout) "
                  "and it did not recover"),
-    Rule(id="LA014", slug="missing-ranks",
+    Rule(id=RuleId.MISSING_RANKS, slug="missing-ranks",
          summary="world_size names more ranks than there are logs"),
-    Rule(id="LA015", slug="duplicate-ranks",
+    Rule(id=RuleId.DUPLICATE_RANKS, slug="duplicate-ranks",
          summary="more than one log claims the same rank of one run"),
-    Rule(id="LA016", slug="mixed-runs",
+    Rule(id=RuleId.MIXED_RUNS, slug="mixed-runs",
          summary="the logs belong to more than one run"),
-    Rule(id="LA017", slug="time-went-backwards",
+    Rule(id=RuleId.TIME_WENT_BACKWARDS, slug="time-went-backwards",
          summary="a record's timestamp is earlier than the record before it in the same log"),
-    Rule(id="LA018", slug="root-cause",
+    Rule(id=RuleId.ROOT_CAUSE, slug="root-cause",
          summary="a startup failed: the rank whose own failure came first, and the ranks that failed after it"),
-    Rule(id="LA019", slug="file-rank-mismatch",
+    Rule(id=RuleId.FILE_RANK_MISMATCH, slug="file-rank-mismatch",
          summary="a rank-NNNNN.jsonl file holds another rank's records, or a log's rank changes"),
-    Rule(id="LA020", slug="not-a-regular-file",
+    Rule(id=RuleId.NOT_A_REGULAR_FILE, slug="not-a-regular-file",
          summary="a directory entry named like a rank log is not a regular file and was skipped"),
-    Rule(id="LA021", slug="incomplete",
+    Rule(id=RuleId.INCOMPLETE, slug="incomplete",
          summary="a log ends without a shutdown or a failure record after reaching its plan's target"),
-    Rule(id="LA030", slug="step-without-binding",
+    Rule(id=RuleId.STEP_WITHOUT_BINDING, slug="step-without-binding",
          summary="a training step was logged outside CALLBACKS_BOUND in a plan that binds callbacks"),
-    Rule(id="LA031", slug="first-step-unchecked",
+    Rule(id=RuleId.FIRST_STEP_UNCHECKED, slug="first-step-unchecked",
          summary="steps ran on a binding without the first-step watchdog's record"),
 )
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from lifecycle.audit._records import Failure, Finding, Segment
+from lifecycle.audit._rules import RuleId
 from lifecycle.log import GENESIS
-from states import PLAN_TARGETS, Plan, State
+from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State, training_state
 
 _DEFAULT_TARGET = PLAN_TARGETS[Plan.TRAINING].name
+TRAINS_AT: dict[str, str] = {s.name: t.name for s in STARTUP_ORDER if (t := training_state(s)) is not None}
+"""By target state: the state a rank stopping there trains in (absent: its plan never trains)."""
 _CONFIGURED = State.CONFIGURED.name
 
 
@@ -55,6 +58,7 @@ class RankState:
         "source",
         "state",
         "target",
+        "trains",
         "transitions",
         "validated",
         "warnings",
@@ -78,6 +82,7 @@ class RankState:
         self.state = _CONFIGURED
         self.plan: str | None = None
         self.target = _DEFAULT_TARGET
+        self.trains: str | None = TRAINS_AT.get(self.target)  # where steps belong (None: nowhere)
         self.validated = False
         self.fingerprint: str | None = None
         self.open_trigger: str | None = None
@@ -121,7 +126,8 @@ class RankState:
         return out
 
     def flag_no_rebind(self, what: str) -> None:
-        self.flag("LA004", f"the model was rebuilt after line {self.rebind_line} and the rank {what} "
+        self.flag(RuleId.REBUILD_WITHOUT_REBIND,
+                  f"the model was rebuilt after line {self.rebind_line} and the rank {what} "
                   "without rebinding callbacks: gradients would not be synchronized")
         self.rebind_pending = False
 

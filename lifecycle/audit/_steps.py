@@ -5,21 +5,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from states import State
+from lifecycle.audit._rules import RuleId
 
 if TYPE_CHECKING:
     from lifecycle.audit._state import RankState as RankAudit
 
-_BOUND = State.CALLBACKS_BOUND.name
-
 
 def on_step(audit: RankAudit) -> None:
-    """A `step_completed`: in a plan that binds callbacks, only at CALLBACKS_BOUND (LA030)."""
-    if audit.state == _BOUND:
+    """A `step_completed`: in a plan that binds callbacks, only in its training state (LA030)."""
+    if audit.state == audit.trains:
         audit.bound_steps += 1
-    elif audit.target == _BOUND:
-        audit.flag("LA030", f"a training step was logged in state {audit.state} of generation "
-                   f"{audit.generation}, not CALLBACKS_BOUND: the schedule ran without the bound "
+    elif audit.trains is not None:
+        audit.flag(RuleId.STEP_WITHOUT_BINDING, f"a training step was logged in state {audit.state} of generation "
+                   f"{audit.generation}, not {audit.trains}: the schedule ran without the bound "
                    "callbacks, so gradients were not finalized by the lifecycle's binding")
 
 
@@ -37,7 +35,8 @@ def on_bound(audit: RankAudit) -> None:
 def close_binding(audit: RankAudit) -> None:
     """End of a binding (unbound, rebound, end of log): steps without the watchdog's record (LA031)."""
     if audit.bound_steps and not audit.first_step_logged:
-        audit.flag("LA031", f"{audit.bound_steps} training step(s) ran on the binding of generation "
+        audit.flag(RuleId.FIRST_STEP_UNCHECKED,
+                   f"{audit.bound_steps} training step(s) ran on the binding of generation "
                    f"{audit.generation} with no first_step_finalized record: the first-step watchdog "
                    "never checked that finalize_model_grads ran")
     audit.bound_steps, audit.first_step_logged = 0, True

@@ -19,7 +19,7 @@ from lifecycle import launchers
 from lifecycle.cli._inputs import EXIT_INPUT, check_before_start, load, non_negative, say
 from lifecycle.cli._launch import add_launch_options, launch, launch_problem, launch_world_size, wants_launch
 from lifecycle.megatron.user_providers import NAMES, spec_problem
-from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State
+from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State, training_state
 
 EXIT_HELP = """exit status: 0 done; 1 a problem found by validation (the config does not fit together
 or with the world size being launched) or a rank failed; 2 bad command-line or config input (an
@@ -144,7 +144,7 @@ def _drive(args: argparse.Namespace, config: Any, provider: Any) -> int:
             lc.advance_to(dest)
             show(f"  ✓ {dest.name:<16} {time.perf_counter() - started:7.3f} s")
             _show_imports(show, lc.runtime.extras.get("imports") if dest is State.VALIDATED else None)
-        if lc.state is State.CALLBACKS_BOUND:
+        if lc.state is training_state(lc.target):
             _train_and_save(lc, steps, show)
         log_path = lc.log_path
     show(f"done; startup log: {log_path.parent if log_path else '(no --log-dir given)'}")

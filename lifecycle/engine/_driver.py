@@ -19,7 +19,7 @@ from lifecycle.engine._failures import Failures, SignalTrap, track
 from lifecycle.engine._ledger import Cycles
 from lifecycle.engine._machine import MachineModel, build_machine
 from lifecycle.engine._side_effects import SideEffectRules
-from lifecycle.engine._work import RELEASE_KEEP, EntryWork
+from lifecycle.engine._work import ENTERS, RELEASE_KEEP, RESUMING, EntryWork, default_phases
 from lifecycle.errors import ConfigError, GuardRejected, InvalidTransition, PhaseFailed, StartupAborted
 from lifecycle.log import AuditLog, events
 from lifecycle.runtime import Options, PhaseSet, Runtime, rank_of, run_id_from_env, world_size_of
@@ -67,7 +67,7 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         self.options = Options.of(options)
         self.policy: TripwirePolicy = tripwires
         self._config = config
-        self._phases: PhaseSet = phases if phases is not None else _default_phases()
+        self._phases: PhaseSet = phases if phases is not None else default_phases()
         log_dir = log_dir if log_dir is not None else config.logging.log_dir
         self._log_dir = Path(log_dir) if log_dir is not None else None
         self._runtime = Runtime(config=config, rank=rank_of(config), world_size=world_size_of(config))
@@ -295,7 +295,7 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
             # (re-checking the same guards as its conditions). Entry work runs outside the
             # machine's callbacks: each callback costs a trip through LockedMachine's proxies.
             self._guard(row)(None)
-            if trigger in (Trigger.REBUILD, Trigger.RESTART) and self.policy != "off":
+            if trigger in RESUMING and self.policy != "off":
                 _tripwires.arm(self)  # only once the guards let it through: a refusal changes nothing
             self._enter(trigger)
             self._trigger(trigger)
@@ -359,17 +359,20 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         ctx = Context(runtime=self._runtime, trigger=trigger, provider=self.provider, plan=self.plan,
                       options=self.options, declare=self._declare_side_effect, record=self._emit_from_phase,
                       rank_known=self._set_rank)
-        if trigger is Trigger.VALIDATE:
-            self._runtime = self._validated(self._phases.validate(ctx))
+        dest = ENTERS.get(trigger)
+        if dest is not None:
+            runtime = self._phase(dest).enter(ctx)
+            if trigger is Trigger.VALIDATE:
+                self._runtime = self._validated(runtime)
+            else:
+                self._runtime = runtime
+                self._register(trigger, dest)
         elif trigger in RELEASE_KEEP:
             self._runtime = self._release(ctx, trigger)
             del ctx  # it holds the released runtime: the ledger checks that nothing does
             self._released(trigger)
         elif trigger is Trigger.FAIL:
             self._phases_failed(self.state)
-        else:
-            self._runtime = getattr(self._phases, trigger.value)(ctx)
-            self._register(trigger, find(self.state, trigger).dest)  # type: ignore[union-attr]
 
     def _state_name(self) -> str:
         return self.state.name
@@ -390,8 +393,3 @@ def _elastic() -> dict[str, int]:
     count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "")
     return {"restart_count": int(count)} if count.isdigit() else {}
 
-
-def _default_phases() -> PhaseSet:
-    from lifecycle.megatron import MegatronPhases
-
-    return MegatronPhases()

@@ -18,7 +18,7 @@ from typing import Any
 
 from bindings import BindingReport, install
 from lifecycle.log import events
-from lifecycle.runtime import PhaseContext, Runtime
+from lifecycle.runtime import PhaseContext, Phases, Runtime
 from states import SideEffect, State
 
 SLOTS = ("finalize_model_grads_func", "grad_scale_func")
@@ -69,10 +69,18 @@ def _finalize(*_args: Any, **_kwargs: Any) -> None:
     return None
 
 
-class InProcessPhases:
-    """A PhaseSet with no torch or megatron: every side effect is declared, none is performed."""
+class InProcessPhases(Phases):
+    """A PhaseSet with no torch or megatron: every side effect is declared, none is performed.
+    `fail_on` names a trigger whose phase raises (once per call, for the engine's failure tests)."""
 
     def __init__(self, *, fail_on: str | None = None) -> None:
+        super().__init__({
+            State.VALIDATED: _Validated(self),
+            State.SERVICES_READY: _Services(self),
+            State.DISTRIBUTED: _Distributed(self),
+            State.MODEL_BUILT: _Model(self),
+            State.CALLBACKS_BOUND: _Callbacks(self),
+        })
         self.fail_on = fail_on
         self.calls: list[str] = []
 
@@ -81,20 +89,43 @@ class InProcessPhases:
         if self.fail_on == name:
             raise RuntimeError(f"injected failure in {name}")
 
-    def validate(self, ctx: PhaseContext) -> Runtime:
-        self._maybe_fail("validate")
+
+@dataclass(frozen=True)
+class _Phase:
+    """An in-process phase: entry work named by its trigger (`fail_on`); by default nothing to release."""
+
+    owner: InProcessPhases
+
+    def enter(self, ctx: PhaseContext) -> Runtime:
+        self.owner._maybe_fail(ctx.trigger.value)
+        return self.build(ctx)
+
+    def build(self, ctx: PhaseContext) -> Runtime:
         return ctx.runtime
 
-    def start_services(self, ctx: PhaseContext) -> Runtime:
-        self._maybe_fail("start_services")
+    def release(self, ctx: PhaseContext) -> Runtime:
+        return ctx.runtime
+
+
+class _Validated(_Phase):
+    """Nothing beyond the engine's own validation."""
+
+
+class _Services(_Phase):
+    def build(self, ctx: PhaseContext) -> Runtime:
         ctx.side_effect(SideEffect.TOKENIZER)
         vocab = ctx.runtime.config.model.vocab_size or ctx.runtime.config.tokenizer.vocab_size
         ctx.emit(events.SERVICES_READY, tokenizer="SimTokenizer", vocab_size=vocab, vocab_source="tokenizer")
         return dataclasses.replace(ctx.runtime, services_ready=True, tokenizer=SimTokenizer(vocab), vocab_size=vocab,
                                    vocab_source="tokenizer")
 
-    def init_distributed(self, ctx: PhaseContext) -> Runtime:
-        self._maybe_fail("init_distributed")
+    def release(self, ctx: PhaseContext) -> Runtime:
+        return dataclasses.replace(ctx.runtime, services_ready=False, tokenizer=None, vocab_size=None,
+                                   vocab_source=None)
+
+
+class _Distributed(_Phase):
+    def build(self, ctx: PhaseContext) -> Runtime:
         for kind in (SideEffect.PROCESS_GROUP, SideEffect.PARALLEL_STATE, SideEffect.RNG):
             ctx.side_effect(kind)
         p = ctx.runtime.config.parallel
@@ -102,8 +133,12 @@ class InProcessPhases:
                  dp=max(1, ctx.runtime.world_size // (p.tp * p.pp * p.cp)), vpp=p.vpp)
         return dataclasses.replace(ctx.runtime, distributed=True, backend="sim")
 
-    def build_model(self, ctx: PhaseContext) -> Runtime:
-        self._maybe_fail("build_model")
+    def release(self, ctx: PhaseContext) -> Runtime:
+        return dataclasses.replace(ctx.runtime, distributed=False, backend=None)
+
+
+class _Model(_Phase):
+    def build(self, ctx: PhaseContext) -> Runtime:
         ctx.side_effect(SideEffect.MODEL)
         provider = ctx.provider or copying_provider
         provider_config = SimConfig(num_layers=ctx.runtime.config.model.num_layers)
@@ -115,8 +150,13 @@ class InProcessPhases:
         return dataclasses.replace(ctx.runtime, model=chunks, provider_config=provider_config, optimizer=SimOptimizer(),
                                    transformer_config=chunks[0].config)
 
-    def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
-        self._maybe_fail("bind_callbacks")
+    def release(self, ctx: PhaseContext) -> Runtime:
+        return dataclasses.replace(ctx.runtime, model=None, optimizer=None, provider_config=None,
+                                   transformer_config=None)
+
+
+class _Callbacks(_Phase):
+    def build(self, ctx: PhaseContext) -> Runtime:
         ctx.side_effect(SideEffect.CALLBACKS)
         target = ctx.runtime.transformer_config
         assert target is not None  # guarded by model_is_built
@@ -133,20 +173,10 @@ class InProcessPhases:
         ctx.emit(events.CALLBACKS_BOUND, **fields)
         return dataclasses.replace(ctx.runtime, binding=report)
 
-    def release(self, ctx: PhaseContext, keep: State) -> Runtime:
+    def release(self, ctx: PhaseContext) -> Runtime:
         rt = ctx.runtime
         if rt.binding is not None and rt.transformer_config is not None:
             for slot in SLOTS:
                 setattr(rt.transformer_config, slot, None)
             ctx.emit(events.CALLBACKS_UNBOUND, target_id=hex(id(rt.transformer_config)), slots=list(SLOTS))
-        rt = dataclasses.replace(rt, model=None, optimizer=None, binding=None, provider_config=None,
-                                 transformer_config=None)
-        if keep.startup_index < State.DISTRIBUTED.startup_index:
-            rt = dataclasses.replace(rt, distributed=False, backend=None)
-        if keep.startup_index < State.SERVICES_READY.startup_index:
-            rt = dataclasses.replace(rt, services_ready=False, tokenizer=None, vocab_size=None, vocab_source=None)
-        return rt
-
-    def drift(self, runtime: Runtime) -> list[tuple[str, Any, Any]]:
-        """The simulated objects are not checked for drift."""
-        return []
+        return dataclasses.replace(rt, binding=None)

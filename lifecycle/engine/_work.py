@@ -1,6 +1,7 @@
-"""The engine's own part of some transitions' entry work: what VALIDATE adds (log directory and its
-policy, the snapshot, opening the log), what REBUILD/RESTART/SHUTDOWN release, and the mutation
-check before every transition. Mixed into `Lifecycle`."""
+"""The engine's own part of some transitions' entry work: finding a state's phase, what VALIDATE adds
+(log directory and its policy, the snapshot, opening the log), the releases (each phase after the
+state the trigger keeps, newest first), and the mutation check before every transition. Mixed
+into `Lifecycle`."""
 
 from __future__ import annotations
 
@@ -11,18 +12,19 @@ from typing import TYPE_CHECKING
 from lifecycle.config import RunConfig, Snapshot
 from lifecycle.errors import ConfigError, ConfigMutated
 from lifecycle.log import check_log_dir, events, redact
-from states import Plan, State, Trigger
+from states import STARTUP_ORDER, TABLE, Plan, State, Trigger, entered_by, kept_by
 
 if TYPE_CHECKING:
     from lifecycle.engine._context import Context
     from lifecycle.log import AuditLog
-    from lifecycle.runtime import PhaseSet, Runtime
+    from lifecycle.runtime import Phase, PhaseSet, Runtime
 
-RELEASE_KEEP = {
-    Trigger.REBUILD: State.DISTRIBUTED,
-    Trigger.RESTART: State.VALIDATED,
-    Trigger.SHUTDOWN: State.CONFIGURED,
-}
+ENTERS: dict[Trigger, State] = {t: dest for t in Trigger if (dest := entered_by(t)) is not None}
+"""The state each forward trigger enters, whose phase it runs."""
+RELEASE_KEEP: dict[Trigger, State] = {t: kept for t in Trigger if (kept := kept_by(t)) is not None}
+"""What each releasing trigger keeps, as the table says (`Transition.keeps`)."""
+RESUMING = frozenset(row.trigger for row in TABLE if row.keeps is not None and row.dest in STARTUP_ORDER)
+"""Triggers that release and go on with the startup (rebuild, restart): they arm the tripwires again."""
 
 
 class EntryWork:
@@ -47,6 +49,29 @@ class EntryWork:
 
     def _check_released(self, keep: State) -> None:
         raise NotImplementedError
+
+    def _phase(self, state: State) -> Phase:
+        phase = self._phases.phase_for(state)
+        if phase is None:
+            raise LookupError(f"{type(self._phases).__name__} has no phase for {state.name}; register "
+                              f"one: phases.register(State.{state.name}, phase)")
+        return phase
+
+    def _release_after(self, ctx: Context, keep: State) -> Runtime:
+        """Release each state after `keep`, newest first, each phase seeing the runtime the later
+        ones left; a failing release does not stop the others, and the first failure is raised."""
+        runtime, errors = ctx.runtime, []
+        for state in reversed(STARTUP_ORDER[keep.startup_index + 1 :]):
+            phase = self._phases.phase_for(state)
+            if phase is None:
+                continue
+            try:
+                runtime = phase.release(dataclasses.replace(ctx, runtime=runtime))
+            except Exception as exc:  # keep releasing the rest; report the first failure
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        return runtime
 
     def _validated(self, runtime: Runtime) -> Runtime:
         fingerprint = self._config.fingerprint()
@@ -75,7 +100,7 @@ class EntryWork:
 
     def _release(self, ctx: Context, trigger: Trigger) -> Runtime:
         try:
-            runtime = self._phases.release(ctx, RELEASE_KEEP[trigger])
+            runtime = self._release_after(ctx, RELEASE_KEEP[trigger])
         except Exception as exc:
             if trigger is not Trigger.SHUTDOWN:
                 raise
@@ -141,3 +166,10 @@ def _drop_frame_locals(*errors: BaseException | None) -> None:
         seen.add(id(error))
         traceback.clear_frames(error.__traceback__)
         todo += [e for e in (error.__cause__, error.__context__) if e is not None]
+
+
+def default_phases() -> PhaseSet:
+    """The real phases on megatron-core (imported only when a lifecycle is made without phases)."""
+    from lifecycle.megatron import MegatronPhases
+
+    return MegatronPhases()

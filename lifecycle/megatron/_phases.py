@@ -1,7 +1,8 @@
 """`MegatronPhases`: each state's entry work on real megatron-core (one module per state), as a PhaseSet.
 
 Modules: `validated`, `services_ready`, `distributed`, `model_built`, `callbacks_bound`. Each has
-`enter(ctx) -> Runtime`; those that build something have `release(ctx, runtime) -> Runtime`.
+`enter(ctx) -> Runtime`; those that build something have `release(ctx, runtime) -> Runtime`. The
+registry makes each a phase of its state (`Work`).
 They import torch and megatron inside their functions, so importing them stays cheap.
 """
 
@@ -15,54 +16,45 @@ from lifecycle.megatron import callbacks_bound, distributed, model_built, servic
 from lifecycle.megatron._imports import validate_while_importing
 from lifecycle.megatron.ranks import mark_failed, watched
 from lifecycle.megatron.resources import resources
-from lifecycle.runtime import PhaseContext, Runtime
+from lifecycle.runtime import Phase, PhaseContext, Phases, Runtime, Work
 from states import State
 
 Release = Callable[[PhaseContext, Runtime], Runtime]
 
-# What each state built, newest last: `release` walks it backwards.
-RELEASES: tuple[tuple[State, Release], ...] = (
-    (State.SERVICES_READY, services_ready.release),
-    (State.DISTRIBUTED, distributed.release),
-    (State.MODEL_BUILT, model_built.release),
-    (State.CALLBACKS_BOUND, callbacks_bound.release),
-)
+
+def _undo(release: Release) -> Callable[[PhaseContext], Runtime]:
+    return lambda ctx: release(ctx, ctx.runtime)
 
 
-class MegatronPhases:
-    """The real phases. `release(keep)` undoes, newest first, every state after `keep`."""
+def _validate(ctx: PhaseContext) -> Runtime:
+    """Validate while the heavy imports run on a thread (one `imports` record; see _imports.py)."""
+    return validate_while_importing(ctx, validated.enter, environment=validated.environment_checks(ctx))
 
-    def validate(self, ctx: PhaseContext) -> Runtime:
-        """Validate while the heavy imports run on a thread (one `imports` record; see _imports.py)."""
-        return validate_while_importing(ctx, validated.enter, environment=validated.environment_checks(ctx))
 
-    def start_services(self, ctx: PhaseContext) -> Runtime:
-        return services_ready.enter(ctx)
+def _watched(state: State, enter: Callable[[PhaseContext], Runtime]) -> Callable[[PhaseContext], Runtime]:
+    """`enter` under the rank watch: its deadline and the failure broadcast (ranks.py)."""
+    def run(ctx: PhaseContext) -> Runtime:
+        with watched(ctx, state.name):
+            return enter(ctx)
 
-    def init_distributed(self, ctx: PhaseContext) -> Runtime:
-        return distributed.enter(ctx)
+    return run
 
-    def build_model(self, ctx: PhaseContext) -> Runtime:
-        with watched(ctx, State.MODEL_BUILT.name):  # deadline and failure broadcast (ranks.py)
-            return model_built.enter(ctx)
 
-    def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
-        with watched(ctx, State.CALLBACKS_BOUND.name):
-            return callbacks_bound.enter(ctx)
+PHASES: dict[State, Phase] = {
+    State.VALIDATED: Work(_validate),
+    State.SERVICES_READY: Work(services_ready.enter, _undo(services_ready.release)),
+    State.DISTRIBUTED: Work(distributed.enter, _undo(distributed.release)),
+    State.MODEL_BUILT: Work(_watched(State.MODEL_BUILT, model_built.enter), _undo(model_built.release)),
+    State.CALLBACKS_BOUND: Work(_watched(State.CALLBACKS_BOUND, callbacks_bound.enter), _undo(callbacks_bound.release)),
+}
+"""The real phase of each state, as each `MegatronPhases` registers it."""
 
-    def release(self, ctx: PhaseContext, keep: State) -> Runtime:
-        runtime = ctx.runtime
-        errors: list[BaseException] = []
-        for state, release in reversed(RELEASES):
-            if state.startup_index <= keep.startup_index:
-                break
-            try:
-                runtime = release(ctx, runtime)
-            except Exception as exc:  # keep releasing the rest; report the first failure
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-        return runtime
+
+class MegatronPhases(Phases):
+    """The real phases: one module per state (`PHASES`), registered for it."""
+
+    def __init__(self) -> None:
+        super().__init__(PHASES)
 
     def failed(self, runtime: Runtime, state: str, reason: str) -> None:
         """The lifecycle moved to FAILED: tell the other ranks (and skip the closing barrier)."""

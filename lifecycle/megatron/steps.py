@@ -29,7 +29,7 @@ from lifecycle.errors import LifecycleError
 from lifecycle.log import events
 from lifecycle.megatron.ranks import watched_step
 from lifecycle.runtime import Runtime
-from states import State
+from states import Plan, State, training_state, trains_in
 
 _ATTR = "_lifecycle_steps"
 
@@ -42,11 +42,16 @@ class OverlapChunk(Protocol):
     def start_param_sync(self, *unused: Any, force_sync: bool = False) -> None: ...
 
 
+TRAINING_STATE = getattr(trains_in(Plan.TRAINING), "name", "")  # where the training plan trains
+
+
 class Driver(Protocol):
     """What the step bookkeeping uses of a `Lifecycle`."""
 
     @property
     def state(self) -> State: ...
+    @property
+    def target(self) -> State: ...
     @property
     def runtime(self) -> Runtime: ...
     def record(self, event: str, **fields: Any) -> None: ...
@@ -86,10 +91,10 @@ class Steps:
 
     def __init__(self, lc: Driver, *, defer_first_gather: bool = True) -> None:
         rt = lc.runtime
-        if lc.state is not State.CALLBACKS_BOUND or not rt.model:
+        if lc.state is not training_state(lc.target) or not rt.model:
             raise LifecycleError(
-                f"training steps need a lifecycle at CALLBACKS_BOUND with a model; it is "
-                f"{lc.state.name}. Call lc.advance_to(State.CALLBACKS_BOUND) with the training plan first."
+                f"training steps need a lifecycle at {TRAINING_STATE} with a model; it is "
+                f"{lc.state.name}. Call lc.advance_to(State.{TRAINING_STATE}) with the training plan first."
             )
         self._lc = lc
         self.binding = rt.binding

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
 from lifecycle.errors import InvalidTransition
-from lifecycle.megatron.steps import Driver, StepResult, steps_for
+from lifecycle.megatron.steps import TRAINING_STATE, Driver, StepResult, steps_for
 from lifecycle.runtime import Runtime
-from states import State
+from states import training_state
 
 __all__ = ["Driver", "StepResult", "checkpoint_step", "train_steps"]
 
@@ -95,10 +95,10 @@ def train_steps(
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     rt = lc.runtime
-    if lc.state is not State.CALLBACKS_BOUND or rt.model is None or rt.optimizer is None:
+    if lc.state is not training_state(lc.target) or rt.model is None or rt.optimizer is None:
         raise InvalidTransition(
-            f"train_steps needs a lifecycle at CALLBACKS_BOUND with a model and optimizer; it is "
-            f"{lc.state.name}. Call lc.advance_to(State.CALLBACKS_BOUND) with the training plan first.",
+            f"train_steps needs a lifecycle at {TRAINING_STATE} with a model and optimizer; it is "
+            f"{lc.state.name}. Call lc.advance_to(State.{TRAINING_STATE}) with the training plan first.",
             state=lc.state, trigger="train_steps",
         )
     config, model = rt.config, [cast(DDPChunk, chunk) for chunk in rt.model]

@@ -14,26 +14,31 @@ from lifecycle.runtime._identity import (
     unknown_identity,
     world_size_of,
 )
+from lifecycle.runtime._phases import Around, Entry, Phase, Phases, PhaseSet, Work
 from lifecycle.runtime._protocol import (
     Closeable,
     ModelChunk,
     Optimizer,
     Options,
     PhaseContext,
-    PhaseSet,
     Runtime,
     Tokenizer,
 )
 
 __all__ = [
+    "Around",
     "Closeable",
+    "Entry",
     "ModelChunk",
     "Optimizer",
     "Options",
+    "Phase",
     "PhaseContext",
     "PhaseSet",
+    "Phases",
     "Runtime",
     "Tokenizer",
+    "Work",
     "adopt_launcher_identity",
     "adopt_slurm_identity",
     "expand_nodelist",

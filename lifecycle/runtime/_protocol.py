@@ -1,8 +1,7 @@
 """The entry-work protocol: what each state's phase receives (`PhaseContext`) and returns (`Runtime`).
 
-A `PhaseSet` supplies one callable per forward trigger plus `release`. The engine calls them inside
-the owning transition; each returns the next `Runtime` (derived with `dataclasses.replace`). The
-real Megatron phases and the light in-process ones plug in the same way. Megatron's own classes
+Each state's phase (`_phases.py`) is called inside the owning transition and returns the next
+`Runtime` (derived with `dataclasses.replace`). Megatron's own classes
 cannot be named here (this layer imports neither torch nor megatron), so the fields are typed by
 the Protocols below: what the engine and the training loop use of those objects.
 """
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from bindings import BindingReport, Policy, SchedulerConfig
 from lifecycle.errors import ConfigError
-from states import Plan, SideEffect, State, Trigger
+from states import Plan, SideEffect, Trigger
 
 if TYPE_CHECKING:
     from lifecycle.config import RunConfig
@@ -135,20 +134,3 @@ class PhaseContext(Protocol):
 
     def set_rank(self, *, rank: int, world_size: int) -> None:
         """Tell the log this process's rank once the process group knows it."""
-
-
-class PhaseSet(Protocol):
-    """Entry work for each forward trigger, `release` for rebuild, restart and shutdown, and `drift`."""
-
-    def validate(self, ctx: PhaseContext) -> Runtime: ...
-    def start_services(self, ctx: PhaseContext) -> Runtime: ...
-    def init_distributed(self, ctx: PhaseContext) -> Runtime: ...
-    def build_model(self, ctx: PhaseContext) -> Runtime: ...
-    def bind_callbacks(self, ctx: PhaseContext) -> Runtime: ...
-
-    def release(self, ctx: PhaseContext, keep: State) -> Runtime:
-        """Undo, in reverse order, everything built after `keep` (DISTRIBUTED for rebuild,
-        VALIDATED for restart, CONFIGURED for shutdown). Must tolerate partial state (after a failure)."""
-
-    def drift(self, runtime: Runtime) -> list[tuple[str, Any, Any]]:
-        """Fields of objects built from the validated config that changed since (empty if none)."""

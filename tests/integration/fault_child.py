@@ -25,7 +25,7 @@ from lifecycle import GuardRejected, Lifecycle, LifecycleError, RunConfig
 from lifecycle.errors import StartupAborted
 from lifecycle.log import _writer, events
 from lifecycle.megatron import MegatronPhases
-from lifecycle.runtime import PhaseContext, Runtime
+from lifecycle.runtime import Entry, PhaseContext, Runtime
 from states import STARTUP_ORDER, State, forward_trigger
 
 TINY = ["model.num_layers=2", "model.hidden_size=32", "model.num_attention_heads=4", "model.seq_length=16",
@@ -59,8 +59,15 @@ class FaultyPhases(MegatronPhases):
     """The real phases with one fault at the start of `state`'s entry work (once)."""
 
     def __init__(self, scenario: dict[str, Any]) -> None:
+        super().__init__()
         self.scenario = scenario
         self.armed = True
+        for state in STARTUP_ORDER[1:]:
+            self.around(state, enter=self.faulty)
+
+    def faulty(self, ctx: PhaseContext, enter: Entry) -> Runtime:
+        self._fault(ctx.trigger.value, ctx)
+        return enter(ctx)
 
     def _fault(self, trigger: str, ctx: PhaseContext | None = None) -> None:
         if not self.armed or forward_trigger(State[self.scenario["state"]]).value != trigger:
@@ -80,26 +87,6 @@ class FaultyPhases(MegatronPhases):
         if kind == "signal":
             print("READY", flush=True)
             time.sleep(120)
-
-    def validate(self, ctx: PhaseContext) -> Runtime:
-        self._fault("validate", ctx)
-        return super().validate(ctx)
-
-    def start_services(self, ctx: PhaseContext) -> Runtime:
-        self._fault("start_services", ctx)
-        return super().start_services(ctx)
-
-    def init_distributed(self, ctx: PhaseContext) -> Runtime:
-        self._fault("init_distributed", ctx)
-        return super().init_distributed(ctx)
-
-    def build_model(self, ctx: PhaseContext) -> Runtime:
-        self._fault("build_model", ctx)
-        return super().build_model(ctx)
-
-    def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
-        self._fault("bind_callbacks", ctx)
-        return super().bind_callbacks(ctx)
 
 
 def released() -> dict[str, Any]:

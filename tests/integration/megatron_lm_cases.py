@@ -130,21 +130,22 @@ def misordered() -> dict[str, Any]:
     from megatron.training import initialize as mi
 
     from lifecycle.megatron_lm.entry import MegatronLMPhases
+    from states import State
 
     call = _one_rank_call()
 
-    class GroupsInServices(MegatronLMPhases):
-        def start_services(self, ctx: Any) -> Any:
-            mi._initialize_distributed(None, None, None)
-            return super().start_services(ctx)
+    def groups_first(ctx: Any, enter: Any) -> Any:
+        mi._initialize_distributed(None, None, None)
+        return enter(ctx)
 
-    class SeedsInModel(MegatronLMPhases):
-        def build_model(self, ctx: Any) -> Any:
-            mi._set_random_seed(self.call.args.seed)
-            return super().build_model(ctx)
+    def seeds_first(ctx: Any, enter: Any) -> Any:
+        mi._set_random_seed(call.args.seed)
+        return enter(ctx)
 
-    return {"groups_in_services": _startup(GroupsInServices(call), call),
-            "seeds_in_model": _startup(SeedsInModel(call), call)}
+    groups_in_services = MegatronLMPhases(call).around(State.SERVICES_READY, enter=groups_first)
+    seeds_in_model = MegatronLMPhases(call).around(State.MODEL_BUILT, enter=seeds_first)
+    return {"groups_in_services": _startup(groups_in_services, call),
+            "seeds_in_model": _startup(seeds_in_model, call)}
 
 
 class BridgeLike:

@@ -56,12 +56,11 @@ def test_every_watched_torch_call_is_caught_before_validation_with_its_kind(
 
 
 def test_a_watched_call_inside_a_transition_that_does_not_own_it_names_that_transition(make_lc) -> None:
-    class Seeds(InProcessPhases):
-        def start_services(self, ctx):  # type: ignore[no-untyped-def]
-            torch.manual_seed(3)
-            return super().start_services(ctx)
+    def seeds(ctx, enter):  # type: ignore[no-untyped-def]
+        torch.manual_seed(3)
+        return enter(ctx)
 
-    lc = make_lc(phases=Seeds())
+    lc = make_lc(phases=InProcessPhases().around(State.SERVICES_READY, enter=seeds))
     lc.validate()
     with pytest.raises(TripwireViolation, match=r"during start_services\(\)"):
         lc.start_services()
@@ -119,12 +118,11 @@ def test_a_watched_module_imported_after_arming_is_patched_when_the_next_transit
 
 
 def test_the_original_function_runs_when_the_owner_calls_it(make_lc) -> None:
-    class Seeds(InProcessPhases):
-        def init_distributed(self, ctx):  # type: ignore[no-untyped-def]
-            torch.manual_seed(4321)
-            return super().init_distributed(ctx)
+    def seeds(ctx, enter):  # type: ignore[no-untyped-def]
+        torch.manual_seed(4321)
+        return enter(ctx)
 
-    lc = make_lc(phases=Seeds())
+    lc = make_lc(phases=InProcessPhases().around(State.DISTRIBUTED, enter=seeds))
     lc.advance_to(State.DISTRIBUTED)
     assert torch.initial_seed() == 4321
     assert violations(lc) == []

@@ -54,17 +54,17 @@ import signal
 
 from lifecycle.megatron import _phases
 from lifecycle.megatron.providers import PROVIDERS
+from lifecycle.runtime import Around
+from states import State
 
 
-def _interrupted(release):
-    def release_after_ctrl_c(ctx, runtime):
-        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C arrives while the shutdown releases
-        return release(ctx, runtime)
-    return release_after_ctrl_c
+def release_after_ctrl_c(ctx, release):
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C arrives while the shutdown releases
+    return release(ctx)
 
 
-_phases.RELEASES = tuple((state, _interrupted(release) if state.name == "CALLBACKS_BOUND" else release)
-                         for state, release in _phases.RELEASES)
+_phases.PHASES[State.CALLBACKS_BOUND] = Around(_phases.PHASES[State.CALLBACKS_BOUND],
+                                               on_release=release_after_ctrl_c)
 
 
 def provider(config, **kwargs):

@@ -59,8 +59,12 @@ def test_a_provider_that_calls_init_process_group_itself_is_refused_and_the_life
 
 
 class _SeedingPhases(InProcessPhases):
-    def init_distributed(self, ctx):  # type: ignore[no-untyped-def]
-        runtime = super().init_distributed(ctx)
+    def __init__(self) -> None:
+        super().__init__()
+        self.around(State.DISTRIBUTED, enter=self.seeding)
+
+    def seeding(self, ctx, enter):  # type: ignore[no-untyped-def]
+        runtime = enter(ctx)
         torch.manual_seed(ctx.runtime.config.training.seed)
         return runtime
 
@@ -108,14 +112,13 @@ def test_off_policy_installs_nothing(make_lc) -> None:
 
 
 def test_a_side_effect_declared_outside_its_owner_is_refused(make_lc) -> None:
-    class Early(InProcessPhases):
-        def start_services(self, ctx):  # type: ignore[no-untyped-def]
-            from states import SideEffect
+    def early(ctx, enter):  # type: ignore[no-untyped-def]
+        from states import SideEffect
 
-            ctx.side_effect(SideEffect.CALLBACKS)  # binding before MODEL_BUILT
-            return super().start_services(ctx)
+        ctx.side_effect(SideEffect.CALLBACKS)  # binding before MODEL_BUILT
+        return enter(ctx)
 
-    lc = make_lc(phases=Early())
+    lc = make_lc(phases=InProcessPhases().around(State.SERVICES_READY, enter=early))
     with pytest.raises(SideEffectError, match="callbacks during start_services"):
         lc.advance_to(State.SERVICES_READY)
     refused = [r for r in lc.records if r["event"] == "side_effect_refused"]

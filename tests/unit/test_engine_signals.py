@@ -59,9 +59,13 @@ def test_a_sigterm_between_transitions_aborts_and_releases_too(make_lc: Any) -> 
 class InterruptedRelease(InProcessPhases):
     """Sends this process a real SIGINT (Ctrl-C) from inside the shutdown's release."""
 
-    def release(self, ctx: Any, keep: State) -> Runtime:
+    def __init__(self) -> None:
+        super().__init__()
+        self.around(State.CALLBACKS_BOUND, release=self.interrupted)
+
+    def interrupted(self, ctx: Any, release: Any) -> Runtime:
         os.kill(os.getpid(), signal.SIGINT)
-        return super().release(ctx, keep)
+        return release(ctx)  # type: ignore[no-any-return]
 
 
 def test_ctrl_c_during_shutdown_finishes_the_release_then_exits_130(make_lc: Any) -> None:

@@ -68,18 +68,18 @@ class _Forgetful(InProcessPhases):
     def __init__(self, forget: str) -> None:
         super().__init__()
         self.forget = forget
+        for state in (State.SERVICES_READY, State.DISTRIBUTED, State.MODEL_BUILT):
+            self.around(state, enter=self.forgetting)
 
-    def start_services(self, ctx):  # type: ignore[no-untyped-def]
-        rt: Runtime = super().start_services(ctx)
-        return dataclasses.replace(rt, services_ready=False) if self.forget == "services" else rt
-
-    def init_distributed(self, ctx):  # type: ignore[no-untyped-def]
-        rt: Runtime = super().init_distributed(ctx)
-        return dataclasses.replace(rt, distributed=False) if self.forget == "distributed" else rt
-
-    def build_model(self, ctx):  # type: ignore[no-untyped-def]
-        rt: Runtime = super().build_model(ctx)
-        return dataclasses.replace(rt, model=None) if self.forget == "model" else rt
+    def forgetting(self, ctx, enter):  # type: ignore[no-untyped-def]
+        rt: Runtime = enter(ctx)
+        if self.forget == "services" and ctx.trigger is Trigger.START_SERVICES:
+            return dataclasses.replace(rt, services_ready=False)
+        if self.forget == "distributed" and ctx.trigger is Trigger.INIT_DISTRIBUTED:
+            return dataclasses.replace(rt, distributed=False)
+        if self.forget == "model" and ctx.trigger is Trigger.BUILD_MODEL:
+            return dataclasses.replace(rt, model=None)
+        return rt
 
 
 @pytest.mark.parametrize(

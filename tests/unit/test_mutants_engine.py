@@ -13,7 +13,7 @@ import pytest
 
 from lifecycle import InProcessPhases, InvalidTransition, PhaseFailed, RunConfig, SideEffectError
 from lifecycle.errors import SideEffectBeforeValidation
-from lifecycle.runtime import PhaseContext, Runtime
+from lifecycle.runtime import Entry, PhaseContext, Runtime
 from states import SideEffect, State, Trigger
 
 CALLBACK_SLOTS = ("finalize_model_grads_func", "grad_scale_func")
@@ -29,16 +29,11 @@ class _Declares(InProcessPhases):
     def __init__(self, at: str, kind: SideEffect) -> None:
         super().__init__()
         self.at, self.kind = at, kind
+        self.around(State.VALIDATED, enter=self.declaring).around(State.SERVICES_READY, enter=self.declaring)
 
-    def validate(self, ctx: PhaseContext) -> Runtime:
-        rt = super().validate(ctx)
-        if self.at == "validate":
-            ctx.side_effect(self.kind)
-        return rt
-
-    def start_services(self, ctx: PhaseContext) -> Runtime:
-        rt = super().start_services(ctx)
-        if self.at == "start_services":
+    def declaring(self, ctx: PhaseContext, enter: Entry) -> Runtime:
+        rt = enter(ctx)
+        if self.at == ctx.trigger.value:
             ctx.side_effect(self.kind)
         return rt
 
@@ -124,15 +119,19 @@ def test_a_failed_startup_restarts_into_the_next_generation(make_lc) -> None:
 
 
 class _ReleaseFails(InProcessPhases):
-    """The first release raises (a process group that cannot be destroyed); later ones work."""
+    """The first release of the model raises (a process group that cannot be destroyed); later ones work."""
 
     failed = False
 
-    def release(self, ctx: PhaseContext, keep: State) -> Runtime:
+    def __init__(self) -> None:
+        super().__init__()
+        self.around(State.MODEL_BUILT, release=self.release_once)
+
+    def release_once(self, ctx: PhaseContext, release: Entry) -> Runtime:
         if not self.failed:
             self.failed = True
             raise RuntimeError("cannot destroy process group")
-        return super().release(ctx, keep)
+        return release(ctx)
 
 
 def test_a_failing_release_at_shutdown_still_shuts_down_drops_the_model_and_reports_it(make_lc) -> None:

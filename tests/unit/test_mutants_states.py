@@ -11,7 +11,6 @@ import dataclasses
 import pytest
 
 from lifecycle import GuardRejected, InProcessPhases
-from lifecycle.runtime import Runtime
 from states import (
     STARTUP_ORDER,
     TABLE,
@@ -89,9 +88,9 @@ def test_a_plan_may_reach_its_own_target_state_but_not_one_past_it() -> None:
 class _LosesProcessGroups(InProcessPhases):
     """Phases after which the runtime no longer has process groups (a fault tore them down)."""
 
-    def build_model(self, ctx):  # type: ignore[no-untyped-def]
-        rt: Runtime = super().build_model(ctx)
-        return dataclasses.replace(rt, distributed=False)
+    def __init__(self) -> None:
+        super().__init__()
+        self.around(State.MODEL_BUILT, enter=lambda ctx, enter: dataclasses.replace(enter(ctx), distributed=False))
 
 
 def test_rebuild_is_refused_when_the_process_groups_are_gone(make_lc) -> None:
@@ -106,9 +105,9 @@ def test_rebuild_is_refused_when_the_process_groups_are_gone(make_lc) -> None:
 class _Unvalidated(InProcessPhases):
     """Phases whose runtime says the config was never validated."""
 
-    def start_services(self, ctx):  # type: ignore[no-untyped-def]
-        rt: Runtime = super().start_services(ctx)
-        return dataclasses.replace(rt, fingerprint=None)
+    def __init__(self) -> None:
+        super().__init__()
+        self.around(State.SERVICES_READY, enter=lambda ctx, enter: dataclasses.replace(enter(ctx), fingerprint=None))
 
 
 def test_restart_and_distributed_init_need_a_validated_config(make_lc) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from lifecycle.config import normalize, raise_for, snapshot_config, validate
@@ -27,8 +28,8 @@ from lifecycle.megatron import MegatronPhases
 from lifecycle.megatron import callbacks_bound as lifecycle_binding
 from lifecycle.megatron_lm.entry import _derive, _providers
 from lifecycle.megatron_lm.entry._distributed import initialize
-from lifecycle.runtime import PhaseContext, Runtime
-from states import SideEffect, State
+from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
+from states import STARTUP_ORDER, SideEffect, State
 
 
 @dataclass(kw_only=True)
@@ -54,93 +55,102 @@ class MegatronLMCall:
 
 
 class MegatronLMPhases(MegatronPhases):
-    """The lifecycle's states with Megatron-LM's functions as their work; `release` and `drift` are
-    the real phases' (they undo what these built the same way)."""
+    """The lifecycle's states with Megatron-LM's functions as their work; the releases and `drift`
+    are the real phases' (they undo what these built the same way), DISTRIBUTED's also destroying
+    the rerun state machine it created."""
 
     def __init__(self, call: MegatronLMCall) -> None:
+        super().__init__()
         self.call = call
+        real = {state: self.phase_for(state) for state in STARTUP_ORDER[1:]}
+        for state, enter in ((State.VALIDATED, partial(_validate, call)),
+                             (State.SERVICES_READY, partial(_start_services, call)),
+                             (State.DISTRIBUTED, partial(initialize, call=call)),
+                             (State.MODEL_BUILT, partial(_build_model, call)),
+                             (State.CALLBACKS_BOUND, lifecycle_binding.enter)):
+            inner = real[state]
+            assert inner is not None  # MegatronPhases registers every startup state after CONFIGURED
+            self.register(state, Work(enter, inner.release))
+        self.around(State.DISTRIBUTED, release=_destroying_rerun_state)
 
-    def validate(self, ctx: PhaseContext) -> Runtime:
-        call, run = self.call, ctx.runtime.config
-        problems = list(_derive.disagreements(call.cfg_container, call.args))
-        shape = _providers.problem(call.model_provider)
-        if shape is not None:
-            from lifecycle.config import Problem
 
-            problems.append(Problem(check="megatron_lm_provider", field="model_provider",
-                                    value=type(call.model_provider).__name__, message=shape, fix="see the message"))
-        used, rewrites = normalize(run)
-        problems += validate(used, environment=ctx.options.environment_checks)
-        if not call.args_validated:
-            problems += _megatron_validation(call.args)
-        raise_for(problems)
-        for rewrite in rewrites:
-            ctx.emit(events.CONFIG_NORMALIZED, **rewrite.log_fields())
-        fingerprint = run.fingerprint()
-        ctx.emit(events.CONFIG_VALIDATED, fingerprint=fingerprint, config=redact(run.to_dict()),
-                 environment=ctx.options.environment_checks)
-        return dataclasses.replace(ctx.runtime, config=used, fingerprint=fingerprint)
+def _validate(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
+    """The provider's shape, the container against the args, the RunConfig's checks, `validate_args`."""
+    run = ctx.runtime.config
+    problems = list(_derive.disagreements(call.cfg_container, call.args))
+    shape = _providers.problem(call.model_provider)
+    if shape is not None:
+        from lifecycle.config import Problem
 
-    def start_services(self, ctx: PhaseContext) -> Runtime:
-        from megatron.training import get_tokenizer, global_vars
+        problems.append(Problem(check="megatron_lm_provider", field="model_provider",
+                                value=type(call.model_provider).__name__, message=shape, fix="see the message"))
+    used, rewrites = normalize(run)
+    problems += validate(used, environment=ctx.options.environment_checks)
+    if not call.args_validated:
+        problems += _megatron_validation(call.args)
+    raise_for(problems)
+    for rewrite in rewrites:
+        ctx.emit(events.CONFIG_NORMALIZED, **rewrite.log_fields())
+    fingerprint = run.fingerprint()
+    ctx.emit(events.CONFIG_VALIDATED, fingerprint=fingerprint, config=redact(run.to_dict()),
+             environment=ctx.options.environment_checks)
+    return dataclasses.replace(ctx.runtime, config=used, fingerprint=fingerprint)
 
-        args = self.call.args
-        adopted = global_vars._GLOBAL_ARGS is args
-        if not adopted:
-            ctx.side_effect(SideEffect.TOKENIZER)
-            ctx.side_effect(SideEffect.WRITERS)
-            global_vars.set_global_variables(args)
-        tokenizer = get_tokenizer()
-        writers = {k: v for k, v in (("tensorboard", global_vars._GLOBAL_TENSORBOARD_WRITER),
-                                     ("timers", global_vars._GLOBAL_TIMERS)) if v is not None}
-        ctx.emit(events.SERVICES_READY, tokenizer=type(tokenizer).__name__, vocab_size=args.padded_vocab_size,
-                 vocab_source="parse_and_validate_args" if adopted else "set_global_variables")
-        from types import MappingProxyType
+def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
+    from megatron.training import get_tokenizer, global_vars
 
-        return dataclasses.replace(ctx.runtime, services_ready=True, tokenizer=tokenizer,
-                                   vocab_size=args.padded_vocab_size, vocab_source="megatron-lm",
-                                   writers=MappingProxyType(writers))
+    args = call.args
+    adopted = global_vars._GLOBAL_ARGS is args
+    if not adopted:
+        ctx.side_effect(SideEffect.TOKENIZER)
+        ctx.side_effect(SideEffect.WRITERS)
+        global_vars.set_global_variables(args)
+    tokenizer = get_tokenizer()
+    writers = {k: v for k, v in (("tensorboard", global_vars._GLOBAL_TENSORBOARD_WRITER),
+                                 ("timers", global_vars._GLOBAL_TIMERS)) if v is not None}
+    ctx.emit(events.SERVICES_READY, tokenizer=type(tokenizer).__name__, vocab_size=args.padded_vocab_size,
+             vocab_source="parse_and_validate_args" if adopted else "set_global_variables")
+    from types import MappingProxyType
 
-    def init_distributed(self, ctx: PhaseContext) -> Runtime:
-        return initialize(ctx, self.call)
+    return dataclasses.replace(ctx.runtime, services_ready=True, tokenizer=tokenizer,
+                               vocab_size=args.padded_vocab_size, vocab_source="megatron-lm",
+                               writers=MappingProxyType(writers))
 
-    def build_model(self, ctx: PhaseContext) -> Runtime:
-        from megatron.core.utils import get_model_config
-        from megatron.training.training import setup_model_and_optimizer
+def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
+    from megatron.core.utils import get_model_config
+    from megatron.training.training import setup_model_and_optimizer
 
-        call, rt = self.call, ctx.runtime
-        provider = None
-        if call.model_provider is not None:
-            from megatron.training.arguments import core_transformer_config_from_args
+    rt = ctx.runtime
+    provider = None
+    if call.model_provider is not None:
+        from megatron.training.arguments import core_transformer_config_from_args
 
-            provider = _providers.KeywordProvider(call.model_provider, inputs=_inputs(rt),
-                                                  transformer_config=core_transformer_config_from_args(call.args))
-        ctx.side_effect(SideEffect.MODEL)
-        model, optimizer, scheduler = setup_model_and_optimizer(
-            call.model_type, model_provider_func=provider, checkpointing_context=call.extras.setdefault("ckpt", {}),
-            cfg_container=call.cfg_container, pg_collection=rt.pg_collection,
-        )
-        config = get_model_config(model[0])
-        ctx.emit(events.MODEL_BUILT, chunks=len(model), model_config_id=hex(id(config)),
-                 provider_config_id=hex(id(config)), optimizer=optimizer is not None)
-        extras = {**rt.extras, "scheduler": scheduler, "transformer_config_snapshot": snapshot_config(config),
-                  "checkpoint_step": int(getattr(call.args, "iteration", 0) or 0)}
-        return dataclasses.replace(rt, transformer_config=config, provider_config=config, model=tuple(model),
-                                   optimizer=optimizer, ddp_config=call.cfg_container.ddp, extras=extras)
+        provider = _providers.KeywordProvider(call.model_provider, inputs=_inputs(rt),
+                                              transformer_config=core_transformer_config_from_args(call.args))
+    ctx.side_effect(SideEffect.MODEL)
+    model, optimizer, scheduler = setup_model_and_optimizer(
+        call.model_type, model_provider_func=provider, checkpointing_context=call.extras.setdefault("ckpt", {}),
+        cfg_container=call.cfg_container, pg_collection=rt.pg_collection,
+    )
+    config = get_model_config(model[0])
+    ctx.emit(events.MODEL_BUILT, chunks=len(model), model_config_id=hex(id(config)),
+             provider_config_id=hex(id(config)), optimizer=optimizer is not None)
+    extras = {**rt.extras, "scheduler": scheduler, "transformer_config_snapshot": snapshot_config(config),
+              "checkpoint_step": int(getattr(call.args, "iteration", 0) or 0)}
+    return dataclasses.replace(rt, transformer_config=config, provider_config=config, model=tuple(model),
+                               optimizer=optimizer, ddp_config=call.cfg_container.ddp, extras=extras)
 
-    def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
-        return lifecycle_binding.enter(ctx)
 
-    def release(self, ctx: PhaseContext, keep: State) -> Runtime:
-        """The real phases' releases, and, with DISTRIBUTED, the rerun state machine it created."""
-        held = ctx.runtime.distributed
-        try:
-            return super().release(ctx, keep)
-        finally:
-            if held and keep.startup_index < State.DISTRIBUTED.startup_index:
-                from megatron.core.rerun_state_machine import destroy_rerun_state_machine
+def _destroying_rerun_state(ctx: PhaseContext, release: Entry) -> Runtime:
+    """DISTRIBUTED's release, then the rerun state machine `initialize` created with it."""
+    held = ctx.runtime.distributed
+    try:
+        return release(ctx)
+    finally:
+        if held:
+            from megatron.core.rerun_state_machine import destroy_rerun_state_machine
 
-                destroy_rerun_state_machine()
+            destroy_rerun_state_machine()
 
 
 def _inputs(rt: Runtime) -> Any:

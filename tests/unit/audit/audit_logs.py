@@ -24,7 +24,8 @@ import orjson
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
 from lifecycle.audit import AuditResult, audit
 from lifecycle.log import GENESIS, AuditLog
-from lifecycle.runtime import PhaseContext, Runtime
+from lifecycle.runtime import Entry, PhaseContext, Runtime
+from states import State
 
 FP = "f" * 64
 Events = list[tuple[str, dict[str, Any]]]
@@ -82,14 +83,15 @@ class OldModelPhases(InProcessPhases):
     def __init__(self) -> None:
         super().__init__()
         self.first: Any = None
+        self.around(State.MODEL_BUILT, enter=self.build_model).around(State.CALLBACKS_BOUND, enter=self.bind_callbacks)
 
-    def build_model(self, ctx: PhaseContext) -> Runtime:
-        runtime = super().build_model(ctx)
+    def build_model(self, ctx: PhaseContext, enter: Entry) -> Runtime:
+        runtime = enter(ctx)
         if self.first is None:
             self.first = runtime.model
         return runtime
 
-    def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
+    def bind_callbacks(self, ctx: PhaseContext, enter: Entry) -> Runtime:
         old = dataclasses.replace(ctx.runtime, model=self.first)
         return _bind_on(ctx, old, scheduler=ctx.runtime.model)
 
@@ -114,7 +116,11 @@ def _bind_on(ctx: PhaseContext, runtime: Runtime, *, scheduler: Any) -> Runtime:
 class ProviderTargetPhases(InProcessPhases):
     """A binding bug: callbacks installed on the provider's config, not the copy the model holds."""
 
-    def bind_callbacks(self, ctx: PhaseContext) -> Runtime:
+    def __init__(self) -> None:
+        super().__init__()
+        self.around(State.CALLBACKS_BOUND, enter=self.bind_callbacks)
+
+    def bind_callbacks(self, ctx: PhaseContext, enter: Entry) -> Runtime:
         holder = [type("Chunk", (), {"config": ctx.runtime.provider_config})()]
         return _bind_on(ctx, dataclasses.replace(ctx.runtime, model=tuple(holder)), scheduler=ctx.runtime.model)
 
@@ -219,8 +225,9 @@ class KilledPhases(InProcessPhases):
         super().__init__()
         self.log_dir = log_dir
         self.others = others
+        self.around(State.MODEL_BUILT, enter=self.build_model)
 
-    def build_model(self, ctx: PhaseContext) -> Runtime:
+    def build_model(self, ctx: PhaseContext, enter: Entry) -> Runtime:
         from states import SideEffect
 
         ctx.side_effect(SideEffect.MODEL)
