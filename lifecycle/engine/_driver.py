@@ -21,6 +21,7 @@ from lifecycle.engine._machine import MachineModel, build_machine
 from lifecycle.engine._side_effects import SideEffectRules
 from lifecycle.engine._work import ENTERS, RELEASE_KEEP, RESUMING, EntryWork, default_phases
 from lifecycle.errors import ConfigError, GuardRejected, InvalidTransition, PhaseFailed, StartupAborted
+from lifecycle.launchers import restart_count
 from lifecycle.log import AuditLog, events
 from lifecycle.runtime import Options, PhaseSet, Runtime, rank_of, run_id_from_env, world_size_of
 from states import (
@@ -390,6 +391,6 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
 
 def _elastic() -> dict[str, int]:
     """torchrun's restart count, when this process is a restart of an elastic job."""
-    count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "")
-    return {"restart_count": int(count)} if count.isdigit() else {}
+    count = restart_count()
+    return {} if count is None else {"restart_count": count}
 

@@ -18,7 +18,6 @@ from lifecycle.megatron_lm.entry import (
 )
 from lifecycle.resilience import cycle_and_store, injectable
 from lifecycle.runtime import Options
-from states import State
 
 LOG_DIR_ENV = "LIFECYCLE_LOG_DIR"
 
@@ -72,7 +71,7 @@ def pretrain(
                    options=options) as lc:
         if cycle is not None:
             lc.begin_cycle(cycle)
-        lc.advance_to(State.CALLBACKS_BOUND)
+        lc.advance_to(lc.target)  # the plan's target, where it trains
         return run_training(lc, call)
 
 

@@ -97,7 +97,7 @@ class InProcessRestart:
         lc.provide(**{STORE: prefixed})
         sockets = CycleSockets([getattr(store, "port", None), self.port])
         try:
-            lc.advance_to(State.CALLBACKS_BOUND)
+            lc.advance_to(lc.target)  # the plan's target, where it trains
             fault_ts = fault.get("ts")
             lc.cycle_trained(
                 pid=os.getpid(), resumed_step=checkpoint_step(lc.runtime), hooks=hook_counts(lc.runtime),
