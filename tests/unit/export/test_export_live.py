@@ -71,12 +71,11 @@ def test_spans_are_written_as_the_run_goes_and_equal_the_export_of_its_logs(tmp_
 
 
 def test_a_failed_transition_ends_its_span_and_the_root_with_status_error(tmp_path: Path) -> None:
-    class Broken(InProcessPhases):
-        def init_distributed(self, ctx: Any) -> Any:
-            raise RuntimeError("the rendezvous broke")
+    def broken(ctx: Any, enter: Any) -> Any:
+        raise RuntimeError("the rendezvous broke")
 
     logs, live = tmp_path / "logs", tmp_path / "live.jsonl"
-    lc = rank(logs, str(live), phases=Broken())
+    lc = rank(logs, str(live), phases=InProcessPhases().around(State.DISTRIBUTED, enter=broken))
     with pytest.raises(Exception, match="rendezvous"):
         lc.advance_to(State.CALLBACKS_BOUND)
     lc.shutdown()
