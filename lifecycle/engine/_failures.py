@@ -56,7 +56,11 @@ class SignalTrap:
     def __init__(self, on_signal: Any, on_blocked: Any) -> None:
         self.on_signal = on_signal
         self.previous: dict[int, Any] = {}
-        self.watch = SignalWatch(_SIGNALS, on_blocked)
+        self.watch = SignalWatch(_SIGNALS, on_blocked, owns=self._owns)
+
+    def _owns(self, signum: int) -> bool:
+        """This trap's handler is the one installed for `signum` now (not a later lifecycle's)."""
+        return bool(signal.getsignal(signum) == self.on_signal)
 
     def install(self) -> None:
         if self.previous or threading.current_thread() is not threading.main_thread():

@@ -58,9 +58,12 @@ class SignalWatch:
     """
 
     def __init__(self, signals: Iterable[int], on_blocked: Callable[[int, float], object], *,
-                 grace_s: float = GRACE_S) -> None:
+                 grace_s: float = GRACE_S, owns: Callable[[int], bool] | None = None) -> None:
         self.signals = frozenset(int(s) for s in signals)
         self.on_blocked = on_blocked
+        self.owns = owns
+        """Whether the handler installed for a signal now is this watch's owner's: a watch left armed
+        (its lifecycle never shut down) whose handler another one replaced is not the one blocked."""
         self.grace_s = grace_s
         self._write = -1
         self._previous = -1
@@ -141,7 +144,8 @@ class SignalWatch:
             waited = time.monotonic() - since
             if waited >= self.grace_s and polls * _POLL_S >= self.grace_s:
                 self._taken = True  # once: whatever `on_blocked` does, the watch is done with it
-                self.on_blocked(signum, waited)
+                if self.owns is None or self.owns(signum):
+                    self.on_blocked(signum, waited)
                 return
             time.sleep(_POLL_S)
             polls += 1

@@ -42,6 +42,24 @@ def sigterm_handler() -> Iterator[list[int]]:
     signal.signal(signal.SIGTERM, previous)
 
 
+
+def test_a_watch_left_armed_whose_handler_was_replaced_does_not_claim_the_signal(sigterm_handler: list[int]) -> None:
+    """A lifecycle never shut down leaves its watch armed; the handler now installed (a later
+    lifecycle's, the user's) took the signal, so the old watch must not end the process for it."""
+    blocked: list[tuple[int, float]] = []
+    mine = lambda signum, frame: None  # noqa: E731 - the old owner's handler, no longer installed
+    watch = SignalWatch([signal.SIGTERM], lambda s, w: blocked.append((s, w)), grace_s=0.3,
+                        owns=lambda signum: signal.getsignal(signum) is mine)
+    watch.arm()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        _until(lambda: bool(sigterm_handler), 2.0)
+        time.sleep(1.0)
+    finally:
+        watch.disarm()
+    assert blocked == [] and sigterm_handler == [signal.SIGTERM]
+
+
 def test_a_signal_no_handler_took_is_pending_then_reported_once_after_the_grace(sigterm_handler: list[int]) -> None:
     blocked: list[tuple[int, float]] = []
     watch = SignalWatch([signal.SIGTERM, signal.SIGINT], lambda s, w: blocked.append((s, w)), grace_s=0.3)
