@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 
 import pytest
 
@@ -29,10 +30,15 @@ LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTE
 
 
 @pytest.fixture(autouse=True)
-def _no_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_launcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No launcher variable; what a test's adopting writes into os.environ is undone after it."""
+    saved = dict(os.environ)
     for name in list(os.environ):
         if name in LAUNCHER_NAMES or name.startswith(LAUNCHER_PREFIXES):
             monkeypatch.delenv(name)
+    yield
+    for name in set(os.environ) - set(saved):
+        del os.environ[name]
 
 
 @pytest.mark.parametrize(("nodelist", "hosts"), [
