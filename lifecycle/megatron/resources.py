@@ -13,6 +13,7 @@ from typing import Any
 
 from lifecycle.megatron.ranks import WATCH
 from lifecycle.runtime import Runtime
+from lifecycle.runtime.signals import WATCH_THREAD
 from states import State
 
 Probe = Callable[[], bool]
@@ -126,7 +127,7 @@ def _workers() -> list[tuple[str, Probe]]:
         return all(p.pid in kept for p in multiprocessing.active_children())
 
     def no_new_threads() -> bool:
-        return all(t.ident in threads or _wrappers(t) for t in threading.enumerate())
+        return all(t.ident in threads or _wrappers(t) or t.name == WATCH_THREAD for t in threading.enumerate())
 
     return [("dataloader and checkpoint worker threads", no_new_threads),
             ("dataloader and checkpoint worker processes", no_new_processes)]
@@ -145,7 +146,9 @@ def _checkpoint_results_manager() -> set[int]:
 
 
 def _wrappers(thread: threading.Thread) -> bool:
-    """A thread of the in-process restart wrapper (nvidia-resiliency-ext), which outlives cycles."""
+    """A thread of the in-process restart wrapper (nvidia-resiliency-ext), which outlives cycles. (The
+    lifecycle's own signal watch, `WATCH_THREAD`, is armed while a transition runs, the release of
+    a restart included, and joined when it ends: not a worker either.)"""
     target = getattr(thread, "_target", None)
     modules = (type(thread).__module__, getattr(target, "__module__", None) or "")
     return any(m.startswith("nvidia_resiliency_ext.") for m in modules)

@@ -21,6 +21,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+WATCH_THREAD = "lifecycle-signal-watch"
+"""The name of a watch's reader thread (the ledger does not count it as a cycle's worker)."""
 GRACE_S = 3.0
 """How long the main thread has to take a signal before the watch calls it blocked."""
 
@@ -90,7 +92,7 @@ class SignalWatch:
         self._write, self._received, self._taken = write, None, False
         forward = self._previous if all(w._write != self._previous for w in _ARMED) else -1
         _ARMED.append(self)
-        self._thread = threading.Thread(target=self._read, args=(read, forward), name="lifecycle-signal-watch",
+        self._thread = threading.Thread(target=self._read, args=(read, forward), name=WATCH_THREAD,
                                         daemon=True)
         self._thread.start()
 
