@@ -515,7 +515,11 @@ def test_a_phase_past_its_deadline_and_grace_is_a_state_timeout_and_ends_the_pro
 def test_stopping_marks_this_rank_done_so_no_rank_takes_its_silence_for_a_loss() -> None:
     store = MemoryStore()
     watch = make(store, rank=2)
+    watch.start()
+    thread = watch._thread
+    assert thread is not None and thread.is_alive()
     watch.stop()
+    assert not thread.is_alive() and watch._thread is None, "stop() returns once the watcher has ended"
     assert store.data["alive/2"] == b"done" and watch._stop.is_set()
     store.fail_with = CLOSED
     make(store).stop()  # a store that is gone: nothing to mark, nothing raised
