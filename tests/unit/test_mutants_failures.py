@@ -82,6 +82,7 @@ def test_the_forced_fail_is_logged_as_a_fail_transition_from_where_it_happened(m
     completed = [(r["trigger"], r["source"], r["dest"]) for r in events_of(lc, "transition_completed")]
     assert started[-2:] == [("start_services", "VALIDATED"), ("fail", "VALIDATED")]
     assert completed[-1] == ("fail", "VALIDATED", "FAILED")
+    assert events_of(lc, "transition_completed")[-1]["duration_s"] == 0.0, "the forced FAIL does no work"
 
 
 def test_a_failure_before_validation_says_no_restart_can_help(make_lc: Any) -> None:
@@ -356,6 +357,19 @@ class Rehearsal:
         self.thread_id, self.active, self.owner_alive = thread_id, active, owner_alive
 
 
+class Bare:
+    """A rehearsal that says only which thread started it: not active, so nothing to refuse."""
+
+    def __init__(self, thread_id: int) -> None:
+        self.thread_id = thread_id
+
+
+class Unsure(Bare):
+    """Active, but it cannot tell whether its thread still lives: taken as alive, so refused."""
+
+    active = True
+
+
 @pytest.mark.parametrize(("rehearsal", "refused"), [
     (Rehearsal(1), True),
     (Rehearsal(1, owner_alive=False), False),
@@ -363,9 +377,11 @@ class Rehearsal:
     (Rehearsal(None), False),
     (Rehearsal(threading.get_ident()), False),
     (None, False),
+    (Bare(1), False),
+    (Unsure(1), True),
 ])
 def test_a_release_from_another_thread_than_the_rehearsals_is_refused_before_anything_changes(
-    make_lc: Any, rehearsal: Rehearsal | None, refused: bool
+    make_lc: Any, rehearsal: Any, refused: bool
 ) -> None:
     lc = make_lc()
     lc.advance_to(State.CALLBACKS_BOUND)
@@ -392,3 +408,47 @@ def test_only_releases_are_refused_on_the_wrong_thread(make_lc: Any) -> None:
     lc.rebuild()
     assert lc.state is State.DISTRIBUTED
     lc._runtime = dataclasses.replace(lc.runtime, rehearsal=None)
+
+
+# -- a log that cannot be written ----------------------------------------------------------------------
+def test_a_log_that_fails_is_reported_once_however_many_records_follow(
+    make_lc: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from test_engine_failures import disk_full_after
+
+    lc = make_lc()
+    lc.advance_to(State.CALLBACKS_BOUND)
+    for step in (1, 2):
+        lc.record("step_completed", step=step, loss=1.0, duration_s=0.1)  # many checks, no fault yet
+    assert lc.state is State.CALLBACKS_BOUND
+
+    disk_full_after(monkeypatch, 0)  # the log file's writes fail from now on; stderr's still work
+    for step in (3, 4, 5):
+        lc.record("step_completed", step=step, loss=1.0, duration_s=0.1)
+    monkeypatch.undo()
+    assert lc.state is State.FAILED
+    lc.shutdown()
+    failed = [line for line in capfd.readouterr().err.splitlines() if '"transition_failed"' in line]
+    assert len(failed) == 1 and '"trigger":"record"' in failed[0] and '"duration_s":0.0' in failed[0]
+
+
+# -- at interpreter exit -------------------------------------------------------------------------------
+def test_a_script_that_returns_without_shutdown_is_shut_down_at_exit(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from lifecycle.testing import read_log
+
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from lifecycle import InProcessPhases, Lifecycle, RunConfig\n"
+        "from states import State\n"
+        "lc = Lifecycle(RunConfig(), log_dir=Path(sys.argv[1]), phases=InProcessPhases(), tripwires='off')\n"
+        "lc.advance_to(State.CALLBACKS_BOUND)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, env=env, timeout=120)
+    records = read_log(tmp_path / "rank-00000.jsonl")
+    assert records[-1]["event"] == "transition_completed" and records[-1]["dest"] == "SHUT_DOWN"
