@@ -452,3 +452,38 @@ def test_a_script_that_returns_without_shutdown_is_shut_down_at_exit(tmp_path: P
     subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, env=env, timeout=120)
     records = read_log(tmp_path / "rank-00000.jsonl")
     assert records[-1]["event"] == "transition_completed" and records[-1]["dest"] == "SHUT_DOWN"
+
+
+class TwoSignalsAtOnce(InProcessPhases):
+    """SIGINT and SIGTERM arrive together inside build_model (both pending when unblocked)."""
+
+    def build_model(self, ctx: Any) -> Runtime:
+        both = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, both)
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, both)
+        return super().build_model(ctx)
+
+
+def test_a_second_signal_right_behind_the_first_is_ignored_while_the_abort_unwinds(make_lc: Any) -> None:
+    lc = make_lc(phases=TwoSignalsAtOnce())
+    with pytest.raises(StartupAborted) as caught:
+        lc.advance_to(State.CALLBACKS_BOUND)
+    assert caught.value.code == 128 + signal.SIGINT, "the first signal decides the exit"
+    assert [r["signal"] for r in events_of(lc, "startup_aborted")] == ["SIGINT"]
+    assert lc.state is State.SHUT_DOWN
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs Linux's /proc")
+def test_a_failure_after_the_log_opened_does_not_open_it_again(make_lc: Any) -> None:
+    lc = make_lc(phases=Raises("build_model", RuntimeError("oom")))
+    lc.advance_to(State.DISTRIBUTED)
+    before = open_fds()
+    with pytest.raises(PhaseFailed) as caught:
+        lc.build_model()
+    assert open_fds() == before and "stderr" not in str(caught.value)
