@@ -79,6 +79,18 @@ def test_the_verdict_times_follow_the_deadline_and_the_poll_as_documented() -> N
     assert RankWatch(store, rank=0, world_size=2, timeout_s=60.0, poll_s=0.1).lost_s == 1.0
 
 
+def test_the_watcher_ends_a_process_with_ex_tempfail_as_documented() -> None:
+    assert EXIT_CODE == os.EX_TEMPFAIL == 75  # docs/failures.md: schedulers may retry a job on it
+
+
+def test_failures_are_immutable_keyword_only_values() -> None:
+    with pytest.raises(TypeError):
+        Failure(1, "DISTRIBUTED", "x", "lost")  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        failure(1).rank = 2  # type: ignore[misc]
+    assert len({failure(1), failure(1)}) == 1
+
+
 def test_ranks_are_listed_in_words() -> None:
     assert (rank_list([1]), rank_list([1, 3]), rank_list([])) == ("rank 1", "ranks 1, 3", "ranks ")
 
@@ -101,6 +113,20 @@ def test_the_last_rank_to_check_in_opens_the_gate_and_learns_its_neighbours_on_t
     assert store.data["all_arrived"] == b"1" and store.data["checkin/2"] == b"1" and store.data["alive/2"] == b"1"
     assert store.data[f"{host_key()}/3"] == f"2:{os.getpid()}".encode()
     assert watch._peers == {1: 4242, 0: 777}
+
+
+class LateNeighbour(MemoryStore):
+    """Rank 1, on this host too, checks in while this rank waits for the others."""
+
+    def wait(self, keys: list[str], _timeout: Any = None) -> None:
+        self.set(f"{host_key()}/{self.add(host_key(), 1)}", b"1:4242")
+
+
+def test_a_neighbour_that_checks_in_after_this_rank_is_known_too() -> None:
+    store = LateNeighbour()
+    watch = make(store, rank=0, world=2)
+    watch.check_in(Ctx())  # type: ignore[arg-type]
+    assert watch._peers == {1: 4242}
 
 
 def test_a_rank_that_is_not_the_last_does_not_open_the_gate() -> None:
