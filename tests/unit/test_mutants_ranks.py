@@ -289,6 +289,7 @@ def test_a_collective_that_times_out_with_no_failure_reported_is_a_state_timeout
     assert caught.value.field == "startup.timeout_s"
     assert emitted == [("state_timeout", {"state": "MODEL_BUILT", "trigger": "build_model", "timeout_s": 12.0})]
     assert first(store) == Failure(rank=1, state="MODEL_BUILT", error="TimeoutError: allreduce", kind="timeout")
+    assert store.data["failure/1"] == store.data["first"], "a collective's timeout is not called a rendezvous's"
 
 
 def test_a_connection_lost_mid_collective_waits_for_the_verdict_that_names_the_dead_peer() -> None:
@@ -310,12 +311,53 @@ def test_a_connection_lost_mid_collective_waits_for_the_verdict_that_names_the_d
     assert len(limits) == 1
 
 
+class VerdictLater(MemoryStore):
+    """Rank 0's verdict lands after this rank has looked for it `after` times."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__()
+        self.after = after
+
+    def check(self, keys: list[str]) -> bool:
+        if keys == ["first"]:
+            self.after -= 1
+            if self.after == 0:
+                self.set("first", failure(0, "lost").encode())
+        return super().check(keys)
+
+
 def test_the_wait_for_a_verdict_ends_with_the_verdict_or_at_its_limit() -> None:
     store = MemoryStore()
     watch = make(store, rank=1)
     assert watch._await_peer_failure(0.25) is None
     store.set("first", failure(0).encode())
     assert watch._await_peer_failure(600.0) == failure(0)
+    later = make(VerdictLater(3), rank=1)  # polls every 0.1 s: the verdict comes on the third look
+    assert later._await_peer_failure(600.0) == failure(0, "lost")
+
+
+WATCH_LEFT_RUNNING = """
+import sys
+from lifecycle.megatron.ranks import RankWatch
+
+class Store:
+    def add(self, key, amount): return 1
+    def set(self, key, value): pass
+    def check(self, keys): return False
+    def multi_get(self, keys): return [b"1" for _ in keys]
+
+watch = RankWatch(Store(), rank=1, world_size=2, timeout_s=600.0, poll_s=0.05)
+watch.start()
+print("started", flush=True)
+"""
+
+
+def test_a_watcher_left_running_never_keeps_the_process_alive() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", WATCH_LEFT_RUNNING], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0 and done.stdout == "started\n"
 
 
 # -- the watcher: peers on this host -------------------------------------------------------------------
