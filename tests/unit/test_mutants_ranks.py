@@ -331,9 +331,9 @@ def test_the_wait_for_a_verdict_ends_with_the_verdict_or_at_its_limit() -> None:
     watch = make(store, rank=1)
     assert watch._await_peer_failure(0.25) is None
     store.set("first", failure(0).encode())
-    assert watch._await_peer_failure(600.0) == failure(0)
+    assert watch._await_peer_failure(5.0) == failure(0)
     later = make(VerdictLater(3), rank=1)  # polls every 0.1 s: the verdict comes on the third look
-    assert later._await_peer_failure(600.0) == failure(0, "lost")
+    assert later._await_peer_failure(5.0) == failure(0, "lost")
 
 
 WATCH_LEFT_RUNNING = """
