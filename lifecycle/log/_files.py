@@ -117,9 +117,11 @@ def inspect_log(path: Path) -> ChainEnd | str | None:
         return _not_ours(path, "does not start with a lifecycle_started record")
     complete = data[: data.rfind(b"\n") + 1]
     lines = [line for line in complete.split(b"\n") if line.strip()]
-    last = (_record(lines[-1]) if lines else first) or {}
-    seq, digest = last.get("seq"), last.get("hash")
     run_id = str(first["run_id"])
+    if not lines:  # not even the first line was finished: it is cut, and the chain starts afresh
+        return ChainEnd(truncated=len(data), run_id=run_id, ident=ident)
+    last = _record(lines[-1]) or {}
+    seq, digest = last.get("seq"), last.get("hash")
     if not isinstance(seq, int) or not isinstance(digest, str):  # replaceable, not continuable
         return ChainEnd(complete=len(complete), run_id=run_id, ident=ident, chained=False)
     return ChainEnd(seq=seq + 1, prev=digest, attempts=sum(1 for line in lines if _STARTED in line),

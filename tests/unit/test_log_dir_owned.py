@@ -126,6 +126,15 @@ def test_a_continued_log_is_cut_only_at_its_own_torn_last_line(tmp_path: Path) -
     assert [r.get("attempt") for r in records if r["event"] == "lifecycle_started"] == [None, 1]
 
 
+def test_a_log_whose_only_line_was_left_unfinished_starts_again_from_the_chains_head(tmp_path: Path) -> None:
+    start(tmp_path, "job")
+    path = tmp_path / "rank-00000.jsonl"
+    path.write_bytes(path.read_bytes().split(b"\n")[0])  # the first record, its newline never written
+    start(tmp_path, "job", "append")
+    assert check_log(read_log(path)) == [] and read_log(path)[0]["seq"] == 0
+    assert not audit([str(tmp_path)]).findings, "the unfinished line was cut, and no record refers to it"
+
+
 def test_a_log_dir_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()

@@ -1,0 +1,160 @@
+"""The ledger of what each state made (lifecycle.engine._ledger): which entries a release checks, in
+which order, what a survivor logs and raises, and the restart cycles' records. In-process phases that
+name a resource per state with a probe the test controls; tests/integration/test_restart.py runs the
+real megatron resources through restarts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lifecycle import InProcessPhases, ResourceLeak, Runtime
+from lifecycle.engine._ledger import Entry, Ledger
+from states import State
+
+ORDER = (State.SERVICES_READY, State.DISTRIBUTED, State.MODEL_BUILT, State.CALLBACKS_BOUND)
+
+
+class Resourceful(InProcessPhases):
+    """Each forward state makes `<state> a` and `<state> b`; `alive` holds the names not yet gone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alive: set[str] = set()
+
+    def resources(self, state: State, runtime: Runtime) -> list[tuple[str, Any]]:
+        made = [f"{state.name.lower()} {x}" for x in ("a", "b")]
+        self.alive.update(made)
+        return [(name, lambda name=name: name not in self.alive) for name in made]
+
+    def release(self, ctx: Any, keep: State) -> Runtime:
+        runtime = super().release(ctx, keep)
+        self.alive -= {n for n in self.alive if State[n.split()[0].upper()].startup_index > keep.startup_index}
+        return runtime
+
+
+class Leaky(Resourceful):
+    """Its release forgets `leak`."""
+
+    def __init__(self, *leak: str) -> None:
+        super().__init__()
+        self.leak = set(leak)
+
+    def release(self, ctx: Any, keep: State) -> Runtime:
+        runtime = super().release(ctx, keep)
+        self.alive |= self.leak
+        return runtime
+
+
+def events_of(lc: Any, name: str) -> list[dict[str, Any]]:
+    return [r for r in lc.records if r["event"] == name]
+
+
+def names(*states: State) -> list[tuple[str, str]]:
+    return [(s.name, f"{s.name.lower()} {x}") for s in states for x in ("a", "b")]
+
+
+# -- the ledger itself ---------------------------------------------------------------------------------
+def test_a_release_probes_only_the_states_it_leaves_newest_first_and_forgets_them() -> None:
+    ledger, probed = Ledger(), []
+
+    def probe(name: str, gone: bool) -> Any:
+        return lambda: probed.append(name) or gone
+
+    ledger.register(State.DISTRIBUTED, "group", probe("group", False))
+    ledger.register(State.MODEL_BUILT, "model", probe("model", False))
+    ledger.register(State.MODEL_BUILT, "optimizer", probe("optimizer", True))
+    ledger.register(State.CALLBACKS_BOUND, "hooks", probe("hooks", False))
+    assert [e.name for e in ledger.survivors(State.DISTRIBUTED)] == ["hooks", "model"]
+    assert probed == ["hooks", "optimizer", "model"], "the group DISTRIBUTED keeps is not probed"
+    assert ledger.names() == [("DISTRIBUTED", "group")]
+    assert ledger.survivors(State.DISTRIBUTED) == [] and probed == ["hooks", "optimizer", "model"]
+    assert [e.name for e in ledger.survivors(State.VALIDATED)] == ["group"] and ledger.names() == []
+
+
+def test_a_probe_that_cannot_look_proves_no_leak() -> None:
+    ledger = Ledger()
+
+    def broken() -> bool:
+        raise RuntimeError("its module was torn down")
+
+    ledger.register(State.MODEL_BUILT, "model", broken)
+    ledger.register(State.MODEL_BUILT, "counted", lambda: 0)  # type: ignore[arg-type,return-value]
+    assert [e.name for e in ledger.survivors(State.VALIDATED)] == ["counted"]
+
+
+def test_entries_are_fixed_values() -> None:
+    entry = Entry(State.MODEL_BUILT, "model", lambda: True)
+    with pytest.raises(AttributeError):
+        entry.name = "other"  # type: ignore[misc]
+
+
+# -- through a lifecycle -------------------------------------------------------------------------------
+def test_every_forward_state_registers_what_it_made_in_creation_order(make_lc: Any) -> None:
+    lc = make_lc(phases=Resourceful())
+    lc.advance_to(State.CALLBACKS_BOUND)
+    assert lc.ledger == names(*ORDER)
+    lc.rebuild()
+    assert lc.ledger == names(State.SERVICES_READY, State.DISTRIBUTED)
+    lc.advance_to(State.CALLBACKS_BOUND)
+    assert lc.ledger == names(*ORDER)
+    lc.restart()
+    assert lc.ledger == []
+    assert events_of(lc, "resource_leaked") == []
+
+
+def test_phases_without_resources_leave_the_ledger_empty(make_lc: Any) -> None:
+    lc = make_lc()
+    lc.advance_to(State.CALLBACKS_BOUND)
+    assert lc.ledger == []
+    lc.shutdown()
+
+
+def test_a_failure_registers_nothing_and_a_later_release_still_checks_what_was_made(make_lc: Any) -> None:
+    phases = Leaky("distributed b")
+    lc = make_lc(phases=phases)
+    lc.advance_to(State.DISTRIBUTED)
+    lc.fail("the test stops here")
+    assert lc.ledger == names(State.SERVICES_READY, State.DISTRIBUTED)
+    with pytest.raises(ResourceLeak, match=r"distributed b \(DISTRIBUTED\)"):
+        lc.restart()
+
+
+def test_a_resource_that_survives_its_release_is_logged_and_raised_naming_it_and_its_state(make_lc: Any) -> None:
+    lc = make_lc(phases=Leaky("callbacks_bound b", "model_built a"))
+    lc.advance_to(State.CALLBACKS_BOUND)
+    with pytest.raises(ResourceLeak) as caught:
+        lc.rebuild()
+    leaked = [(r["resource"], r["state"]) for r in events_of(lc, "resource_leaked")]
+    assert leaked == [("callbacks_bound b", "CALLBACKS_BOUND"), ("model_built a", "MODEL_BUILT")]
+    assert str(caught.value).startswith(
+        "2 resource(s) still alive after release to DISTRIBUTED: callbacks_bound b (CALLBACKS_BOUND), "
+        "model_built a (MODEL_BUILT); the release of CALLBACKS_BOUND must destroy callbacks_bound b")
+    assert (caught.value.resource, caught.value.state) == ("callbacks_bound b", "CALLBACKS_BOUND")
+
+
+# -- restart cycles ------------------------------------------------------------------------------------
+def test_a_cycle_numbers_every_later_record_and_logs_its_start_and_end(make_lc: Any) -> None:
+    lc = make_lc(phases=Resourceful())
+    assert lc.cycle == 0
+    lc.begin_cycle(3)
+    assert lc.cycle == 3
+    lc.advance_to(State.DISTRIBUTED)
+    lc.cycle_trained(restart_s=1.5)
+    [started] = events_of(lc, "cycle_started")
+    assert started["ledger"] == ["SERVICES_READY:services_ready a", "SERVICES_READY:services_ready b",
+                                 "DISTRIBUTED:distributed a", "DISTRIBUTED:distributed b"]
+    assert started["fingerprint"] == lc.runtime.fingerprint and started["fingerprint"]
+    assert started["restart_s"] == 1.5 and started["cycle"] == 3
+    lc.end_cycle(cause_rank=1, cause="peer died")
+    [ended] = events_of(lc, "cycle_ended")
+    assert (ended["state"], ended["cause_rank"], ended["cause"], ended["cycle"]) == ("DISTRIBUTED", 1, "peer died", 3)
+
+
+def test_provided_objects_reach_the_entry_work_beside_the_existing_extras(make_lc: Any) -> None:
+    lc = make_lc()
+    lc.provide(store="the store")
+    lc.provide(other=2)
+    assert lc.runtime.extras["store"] == "the store" and lc.runtime.extras["other"] == 2

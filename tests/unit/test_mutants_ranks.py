@@ -1,0 +1,619 @@
+"""The watcher's decisions one by one (lifecycle.megatron.ranks), on a store in memory and with the
+clock passed in: which peer is lost and which finished, when a heartbeat stood still long enough,
+when the store's host is gone, when the main thread is ended, and what a failure in a watched phase
+publishes and raises. No thread and no torch; tests/unit/test_rank_watch_verdicts.py runs the same
+verdicts through the watcher thread, and tests/integration the 2-rank runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from test_rank_watch_verdicts import Emitted, MemoryStore
+
+from lifecycle.errors import DistributedError
+from lifecycle.megatron._liveness import host_key
+from lifecycle.megatron.ranks import (
+    EXIT_CODE,
+    WATCH,
+    Failure,
+    RankWatch,
+    _Active,
+    mark_failed,
+    rank_list,
+    watched,
+    watched_step,
+)
+
+CLOSED = RuntimeError("Failed to recv, got 0 bytes. Connection was likely closed.")
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.fixture(scope="module")
+def gone() -> int:
+    return dead_pid()
+
+
+def make(store: MemoryStore | None = None, *, rank: int = 0, world: int = 3, timeout_s: float = 24.0,
+         host: int | None = 0, exits: list[int] | None = None) -> RankWatch:
+    return RankWatch(MemoryStore() if store is None else store, rank=rank, world_size=world, timeout_s=timeout_s,
+                     store_host=host, poll_s=0.1, grace_s=3.0,
+                     exit_process=(exits if exits is not None else []).append)
+
+
+def failure(rank: int, kind: str = "exception", state: str = "DISTRIBUTED") -> Failure:
+    return Failure(rank=rank, state=state, error=f"boom on {rank}", kind=kind)
+
+
+def first(store: MemoryStore) -> Failure | None:
+    return Failure.decode(store.data["first"]) if "first" in store.data else None
+
+
+class Ctx:
+    def __init__(self, extras: dict[str, Any] | None = None) -> None:
+        self.emitted = Emitted()
+        self.trigger = SimpleNamespace(value="init_distributed")
+        self.runtime = SimpleNamespace(extras=extras or {})
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self.emitted(event, **fields)
+
+
+# -- timing and naming ---------------------------------------------------------------------------------
+def test_the_verdict_times_follow_the_deadline_and_the_poll_as_documented() -> None:
+    store = MemoryStore()
+    assert [RankWatch(store, rank=0, world_size=2, timeout_s=t).stale_s for t in (1.0, 24.0, 100.0)] == [5.0, 6.0, 8.0]
+    default = RankWatch(store, rank=0, world_size=2, timeout_s=60.0)
+    assert (default.poll_s, default.grace_s, default.lost_s, default.store_host) == (0.5, 3.0, 1.0, 0)
+    assert RankWatch(store, rank=0, world_size=2, timeout_s=60.0, poll_s=2.0).lost_s == 4.0
+    assert RankWatch(store, rank=0, world_size=2, timeout_s=60.0, poll_s=0.1).lost_s == 1.0
+
+
+def test_the_watcher_ends_a_process_with_ex_tempfail_as_documented() -> None:
+    assert EXIT_CODE == os.EX_TEMPFAIL == 75  # docs/failures.md: schedulers may retry a job on it
+
+
+def test_failures_are_immutable_keyword_only_values() -> None:
+    with pytest.raises(TypeError):
+        Failure(1, "DISTRIBUTED", "x", "lost")  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        failure(1).rank = 2  # type: ignore[misc]
+    assert len({failure(1), failure(1)}) == 1
+
+
+def test_ranks_are_listed_in_words() -> None:
+    assert (rank_list([1]), rank_list([1, 3]), rank_list([])) == ("rank 1", "ranks 1, 3", "ranks ")
+
+
+def test_a_failure_goes_through_the_store_unchanged() -> None:
+    one = failure(4, "lost", "MODEL_BUILT")
+    assert Failure.decode(one.encode()) == one
+    assert Failure.decode(b'{"rank": "2", "state": 5, "error": null, "kind": "x"}') == Failure(
+        rank=2, state="5", error="None", kind="x")
+
+
+# -- check-in ------------------------------------------------------------------------------------------
+def test_the_last_rank_to_check_in_opens_the_gate_and_learns_its_neighbours_on_this_host() -> None:
+    store = MemoryStore()
+    store.set("arrived", b"2")
+    store.set(f"{host_key()}/{store.add(host_key(), 1)}", b"1:4242")
+    store.set(f"{host_key()}/{store.add(host_key(), 1)}", b"0:777")
+    watch = make(store, rank=2)
+    watch.check_in(Ctx())  # type: ignore[arg-type]
+    assert store.data["all_arrived"] == b"1" and store.data["checkin/2"] == b"1" and store.data["alive/2"] == b"1"
+    assert store.data[f"{host_key()}/3"] == f"2:{os.getpid()}".encode()
+    assert watch._peers == {1: 4242, 0: 777}
+
+
+class LateNeighbour(MemoryStore):
+    """Rank 1, on this host too, checks in while this rank waits for the others."""
+
+    def wait(self, keys: list[str], _timeout: Any = None) -> None:
+        self.set(f"{host_key()}/{self.add(host_key(), 1)}", b"1:4242")
+
+
+def test_a_neighbour_that_checks_in_after_this_rank_is_known_too() -> None:
+    store = LateNeighbour()
+    watch = make(store, rank=0, world=2)
+    watch.check_in(Ctx())  # type: ignore[arg-type]
+    assert watch._peers == {1: 4242}
+
+
+def test_a_rank_that_is_not_the_last_does_not_open_the_gate() -> None:
+    store = MemoryStore()
+    store.set("arrived", b"1")
+    make(store, rank=1).check_in(Ctx())  # type: ignore[arg-type]
+    assert "all_arrived" not in store.data and store.data["arrived"] == b"2"
+
+
+class TimingOut(MemoryStore):
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def wait(self, keys: list[str], _timeout: Any = None) -> None:
+        raise self.error
+
+
+def test_a_rendezvous_that_times_out_names_the_missing_ranks_logs_and_publishes_it() -> None:
+    store = TimingOut(TimeoutError("wait timed out"))
+    store.set("checkin/0", b"1")
+    ctx = Ctx()
+    with pytest.raises(DistributedError) as caught:
+        make(store, rank=2, world=4, timeout_s=7.5).check_in(ctx)  # type: ignore[arg-type]
+    assert str(caught.value) == ("rendezvous timed out after 7.5 s: 2 of 4 ranks arrived; missing: ranks 1, 3. "
+                                 "Start the missing ranks, or raise startup.timeout_s if they are slow to start")
+    assert caught.value.field == "startup.timeout_s"
+    assert ctx.emitted == [("state_timeout", {"state": "DISTRIBUTED", "trigger": "init_distributed", "timeout_s": 7.5,
+                                              "missing": [1, 3]})]
+    assert first(store) == Failure(rank=2, state="DISTRIBUTED", error="rendezvous timed out; missing: ranks 1, 3",
+                                   kind="timeout")
+
+
+def test_a_rendezvous_that_fails_otherwise_is_not_called_a_timeout() -> None:
+    store = TimingOut(ValueError("bad key"))
+    ctx = Ctx()
+    with pytest.raises(ValueError, match="bad key"):
+        make(store).check_in(ctx)  # type: ignore[arg-type]
+    assert ctx.emitted == [] and first(store) is None
+
+
+# -- publishing and reading failures -------------------------------------------------------------------
+def test_the_first_published_failure_wins_and_each_rank_keeps_its_own() -> None:
+    store = MemoryStore()
+    watch = make(store)
+    watch.publish(failure(2))
+    watch.publish(failure(1))
+    assert first(store) == failure(2) and Failure.decode(store.data["failure/1"]) == failure(1)
+    assert watch.first_failure() == failure(2)
+    other = MemoryStore()
+    watch.publish(failure(1), other)
+    assert first(other) == failure(1) and first(store) == failure(2)
+    assert watch.first_failure(other) == failure(1)
+
+
+def test_an_unreachable_store_publishes_nothing_and_reads_as_no_news() -> None:
+    store = MemoryStore()
+    store.set("first", failure(1).encode())
+    watch = make(store)
+    store.fail_with = CLOSED
+    watch.publish(failure(0))
+    assert watch.first_failure() is None
+    store.fail_with = None
+    watch._store_gone = True
+    assert watch.first_failure() is None and watch.peer_failure() is None
+
+
+def test_a_peer_failure_is_anothers_published_or_noticed_failure_never_our_own() -> None:
+    store = MemoryStore()
+    watch = make(store, rank=1)
+    assert watch.peer_failure() is None
+    watch._noticed = (failure(1, "lost"), 0.0)
+    assert watch.peer_failure() is None
+    watch._noticed = (failure(2, "lost"), 0.0)
+    assert watch.peer_failure() == failure(2, "lost")
+    store.set("first", failure(1).encode())
+    assert watch.peer_failure() == failure(2, "lost"), "our own published failure is not a peer's"
+    store.set("first", failure(0).encode())
+    assert watch.peer_failure() == failure(0)
+
+
+def test_a_lifecycle_that_fails_twice_publishes_its_first_reason_only() -> None:
+    store = MemoryStore()
+    watch = make(store, rank=1)
+    watch.mark_failed("MODEL_BUILT", "first reason")
+    watch.mark_failed("CALLBACKS_BOUND", "second reason")
+    assert Failure.decode(store.data["failure/1"]) == Failure(rank=1, state="MODEL_BUILT", error="first reason",
+                                                              kind="exception")
+
+
+# -- a failure inside a watched phase ------------------------------------------------------------------
+def test_a_watched_phase_says_what_this_rank_does_and_what_the_watcher_may_end() -> None:
+    store = MemoryStore()
+    watch, emitted = make(store, rank=1), Emitted()
+    with watch.watching(emitted, "build_model", "MODEL_BUILT"):
+        active = watch._active
+        assert active is not None and (active.trigger, active.state, active.deadline) == ("build_model",
+                                                                                           "MODEL_BUILT", True)
+        assert store.data["state/1"] == b"MODEL_BUILT"
+    assert watch._active is None and not watch.failed
+    with watch.watching(emitted, "step 3", "CALLBACKS_BOUND", deadline=False):
+        assert watch._active is not None and watch._active.deadline is False
+    watch._store_gone = True
+    with watch.watching(emitted, "shutdown", "SHUT_DOWN"):
+        assert store.data["state/1"] == b"CALLBACKS_BOUND", "a store that is gone is not written"
+    assert emitted == []
+
+
+def test_a_store_that_fails_does_not_keep_a_phase_from_running() -> None:
+    store = MemoryStore()
+    watch = make(store)
+    store.fail_with = CLOSED
+    with watch.watching(Emitted(), "build_model", "MODEL_BUILT"):
+        ran = True
+    assert ran
+
+
+def test_an_error_while_a_peer_failed_first_makes_this_rank_its_victim() -> None:
+    store = MemoryStore()
+    store.set("first", failure(0, state="DISTRIBUTED").encode())
+    watch, emitted = make(store, rank=2), Emitted()
+    with pytest.raises(DistributedError) as caught, watch.watching(emitted, "build_model", "MODEL_BUILT"):
+        raise RuntimeError("gloo: connection reset")
+    assert str(caught.value) == ("rank 0 failed in DISTRIBUTED (boom on 0); rank 2 stopped waiting for it in "
+                                 "MODEL_BUILT. The root cause is on rank 0")
+    assert caught.value.field == "startup" and isinstance(caught.value.__cause__, RuntimeError)
+    assert emitted == [("peer_failed", {"peer_rank": 0, "peer_state": "DISTRIBUTED", "error": "boom on 0"})]
+    assert "failure/2" not in store.data and watch.failed and watch._active is None
+
+
+@pytest.mark.parametrize("signal", [KeyboardInterrupt(), SystemExit(143)])
+def test_a_signal_is_this_ranks_own_failure_even_after_a_peers(signal: BaseException) -> None:
+    store = MemoryStore()
+    store.set("first", failure(0).encode())
+    watch, emitted = make(store, rank=2), Emitted()
+    with pytest.raises(type(signal)) as caught, watch.watching(emitted, "build_model", "MODEL_BUILT"):
+        raise signal
+    assert caught.value is signal and emitted == []
+    assert Failure.decode(store.data["failure/2"]).kind == "signal"
+
+
+def test_an_error_of_its_own_is_published_and_raised_as_it_is() -> None:
+    store = MemoryStore()
+    watch, emitted = make(store, rank=1), Emitted()
+    error = ValueError("bad shape")
+    with pytest.raises(ValueError) as caught, watch.watching(emitted, "build_model", "MODEL_BUILT"):
+        raise error
+    assert caught.value is error and caught.value.__cause__ is None and emitted == []
+    assert first(store) == Failure(rank=1, state="MODEL_BUILT", error="ValueError: bad shape", kind="exception")
+    assert watch.failed
+
+
+def test_a_collective_that_times_out_with_no_failure_reported_is_a_state_timeout() -> None:
+    store = MemoryStore()
+    watch, emitted = make(store, rank=1, timeout_s=12.0), Emitted()
+    with pytest.raises(DistributedError) as caught, watch.watching(emitted, "build_model", "MODEL_BUILT"):
+        raise TimeoutError("allreduce")
+    assert str(caught.value) == ("MODEL_BUILT timed out after 12 s on rank 1 (TimeoutError: allreduce); no rank "
+                                 "reported a failure. Raise startup.timeout_s if this state is slow")
+    assert caught.value.field == "startup.timeout_s"
+    assert emitted == [("state_timeout", {"state": "MODEL_BUILT", "trigger": "build_model", "timeout_s": 12.0})]
+    assert first(store) == Failure(rank=1, state="MODEL_BUILT", error="TimeoutError: allreduce", kind="timeout")
+    assert store.data["failure/1"] == store.data["first"], "a collective's timeout is not called a rendezvous's"
+
+
+def test_a_connection_lost_mid_collective_waits_for_the_verdict_that_names_the_dead_peer() -> None:
+    store = MemoryStore()
+    watch, emitted, limits = make(store, rank=1), Emitted(), []
+
+    def verdict(limit_s: float) -> Failure:
+        limits.append(limit_s)
+        return failure(2, "lost")
+
+    watch._await_peer_failure = verdict  # type: ignore[method-assign]
+    with pytest.raises(DistributedError, match="rank 2 failed"), watch.watching(emitted, "build_model", "MODEL_BUILT"):
+        raise RuntimeError("gloo: Connection closed by peer")
+    # rank 0 publishes the verdict `stale_s` after the last heartbeat; a few polls more to read it
+    assert limits == [pytest.approx(watch.stale_s + 3 * watch.poll_s)]
+    assert [e for e, _ in emitted] == ["peer_failed"]
+    with pytest.raises(ValueError), watch.watching(emitted, "build_model", "MODEL_BUILT"):
+        raise ValueError("not a lost connection")
+    assert len(limits) == 1
+
+
+class VerdictLater(MemoryStore):
+    """Rank 0's verdict lands after this rank has looked for it `after` times."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__()
+        self.after = after
+
+    def check(self, keys: list[str]) -> bool:
+        if keys == ["first"]:
+            self.after -= 1
+            if self.after == 0:
+                self.set("first", failure(0, "lost").encode())
+        return super().check(keys)
+
+
+def test_the_wait_for_a_verdict_ends_with_the_verdict_or_at_its_limit() -> None:
+    store = MemoryStore()
+    watch = make(store, rank=1)
+    assert watch._await_peer_failure(0.25) is None
+    store.set("first", failure(0).encode())
+    assert watch._await_peer_failure(5.0) == failure(0)
+    later = make(VerdictLater(3), rank=1)  # polls every 0.1 s: the verdict comes on the third look
+    assert later._await_peer_failure(5.0) == failure(0, "lost")
+
+
+WATCH_LEFT_RUNNING = """
+import sys
+from lifecycle.megatron.ranks import RankWatch
+
+class Store:
+    def add(self, key, amount): return 1
+    def set(self, key, value): pass
+    def check(self, keys): return False
+    def multi_get(self, keys): return [b"1" for _ in keys]
+
+watch = RankWatch(Store(), rank=1, world_size=2, timeout_s=600.0, poll_s=0.05)
+watch.start()
+print("started", flush=True)
+"""
+
+
+def test_a_watcher_left_running_never_keeps_the_process_alive() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", WATCH_LEFT_RUNNING], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0 and done.stdout == "started\n"
+
+
+# -- the watcher: peers on this host -------------------------------------------------------------------
+def test_a_peer_on_this_host_that_finished_is_never_taken_for_lost(gone: int) -> None:
+    store = MemoryStore()
+    store.set("alive/1", b"done")
+    watch = make(store)
+    watch._peers = {1: gone}
+    watch._find_gone_peers(store, 10.0)
+    watch._find_gone_peers(store, 20.0)
+    assert watch._finished == {1} and watch._noticed is None and first(store) is None
+
+
+def test_a_peer_on_this_host_gone_without_done_is_published_lost_in_the_state_it_was_in(gone: int) -> None:
+    store = MemoryStore()
+    store.set("alive/2", b"17")
+    store.set("state/2", b"MODEL_BUILT")
+    watch = make(store)
+    watch._peers = {1: os.getpid(), 2: gone}
+    watch._find_gone_peers(store, 10.0)
+    lost = Failure(rank=2, state="MODEL_BUILT", kind="lost",
+                   error=f"its process (pid {gone}) is gone without a failure record: killed or crashed")
+    assert first(store) == lost and watch._noticed == (lost, 10.0)
+
+
+def test_after_a_finished_peer_the_next_gone_peer_is_still_found(gone: int) -> None:
+    store = MemoryStore()
+    store.set("alive/1", b"done")
+    watch = make(store)
+    watch._peers = {1: gone, 3: gone}
+    watch._find_gone_peers(store, 5.0)
+    assert watch._finished == {1} and watch._noticed is not None and watch._noticed[0].rank == 3
+    assert watch._noticed[0].state == "unknown"
+
+
+def test_only_the_first_gone_peer_is_published(gone: int) -> None:
+    store = MemoryStore()
+    watch = make(store, rank=1)
+    watch._peers = {0: gone, 2: gone}
+    watch._find_gone_peers(store, 5.0)
+    assert first(store) is not None and first(store).rank == 0 and "failure/2" not in store.data  # type: ignore[union-attr]
+
+
+def test_a_gone_peer_after_a_published_failure_points_at_that_failure(gone: int) -> None:
+    store = MemoryStore()
+    store.set("first", failure(3).encode())
+    watch = make(store)
+    watch._peers = {1: gone}
+    watch._find_gone_peers(store, 5.0)
+    assert watch._noticed == (failure(3), 5.0) and "failure/1" not in store.data
+    own = MemoryStore()
+    own.set("first", failure(0).encode())
+    watch = make(own)
+    watch._peers = {1: gone}
+    watch._find_gone_peers(own, 5.0)
+    assert watch._noticed is None, "this rank's own failure is no peer's"
+
+
+def test_with_the_store_gone_a_dead_peer_counts_as_not_finished_and_its_state_unknown(gone: int) -> None:
+    store = MemoryStore()
+    store.set("alive/1", b"done")
+    store.set("state/1", b"MODEL_BUILT")
+    watch = make(store)
+    assert watch._said_done(store, 1) and watch._state_of(store, 1) == "MODEL_BUILT"
+    assert not watch._said_done(store, 2) and watch._state_of(store, 2) == "unknown"
+    store.set("alive/2", b"9")
+    assert not watch._said_done(store, 2)
+    watch._store_gone = True
+    assert not watch._said_done(store, 1) and watch._state_of(store, 1) == "unknown"
+    watch._store_gone = False
+    store.fail_with = CLOSED
+    assert not watch._said_done(store, 1) and watch._state_of(store, 1) == "unknown"
+
+
+# -- the watcher: heartbeats (rank 0) ------------------------------------------------------------------
+def beats_of(store: MemoryStore, world: int) -> None:
+    for rank in range(world):
+        store.set(f"alive/{rank}", b"1")
+
+
+def test_a_heartbeat_that_stands_still_for_stale_s_is_a_lost_rank() -> None:
+    store = MemoryStore()
+    beats_of(store, 3)
+    store.set("state/2", b"MODEL_BUILT")
+    watch, beats = make(store), {}  # stale_s 6 s
+    watch._poll(store, beats, 100.0)
+    assert store.data["alive/0"] == b"2" and set(beats) == {1, 2}
+    store.set("alive/1", b"2")
+    watch._poll(store, beats, 105.9)
+    assert first(store) is None
+    store.set("alive/1", b"3")
+    watch._poll(store, beats, 106.0)  # rank 2 silent exactly stale_s
+    assert first(store) == Failure(rank=2, state="MODEL_BUILT", kind="lost",
+                                   error="no heartbeat for 6 s: the process died or stopped responding")
+
+
+def test_a_rank_that_said_done_is_never_lost_however_long_it_stays_quiet() -> None:
+    store = MemoryStore()
+    beats_of(store, 2)
+    store.set("alive/1", b"done")
+    watch, beats = make(store, world=2), {}
+    for now in (0.0, 10.0, 100.0, 1000.0):
+        watch._find_lost(store, beats, now)
+    assert first(store) is None
+
+
+def test_only_the_first_stale_rank_is_published_and_never_this_one() -> None:
+    store = MemoryStore()
+    beats_of(store, 3)
+    watch, beats = make(store), {}
+    watch._find_lost(store, beats, 0.0)
+    watch._find_lost(store, beats, 50.0)
+    assert first(store) is not None and first(store).rank == 1 and "failure/2" not in store.data  # type: ignore[union-attr]
+    assert set(beats) == {1, 2}
+
+
+def test_only_rank_0_judges_heartbeats_and_a_noticed_failure_stops_it() -> None:
+    store = MemoryStore()
+    beats_of(store, 3)
+    beats: dict[int, tuple[bytes, float]] = {}
+    make(store, rank=1)._poll(store, beats, 0.0)
+    assert beats == {} and store.data["alive/1"] == b"2"
+    watch = make(store)
+    watch._noticed = (failure(2), 0.0)
+    watch._poll(store, beats, 0.0)
+    assert beats == {}
+
+
+def test_the_watcher_notices_a_peers_published_failure_but_not_its_own() -> None:
+    store = MemoryStore()
+    beats_of(store, 3)
+    store.set("first", failure(1).encode())
+    watch = make(store, rank=1)
+    watch._poll(store, {}, 3.0)
+    assert watch._noticed is None
+    watch = make(store, rank=2)
+    watch._poll(store, {}, 3.0)
+    assert watch._noticed == (failure(1), 3.0)
+    store.set("first", failure(0).encode())
+    watch._poll(store, {}, 4.0)
+    assert watch._noticed == (failure(1), 3.0), "the first one noticed stays"
+
+
+# -- the watcher: the store's host ---------------------------------------------------------------------
+def test_a_closed_store_connection_names_its_host_after_lost_s_other_errors_after_stale_s() -> None:
+    watch = make(rank=1)  # lost_s 1 s, stale_s 6 s
+    watch._store_lost(CLOSED, 0.9, 50.0)
+    assert not watch._store_gone
+    watch._store_lost(RuntimeError("Socket Timeout"), 5.9, 50.0)
+    assert not watch._store_gone
+    watch._store_lost(CLOSED, 1.0, 50.0)
+    assert watch._store_gone and watch._noticed is not None
+    error = f"the rendezvous store it hosts stopped answering for 1 s ({CLOSED})"
+    assert watch._noticed == (Failure(rank=0, state="unknown", kind="lost", error=error), 50.0)
+    slow = make(rank=1)
+    slow._store_lost(RuntimeError("Socket Timeout"), 6.0, 50.0)
+    assert slow._store_gone and slow._noticed is not None and slow._noticed[0].rank == 0
+
+
+@pytest.mark.parametrize("host", [None, 1])
+def test_no_rank_is_blamed_for_an_agents_store_or_for_our_own(host: int | None) -> None:
+    watch = make(rank=1, host=host)
+    watch._store_lost(CLOSED, 5.0, 50.0)
+    assert watch._store_gone and watch._noticed is None
+
+
+def test_a_failure_noticed_before_the_store_went_is_kept() -> None:
+    watch = make(rank=1, host=2)
+    watch._noticed = (failure(0), 1.0)
+    watch._store_lost(CLOSED, 5.0, 50.0)
+    assert watch._noticed == (failure(0), 1.0)
+
+
+# -- the watcher: ending a blocked main thread ---------------------------------------------------------
+def active(emitted: Emitted, started: float, *, deadline: bool = True) -> _Active:
+    return _Active(emitted, "build_model", "MODEL_BUILT", started, deadline)
+
+
+@pytest.mark.parametrize(("kind", "grace"), [("exception", 3.0), ("timeout", 3.0), ("lost", 1.0)])
+def test_a_blocked_victim_is_ended_its_grace_after_the_failure_was_noticed(kind: str, grace: float) -> None:
+    exits: list[int] = []
+    watch, emitted = make(rank=1, exits=exits), Emitted()
+    watch._noticed = (failure(2, kind), 100.0)
+    watch._escalate(active(emitted, 90.0), 100.0 + grace - 0.01)
+    assert exits == [] and emitted == []
+    watch._escalate(active(emitted, 90.0), 100.0 + grace)
+    assert exits == [EXIT_CODE] and watch._stop.is_set()
+    assert emitted == [("peer_failed", {"peer_rank": 2, "peer_state": "DISTRIBUTED", "error": "boom on 2"})]
+
+
+def test_a_short_grace_is_not_made_longer_for_a_lost_peer() -> None:
+    exits: list[int] = []
+    watch = RankWatch(MemoryStore(), rank=1, world_size=2, timeout_s=60.0, grace_s=0.5, exit_process=exits.append)
+    watch._noticed = (failure(2, "lost"), 100.0)
+    watch._escalate(active(Emitted(), 0.0), 100.5)
+    assert exits == [EXIT_CODE]
+
+
+def test_the_grace_counts_from_when_the_phase_started_if_the_failure_was_noticed_before() -> None:
+    exits: list[int] = []
+    watch = make(rank=1, exits=exits)
+    watch._noticed = (failure(2), 100.0)
+    watch._escalate(active(Emitted(), 200.0), 202.9)
+    assert exits == []
+    watch._escalate(active(Emitted(), 200.0), 203.0)
+    assert exits == [EXIT_CODE]
+
+
+def test_a_phase_past_its_deadline_and_grace_is_a_state_timeout_and_ends_the_process() -> None:
+    store, exits = MemoryStore(), []
+    watch, emitted = make(store, rank=1, timeout_s=20.0, exits=exits), Emitted()
+    watch._escalate(active(emitted, 100.0), 122.99)
+    assert exits == [] and emitted == []
+    watch._escalate(active(emitted, 100.0, deadline=False), 10_000.0)
+    assert exits == [] and emitted == [], "a training step relies on its collectives' own timeout"
+    watch._escalate(active(emitted, 100.0), 123.0)
+    assert exits == [EXIT_CODE] and watch._stop.is_set()
+    assert emitted == [("state_timeout", {"state": "MODEL_BUILT", "trigger": "build_model", "timeout_s": 20.0})]
+    assert first(store) == Failure(rank=1, state="MODEL_BUILT", error="MODEL_BUILT still running after 20 s",
+                                   kind="timeout")
+
+
+def test_stopping_marks_this_rank_done_so_no_rank_takes_its_silence_for_a_loss() -> None:
+    store = MemoryStore()
+    watch = make(store, rank=2)
+    watch.start()
+    thread = watch._thread
+    assert thread is not None and thread.is_alive()
+    watch.stop()
+    assert not thread.is_alive() and watch._thread is None, "stop() returns once the watcher has ended"
+    assert store.data["alive/2"] == b"done" and watch._stop.is_set()
+    store.fail_with = CLOSED
+    make(store).stop()  # a store that is gone: nothing to mark, nothing raised
+
+
+# -- the module's entry points -------------------------------------------------------------------------
+def test_without_a_watch_the_entry_points_do_nothing() -> None:
+    ctx = Ctx({WATCH: "not a watch"})
+    with watched(ctx, "MODEL_BUILT"), watched_step(ctx.runtime.extras, ctx.emit, 3):  # type: ignore[arg-type]
+        pass
+    mark_failed({}, "MODEL_BUILT", "x")
+
+
+def test_the_entry_points_reach_the_jobs_watch() -> None:
+    store = MemoryStore()
+    watch = make(store, rank=1)
+    ctx = Ctx({WATCH: watch})
+    with watched(ctx, "MODEL_BUILT"):  # type: ignore[arg-type]
+        assert watch._active is not None and (watch._active.trigger, watch._active.deadline) == ("init_distributed",
+                                                                                                 True)
+    with watched_step(ctx.runtime.extras, ctx.emit, 7):
+        assert watch._active is not None
+        assert (watch._active.trigger, watch._active.state, watch._active.deadline) == ("step 7", "CALLBACKS_BOUND",
+                                                                                        False)
+    mark_failed(ctx.runtime.extras, "CALLBACKS_BOUND", "user loop")
+    assert watch.failed and first(store) == Failure(rank=1, state="CALLBACKS_BOUND", error="user loop",
+                                                    kind="exception")
+    store.fail_with = CLOSED
+    mark_failed(ctx.runtime.extras, "CALLBACKS_BOUND", "again")  # never raises
