@@ -7,6 +7,7 @@ test_engine_failures.py show the same behaviours end to end.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -189,16 +190,20 @@ class SignalledTwice(InProcessPhases):
     def __init__(self) -> None:
         super().__init__()
         self.released = 0
+        self.around(State.MODEL_BUILT, enter=self._signalled)
+        self.around(State.DISTRIBUTED, release=self._releasing)  # the newest state the abort releases
 
-    def build_model(self, ctx: Any) -> Runtime:
+    def _signalled(self, ctx: Any, enter: Any) -> Runtime:
         os.kill(os.getpid(), signal.SIGTERM)
-        return super().build_model(ctx)
+        runtime: Runtime = enter(ctx)
+        return runtime
 
-    def release(self, ctx: Any, keep: State) -> Runtime:
+    def _releasing(self, ctx: Any, release: Any) -> Runtime:
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGINT)
         self.released += 1
-        return super().release(ctx, keep)
+        runtime: Runtime = release(ctx)
+        return runtime
 
 
 def test_a_second_signal_while_the_abort_releases_is_ignored_and_the_release_finishes(make_lc: Any) -> None:
@@ -228,13 +233,13 @@ def test_a_signal_while_no_startup_runs_is_left_to_the_users_handler(make_lc: An
 
 
 def test_a_signal_during_a_plain_shutdown_is_raised_after_the_release(make_lc: Any) -> None:
-    class Interrupted(InProcessPhases):
-        def release(self, ctx: Any, keep: State) -> Runtime:
-            os.kill(os.getpid(), signal.SIGTERM)
-            os.kill(os.getpid(), signal.SIGINT)
-            return super().release(ctx, keep)
+    def interrupted(ctx: Any, release: Any) -> Runtime:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        runtime: Runtime = release(ctx)
+        return runtime
 
-    lc = make_lc(phases=Interrupted())
+    lc = make_lc(phases=InProcessPhases().around(State.CALLBACKS_BOUND, release=interrupted))
     lc.advance_to(State.CALLBACKS_BOUND)
     with pytest.raises(StartupAborted) as caught:
         lc.shutdown()
@@ -248,13 +253,13 @@ def test_a_user_handler_the_release_put_back_itself_stays(make_lc: Any) -> None:
 
     previous = signal.getsignal(signal.SIGINT)
 
-    class Restoring(InProcessPhases):
-        def release(self, ctx: Any, keep: State) -> Runtime:
-            signal.signal(signal.SIGINT, mine)
-            return super().release(ctx, keep)
+    def restoring(ctx: Any, release: Any) -> Runtime:
+        signal.signal(signal.SIGINT, mine)
+        runtime: Runtime = release(ctx)
+        return runtime
 
     try:
-        lc = make_lc(phases=Restoring())
+        lc = make_lc(phases=InProcessPhases().around(State.CALLBACKS_BOUND, release=restoring))
         lc.advance_to(State.CALLBACKS_BOUND)
         lc.shutdown()
         assert signal.getsignal(signal.SIGINT) is mine
@@ -294,7 +299,7 @@ def test_the_signal_trap_installs_once_and_puts_back_what_was_there() -> None:
         return None
 
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    trap, other = SignalTrap(handler), SignalTrap(lambda *_: None)
+    trap, other = SignalTrap(handler, lambda *_: None), SignalTrap(lambda *_: None, lambda *_: None)
     trap.install()
     try:
         assert signal.getsignal(signal.SIGTERM) is handler and signal.getsignal(signal.SIGINT) is handler
@@ -311,7 +316,7 @@ def test_the_signal_trap_does_nothing_off_the_main_thread() -> None:
     def handler(_signum: int, _frame: Any) -> None:
         return None
 
-    trap = SignalTrap(handler)
+    trap = SignalTrap(handler, lambda *_: None)
     done: list[bool] = []
     thread = threading.Thread(target=lambda: (trap.install(), done.append(trap.previous == {})))
     thread.start()
@@ -457,13 +462,18 @@ def test_a_script_that_returns_without_shutdown_is_shut_down_at_exit(tmp_path: P
 class TwoSignalsAtOnce(InProcessPhases):
     """SIGINT and SIGTERM arrive together inside build_model (both pending when unblocked)."""
 
-    def build_model(self, ctx: Any) -> Runtime:
+    def __init__(self) -> None:
+        super().__init__()
+        self.around(State.MODEL_BUILT, enter=self._both)
+
+    def _both(self, ctx: Any, enter: Any) -> Runtime:
         both = {signal.SIGINT, signal.SIGTERM}
         signal.pthread_sigmask(signal.SIG_BLOCK, both)
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGTERM)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, both)
-        return super().build_model(ctx)
+        runtime: Runtime = enter(ctx)
+        return runtime
 
 
 def test_a_second_signal_right_behind_the_first_is_ignored_while_the_abort_unwinds(make_lc: Any) -> None:
@@ -476,7 +486,13 @@ def test_a_second_signal_right_behind_the_first_is_ignored_while_the_abort_unwin
 
 
 def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+    """Open descriptors other than pipes (the signal watch's pipe comes and goes with its startup)."""
+    fds = "/proc/self/fd"
+    targets = []
+    for fd in os.listdir(fds):
+        with contextlib.suppress(OSError):
+            targets.append(os.readlink(f"{fds}/{fd}"))
+    return sum(not t.startswith("pipe:") for t in targets)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs Linux's /proc")

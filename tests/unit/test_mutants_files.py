@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from lifecycle.log._chain import GENESIS
+from lifecycle.log import GENESIS
 from lifecycle.log._files import (
     ChainEnd,
     check_log_dir,

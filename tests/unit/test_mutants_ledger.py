@@ -6,6 +6,7 @@ real megatron resources through restarts.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -18,34 +19,29 @@ ORDER = (State.SERVICES_READY, State.DISTRIBUTED, State.MODEL_BUILT, State.CALLB
 
 
 class Resourceful(InProcessPhases):
-    """Each forward state makes `<state> a` and `<state> b`; `alive` holds the names not yet gone."""
+    """Each forward state makes `<state> a` and `<state> b`; `alive` holds the names not yet gone.
+    A state's release (its phase, wrapped) ends the two it made, except those in `leak`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *leak: str) -> None:
         super().__init__()
         self.alive: set[str] = set()
+        self.leak = set(leak)
+        for state in ORDER:
+            self.around(state, release=functools.partial(self._released, state))
 
     def resources(self, state: State, runtime: Runtime) -> list[tuple[str, Any]]:
         made = [f"{state.name.lower()} {x}" for x in ("a", "b")]
         self.alive.update(made)
         return [(name, lambda name=name: name not in self.alive) for name in made]
 
-    def release(self, ctx: Any, keep: State) -> Runtime:
-        runtime = super().release(ctx, keep)
-        self.alive -= {n for n in self.alive if State[n.split()[0].upper()].startup_index > keep.startup_index}
+    def _released(self, state: State, ctx: Any, release: Any) -> Runtime:
+        runtime: Runtime = release(ctx)
+        self.alive -= {n for n in self.alive if n.split()[0] == state.name.lower()} - self.leak
         return runtime
 
 
 class Leaky(Resourceful):
-    """Its release forgets `leak`."""
-
-    def __init__(self, *leak: str) -> None:
-        super().__init__()
-        self.leak = set(leak)
-
-    def release(self, ctx: Any, keep: State) -> Runtime:
-        runtime = super().release(ctx, keep)
-        self.alive |= self.leak
-        return runtime
+    """Its releases forget `leak`."""
 
 
 def events_of(lc: Any, name: str) -> list[dict[str, Any]]:

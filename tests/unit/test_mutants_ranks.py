@@ -14,10 +14,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_rank_watch_verdicts import Emitted, MemoryStore
 
 from lifecycle.errors import DistributedError
-from lifecycle.megatron._liveness import host_key
+from lifecycle.megatron import host_key
 from lifecycle.megatron.ranks import (
     EXIT_CODE,
     WATCH,
@@ -29,6 +28,7 @@ from lifecycle.megatron.ranks import (
     watched,
     watched_step,
 )
+from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
 
 CLOSED = RuntimeError("Failed to recv, got 0 bytes. Connection was likely closed.")
 
