@@ -93,18 +93,25 @@ def _aborted_by(name: str, records: list[dict[str, Any]], sig: signal.Signals, e
 
 
 def test_sigterm_to_the_launcher_is_forwarded_and_every_rank_logs_startup_aborted(tmp_path: Path) -> None:
-    logs = tmp_path / "logs"
-    launcher = _launch(logs, steps=0)
-    files = [logs / f"rank-{r:05d}.jsonl" for r in (0, 1)]
-    try:
-        # The rank files are claimed (created empty) at VALIDATED, then written: once each holds a
-        # record, the ranks are starting up (on the floor one is often in a store or gloo wait).
-        _wait_for(lambda: all(f.exists() and f.stat().st_size > 0 for f in files), launcher)
-        launcher.send_signal(signal.SIGTERM)
-        _out, err = launcher.communicate(timeout=120)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
+    for attempt in range(3):
+        logs = tmp_path / f"logs-{attempt}"
+        launcher = _launch(logs, steps=0)
+        files = [logs / f"rank-{r:05d}.jsonl" for r in (0, 1)]
+        try:
+            # The rank files are claimed (created empty) at VALIDATED, then written: once each holds a
+            # record, the ranks are starting up (on the floor one is often in a store or gloo wait).
+            _wait_for(lambda files=files: all(f.exists() and f.stat().st_size > 0 for f in files), launcher)
+            launcher.send_signal(signal.SIGTERM)
+            _out, err = launcher.communicate(timeout=120)
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+        # With warm imports a rank can finish its startup before the signal arrives: then it is not
+        # a startup the signal stopped, and the launch is tried again.
+        if not any(r.get("dest") == "CALLBACKS_BOUND" for f in files for r in _records(f)):
+            break
+    else:
+        pytest.skip("in 3 launches a rank finished its startup before the launcher's SIGTERM (a fast machine)")
     assert launcher.returncode == 128 + signal.SIGTERM, err[-3000:]
     for f in files:
         _aborted_by(f.name, _records(f), signal.SIGTERM, err)
