@@ -26,3 +26,15 @@ def make_lc(tmp_path: Path) -> Iterator[object]:
     for lc in made:
         if lc.state is not State.SHUT_DOWN:
             lc.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _signal_mask_left_as_found() -> Iterator[None]:
+    """A test that leaves signals blocked on the main thread hands that mask to every process the
+    session starts later (it survives fork and exec): their SIGTERM tests then hang. It fails here."""
+    import signal
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    after = signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    assert after == before, f"the test left signals blocked: {sorted(signal.Signals(s).name for s in after - before)}"

@@ -122,6 +122,11 @@ class SignalWatch:
         return received[0] if received is not None and not self._taken else None
 
     def _read(self, read: int, forward: int) -> None:
+        # A thread starts with its creator's signal mask. A process started with the signals blocked
+        # (its parent left them blocked: the mask survives fork and exec) would never see them on any
+        # thread: the scheduler's SIGTERM would wait, pending, for its SIGKILL. This thread takes them.
+        with contextlib.suppress(ValueError, OSError):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, self.signals)
         try:
             while data := os.read(read, 64):
                 if forward != -1:

@@ -154,11 +154,14 @@ BLOCKED_CHILD = textwrap.dedent("""
 """)
 
 
-def _blocked_child_sigtermed(tmp_path: Path) -> tuple[subprocess.Popen[str], float | None, str]:
-    """The child blocked in native code, sent SIGTERM: (child, seconds to its exit or None, stderr)."""
+def _blocked_child_sigtermed(tmp_path: Path, *, started_blocked: bool) -> tuple[subprocess.Popen[str], float | None, str]:
+    """The child blocked in native code, sent SIGTERM: (child, seconds to its exit or None, stderr).
+    `started_blocked`: its parent handed it SIGTERM and SIGINT blocked (the mask survives exec)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    both = {signal.SIGTERM, signal.SIGINT}
     child = subprocess.Popen([sys.executable, "-c", BLOCKED_CHILD, str(tmp_path)], cwd=ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             preexec_fn=(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, both)) if started_blocked else None)
     assert child.stdout is not None
     took = None
     try:
@@ -166,7 +169,7 @@ def _blocked_child_sigtermed(tmp_path: Path) -> tuple[subprocess.Popen[str], flo
         sent = time.monotonic()
         child.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=60)
+            child.wait(timeout=30)
             took = time.monotonic() - sent
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -175,18 +178,17 @@ def _blocked_child_sigtermed(tmp_path: Path) -> tuple[subprocess.Popen[str], flo
     return child, took, err
 
 
-def test_a_sigterm_to_a_blocked_main_thread_logs_startup_aborted_and_exits_143_after_the_grace(tmp_path: Path) -> None:
+@pytest.mark.parametrize("started_blocked", [False, True], ids=["mask-empty", "mask-inherited-blocked"])
+def test_a_sigterm_to_a_blocked_main_thread_logs_startup_aborted_and_exits_143_after_the_grace(
+    tmp_path: Path, started_blocked: bool,
+) -> None:
+    """Also when the process was started with SIGTERM blocked on every thread (a parent that left it
+    blocked): the signal watch's thread takes it. (A test that leaked a blocked mask into pytest's
+    main thread once made every later child here deaf to SIGTERM: issue 20.)"""
     from lifecycle.runtime.signals import GRACE_S
 
-    # Open (issue 20): once in a full CI run the child had not ended 30 s after the signal, and
-    # never alone; not yet diagnosed. A second launch is allowed, and the first's stderr is shown.
-    child, took, err = _blocked_child_sigtermed(tmp_path / "first")
-    if took is None:
-        print(f"the first child did not end within 60 s of SIGTERM; its stderr: {err[-2000:]}")
-        child, took, err = _blocked_child_sigtermed(tmp_path := tmp_path / "second")
-    else:
-        tmp_path = tmp_path / "first"
-    assert took is not None, f"the child did not end within 60 s of SIGTERM: {err[-2000:]}"
+    child, took, err = _blocked_child_sigtermed(tmp_path, started_blocked=started_blocked)
+    assert took is not None, f"the child did not end within 30 s of SIGTERM: {err[-2000:]}"
     assert child.returncode == 128 + signal.SIGTERM, err
     assert GRACE_S <= took < GRACE_S + 10, took
     records = [orjson.loads(line) for line in (tmp_path / "rank-00000.jsonl").read_bytes().splitlines()]
