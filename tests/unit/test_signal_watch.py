@@ -154,14 +154,17 @@ BLOCKED_CHILD = textwrap.dedent("""
 """)
 
 
-def _blocked_child_sigtermed(tmp_path: Path, *, started_blocked: bool) -> tuple[subprocess.Popen[str], float | None, str]:
+def _blocked_child_sigtermed(
+    tmp_path: Path, *, started_blocked: bool,
+) -> tuple[subprocess.Popen[str], float | None, str]:
     """The child blocked in native code, sent SIGTERM: (child, seconds to its exit or None, stderr).
     `started_blocked`: its parent handed it SIGTERM and SIGINT blocked (the mask survives exec)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     both = {signal.SIGTERM, signal.SIGINT}
+    blocks = (lambda: signal.pthread_sigmask(signal.SIG_BLOCK, both)) if started_blocked else None
     child = subprocess.Popen([sys.executable, "-c", BLOCKED_CHILD, str(tmp_path)], cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                             preexec_fn=(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, both)) if started_blocked else None)
+                             preexec_fn=blocks)
     assert child.stdout is not None
     took = None
     try:
