@@ -69,15 +69,8 @@ REBUILT = [("transition_completed", {"trigger": "rebuild", "dest": "DISTRIBUTED"
 """Then a rebuild, bound again without a callbacks_bound record: a step now is LA004, not a count."""
 
 
-def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at: int, rank: int = 3,
-           world: int = 8, utf8: bool = False) -> None:
-    """The records as AuditLog writes them (sorted keys, SHA-256 chain, `hash` last), then `damage`
-    at record `at`, with the chain recomputed unless the damage is to the chain itself."""
-    records = [{"run_id": "r", "rank": rank, "world_size": world, "generation": 0, **fields, "event": event,
-                "ts": 100.0 + i // 2} for i, (event, fields) in enumerate(events)]
-    at %= len(records)
-    if utf8:
-        records[-1]["note"] = "naïve"
+def _damage_records(records: list[dict[str, Any]], damage: str, at: int) -> None:
+    """The damages to a record's fields, before the chain is computed."""
     if damage == "int_trigger":
         records[at]["trigger"] = 7
     elif damage == "non_ascii":
@@ -100,6 +93,18 @@ def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at
             rec["generation"] = 1
     elif damage == "swap" and at + 1 < len(records):
         records[at], records[at + 1] = records[at + 1], records[at]
+
+
+def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at: int, rank: int = 3,
+           world: int = 8, utf8: bool = False) -> None:
+    """The records as AuditLog writes them (sorted keys, SHA-256 chain, `hash` last), then `damage`
+    at record `at`, with the chain recomputed unless the damage is to the chain itself."""
+    records = [{"run_id": "r", "rank": rank, "world_size": world, "generation": 0, **fields, "event": event,
+                "ts": 100.0 + i // 2} for i, (event, fields) in enumerate(events)]
+    at %= len(records)
+    if utf8:
+        records[-1]["note"] = "naïve"
+    _damage_records(records, damage, at)
     prev, lines = GENESIS, []
     for seq, rec in enumerate(records):
         rec = {**rec, "seq": rec.get("seq", seq), "prev_hash": prev}
