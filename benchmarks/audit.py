@@ -34,13 +34,19 @@ from lifecycle.log import GENESIS, rank_file
 STATES = ("VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND")
 TRIGGERS = ("validate", "start_services", "init_distributed", "build_model", "bind_callbacks")
 SOURCES = ("CONFIGURED", *STATES[:-1])
-BASE_S = {"validate": 0.2, "start_services": 1.5, "init_distributed": 3.0, "build_model": 4.0,
-          "bind_callbacks": 0.05}
-EFFECTS = {"start_services": ("files", "tokenizer", "writers"),
-           "init_distributed": ("process_group", "parallel_state", "rng", "cuda_device"),
-           "build_model": ("model",), "bind_callbacks": ("callbacks",)}
-FAULTS = {"died": "rank died during init_distributed", "tampered": "a loss value edited",
-          "wrong_target": "callbacks bound to the provider's config", "straggler": "build_model 10x slower"}
+BASE_S = {"validate": 0.2, "start_services": 1.5, "init_distributed": 3.0, "build_model": 4.0, "bind_callbacks": 0.05}
+EFFECTS = {
+    "start_services": ("files", "tokenizer", "writers"),
+    "init_distributed": ("process_group", "parallel_state", "rng", "cuda_device"),
+    "build_model": ("model",),
+    "bind_callbacks": ("callbacks",),
+}
+FAULTS = {
+    "died": "rank died during init_distributed",
+    "tampered": "a loss value edited",
+    "wrong_target": "callbacks bound to the provider's config",
+    "straggler": "build_model 10x slower",
+}
 
 
 class ChainWriter:
@@ -64,8 +70,16 @@ class ChainWriter:
 def rank_records(w: ChainWriter, t: float, *, steps: int, slow: float = 1.0, fault: str | None = None) -> None:
     """A training startup to CALLBACKS_BOUND, `steps` steps and a shutdown; `fault` changes it."""
     rank = w.base["rank"]
-    w.emit(t, "lifecycle_started", plan="training", target="CALLBACKS_BOUND", policy="raise",
-           pid=1000 + rank, host=f"node{rank // 8:04d}", rehearsal=None)
+    w.emit(
+        t,
+        "lifecycle_started",
+        plan="training",
+        target="CALLBACKS_BOUND",
+        policy="raise",
+        pid=1000 + rank,
+        host=f"node{rank // 8:04d}",
+        rehearsal=None,
+    )
     fingerprint = hashlib.sha256(b"config").hexdigest()
     model_id, provider_id = f"0x7f00{rank:06x}10", f"0x7f00{rank:06x}20"
     for trigger, source, dest in zip(TRIGGERS, SOURCES, STATES, strict=True):
@@ -77,8 +91,15 @@ def rank_records(w: ChainWriter, t: float, *, steps: int, slow: float = 1.0, fau
                 return
         _entry_record(w, t + duration * 0.9, trigger, fingerprint, model_id, provider_id, fault)
         t += duration
-        w.emit(t, "transition_completed", trigger=trigger, source=source, dest=dest,
-               duration_s=duration, config_fingerprint=fingerprint)
+        w.emit(
+            t,
+            "transition_completed",
+            trigger=trigger,
+            source=source,
+            dest=dest,
+            duration_s=duration,
+            config_fingerprint=fingerprint,
+        )
     for step in range(1, steps + 1):
         t += 0.5
         w.emit(t, "step_completed", step=step, loss=10.0 / step, duration_s=0.5)
@@ -86,30 +107,49 @@ def rank_records(w: ChainWriter, t: float, *, steps: int, slow: float = 1.0, fau
             w.emit(t, "first_step_finalized", finalizer_calls=1)
     w.emit(t, "lifecycle_shutdown", source="CALLBACKS_BOUND")
     w.emit(t, "transition_started", trigger="shutdown", source="CALLBACKS_BOUND")
-    w.emit(t + 0.1, "transition_completed", trigger="shutdown", source="CALLBACKS_BOUND", dest="SHUT_DOWN",
-           duration_s=0.1, config_fingerprint=fingerprint)
+    w.emit(
+        t + 0.1,
+        "transition_completed",
+        trigger="shutdown",
+        source="CALLBACKS_BOUND",
+        dest="SHUT_DOWN",
+        duration_s=0.1,
+        config_fingerprint=fingerprint,
+    )
 
 
-def _entry_record(w: ChainWriter, ts: float, trigger: str, fingerprint: str, model_id: str,
-                  provider_id: str, fault: str | None) -> None:
+def _entry_record(
+    w: ChainWriter, ts: float, trigger: str, fingerprint: str, model_id: str, provider_id: str, fault: str | None
+) -> None:
     if trigger == "validate":
-        config = {"model": {"num_layers": 2, "hidden_size": 64}, "parallel": {"tp": 1, "pp": 1},
-                  "train": {"seed": 1234, "micro_batch_size": 2}}
+        config = {
+            "model": {"num_layers": 2, "hidden_size": 64},
+            "parallel": {"tp": 1, "pp": 1},
+            "train": {"seed": 1234, "micro_batch_size": 2},
+        }
         w.emit(ts, "config_validated", fingerprint=fingerprint, config=config, environment=True)
     elif trigger == "start_services":
         w.emit(ts, "services_ready", tokenizer="NullTokenizer", vocab_size=128, vocab_source="explicit")
     elif trigger == "init_distributed":
-        w.emit(ts, "distributed_initialized", backend="nccl", tp=1, pp=1, cp=1, ep=1, dp=w.base["world_size"],
-               vpp=None)
+        w.emit(ts, "distributed_initialized", backend="nccl", tp=1, pp=1, cp=1, ep=1, dp=w.base["world_size"], vpp=None)
     elif trigger == "build_model":
-        w.emit(ts, "model_built", chunks=1, model_config_id=model_id, provider_config_id=provider_id,
-               optimizer=True)
+        w.emit(ts, "model_built", chunks=1, model_config_id=model_id, provider_config_id=provider_id, optimizer=True)
     else:
         target = provider_id if fault == "wrong_target" else model_id
-        w.emit(ts, "callbacks_bound", target_type="TransformerConfig", target_id=target,
-               scheduler_config_id=model_id, provider_config_id=provider_id, copied=True,
-               slots=["finalize_model_grads_func", "grad_scale_func", "no_sync_func"], chunks=1,
-               overlap_grad_reduce=False, overlap_param_gather=False, policy="replace")
+        w.emit(
+            ts,
+            "callbacks_bound",
+            target_type="TransformerConfig",
+            target_id=target,
+            scheduler_config_id=model_id,
+            provider_config_id=provider_id,
+            copied=True,
+            slots=["finalize_model_grads_func", "grad_scale_func", "no_sync_func"],
+            chunks=1,
+            overlap_grad_reduce=False,
+            overlap_param_gather=False,
+            policy="replace",
+        )
 
 
 def fault_ranks(ranks: int) -> dict[int, str]:
@@ -120,8 +160,15 @@ def fault_ranks(ranks: int) -> dict[int, str]:
     return {(ranks * (i + 1)) // (len(names) + 1): name for i, name in enumerate(names)}
 
 
-def write_run(log_dir: Path, ranks: int, *, steps: int = 30, run_id: str = "bench",
-              faults: dict[int, str] | None = None, t0: float = 1.7e9) -> int:
+def write_run(
+    log_dir: Path,
+    ranks: int,
+    *,
+    steps: int = 30,
+    run_id: str = "bench",
+    faults: dict[int, str] | None = None,
+    t0: float = 1.7e9,
+) -> int:
     """Write `ranks` rank files under `log_dir`; returns the number of lines written."""
     log_dir.mkdir(parents=True, exist_ok=True)
     faults = fault_ranks(ranks) if faults is None else faults
@@ -129,8 +176,7 @@ def write_run(log_dir: Path, ranks: int, *, steps: int = 30, run_id: str = "benc
     for rank in range(ranks):
         fault = faults.get(rank)
         w = ChainWriter(run_id, rank, ranks)
-        rank_records(w, t0 + (rank % 13) * 0.01, steps=steps, slow=10.0 if fault == "straggler" else 1.0,
-                     fault=fault)
+        rank_records(w, t0 + (rank % 13) * 0.01, steps=steps, slow=10.0 if fault == "straggler" else 1.0, fault=fault)
         if fault == "tampered":
             w.lines[-5] = w.lines[-5].replace(b'"loss":', b'"loss":1', 1)
         rank_file(log_dir, rank).write_bytes(b"".join(w.lines))
@@ -203,8 +249,12 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=30, help="step_completed records per rank")
     parser.add_argument("--repeat", type=int, default=5, help="runs of each measurement (at least 3)")
-    parser.add_argument("--memory-ranks", default=None, metavar="N,N",
-                        help="rank counts to measure peak memory at (default: ranks/4 and ranks)")
+    parser.add_argument(
+        "--memory-ranks",
+        default=None,
+        metavar="N,N",
+        help="rank counts to measure peak memory at (default: ranks/4 and ranks)",
+    )
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
     repeat = max(3, args.repeat)
@@ -222,11 +272,14 @@ def main() -> int:
     print(f"injected faults: {sorted(fault_ranks(args.ranks).items())}")
     print(f"findings: {dict(sorted(rules.items()))} exit={result.exit_code}")
     print(f"ONE PROCESS (jobs=1): audit/bare throughput ratio {_spread(one)} over {repeat} runs (target >= 0.5)")
-    print(f"    audit {statistics.median(one_s):.3f} s median ({lines / statistics.median(one_s):,.0f} lines/s); "
-          f"CPU-time ratio {_spread(one_cpu)}")
+    print(
+        f"    audit {statistics.median(one_s):.3f} s median ({lines / statistics.median(one_s):,.0f} lines/s); "
+        f"CPU-time ratio {_spread(one_cpu)}"
+    )
     print(f"default jobs ({jobs} processes): ratio {_spread(many)}; audit {statistics.median(many_s):.3f} s median")
-    counts = ([int(n) for n in args.memory_ranks.split(",")] if args.memory_ranks
-              else [max(args.ranks // 4, 1), args.ranks])
+    counts = (
+        [int(n) for n in args.memory_ranks.split(",")] if args.memory_ranks else [max(args.ranks // 4, 1), args.ranks]
+    )
     for ranks in counts:
         log_dir = full if ranks == args.ranks else root / f"ranks-{ranks}"
         if log_dir != full:

@@ -30,8 +30,17 @@ from lifecycle import InProcessPhases, Lifecycle, Phases, RunConfig, Work
 from lifecycle.engine import MachineModel, build_raw_machine
 from states import State
 
-CYCLE = ("validate", "start_services", "init_distributed", "build_model", "bind_callbacks",
-         "rebuild", "build_model", "bind_callbacks", "restart")
+CYCLE = (
+    "validate",
+    "start_services",
+    "init_distributed",
+    "build_model",
+    "bind_callbacks",
+    "rebuild",
+    "build_model",
+    "bind_callbacks",
+    "restart",
+)
 AFTER_FIRST = CYCLE[1:]  # restart lands in VALIDATED, so later cycles start at start_services
 
 
@@ -55,13 +64,15 @@ class ThinPhases(Phases):
     """Entry work reduced to what the guards check (nothing built here can drift)."""
 
     def __init__(self) -> None:
-        super().__init__({
-            State.VALIDATED: Work(lambda ctx: ctx.runtime),
-            State.SERVICES_READY: Work(_set(services_ready=True), _set(services_ready=False)),
-            State.DISTRIBUTED: Work(_set(distributed=True), _set(distributed=False)),
-            State.MODEL_BUILT: Work(_set(model=(object(),)), _set(model=None)),
-            State.CALLBACKS_BOUND: Work(_set(binding=True), _set(binding=None)),
-        })
+        super().__init__(
+            {
+                State.VALIDATED: Work(lambda ctx: ctx.runtime),
+                State.SERVICES_READY: Work(_set(services_ready=True), _set(services_ready=False)),
+                State.DISTRIBUTED: Work(_set(distributed=True), _set(distributed=False)),
+                State.MODEL_BUILT: Work(_set(model=(object(),)), _set(model=None)),
+                State.CALLBACKS_BOUND: Work(_set(binding=True), _set(binding=None)),
+            }
+        )
 
 
 def _engine(cycles: int, log_dir: str, phases: Any = None) -> float:

@@ -111,14 +111,20 @@ def main() -> int:
         for name, values in table.items():
             if not values:
                 continue
-            ratio = "" if name == "audit" else "; x audit " + _spread(
-                [v / a for v, a in zip(values, table["audit"], strict=True)], "")
+            ratio = (
+                ""
+                if name == "audit"
+                else "; x audit " + _spread([v / a for v, a in zip(values, table["audit"], strict=True)], "")
+            )
             print(f"  {name:<10} {_spread(values)}{ratio}")
     page = write_report(load([str(logs)]), root / "report.html")
     print(f"report: {page.stat().st_size / 2**10:.0f} KiB")
     loads = browser_load(page, args.repeat)
-    print("chromium: not installed (scripts/browser-deps)" if loads is None
-          else f"chromium load+draw {_spread(loads)} (target < 5 s)")
+    print(
+        "chromium: not installed (scripts/browser-deps)"
+        if loads is None
+        else f"chromium load+draw {_spread(loads)} (target < 5 s)"
+    )
     return 0
 
 

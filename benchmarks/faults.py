@@ -56,11 +56,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
 
-CASES = ("never_starts", "rank_0_never_starts", "raise_in_model_built", "raise_and_linger", "sigterm_in_model_built",
-         "kill_in_distributed", "kill_in_model_built", "raise_at_step_2", "kill_at_step_2", "stop_at_step_2",
-         "kill_rank_0_at_step_2")
+CASES = (
+    "never_starts",
+    "rank_0_never_starts",
+    "raise_in_model_built",
+    "raise_and_linger",
+    "sigterm_in_model_built",
+    "kill_in_distributed",
+    "kill_in_model_built",
+    "raise_at_step_2",
+    "kill_at_step_2",
+    "stop_at_step_2",
+    "kill_rank_0_at_step_2",
+)
 STEP_FAULTS = {  # case: (the faulty rank, what it does after step 1)
-    "raise_at_step_2": (1, "raise"), "kill_at_step_2": (1, "kill"), "stop_at_step_2": (1, "stop"),
+    "raise_at_step_2": (1, "raise"),
+    "kill_at_step_2": (1, "kill"),
+    "stop_at_step_2": (1, "stop"),
     "kill_rank_0_at_step_2": (0, "kill"),
 }
 UNMEASURED = {"raise_and_linger": 1, "stop_at_step_2": 1}  # the rank that holds on (or is stopped) on purpose
@@ -220,7 +232,8 @@ def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
     procs = {
         r: subprocess.Popen(
             [sys.executable, __file__, "--worker", case, str(r), str(port), str(log_dir), str(timeout_s)],
-            stdout=subprocess.DEVNULL, stderr=open(log_dir / f"stderr-{r}", "wb"),  # noqa: SIM115
+            stdout=subprocess.DEVNULL,
+            stderr=open(log_dir / f"stderr-{r}", "wb"),  # noqa: SIM115
         )
         for r in ranks
     }
@@ -246,11 +259,19 @@ def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
     if fault_file.exists():
         fault_at = float(fault_file.read_text())
     else:  # a rank never starts: the deadline's clock starts when the other begins DISTRIBUTED
-        fault_at = next(r["ts"] for r in records[ranks[0]] if r["event"] == "transition_started"
-                        and r["trigger"] == "init_distributed")
+        fault_at = next(
+            r["ts"]
+            for r in records[ranks[0]]
+            if r["event"] == "transition_started" and r["trigger"] == "init_distributed"
+        )
     return CaseResult(
-        case=case, timeout_s=timeout_s, fault_at=fault_at, launched_at=launched_at, exit_at=exit_at,
-        returncode={r: p.returncode for r, p in procs.items()}, records=records,
+        case=case,
+        timeout_s=timeout_s,
+        fault_at=fault_at,
+        launched_at=launched_at,
+        exit_at=exit_at,
+        returncode={r: p.returncode for r, p in procs.items()},
+        records=records,
         stderr={r: (log_dir / f"stderr-{r}").read_text(errors="replace") for r in ranks},
     )
 
@@ -276,8 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=20.0, help="deadline for the cases that wait it out")
     parser.add_argument("--cases", default=",".join(CASES))
     args = parser.parse_args(argv)
-    print(f"{'case':<22} {'deadline':>9} {'median ratio':>13} {'spread':>17} {'median s':>9} "
-          f"{'record s':>9}  exit codes")
+    print(
+        f"{'case':<22} {'deadline':>9} {'median ratio':>13} {'spread':>17} {'median s':>9} {'record s':>9}  exit codes"
+    )
     for case in args.cases.split(","):
         timeout_s = 600.0 if case in LONG_DEADLINE else args.timeout
         results = []
@@ -288,8 +310,11 @@ def main(argv: list[str] | None = None) -> int:
         seconds = statistics.median(r.fault_to_last_exit_s for r in results)
         record = statistics.median(r.fault_to_last_record_s for r in results)
         codes = sorted({tuple(sorted(r.returncode.items())) for r in results})
-        print(f"{case:<22} {timeout_s:>8g}s {statistics.median(ratios):>13.3f} "
-              f"{min(ratios):>8.3f}–{max(ratios):<8.3f} {seconds:>9.2f} {record:>9.2f}  {codes}", flush=True)
+        print(
+            f"{case:<22} {timeout_s:>8g}s {statistics.median(ratios):>13.3f} "
+            f"{min(ratios):>8.3f}–{max(ratios):<8.3f} {seconds:>9.2f} {record:>9.2f}  {codes}",
+            flush=True,
+        )
     return 0
 
 

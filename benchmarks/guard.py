@@ -93,18 +93,22 @@ def main() -> None:
     _block(lc, 2, False)  # warm-up: first-step work, allocator, caches
     medians: dict[bool, list[float]] = {False: [], True: []}
     for n in range(args.rounds):
-        for guarded in ((False, True) if n % 2 == 0 else (True, False)):
+        for guarded in (False, True) if n % 2 == 0 else (True, False):
             medians[guarded].append(statistics.median(_block(lc, args.block, guarded)))
     lc.shutdown()
     alone = statistics.median(_guard_alone(20_000) for _ in range(5))
     step = statistics.median(medians[False])
     for guarded in (False, True):
         values = medians[guarded]
-        print(f"{'guarded' if guarded else 'bare':>8}: median step {statistics.median(values) * 1e3:8.2f} ms "
-              f"(rounds: {min(values) * 1e3:.2f}–{max(values) * 1e3:.2f} ms, {len(values)} x {args.block} steps)")
+        print(
+            f"{'guarded' if guarded else 'bare':>8}: median step {statistics.median(values) * 1e3:8.2f} ms "
+            f"(rounds: {min(values) * 1e3:.2f}–{max(values) * 1e3:.2f} ms, {len(values)} x {args.block} steps)"
+        )
     ratios = [g / b for g, b in zip(medians[True], medians[False], strict=True)]
-    print(f"   ratio: guarded / bare, median of the rounds' ratios {statistics.median(ratios):.4f} "
-          f"(rounds: {min(ratios):.4f}–{max(ratios):.4f}; the spread is the machine's noise)")
+    print(
+        f"   ratio: guarded / bare, median of the rounds' ratios {statistics.median(ratios):.4f} "
+        f"(rounds: {min(ratios):.4f}–{max(ratios):.4f}; the spread is the machine's noise)"
+    )
     print(f"   guard alone: {alone * 1e6:.2f} µs per step = {alone / step * 100:.4f} % of the median step")
 
 

@@ -42,8 +42,10 @@ def _times(argv: list[str], runs: int, expect: int) -> tuple[list[float], list[f
 
 
 def _line(name: str, times: list[float]) -> str:
-    return (f"{name:<52} median {statistics.median(times):6.3f} s   spread {min(times):6.3f}–{max(times):6.3f} s"
-            f"   ({len(times)} runs)")
+    return (
+        f"{name:<52} median {statistics.median(times):6.3f} s   spread {min(times):6.3f}–{max(times):6.3f} s"
+        f"   ({len(times)} runs)"
+    )
 
 
 def main() -> None:
@@ -55,8 +57,10 @@ def main() -> None:
     print(_line("python -c pass (wall)", bare))
     print(_line("lifecycle run --nproc 2 --set parallel.tp=3 (wall)", bad))
     print(_line("  the same, CPU time (less the machine's load)", bad_cpu))
-    print(f"time to first error / 1 s target: {statistics.median(bad) / TARGET_S:.2f} (≤ 1 passes); "
-          f"over a bare interpreter: {statistics.median(bad) - statistics.median(bare):.3f} s")
+    print(
+        f"time to first error / 1 s target: {statistics.median(bad) / TARGET_S:.2f} (≤ 1 passes); "
+        f"over a bare interpreter: {statistics.median(bad) - statistics.median(bare):.3f} s"
+    )
 
 
 if __name__ == "__main__":

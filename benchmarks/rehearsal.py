@@ -46,8 +46,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 STEPS = 3
 ROWS = ("imports", "validate", "services", "distributed", "model", "bind", "engine", "steps")
-_STATE_ROWS = {"VALIDATED": "validate", "SERVICES_READY": "services", "DISTRIBUTED": "distributed",
-               "MODEL_BUILT": "model", "CALLBACKS_BOUND": "bind"}
+_STATE_ROWS = {
+    "VALIDATED": "validate",
+    "SERVICES_READY": "services",
+    "DISTRIBUTED": "distributed",
+    "MODEL_BUILT": "model",
+    "CALLBACKS_BOUND": "bind",
+}
 
 
 def _config() -> Any:
@@ -85,8 +90,18 @@ def lifecycle_rank(log_dir: str, store_port: int) -> dict[str, Any]:
     assert path is not None
     phases = _phases_from_log(path.read_bytes().splitlines(), startup)
     phases["steps"] = total - startup
-    return {"total": total, "cpu": cpu, "phases": phases, "writes": _startup_writes(path), "store_keys": keys,
-            "started": started, "finished": finished, "began": began, "imported": imported, "ended": time.time()}
+    return {
+        "total": total,
+        "cpu": cpu,
+        "phases": phases,
+        "writes": _startup_writes(path),
+        "store_keys": keys,
+        "started": started,
+        "finished": finished,
+        "began": began,
+        "imported": imported,
+        "ended": time.time(),
+    }
 
 
 def _phases_from_log(lines: list[bytes], startup: float) -> dict[str, float]:
@@ -152,9 +167,18 @@ def plain_rank(_log_dir: str, store_port: int) -> dict[str, Any]:
         parts["dist"].barrier()
         parts["ps"].destroy_model_parallel()
         parts["dist"].destroy_process_group()
-    return {"total": clock.total, "cpu": cpu, "phases": clock.phases, "writes": {"records": 0, "bytes": 0},
-            "store_keys": keys, "started": started, "finished": finished, "began": began, "imported": imported,
-            "ended": time.time()}
+    return {
+        "total": clock.total,
+        "cpu": cpu,
+        "phases": clock.phases,
+        "writes": {"records": 0, "bytes": 0},
+        "store_keys": keys,
+        "started": started,
+        "finished": finished,
+        "began": began,
+        "imported": imported,
+        "ended": time.time(),
+    }
 
 
 class _Clock:
@@ -178,9 +202,15 @@ def _plain_imports() -> dict[str, Any]:
     from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
-    return {"torch": torch, "dist": dist, "ps": ps, "finalize_model_grads": finalize_model_grads,
-            "schedule": get_forward_backward_func, "groups": ProcessGroupCollection,
-            "seed": model_parallel_cuda_manual_seed}
+    return {
+        "torch": torch,
+        "dist": dist,
+        "ps": ps,
+        "finalize_model_grads": finalize_model_grads,
+        "schedule": get_forward_backward_func,
+        "groups": ProcessGroupCollection,
+        "seed": model_parallel_cuda_manual_seed,
+    }
 
 
 def _plain_distributed(parts: dict[str, Any], cfg: Any) -> Any:
@@ -211,9 +241,15 @@ def _plain_steps(parts: dict[str, Any], cfg: Any, model: list[Any], optimizer: A
     for _ in range(STEPS):
         model[0].zero_grad_buffer()
         optimizer.zero_grad()
-        schedule(forward_step_func=parts["train"]._forward_step, data_iterator=data, model=model,
-                 num_microbatches=t.num_microbatches, seq_length=m.seq_length,
-                 micro_batch_size=t.micro_batch_size, forward_only=False)
+        schedule(
+            forward_step_func=parts["train"]._forward_step,
+            data_iterator=data,
+            model=model,
+            num_microbatches=t.num_microbatches,
+            seq_length=m.seq_length,
+            micro_batch_size=t.micro_batch_size,
+            forward_only=False,
+        )
         optimizer.step()
 
 
@@ -237,14 +273,22 @@ def _measure(fn: Any, log_dir: str) -> dict[str, Any]:
         time.sleep(0.05)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
-    spans = {"spawn": max(r["began"] for r in per_rank) - start,
-             "import megatron.core": max(r["imported"] - r["began"] for r in per_rank),
-             "after the work": max(r["ended"] - r["imported"] - r["total"] for r in per_rank),
-             "exit": end - max(r["ended"] for r in per_rank)}
-    return {"inner": max(r["finished"] for r in per_rank) - max(r["started"] for r in per_rank),
-            "slowest_rank": max(r["total"] for r in per_rank), "outer": end - start, "rank0": per_rank[0],
-            "inner_cpu": sum(r["cpu"] for r in per_rank), "outer_cpu": cpu,
-            "load": (load + os.getloadavg()[0]) / 2, "spans": spans}
+    spans = {
+        "spawn": max(r["began"] for r in per_rank) - start,
+        "import megatron.core": max(r["imported"] - r["began"] for r in per_rank),
+        "after the work": max(r["ended"] - r["imported"] - r["total"] for r in per_rank),
+        "exit": end - max(r["ended"] for r in per_rank),
+    }
+    return {
+        "inner": max(r["finished"] for r in per_rank) - max(r["started"] for r in per_rank),
+        "slowest_rank": max(r["total"] for r in per_rank),
+        "outer": end - start,
+        "rank0": per_rank[0],
+        "inner_cpu": sum(r["cpu"] for r in per_rank),
+        "outer_cpu": cpu,
+        "load": (load + os.getloadavg()[0]) / 2,
+        "spans": spans,
+    }
 
 
 def _spread(values: list[float]) -> str:
@@ -253,18 +297,27 @@ def _spread(values: list[float]) -> str:
 
 def report(runs: dict[str, list[dict[str, Any]]]) -> None:
     n = len(runs["plain"])
-    print(f"runs per variant: {n} (2 gloo ranks each, {STEPS} steps), ABBA order, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    print(
+        f"runs per variant: {n} (2 gloo ranks each, {STEPS} steps), ABBA order, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
+    )
     loads = [r["load"] for v in runs.values() for r in v]
     print(f"load average (1 min) during the runs: {_spread(loads)}  on {os.cpu_count()} cores")
-    for key, label in (("inner", "startup+steps"), ("slowest_rank", "slowest rank's"), ("outer", "end to end"),
-                       ("inner_cpu", "startup+steps CPU"), ("outer_cpu", "end to end CPU")):
+    for key, label in (
+        ("inner", "startup+steps"),
+        ("slowest_rank", "slowest rank's"),
+        ("outer", "end to end"),
+        ("inner_cpu", "startup+steps CPU"),
+        ("outer_cpu", "end to end CPU"),
+    ):
         for name in ("plain", "lifecycle"):
             print(f"  {name:<10} {label:<18} s: {_spread([r[key] for r in runs[name]])}")
         med = statistics.median(r[key] for r in runs["lifecycle"]) / statistics.median(r[key] for r in runs["plain"])
         paired = [a[key] / b[key] for a, b in zip(runs["lifecycle"], runs["plain"], strict=True)]
-        print(f"  ratio lifecycle/plain {label}: {med:.3f}x of medians; paired per run {_spread(paired)}"
-              "  (target <= 1.05x)")
+        print(
+            f"  ratio lifecycle/plain {label}: {med:.3f}x of medians; paired per run {_spread(paired)}"
+            "  (target <= 1.05x)"
+        )
     print("per phase, rank 0, median seconds:      plain   lifecycle")
     for row in ROWS:
         values = [statistics.median(r["rank0"]["phases"][row] for r in runs[name]) for name in ("plain", "lifecycle")]
@@ -275,9 +328,11 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
         print(f"  {span:<36} {values[0]:8.3f}  {values[1]:8.3f}")
     life = runs["lifecycle"][-1]["rank0"]
     plain_keys = runs["plain"][-1]["rank0"]["store_keys"]
-    print(f"one rank's startup writes (lifecycle): {life['writes']['records']} log records, "
-          f"{life['writes']['bytes']} bytes; rendezvous store keys (both ranks): lifecycle "
-          f"{life['store_keys']}, plain {plain_keys}")
+    print(
+        f"one rank's startup writes (lifecycle): {life['writes']['records']} log records, "
+        f"{life['writes']['bytes']} bytes; rendezvous store keys (both ranks): lifecycle "
+        f"{life['store_keys']}, plain {plain_keys}"
+    )
 
 
 def main() -> None:

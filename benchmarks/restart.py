@@ -30,8 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def _records(log_dir: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for path in sorted(log_dir.glob("rank-*.jsonl"))
-            for line in path.read_bytes().splitlines()]
+    return [
+        orjson.loads(line) for path in sorted(log_dir.glob("rank-*.jsonl")) for line in path.read_bytes().splitlines()
+    ]
 
 
 PHASES = ("wrapper", "release", "services", "distributed", "model", "callbacks", "first step")
@@ -47,8 +48,11 @@ def _first(records: list[dict[str, Any]], rank: int, after: float, test: Any) ->
 def _phases(records: list[dict[str, Any]], cycle: int, rank: int, fault: float) -> list[float]:
     marks = [fault, _first(records, rank, fault, lambda r: r["event"] == "cycle_ended" and r["cycle"] == cycle - 1)]
     for dest in ("VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"):
-        marks.append(_first(records, rank, marks[-1],
-                            lambda r, d=dest: r["event"] == "transition_completed" and r.get("dest") == d))
+        marks.append(
+            _first(
+                records, rank, marks[-1], lambda r, d=dest: r["event"] == "transition_completed" and r.get("dest") == d
+            )
+        )
     marks.append(_first(records, rank, marks[-1], lambda r: r["event"] == "step_completed" and r["cycle"] == cycle))
     return [b - a for a, b in itertools.pairwise(marks)]
 
@@ -82,15 +86,23 @@ def process_samples(root: Path, runs: int) -> list[float]:
         fault = float((root / name / "fault_ts").read_text())
         records = _records(root / name / "logs")
         attempt_start = {r["rank"]: r["seq"] for r in records if r["event"] == "lifecycle_started" and r.get("attempt")}
-        first = [min(r["ts"] for r in records if r["event"] == "step_completed" and r["rank"] == rank
-                     and r["seq"] > attempt_start[rank]) for rank in (0, 1)]
+        first = [
+            min(
+                r["ts"]
+                for r in records
+                if r["event"] == "step_completed" and r["rank"] == rank and r["seq"] > attempt_start[rank]
+            )
+            for rank in (0, 1)
+        ]
         samples.append(max(first) - fault)
     return samples
 
 
 def _line(name: str, samples: list[float]) -> str:
-    return (f"{name:<22} median {statistics.median(samples):7.2f} s  spread {min(samples):.2f}–{max(samples):.2f} s"
-            f"  ({len(samples)} samples)")
+    return (
+        f"{name:<22} median {statistics.median(samples):7.2f} s  spread {min(samples):.2f}–{max(samples):.2f} s"
+        f"  ({len(samples)} samples)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

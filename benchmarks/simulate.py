@@ -65,8 +65,7 @@ def one_repeat(log_dir: str, count: int, until: str) -> dict[str, Any]:
     peak_one = _peak_mb()
     lifecycle = _timed(one_rank, ranks[1:])
     plain = _timed(functools.partial(_megatron_alone, config), ranks[1:]) if until == "DISTRIBUTED" else None
-    return {"lifecycle": lifecycle, "plain": plain, "base_mb": base, "peak_one_mb": peak_one,
-            "peak_all_mb": _peak_mb()}
+    return {"lifecycle": lifecycle, "plain": plain, "base_mb": base, "peak_one_mb": peak_one, "peak_all_mb": _peak_mb()}
 
 
 def _timed(fn: Any, ranks: tuple[int, ...]) -> dict[str, list[float]]:
@@ -96,17 +95,39 @@ def _time_all(jobs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         logs = f"{tmp}/all"
         start = time.perf_counter()
-        run = subprocess.run([sys.executable, "-m", "lifecycle", "simulate", "--preset", "gpt-4096", "--all",
-                              "--log-dir", logs, "--format", "json", "--jobs", str(jobs)],
-                             cwd=ROOT, capture_output=True, text=True)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "lifecycle",
+                "simulate",
+                "--preset",
+                "gpt-4096",
+                "--all",
+                "--log-dir",
+                logs,
+                "--format",
+                "json",
+                "--jobs",
+                str(jobs),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         took = time.perf_counter() - start
-        print(f"--all (4,096 ranks, --jobs {jobs})         : {took:.0f} s end to end "
-              f"({took / 4096:.3f} s a rank), exit {run.returncode}")
+        print(
+            f"--all (4,096 ranks, --jobs {jobs})         : {took:.0f} s end to end "
+            f"({took / 4096:.3f} s a rank), exit {run.returncode}"
+        )
         start = time.perf_counter()
-        audit = subprocess.run([sys.executable, "-m", "lifecycle", "audit", logs], cwd=ROOT,
-                               capture_output=True, text=True)
-        print(f"lifecycle audit of its logs               : {time.perf_counter() - start:.1f} s: "
-              f"{audit.stdout.splitlines()[0] if audit.stdout else audit.stderr[-300:]}")
+        audit = subprocess.run(
+            [sys.executable, "-m", "lifecycle", "audit", logs], cwd=ROOT, capture_output=True, text=True
+        )
+        print(
+            f"lifecycle audit of its logs               : {time.perf_counter() - start:.1f} s: "
+            f"{audit.stdout.splitlines()[0] if audit.stdout else audit.stderr[-300:]}"
+        )
 
 
 def _median_of_medians(runs: list[dict[str, Any]], variant: str, kind: str) -> float:
@@ -127,20 +148,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             runs += run_ranks(one_repeat, 1, f"{tmp}/{i}", args.ranks, args.until, timeout_s=900)
-    print(f"gpt-4096 to {args.until}: {args.repeats} fresh processes x {args.ranks} ranks (+1 first rank); "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"gpt-4096 to {args.until}: {args.repeats} fresh processes x {args.ranks} ranks (+1 first rank); "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     lifecycle = {kind: _median_of_medians(runs, "lifecycle", kind) for kind in ("wall", "cpu")}
-    print(f"time a rank, lifecycle (median)           : {lifecycle['wall']:.3f} s wall, "
-          f"{lifecycle['cpu']:.3f} s CPU   (target < 1 s)")
+    print(
+        f"time a rank, lifecycle (median)           : {lifecycle['wall']:.3f} s wall, "
+        f"{lifecycle['cpu']:.3f} s CPU   (target < 1 s)"
+    )
     if runs[0]["plain"]:
         plain = {kind: _median_of_medians(runs, "plain", kind) for kind in ("wall", "cpu")}
-        print(f"time a rank, megatron alone (median)      : {plain['wall']:.3f} s wall, {plain['cpu']:.3f} s CPU   "
-              f"(lifecycle/megatron {lifecycle['cpu'] / plain['cpu']:.2f}x in CPU time)")
+        print(
+            f"time a rank, megatron alone (median)      : {plain['wall']:.3f} s wall, {plain['cpu']:.3f} s CPU   "
+            f"(lifecycle/megatron {lifecycle['cpu'] / plain['cpu']:.2f}x in CPU time)"
+        )
     one = statistics.median(r["peak_one_mb"] for r in runs)
     base = statistics.median(r["base_mb"] for r in runs)
     grow = statistics.median(r["peak_all_mb"] - r["peak_one_mb"] for r in runs)
-    print(f"peak RSS, process that simulated 1 rank   : {one:.0f} MB  (target < 500 MB; {base:.0f} MB of it "
-          "is torch + megatron + layout before any rank)")
+    print(
+        f"peak RSS, process that simulated 1 rank   : {one:.0f} MB  (target < 500 MB; {base:.0f} MB of it "
+        "is torch + megatron + layout before any rank)"
+    )
     print(f"peak RSS growth over the next {args.ranks} ranks   : {grow:+.0f} MB")
     if args.all:
         _time_all(args.jobs)

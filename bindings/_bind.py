@@ -93,13 +93,12 @@ def _require_ddp(chunks: Sequence[Any]) -> None:
                 f"{type(chunk).__name__}, not wrapped in megatron's DistributedDataParallel; wrap "
                 "every chunk in DistributedDataParallel or set overlap_grad_reduce and "
                 "overlap_param_gather to false",
-                chunk=index, chunk_type=type(chunk).__name__,
+                chunk=index,
+                chunk_type=type(chunk).__name__,
             )
 
 
-def install(
-    target: SchedulerConfig, plan: dict[str, Any], policy: Policy | None = None
-) -> Installed:
+def install(target: SchedulerConfig, plan: dict[str, Any], policy: Policy | None = None) -> Installed:
     """Write `plan` onto `target`, slot by slot, honouring `policy` on conflicts.
 
     Conflicts are all checked before anything is written, so a refused binding writes nothing.
@@ -123,7 +122,9 @@ def install(
                 f"{type(target).__name__}.{slot} already holds {current!r}; binding would install "
                 f"{plan[slot]!r}. Pass policy='keep' to leave the existing callable, "
                 "policy='replace' to overwrite it, or unbind the previous binding first",
-                slot=slot, existing=repr(current), new=repr(plan[slot]),
+                slot=slot,
+                existing=repr(current),
+                new=repr(plan[slot]),
             )
         (kept if policy == "keep" else replaced).append(slot)
     installed = {slot: value for slot, value in plan.items() if slot not in kept}
@@ -131,7 +132,9 @@ def install(
         setattr(target, slot, value)
     fin = installed.get("finalize_model_grads_func")
     return Installed(
-        installed=installed, kept=tuple(kept), replaced=tuple(replaced),
+        installed=installed,
+        kept=tuple(kept),
+        replaced=tuple(replaced),
         finalizer=fin if isinstance(fin, CountingFinalizer) else None,
     )
 
@@ -144,7 +147,8 @@ def _verify(chunks: Sequence[Any], target: Any, installed: dict[str, Any]) -> An
         raise BindingError(
             f"the scheduler reads {type(scheduler).__name__} at {object_id(scheduler)} but the "
             f"callbacks went to {object_id(target)}; bind to get_model_config(model[0])",
-            scheduler_config_id=object_id(scheduler), target_id=object_id(target),
+            scheduler_config_id=object_id(scheduler),
+            target_id=object_id(target),
         )
     missing = [s for s, v in installed.items() if getattr(scheduler, s, None) is not v]
     if missing:
@@ -162,7 +166,8 @@ def chunk_list(model: Any) -> list[Any]:
         raise BindingError(
             f"model is a {type(model).__name__}, not a list of model chunks; pass the list megatron's "
             "get_model returns (bind_callbacks(model, ...), not bind_callbacks(model[0], ...))",
-            chunks=None, got=type(model).__name__,
+            chunks=None,
+            got=type(model).__name__,
         )
     return list(model)
 
@@ -195,8 +200,17 @@ def bind_callbacks(
     return _report(target, scheduler, provider_config, done, chunks, optimizer, ddp_config, align, policy)
 
 
-def _report(target: Any, scheduler: Any, provider_config: Any, done: Installed, chunks: Sequence[Any], optimizer: Any,
-            ddp_config: Any, align: bool, policy: Policy | None) -> BindingReport:
+def _report(
+    target: Any,
+    scheduler: Any,
+    provider_config: Any,
+    done: Installed,
+    chunks: Sequence[Any],
+    optimizer: Any,
+    ddp_config: Any,
+    align: bool,
+    policy: Policy | None,
+) -> BindingReport:
     return BindingReport(
         target_type=type(target).__name__,
         target_id=hex(id(target)),

@@ -69,15 +69,12 @@ def _judge_scale(value: Any, optimizer: Any) -> Verdict:
     return "stale" if type(value.__self__) is type(optimizer) else "wrong"
 
 
-def judge(
-    source: str | None, value: Any, chunks: Sequence[Any], optimizer: Any, finalizer: Any
-) -> Verdict:
+def judge(source: str | None, value: Any, chunks: Sequence[Any], optimizer: Any, finalizer: Any) -> Verdict:
     """One slot's verdict. `source` is what the rules ask for (None: nothing)."""
     if source is None:
         if value is None:
             return "ok"
-        method = next((m for m in ("no_sync", "start_grad_sync", "start_param_sync")
-                       if _stale(value, chunks, m)), None)
+        method = next((m for m in ("no_sync", "start_grad_sync", "start_param_sync") if _stale(value, chunks, m)), None)
         return "stale" if method is not None else "wrong"
     if value is None:
         return "missing"
@@ -97,8 +94,7 @@ def _expected(source: str | None, chunks: int) -> str:
         return "megatron's finalize_model_grads (or a wrapper of it)"
     if source == SCALE_LOSS:
         return "the optimizer's scale_loss"
-    return f"each chunk's {source}" + (" (the callable itself, 1 chunk)" if chunks == 1
-                                         else f" (a list of {chunks})")
+    return f"each chunk's {source}" + (" (the callable itself, 1 chunk)" if chunks == 1 else f" (a list of {chunks})")
 
 
 def inspect_slots(
@@ -119,10 +115,15 @@ def inspect_slots(
         value = getattr(scheduler, slot, None)
         verdict = judge(wanted.get(slot), value, chunks, optimizer, finalizer)
         elsewhere = tuple(s.label() for s in seen if slot in s.slots) if verdict != "ok" else ()
-        checks.append(SlotCheck(
-            slot=slot, verdict=verdict, expected=_expected(wanted.get(slot), len(chunks)),
-            found=describe(value), elsewhere=elsewhere,
-        ))
+        checks.append(
+            SlotCheck(
+                slot=slot,
+                verdict=verdict,
+                expected=_expected(wanted.get(slot), len(chunks)),
+                found=describe(value),
+                elsewhere=elsewhere,
+            )
+        )
     return CheckReport(
         scheduler_config_type=type(scheduler).__name__,
         scheduler_config_id=hex(id(scheduler)),
@@ -197,7 +198,11 @@ def judge_binding(
         align_grad_reduce = getattr(scheduler, "grad_sync_func", None) is not None
     wanted = sources(ddp_config, optimizer=True, align_grad_reduce=align_grad_reduce)
     report = inspect_slots(
-        scheduler, chunks, wanted, optimizer=optimizer, finalizer=finalizer,
+        scheduler,
+        chunks,
+        wanted,
+        optimizer=optimizer,
+        finalizer=finalizer,
         others=reachable_configs(chunks, provider_config),
     )
     return report.with_chunk_configs(chunk_config_ids, object_id(provider_config))

@@ -34,16 +34,18 @@ def check(
 
     chunks = chunk_list(model)
     return judge_binding(
-        get_model_config(chunks[0]), chunks, ddp_config=ddp_config, optimizer=optimizer,
-        provider_config=provider_config, align_grad_reduce=align_grad_reduce,
+        get_model_config(chunks[0]),
+        chunks,
+        ddp_config=ddp_config,
+        optimizer=optimizer,
+        provider_config=provider_config,
+        align_grad_reduce=align_grad_reduce,
         finalizer=finalize_model_grads,
         chunk_config_ids=tuple(hex(id(get_model_config(c))) for c in chunks),
     )
 
 
-def guard_first_step(
-    model: Any, optimizer: Any = None, *, steps: int = 1, emit: Emit | None = None
-) -> FirstStepGuard:
+def guard_first_step(model: Any, optimizer: Any = None, *, steps: int = 1, emit: Emit | None = None) -> FirstStepGuard:
     """Arm a `FirstStepGuard` on `get_model_config(model[0])`, after your setup bound callbacks.
 
     `optimizer` defaults to the owner of the config's `grad_scale_func` (`optimizer.scale_loss`);

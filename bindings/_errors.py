@@ -1,9 +1,9 @@
 """The errors of `bindings`: leaves of the tree rooted at `states.LifecycleError`.
 
-    LifecycleError
-    ├── BindingError (RuntimeError)         callbacks could not be bound or verified
-    │   └── BindingConflict                 a slot already holds a different callable
-    └── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
+LifecycleError
+├── BindingError (RuntimeError)         callbacks could not be bound or verified
+│   └── BindingConflict                 a slot already holds a different callable
+└── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
 """
 
 from __future__ import annotations

@@ -42,12 +42,9 @@ class FirstStepGuard:
     """Counts finalizer calls per training step; raises `FinalizerNotCalled` after a checked step
     that called it 0 times or more than once."""
 
-    __slots__ = ("_base", "_config", "_counter", "_emit", "_optimizer", "_own_step", "_previous",
-                 "checked", "steps")
+    __slots__ = ("_base", "_config", "_counter", "_emit", "_optimizer", "_own_step", "_previous", "checked", "steps")
 
-    def __init__(
-        self, config: Any, optimizer: Any = None, *, steps: int = 1, emit: Emit | None = None
-    ) -> None:
+    def __init__(self, config: Any, optimizer: Any = None, *, steps: int = 1, emit: Emit | None = None) -> None:
         if steps < 1:
             raise ValueError(f"steps={steps}: the guard checks at least the first step; pass 1")
         self._config, self._optimizer, self.steps = config, optimizer, steps
@@ -99,8 +96,9 @@ class FirstStepGuard:
         else:
             self._emit(FIRST_STEP_NOT_FINALIZED, finalizer_calls=calls, step=step)
             self.disarm()
-            raise FinalizerNotCalled(_message(calls, step, self._config), finalizer_calls=calls,
-                                     step=step, config_id=hex(id(self._config)))
+            raise FinalizerNotCalled(
+                _message(calls, step, self._config), finalizer_calls=calls, step=step, config_id=hex(id(self._config))
+            )
         if not self.armed:
             self.disarm()
         return calls
@@ -131,8 +129,11 @@ def _message(calls: int, step: int, config: Any) -> str:
         return (
             f"training step {step} finished without calling finalize_model_grads "
             f"(finalizer_calls=0): the config the scheduler reads ({where}) "
-            + ("has no finalize_model_grads_func" if config.finalize_model_grads_func is None
-               else "holds a finalizer that did not run")
+            + (
+                "has no finalize_model_grads_func"
+                if config.finalize_model_grads_func is None
+                else "holds a finalizer that did not run"
+            )
             + ", so gradients were not reduced across data-parallel ranks. The callbacks were "
             "probably installed on another config (a provider's that the model copied); run "
             "bindings.check(model, ddp_config, optimizer) and bind to get_model_config(model[0])"
@@ -150,7 +151,11 @@ def scale_owner(config: Any) -> Any:
 
 
 def arm(
-    config: Any, optimizer: Any = None, *, steps: int = 1, emit: Emit | None = None,
+    config: Any,
+    optimizer: Any = None,
+    *,
+    steps: int = 1,
+    emit: Emit | None = None,
     require_optimizer: bool = False,
 ) -> FirstStepGuard:
     """A guard on `config` (the scheduler's), its optimizer defaulting to `scale_owner(config)`.
@@ -165,6 +170,7 @@ def arm(
             f"{hex(id(config))}) has no grad_scale_func, so the callbacks were bound somewhere else "
             "(a provider's config the model copied?). Run bindings.check(model, ddp_config, "
             "optimizer) after setup and bind to get_model_config(model[0])",
-            config_id=hex(id(config)), slot="grad_scale_func",
+            config_id=hex(id(config)),
+            slot="grad_scale_func",
         )
     return FirstStepGuard(config, optimizer, steps=steps, emit=emit)

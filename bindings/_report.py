@@ -37,9 +37,7 @@ class BindingReport:
     policy: str | None = None
     watchdog: FirstStepWatchdog | None = field(default=None, compare=False, repr=False)
     target_ref: weakref.ReferenceType[Any] | None = field(default=None, compare=False, repr=False)
-    installed_ids: Mapping[str, int] = field(
-        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
-    )
+    installed_ids: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}), compare=False, repr=False)
 
     def log_fields(self) -> dict[str, Any]:
         """The fields of the `callbacks_bound` record (docs/log-format.md)."""

@@ -42,9 +42,7 @@ def flag(ddp_config: Any, name: str) -> bool:
     return bool(getattr(ddp_config, name, False))
 
 
-def sources(
-    ddp_config: Any, *, optimizer: bool, align_grad_reduce: bool | None = None
-) -> dict[str, str]:
+def sources(ddp_config: Any, *, optimizer: bool, align_grad_reduce: bool | None = None) -> dict[str, str]:
     """The slots this DDP config asks for, in `SLOTS` order, each with its source: `FINALIZER`,
     `SCALE_LOSS`, or the name of the chunk method the slot holds per chunk."""
     wanted: dict[str, str] = {}

@@ -83,17 +83,15 @@ class CheckReport:
                 return check
         raise KeyError(name)
 
-    def with_chunk_configs(
-        self, chunk_config_ids: tuple[str, ...], provider_config_id: str | None
-    ) -> CheckReport:
-        return dataclasses.replace(
-            self, chunk_config_ids=chunk_config_ids, provider_config_id=provider_config_id
-        )
+    def with_chunk_configs(self, chunk_config_ids: tuple[str, ...], provider_config_id: str | None) -> CheckReport:
+        return dataclasses.replace(self, chunk_config_ids=chunk_config_ids, provider_config_id=provider_config_id)
 
     def render(self) -> str:
         """The report as text: a head line, then one line per slot."""
-        head = (f"binding check: {self.verdict} (scheduler config {self.scheduler_config_type} at "
-                f"{self.scheduler_config_id}, {self.chunks} chunk{'s' if self.chunks != 1 else ''}")
+        head = (
+            f"binding check: {self.verdict} (scheduler config {self.scheduler_config_type} at "
+            f"{self.scheduler_config_id}, {self.chunks} chunk{'s' if self.chunks != 1 else ''}"
+        )
         if any(c != self.scheduler_config_id for c in self.chunk_config_ids):
             head += ", chunk configs " + " ".join(self.chunk_config_ids)
         return "\n".join([head + ")"] + ["  " + s.line() for s in self.slots])
@@ -104,13 +102,16 @@ class CheckReport:
         if not bad:
             return
         first = bad[0]
-        where = (f"; it is set on {', '.join(first.elsewhere)}, which the scheduler never reads"
-                 if first.elsewhere else "")
+        where = (
+            f"; it is set on {', '.join(first.elsewhere)}, which the scheduler never reads" if first.elsewhere else ""
+        )
         raise BindingError(
             f"{first.slot} is {first.verdict} on the config the scheduler reads "
             f"({self.scheduler_config_type} at {self.scheduler_config_id}): expected "
             f"{first.expected}, found {first.found}{where}. Fix: {_FIX[first.verdict]}"
             + (f" (also not ok: {', '.join(s.slot for s in bad[1:])})" if bad[1:] else ""),
-            slot=first.slot, verdict=first.verdict,
-            scheduler_config_id=self.scheduler_config_id, elsewhere=first.elsewhere,
+            slot=first.slot,
+            verdict=first.verdict,
+            scheduler_config_id=self.scheduler_config_id,
+            elsewhere=first.elsewhere,
         )

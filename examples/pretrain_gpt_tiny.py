@@ -22,15 +22,51 @@ from megatron.training.utils import is_first_or_last_pipeline_stage
 from lifecycle.megatron_lm import pretrain  # was: from megatron.training import pretrain
 
 TINY_GPT = [
-    "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-    "--seq-length", "32", "--max-position-embeddings", "32",
-    "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "5",
-    "--lr", "0.001", "--seed", "1234", "--mock-data", "--split", "1,0,0",
-    "--tokenizer-type", "NullTokenizer", "--vocab-size", "1000",
-    "--transformer-impl", "local", "--no-gradient-accumulation-fusion",
-    "--distributed-backend", "gloo", "--eval-iters", "0", "--eval-interval", "1000", "--num-workers", "0",
-    "--log-interval", "1", "--no-persist-layer-norm", "--no-masked-softmax-fusion",
-    "--no-bias-dropout-fusion", "--no-rope-fusion", "--no-bias-gelu-fusion",
+    "--num-layers",
+    "2",
+    "--hidden-size",
+    "64",
+    "--num-attention-heads",
+    "4",
+    "--seq-length",
+    "32",
+    "--max-position-embeddings",
+    "32",
+    "--micro-batch-size",
+    "2",
+    "--global-batch-size",
+    "4",
+    "--train-iters",
+    "5",
+    "--lr",
+    "0.001",
+    "--seed",
+    "1234",
+    "--mock-data",
+    "--split",
+    "1,0,0",
+    "--tokenizer-type",
+    "NullTokenizer",
+    "--vocab-size",
+    "1000",
+    "--transformer-impl",
+    "local",
+    "--no-gradient-accumulation-fusion",
+    "--distributed-backend",
+    "gloo",
+    "--eval-iters",
+    "0",
+    "--eval-interval",
+    "1000",
+    "--num-workers",
+    "0",
+    "--log-interval",
+    "1",
+    "--no-persist-layer-norm",
+    "--no-masked-softmax-fusion",
+    "--no-bias-dropout-fusion",
+    "--no-rope-fusion",
+    "--no-bias-gelu-fusion",
 ]
 
 
@@ -43,13 +79,20 @@ def get_batch(data_iterator):
     if mpu.get_tensor_model_parallel_rank() == 0:
         batch = {k: v.cuda(non_blocking=True) for k, v in next(data_iterator).items() if v is not None}
     batch = get_batch_on_this_tp_rank(
-        batch, broadcast_src_rank=mpu.get_tensor_model_parallel_src_rank(),
-        broadcast_group=mpu.get_tensor_model_parallel_group(), micro_batch_size=args.micro_batch_size,
-        seq_length=args.seq_length, tp_rank=mpu.get_tensor_model_parallel_rank(),
+        batch,
+        broadcast_src_rank=mpu.get_tensor_model_parallel_src_rank(),
+        broadcast_group=mpu.get_tensor_model_parallel_group(),
+        micro_batch_size=args.micro_batch_size,
+        seq_length=args.seq_length,
+        tp_rank=mpu.get_tensor_model_parallel_rank(),
         pipeline_model_parallel_size=args.pipeline_model_parallel_size,
-        is_pipeline_first_stage=mpu.is_pipeline_first_stage(), is_pipeline_last_stage=mpu.is_pipeline_last_stage(),
+        is_pipeline_first_stage=mpu.is_pipeline_first_stage(),
+        is_pipeline_last_stage=mpu.is_pipeline_last_stage(),
         create_attention_mask_in_dataloader=args.create_attention_mask_in_dataloader,
-        has_cu_seqlens=False, is_hybrid_cp=False, cp_size=1, mtp_on_this_rank=False,
+        has_cu_seqlens=False,
+        is_hybrid_cp=False,
+        cp_size=1,
+        mtp_on_this_rank=False,
     )
     return (batch["tokens"], batch["labels"], batch["loss_mask"], batch["attention_mask"], batch["position_ids"])
 
@@ -77,15 +120,25 @@ def train_valid_test_datasets_provider(train_val_test_num_samples):
     """Mock GPT datasets, built on tensor-parallel rank 0 of the first and last stages."""
     args = get_args()
     config = GPTDatasetConfig(
-        random_seed=args.seed, sequence_length=args.seq_length, blend=None, blend_per_split=None,
-        split=args.split, path_to_cache=None, tokenizer=build_tokenizer(args),
-        reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
-        create_attention_mask=args.create_attention_mask_in_dataloader, mid_level_dataset_surplus=0.005,
+        random_seed=args.seed,
+        sequence_length=args.seq_length,
+        blend=None,
+        blend_per_split=None,
+        split=args.split,
+        path_to_cache=None,
+        tokenizer=build_tokenizer(args),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=args.create_attention_mask_in_dataloader,
+        mid_level_dataset_surplus=0.005,
     )
     print_rank_0("> building mock GPT datasets ...")
     return BlendedMegatronDatasetBuilder(
-        MockGPTDataset, train_val_test_num_samples,
-        lambda: mpu.get_tensor_model_parallel_rank() == 0 and is_first_or_last_pipeline_stage(None), config,
+        MockGPTDataset,
+        train_val_test_num_samples,
+        lambda: mpu.get_tensor_model_parallel_rank() == 0 and is_first_or_last_pipeline_stage(None),
+        config,
     ).build()
 
 

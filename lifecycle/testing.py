@@ -120,8 +120,14 @@ def lifecycle_state_machine(
         def __init__(self) -> None:
             super().__init__()
             self.dir = tempfile.TemporaryDirectory(prefix="lifecycle-fuzz-")
-            self.lc = Lifecycle(cfg, provider, self.dir.name, phases=phases_factory(),
-                                tripwires=tripwires, options=Options(keep_records=True))
+            self.lc = Lifecycle(
+                cfg,
+                provider,
+                self.dir.name,
+                phases=phases_factory(),
+                tripwires=tripwires,
+                options=Options(keep_records=True),
+            )
 
         @rule(trigger=st.sampled_from(list(Trigger)))
         def fire(self, trigger: Trigger) -> None:

@@ -48,9 +48,13 @@ class Score:
 
 def sync_copy() -> None:
     """Lay the working tree (tracked and untracked, not ignored) into .mutation/work, anew."""
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True, capture_output=True
-    ).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True, capture_output=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     if WORK.exists():
         shutil.rmtree(WORK)
     for name in filter(None, files):
@@ -63,8 +67,10 @@ def sync_copy() -> None:
 
 def test_command(tests: list[str]) -> str:
     # PYTHONPATH makes the copy win over the editable install, in the test process and its children.
-    return (f"env PYTHONPATH={WORK} {VENV / 'python'} -m pytest -x -q -p no:cacheprovider --no-header "
-            f"-W ignore {' '.join(tests)}")
+    return (
+        f"env PYTHONPATH={WORK} {VENV / 'python'} -m pytest -x -q -p no:cacheprovider --no-header "
+        f"-W ignore {' '.join(tests)}"
+    )
 
 
 def fingerprint(module: dict, run: dict, base: Path = WORK) -> str:
@@ -86,7 +92,6 @@ def write_config(module: dict, run: dict) -> Path:
         "excluded-modules = []\n"
         f'test-command = "{test_command(module["tests"])}"\n\n'
         '[cosmic-ray.distributor]\nname = "local"\n'
-
     )
     return config
 
@@ -179,8 +184,14 @@ def score(module: dict, run: dict, equivalents: list[dict]) -> Score:
         if res.is_killed:
             result.killed += 1
             continue
-        reason = next((e["reason"] for e in equivalents if e["path"] == path and e["operator"] == operator
-                       and e["code"] == text and e.get("col", col) == col), None)
+        reason = next(
+            (
+                e["reason"]
+                for e in equivalents
+                if e["path"] == path and e["operator"] == operator and e["code"] == text and e.get("col", col) == col
+            ),
+            None,
+        )
         if reason is None:
             result.survivors.append(where)
         else:
@@ -193,12 +204,16 @@ def report(scores: list[Score]) -> str:
     for s in scores:
         note = f"  ({s.pending} not run yet)" if s.pending else ""
         note += "  (stale: sources or tests changed since; run it again)" if s.stale else ""
-        rows.append(f"{s.name:<22} {s.total:>7} {s.killed:>6} {len(s.equivalent):>5} "
-                    f"{len(s.survivors):>8} {s.percent:>6.1f}%{note}")
+        rows.append(
+            f"{s.name:<22} {s.total:>7} {s.killed:>6} {len(s.equivalent):>5} "
+            f"{len(s.survivors):>8} {s.percent:>6.1f}%{note}"
+        )
     killed, counted = sum(s.killed for s in scores), sum(s.counted for s in scores)
-    rows.append(f"{'all':<22} {sum(s.total for s in scores):>7} {killed:>6} "
-                f"{sum(len(s.equivalent) for s in scores):>5} {sum(len(s.survivors) for s in scores):>8} "
-                f"{100.0 * killed / counted if counted else 100.0:>6.1f}%")
+    rows.append(
+        f"{'all':<22} {sum(s.total for s in scores):>7} {killed:>6} "
+        f"{sum(len(s.equivalent) for s in scores):>5} {sum(len(s.survivors) for s in scores):>8} "
+        f"{100.0 * killed / counted if counted else 100.0:>6.1f}%"
+    )
     for s in scores:
         for line in s.survivors:
             rows.append(f"SURVIVED   {line}")
@@ -209,20 +224,28 @@ def report(scores: list[Score]) -> str:
 
 def markdown(scores: list[Score]) -> str:
     """The report as docs/testing.md keeps it: date, commit, the table, survivors and equivalents."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     date = subprocess.run(["date", "-u", "+%Y-%m-%d %H:%M UTC"], capture_output=True, text=True).stdout.strip()
-    rows = [f"{date}, commit `{commit}`:", "",
-            "| module | mutants | killed | equivalent | survived | score |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    rows = [
+        f"{date}, commit `{commit}`:",
+        "",
+        "| module | mutants | killed | equivalent | survived | score |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for s in scores:
         note = (" (stale)" if s.stale else "") + (f" ({s.pending} not run)" if s.pending else "")
-        rows.append(f"| {s.name}{note} | {s.total} | {s.killed} | {len(s.equivalent)} | {len(s.survivors)} "
-                    f"| {s.percent:.1f} % |")
+        rows.append(
+            f"| {s.name}{note} | {s.total} | {s.killed} | {len(s.equivalent)} | {len(s.survivors)} "
+            f"| {s.percent:.1f} % |"
+        )
     killed, counted = sum(s.killed for s in scores), sum(s.counted for s in scores)
     score = 100.0 * killed / counted if counted else 100.0
-    rows.append(f"| **all** | {sum(s.total for s in scores)} | {killed} | {sum(len(s.equivalent) for s in scores)} "
-                f"| {sum(len(s.survivors) for s in scores)} | **{score:.1f} %** |")
+    rows.append(
+        f"| **all** | {sum(s.total for s in scores)} | {killed} | {sum(len(s.equivalent) for s in scores)} "
+        f"| {sum(len(s.survivors) for s in scores)} | **{score:.1f} %** |"
+    )
     rows += ["", "Survivors (file:line:column, operator, the line):", ""]
     rows += [f"- `{line}`" for s in scores for line in s.survivors] or ["- none"]
     rows += ["", "Equivalent mutants (left out of the score):", ""]
@@ -245,8 +268,7 @@ def main() -> None:
     chosen = [m for prefix in args.modules or [""] for m in config["module"] if m["name"].startswith(prefix)]
     chosen = [m for i, m in enumerate(chosen) if m not in chosen[:i]]
     if not chosen:
-        sys.exit(f"no module matches {args.modules}; the modules are "
-                 f"{', '.join(m['name'] for m in config['module'])}")
+        sys.exit(f"no module matches {args.modules}; the modules are {', '.join(m['name'] for m in config['module'])}")
     STATE.mkdir(exist_ok=True)
     if not (args.report or args.markdown):
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)

@@ -67,7 +67,6 @@ def plan_allows_restart(facts: Facts) -> bool:
     return facts.plan is not Plan.RL
 
 
-
 def rule(guard: Guard) -> str:
     """The ordering rule a guard enforces (its docstring's first line)."""
     doc = guard.__doc__ or guard.__name__

@@ -67,7 +67,11 @@ class _Read:
 
 
 def audit(
-    paths: Sequence[str], *, select: Iterable[str] = (), ignore: Iterable[str] = (), jobs: int | None = None,
+    paths: Sequence[str],
+    *,
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+    jobs: int | None = None,
 ) -> AuditResult:
     """Audit the logs under `paths` (files, directories, FIFOs or "-" for stdin).
 
@@ -79,16 +83,24 @@ def audit(
         return _audit(paths, rules, jobs, None)[0]
 
 
-def audit_tapped(paths: Sequence[str], tap: Callable[[str], Tap], *, jobs: int | None = None,
-                 ) -> tuple[AuditResult, list[Tap]]:
+def audit_tapped(
+    paths: Sequence[str],
+    tap: Callable[[str], Tap],
+    *,
+    jobs: int | None = None,
+) -> tuple[AuditResult, list[Tap]]:
     """`audit(paths, jobs=jobs)`, with `tap(input name)` given each batch of each input's records as
     the audit decodes them (see `Tap`); the taps are returned (from the reading processes too)."""
     with no_gc():
         return _audit(paths, enabled((), ()), jobs, tap)
 
 
-def _audit(paths: Sequence[str], rules: frozenset[str], jobs: int | None, tap: Callable[[str], Tap] | None,
-           ) -> tuple[AuditResult, list[Tap]]:
+def _audit(
+    paths: Sequence[str],
+    rules: frozenset[str],
+    jobs: int | None,
+    tap: Callable[[str], Tap] | None,
+) -> tuple[AuditResult, list[Tap]]:
     found = discover(paths)
     read = _read_all(found.inputs, jobs, tap)
     errors = [*found.errors, *read.errors]
@@ -97,19 +109,33 @@ def _audit(paths: Sequence[str], rules: frozenset[str], jobs: int | None, tap: C
     if not records and found.inputs and not read.errors:  # an unreadable first record says more on its own
         errors.append(_no_records(paths, found.inputs))
     causes = root_causes(read.streams)
-    findings = ([f for s in read.streams for f in s.findings()] + cross_rank(read.streams) + notes
-                + [c.finding() for c in causes])
+    findings = (
+        [f for s in read.streams for f in s.findings()]
+        + cross_rank(read.streams)
+        + notes
+        + [c.finding() for c in causes]
+    )
     kept = tuple(sorted((f for f in findings if f.rule in rules), key=_order))
-    return AuditResult(findings=kept, errors=tuple(errors), ranks=tuple(read.streams), sources=len(found.inputs),
-                       records=records, root_causes=tuple(causes)), read.taps
+    return AuditResult(
+        findings=kept,
+        errors=tuple(errors),
+        ranks=tuple(read.streams),
+        sources=len(found.inputs),
+        records=records,
+        root_causes=tuple(causes),
+    ), read.taps
 
 
 def _no_records(paths: Sequence[str], inputs: Sequence[Input]) -> LogUnreadable:
     shown = " ".join("<stdin>" if p == STDIN else p for p in paths)
     where = shown if len(shown) <= 200 else shown[:200] + "…"
     what = "the input holds no" if len(inputs) == 1 else f"none of the {len(inputs)} inputs holds a"
-    return unreadable(where, None, f"no records: {what} startup-log record, so nothing was audited; pass a "
-                      "run's log_dir or its rank-*.jsonl files")
+    return unreadable(
+        where,
+        None,
+        f"no records: {what} startup-log record, so nothing was audited; pass a "
+        "run's log_dir or its rank-*.jsonl files",
+    )
 
 
 def _read_all(inputs: Sequence[Input], jobs: int | None, tap: Callable[[str], Tap] | None) -> _Read:
@@ -170,7 +196,7 @@ def _read_parallel(inputs: Sequence[Input], workers: int, tap: Callable[[str], T
     kept in input order. This process reads its share itself rather than wait idle."""
     chunks = workers * 4
     size = -(-len(inputs) // chunks)
-    parts = [inputs[i:i + size] for i in range(0, len(inputs), size)]
+    parts = [inputs[i : i + size] for i in range(0, len(inputs), size)]
     own = len(parts) // workers
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     read = _Read()
@@ -183,8 +209,13 @@ def _read_parallel(inputs: Sequence[Input], workers: int, tap: Callable[[str], T
 
 
 def _order(finding: Finding) -> tuple[Any, ...]:
-    return (finding.rule, finding.run_id or "", -1 if finding.rank is None else finding.rank,
-            finding.source or "", finding.line or 0)
+    return (
+        finding.rule,
+        finding.run_id or "",
+        -1 if finding.rank is None else finding.rank,
+        finding.source or "",
+        finding.line or 0,
+    )
 
 
 def _read_source(source: Input, read: _Read, limit: int, tap: Callable[[str], Tap] | None) -> None:
@@ -202,8 +233,9 @@ def _read_source(source: Input, read: _Read, limit: int, tap: Callable[[str], Ta
         finally:
             lines.close()
         if not lines.count and not source.stream:
-            read.empty.append(Finding(rule=RuleId.HASH_CHAIN_BROKEN,
-                                      rank=file_rank(source.name), source=source.name, message=_EMPTY))
+            read.empty.append(
+                Finding(rule=RuleId.HASH_CHAIN_BROKEN, rank=file_rank(source.name), source=source.name, message=_EMPTY)
+            )
     except LogUnreadable as exc:
         read.errors.append(exc.with_traceback(None))  # its frames would keep this input's records alive
     except OSError as exc:

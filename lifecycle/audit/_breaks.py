@@ -52,9 +52,14 @@ def _in_order(cols: Sequence[tuple[Any, ...]]) -> bool:
     """Consecutive `seq`s, one envelope and a clock that does not go backwards, on whole columns."""
     seqs, _, _, gens, ranks, runs, sizes, tss, _ = cols
     n = len(seqs)
-    return bool(seqs == tuple(range(seqs[0], seqs[0] + n)) and gens.count(gens[0]) == n
-                and ranks.count(ranks[0]) == n and runs.count(runs[0]) == n and sizes.count(sizes[0]) == n
-                and all(map(le, tss, islice(tss, 1, None))))
+    return bool(
+        seqs == tuple(range(seqs[0], seqs[0] + n))
+        and gens.count(gens[0]) == n
+        and ranks.count(ranks[0]) == n
+        and runs.count(runs[0]) == n
+        and sizes.count(sizes[0]) == n
+        and all(map(le, tss, islice(tss, 1, None)))
+    )
 
 
 class HexDigests(Sequence[str]):
@@ -72,7 +77,7 @@ class HexDigests(Sequence[str]):
         if type(i) is not int:
             raise TypeError("a single index")
         start = 64 * (i if i >= 0 else len(self) + i)
-        return self.joined[start:start + 64]
+        return self.joined[start : start + 64]
 
 
 def _clean(cols: Sequence[tuple[Any, ...]], digests: list[str], start: int, stop: int) -> bool:
@@ -81,8 +86,12 @@ def _clean(cols: Sequence[tuple[Any, ...]], digests: list[str], start: int, stop
     whole = n == len(digests)
     part = cols if whole else [c[start:stop] for c in cols]
     prevs, hashes, evs = part[1], part[2], part[8]
-    return bool(hashes == tuple(digests if whole else digests[start:stop]) and prevs[1:] == hashes[:-1]
-                and _in_order(part) and _EVENTS.issuperset(evs))
+    return bool(
+        hashes == tuple(digests if whole else digests[start:stop])
+        and prevs[1:] == hashes[:-1]
+        and _in_order(part)
+        and _EVENTS.issuperset(evs)
+    )
 
 
 def _pairwise(cols: Sequence[tuple[Any, ...]], digests: list[str]) -> list[int]:
@@ -90,9 +99,18 @@ def _pairwise(cols: Sequence[tuple[Any, ...]], digests: list[str]) -> list[int]:
     TypeError on a field of a type it cannot compare."""
     seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
     same = [map(eq, column[1:], column[:-1]) for column in (gens, ranks, runs, sizes)]
-    ok = map(all, zip(map(eq, hashes[1:], digests[1:]), map(eq, prevs[1:], digests[:-1]),
-                      map(eq, seqs[1:], map(add, seqs[:-1], repeat(1))), *same,
-                      map(le, tss[:-1], tss[1:]), map(_EVENTS.__contains__, evs[1:]), strict=True))
+    ok = map(
+        all,
+        zip(
+            map(eq, hashes[1:], digests[1:]),
+            map(eq, prevs[1:], digests[:-1]),
+            map(eq, seqs[1:], map(add, seqs[:-1], repeat(1))),
+            *same,
+            map(le, tss[:-1], tss[1:]),
+            map(_EVENTS.__contains__, evs[1:]),
+            strict=True,
+        ),
+    )
     return list(compress(count(1), map(not_, ok)))
 
 
@@ -100,7 +118,14 @@ def _continues(before: tuple[Any, ...], head: tuple[Any, ...], prev: str, digest
     if head[2] is None or before[2] is None:  # a record without the fields (a row of None)
         return False
     try:
-        return bool(head[0] == before[0] + 1 and head[1] == prev and head[2] == digest and head[3:7] == before[3:7]
-                    and type(head[7]) is float and head[7] >= before[7] and head[8] in _EVENTS)
+        return bool(
+            head[0] == before[0] + 1
+            and head[1] == prev
+            and head[2] == digest
+            and head[3:7] == before[3:7]
+            and type(head[7]) is float
+            and head[7] >= before[7]
+            and head[8] in _EVENTS
+        )
     except TypeError:
         return False

@@ -50,8 +50,9 @@ class RootCause:
         else:
             when = f" (+{self.at:.3f}s after the first record)" if self.at is not None else ""
             text = f"root cause{when}: {self.message}{victim_summary(self.victims)}"
-        return Finding(rule=RuleId.ROOT_CAUSE, run_id=self.run_id, rank=self.rank, source=self.source, line=self.line,
-                       message=text)
+        return Finding(
+            rule=RuleId.ROOT_CAUSE, run_id=self.run_id, rank=self.rank, source=self.source, line=self.line, message=text
+        )
 
 
 def victim_summary(victims: Sequence[Victim]) -> str:
@@ -90,18 +91,31 @@ def _cause(run_id: str | None, group: list[RankAudit], failed: list[tuple[RankAu
     own = [(s, f) for s, f in failed if f.kind in CAUSE_KINDS]
     if own:
         stream, failure = min(own, key=_order)
-        return RootCause(run_id=run_id, rank=stream.rank, kind=failure.kind, message=_what(failure),
-                         source=stream.source, line=failure.line,
-                         at=None if failure.ts is None or t0 is None else max(0.0, failure.ts - t0),
-                         victims=_victims(failed, stream))
+        return RootCause(
+            run_id=run_id,
+            rank=stream.rank,
+            kind=failure.kind,
+            message=_what(failure),
+            source=stream.source,
+            line=failure.line,
+            at=None if failure.ts is None or t0 is None else max(0.0, failure.ts - t0),
+            victims=_victims(failed, stream),
+        )
     named = sorted((f.ts or 0.0, f.peer, s.rank) for s, f in failed if f.kind == "peer_failed" and f.peer is not None)
     if named:
         return _named_peer(run_id, group, failed, named[0][1], named[0][2])
     signals = sorted({f.signal or "a signal" for _, f in failed})
-    return RootCause(run_id=run_id, rank=None, kind="signal", source=None, line=None, at=None,
-                     message=f"no rank failed on its own: every failed rank was stopped by {' or '.join(signals)} "
-                     "(the launcher, the scheduler or an operator stopped the job)",
-                     victims=_victims(failed, None))
+    return RootCause(
+        run_id=run_id,
+        rank=None,
+        kind="signal",
+        source=None,
+        line=None,
+        at=None,
+        message=f"no rank failed on its own: every failed rank was stopped by {' or '.join(signals)} "
+        "(the launcher, the scheduler or an operator stopped the job)",
+        victims=_victims(failed, None),
+    )
 
 
 def _order(item: tuple[RankAudit, Failure]) -> tuple[float, int, int]:
@@ -117,17 +131,36 @@ def _what(failure: Failure) -> str:
     return failure.message
 
 
-def _named_peer(run_id: str | None, group: list[RankAudit], failed: list[tuple[RankAudit, Failure]],
-                peer: int | None, witness: int | None) -> RootCause:
+def _named_peer(
+    run_id: str | None,
+    group: list[RankAudit],
+    failed: list[tuple[RankAudit, Failure]],
+    peer: int | None,
+    witness: int | None,
+) -> RootCause:
     """No rank's own log shows it failing, but a peer_failed names one: that one is the cause."""
     logs = [s for s in group if s.rank == peer]
     own = "its own log shows no failure" if logs else "no log of it was given"
-    return RootCause(run_id=run_id, rank=peer, kind="peer", source=logs[0].source if logs else None,
-                     line=None, at=None, message=f"named by rank {witness}'s peer_failed record; {own}",
-                     victims=_victims(failed, None))
+    return RootCause(
+        run_id=run_id,
+        rank=peer,
+        kind="peer",
+        source=logs[0].source if logs else None,
+        line=None,
+        at=None,
+        message=f"named by rank {witness}'s peer_failed record; {own}",
+        victims=_victims(failed, None),
+    )
 
 
 def _victims(failed: list[tuple[RankAudit, Failure]], cause: RankAudit | None) -> tuple[Victim, ...]:
-    return tuple(sorted(
-        (Victim(rank=s.rank, kind=f.kind, message=f.message, signal=f.signal) for s, f in failed
-         if s is not cause and s.rank is not None), key=lambda v: v.rank))
+    return tuple(
+        sorted(
+            (
+                Victim(rank=s.rank, kind=f.kind, message=f.message, signal=f.signal)
+                for s, f in failed
+                if s is not cause and s.rank is not None
+            ),
+            key=lambda v: v.rank,
+        )
+    )

@@ -54,15 +54,26 @@ def cross_rank(streams: Sequence[RankAudit]) -> list[Finding]:
     findings: list[Finding] = []
     if len(runs) > 1:
         listed = ", ".join(f"{run!r} ({len(s)} logs)" for run, s in runs.items())
-        findings.append(Finding(rule=RuleId.MIXED_RUNS, message=f"logs of {len(runs)} runs were given: {listed}; "
-                                "audit one run's log_dir at a time"))
+        findings.append(
+            Finding(
+                rule=RuleId.MIXED_RUNS,
+                message=f"logs of {len(runs)} runs were given: {listed}; audit one run's log_dir at a time",
+            )
+        )
     for run_id, group in runs.items():
         findings += _ranks_present(run_id, group)
-        findings += _agree(run_id, group, RuleId.FINGERPRINT_DISAGREEMENT,
-                           "config fingerprint", lambda s: s.fingerprint, _short)
+        findings += _agree(
+            run_id, group, RuleId.FINGERPRINT_DISAGREEMENT, "config fingerprint", lambda s: s.fingerprint, _short
+        )
         findings += _agree(run_id, group, RuleId.FINAL_STATE_DISAGREEMENT, "final state", _final_state, _state)
-        findings += _agree(run_id, group, RuleId.TRANSITION_SEQUENCE_DISAGREEMENT, "transition sequence",
-                           lambda s: tuple(s.transitions), _sequence)
+        findings += _agree(
+            run_id,
+            group,
+            RuleId.TRANSITION_SEQUENCE_DISAGREEMENT,
+            "transition sequence",
+            lambda s: tuple(s.transitions),
+            _sequence,
+        )
     return findings
 
 
@@ -75,8 +86,9 @@ def _ranks_present(run_id: str | None, group: list[RankAudit]) -> list[Finding]:
     return _duplicate_logs(run_id, by_rank) + (_world_covered(run_id, group, by_rank, sizes) if sizes else [])
 
 
-def _world_covered(run_id: str | None, group: list[RankAudit], by_rank: dict[int, list[str]],
-                   sizes: Counter[int]) -> list[Finding]:
+def _world_covered(
+    run_id: str | None, group: list[RankAudit], by_rank: dict[int, list[str]], sizes: Counter[int]
+) -> list[Finding]:
     """Every rank of the world size has a log (a simulation only those it drove), and no more."""
     found: list[Finding] = []
     world = max(sizes)
@@ -84,24 +96,47 @@ def _world_covered(run_id: str | None, group: list[RankAudit], by_rank: dict[int
     simulated = [s.simulated for s in group if s.simulated is not None]
     if absent and len(simulated) == len(group):  # `lifecycle simulate` drove only some ranks, on purpose
         if len(by_rank) < max(simulated):
-            found.append(Finding(rule=RuleId.MISSING_RANKS, run_id=run_id,
-                                 message=f"a simulation of {max(simulated)} of "
-                                 f"{world} ranks left logs for only {len(by_rank)}: pass every simulated rank's file"))
+            found.append(
+                Finding(
+                    rule=RuleId.MISSING_RANKS,
+                    run_id=run_id,
+                    message=f"a simulation of {max(simulated)} of "
+                    f"{world} ranks left logs for only {len(by_rank)}: pass every simulated rank's file",
+                )
+            )
         absent = None
     outside = {r for r in by_rank if not 0 <= r < world}
     if absent:
-        found.append(Finding(rule=RuleId.MISSING_RANKS, run_id=run_id, message=f"world_size is {world} but there is "
-                             f"no log for ranks {absent}: pass every rank's file"))
+        found.append(
+            Finding(
+                rule=RuleId.MISSING_RANKS,
+                run_id=run_id,
+                message=f"world_size is {world} but there is no log for ranks {absent}: pass every rank's file",
+            )
+        )
     if len(sizes) > 1 or outside:
-        found.append(Finding(rule=RuleId.MISSING_RANKS, run_id=run_id, message=f"ranks disagree on world_size "
-                             f"{dict(sizes)} or claim ranks outside it: {ranges(outside) if outside else '-'}"))
+        found.append(
+            Finding(
+                rule=RuleId.MISSING_RANKS,
+                run_id=run_id,
+                message=f"ranks disagree on world_size "
+                f"{dict(sizes)} or claim ranks outside it: {ranges(outside) if outside else '-'}",
+            )
+        )
     return found
 
 
 def _duplicate_logs(run_id: str | None, by_rank: dict[int, list[str]]) -> list[Finding]:
-    return [Finding(rule=RuleId.DUPLICATE_RANKS, run_id=run_id, rank=rank,
-                    message=f"rank {rank} has {len(sources)} logs: {', '.join(sources[:4])}")
-            for rank, sources in sorted(by_rank.items()) if len(sources) > 1]
+    return [
+        Finding(
+            rule=RuleId.DUPLICATE_RANKS,
+            run_id=run_id,
+            rank=rank,
+            message=f"rank {rank} has {len(sources)} logs: {', '.join(sources[:4])}",
+        )
+        for rank, sources in sorted(by_rank.items())
+        if len(sources) > 1
+    ]
 
 
 def _final_state(stream: RankAudit) -> str:
@@ -109,8 +144,12 @@ def _final_state(stream: RankAudit) -> str:
 
 
 def _agree(
-    run_id: str | None, group: list[RankAudit], rule: str, what: str,
-    key: Callable[[RankAudit], Hashable], show: Callable[..., str],
+    run_id: str | None,
+    group: list[RankAudit],
+    rule: str,
+    what: str,
+    key: Callable[[RankAudit], Hashable],
+    show: Callable[..., str],
 ) -> list[Finding]:
     values: dict[Hashable, list[int]] = defaultdict(list)
     for stream in group:
@@ -123,8 +162,14 @@ def _agree(
     common, _ = ordered[0]
     parts = [f"{show(value, common)} on ranks {ranges(ranks)}" for value, ranks in ordered[1:4]]
     more = f" and {len(ordered) - 4} other values" if len(ordered) > 4 else ""
-    return [Finding(rule=rule, run_id=run_id, message=f"ranks disagree on the {what}: most have "
-                    f"{show(common, None)} ({len(ordered[0][1])} ranks), but {'; '.join(parts)}{more}")]
+    return [
+        Finding(
+            rule=rule,
+            run_id=run_id,
+            message=f"ranks disagree on the {what}: most have "
+            f"{show(common, None)} ({len(ordered[0][1])} ranks), but {'; '.join(parts)}{more}",
+        )
+    ]
 
 
 def _short(value: object, common: object) -> str:

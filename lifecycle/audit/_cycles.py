@@ -25,8 +25,14 @@ def _key(audit: RankState, cycle: Any) -> tuple[int, int]:
 
 def cycle_started(audit: RankState, rec: Any, ts: float) -> None:
     entry = audit.cycles.setdefault(_key(audit, rec.get("cycle")), {})
-    entry.update(resumed_step=rec.get("resumed_step"), restart_s=rec.get("restart_s"), ledger=rec.get("ledger"),
-                 fingerprint=rec.get("fingerprint"), hooks=rec.get("hooks"), started_ts=ts)
+    entry.update(
+        resumed_step=rec.get("resumed_step"),
+        restart_s=rec.get("restart_s"),
+        ledger=rec.get("ledger"),
+        fingerprint=rec.get("fingerprint"),
+        hooks=rec.get("hooks"),
+        started_ts=ts,
+    )
 
 
 def cycle_ended(audit: RankState, rec: Any, ts: float) -> None:
@@ -80,13 +86,19 @@ def attempts(ranks: Iterable[RankState]) -> list[Attempt]:
             causes = [min(stopped)[1]]
         restart = [f["restart_s"] for _, f in rows if isinstance(f.get("restart_s"), (int, float))]
         steps = [f["resumed_step"] for _, f in rows if isinstance(f.get("resumed_step"), int)]
-        out.append(Attempt(
-            run_id=run_id, attempt=attempt, cycle=cycle, ranks=tuple(sorted(r for r, _ in rows)),
-            cause_rank=min(causes, key=causes.count) if causes else None,
-            cause=next((str(f.get("cause")) for f in ended if f.get("cause")), None),
-            restart_s=max(restart) if restart else None, resumed_step=min(steps) if steps else None,
-            ended=bool(ended),
-        ))
+        out.append(
+            Attempt(
+                run_id=run_id,
+                attempt=attempt,
+                cycle=cycle,
+                ranks=tuple(sorted(r for r, _ in rows)),
+                cause_rank=min(causes, key=causes.count) if causes else None,
+                cause=next((str(f.get("cause")) for f in ended if f.get("cause")), None),
+                restart_s=max(restart) if restart else None,
+                resumed_step=min(steps) if steps else None,
+                ended=bool(ended),
+            )
+        )
     return out
 
 

@@ -40,8 +40,16 @@ _CUT = -SUFFIX
 _EVENTS = events.ALL
 _loads, _sha256 = orjson.loads, hashlib.sha256
 _HASH = Annotated[str, msgspec.Meta(min_length=64, max_length=64)]
-_ENVELOPE = (("seq", int), ("prev_hash", _HASH), ("hash", _HASH), ("generation", int), ("rank", int),
-             ("run_id", str), ("world_size", int), ("ts", float))
+_ENVELOPE = (
+    ("seq", int),
+    ("prev_hash", _HASH),
+    ("hash", _HASH),
+    ("generation", int),
+    ("rank", int),
+    ("run_id", str),
+    ("world_size", int),
+    ("ts", float),
+)
 _IN_ENVELOPE = frozenset(name for name, _ in _ENVELOPE)
 _NAMES = (*(name for name, _ in _ENVELOPE), "event")  # the order of the columns in _records
 _HEAD = itemgetter(*_NAMES)
@@ -59,9 +67,19 @@ def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], .
     def fields(event: str) -> list[tuple[Any, ...]]:
         names = {*READS.get(event, ()), *more.get(event, ())} - _IN_ENVELOPE
         return sorted([*_ENVELOPE, *((name, Any, None) for name in names)])
+
     return tuple(
-        msgspec.defstruct(f"Typed_{event}", fields(event), bases=(_Typed,), tag_field="event", tag=event,
-                          namespace={"event": event, "get": _get}, module=__name__, gc=False, kw_only=True)
+        msgspec.defstruct(
+            f"Typed_{event}",
+            fields(event),
+            bases=(_Typed,),
+            tag_field="event",
+            tag=event,
+            namespace={"event": event, "get": _get},
+            module=__name__,
+            gc=False,
+            kw_only=True,
+        )
         for event in sorted(_EVENTS)
     )
 
@@ -87,6 +105,8 @@ def _decoder(reads: tuple[tuple[str, tuple[str, ...]], ...]) -> Callable[[bytes]
 def _tap_decoder(tap: Tap) -> Callable[[bytes], Any]:
     reads: Mapping[str, Sequence[str]] = getattr(tap, "reads", {})
     return _decoder(tuple(sorted((event, tuple(sorted(names))) for event, names in reads.items())))
+
+
 _STEP = events.STEP_COMPLETED
 
 
@@ -129,22 +149,33 @@ class Feeder:
         if error is not None:
             self._not_json(first + n, lines[n], cut, error)
 
-    def _records(self, first: int, lines: list[bytes], recs: list[Any], cols: tuple[tuple[Any, ...], ...],
-                 heads: list[tuple[Any, ...] | None] | None, cut: int) -> None:
+    def _records(
+        self,
+        first: int,
+        lines: list[bytes],
+        recs: list[Any],
+        cols: tuple[tuple[Any, ...], ...],
+        heads: list[tuple[Any, ...] | None] | None,
+        cut: int,
+    ) -> None:
         n = len(recs)
-        joined = b"".join([_sha256(line[:_CUT] + b"}").digest() for line in (lines if n == len(lines) else lines[:n])]
-                          ).hex()  # hexed at once: one call, not one per record
+        joined = b"".join(
+            [_sha256(line[:_CUT] + b"}").digest() for line in (lines if n == len(lines) else lines[:n])]
+        ).hex()  # hexed at once: one call, not one per record
         digests: Sequence[str]
         if heads is None and type(recs[0]) is not dict and typed_clean(cols, joined):
             digests, breaks = HexDigests(joined), []
         else:
-            digests = [joined[k:k + 64] for k in range(0, len(joined), 64)]
+            digests = [joined[k : k + 64] for k in range(0, len(joined), 64)]
             breaks = chain_breaks(cols, digests)
         seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
         i = 0
         while i < n:
-            head = heads[i] if heads is not None else (
-                seqs[i], prevs[i], hashes[i], gens[i], ranks[i], runs[i], sizes[i], tss[i], evs[i])
+            head = (
+                heads[i]
+                if heads is not None
+                else (seqs[i], prevs[i], hashes[i], gens[i], ranks[i], runs[i], sizes[i], tss[i], evs[i])
+            )
             end = self._run(i, recs[i], head, digests[i], breaks, n)
             if end > i and self.cur is not None:
                 _apply(self.cur, first, i, end, recs, cols, digests)
@@ -159,8 +190,13 @@ class Feeder:
         if head is None:
             return i
         seq, prev, stored, gen, rank, run_id, ws, ts, event = head
-        if stored != digest or type(seq) is not int or type(ts) is not float or type(event) is not str \
-                or event not in _EVENTS:
+        if (
+            stored != digest
+            or type(seq) is not int
+            or type(ts) is not float
+            or type(event) is not str
+            or event not in _EVENTS
+        ):
             return i
         cur = self.cur
         if cur is None or prev != cur.prev:  # another rank's record (stdin), or a new log
@@ -168,8 +204,14 @@ class Feeder:
                 return i
             cur = self.cur = self.router.switch(cur, rec)
         if cur.records == 0:
-            if seq != 0 or prev != GENESIS or type(gen) is not int or type(rank) is not int \
-                    or type(run_id) is not str or type(ws) is not int:
+            if (
+                seq != 0
+                or prev != GENESIS
+                or type(gen) is not int
+                or type(rank) is not int
+                or type(run_id) is not str
+                or type(ws) is not int
+            ):
                 return i
             cur.begin(gen, rank, run_id, ws, ts)
         elif seq != cur.next_seq or cur.last_ts is None or ts < cur.last_ts or (gen, rank, run_id, ws) != cur.envelope:
@@ -198,8 +240,9 @@ class Feeder:
         raise unreadable(self.name, lineno, f"not a JSON record ({str(error).split(':')[0][:80]})") from None
 
 
-def _apply(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], cols: Sequence[Sequence[Any]],
-           digests: Sequence[str]) -> None:
+def _apply(
+    cur: RankAudit, first: int, i: int, end: int, recs: list[Any], cols: Sequence[Sequence[Any]], digests: Sequence[str]
+) -> None:
     """Records [i, end) continue `cur` unchanged: call the handlers that matter, then advance it."""
     seqs, tss, evs = cols[0], cols[7], cols[8]
     try:
@@ -212,8 +255,9 @@ def _apply(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], cols: 
     cur.next_seq, cur.prev, cur.last_ts, cur.line = seqs[last] + 1, digests[last], tss[last], first + last
 
 
-def _handle(cur: RankAudit, first: int, i: int, end: int, recs: list[Any], tss: Sequence[float],
-            evs: Sequence[str]) -> None:
+def _handle(
+    cur: RankAudit, first: int, i: int, end: int, recs: list[Any], tss: Sequence[float], evs: Sequence[str]
+) -> None:
     j = i
     while j < end:
         validated, counting = cur.validated, cur.state == cur.trains and not cur.rebind_pending
@@ -300,8 +344,12 @@ class _Router:
         stream = None if fresh or key is None else self.by_key.get(key)
         if stream is None:
             if len(self.streams) >= self.limit:
-                raise unreadable(self.name, None, f"more than {self.limit} logs start in this one input "
-                                 "(records with seq 0): this is not one run's startup logs")
+                raise unreadable(
+                    self.name,
+                    None,
+                    f"more than {self.limit} logs start in this one input "
+                    "(records with seq 0): this is not one run's startup logs",
+                )
             stream = RankAudit(self.name)
             self.streams.append(stream)
             if key is not None:

@@ -31,9 +31,11 @@ _READS: dict[Handler, tuple[str, ...]] = {}
 
 def reads(*fields: str) -> Callable[[Handler], Handler]:
     """Declare the record fields a handler reads (see READS)."""
+
     def mark(handler: Handler) -> Handler:
         _READS[handler] = fields
         return handler
+
     return mark
 
 
@@ -44,8 +46,9 @@ class Record(Protocol):
 
 
 def _bad(audit: RankState, rec: Record, key: str, want: str) -> Exception:
-    return unreadable(audit.source, audit.line,
-                      f"{rec.get('event')}: field {key!r} is {repr(rec.get(key))[:60]}, expected {want}")
+    return unreadable(
+        audit.source, audit.line, f"{rec.get('event')}: field {key!r} is {repr(rec.get(key))[:60]}, expected {want}"
+    )
 
 
 def _str(audit: RankState, rec: Record, key: str, *, optional: bool = False) -> Any:
@@ -124,14 +127,24 @@ def transition_completed(audit: RankState, rec: Record, ts: float) -> None:
         audit.transitions.append((trigger, dest))
     fingerprint = rec.get("config_fingerprint")
     if fingerprint is not None and audit.fingerprint is not None and fingerprint != audit.fingerprint:
-        audit.flag(RuleId.CONFIG_CHANGED_AFTER_VALIDATED,
-                   f"{trigger!r} completed with config fingerprint {str(fingerprint)[:16]}, "
-                   f"but VALIDATED fingerprinted {audit.fingerprint[:16]}: the config changed")
+        audit.flag(
+            RuleId.CONFIG_CHANGED_AFTER_VALIDATED,
+            f"{trigger!r} completed with config fingerprint {str(fingerprint)[:16]}, "
+            f"but VALIDATED fingerprinted {audit.fingerprint[:16]}: the config changed",
+        )
     if dest == _FAILED:  # `lc.fail(reason)`: no transition_failed before it
         reason = rec.get("reason")
-        audit.fail(Failure(kind="failed", ts=ts, line=audit.line, state=audit.state, trigger=trigger,
-                           message=f"{trigger!r} moved the rank to FAILED from state {audit.state}"
-                           + (f": {str(reason)[:200]}" if reason else "")))
+        audit.fail(
+            Failure(
+                kind="failed",
+                ts=ts,
+                line=audit.line,
+                state=audit.state,
+                trigger=trigger,
+                message=f"{trigger!r} moved the rank to FAILED from state {audit.state}"
+                + (f": {str(reason)[:200]}" if reason else ""),
+            )
+        )
     audit.state = dest
     audit.open_trigger = None
     if dest == _VALIDATED:
@@ -151,9 +164,17 @@ def transition_completed(audit: RankState, rec: Record, ts: float) -> None:
 @reads("trigger", "error_type", "error")
 def transition_failed(audit: RankState, rec: Record, ts: float) -> None:
     trigger = _trigger(audit, rec)
-    audit.fail(Failure(kind="failed", ts=ts, line=audit.line, state=audit.state, trigger=trigger,
-                       message=f"{trigger!r} failed in state {audit.state} with {rec.get('error_type')}: "
-                       f"{str(rec.get('error'))[:200]}"))
+    audit.fail(
+        Failure(
+            kind="failed",
+            ts=ts,
+            line=audit.line,
+            state=audit.state,
+            trigger=trigger,
+            message=f"{trigger!r} failed in state {audit.state} with {rec.get('error_type')}: "
+            f"{str(rec.get('error'))[:200]}",
+        )
+    )
     audit.state = _FAILED
     audit.open_trigger = None
 
@@ -166,17 +187,35 @@ def _during(audit: RankState) -> str:
 def startup_aborted(audit: RankState, rec: Record, ts: float) -> None:
     signal = str(rec.get("signal"))[:40]
     state = str(rec.get("state") or audit.state)[:40]
-    audit.fail(Failure(kind="aborted", ts=ts, line=audit.line, state=state, trigger=audit.open_trigger,
-                       signal=signal, message=f"startup aborted by {signal} in state {state}{_during(audit)}"))
+    audit.fail(
+        Failure(
+            kind="aborted",
+            ts=ts,
+            line=audit.line,
+            state=state,
+            trigger=audit.open_trigger,
+            signal=signal,
+            message=f"startup aborted by {signal} in state {state}{_during(audit)}",
+        )
+    )
 
 
 @reads("peer_rank", "peer_state", "error")
 def peer_failed(audit: RankState, rec: Record, ts: float) -> None:
     peer = rec.get("peer_rank")
     peer = peer if type(peer) is int else None
-    audit.fail(Failure(kind="peer_failed", ts=ts, line=audit.line, state=audit.state, trigger=audit.open_trigger,
-                       peer=peer, message=f"stopped in state {audit.state}{_during(audit)} because peer rank "
-                       f"{peer} failed in state {str(rec.get('peer_state'))[:40]}: {str(rec.get('error'))[:200]}"))
+    audit.fail(
+        Failure(
+            kind="peer_failed",
+            ts=ts,
+            line=audit.line,
+            state=audit.state,
+            trigger=audit.open_trigger,
+            peer=peer,
+            message=f"stopped in state {audit.state}{_during(audit)} because peer rank "
+            f"{peer} failed in state {str(rec.get('peer_state'))[:40]}: {str(rec.get('error'))[:200]}",
+        )
+    )
 
 
 @reads("state", "missing", "trigger", "timeout_s")
@@ -186,8 +225,16 @@ def state_timeout(audit: RankState, rec: Record, ts: float) -> None:
     waiting = f", waiting for ranks {str(missing)[:120]}" if missing else ""
     trigger = rec.get("trigger")
     during = f" during {str(trigger)[:40]!r}" if trigger else _during(audit)
-    audit.fail(Failure(kind="timeout", ts=ts, line=audit.line, state=state, trigger=audit.open_trigger,
-                       message=f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}"))
+    audit.fail(
+        Failure(
+            kind="timeout",
+            ts=ts,
+            line=audit.line,
+            state=state,
+            trigger=audit.open_trigger,
+            message=f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}",
+        )
+    )
 
 
 @reads("fingerprint")
@@ -198,26 +245,33 @@ def config_validated(audit: RankState, rec: Record, ts: float) -> None:
 
 @reads("field", "validated", "current")
 def config_mutated(audit: RankState, rec: Record, ts: float) -> None:
-    audit.flag(RuleId.CONFIG_CHANGED_AFTER_VALIDATED,
-               f"config field {str(rec.get('field'))!r} changed after VALIDATED: "
-               f"validated {str(rec.get('validated'))[:60]}, now {str(rec.get('current'))[:60]}")
+    audit.flag(
+        RuleId.CONFIG_CHANGED_AFTER_VALIDATED,
+        f"config field {str(rec.get('field'))!r} changed after VALIDATED: "
+        f"validated {str(rec.get('validated'))[:60]}, now {str(rec.get('current'))[:60]}",
+    )
 
 
 @reads("kind", "trigger")
 def side_effect(audit: RankState, rec: Record, ts: float) -> None:
     if not audit.validated:
-        audit.flag(RuleId.SIDE_EFFECT_BEFORE_VALIDATED,
-                   f"side effect {str(rec.get('kind'))!r} (trigger {rec.get('trigger')!r}) "
-                   f"in state {audit.state}, before the config was VALIDATED")
+        audit.flag(
+            RuleId.SIDE_EFFECT_BEFORE_VALIDATED,
+            f"side effect {str(rec.get('kind'))!r} (trigger {rec.get('trigger')!r}) "
+            f"in state {audit.state}, before the config was VALIDATED",
+        )
 
 
 @reads("trigger", "target", "kind", "owner", "state", "policy")
 def tripwire(audit: RankState, rec: Record, ts: float) -> None:
     trigger = rec.get("trigger")
     during = f"during {trigger!r}" if trigger is not None else "outside any transition"
-    audit.flag(RuleId.TRIPWIRE_VIOLATION, f"tripwire on {str(rec.get('target'))!r} ({rec.get('kind')}, owned by "
-               f"{rec.get('owner')!r}) fired in state {rec.get('state')} {during} "
-               f"with policy {rec.get('policy')!r}")
+    audit.flag(
+        RuleId.TRIPWIRE_VIOLATION,
+        f"tripwire on {str(rec.get('target'))!r} ({rec.get('kind')}, owned by "
+        f"{rec.get('owner')!r}) fired in state {rec.get('state')} {during} "
+        f"with policy {rec.get('policy')!r}",
+    )
 
 
 @reads("model_config_id")
@@ -233,18 +287,24 @@ def callbacks_bound(audit: RankState, rec: Record, ts: float) -> None:
     target = _str(audit, rec, "target_id", optional=True)
     scheduler = _str(audit, rec, "scheduler_config_id", optional=True)
     if not audit.model_gen:
-        audit.flag(RuleId.BINDING_BEFORE_MODEL_BUILT, f"callbacks bound in state {audit.state} of generation "
-                   f"{audit.generation} before any model_built record")
+        audit.flag(
+            RuleId.BINDING_BEFORE_MODEL_BUILT,
+            f"callbacks bound in state {audit.state} of generation {audit.generation} before any model_built record",
+        )
     if target != scheduler:
-        audit.flag(RuleId.BINDING_WRONG_TARGET,
-                   f"callbacks bound to {target} ({rec.get('target_type')}), but the scheduler "
-                   f"reads config {scheduler}: the scheduler will not call them")
+        audit.flag(
+            RuleId.BINDING_WRONG_TARGET,
+            f"callbacks bound to {target} ({rec.get('target_type')}), but the scheduler "
+            f"reads config {scheduler}: the scheduler will not call them",
+        )
     if audit.rebind_pending:
         if target != audit.model_id:
             old = " — the old model's config" if target is not None and target == audit.old_model_id else ""
-            audit.flag(RuleId.REBUILD_WITHOUT_REBIND,
-                       f"after the rebuild/restart at line {audit.rebind_line}, callbacks were "
-                       f"bound to {target}{old}, not the rebuilt model's config {audit.model_id}")
+            audit.flag(
+                RuleId.REBUILD_WITHOUT_REBIND,
+                f"after the rebuild/restart at line {audit.rebind_line}, callbacks were "
+                f"bound to {target}{old}, not the rebuilt model's config {audit.model_id}",
+            )
         audit.rebind_pending = False
     _steps.on_bound(audit)
 
@@ -270,8 +330,11 @@ def first_step_finalized(audit: RankState, rec: Record, ts: float) -> None:
 @reads("finalizer_calls")
 def first_step_not_finalized(audit: RankState, rec: Record, ts: float) -> None:
     _steps.on_first_step(audit)
-    audit.flag(RuleId.FIRST_STEP_NOT_FINALIZED, f"the first training step called the gradient finalizer "
-               f"{rec.get('finalizer_calls')} times, not once: gradients were not synchronized correctly")
+    audit.flag(
+        RuleId.FIRST_STEP_NOT_FINALIZED,
+        f"the first training step called the gradient finalizer "
+        f"{rec.get('finalizer_calls')} times, not once: gradients were not synchronized correctly",
+    )
 
 
 @reads("started_ts", "duration_s", "waited_s")
@@ -279,8 +342,9 @@ def imports(audit: RankState, rec: Record, ts: float) -> None:
     """The heavy-import step is its own segment; the open state's time excludes the main thread's wait."""
     values = [rec.get(key) for key in ("started_ts", "duration_s", "waited_s")]
     if not all(type(v) in (int, float) for v in values):
-        raise unreadable(audit.source, audit.line, "imports: fields 'started_ts', 'duration_s' and "
-                         "'waited_s' must be numbers")
+        raise unreadable(
+            audit.source, audit.line, "imports: fields 'started_ts', 'duration_s' and 'waited_s' must be numbers"
+        )
     start, duration, waited = (float(v) for v in values)  # checked above: numbers
     if len(audit.segments) < _CAP:
         audit.segments.append(Segment(events.IMPORTS, events.IMPORTS, start, start + duration, audit.generation))
@@ -297,8 +361,11 @@ def shutdown(audit: RankState, rec: Record, ts: float) -> None:
 def simulation(audit: RankState, rec: Record, ts: float) -> None:
     value = rec.get("simulated")
     if type(value) is not int or value < 1:
-        raise unreadable(audit.source, audit.line, f"{rec.get('event')}: field 'simulated' is "
-                         f"{repr(value)[:60]}, expected a positive int")
+        raise unreadable(
+            audit.source,
+            audit.line,
+            f"{rec.get('event')}: field 'simulated' is {repr(value)[:60]}, expected a positive int",
+        )
     audit.simulated = value
 
 
@@ -322,8 +389,11 @@ def rank_simulated(audit: RankState, rec: Record, ts: float) -> None:
     collectives); kept for `--blame`. Absent in logs of older simulations."""
     value = rec.get("counts")
     if isinstance(value, dict):
-        audit.counts = {str(state)[:40]: {str(k)[:40]: v for k, v in row.items() if type(v) is int}
-                        for state, row in list(value.items())[:32] if isinstance(row, dict)}
+        audit.counts = {
+            str(state)[:40]: {str(k)[:40]: v for k, v in row.items() if type(v) is int}
+            for state, row in list(value.items())[:32]
+            if isinstance(row, dict)
+        }
 
 
 HANDLERS: dict[str, Handler] = {
@@ -371,8 +441,6 @@ def _wanted(validated: bool, counting: bool) -> frozenset[str]:
     return frozenset(HANDLERS.keys() - skip)
 
 
-WANTED: dict[tuple[bool, bool], frozenset[str]] = {
-    (v, c): _wanted(v, c) for v in (False, True) for c in (False, True)
-}
+WANTED: dict[tuple[bool, bool], frozenset[str]] = {(v, c): _wanted(v, c) for v in (False, True) for c in (False, True)}
 """By (validated, counting); `counting` is `state == trains and not rebind_pending` (at the plan's
 training state, no rebind pending), when step_completed is exactly `_steps.on_step`'s `bound_steps += 1`."""

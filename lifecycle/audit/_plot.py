@@ -22,8 +22,11 @@ FORMATS = ("png", "svg", "pdf")
 _PALETTE = ("#b07aa1", "#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#76b7b2", "#edc948", "#ff9da7", "#9c755f")
 _STARTUP = [events.IMPORTS] + [s.name for s in STARTUP_ORDER[1:]]
 _ORDER = [*_STARTUP, State.FAILED.name, State.SHUT_DOWN.name]
-_COLORS = {**{name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(_STARTUP)},
-           State.FAILED.name: "#000000", State.SHUT_DOWN.name: "#bab0ac"}  # a startup state's colour by its place
+_COLORS = {
+    **{name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(_STARTUP)},
+    State.FAILED.name: "#000000",
+    State.SHUT_DOWN.name: "#bab0ac",
+}  # a startup state's colour by its place
 _MAX_OUTLIERS = 24
 
 
@@ -53,8 +56,8 @@ def _figure() -> Any:
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise ExtraNotInstalled(
-            "lifecycle plot needs matplotlib, which is not installed: "
-            "pip install megatron-lifecycle[plot]", extra="plot",
+            "lifecycle plot needs matplotlib, which is not installed: pip install megatron-lifecycle[plot]",
+            extra="plot",
         ) from exc
     return Figure()
 
@@ -63,17 +66,18 @@ def _bars(ax: Any, row: float, audit: RankAudit, t0: float) -> None:
     for seg in audit.segments:
         # the imports run on a thread beside VALIDATED: a thin bar at the top of the row
         low, height = (row - 0.45, 0.25) if seg.state == events.IMPORTS else (row - 0.4, 0.8)
-        ax.broken_barh([(seg.start - t0, max(seg.duration, 1e-4))], (low, height),
-                       color=_COLORS.get(seg.state, "#888888"))
+        ax.broken_barh(
+            [(seg.start - t0, max(seg.duration, 1e-4))], (low, height), color=_COLORS.get(seg.state, "#888888")
+        )
     if _stopped_early(audit) and audit.last_ts is not None:
         ax.plot([audit.last_ts - t0], [row], marker="x", color="red", markersize=9)
-        ax.annotate(f" log stops in {audit.state}", (audit.last_ts - t0, row), va="center", fontsize=7,
-                    color="red")
+        ax.annotate(f" log stops in {audit.state}", (audit.last_ts - t0, row), va="center", fontsize=7, color="red")
 
 
 def _stopped_early(audit: RankAudit) -> bool:
     return audit.open_trigger is not None or (
-        not audit.shut and audit.state not in (audit.target, State.SHUT_DOWN.name, State.FAILED.name))
+        not audit.shut and audit.state not in (audit.target, State.SHUT_DOWN.name, State.FAILED.name)
+    )
 
 
 def _per_rank(figure: Any, ranks: list[RankAudit], t0: float) -> int:
@@ -108,8 +112,11 @@ def _aggregated(figure: Any, ranks: list[RankAudit], t0: float) -> int:
     labels += [f"rank {r.rank}" for r in outliers]
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
-    _decorate(ax, f"startup timeline, {len(ranks)} ranks: p10-p90 / p25-p75 bands, median end, "
-              f"{len(outliers)} outlier ranks below")
+    _decorate(
+        ax,
+        f"startup timeline, {len(ranks)} ranks: p10-p90 / p25-p75 bands, median end, "
+        f"{len(outliers)} outlier ranks below",
+    )
     return len(labels)
 
 
@@ -142,5 +149,9 @@ def _decorate(ax: Any, title: str) -> None:
     ax.set_xlabel("seconds since the first rank started")
     ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(handles=[Patch(color=c, label=s) for s, c in _COLORS.items()], loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    ax.legend(
+        handles=[Patch(color=c, label=s) for s, c in _COLORS.items()],
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=7,
+    )

@@ -37,8 +37,14 @@ class RankAudit(RankState):
         run_id = rec.get("run_id")
         gen = rec.get("generation")
         ws = rec.get("world_size")
-        if (type(event) is not str or type(ts) not in _NUMBER or type(rank) is not int
-                or type(run_id) is not str or type(gen) is not int or type(ws) is not int):
+        if (
+            type(event) is not str
+            or type(ts) not in _NUMBER
+            or type(rank) is not int
+            or type(run_id) is not str
+            or type(gen) is not int
+            or type(ws) is not int
+        ):
             raise self._bad_envelope(rec, lineno)
         self._identity(run_id, rank, ws)
         self._chain(rec, line, lineno)
@@ -67,9 +73,11 @@ class RankAudit(RankState):
         if self.run_id is None:
             self.run_id = run_id
         elif self.rank is not None and rank != self.rank:
-            self.flag(RuleId.FILE_RANK_MISMATCH,
-                      f"rank changes from {self.rank} to {rank} inside one log: two ranks wrote "
-                      "to one file, or logs were spliced")
+            self.flag(
+                RuleId.FILE_RANK_MISMATCH,
+                f"rank changes from {self.rank} to {rank} inside one log: two ranks wrote "
+                "to one file, or logs were spliced",
+            )
         self.rank = rank
         self.world_size = ws
 
@@ -77,15 +85,21 @@ class RankAudit(RankState):
         if self.last_ts is None:
             self.first_ts = ts
         elif ts < self.last_ts:
-            self.flag(RuleId.TIME_WENT_BACKWARDS,
-                      f"record seq {seq} ({event[:40]}) is {self.last_ts - ts:.6f} s earlier than the "
-                      "record before it: the clock went backwards (a clock step, or records edited and "
-                      "re-hashed); this rank's durations are unreliable")
+            self.flag(
+                RuleId.TIME_WENT_BACKWARDS,
+                f"record seq {seq} ({event[:40]}) is {self.last_ts - ts:.6f} s earlier than the "
+                "record before it: the clock went backwards (a clock step, or records edited and "
+                "re-hashed); this rank's durations are unreliable",
+            )
         self.last_ts = ts
 
     def _unknown(self, event: str, lineno: int) -> Exception:
-        return unreadable(self.source, lineno, f"event {event[:60]!r} is not a startup-log event "
-                          "(lifecycle/events.py): this is not a megatron-lifecycle log")
+        return unreadable(
+            self.source,
+            lineno,
+            f"event {event[:60]!r} is not a startup-log event "
+            "(lifecycle/events.py): this is not a megatron-lifecycle log",
+        )
 
     def _chain(self, rec: dict[str, Any], line: bytes, lineno: int) -> None:
         seq = rec.get("seq")
@@ -94,19 +108,26 @@ class RankAudit(RankState):
         if type(seq) is not int:
             raise unreadable(self.source, lineno, f"field 'seq' is {repr(seq)[:60]}, expected an int")
         if type(digest) is not str or type(prev) is not str:
-            self.flag(RuleId.HASH_CHAIN_BROKEN,
-                      "record has no hash chain ('hash'/'prev_hash' missing): not written by AuditLog")
+            self.flag(
+                RuleId.HASH_CHAIN_BROKEN,
+                "record has no hash chain ('hash'/'prev_hash' missing): not written by AuditLog",
+            )
             self.prev = None
         else:
             if seq != self.next_seq:
                 self.flag(RuleId.HASH_CHAIN_BROKEN, self._seq_message(seq))
             elif self.prev is not None and prev != self.prev:
-                what = ("first record's prev_hash is not genesis" if seq == 0
-                        else "prev_hash does not match the previous record's hash")
+                what = (
+                    "first record's prev_hash is not genesis"
+                    if seq == 0
+                    else "prev_hash does not match the previous record's hash"
+                )
                 self.flag(RuleId.HASH_CHAIN_BROKEN, f"{what}: a record was changed, removed or reordered")
             if not line_hash_matches(line, rec, digest):
-                self.flag(RuleId.HASH_CHAIN_BROKEN,
-                          f"hash of record seq {seq} does not match its content: the record was changed")
+                self.flag(
+                    RuleId.HASH_CHAIN_BROKEN,
+                    f"hash of record seq {seq} does not match its content: the record was changed",
+                )
             self.prev = digest
         self.next_seq = seq + 1
 
@@ -116,12 +137,17 @@ class RankAudit(RankState):
         return f"seq {seq} follows seq {self.next_seq - 1}: records were removed, inserted or reordered"
 
     def _bad_envelope(self, rec: dict[str, Any], lineno: int) -> Exception:
-        expected = {"event": "a str", "ts": "a number", "rank": "an int", "run_id": "a str",
-                    "generation": "an int", "world_size": "an int"}
+        expected = {
+            "event": "a str",
+            "ts": "a number",
+            "rank": "an int",
+            "run_id": "a str",
+            "generation": "an int",
+            "world_size": "an int",
+        }
         for key, want in expected.items():
             value = rec.get(key)
-            ok = {"a str": type(value) is str, "an int": type(value) is int,
-                  "a number": type(value) in _NUMBER}[want]
+            ok = {"a str": type(value) is str, "an int": type(value) is int, "a number": type(value) in _NUMBER}[want]
             if not ok:
                 return unreadable(self.source, lineno, f"field {key!r} is {repr(value)[:60]}, expected {want}")
         return unreadable(self.source, lineno, "malformed record")
@@ -129,8 +155,11 @@ class RankAudit(RankState):
     def truncated(self, lineno: int, size: int) -> None:
         """The input's last line has no newline and is not a record: the writer died writing it."""
         self.cut = True
-        self.flag(RuleId.HASH_CHAIN_BROKEN,
-                  f"the last line ({size} bytes) is truncated: the writer died mid-record", line=lineno)
+        self.flag(
+            RuleId.HASH_CHAIN_BROKEN,
+            f"the last line ({size} bytes) is truncated: the writer died mid-record",
+            line=lineno,
+        )
 
     # -- end of log ---------------------------------------------------------------------------
 
@@ -139,33 +168,51 @@ class RankAudit(RankState):
         _steps.close_binding(self)
         if self.rebind_pending and self.rebuilt and self.trains is not None and self.shut:
             self.flag_no_rebind("shut down")
-        named = None if self.rank is None or self.source.endswith(f"rank-{self.rank:05d}.jsonl") \
-            else file_rank(self.source)  # the name's own rank, looked for only when the name is not the usual one
+        named = (
+            None if self.rank is None or self.source.endswith(f"rank-{self.rank:05d}.jsonl") else file_rank(self.source)
+        )  # the name's own rank, looked for only when the name is not the usual one
         if named is not None and self.rank is not None and named != self.rank:
-            self.flag(RuleId.FILE_RANK_MISMATCH,
-                      f"the file is named for rank {named} but its records are rank {self.rank}: "
-                      f"a renamed or misplaced log; name it rank-{self.rank:05d}.jsonl, and find rank "
-                      f"{named}'s own log", line=1)
+            self.flag(
+                RuleId.FILE_RANK_MISMATCH,
+                f"the file is named for rank {named} but its records are rank {self.rank}: "
+                f"a renamed or misplaced log; name it rank-{self.rank:05d}.jsonl, and find rank "
+                f"{named}'s own log",
+                line=1,
+            )
         if self.failure is not None:
             self.flag(RuleId.STARTUP_FAILED, self.failure.message, line=self.failure.line)
         elif self._died():
             message = self._died_message()
-            self.failure = Failure(kind="died", message=message, ts=self.last_ts, line=self.line,
-                                   state=self.state, trigger=self.open_trigger)
+            self.failure = Failure(
+                kind="died",
+                message=message,
+                ts=self.last_ts,
+                line=self.line,
+                state=self.state,
+                trigger=self.open_trigger,
+            )
             self.flag(RuleId.RANK_DIED, message, line=self.line)
         elif not self.shut and self.state not in _ENDED:
-            self.flag(RuleId.INCOMPLETE, f"log ends in state {self.state} with no shutdown or failure record: the "
-                      "process ended without shutting the lifecycle down, or is still running", line=self.line)
+            self.flag(
+                RuleId.INCOMPLETE,
+                f"log ends in state {self.state} with no shutdown or failure record: the "
+                "process ended without shutting the lifecycle down, or is still running",
+                line=self.line,
+            )
 
     def _died(self) -> bool:
         return self.open_trigger is not None or (
-            not self.shut and self.state != self.target and self.state not in _ENDED)
+            not self.shut and self.state != self.target and self.state not in _ENDED
+        )
 
     def _died_message(self) -> str:
         during = f" during {self.open_trigger!r}" if self.open_trigger else ""
         plan = self.plan or "?"
-        goal = (f", after reaching plan {plan}'s target {self.target}" if self.state == self.target
-                else f", before plan {plan}'s target {self.target}")
+        goal = (
+            f", after reaching plan {plan}'s target {self.target}"
+            if self.state == self.target
+            else f", before plan {plan}'s target {self.target}"
+        )
         cut = ", its last line truncated mid-record" if self.cut else ""
         records = ", before its shutdown completed" if self.shut else ", with no failure or shutdown record"
         return f"log stops in state {self.state}{during}{goal}{cut}{records}: the rank died"

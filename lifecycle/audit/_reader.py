@@ -26,8 +26,13 @@ BATCH = 512
 parsed records of one batch stay small."""
 _CHUNK = 8 << 20
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +56,7 @@ def discover(paths: Sequence[str]) -> Discovery:
     """The inputs to read, in order: each path as given, each directory's `rank-*.jsonl` sorted.
     A path that cannot be used is an error and the others are still read."""
     if not paths:
-        return Discovery((), (unreadable("lifecycle audit", None,
-                                         "no input: give log files, log directories or '-'"),))
+        return Discovery((), (unreadable("lifecycle audit", None, "no input: give log files, log directories or '-'"),))
     found: list[Input] = []
     errors: list[LogUnreadable] = []
     for raw in paths:
@@ -67,8 +71,9 @@ def discover(paths: Sequence[str]) -> Discovery:
         if not stat.S_ISDIR(mode):
             found.append(Input(raw, stream=not stat.S_ISREG(mode)))
             continue
-        files = sorted(os.path.join(raw, name) for name in os.listdir(raw)
-                       if name.startswith("rank-") and name.endswith(".jsonl"))
+        files = sorted(
+            os.path.join(raw, name) for name in os.listdir(raw) if name.startswith("rank-") and name.endswith(".jsonl")
+        )
         if not files:
             errors.append(unreadable(raw, None, "no rank-*.jsonl files in this directory: pass the run's log_dir"))
         found.extend(Input(name, listed=True) for name in files)
@@ -109,9 +114,12 @@ def open_input(source: Input) -> tuple[Lines | None, Finding | None]:
             os.close(fd)
     kind = next((what for test, what in _KINDS if test(info.st_mode)), "not a regular file")
     return None, Finding(
-        rule=RuleId.NOT_A_REGULAR_FILE, rank=file_rank(source.name), source=source.name,
+        rule=RuleId.NOT_A_REGULAR_FILE,
+        rank=file_rank(source.name),
+        source=source.name,
         message=f"{kind} named like a rank log: skipped without reading it (reading it could block the audit "
-        "forever); pass it by name to read it as a stream")
+        "forever); pass it by name to read it as a stream",
+    )
 
 
 def _read_whole(fd: int, size: int) -> bytes:
@@ -130,8 +138,9 @@ class Lines:
     the input. `cut` is the number of a last line that had no newline (else 0); `count` the number
     of lines read; `ascii` whether the bytes the batches now being yielded come from are all ASCII."""
 
-    def __init__(self, name: str, *, data: bytes | None = None, handle: BinaryIO | None = None,
-                 owned: bool = True) -> None:
+    def __init__(
+        self, name: str, *, data: bytes | None = None, handle: BinaryIO | None = None, owned: bool = True
+    ) -> None:
         self.name = name
         self.data = data
         self.handle = handle
@@ -200,4 +209,4 @@ def _batches(parts: list[bytes], first: int) -> Iterator[tuple[int, list[bytes]]
             yield first, parts
         return
     for start in range(0, len(parts), BATCH):
-        yield first + start, parts[start:start + BATCH]
+        yield first + start, parts[start : start + BATCH]

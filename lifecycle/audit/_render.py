@@ -33,8 +33,7 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
-def text(result: AuditResult, *, show_blame: bool = False, show_chain: bool = False,
-         per_rule: int = PER_RULE) -> str:
+def text(result: AuditResult, *, show_blame: bool = False, show_chain: bool = False, per_rule: int = PER_RULE) -> str:
     """The report: the summary, then the root cause, then the findings. At most `per_rule` findings
     of each rule are printed, then the ranks of the rest (`--format json` has every one)."""
     causes = [f for f in result.findings if f.rule == _CAUSE]
@@ -77,13 +76,19 @@ def _plural(count: int, noun: str) -> str:
 
 def _summary(result: AuditResult) -> str:
     ranks = sorted({a.rank for a in result.ranks if a.rank is not None and a.records})
-    who = ("no ranks" if not ranks else f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranges(ranks)}")
-    verdict = ("no records" if not result.records else "UNREADABLE INPUT" if result.errors else
-               _plural(len(result.findings), "violation") if result.findings else "clean")
+    who = "no ranks" if not ranks else f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranges(ranks)}"
+    verdict = (
+        "no records"
+        if not result.records
+        else "UNREADABLE INPUT"
+        if result.errors
+        else _plural(len(result.findings), "violation")
+        if result.findings
+        else "clean"
+    )
     sim = simulated(result)
     who += f", simulated {sim['ranks']} of {sim['world_size']}" if sim else ""
-    return (f"audited {_plural(result.records, 'record')} from {_plural(result.sources, 'input')}, "
-            f"{who}: {verdict}")
+    return f"audited {_plural(result.records, 'record')} from {_plural(result.sources, 'input')}, {who}: {verdict}"
 
 
 def simulated(result: AuditResult) -> dict[str, int] | None:
@@ -100,8 +105,10 @@ def warnings(result: AuditResult) -> list[dict[str, Any]]:
     for audit in result.ranks:
         for key in audit.warnings:
             by_key.setdefault(key, set()).add(-1 if audit.rank is None else audit.rank)
-    return [{"category": c, "module": m, "message": msg, "ranks": sorted(ranks)}
-            for (c, m, msg), ranks in sorted(by_key.items())]
+    return [
+        {"category": c, "module": m, "message": msg, "ranks": sorted(ranks)}
+        for (c, m, msg), ranks in sorted(by_key.items())
+    ]
 
 
 def _warning_lines(result: AuditResult) -> list[str]:
@@ -140,8 +147,7 @@ def counts(ranks: Sequence[RankAudit]) -> dict[str, dict[str, tuple[int, int]]]:
         for state, row in audit.counts.items():
             for name, value in row.items():
                 values.setdefault(state, {}).setdefault(name, []).append(value)
-    return {state: {name: (sorted(v)[len(v) // 2], max(v)) for name, v in row.items()}
-            for state, row in values.items()}
+    return {state: {name: (sorted(v)[len(v) // 2], max(v)) for name, v in row.items()} for state, row in values.items()}
 
 
 def _chain_lines(result: AuditResult) -> list[str]:
@@ -154,8 +160,10 @@ def _chain_lines(result: AuditResult) -> list[str]:
 def _straggler_lines(result: AuditResult) -> list[str]:
     found = stragglers(result.ranks)
     out = ["", f"stragglers ({len(found)}: over 3x the median time in a state):"]
-    out += [f"  rank {s.rank:<6} {s.state:<16} {s.duration:.3f}s vs median {s.median:.3f}s ({s.factor:.1f}x)"
-            for s in found[:20]]
+    out += [
+        f"  rank {s.rank:<6} {s.state:<16} {s.duration:.3f}s vs median {s.median:.3f}s ({s.factor:.1f}x)"
+        for s in found[:20]
+    ]
     return out
 
 
@@ -174,8 +182,16 @@ def as_json(result: AuditResult, *, with_timing: bool = True) -> bytes:
         "errors": [{key: e.context.get(key) for key in ("source", "line", "reason")} for e in result.errors],
         "root_causes": [_fields(c) | {"victims": [_fields(v) for v in c.victims]} for c in result.root_causes],
         "findings": [
-            {"rule": f.rule, "slug": BY_ID[f.rule].slug, "message": f.message, "run_id": f.run_id,
-             "rank": f.rank, "source": f.source, "line": f.line, "count": f.count}
+            {
+                "rule": f.rule,
+                "slug": BY_ID[f.rule].slug,
+                "message": f.message,
+                "run_id": f.run_id,
+                "rank": f.rank,
+                "source": f.source,
+                "line": f.line,
+                "count": f.count,
+            }
             for f in result.findings
         ],
     }

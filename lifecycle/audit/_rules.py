@@ -50,54 +50,111 @@ class RuleId:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule(id=RuleId.SIDE_EFFECT_BEFORE_VALIDATED, slug="side-effect-before-validated",
-         summary="a side effect was performed before the config was VALIDATED"),
-    Rule(id=RuleId.BINDING_BEFORE_MODEL_BUILT, slug="binding-before-model-built",
-         summary="callbacks were bound before a model was built in this generation"),
-    Rule(id=RuleId.BINDING_WRONG_TARGET, slug="binding-wrong-target",
-         summary="callbacks were bound to an object other than the config the scheduler reads"),
-    Rule(id=RuleId.REBUILD_WITHOUT_REBIND, slug="rebuild-without-rebind",
-         summary="after a rebuild or restart the new model was not rebound, or the old one was"),
-    Rule(id=RuleId.CONFIG_CHANGED_AFTER_VALIDATED, slug="config-changed-after-validated",
-         summary="the validated config changed after VALIDATED"),
-    Rule(id=RuleId.FINGERPRINT_DISAGREEMENT, slug="fingerprint-disagreement",
-         summary="ranks validated configs with different fingerprints"),
-    Rule(id=RuleId.FINAL_STATE_DISAGREEMENT, slug="final-state-disagreement",
-         summary="ranks ended in different states"),
-    Rule(id=RuleId.TRANSITION_SEQUENCE_DISAGREEMENT, slug="transition-sequence-disagreement",
-         summary="ranks went through different sequences of transitions"),
-    Rule(id=RuleId.HASH_CHAIN_BROKEN, slug="hash-chain-broken",
-         summary="a log's hash chain is broken or missing: records changed, removed, reordered or truncated"),
-    Rule(id=RuleId.RANK_DIED, slug="rank-died",
-         summary="a rank's log stops mid-transition, or before its plan's target state without a failure "
-                 "or shutdown record"),
-    Rule(id=RuleId.FIRST_STEP_NOT_FINALIZED, slug="first-step-not-finalized",
-         summary="the first training step did not run the gradient finalizer exactly once"),
-    Rule(id=RuleId.TRIPWIRE_VIOLATION, slug="tripwire-violation",
-         summary="a tripwire caught a side effect outside its owning transition"),
-    Rule(id=RuleId.STARTUP_FAILED, slug="startup-failed",
-         summary="a rank's startup failed (a transition failed, a signal, a peer's failure or a timeout) "
-                 "and it did not recover"),
-    Rule(id=RuleId.MISSING_RANKS, slug="missing-ranks",
-         summary="world_size names more ranks than there are logs"),
-    Rule(id=RuleId.DUPLICATE_RANKS, slug="duplicate-ranks",
-         summary="more than one log claims the same rank of one run"),
-    Rule(id=RuleId.MIXED_RUNS, slug="mixed-runs",
-         summary="the logs belong to more than one run"),
-    Rule(id=RuleId.TIME_WENT_BACKWARDS, slug="time-went-backwards",
-         summary="a record's timestamp is earlier than the record before it in the same log"),
-    Rule(id=RuleId.ROOT_CAUSE, slug="root-cause",
-         summary="a startup failed: the rank whose own failure came first, and the ranks that failed after it"),
-    Rule(id=RuleId.FILE_RANK_MISMATCH, slug="file-rank-mismatch",
-         summary="a rank-NNNNN.jsonl file holds another rank's records, or a log's rank changes"),
-    Rule(id=RuleId.NOT_A_REGULAR_FILE, slug="not-a-regular-file",
-         summary="a directory entry named like a rank log is not a regular file and was skipped"),
-    Rule(id=RuleId.INCOMPLETE, slug="incomplete",
-         summary="a log ends without a shutdown or a failure record after reaching its plan's target"),
-    Rule(id=RuleId.STEP_WITHOUT_BINDING, slug="step-without-binding",
-         summary="a training step was logged outside CALLBACKS_BOUND in a plan that binds callbacks"),
-    Rule(id=RuleId.FIRST_STEP_UNCHECKED, slug="first-step-unchecked",
-         summary="steps ran on a binding without the first-step watchdog's record"),
+    Rule(
+        id=RuleId.SIDE_EFFECT_BEFORE_VALIDATED,
+        slug="side-effect-before-validated",
+        summary="a side effect was performed before the config was VALIDATED",
+    ),
+    Rule(
+        id=RuleId.BINDING_BEFORE_MODEL_BUILT,
+        slug="binding-before-model-built",
+        summary="callbacks were bound before a model was built in this generation",
+    ),
+    Rule(
+        id=RuleId.BINDING_WRONG_TARGET,
+        slug="binding-wrong-target",
+        summary="callbacks were bound to an object other than the config the scheduler reads",
+    ),
+    Rule(
+        id=RuleId.REBUILD_WITHOUT_REBIND,
+        slug="rebuild-without-rebind",
+        summary="after a rebuild or restart the new model was not rebound, or the old one was",
+    ),
+    Rule(
+        id=RuleId.CONFIG_CHANGED_AFTER_VALIDATED,
+        slug="config-changed-after-validated",
+        summary="the validated config changed after VALIDATED",
+    ),
+    Rule(
+        id=RuleId.FINGERPRINT_DISAGREEMENT,
+        slug="fingerprint-disagreement",
+        summary="ranks validated configs with different fingerprints",
+    ),
+    Rule(
+        id=RuleId.FINAL_STATE_DISAGREEMENT, slug="final-state-disagreement", summary="ranks ended in different states"
+    ),
+    Rule(
+        id=RuleId.TRANSITION_SEQUENCE_DISAGREEMENT,
+        slug="transition-sequence-disagreement",
+        summary="ranks went through different sequences of transitions",
+    ),
+    Rule(
+        id=RuleId.HASH_CHAIN_BROKEN,
+        slug="hash-chain-broken",
+        summary="a log's hash chain is broken or missing: records changed, removed, reordered or truncated",
+    ),
+    Rule(
+        id=RuleId.RANK_DIED,
+        slug="rank-died",
+        summary="a rank's log stops mid-transition, or before its plan's target state without a failure "
+        "or shutdown record",
+    ),
+    Rule(
+        id=RuleId.FIRST_STEP_NOT_FINALIZED,
+        slug="first-step-not-finalized",
+        summary="the first training step did not run the gradient finalizer exactly once",
+    ),
+    Rule(
+        id=RuleId.TRIPWIRE_VIOLATION,
+        slug="tripwire-violation",
+        summary="a tripwire caught a side effect outside its owning transition",
+    ),
+    Rule(
+        id=RuleId.STARTUP_FAILED,
+        slug="startup-failed",
+        summary="a rank's startup failed (a transition failed, a signal, a peer's failure or a timeout) "
+        "and it did not recover",
+    ),
+    Rule(id=RuleId.MISSING_RANKS, slug="missing-ranks", summary="world_size names more ranks than there are logs"),
+    Rule(
+        id=RuleId.DUPLICATE_RANKS, slug="duplicate-ranks", summary="more than one log claims the same rank of one run"
+    ),
+    Rule(id=RuleId.MIXED_RUNS, slug="mixed-runs", summary="the logs belong to more than one run"),
+    Rule(
+        id=RuleId.TIME_WENT_BACKWARDS,
+        slug="time-went-backwards",
+        summary="a record's timestamp is earlier than the record before it in the same log",
+    ),
+    Rule(
+        id=RuleId.ROOT_CAUSE,
+        slug="root-cause",
+        summary="a startup failed: the rank whose own failure came first, and the ranks that failed after it",
+    ),
+    Rule(
+        id=RuleId.FILE_RANK_MISMATCH,
+        slug="file-rank-mismatch",
+        summary="a rank-NNNNN.jsonl file holds another rank's records, or a log's rank changes",
+    ),
+    Rule(
+        id=RuleId.NOT_A_REGULAR_FILE,
+        slug="not-a-regular-file",
+        summary="a directory entry named like a rank log is not a regular file and was skipped",
+    ),
+    Rule(
+        id=RuleId.INCOMPLETE,
+        slug="incomplete",
+        summary="a log ends without a shutdown or a failure record after reaching its plan's target",
+    ),
+    Rule(
+        id=RuleId.STEP_WITHOUT_BINDING,
+        slug="step-without-binding",
+        summary="a training step was logged outside CALLBACKS_BOUND in a plan that binds callbacks",
+    ),
+    Rule(
+        id=RuleId.FIRST_STEP_UNCHECKED,
+        slug="first-step-unchecked",
+        summary="steps ran on a binding without the first-step watchdog's record",
+    ),
 )
 
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
@@ -110,8 +167,10 @@ def resolve(names: Iterable[str], option: str = "--select") -> frozenset[str]:
     chosen: set[str] = set()
     for raw in names:
         if not raw.replace(",", "").strip():
-            raise ValueError(f"{option} {raw!r} names no rule: give rule ids (LA003), id prefixes (LA00) or "
-                             "slugs (binding-wrong-target), comma-separated")
+            raise ValueError(
+                f"{option} {raw!r} names no rule: give rule ids (LA003), id prefixes (LA00) or "
+                "slugs (binding-wrong-target), comma-separated"
+            )
         for name in (part.strip() for part in raw.split(",")):
             if not name:
                 continue

@@ -114,8 +114,9 @@ class RankState:
             return
         where = self.line if line is None else line
         self._findings[rule] = [
-            Finding(rule=rule, message=message, run_id=self.run_id, rank=self.rank,
-                    source=self.source, line=where or None),
+            Finding(
+                rule=rule, message=message, run_id=self.run_id, rank=self.rank, source=self.source, line=where or None
+            ),
             1,
         ]
 
@@ -126,9 +127,11 @@ class RankState:
         return out
 
     def flag_no_rebind(self, what: str) -> None:
-        self.flag(RuleId.REBUILD_WITHOUT_REBIND,
-                  f"the model was rebuilt after line {self.rebind_line} and the rank {what} "
-                  "without rebinding callbacks: gradients would not be synchronized")
+        self.flag(
+            RuleId.REBUILD_WITHOUT_REBIND,
+            f"the model was rebuilt after line {self.rebind_line} and the rank {what} "
+            "without rebinding callbacks: gradients would not be synchronized",
+        )
         self.rebind_pending = False
 
     def fail(self, failure: Failure) -> None:
@@ -138,5 +141,12 @@ class RankState:
 
 
 def _with_count(finding: Finding, count: int) -> Finding:
-    return Finding(rule=finding.rule, message=finding.message, run_id=finding.run_id, rank=finding.rank,
-                   source=finding.source, line=finding.line, count=count)
+    return Finding(
+        rule=finding.rule,
+        message=finding.message,
+        run_id=finding.run_id,
+        rank=finding.rank,
+        source=finding.source,
+        line=finding.line,
+        count=count,
+    )

@@ -16,9 +16,12 @@ def on_step(audit: RankAudit) -> None:
     if audit.state == audit.trains:
         audit.bound_steps += 1
     elif audit.trains is not None:
-        audit.flag(RuleId.STEP_WITHOUT_BINDING, f"a training step was logged in state {audit.state} of generation "
-                   f"{audit.generation}, not {audit.trains}: the schedule ran without the bound "
-                   "callbacks, so gradients were not finalized by the lifecycle's binding")
+        audit.flag(
+            RuleId.STEP_WITHOUT_BINDING,
+            f"a training step was logged in state {audit.state} of generation "
+            f"{audit.generation}, not {audit.trains}: the schedule ran without the bound "
+            "callbacks, so gradients were not finalized by the lifecycle's binding",
+        )
 
 
 def on_first_step(audit: RankAudit) -> None:
@@ -35,8 +38,10 @@ def on_bound(audit: RankAudit) -> None:
 def close_binding(audit: RankAudit) -> None:
     """End of a binding (unbound, rebound, end of log): steps without the watchdog's record (LA031)."""
     if audit.bound_steps and not audit.first_step_logged:
-        audit.flag(RuleId.FIRST_STEP_UNCHECKED,
-                   f"{audit.bound_steps} training step(s) ran on the binding of generation "
-                   f"{audit.generation} with no first_step_finalized record: the first-step watchdog "
-                   "never checked that finalize_model_grads ran")
+        audit.flag(
+            RuleId.FIRST_STEP_UNCHECKED,
+            f"{audit.bound_steps} training step(s) ran on the binding of generation "
+            f"{audit.generation} with no first_step_finalized record: the first-step watchdog "
+            "never checked that finalize_model_grads ran",
+        )
     audit.bound_steps, audit.first_step_logged = 0, True

@@ -74,15 +74,26 @@ def blame(ranks: Sequence[RankAudit]) -> list[StateBlame]:
     for state, row in per_state(ranks).items():
         values = sorted(row.values())
         slowest = max(row, key=row.__getitem__)
-        out.append(StateBlame(state=state, ranks=len(values), median=statistics.median(values),
-                              p90=_quantile(values, 0.9), max=values[-1], slowest_rank=slowest))
+        out.append(
+            StateBlame(
+                state=state,
+                ranks=len(values),
+                median=statistics.median(values),
+                p90=_quantile(values, 0.9),
+                max=values[-1],
+                slowest_rank=slowest,
+            )
+        )
     return sorted(out, key=lambda b: -b.max)
 
 
 def rank_blame(ranks: Sequence[RankAudit], top: int = 20) -> list[RankBlame]:
     """The slowest (rank, state) pairs, slowest first."""
-    rows = [RankBlame(rank=rank, state=state, duration=d)
-            for state, row in per_state(ranks).items() for rank, d in row.items()]
+    rows = [
+        RankBlame(rank=rank, state=state, duration=d)
+        for state, row in per_state(ranks).items()
+        for rank, d in row.items()
+    ]
     return sorted(rows, key=lambda r: -r.duration)[:top]
 
 
@@ -104,8 +115,10 @@ def critical_chain(ranks: Sequence[RankAudit]) -> list[ChainLink]:
             held = latest.get(seg.state)
             if held is None or seg.end > held[0]:
                 latest[seg.state] = (seg.end, audit.rank, seg.duration)
-    chain = [ChainLink(state=s, rank=latest[s][1], at=max(0.0, latest[s][0] - t0), duration=latest[s][2])
-             for s in sorted(latest, key=order.__getitem__)]
+    chain = [
+        ChainLink(state=s, rank=latest[s][1], at=max(0.0, latest[s][0] - t0), duration=latest[s][2])
+        for s in sorted(latest, key=order.__getitem__)
+    ]
     return chain
 
 

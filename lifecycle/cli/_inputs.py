@@ -80,8 +80,10 @@ def report(problems: list[Problem], *, launch_world: int | None) -> int | None:
         return EXIT_INPUT
     if problems and launch_world is not None:
         lines = "\n  - ".join(str(p) for p in problems)
-        say(f"the config has {len(problems)} problem(s) for a {launch_world}-rank launch; nothing was "
-            f"launched:\n  - {lines}")
+        say(
+            f"the config has {len(problems)} problem(s) for a {launch_world}-rank launch; nothing was "
+            f"launched:\n  - {lines}"
+        )
         return EXIT_INVALID
     return None
 

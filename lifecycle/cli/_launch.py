@@ -61,8 +61,9 @@ def launch_problem(args: argparse.Namespace) -> str | None:
     if args.nproc < 1:
         return f"--nproc {args.nproc} must be at least 1; write e.g. --nproc 2"
     if nodes != "1" and not args.rdzv_endpoint:
-        return (f"--nnodes {nodes} needs a rendezvous every node reaches; add "
-                "--rdzv-endpoint HOST:PORT (node 0's address)")
+        return (
+            f"--nnodes {nodes} needs a rendezvous every node reaches; add --rdzv-endpoint HOST:PORT (node 0's address)"
+        )
     if args.max_restarts is not None and args.max_restarts < 0:
         return f"--max-restarts {args.max_restarts} must be 0 or more"
     if args.node_rank is not None and nodes.isdigit() and not 0 <= args.node_rank < int(nodes):
@@ -124,8 +125,9 @@ def launch(args: argparse.Namespace) -> int:
     from lifecycle.engine.launch import die_with_parent, free_port
 
     port = None if args.rdzv_endpoint else free_port()
-    torchrun = subprocess.Popen(torchrun_command(args, port), env=launch_env(args), start_new_session=True,
-                                preexec_fn=die_with_parent)  # prctl must run in the child
+    torchrun = subprocess.Popen(
+        torchrun_command(args, port), env=launch_env(args), start_new_session=True, preexec_fn=die_with_parent
+    )  # prctl must run in the child
     return wait_forwarding(torchrun)
 
 

@@ -8,24 +8,43 @@ import sys
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
-        "audit", help="check per-rank startup logs: rules, cross-rank agreement, blame",
+        "audit",
+        help="check per-rank startup logs: rules, cross-rank agreement, blame",
         description="Exit status: 0 clean, 1 a rule is violated, 2 the input cannot be read.",
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="rank-*.jsonl files, directories holding them, or - for stdin")
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH", help="rank-*.jsonl files, directories holding them, or - for stdin"
+    )
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument("--select", action="append", default=[], metavar="RULES",
-                        help="only these rules: ids (LA001), id prefixes (LA00) or slugs, comma-separated")
-    parser.add_argument("--ignore", action="append", default=[], metavar="RULES",
-                        help="skip these rules (same forms as --select)")
+    parser.add_argument(
+        "--select",
+        action="append",
+        default=[],
+        metavar="RULES",
+        help="only these rules: ids (LA001), id prefixes (LA00) or slugs, comma-separated",
+    )
+    parser.add_argument(
+        "--ignore", action="append", default=[], metavar="RULES", help="skip these rules (same forms as --select)"
+    )
     parser.add_argument("--blame", action="store_true", help="time per state, slowest first, and stragglers")
-    parser.add_argument("--critical-chain", action="store_true",
-                        help="the ranks and states that held the whole startup back")
-    parser.add_argument("--diff", nargs=2, type=int, default=None, metavar=("A", "B"),
-                        help="compare restart cycles A and B: what was created or bound differently, "
-                        "config drift, hooks added twice")
-    parser.add_argument("--jobs", type=at_least_one, default=None, metavar="N",
-                        help="processes reading the files (default: one per CPU, up to 8, from 256 files on)")
+    parser.add_argument(
+        "--critical-chain", action="store_true", help="the ranks and states that held the whole startup back"
+    )
+    parser.add_argument(
+        "--diff",
+        nargs=2,
+        type=int,
+        default=None,
+        metavar=("A", "B"),
+        help="compare restart cycles A and B: what was created or bound differently, config drift, hooks added twice",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=at_least_one,
+        default=None,
+        metavar="N",
+        help="processes reading the files (default: one per CPU, up to 8, from 256 files on)",
+    )
     parser.set_defaults(func=run)
 
 

@@ -23,23 +23,37 @@ BINDERS = ("lifecycle", "megatron-lm", "bridge")
 EXIT_HELP = """exit status: 0 every rank's binding is ok; 1 a slot is missing, wrong or stale on some
 rank (or a rank failed); 2 bad command-line or config input, or a binder that is not installed."""
 # The binding block of Megatron-LM's train(): from this comment to the finalizer's assignment.
-TRAIN_BLOCK = ("# Setup some training config params.",
-               "config.finalize_model_grads_func = finalize_model_grads")
+TRAIN_BLOCK = ("# Setup some training config params.", "config.finalize_model_grads_func = finalize_model_grads")
 NPROC = 2
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("check-binding", help="build your model on 2 CPU ranks, bind it as your framework "
-                       "does, and report each scheduler slot", description=__doc__, epilog=EXIT_HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--provider", required=True,
-                   help=f"model provider: one of {', '.join(NAMES)}, or package.module:function or "
-                        "path/to/file.py:function")
+    p = sub.add_parser(
+        "check-binding",
+        help="build your model on 2 CPU ranks, bind it as your framework does, and report each scheduler slot",
+        description=__doc__,
+        epilog=EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--provider",
+        required=True,
+        help=f"model provider: one of {', '.join(NAMES)}, or package.module:function or path/to/file.py:function",
+    )
     p.add_argument("--preset", default="tiny-gpt", help="the RunConfig preset to start from")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field, e.g. --set ddp.overlap_grad_reduce=true (repeatable)")
-    p.add_argument("--binder", default="lifecycle",
-                   help=f"who binds the callbacks: {', '.join(BINDERS)}, or package.module:function")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set ddp.overlap_grad_reduce=true (repeatable)",
+    )
+    p.add_argument(
+        "--binder",
+        default="lifecycle",
+        help=f"who binds the callbacks: {', '.join(BINDERS)}, or package.module:function",
+    )
     p.set_defaults(func=run)
 
 
@@ -56,12 +70,16 @@ def binder_problem(spec: str) -> str | None:
 
         if module is not None and importlib.util.find_spec(module) is None:
             how = "megatron-core >= 0.17 ships it" if spec == "megatron-lm" else "pip install megatron-bridge"
-            return (f"--binder {spec} needs {module}, which is not installed ({how}); "
-                    "or pass your own binder as --binder package.module:function")
+            return (
+                f"--binder {spec} needs {module}, which is not installed ({how}); "
+                "or pass your own binder as --binder package.module:function"
+            )
         return None
     if ":" not in spec or not all(spec.partition(":")[::2]):
-        return (f"--binder {spec!r} is neither {', '.join(BINDERS)} nor package.module:function; "
-                "write e.g. --binder mypkg.setup:bind")
+        return (
+            f"--binder {spec!r} is neither {', '.join(BINDERS)} nor package.module:function; "
+            "write e.g. --binder mypkg.setup:bind"
+        )
     return None
 
 
@@ -112,8 +130,13 @@ def check_rank(config_data: dict[str, Any], provider_spec: str, binder_spec: str
         model = list(rt.model or ())
         if binder_spec != "lifecycle":
             binder(binder_spec)(model, rt.optimizer, rt.ddp_config, rt.provider_config)
-        report = check(model, rt.ddp_config, rt.optimizer, provider_config=rt.provider_config,
-                       align_grad_reduce=config.ddp.align_grad_reduce)
+        report = check(
+            model,
+            rt.ddp_config,
+            rt.optimizer,
+            provider_config=rt.provider_config,
+            align_grad_reduce=config.ddp.align_grad_reduce,
+        )
         result = {"verdict": report.verdict, "text": report.render()}
         if binder_spec != "lifecycle":  # the foreign binder's callbacks hold the optimizer and the model:
             _clear_slots([rt.provider_config, *model])  # let the lifecycle's release free them
@@ -164,8 +187,13 @@ def megatron_lm_binding(model: list[Any], optimizer: Any, ddp_config: Any, provi
 
 
 def run_train_block(
-    lines: list[str], origin: str, namespace: dict[str, Any], model: list[Any], optimizer: Any,
-    ddp_config: Any, align_grad_reduce: bool = True,
+    lines: list[str],
+    origin: str,
+    namespace: dict[str, Any],
+    model: list[Any],
+    optimizer: Any,
+    ddp_config: Any,
+    align_grad_reduce: bool = True,
 ) -> None:
     """Run Megatron-LM's binding block, cut from `lines` (train()'s source), on
     `config = get_model_config(model[0])`, with the `args` it reads taken from `ddp_config`."""
@@ -175,10 +203,17 @@ def run_train_block(
     end = next(i for i, line in enumerate(lines) if i > start and TRAIN_BLOCK[1] in line)
     source = textwrap.dedent("\n".join(lines[start : end + 1]))
     args = SimpleNamespace(
-        overlap_grad_reduce=ddp_config.overlap_grad_reduce, align_grad_reduce=align_grad_reduce,
+        overlap_grad_reduce=ddp_config.overlap_grad_reduce,
+        align_grad_reduce=align_grad_reduce,
         overlap_param_gather=ddp_config.overlap_param_gather,
         align_param_gather=ddp_config.align_param_gather,
     )
-    scope = {**namespace, "config": get_model_config(model[0]), "model": model,
-             "optimizer": optimizer, "args": args, "timers": None}
+    scope = {
+        **namespace,
+        "config": get_model_config(model[0]),
+        "model": model,
+        "optimizer": optimizer,
+        "args": args,
+        "timers": None,
+    }
     exec(compile(source, origin, "exec"), scope)

@@ -12,8 +12,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     which = parser.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
     grad = which.add_parser(
         "grad-sync",
-        help="DP=2 and TP=2 on 2 gloo ranks: callbacks on the provider's config vs the "
-        "scheduler's config",
+        help="DP=2 and TP=2 on 2 gloo ranks: callbacks on the provider's config vs the scheduler's config",
     )
     grad.add_argument("--format", choices=("table", "json"), default="table")
     grad.set_defaults(func=run_grad_sync)
@@ -21,21 +20,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """A plain-text table, one line per (case, binding); list values are per rank."""
-    head = ("case", "binding", "finalizer calls", "increased", "decreased", "stayed",
-            "owned grad", "replicas equal")
+    head = ("case", "binding", "finalizer calls", "increased", "decreased", "stayed", "owned grad", "replicas equal")
     lines = [head]
     for row in rows:
-        lines.append((
-            row["case"], row["binding"], _ranks(row["finalizer_calls"]), _ranks(row["increased"]),
-            _ranks(row["decreased"]), _ranks(row["stayed"]),
-            _ranks(["/".join(f"{v:g}" for v in g) for g in row["owned_grad"]]),
-            "yes" if row["replicas_identical"] else "no",
-        ))
+        lines.append(
+            (
+                row["case"],
+                row["binding"],
+                _ranks(row["finalizer_calls"]),
+                _ranks(row["increased"]),
+                _ranks(row["decreased"]),
+                _ranks(row["stayed"]),
+                _ranks(["/".join(f"{v:g}" for v in g) for g in row["owned_grad"]]),
+                "yes" if row["replicas_identical"] else "no",
+            )
+        )
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
-    out = [
-        "  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
-        for line in lines
-    ]
+    out = ["  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in lines]
     out.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(out) + "\n(values per rank: rank 0 / rank 1)"
 

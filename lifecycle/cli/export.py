@@ -10,19 +10,28 @@ FORMATS = ("chrome", "otlp-json")
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
-        "export", help="write the startup as a Chrome/Perfetto trace or as OpenTelemetry spans (OTLP JSON)",
+        "export",
+        help="write the startup as a Chrome/Perfetto trace or as OpenTelemetry spans (OTLP JSON)",
         description="chrome: Trace Event JSON for Perfetto UI and chrome://tracing (a .gz output is gzipped); "
-                    "otlp-json: OpenTelemetry spans in the OTLP JSON encoding (needs the otel extra). "
-                    "Exit status: 0 written, 2 the logs cannot be read or an extra is missing.",
+        "otlp-json: OpenTelemetry spans in the OTLP JSON encoding (needs the otel extra). "
+        "Exit status: 0 written, 2 the logs cannot be read or an extra is missing.",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="rank-*.jsonl files or directories holding them")
     parser.add_argument("--format", choices=FORMATS, default="chrome")
     parser.add_argument("-o", "--output", required=True, help="file to write (chrome: .json or .json.gz)")
-    parser.add_argument("--follow", action="store_true",
-                        help="otlp-json only: follow DIR while the run goes, appending each span as it ends "
-                             "(one OTLP JSON request per line), until every rank is done")
-    parser.add_argument("--idle-timeout", type=float, default=300.0, metavar="S",
-                        help="with --follow: stop after S seconds with no new record (default 300)")
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="otlp-json only: follow DIR while the run goes, appending each span as it ends "
+        "(one OTLP JSON request per line), until every rank is done",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="with --follow: stop after S seconds with no new record (default 300)",
+    )
     parser.set_defaults(func=run)
 
 

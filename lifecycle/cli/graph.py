@@ -8,9 +8,12 @@ import sys
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("graph", help="print the state diagram generated from the transition table")
-    parser.add_argument("--format", choices=("mermaid", "dot", "svg", "markdown"), default="mermaid",
-                        help="mermaid (default), dot (Graphviz text), svg (needs matplotlib), "
-                             "markdown (docs/state-diagram.md)")
+    parser.add_argument(
+        "--format",
+        choices=("mermaid", "dot", "svg", "markdown"),
+        default="mermaid",
+        help="mermaid (default), dot (Graphviz text), svg (needs matplotlib), markdown (docs/state-diagram.md)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -18,8 +21,9 @@ def run(args: argparse.Namespace) -> int:
     from lifecycle.engine import diagram
     from lifecycle.errors import ExtraNotInstalled
 
-    render = {"mermaid": diagram.mermaid, "dot": diagram.dot, "svg": diagram.svg,
-              "markdown": diagram.markdown}[args.format]
+    render = {"mermaid": diagram.mermaid, "dot": diagram.dot, "svg": diagram.svg, "markdown": diagram.markdown}[
+        args.format
+    ]
     try:
         text = render()
     except ExtraNotInstalled as exc:

@@ -10,8 +10,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("plot", help="draw the startup timeline of every rank (needs matplotlib)")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="rank-*.jsonl files, directories, or -")
     parser.add_argument("-o", "--output", required=True, help="image to write: .png, .svg or .pdf")
-    parser.add_argument("--max-ranks", type=int, default=64,
-                        help="draw each rank up to this many ranks; above it, percentile bands and outliers")
+    parser.add_argument(
+        "--max-ranks",
+        type=int,
+        default=64,
+        help="draw each rank up to this many ranks; above it, percentile bands and outliers",
+    )
     parser.set_defaults(func=run)
 
 

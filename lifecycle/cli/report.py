@@ -8,16 +8,26 @@ import sys
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
-        "report", help="write one self-contained HTML page: timeline, violations, root cause, restart cycles",
+        "report",
+        help="write one self-contained HTML page: timeline, violations, root cause, restart cycles",
         description="The page needs no network: open it from disk or attach it to an incident. "
-                    "Exit status: 0 written, 2 the logs cannot be read.",
+        "Exit status: 0 written, 2 the logs cannot be read.",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="rank-*.jsonl files or directories holding them")
     parser.add_argument("-o", "--output", required=True, help="HTML file to write")
-    parser.add_argument("--rules-url", default="docs/rules/", metavar="URL",
-                        help="where the rule pages are: links go to URL + LA0NN.md (default: docs/rules/)")
-    parser.add_argument("--per-rank-up-to", type=int, default=64, metavar="N",
-                        help="one row per rank up to N ranks; above it, ranks grouped by timing and outliers")
+    parser.add_argument(
+        "--rules-url",
+        default="docs/rules/",
+        metavar="URL",
+        help="where the rule pages are: links go to URL + LA0NN.md (default: docs/rules/)",
+    )
+    parser.add_argument(
+        "--per-rank-up-to",
+        type=int,
+        default=64,
+        metavar="N",
+        help="one row per rank up to N ranks; above it, ranks grouped by timing and outliers",
+    )
     parser.set_defaults(func=run)
 
 

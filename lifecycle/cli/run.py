@@ -28,21 +28,37 @@ the field and the fix."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("run", help="drive startup to the plan's target state and run training steps",
-                       description=__doc__, epilog=EXIT_HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "run",
+        help="drive startup to the plan's target state and run training steps",
+        description=__doc__,
+        epilog=EXIT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_sources(p)
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field, e.g. --set parallel.tp=2 (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set parallel.tp=2 (repeatable)",
+    )
     p.add_argument("--plan", choices=[x.value for x in Plan], help="training, inference, convert or rl")
     p.add_argument("--steps", type=non_negative, help="training steps after startup (default: training.steps)")
     p.add_argument("--log-dir", help="directory for the per-rank startup logs (rank-NNNNN.jsonl)")
-    p.add_argument("--provider", default="gpt",
-                   help=f"model provider: one of {', '.join(NAMES)}, or your own as package.module:function "
-                        "or path/to/file.py:function (docs/adopting.md)")
+    p.add_argument(
+        "--provider",
+        default="gpt",
+        help=f"model provider: one of {', '.join(NAMES)}, or your own as package.module:function "
+        "or path/to/file.py:function (docs/adopting.md)",
+    )
     p.add_argument("--tripwires", choices=("raise", "warn", "off"), default="raise")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace another run's logs in --log-dir (logging.existing=overwrite; default: refuse)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace another run's logs in --log-dir (logging.existing=overwrite; default: refuse)",
+    )
     add_launch_options(p)
     p.set_defaults(func=run)
 
@@ -52,14 +68,19 @@ def _add_sources(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", help="a shipped preset, e.g. tiny-gpt (default when --config is absent)")
     src.add_argument("--config", help="a RunConfig YAML file")
-    src.add_argument("--megatron-config", metavar="FILE",
-                     help="a Megatron-LM YAML config (PretrainConfigContainer.to_yaml); "
-                          "the RunConfig is derived from it")
+    src.add_argument(
+        "--megatron-config",
+        metavar="FILE",
+        help="a Megatron-LM YAML config (PretrainConfigContainer.to_yaml); the RunConfig is derived from it",
+    )
 
 
 # megatron-core's import-time notices about optional packages a CPU rehearsal does not use.
-_QUIET = (r"(Transformer Engine and )?Apex is not installed", r"Transformer Engine and Apex are not installed",
-          r"full scope is deprecated")
+_QUIET = (
+    r"(Transformer Engine and )?Apex is not installed",
+    r"Transformer Engine and Apex are not installed",
+    r"full scope is deprecated",
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,8 +118,11 @@ def _megatron_config(args: argparse.Namespace, launching: bool) -> Any:
     world = launch_world_size(args) if launching else None
     world = world or launchers.world_size() or 1
     config = run_config_from_yaml(args.megatron_config, world_size=world, log_dir=args.log_dir)
-    overrides = [*args.overrides, *([f"plan={args.plan}"] if args.plan else []),
-                 *(["logging.existing=overwrite"] if args.overwrite else [])]
+    overrides = [
+        *args.overrides,
+        *([f"plan={args.plan}"] if args.plan else []),
+        *(["logging.existing=overwrite"] if args.overwrite else []),
+    ]
     return RunConfig.from_dict(config.to_dict(), overrides) if overrides else config
 
 

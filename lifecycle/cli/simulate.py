@@ -18,22 +18,40 @@ DEFAULT_SAMPLE = 16
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("simulate", help="rehearse chosen ranks of a large job on the fake backend",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "simulate",
+        help="rehearse chosen ranks of a large job on the fake backend",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="a shipped preset, e.g. gpt-4096")
     src.add_argument("--config", help="a RunConfig YAML file")
     p.add_argument("--world-size", type=int, help="ranks in the job (default: parallel.world_size)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field, e.g. --set parallel.ep=16 (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set parallel.ep=16 (repeatable)",
+    )
     pick = p.add_mutually_exclusive_group()
     pick.add_argument("--ranks", help="ranks to simulate: 0,37,4095 or ranges 0-7")
-    pick.add_argument("--sample", type=int, metavar="K",
-                      help=f"K ranks: those that matter first, then random ones (default: {DEFAULT_SAMPLE})")
+    pick.add_argument(
+        "--sample",
+        type=int,
+        metavar="K",
+        help=f"K ranks: those that matter first, then random ones (default: {DEFAULT_SAMPLE})",
+    )
     pick.add_argument("--all", action="store_true", help="every rank of the job")
     p.add_argument("--seed", type=int, default=0, help="seed for --sample's random ranks")
-    p.add_argument("--until", choices=("DISTRIBUTED", "MODEL_BUILT"), default="DISTRIBUTED",
-                   help="DISTRIBUTED: process groups; MODEL_BUILT: also a shrunken model of the same layout")
+    p.add_argument(
+        "--until",
+        choices=("DISTRIBUTED", "MODEL_BUILT"),
+        default="DISTRIBUTED",
+        help="DISTRIBUTED: process groups; MODEL_BUILT: also a shrunken model of the same layout",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--log-dir", help="write each rank's startup log here (for `lifecycle audit`)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="processes simulating ranks (default: 1)")
@@ -74,8 +92,10 @@ def _check_flags(args: argparse.Namespace) -> str | None:
         if problem:
             return f"--log-dir: {problem}"
         if any(Path(args.log_dir).glob("rank-*.jsonl")):
-            return (f"--log-dir {args.log_dir}: already holds rank logs, which the audit would mix with "
-                    "this run's; choose an empty or new directory")
+            return (
+                f"--log-dir {args.log_dir}: already holds rank logs, which the audit would mix with "
+                "this run's; choose an empty or new directory"
+            )
     return None
 
 
@@ -149,8 +169,16 @@ class _Progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
-            self.bar = Progress("simulating ranks", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                "eta", TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.bar = Progress(
+                "simulating ranks",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                "eta",
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self.bar.start()
             self.task = self.bar.add_task("ranks", total=self.total)
         return self
@@ -181,15 +209,19 @@ def _sizes(result: Any, layout: Any) -> str:
 def as_text(result: Any, layout: Any) -> str:
     """A header, one row per simulated rank, and where the logs went."""
     sim, reports = result.simulation, result.reports
-    out = [f"simulated {len(reports)} of {sim.world_size} ranks ({_sizes(result, layout)}) to {sim.until.name} "
-           f"on the fake backend in {result.duration_s:.1f} s (median {result.median_rank_s:.3f} s a rank), "
-           f"run {sim.run_id}",
-           f"  {'rank':>6} {'tp':>3} {'pp':>3} {'cp':>3} {'ep':>3} {'dp':>5} {'etp':>3} {'edp':>4}  "
-           f"{'stage':<10} {'embedding':<12}{_params_header(sim)}  RankGenerator"]
+    out = [
+        f"simulated {len(reports)} of {sim.world_size} ranks ({_sizes(result, layout)}) to {sim.until.name} "
+        f"on the fake backend in {result.duration_s:.1f} s (median {result.median_rank_s:.3f} s a rank), "
+        f"run {sim.run_id}",
+        f"  {'rank':>6} {'tp':>3} {'pp':>3} {'cp':>3} {'ep':>3} {'dp':>5} {'etp':>3} {'edp':>4}  "
+        f"{'stage':<10} {'embedding':<12}{_params_header(sim)}  RankGenerator",
+    ]
     out += [_row(r, params=bool(_params_header(sim))) for r in reports]
     bad = result.failed
-    out.append(f"{len(reports) - len(bad)} rank(s) agree with RankGenerator"
-               + (f"; {len(bad)} failed or disagree" if bad else ""))
+    out.append(
+        f"{len(reports) - len(bad)} rank(s) agree with RankGenerator"
+        + (f"; {len(bad)} failed or disagree" if bad else "")
+    )
     if sim.log_dir:
         out.append(f"startup logs: {sim.log_dir} (check them with: lifecycle audit {sim.log_dir})")
     return "\n".join(out)
@@ -203,33 +235,59 @@ def _row(report: Any, *, params: bool) -> str:
     o = report.observed
     if o is None:
         return f"  {report.rank:>6} reached {report.state}: {report.error}"
-    stage = "first+last" if o.first_stage and o.last_stage else "first" if o.first_stage else \
-        "last" if o.last_stage else "-"
+    stage = (
+        "first+last"
+        if o.first_stage and o.last_stage
+        else "first"
+        if o.first_stage
+        else "last"
+        if o.last_stage
+        else "-"
+    )
     embedding = ",".join(map(str, o.embedding_group)) or "-"
     count = f" {report.parameters if report.parameters is not None else '-':>9}" if params else ""
     verdict = "agrees" if not report.mismatches else "DIFFERS: " + "; ".join(report.mismatches)
-    return (f"  {o.rank:>6} {o.tp:>3} {o.pp:>3} {o.cp:>3} {o.ep:>3} {o.dp:>5} {o.etp:>3} {o.edp:>4}  "
-            f"{stage:<10} {embedding:<12}{count}  {verdict}")
+    return (
+        f"  {o.rank:>6} {o.tp:>3} {o.pp:>3} {o.cp:>3} {o.ep:>3} {o.dp:>5} {o.etp:>3} {o.edp:>4}  "
+        f"{stage:<10} {embedding:<12}{count}  {verdict}"
+    )
 
 
 def as_json(result: Any, layout: Any) -> dict[str, Any]:
     sim = result.simulation
     p = sim.config.parallel
     return {
-        "run_id": sim.run_id, "world_size": sim.world_size, "until": sim.until.name, "selection": sim.selection,
-        "parallel": {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep, "etp": p.etp, "vpp": p.vpp,
-                     "dp": layout.world // (p.tp * p.pp * p.cp)},
-        "order": layout.order, "log_dir": sim.log_dir, "duration_s": result.duration_s,
-        "median_rank_s": result.median_rank_s, "ok": result.ok,
+        "run_id": sim.run_id,
+        "world_size": sim.world_size,
+        "until": sim.until.name,
+        "selection": sim.selection,
+        "parallel": {
+            "tp": p.tp,
+            "pp": p.pp,
+            "cp": p.cp,
+            "ep": p.ep,
+            "etp": p.etp,
+            "vpp": p.vpp,
+            "dp": layout.world // (p.tp * p.pp * p.cp),
+        },
+        "order": layout.order,
+        "log_dir": sim.log_dir,
+        "duration_s": result.duration_s,
+        "median_rank_s": result.median_rank_s,
+        "ok": result.ok,
         "ranks": [_rank_json(r) for r in result.reports],
     }
 
 
 def _rank_json(report: Any) -> dict[str, Any]:
     return {
-        "rank": report.rank, "state": report.state, "duration_s": report.duration_s,
+        "rank": report.rank,
+        "state": report.state,
+        "duration_s": report.duration_s,
         "placement": None if report.observed is None else report.observed.to_dict(),
-        "agrees": report.ok, "mismatches": list(report.mismatches), "parameters": report.parameters,
+        "agrees": report.ok,
+        "mismatches": list(report.mismatches),
+        "parameters": report.parameters,
         "error": report.error,
         **({"expected": report.expected.to_dict()} if report.mismatches else {}),
     }

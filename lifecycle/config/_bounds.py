@@ -84,8 +84,15 @@ def check_bounds(c: RunConfig) -> list[Problem]:
         if value is None or name in reported or not isinstance(value, (int, float)):
             continue
         if (isinstance(value, float) and not math.isfinite(value)) or not lo <= value <= hi:
-            out.append(_p("bounds", name, value, f"out of range: must be a finite number in [{_fmt(lo)}, {_fmt(hi)}]",
-                          f"set {name} between {_fmt(lo)} and {_fmt(hi)}"))
+            out.append(
+                _p(
+                    "bounds",
+                    name,
+                    value,
+                    f"out of range: must be a finite number in [{_fmt(lo)}, {_fmt(hi)}]",
+                    f"set {name} between {_fmt(lo)} and {_fmt(hi)}",
+                )
+            )
     return out
 
 
@@ -97,11 +104,25 @@ def check_local_paths(c: RunConfig) -> list[Problem]:
         if not isinstance(value, str):
             continue
         if _URL.match(value.strip()):
-            out.append(_p("local_paths", name, value, "is a URL, and a local path is expected here",
-                          f"copy or mount it locally and set {name} to the local path"))
+            out.append(
+                _p(
+                    "local_paths",
+                    name,
+                    value,
+                    "is a URL, and a local path is expected here",
+                    f"copy or mount it locally and set {name} to the local path",
+                )
+            )
         elif any(ch in value for ch in "\0\n\r"):
-            out.append(_p("local_paths", name, value, "holds a NUL byte or a line break",
-                          f"set {name} to a path without control characters"))
+            out.append(
+                _p(
+                    "local_paths",
+                    name,
+                    value,
+                    "holds a NUL byte or a line break",
+                    f"set {name} to a path without control characters",
+                )
+            )
     return out
 
 
@@ -113,9 +134,23 @@ def check_otel(c: RunConfig) -> list[Problem]:
         return []
     shown = redact_text(value)
     if not value.strip() or any(ch in value for ch in "\0\n\r"):
-        return [_p("otel", "logging.otel", shown, "is empty or holds a NUL byte or a line break",
-                   "set logging.otel to a file path or an http(s) OTLP endpoint")]
+        return [
+            _p(
+                "otel",
+                "logging.otel",
+                shown,
+                "is empty or holds a NUL byte or a line break",
+                "set logging.otel to a file path or an http(s) OTLP endpoint",
+            )
+        ]
     if _URL.match(value.strip()) and not ENDPOINT.match(value.strip()):
-        return [_p("otel", "logging.otel", shown, "is a URL but not an http(s) OTLP endpoint",
-                   "set logging.otel to a local file path, or to http(s)://HOST:4318/v1/traces")]
+        return [
+            _p(
+                "otel",
+                "logging.otel",
+                shown,
+                "is a URL but not an http(s) OTLP endpoint",
+                "set logging.otel to a local file path, or to http(s)://HOST:4318/v1/traces",
+            )
+        ]
     return []

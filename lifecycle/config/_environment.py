@@ -244,8 +244,10 @@ def check_otel_exporter(c: RunConfig, env: Environment) -> list[Problem]:
     if "opentelemetry.sdk" not in env.modules:
         why, fix = "live spans need opentelemetry-sdk, not importable", "pip install megatron-lifecycle[otel]"
     elif ENDPOINT.match(otel) and OTEL_MODULES[1] not in env.modules:
-        why, fix = ("an OTLP endpoint needs opentelemetry-exporter-otlp-proto-http, not importable",
-                    "pip install opentelemetry-exporter-otlp, or set logging.otel to a local file")
+        why, fix = (
+            "an OTLP endpoint needs opentelemetry-exporter-otlp-proto-http, not importable",
+            "pip install opentelemetry-exporter-otlp, or set logging.otel to a local file",
+        )
     else:
         return []
     return [_e("otel_exporter", "logging.otel", redact_text(c.logging.otel or ""), why, fix)]
@@ -258,8 +260,11 @@ def check_distributed_optimizer_checkpoints(c: RunConfig, env: Environment) -> l
     DistributedOptimizer checkpoint code does not handle (0.15.3: the save asserts on it; 0.19: the
     load fails in every sharding type), so such a run would fail after its steps, at the save, or
     at MODEL_BUILT's load. Refused here instead, before any side effect."""
-    wanted = [name for name, value in (("checkpoint.save", c.checkpoint.save), ("checkpoint.load", c.checkpoint.load))
-              if value]
+    wanted = [
+        name
+        for name, value in (("checkpoint.save", c.checkpoint.save), ("checkpoint.load", c.checkpoint.load))
+        if value
+    ]
     if not (c.ddp.use_distributed_optimizer and wanted) or env.modules & {"apex", "transformer_engine"}:
         return []
     return [

@@ -233,9 +233,15 @@ def _moe_layers(c: RunConfig, n: int | None) -> list[Problem]:
         )
     etp = p.etp or p.tp
     if n is not None and m.add_bias_linear and etp != 1:
-        out.append(_p("experts", "model.add_bias_linear", True,
-                      f"megatron supports bias in MoE layers only with expert tensor parallel size 1, not {etp}",
-                      "set model.add_bias_linear=false, or parallel.etp=1"))
+        out.append(
+            _p(
+                "experts",
+                "model.add_bias_linear",
+                True,
+                f"megatron supports bias in MoE layers only with expert tensor parallel size 1, not {etp}",
+                "set model.add_bias_linear=false, or parallel.etp=1",
+            )
+        )
     return out
 
 

@@ -104,15 +104,30 @@ def check_optimizer(c: RunConfig) -> list[Problem]:
     probability, positive = ("must be in [0, 1]", "use a probability"), "must be positive"
     bounds = [
         ("optimizer.lr", o.lr, o.lr >= 0, "must not be negative", "set lr >= 0"),
-        ("optimizer.min_lr", o.min_lr, 0 <= o.min_lr <= max(o.lr, 0), f"must be in [0, optimizer.lr={o.lr}]",
-         "set min_lr between 0 and lr"),
-        ("optimizer.weight_decay", o.weight_decay, o.weight_decay >= 0, "must not be negative",
-         "set weight_decay >= 0"),
+        (
+            "optimizer.min_lr",
+            o.min_lr,
+            0 <= o.min_lr <= max(o.lr, 0),
+            f"must be in [0, optimizer.lr={o.lr}]",
+            "set min_lr between 0 and lr",
+        ),
+        (
+            "optimizer.weight_decay",
+            o.weight_decay,
+            o.weight_decay >= 0,
+            "must not be negative",
+            "set weight_decay >= 0",
+        ),
         ("optimizer.adam_beta1", o.adam_beta1, 0 <= o.adam_beta1 < 1, "must be in [0, 1)", "use e.g. 0.9"),
         ("optimizer.adam_beta2", o.adam_beta2, 0 <= o.adam_beta2 < 1, "must be in [0, 1)", "use e.g. 0.999"),
         ("optimizer.adam_eps", o.adam_eps, o.adam_eps > 0, positive, "use e.g. 1e-8"),
-        ("optimizer.clip_grad", o.clip_grad, o.clip_grad >= 0, "must not be negative",
-         "set clip_grad >= 0 (0 disables clipping)"),
+        (
+            "optimizer.clip_grad",
+            o.clip_grad,
+            o.clip_grad >= 0,
+            "must not be negative",
+            "set clip_grad >= 0 (0 disables clipping)",
+        ),
         ("model.init_method_std", m.init_method_std, m.init_method_std > 0, positive, "use e.g. 0.02"),
         ("model.hidden_dropout", m.hidden_dropout, 0 <= m.hidden_dropout <= 1, *probability),
         ("model.attention_dropout", m.attention_dropout, 0 <= m.attention_dropout <= 1, *probability),
@@ -131,13 +146,22 @@ def check_vocab(c: RunConfig) -> list[Problem]:
     }
     if tok.type == "null" and tok.build:
         sized["tokenizer.vocab_size"] = tok.vocab_size
-    out += [_p("vocab", name, v, "must be at least 1", f"set {name} to a positive integer")
-            for name, v in sized.items() if v is not None and v < 1]
+    out += [
+        _p("vocab", name, v, "must be at least 1", f"set {name} to a positive integer")
+        for name, v in sized.items()
+        if v is not None and v < 1
+    ]
     null_size = tok.vocab_size + 1  # megatron's null tokenizer adds an end-of-document id
     if tok.type == "null" and tok.build and m.vocab_size is not None and 1 <= m.vocab_size < null_size:
-        out.append(_p("vocab", "model.vocab_size", m.vocab_size,
-                      f"smaller than the tokenizer's {null_size} ids (tokenizer.vocab_size + eod)",
-                      f"set model.vocab_size >= {null_size} or remove it to pad automatically"))
+        out.append(
+            _p(
+                "vocab",
+                "model.vocab_size",
+                m.vocab_size,
+                f"smaller than the tokenizer's {null_size} ids (tokenizer.vocab_size + eod)",
+                f"set model.vocab_size >= {null_size} or remove it to pad automatically",
+            )
+        )
     return out + _tokenizer_source(c)
 
 

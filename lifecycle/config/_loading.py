@@ -36,7 +36,8 @@ def preset_path(name: str) -> Path:
         near = f"; did you mean {hint[0]!r}?" if hint else ""
         raise ConfigError(
             f"unknown preset {name!r}{near} Known presets: {', '.join(known)}",
-            field="preset", problems=[name],
+            field="preset",
+            problems=[name],
         )
     return path
 
@@ -50,7 +51,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(
             f"cannot read config file {str(path)!r}: {exc.strerror}; pass an existing YAML file",
-            field="path", problems=[str(exc)],
+            field="path",
+            problems=[str(exc)],
         ) from exc
     try:
         data = yaml.load(text, Loader=_unique_keys_loader()) or {}  # a SafeLoader subclass
@@ -58,8 +60,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         what = getattr(exc, "problem", None) or type(exc).__name__
-        raise ConfigError(f"{path}: not valid YAML{where}: {what}; fix the file", field="path",
-                          problems=[str(exc)]) from exc
+        raise ConfigError(
+            f"{path}: not valid YAML{where}: {what}; fix the file", field="path", problems=[str(exc)]
+        ) from exc
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: the top level must be a mapping of sections", field="path", problems=[])
     return plain(data)
@@ -75,7 +78,8 @@ def _unique_keys_loader() -> Any:
             twice = sorted({str(k) for k in keys if keys.count(k) > 1})
             if twice:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {twice[0]!r} is given twice in one mapping; give it once", node.start_mark)
+                    None, None, f"key {twice[0]!r} is given twice in one mapping; give it once", node.start_mark
+                )
             return super().construct_mapping(node, deep=deep)
 
     return UniqueKeys

@@ -57,8 +57,7 @@ def normalize(config: RunConfig) -> tuple[RunConfig, tuple[Normalization, ...]]:
         done.append(Normalization(field="parallel.vpp", given=1, used=None, why=VPP_ONE))
         parallel = _replace(parallel, vpp=None)
     if parallel.vpp is None and ddp.align_param_gather and ddp.overlap_param_gather:
-        done.append(Normalization(field="ddp.align_param_gather", given=True, used=False,
-                                  why=ALIGN_WITHOUT_VPP))
+        done.append(Normalization(field="ddp.align_param_gather", given=True, used=False, why=ALIGN_WITHOUT_VPP))
         ddp = _replace(ddp, align_param_gather=False)
     if not done:
         return config, ()

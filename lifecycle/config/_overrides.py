@@ -70,19 +70,27 @@ def _yaml(key: str, raw: str) -> Any:
         return yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem", None) or type(exc).__name__
-        raise ConfigError(f"override {key}: the value is not valid YAML ({mark}); write e.g. --set {key}=VALUE",
-                          field=key, problems=[raw]) from None
+        raise ConfigError(
+            f"override {key}: the value is not valid YAML ({mark}); write e.g. --set {key}=VALUE",
+            field=key,
+            problems=[raw],
+        ) from None
 
 
 def _split(item: str) -> tuple[str, str]:
     key, sep, raw = item.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"override {item!r} is not KEY=VALUE; write e.g. --set parallel.tp=2",
-                          field=item, problems=[item])
+        raise ConfigError(
+            f"override {item!r} is not KEY=VALUE; write e.g. --set parallel.tp=2", field=item, problems=[item]
+        )
     if any(ch in raw for ch in "\n\r\0"):
-        raise ConfigError(f"override {key}: the value holds a line break or NUL byte ({raw!r}); "
-                          f"give one line, e.g. --set {key}=VALUE", field=key, problems=[raw])
+        raise ConfigError(
+            f"override {key}: the value holds a line break or NUL byte ({raw!r}); "
+            f"give one line, e.g. --set {key}=VALUE",
+            field=key,
+            problems=[raw],
+        )
     return key, raw
 
 
@@ -93,8 +101,9 @@ def refuse_repeated(overrides: Iterable[str]) -> None:
     for item in overrides:
         key, raw = _split(item)
         if key in seen:
-            raise ConfigError(f"override {key} is given twice ({seen[key]!r}, then {raw!r}); give it once",
-                              field=key, problems=[item])
+            raise ConfigError(
+                f"override {key} is given twice ({seen[key]!r}, then {raw!r}); give it once", field=key, problems=[item]
+            )
         seen[key] = raw
 
 

@@ -61,7 +61,8 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         if tripwires not in ("raise", "warn", "off"):
             raise ConfigError(
                 f"tripwires={tripwires!r} is not a policy; use 'raise' (default), 'warn' or 'off'",
-                field="tripwires", problems=[repr(tripwires)],
+                field="tripwires",
+                problems=[repr(tripwires)],
             )
         self.plan = Plan(plan if plan is not None else config.plan)
         self.provider = provider
@@ -83,14 +84,22 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         self._aborting = self._abort_logged = self._fault_seen = False
         self._trap = SignalTrap(self._on_signal, self._on_signal_blocked)
         self._log = AuditLog(
-            run_id=run_id or run_id_from_env(), rank=self._runtime.rank, world_size=self._runtime.world_size,
+            run_id=run_id or run_id_from_env(),
+            rank=self._runtime.rank,
+            world_size=self._runtime.world_size,
             keep_records=self.options.keep_records,
         )
         self._model = MachineModel()
         self._machine = build_machine(self._model, on_guard=self._guard)
         self._log.emit(
-            events.LIFECYCLE_STARTED, plan=self.plan.value, target=self.target.name, policy=tripwires,
-            pid=os.getpid(), host=socket.gethostname(), rehearsal=config.rehearsal, **_elastic(),
+            events.LIFECYCLE_STARTED,
+            plan=self.plan.value,
+            target=self.target.name,
+            policy=tripwires,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            rehearsal=config.rehearsal,
+            **_elastic(),
         )
         if tripwires != "off":
             _tripwires.arm(self)
@@ -202,7 +211,9 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         except ValueError:
             raise InvalidTransition(
                 f"{trigger!r} is not a trigger; triggers are {', '.join(t.value for t in Trigger)}",
-                state=self.state, trigger=trigger, allowed=allowed_triggers(self.state),
+                state=self.state,
+                trigger=trigger,
+                allowed=allowed_triggers(self.state),
             ) from None
         return self.shutdown() if trig is Trigger.SHUTDOWN else self._fire(trig)
 
@@ -217,12 +228,16 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
             raise InvalidTransition(
                 f"advance_to({target.name}) needs a startup state on both ends; the lifecycle is "
                 f"{self.state.name}. From FAILED call restart() first.",
-                state=self.state, trigger="advance_to", allowed=allowed_triggers(self.state),
+                state=self.state,
+                trigger="advance_to",
+                allowed=allowed_triggers(self.state),
             )
         if target.startup_index < self.state.startup_index:
             raise InvalidTransition(
                 f"advance_to({target.name}) goes backwards from {self.state.name}; use rebuild() or restart()",
-                state=self.state, trigger="advance_to", allowed=allowed_triggers(self.state),
+                state=self.state,
+                trigger="advance_to",
+                allowed=allowed_triggers(self.state),
             )
         for dest in STARTUP_ORDER[self.state.startup_index + 1 : target.startup_index + 1]:
             self._fire(forward_trigger(dest))
@@ -259,12 +274,15 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         row = find(source, trigger)
         if row is None:
             allowed = allowed_triggers(source)
-            self._log.emit(events.INVALID_TRANSITION, trigger=trigger.value, source=source.name,
-                           allowed=[t.value for t in allowed])
+            self._log.emit(
+                events.INVALID_TRANSITION, trigger=trigger.value, source=source.name, allowed=[t.value for t in allowed]
+            )
             raise InvalidTransition(
                 f"{trigger.value} is not defined from {source.name}; allowed from there: "
                 f"{', '.join(t.value for t in allowed) or 'nothing (terminal)'}",
-                state=source, trigger=trigger, allowed=allowed,
+                state=source,
+                trigger=trigger,
+                allowed=allowed,
             )
         self._refuse_wrong_thread(trigger)
         if trigger not in (Trigger.FAIL, Trigger.SHUTDOWN):
@@ -284,8 +302,9 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
             self._fail_for_log(trigger, source)
         if self._pending_error is not None:
             error, self._pending_error = self._pending_error, None
-            raise PhaseFailed(f"shutdown released what it could, but: {error}", state=self.state,
-                              trigger=trigger) from error
+            raise PhaseFailed(
+                f"shutdown released what it could, but: {error}", state=self.state, trigger=trigger
+            ) from error
         return self._runtime
 
     def _run(self, trigger: Trigger, row: Transition, source: State, started: float) -> None:
@@ -316,8 +335,13 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         if trigger is Trigger.FAIL:
             fields["reason"] = getattr(self, "_fail_reason", "")
         self._log.emit(
-            events.TRANSITION_COMPLETED, trigger=trigger.value, source=source.name, dest=self.state.name,
-            duration_s=duration, config_fingerprint=self._runtime.fingerprint, **fields,
+            events.TRANSITION_COMPLETED,
+            trigger=trigger.value,
+            source=source.name,
+            dest=self.state.name,
+            duration_s=duration,
+            config_fingerprint=self._runtime.fingerprint,
+            **fields,
         )
         if self.state in (self.target, State.FAILED, State.SHUT_DOWN):
             # Tripwires guard the startup only: user code recovering from a failure may seed and
@@ -338,28 +362,48 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
 
     def _reject(self, row: Transition, guard: Guard, facts: Facts) -> None:
         reason = rule(guard)
-        self._log.emit(events.GUARD_REJECTED, trigger=row.trigger.value, source=facts.state.name,
-                       guard=guard.__name__, reason=reason)
+        self._log.emit(
+            events.GUARD_REJECTED,
+            trigger=row.trigger.value,
+            source=facts.state.name,
+            guard=guard.__name__,
+            reason=reason,
+        )
         if facts.state is State.FAILED and not facts.config_validated:
-            reason += ("; nothing was validated (validate failed): fix the config and create a new "
-                       "Lifecycle with it")
+            reason += "; nothing was validated (validate failed): fix the config and create a new Lifecycle with it"
         raise GuardRejected(
             f"{row.trigger.value} refused in {facts.state.name} by {guard.__name__}: {reason}",
-            state=facts.state, trigger=row.trigger, guard=guard.__name__, reason=reason,
+            state=facts.state,
+            trigger=row.trigger,
+            guard=guard.__name__,
+            reason=reason,
         )
 
     def _facts(self, trigger: Trigger, dest: State) -> Facts:
         rt = self._runtime
         return Facts(
-            state=self.state, trigger=trigger, dest=dest, plan=self.plan, config_validated=rt.validated,
-            services_ready=rt.services_ready, distributed=rt.distributed,
-            model_built=rt.model is not None, generation=rt.generation,
+            state=self.state,
+            trigger=trigger,
+            dest=dest,
+            plan=self.plan,
+            config_validated=rt.validated,
+            services_ready=rt.services_ready,
+            distributed=rt.distributed,
+            model_built=rt.model is not None,
+            generation=rt.generation,
         )
 
     def _enter(self, trigger: Trigger) -> None:
-        ctx = Context(runtime=self._runtime, trigger=trigger, provider=self.provider, plan=self.plan,
-                      options=self.options, declare=self._declare_side_effect, record=self._emit_from_phase,
-                      rank_known=self._set_rank)
+        ctx = Context(
+            runtime=self._runtime,
+            trigger=trigger,
+            provider=self.provider,
+            plan=self.plan,
+            options=self.options,
+            declare=self._declare_side_effect,
+            record=self._emit_from_phase,
+            rank_known=self._set_rank,
+        )
         dest = ENTERS.get(trigger)
         if dest is not None:
             runtime = self._phase(dest).enter(ctx)
@@ -393,4 +437,3 @@ def _elastic() -> dict[str, int]:
     """torchrun's restart count, when this process is a restart of an elastic job."""
     count = restart_count()
     return {} if count is None else {"restart_count": count}
-

@@ -112,14 +112,22 @@ class Failures:
         if isinstance(exc, StartupAborted):  # stopped from outside, not failed: the audit tells them apart
             self._log_aborted(exc)
         else:
-            self._log.emit(events.TRANSITION_FAILED, trigger=trigger.value, source=source.name,
-                           error_type=type(exc).__name__, error=redact_text(str(exc)), duration_s=duration)
+            self._log.emit(
+                events.TRANSITION_FAILED,
+                trigger=trigger.value,
+                source=source.name,
+                error_type=type(exc).__name__,
+                error=redact_text(str(exc)),
+                duration_s=duration,
+            )
         self._active = None
         self._force_fail(f"{trigger.value}: {type(exc).__name__}")
         where = self._record_where()
         if not self._runtime.validated:
-            way_out = ("The lifecycle is FAILED with nothing validated, so restart() cannot help: fix the "
-                       "config and create a new Lifecycle with it.")
+            way_out = (
+                "The lifecycle is FAILED with nothing validated, so restart() cannot help: fix the "
+                "config and create a new Lifecycle with it."
+            )
         else:
             way_out = f"The lifecycle is now {self.state.name}; call restart() or shutdown()."
         if isinstance(exc, LifecycleError):
@@ -128,7 +136,8 @@ class Failures:
             raise exc
         raise PhaseFailed(
             f"{trigger.value} failed in {source.name}: {type(exc).__name__}: {exc}. {way_out}{where}",
-            state=source, trigger=trigger,
+            state=source,
+            trigger=trigger,
         ) from exc
 
     def _force_fail(self, reason: str) -> None:
@@ -180,15 +189,22 @@ class Failures:
         this was a user's own call (`record`, a tripwire), which must not fail because of our log."""
         fault = self._log.fault
         name = trigger.value if trigger is not None else "record"
-        self._log.emit(events.TRANSITION_FAILED, trigger=name, source=source.name, error_type=type(fault).__name__,
-                       error=redact_text(str(fault)), duration_s=0.0)
+        self._log.emit(
+            events.TRANSITION_FAILED,
+            trigger=name,
+            source=source.name,
+            error_type=type(fault).__name__,
+            error=redact_text(str(fault)),
+            duration_s=0.0,
+        )
         self._force_fail(f"log_write_failed: {fault}")
         if raise_:
             raise PhaseFailed(
                 f"the startup log {self._log.path} cannot be written ({fault}) during {name} in {source.name}; "
                 f"its records now go to stderr as JSON lines. The lifecycle is {self.state.name}: call shutdown() "
                 "(it releases everything), then free the disk or choose another logging.log_dir",
-                state=source, trigger=trigger,
+                state=source,
+                trigger=trigger,
             ) from fault
 
     # -- SIGTERM / SIGINT during startup ----------------------------------------------------------
@@ -227,12 +243,19 @@ class Failures:
         self._aborting = self._abort_logged = True
         active = self._active
         aborted = StartupAborted(signum, state=self.state.name, trigger=active.value if active else None)
-        self._log.emit(events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state, trigger=aborted.trigger,
-                       blocked_s=round(waited_s, 1))
+        self._log.emit(
+            events.STARTUP_ABORTED,
+            signal=aborted.signal,
+            state=aborted.state,
+            trigger=aborted.trigger,
+            blocked_s=round(waited_s, 1),
+        )
         during = f" during {aborted.trigger}()" if aborted.trigger else ""
-        line = (f"lifecycle: rank {self._runtime.rank}: startup aborted by {aborted.signal} in state {aborted.state}"
-                f"{during}; its main thread was blocked in native code for {waited_s:.0f} s, so the process ends "
-                f"without the releases (exit {aborted.code})\n")
+        line = (
+            f"lifecycle: rank {self._runtime.rank}: startup aborted by {aborted.signal} in state {aborted.state}"
+            f"{during}; its main thread was blocked in native code for {waited_s:.0f} s, so the process ends "
+            f"without the releases (exit {aborted.code})\n"
+        )
         with contextlib.suppress(OSError):
             os.write(2, line.encode())
         os._exit(int(aborted.code or 1))
@@ -240,8 +263,7 @@ class Failures:
     def _log_aborted(self, aborted: StartupAborted) -> None:
         if not self._abort_logged:
             self._abort_logged = True
-            self._log.emit(events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state,
-                           trigger=aborted.trigger)
+            self._log.emit(events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state, trigger=aborted.trigger)
 
     # -- SIGTERM / SIGINT during shutdown --------------------------------------------------------
     @contextlib.contextmanager

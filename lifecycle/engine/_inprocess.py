@@ -74,13 +74,15 @@ class InProcessPhases(Phases):
     `fail_on` names a trigger whose phase raises (once per call, for the engine's failure tests)."""
 
     def __init__(self, *, fail_on: str | None = None) -> None:
-        super().__init__({
-            State.VALIDATED: _Validated(self),
-            State.SERVICES_READY: _Services(self),
-            State.DISTRIBUTED: _Distributed(self),
-            State.MODEL_BUILT: _Model(self),
-            State.CALLBACKS_BOUND: _Callbacks(self),
-        })
+        super().__init__(
+            {
+                State.VALIDATED: _Validated(self),
+                State.SERVICES_READY: _Services(self),
+                State.DISTRIBUTED: _Distributed(self),
+                State.MODEL_BUILT: _Model(self),
+                State.CALLBACKS_BOUND: _Callbacks(self),
+            }
+        )
         self.fail_on = fail_on
         self.calls: list[str] = []
 
@@ -116,12 +118,14 @@ class _Services(_Phase):
         ctx.side_effect(SideEffect.TOKENIZER)
         vocab = ctx.runtime.config.model.vocab_size or ctx.runtime.config.tokenizer.vocab_size
         ctx.emit(events.SERVICES_READY, tokenizer="SimTokenizer", vocab_size=vocab, vocab_source="tokenizer")
-        return dataclasses.replace(ctx.runtime, services_ready=True, tokenizer=SimTokenizer(vocab), vocab_size=vocab,
-                                   vocab_source="tokenizer")
+        return dataclasses.replace(
+            ctx.runtime, services_ready=True, tokenizer=SimTokenizer(vocab), vocab_size=vocab, vocab_source="tokenizer"
+        )
 
     def release(self, ctx: PhaseContext) -> Runtime:
-        return dataclasses.replace(ctx.runtime, services_ready=False, tokenizer=None, vocab_size=None,
-                                   vocab_source=None)
+        return dataclasses.replace(
+            ctx.runtime, services_ready=False, tokenizer=None, vocab_size=None, vocab_source=None
+        )
 
 
 class _Distributed(_Phase):
@@ -129,8 +133,16 @@ class _Distributed(_Phase):
         for kind in (SideEffect.PROCESS_GROUP, SideEffect.PARALLEL_STATE, SideEffect.RNG):
             ctx.side_effect(kind)
         p = ctx.runtime.config.parallel
-        ctx.emit(events.DISTRIBUTED_INITIALIZED, backend="sim", tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep,
-                 dp=max(1, ctx.runtime.world_size // (p.tp * p.pp * p.cp)), vpp=p.vpp)
+        ctx.emit(
+            events.DISTRIBUTED_INITIALIZED,
+            backend="sim",
+            tp=p.tp,
+            pp=p.pp,
+            cp=p.cp,
+            ep=p.ep,
+            dp=max(1, ctx.runtime.world_size // (p.tp * p.pp * p.cp)),
+            vpp=p.vpp,
+        )
         return dataclasses.replace(ctx.runtime, distributed=True, backend="sim")
 
     def release(self, ctx: PhaseContext) -> Runtime:
@@ -142,17 +154,26 @@ class _Model(_Phase):
         ctx.side_effect(SideEffect.MODEL)
         provider = ctx.provider or copying_provider
         provider_config = SimConfig(num_layers=ctx.runtime.config.model.num_layers)
-        chunks = tuple(
-            provider(provider_config, pre_process=True, post_process=True, vp_stage=None) for _ in range(1)
+        chunks = tuple(provider(provider_config, pre_process=True, post_process=True, vp_stage=None) for _ in range(1))
+        ctx.emit(
+            events.MODEL_BUILT,
+            chunks=len(chunks),
+            model_config_id=hex(id(chunks[0].config)),
+            provider_config_id=hex(id(provider_config)),
+            optimizer=True,
         )
-        ctx.emit(events.MODEL_BUILT, chunks=len(chunks), model_config_id=hex(id(chunks[0].config)),
-                 provider_config_id=hex(id(provider_config)), optimizer=True)
-        return dataclasses.replace(ctx.runtime, model=chunks, provider_config=provider_config, optimizer=SimOptimizer(),
-                                   transformer_config=chunks[0].config)
+        return dataclasses.replace(
+            ctx.runtime,
+            model=chunks,
+            provider_config=provider_config,
+            optimizer=SimOptimizer(),
+            transformer_config=chunks[0].config,
+        )
 
     def release(self, ctx: PhaseContext) -> Runtime:
-        return dataclasses.replace(ctx.runtime, model=None, optimizer=None, provider_config=None,
-                                   transformer_config=None)
+        return dataclasses.replace(
+            ctx.runtime, model=None, optimizer=None, provider_config=None, transformer_config=None
+        )
 
 
 class _Callbacks(_Phase):
@@ -162,11 +183,20 @@ class _Callbacks(_Phase):
         assert target is not None  # guarded by model_is_built
         done = install(target, {slot: _finalize for slot in SLOTS})
         report = BindingReport(
-            target_type=type(target).__name__, target_id=hex(id(target)), scheduler_config_id=hex(id(target)),
+            target_type=type(target).__name__,
+            target_id=hex(id(target)),
+            scheduler_config_id=hex(id(target)),
             provider_config_id=hex(id(ctx.runtime.provider_config)),
-            copied=target is not ctx.runtime.provider_config, slots=tuple(done.installed), chunks=1, optimizer=True,
-            overlap_grad_reduce=False, overlap_param_gather=False, align_grad_reduce=True, align_param_gather=False,
-            policy="refuse", target_ref=weakref.ref(target),
+            copied=target is not ctx.runtime.provider_config,
+            slots=tuple(done.installed),
+            chunks=1,
+            optimizer=True,
+            overlap_grad_reduce=False,
+            overlap_param_gather=False,
+            align_grad_reduce=True,
+            align_param_gather=False,
+            policy="refuse",
+            target_ref=weakref.ref(target),
             installed_ids=MappingProxyType({s: id(v) for s, v in done.installed.items()}),
         )
         fields = report.log_fields()

@@ -102,8 +102,12 @@ class Cycles:
     def cycle_trained(self, **fields: Any) -> None:
         """Log `cycle_started` once the cycle is at its target and training starts: the ledger now
         (`STATE:resource`), the config fingerprint, and the caller's fields."""
-        self._log.emit(events.CYCLE_STARTED, ledger=[f"{s}:{n}" for s, n in self._ledger.names()],
-                       fingerprint=self._runtime.fingerprint, **fields)
+        self._log.emit(
+            events.CYCLE_STARTED,
+            ledger=[f"{s}:{n}" for s, n in self._ledger.names()],
+            fingerprint=self._runtime.fingerprint,
+            **fields,
+        )
 
     def end_cycle(self, **fields: Any) -> None:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
@@ -129,5 +133,6 @@ class Cycles:
             raise ResourceLeak(
                 f"{len(survivors)} resource(s) still alive after release to {keep.name}: {names}; "
                 f"the release of {first.state.name} must destroy {first.name}",
-                resource=first.name, state=first.state.name,
+                resource=first.name,
+                state=first.state.name,
             )

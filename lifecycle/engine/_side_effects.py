@@ -41,8 +41,14 @@ class SideEffectRules:
             where = f"during {active.value}()" if active else "between transitions"
             reason = f"{kind.value} {where}: it belongs to {owner.value}()"
             error = SideEffectError
-        self._log.emit(events.SIDE_EFFECT_REFUSED, kind=kind.value, trigger=active.value if active else None,
-                       owner=owner.value, state=self.state.name, reason=reason)
+        self._log.emit(
+            events.SIDE_EFFECT_REFUSED,
+            kind=kind.value,
+            trigger=active.value if active else None,
+            owner=owner.value,
+            state=self.state.name,
+            reason=reason,
+        )
         raise error(f"refused: {reason}", kind=kind, owner=owner, state=self.state, trigger=active)
 
     def _tripwire(self, kind: SideEffect, target: str) -> None:
@@ -51,13 +57,24 @@ class SideEffectRules:
             self._log.emit(events.SIDE_EFFECT, kind=kind.value, trigger=owner.value)
             return
         active = self._active.value if self._active else None
-        self._log.emit(events.TRIPWIRE_VIOLATION, target=target, kind=kind.value, owner=owner.value,
-                       state=self.state.name, trigger=active, policy=self.policy)
+        self._log.emit(
+            events.TRIPWIRE_VIOLATION,
+            target=target,
+            kind=kind.value,
+            owner=owner.value,
+            state=self.state.name,
+            trigger=active,
+            policy=self.policy,
+        )
         if self.policy == "raise":
             where = f"during {active}()" if active else f"in state {self.state.name}"
             raise TripwireViolation(
                 f"{target} was called {where}, outside the transition that owns it: {kind.value} belongs to "
                 f"Lifecycle.{owner.value}(). Let the lifecycle do it (lc.advance_to(...)), or pass "
                 "tripwires='warn' to only log it.",
-                target=target, kind=kind, owner=owner, state=self.state, trigger=active,
+                target=target,
+                kind=kind,
+                owner=owner,
+                state=self.state,
+                trigger=active,
             )

@@ -94,8 +94,10 @@ class WarningCapture:
             return
         self._installed = False
         if self._console and self._count:
-            _console_line(f"{self._count} library warning(s), {len(self._seen)} distinct, are in the startup log "
-                          "as `warning` records: `lifecycle audit LOG_DIR` lists them")
+            _console_line(
+                f"{self._count} library warning(s), {len(self._seen)} distinct, are in the startup log "
+                "as `warning` records: `lifecycle audit LOG_DIR` lists them"
+            )
         if warnings.showwarning == self._show_warning:
             warnings.showwarning = self._previous_show
         for logger, propagate, handler in self._loggers:
@@ -123,13 +125,21 @@ class WarningCapture:
         finally:
             lock.release()
 
-    def _show_warning(self, message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                      file: TextIO | None = None, line: str | None = None) -> None:
+    def _show_warning(
+        self,
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         self.add(category.__name__, _module_of(filename), str(message), lineno)
 
 
-LIBRARY_PACKAGES = frozenset({"torch", "megatron", "transitions", "transformer_engine", "apex", "triton",
-                              "pynvml", "nvidia_resiliency_ext"})
+LIBRARY_PACKAGES = frozenset(
+    {"torch", "megatron", "transitions", "transformer_engine", "apex", "triton", "pynvml", "nvidia_resiliency_ext"}
+)
 """Packages whose Python warnings outside a lifecycle (the command's own imports) are dropped."""
 
 
@@ -148,8 +158,14 @@ def quiet_library_loggers() -> None:
     if getattr(shown, "_drops_library_warnings", False):
         return
 
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-             file: TextIO | None = None, line: str | None = None) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         if _module_of(filename).split(".")[0] not in LIBRARY_PACKAGES:
             shown(message, category, filename, lineno, file, line)
 

@@ -53,8 +53,10 @@ class EntryWork:
     def _phase(self, state: State) -> Phase:
         phase = self._phases.phase_for(state)
         if phase is None:
-            raise LookupError(f"{type(self._phases).__name__} has no phase for {state.name}; register "
-                              f"one: phases.register(State.{state.name}, phase)")
+            raise LookupError(
+                f"{type(self._phases).__name__} has no phase for {state.name}; register "
+                f"one: phases.register(State.{state.name}, phase)"
+            )
         return phase
 
     def _release_after(self, ctx: Context, keep: State) -> Runtime:
@@ -88,8 +90,12 @@ class EntryWork:
                 raise ConfigError(f"{field}: {problem}", field=field, problems=[problem])
         self._snapshot = Snapshot(self._config)
         if not self._phase_logged_validation:
-            self._log.emit(events.CONFIG_VALIDATED, fingerprint=runtime.fingerprint,
-                           config=redact(self._config.to_dict()), environment=self.plan is not Plan.CONVERT)
+            self._log.emit(
+                events.CONFIG_VALIDATED,
+                fingerprint=runtime.fingerprint,
+                config=redact(self._config.to_dict()),
+                environment=self.plan is not Plan.CONVERT,
+            )
         if self._log_dir is not None and not self._log.is_open:
             if self._config.logging.otel:  # before open: the held records feed the live spans too
                 from lifecycle.export import attach_live_spans
@@ -104,8 +110,14 @@ class EntryWork:
         except Exception as exc:
             if trigger is not Trigger.SHUTDOWN:
                 raise
-            self._log.emit(events.TRANSITION_FAILED, trigger=trigger.value, source=self.state.name,
-                           error_type=type(exc).__name__, error=str(exc), duration_s=0.0)
+            self._log.emit(
+                events.TRANSITION_FAILED,
+                trigger=trigger.value,
+                source=self.state.name,
+                error_type=type(exc).__name__,
+                error=str(exc),
+                duration_s=0.0,
+            )
             self._pending_error = exc
             runtime = dataclasses.replace(self._runtime, model=None, optimizer=None, binding=None)
         if trigger is Trigger.RESTART:
@@ -149,7 +161,9 @@ class EntryWork:
             f"{name} changed after VALIDATED ({old!r} -> {new!r}){f' before {trigger.value}' if trigger else ''}: "
             "configs are frozen "
             "once validated; build a new RunConfig (dataclasses.replace) and a new Lifecycle instead",
-            field=name, validated=old, current=new,
+            field=name,
+            validated=old,
+            current=new,
         )
 
 

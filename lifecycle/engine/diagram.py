@@ -36,13 +36,18 @@ def mermaid() -> str:
         pass
 
     machine = GraphMachine(
-        model=_Model(), states=[s.name for s in State], initial=STARTUP_ORDER[0].name,
-        auto_transitions=False, graph_engine="mermaid", show_conditions=True,
+        model=_Model(),
+        states=[s.name for s in State],
+        initial=STARTUP_ORDER[0].name,
+        auto_transitions=False,
+        graph_engine="mermaid",
+        show_conditions=True,
         title=f"title: {TITLE}",  # transitions writes the title line as is into mermaid's front matter
     )
     for row in TABLE:
-        machine.add_transition(row.trigger.value, [s.name for s in row.sources], row.dest.name,
-                               conditions=[g.__name__ for g in row.guards])
+        machine.add_transition(
+            row.trigger.value, [s.name for s in row.sources], row.dest.name, conditions=[g.__name__ for g in row.guards]
+        )
     text: str = machine.get_graph().draw(None)
     # Drop the styling of the model's current state: a static diagram has none (and mermaid spells
     # the statement `class`, not the `Class` transitions 0.9 writes).
@@ -52,9 +57,13 @@ def mermaid() -> str:
 
 def dot() -> str:
     """Graphviz `digraph` text: startup states in order, FAILED and SHUT_DOWN beside them."""
-    lines = ["digraph lifecycle {", f'  label="{TITLE}"; labelloc=t; rankdir=TB;',
-             "  node [shape=box, style=rounded];", '  start [shape=point];',
-             f"  start -> {STARTUP_ORDER[0].name};"]
+    lines = [
+        "digraph lifecycle {",
+        f'  label="{TITLE}"; labelloc=t; rankdir=TB;',
+        "  node [shape=box, style=rounded];",
+        "  start [shape=point];",
+        f"  start -> {STARTUP_ORDER[0].name};",
+    ]
     lines += [f"  {s.name};" for s in State]
     lines.append(f"  {{ rank=same; {State.FAILED.name}; {State.DISTRIBUTED.name}; }}")
     for source, dest, label in edges():
@@ -70,20 +79,22 @@ def markdown() -> str:
         guards = ", ".join(g.__name__ for g in row.guards) or "—"
         sources = ", ".join(s.name for s in row.sources)
         rows.append(f"| `{row.trigger.value}` | {sources} | {row.dest.name} | {guards} | {row.doc} |")
-    return "\n".join([
-        "# State diagram",
-        "",
-        "Generated from `states.TABLE` by `lifecycle graph --format markdown > docs/state-diagram.md`;",
-        "`tests/unit/audit/test_audit_diagram.py` fails when this file and the table disagree.",
-        "`lifecycle graph --format dot` and `--format svg` draw the same graph.",
-        "",
-        "```mermaid",
-        mermaid().rstrip(),
-        "```",
-        "",
-        *rows,
-        "",
-    ])
+    return "\n".join(
+        [
+            "# State diagram",
+            "",
+            "Generated from `states.TABLE` by `lifecycle graph --format markdown > docs/state-diagram.md`;",
+            "`tests/unit/audit/test_audit_diagram.py` fails when this file and the table disagree.",
+            "`lifecycle graph --format dot` and `--format svg` draw the same graph.",
+            "",
+            "```mermaid",
+            mermaid().rstrip(),
+            "```",
+            "",
+            *rows,
+            "",
+        ]
+    )
 
 
 def svg() -> str:
@@ -91,8 +102,9 @@ def svg() -> str:
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
-        raise ExtraNotInstalled("lifecycle graph --format svg needs matplotlib: "
-                                "pip install megatron-lifecycle[plot]", extra="plot") from exc
+        raise ExtraNotInstalled(
+            "lifecycle graph --format svg needs matplotlib: pip install megatron-lifecycle[plot]", extra="plot"
+        ) from exc
     figure = Figure(figsize=(9, 8))
     ax = figure.add_axes((0, 0, 1, 1))
     ax.set_xlim(-4.2, 5.2)
@@ -100,8 +112,16 @@ def svg() -> str:
     ax.axis("off")
     pos = _positions()
     for state, (x, y) in pos.items():
-        ax.text(x, y, state, ha="center", va="center", fontsize=9, zorder=3,
-                bbox={"boxstyle": "round,pad=0.4", "fc": "#eef3fb" if state != "FAILED" else "#fbeaea"})
+        ax.text(
+            x,
+            y,
+            state,
+            ha="center",
+            va="center",
+            fontsize=9,
+            zorder=3,
+            bbox={"boxstyle": "round,pad=0.4", "fc": "#eef3fb" if state != "FAILED" else "#fbeaea"},
+        )
     for (source, dest), labels in _grouped().items():
         _arrow(ax, pos, source, dest, labels)
     fx, fy = pos[State.FAILED.name]
@@ -128,8 +148,7 @@ def _positions() -> dict[str, tuple[float, float]]:
 def _grouped() -> dict[tuple[str, str], list[str]]:
     grouped: dict[tuple[str, str], list[str]] = {}
     for source, dest, _ in edges():
-        trigger = next(r.trigger.value for r in TABLE if r.dest.name == dest
-                       and source in (s.name for s in r.sources))
+        trigger = next(r.trigger.value for r in TABLE if r.dest.name == dest and source in (s.name for s in r.sources))
         grouped.setdefault((source, dest), []).append(trigger)
     return grouped
 
@@ -143,9 +162,19 @@ def _arrow(ax: Any, pos: dict[str, tuple[float, float]], source: str, dest: str,
     if source == State.FAILED.name and dest != State.SHUT_DOWN.name:
         rad = 0.3  # restart from FAILED: bend it off the fail arrows it would cover
     side = -1 if backwards else 1
-    ax.add_patch(FancyArrowPatch((x0 + (0.0 if not backwards else -0.5), y0), (x1 - (0.5 if backwards else 0), y1),
-                                 connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>", mutation_scale=10,
-                                 shrinkA=14, shrinkB=14, color="#555555", lw=0.8))
+    ax.add_patch(
+        FancyArrowPatch(
+            (x0 + (0.0 if not backwards else -0.5), y0),
+            (x1 - (0.5 if backwards else 0), y1),
+            connectionstyle=f"arc3,rad={rad}",
+            arrowstyle="-|>",
+            mutation_scale=10,
+            shrinkA=14,
+            shrinkB=14,
+            color="#555555",
+            lw=0.8,
+        )
+    )
     if dest in (State.FAILED.name, State.SHUT_DOWN.name):
         return  # one label per target, drawn below
     mx = (x0 + x1) / 2 + side * (0.15 + (1.3 if labels[0] == "restart" else 0.7 if backwards else 0))

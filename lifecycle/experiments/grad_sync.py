@@ -78,14 +78,17 @@ def _provider_config(tp: int) -> Any:
     from megatron.core.transformer import TransformerConfig
 
     return TransformerConfig(
-        num_layers=1, hidden_size=8, num_attention_heads=2, tensor_model_parallel_size=tp,
-        sequence_parallel=tp > 1, use_cpu_initialization=True, params_dtype=torch.float32,
+        num_layers=1,
+        hidden_size=8,
+        num_attention_heads=2,
+        tensor_model_parallel_size=tp,
+        sequence_parallel=tp > 1,
+        use_cpu_initialization=True,
+        params_dtype=torch.float32,
     )
 
 
-def _bind(
-    binding: str, model: list[Any], optimizer: Any, ddp_config: Any, provider_cfg: Any
-) -> Any:
+def _bind(binding: str, model: list[Any], optimizer: Any, ddp_config: Any, provider_cfg: Any) -> Any:
     """Install the callbacks; return the counting finalizer."""
     from bindings import bind_callbacks, install, planned
 
@@ -141,8 +144,12 @@ def _step(model: list[Any], optimizer: Any, coefficient: Any) -> list[float]:
         chunk.zero_grad_buffer()
     optimizer.zero_grad()
     get_forward_backward_func()(
-        forward_step_func=forward_step, data_iterator=iter([coefficient] * MICROBATCHES),
-        model=model, num_microbatches=MICROBATCHES, seq_length=1, micro_batch_size=1,
+        forward_step_func=forward_step,
+        data_iterator=iter([coefficient] * MICROBATCHES),
+        model=model,
+        num_microbatches=MICROBATCHES,
+        seq_length=1,
+        micro_batch_size=1,
         forward_only=False,
     )
     owned = _owned_grad(model[0], model[0].module.weight)
@@ -167,11 +174,16 @@ def _one_case(name: str, binding: str) -> dict[str, Any]:
     finally:
         ps.destroy_model_parallel()
     return {
-        "case": name, "binding": binding, "rank": torch.distributed.get_rank(),
-        "local_grad": case["coefficients"][rank], "owned_grad": owned,
+        "case": name,
+        "binding": binding,
+        "rank": torch.distributed.get_rank(),
+        "local_grad": case["coefficients"][rank],
+        "owned_grad": owned,
         "finalizer_calls": 0 if finalizer is None else finalizer.calls,
-        "increased": int((after > 0).sum()), "decreased": int((after < 0).sum()),
-        "stayed": int((after == 0).sum()), "weights": after.tolist(),
+        "increased": int((after > 0).sum()),
+        "decreased": int((after < 0).sum()),
+        "stayed": int((after == 0).sum()),
+        "weights": after.tolist(),
     }
 
 
@@ -203,7 +215,8 @@ def summarize(per_rank: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         ranks = [results[index] for results in per_rank]
         rows.append(
             {
-                "case": first["case"], "binding": first["binding"],
+                "case": first["case"],
+                "binding": first["binding"],
                 "finalizer_calls": [r["finalizer_calls"] for r in ranks],
                 "increased": [r["increased"] for r in ranks],
                 "decreased": [r["decreased"] for r in ranks],
@@ -216,9 +229,7 @@ def summarize(per_rank: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return rows
 
 
-def run(
-    cases: tuple[str, ...] = tuple(CASES), bindings: tuple[str, ...] = BINDINGS
-) -> list[dict[str, Any]]:
+def run(cases: tuple[str, ...] = tuple(CASES), bindings: tuple[str, ...] = BINDINGS) -> list[dict[str, Any]]:
     """Run the experiment on 2 spawned gloo ranks; return the summary rows."""
     from lifecycle.engine.launch import run_ranks
 

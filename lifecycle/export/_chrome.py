@@ -75,33 +75,86 @@ def _rank_events(rank: RankTrace, t0: float) -> list[dict[str, Any]]:
     for seg, attempt in rank.segments:
         args: dict[str, Any] = {"trigger": seg.trigger, "generation": seg.generation, "attempt": attempt}
         args.update({f"{k}": v for k, v in rank.counts.get(seg.state, {}).items()})
-        out.append({"ph": "X", "pid": pid, "tid": IMPORTS_TID if seg.state == events.IMPORTS else STATES_TID,
-                    "name": seg.state, "cat": "import" if seg.state == events.IMPORTS else "state",
-                    "ts": _us(seg.start, t0), "dur": round(seg.duration * 1e6), "args": args})
+        out.append(
+            {
+                "ph": "X",
+                "pid": pid,
+                "tid": IMPORTS_TID if seg.state == events.IMPORTS else STATES_TID,
+                "name": seg.state,
+                "cat": "import" if seg.state == events.IMPORTS else "state",
+                "ts": _us(seg.start, t0),
+                "dur": round(seg.duration * 1e6),
+                "args": args,
+            }
+        )
     if rank.unfinished is not None:
         trigger, start, end = rank.unfinished
-        out.append({"ph": "X", "pid": pid, "tid": STATES_TID, "name": f"{trigger} (not completed)", "cat": "state",
-                    "ts": _us(start, t0), "dur": round(max(0.0, end - start) * 1e6),
-                    "args": {"trigger": trigger, "completed": False}})
+        out.append(
+            {
+                "ph": "X",
+                "pid": pid,
+                "tid": STATES_TID,
+                "name": f"{trigger} (not completed)",
+                "cat": "state",
+                "ts": _us(start, t0),
+                "dur": round(max(0.0, end - start) * 1e6),
+                "args": {"trigger": trigger, "completed": False},
+            }
+        )
     failure = rank.audit.failure
     if failure is not None and failure.ts is not None:
-        out.append({"ph": "i", "s": "t", "pid": pid, "tid": MARKS_TID, "name": f"startup {failure.kind}",
-                    "cat": "failure", "ts": _us(failure.ts, t0),
-                    "args": {"message": failure.message, "state": failure.state}})
+        out.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "pid": pid,
+                "tid": MARKS_TID,
+                "name": f"startup {failure.kind}",
+                "cat": "failure",
+                "ts": _us(failure.ts, t0),
+                "args": {"message": failure.message, "state": failure.state},
+            }
+        )
     for mark in rank.marks:
-        out.append({"ph": "i", "s": "t", "pid": pid, "tid": MARKS_TID, "name": mark.event, "cat": mark.kind,
-                    "ts": _us(mark.ts, t0), "args": {"detail": mark.detail, "state": mark.state,
-                                                       "rule": mark.rule, "peer_rank": mark.peer}})
+        out.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "pid": pid,
+                "tid": MARKS_TID,
+                "name": mark.event,
+                "cat": mark.kind,
+                "ts": _us(mark.ts, t0),
+                "args": {"detail": mark.detail, "state": mark.state, "rule": mark.rule, "peer_rank": mark.peer},
+            }
+        )
     before = len(out)
-    out += [{"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": round((ts - t0) * 1e6),
-             "args": {"loss": loss, "step_time_s": duration, "step": step}}
-            for ts, step, loss, duration in rank.steps if loss is not None and duration is not None]
+    out += [
+        {
+            "ph": "C",
+            "pid": pid,
+            "tid": 0,
+            "name": "step",
+            "ts": round((ts - t0) * 1e6),
+            "args": {"loss": loss, "step_time_s": duration, "step": step},
+        }
+        for ts, step, loss, duration in rank.steps
+        if loss is not None and duration is not None
+    ]
     if len(out) - before < len(rank.steps):  # a step with one of the two: a counter of that one
         for ts, step, loss, duration in rank.steps:
             if (loss is None) != (duration is None):
                 values = {"loss": loss} if duration is None else {"step_time_s": duration}
-                out.append({"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": _us(ts, t0),
-                            "args": values | {"step": step}})
+                out.append(
+                    {
+                        "ph": "C",
+                        "pid": pid,
+                        "tid": 0,
+                        "name": "step",
+                        "ts": _us(ts, t0),
+                        "args": values | {"step": step},
+                    }
+                )
     return out
 
 
@@ -122,8 +175,27 @@ def _flows(trace: Trace) -> list[dict[str, Any]]:
                 continue
             flow_id += 1
             name = f"rank {cause.rank} -> rank {victim.rank}"
-            out.append({"ph": "s", "id": flow_id, "pid": source.rank + 1, "tid": MARKS_TID, "cat": FLOW_CATEGORY,
-                        "name": name, "ts": start})
-            out.append({"ph": "f", "bp": "e", "id": flow_id, "pid": target.rank + 1, "tid": MARKS_TID,
-                        "cat": FLOW_CATEGORY, "name": name, "ts": max(start, _us(target.audit.failure.ts, trace.t0))})
+            out.append(
+                {
+                    "ph": "s",
+                    "id": flow_id,
+                    "pid": source.rank + 1,
+                    "tid": MARKS_TID,
+                    "cat": FLOW_CATEGORY,
+                    "name": name,
+                    "ts": start,
+                }
+            )
+            out.append(
+                {
+                    "ph": "f",
+                    "bp": "e",
+                    "id": flow_id,
+                    "pid": target.rank + 1,
+                    "tid": MARKS_TID,
+                    "cat": FLOW_CATEGORY,
+                    "name": name,
+                    "ts": max(start, _us(target.audit.failure.ts, trace.t0)),
+                }
+            )
     return out

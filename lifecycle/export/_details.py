@@ -38,8 +38,16 @@ MARKS = {
     events.LOG_WRITE_FAILED: "failure",
 }
 """Events drawn as instants, and their kind."""
-_KEEP = frozenset({*MARKS, events.LIFECYCLE_STARTED, events.CONFIG_VALIDATED, events.DISTRIBUTED_INITIALIZED,
-                   events.STEP_COMPLETED, events.GENERATION_STARTED})
+_KEEP = frozenset(
+    {
+        *MARKS,
+        events.LIFECYCLE_STARTED,
+        events.CONFIG_VALIDATED,
+        events.DISTRIBUTED_INITIALIZED,
+        events.STEP_COMPLETED,
+        events.GENERATION_STARTED,
+    }
+)
 _FIND = re.compile(b'"event":"(' + b"|".join(sorted(e.encode() for e in _KEEP)) + b')"')
 """The writer sorts keys, so a record's event is in its bytes as `"event":"<name>"`; a string value
 cannot hold it unescaped (its quotes would be escaped)."""
@@ -148,7 +156,7 @@ def _by_line(out: dict[int, Details], data: bytes, configs: bool) -> None:
     for match in _FIND.finditer(data):
         start = data.rfind(b"\n", 0, match.start()) + 1
         end = data.find(b"\n", match.end())
-        line = data[start:end if end >= 0 else len(data)]
+        line = data[start : end if end >= 0 else len(data)]
         event = match.group(1).decode()
         if event == events.STEP_COMPLETED:
             steps.append(line)
@@ -236,15 +244,18 @@ def _typed_steps(out: dict[int, Details], steps: list[Any]) -> None:
     """The steps of a batch of typed records: at once (C) when they are of one rank and their fields
     of the usual types, else one by one."""
     ranks, nums, losses, times = (list(map(get, steps)) for get in _STEP_FIELDS)
-    if len(set(ranks)) == 1 and set(map(type, nums)) == {int} and set(map(type, losses)) == {float} \
-            and set(map(type, times)) == {float}:
+    if (
+        len(set(ranks)) == 1
+        and set(map(type, nums)) == {int}
+        and set(map(type, losses)) == {float}
+        and set(map(type, times)) == {float}
+    ):
         details = out.get(ranks[0])
         if details is None:
             details = out[ranks[0]] = Details()
         room = _MAX_STEPS - len(details.steps)
         if room > 0:
-            details.steps += list(zip(map(_TS, steps[:room]), nums[:room], losses[:room], times[:room],
-                                      strict=True))
+            details.steps += list(zip(map(_TS, steps[:room]), nums[:room], losses[:room], times[:room], strict=True))
         return
     for rec in steps:
         details = out.get(rec.rank)
@@ -295,9 +306,16 @@ def _take(d: Details, event: str, rec: Any, configs: bool, ts: float | None = No
         if len(d.marks) < _MAX_MARKS:
             d.marks.append(_mark(event, rec, ts))
     elif event == events.LIFECYCLE_STARTED:
-        d.attempts.append(Attempt(ts=ts, attempt=_int(rec.get("attempt")) or 0,
-                                  restart_count=_int(rec.get("restart_count")), host=_str(rec.get("host")),
-                                  pid=_int(rec.get("pid")), plan=_str(rec.get("plan"))))
+        d.attempts.append(
+            Attempt(
+                ts=ts,
+                attempt=_int(rec.get("attempt")) or 0,
+                restart_count=_int(rec.get("restart_count")),
+                host=_str(rec.get("host")),
+                pid=_int(rec.get("pid")),
+                plan=_str(rec.get("plan")),
+            )
+        )
     elif event == events.CONFIG_VALIDATED:
         config = rec.get("config") if configs and isinstance(rec.get("config"), dict) else None
         d.configs.append((ts, _str(rec.get("fingerprint")), config))
@@ -311,12 +329,31 @@ def _take(d: Details, event: str, rec: Any, configs: bool, ts: float | None = No
 
 def _mark(event: str, rec: dict[str, Any], ts: float) -> Mark:
     """The fields that say what happened, in one line."""
-    names = ("target", "kind", "guard", "reason", "field", "error_type", "error", "peer_rank", "peer_state",
-             "signal", "missing", "finalizer_calls", "trigger")
+    names = (
+        "target",
+        "kind",
+        "guard",
+        "reason",
+        "field",
+        "error_type",
+        "error",
+        "peer_rank",
+        "peer_state",
+        "signal",
+        "missing",
+        "finalizer_calls",
+        "trigger",
+    )
     detail = ", ".join(f"{n}={str(rec[n])[:160]}" for n in names if rec.get(n) not in (None, "", []))
     state = rec.get("state") if event != events.PEER_FAILED else rec.get("peer_state")
-    return Mark(ts=ts, event=event, kind=MARKS[event], detail=detail, state=_str(state) or _str(rec.get("source")),
-                peer=_int(rec.get("peer_rank")) if event == events.PEER_FAILED else None)
+    return Mark(
+        ts=ts,
+        event=event,
+        kind=MARKS[event],
+        detail=detail,
+        state=_str(state) or _str(rec.get("source")),
+        peer=_int(rec.get("peer_rank")) if event == events.PEER_FAILED else None,
+    )
 
 
 def _int(value: Any) -> int | None:

@@ -18,8 +18,13 @@ import orjson
 from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, encode, sdk
 from lifecycle.log import events
 
-_ENDS = {events.LIFECYCLE_SHUTDOWN, events.TRANSITION_FAILED, events.STARTUP_ABORTED, events.PEER_FAILED,
-         events.STATE_TIMEOUT}
+_ENDS = {
+    events.LIFECYCLE_SHUTDOWN,
+    events.TRANSITION_FAILED,
+    events.STARTUP_ABORTED,
+    events.PEER_FAILED,
+    events.STATE_TIMEOUT,
+}
 _DONE_STATES = {"SHUT_DOWN", "FAILED"}
 
 
@@ -34,8 +39,9 @@ class _Rank:
         self.done = False
 
 
-def follow(log_dir: str | Path, output: str | Path, *, idle_timeout_s: float = 60.0, poll_s: float = 0.2,
-           stop: Any = None) -> int:
+def follow(
+    log_dir: str | Path, output: str | Path, *, idle_timeout_s: float = 60.0, poll_s: float = 0.2, stop: Any = None
+) -> int:
     """Follow `log_dir` until every rank of the world size is done (shut down or failed) or nothing was written
     for `idle_timeout_s`; `stop()` returning True ends it early. Returns the spans written."""
     sdk_trace = sdk()
@@ -49,8 +55,7 @@ def follow(log_dir: str | Path, output: str | Path, *, idle_timeout_s: float = 6
 
         def tracer(run_id: str) -> Any:
             if run_id not in providers:
-                resource = Resource.create({"service.name": "megatron", "lifecycle.run_id": run_id,
-                                            "run_uuid": run_id})
+                resource = Resource.create({"service.name": "megatron", "lifecycle.run_id": run_id, "run_uuid": run_id})
                 providers[run_id] = sdk_trace.TracerProvider(resource=resource)
                 providers[run_id].add_span_processor(SimpleSpanProcessor(exporter))
             return providers[run_id].get_tracer(SCOPE)
@@ -93,7 +98,7 @@ def _new_records(rank: _Rank) -> list[dict[str, Any]]:
             data = fh.read()
     except OSError:
         return []
-    complete = data[:data.rfind(b"\n") + 1]  # a line still being written is read next time
+    complete = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
     rank.offset += len(complete)
     out = []
     for line in complete.splitlines():
@@ -113,20 +118,30 @@ def _apply(tracer: Any, rank: _Rank, rec: dict[str, Any]) -> None:
     if event == events.LIFECYCLE_STARTED or (rank.root is None and not rank.done):
         _close(rank, ns, error=None)
         rank.done = False
-        rank.root = tracer.start_span(ROOT, start_time=ns, attributes={
-            "lifecycle.run_id": str(rec.get("run_id")), "lifecycle.rank": int(rec.get("rank") or 0),
-            "lifecycle.world_size": int(rec.get("world_size") or 0), "nvrx.cycle": int(rec.get("attempt") or 0)})
+        rank.root = tracer.start_span(
+            ROOT,
+            start_time=ns,
+            attributes={
+                "lifecycle.run_id": str(rec.get("run_id")),
+                "lifecycle.rank": int(rec.get("rank") or 0),
+                "lifecycle.world_size": int(rec.get("world_size") or 0),
+                "nvrx.cycle": int(rec.get("attempt") or 0),
+            },
+        )
     if rank.root is None:  # after the rank's end: the records of its shutdown or FAILED
         return
     if event == events.TRANSITION_STARTED:
         trigger = str(rec.get("trigger"))
-        rank.open[trigger] = (tracer.start_span(f"{trigger} (running)", context=api.set_span_in_context(rank.root),
-                                                start_time=ns), rec["ts"])
+        rank.open[trigger] = (
+            tracer.start_span(f"{trigger} (running)", context=api.set_span_in_context(rank.root), start_time=ns),
+            rec["ts"],
+        )
     elif event == events.TRANSITION_COMPLETED:
         _completed(rank, rec, ns)
     elif event in _ENDS and event != events.LIFECYCLE_SHUTDOWN:
-        rank.root.add_event(str(event), timestamp=ns, attributes={"lifecycle.detail": str(rec.get("error")
-                                                                                        or rec.get("signal") or "")})
+        rank.root.add_event(
+            str(event), timestamp=ns, attributes={"lifecycle.detail": str(rec.get("error") or rec.get("signal") or "")}
+        )
         _close(rank, ns, error=f"{event}: {rec.get('error') or rec.get('signal') or rec.get('state') or ''}")
 
 
@@ -136,8 +151,10 @@ def _completed(rank: _Rank, rec: dict[str, Any], ns: int) -> None:
     if span is not None:
         dest = str(rec.get("dest"))
         span.update_name(dest)
-        span.set_attributes({"lifecycle.state": dest, "lifecycle.trigger": str(rec.get("trigger"))}
-                            | ({"megatron.span": MEGATRON_SPANS[dest]} if dest in MEGATRON_SPANS else {}))
+        span.set_attributes(
+            {"lifecycle.state": dest, "lifecycle.trigger": str(rec.get("trigger"))}
+            | ({"megatron.span": MEGATRON_SPANS[dest]} if dest in MEGATRON_SPANS else {})
+        )
         span.end(end_time=ns)
     if rec.get("dest") in _DONE_STATES:
         _close(rank, ns, error=None if rec.get("dest") == "SHUT_DOWN" else "the rank moved to FAILED")

@@ -91,8 +91,9 @@ class LiveSpans:
         attempt: int = rec["attempt"] if type(rec.get("attempt")) is int else 0
         key = (self._audit.run_id, attempt)
         if key not in self._providers:
-            self._providers[key] = self._sdk.TracerProvider(resource=_otlp.resource(*key), id_generator=self._ids,
-                                                            shutdown_on_exit=False)  # `close` shuts it down
+            self._providers[key] = self._sdk.TracerProvider(
+                resource=_otlp.resource(*key), id_generator=self._ids, shutdown_on_exit=False
+            )  # `close` shuts it down
             self._providers[key].add_span_processor(self._processor)
         self._tracer = self._providers[key].get_tracer(_otlp.SCOPE)
         self._attempt = attempt
@@ -101,7 +102,7 @@ class LiveSpans:
         self._root = self._tracer.start_span(_otlp.ROOT, start_time=_otlp._ns(self._start))
 
     def _write_segments(self) -> None:
-        for seg in self._audit.segments[self._done:]:
+        for seg in self._audit.segments[self._done :]:
             self._end = max(self._end, seg.end)
             child = _otlp.child_span(self._tracer, self._root, seg, self._audit.counts)
             self._place([(seg.start, seg.end, child)])
@@ -117,9 +118,12 @@ class LiveSpans:
 
     def _new_findings(self) -> list[Mark]:
         found = self._audit.findings()
-        new, self._findings = found[self._findings:], len(found)
-        return [Mark(ts=self._details.line_ts[f.line], event=f.rule, kind="finding", detail=f.message[:300],
-                     rule=f.rule) for f in new if f.line is not None and f.line in self._details.line_ts]
+        new, self._findings = found[self._findings :], len(found)
+        return [
+            Mark(ts=self._details.line_ts[f.line], event=f.rule, kind="finding", detail=f.message[:300], rule=f.rule)
+            for f in new
+            if f.line is not None and f.line in self._details.line_ts
+        ]
 
     def _finish_audit(self) -> None:
         if not self._finished:
@@ -162,8 +166,11 @@ def _endpoint(url: str) -> Any:
     except ImportError as exc:
         from lifecycle.errors import ExtraNotInstalled
 
-        raise ExtraNotInstalled("an OTLP endpoint needs opentelemetry-exporter-otlp, which is not installed: "
-                                "pip install opentelemetry-exporter-otlp", extra="otel") from exc
+        raise ExtraNotInstalled(
+            "an OTLP endpoint needs opentelemetry-exporter-otlp, which is not installed: "
+            "pip install opentelemetry-exporter-otlp",
+            extra="otel",
+        ) from exc
     exporter = OTLPSpanExporter(endpoint=url, timeout=5)
     _redact_sdk_logs()
     return exporter
@@ -180,8 +187,11 @@ class _Redacting(logging.Filter):
 def _redact_sdk_logs() -> None:
     """On each OpenTelemetry logger there is (a logger's filters do not reach its children's lines)."""
     for name, logger in list(logging.root.manager.loggerDict.items()):
-        if name.startswith("opentelemetry") and isinstance(logger, logging.Logger) \
-                and not any(isinstance(f, _Redacting) for f in logger.filters):
+        if (
+            name.startswith("opentelemetry")
+            and isinstance(logger, logging.Logger)
+            and not any(isinstance(f, _Redacting) for f in logger.filters)
+        ):
             logger.addFilter(_Redacting())
 
 
@@ -206,7 +216,7 @@ class _FileExporter:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(self.fd, view):]
+                view = view[os.write(self.fd, view) :]
         except OSError as exc:
             self.fault = self.fault or exc
             return SpanExportResult.FAILURE
@@ -240,7 +250,12 @@ def attach(log: AuditLog, target: str | None) -> None:
     try:
         sink = live_spans(target)
     except Exception as exc:  # the spans are a view: never a reason to stop the run
-        log.emit(events.WARNING, category="OtelExportFailed", module="lifecycle.export",
-                 message=redact_text(f"logging.otel {target!r}: {type(exc).__name__}: {exc}")[:500], lineno=None)
+        log.emit(
+            events.WARNING,
+            category="OtelExportFailed",
+            module="lifecycle.export",
+            message=redact_text(f"logging.otel {target!r}: {type(exc).__name__}: {exc}")[:500],
+            lineno=None,
+        )
         return
     log.add_sink(sink)

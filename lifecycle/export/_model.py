@@ -38,8 +38,11 @@ class RankTrace:
 
     @property
     def label(self) -> str:
-        shown = ", ".join(f"{k} {self.coords[k]}" for k in COORDINATES if k in self.coords
-                          and (k in ("tp", "pp", "dp") or self.coords[k]))
+        shown = ", ".join(
+            f"{k} {self.coords[k]}"
+            for k in COORDINATES
+            if k in self.coords and (k in ("tp", "pp", "dp") or self.coords[k])
+        )
         return f"rank {self.rank} ({shown})" if shown else f"rank {self.rank}"
 
     @property
@@ -95,8 +98,12 @@ def load(paths: Sequence[str], *, jobs: int | None = None) -> Trace:
     Raises LogUnreadable when an input cannot be read or holds no timed record (an export of half
     the logs would look complete)."""
     if any(p == "-" for p in paths):
-        raise LogUnreadable("stdin: an export reads each log twice; give the log files or their directory",
-                            source="-", line=None, reason="stdin cannot be read twice")
+        raise LogUnreadable(
+            "stdin: an export reads each log twice; give the log files or their directory",
+            source="-",
+            line=None,
+            reason="stdin cannot be read twice",
+        )
     with no_gc():
         return _load(paths, jobs)
 
@@ -107,15 +114,22 @@ def _load(paths: Sequence[str], jobs: int | None) -> Trace:
         raise result.errors[0]
     timed = [a for a in result.ranks if a.rank is not None and a.first_ts is not None]
     if not timed:
-        raise LogUnreadable(f"{' '.join(paths)[:200]}: no rank has a timed record: nothing to export",
-                            source=paths[0] if paths else "", line=None, reason="no timed record")
+        raise LogUnreadable(
+            f"{' '.join(paths)[:200]}: no rank has a timed record: nothing to export",
+            source=paths[0] if paths else "",
+            line=None,
+            reason="no timed record",
+        )
     details = _read(timed, result, taps)
-    ranks = tuple(sorted((_rank(a, details.get((a.source, a.rank), Details())) for a in timed),
-                         key=lambda r: (r.rank, r.audit.run_id or "")))
+    ranks = tuple(
+        sorted(
+            (_rank(a, details.get((a.source, a.rank), Details())) for a in timed),
+            key=lambda r: (r.rank, r.audit.run_id or ""),
+        )
+    )
     t0 = min(a.first_ts for a in timed if a.first_ts is not None)
     configs = _first_configs(timed, details)
-    return Trace(result=result, ranks=ranks, t0=t0, chain=tuple(critical_chain(timed)),
-                 cycles=_cycles(ranks, configs))
+    return Trace(result=result, ranks=ranks, t0=t0, chain=tuple(critical_chain(timed)), cycles=_cycles(ranks, configs))
 
 
 def _read(timed: list[RankAudit], result: AuditResult, taps: list[Any]) -> dict[tuple[str, int | None], Details]:
@@ -146,12 +160,25 @@ def _rank(audit_: RankAudit, found: Details) -> RankTrace:
     marks = list(found.marks)
     for finding in audit_.findings():
         if finding.line is not None and finding.line in found.line_ts:
-            marks.append(Mark(ts=found.line_ts[finding.line], event=finding.rule, kind="finding",
-                              detail=finding.message[:300], rule=finding.rule))
-    return RankTrace(audit=audit_, coords=found.coords, attempts=tuple(starts), segments=segments,
-                     marks=tuple(sorted(marks, key=lambda m: m.ts)), steps=tuple(found.steps),
-                     unfinished=_unfinished(audit_),
-                     fingerprints=tuple((ts, fp) for ts, fp, _ in found.configs if fp is not None))
+            marks.append(
+                Mark(
+                    ts=found.line_ts[finding.line],
+                    event=finding.rule,
+                    kind="finding",
+                    detail=finding.message[:300],
+                    rule=finding.rule,
+                )
+            )
+    return RankTrace(
+        audit=audit_,
+        coords=found.coords,
+        attempts=tuple(starts),
+        segments=segments,
+        marks=tuple(sorted(marks, key=lambda m: m.ts)),
+        steps=tuple(found.steps),
+        unfinished=_unfinished(audit_),
+        fingerprints=tuple((ts, fp) for ts, fp, _ in found.configs if fp is not None),
+    )
 
 
 def _unfinished(audit_: RankAudit) -> tuple[str, float, float] | None:
@@ -181,11 +208,15 @@ def _first_configs(timed: list[RankAudit], details: dict[tuple[str, int | None],
 
 def _cycles(ranks: Sequence[RankTrace], configs: list[tuple[float, dict[str, Any] | None]]) -> tuple[Cycle, ...]:
     """One Cycle per attempt number seen, with the changes from the one before."""
-    by_attempt: dict[int, dict[str, Any]] = defaultdict(lambda: {"start": float("inf"), "ranks": set(),
-                                                                 "fps": set(), "hosts": set(), "failed": set()})
+    by_attempt: dict[int, dict[str, Any]] = defaultdict(
+        lambda: {"start": float("inf"), "ranks": set(), "fps": set(), "hosts": set(), "failed": set()}
+    )
     for rank in ranks:
-        attempts = rank.attempts or (Attempt(ts=rank.audit.first_ts or 0.0, attempt=0, restart_count=None,
-                                             host=None, pid=None, plan=rank.audit.plan),)
+        attempts = rank.attempts or (
+            Attempt(
+                ts=rank.audit.first_ts or 0.0, attempt=0, restart_count=None, host=None, pid=None, plan=rank.audit.plan
+            ),
+        )
         for started in attempts:
             row = by_attempt[started.attempt]
             row["start"] = min(row["start"], started.ts)
@@ -202,9 +233,17 @@ def _cycles(ranks: Sequence[RankTrace], configs: list[tuple[float, dict[str, Any
         row = by_attempt[number]
         config = _config_at(configs, row["start"])
         changes = () if previous is None else _changes(previous, row, config)
-        cycles.append(Cycle(attempt=number, start=row["start"], ranks=len(row["ranks"]),
-                            fingerprints=tuple(sorted(row["fps"])), hosts=len(row["hosts"] - {None}),
-                            failed=tuple(sorted(row["failed"])), changes=changes))
+        cycles.append(
+            Cycle(
+                attempt=number,
+                start=row["start"],
+                ranks=len(row["ranks"]),
+                fingerprints=tuple(sorted(row["fps"])),
+                hosts=len(row["hosts"] - {None}),
+                failed=tuple(sorted(row["failed"])),
+                changes=changes,
+            )
+        )
         previous = {**row, "config": config}
     return tuple(cycles)
 
@@ -221,8 +260,11 @@ def _changes(before: dict[str, Any], row: dict[str, Any], config: dict[str, Any]
     out = []
     if row["ranks"] != before["ranks"]:
         gone, new = sorted(before["ranks"] - row["ranks"]), sorted(row["ranks"] - before["ranks"])
-        out.append(f"ranks: {len(before['ranks'])} -> {len(row['ranks'])}"
-                   + (f", missing {_few(gone)}" if gone else "") + (f", new {_few(new)}" if new else ""))
+        out.append(
+            f"ranks: {len(before['ranks'])} -> {len(row['ranks'])}"
+            + (f", missing {_few(gone)}" if gone else "")
+            + (f", new {_few(new)}" if new else "")
+        )
     if row["hosts"] != before["hosts"]:
         out.append(f"hosts: {len(before['hosts'] - {None})} -> {len(row['hosts'] - {None})}")
     if row["fps"] != before["fps"]:

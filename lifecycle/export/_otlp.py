@@ -40,8 +40,11 @@ def sdk() -> Any:
     try:
         from opentelemetry.sdk import trace as sdk_trace
     except ImportError as exc:
-        raise ExtraNotInstalled("OpenTelemetry export needs opentelemetry-sdk, which is not installed: "
-                                "pip install megatron-lifecycle[otel]", extra="otel") from exc
+        raise ExtraNotInstalled(
+            "OpenTelemetry export needs opentelemetry-sdk, which is not installed: "
+            "pip install megatron-lifecycle[otel]",
+            extra="otel",
+        ) from exc
     return sdk_trace
 
 
@@ -68,8 +71,15 @@ def resource(run_id: str | None, attempt: int) -> Any:
     the live spans of the run, would not give the same resource)."""
     from opentelemetry.sdk.resources import Resource
 
-    return Resource.create({"service.name": "megatron", "service.instance.id": f"{run_id or ''}:{attempt}",
-                            "lifecycle.run_id": run_id or "", "run_uuid": run_id or "", "nvrx.cycle": attempt})
+    return Resource.create(
+        {
+            "service.name": "megatron",
+            "service.instance.id": f"{run_id or ''}:{attempt}",
+            "lifecycle.run_id": run_id or "",
+            "run_uuid": run_id or "",
+            "nvrx.cycle": attempt,
+        }
+    )
 
 
 def make_ids() -> Any:
@@ -141,23 +151,30 @@ def child_span(tracer: Any, root: Any, seg: Any, counts: dict[str, dict[str, int
     """The span of one state's entry work (or of `imports`), started under `root`."""
     from opentelemetry import trace as api
 
-    attributes: dict[str, Any] = {"lifecycle.state": seg.state, "lifecycle.trigger": seg.trigger,
-                                  "lifecycle.generation": seg.generation}
+    attributes: dict[str, Any] = {
+        "lifecycle.state": seg.state,
+        "lifecycle.trigger": seg.trigger,
+        "lifecycle.generation": seg.generation,
+    }
     if seg.state in MEGATRON_SPANS:
         attributes["megatron.span"] = MEGATRON_SPANS[seg.state]
     attributes.update({f"lifecycle.{k}": v for k, v in counts.get(seg.state, {}).items()})
     name = "imports" if seg.state == events.IMPORTS else seg.state
-    return tracer.start_span(name, context=api.set_span_in_context(root), start_time=_ns(seg.start),
-                             attributes=attributes)
+    return tracer.start_span(
+        name, context=api.set_span_in_context(root), start_time=_ns(seg.start), attributes=attributes
+    )
 
 
 def unfinished_span(tracer: Any, root: Any, trigger: str, begin: float) -> Any:
     """The span of the transition that never completed."""
     from opentelemetry import trace as api
 
-    return tracer.start_span(f"{trigger} (not completed)", context=api.set_span_in_context(root),
-                             start_time=_ns(begin), attributes={"lifecycle.trigger": trigger,
-                                                                "lifecycle.completed": False})
+    return tracer.start_span(
+        f"{trigger} (not completed)",
+        context=api.set_span_in_context(root),
+        start_time=_ns(begin),
+        attributes={"lifecycle.trigger": trigger, "lifecycle.completed": False},
+    )
 
 
 def finish(root: Any, children: list[tuple[float, float, Any]], failure: Any, unfinished: bool, end: float) -> None:
@@ -175,31 +192,55 @@ def finish(root: Any, children: list[tuple[float, float, Any]], failure: Any, un
 
 def root_attributes(rank: RankTrace, attempt: int, started: Any) -> dict[str, Any]:
     audit = rank.audit
-    out: dict[str, Any] = {"lifecycle.run_id": audit.run_id or "", "lifecycle.rank": rank.rank,
-                           "lifecycle.world_size": audit.world_size or 0, "nvrx.cycle": attempt,
-                           "lifecycle.plan": audit.plan or "", "lifecycle.target": audit.target,
-                           "lifecycle.final_state": audit.state}
+    out: dict[str, Any] = {
+        "lifecycle.run_id": audit.run_id or "",
+        "lifecycle.rank": rank.rank,
+        "lifecycle.world_size": audit.world_size or 0,
+        "nvrx.cycle": attempt,
+        "lifecycle.plan": audit.plan or "",
+        "lifecycle.target": audit.target,
+        "lifecycle.final_state": audit.state,
+    }
     out.update({f"lifecycle.{k}": rank.coords[k] for k in COORDINATES if k in rank.coords})
     if audit.fingerprint:
         out["lifecycle.config_fingerprint"] = audit.fingerprint
     if started is not None:
-        out.update({k: v for k, v in (("host.name", started.host), ("process.pid", started.pid),
-                                      ("lifecycle.restart_count", started.restart_count)) if v is not None})
+        out.update(
+            {
+                k: v
+                for k, v in (
+                    ("host.name", started.host),
+                    ("process.pid", started.pid),
+                    ("lifecycle.restart_count", started.restart_count),
+                )
+                if v is not None
+            }
+        )
     if rank.steps:
         out["lifecycle.steps"] = len(rank.steps)
     return out
 
 
-def place_events(marks: Sequence[Mark], root: Any, children: list[tuple[float, float, Any]], start: float,
-                 end: float) -> None:
+def place_events(
+    marks: Sequence[Mark], root: Any, children: list[tuple[float, float, Any]], start: float, end: float
+) -> None:
     """Violations and failures as span events on the state's span that holds them, else the root."""
     for mark in marks:
         if not start <= mark.ts <= end:
             continue
         holder = next((c for b, e, c in children if b <= mark.ts <= e), root)
         attributes: dict[str, str | int] = {"lifecycle.kind": mark.kind, "lifecycle.detail": mark.detail}
-        attributes.update({k: v for k, v in (("lifecycle.rule", mark.rule), ("lifecycle.state", mark.state),
-                                             ("lifecycle.peer_rank", mark.peer)) if v is not None})
+        attributes.update(
+            {
+                k: v
+                for k, v in (
+                    ("lifecycle.rule", mark.rule),
+                    ("lifecycle.state", mark.state),
+                    ("lifecycle.peer_rank", mark.peer),
+                )
+                if v is not None
+            }
+        )
         holder.add_event(mark.event, attributes=attributes, timestamp=_ns(mark.ts))
 
 
@@ -221,10 +262,13 @@ def encode(finished: Sequence[Any]) -> dict[str, Any]:
     out = []
     for key, scopes in groups.items():
         resource = resources[key]
-        scope_spans = [{"scope": _scope(scope), "spans": encoded} | _schema(scope.schema_url if scope else None)
-                       for scope, encoded in scopes.items()]
-        out.append({"resource": _attributes_of(resource.attributes), "scopeSpans": scope_spans}
-                   | _schema(resource.schema_url))
+        scope_spans = [
+            {"scope": _scope(scope), "spans": encoded} | _schema(scope.schema_url if scope else None)
+            for scope, encoded in scopes.items()
+        ]
+        out.append(
+            {"resource": _attributes_of(resource.attributes), "scopeSpans": scope_spans} | _schema(resource.schema_url)
+        )
     return {"resourceSpans": out}
 
 
@@ -247,12 +291,17 @@ def _span(span: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
     if span.parent is not None:
         out["parentSpanId"] = f"{span.parent.span_id:016x}"
-    out |= {"name": span.name, "kind": span.kind.value + 1, "startTimeUnixNano": str(span.start_time),
-            "endTimeUnixNano": str(span.end_time)}
+    out |= {
+        "name": span.name,
+        "kind": span.kind.value + 1,
+        "startTimeUnixNano": str(span.start_time),
+        "endTimeUnixNano": str(span.end_time),
+    }
     out |= _attributes_of(span.attributes)
     if span.events:
-        out["events"] = [{"timeUnixNano": str(e.timestamp), "name": e.name} | _attributes_of(e.attributes)
-                         for e in span.events]
+        out["events"] = [
+            {"timeUnixNano": str(e.timestamp), "name": e.name} | _attributes_of(e.attributes) for e in span.events
+        ]
     status = span.status
     code = status.status_code.value
     out["status"] = ({"code": code} if code else {}) | ({"message": status.description} if status.description else {})

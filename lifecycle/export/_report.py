@@ -41,29 +41,73 @@ def report_data(trace: Trace, *, rules_url: str = RULES_URL, per_rank_up_to: int
         "aggregated": len(trace.ranks) > per_rank_up_to,
         "rows": [_row(row, trace.t0) for row in timeline],
         "chain": [{"state": c.state, "rank": c.rank, "at": c.at, "duration": c.duration} for c in trace.chain],
-        "findings": [{"rule": f.rule, "slug": by_rule[f.rule].slug, "url": f"{rules_url}{f.rule}.md",
-                      "rank": f.rank, "where": f.where, "message": f.message, "count": f.count}
-                     for f in result.findings],
-        "causes": [{"run_id": c.run_id, "rank": c.rank, "kind": c.kind, "message": c.message, "at": c.at,
-                    "where": c.source if c.line is None else f"{c.source}:{c.line}",
-                    "victims": [{"rank": v.rank, "kind": v.kind, "message": v.message} for v in c.victims]}
-                   for c in trace.root_causes],
-        "cycles": [{"attempt": c.attempt, "start": c.start - trace.t0, "ranks": c.ranks, "hosts": c.hosts,
-                    "fingerprints": list(c.fingerprints), "failed": list(c.failed), "changes": list(c.changes)}
-                   for c in trace.cycles],
+        "findings": [
+            {
+                "rule": f.rule,
+                "slug": by_rule[f.rule].slug,
+                "url": f"{rules_url}{f.rule}.md",
+                "rank": f.rank,
+                "where": f.where,
+                "message": f.message,
+                "count": f.count,
+            }
+            for f in result.findings
+        ],
+        "causes": [
+            {
+                "run_id": c.run_id,
+                "rank": c.rank,
+                "kind": c.kind,
+                "message": c.message,
+                "at": c.at,
+                "where": c.source if c.line is None else f"{c.source}:{c.line}",
+                "victims": [{"rank": v.rank, "kind": v.kind, "message": v.message} for v in c.victims],
+            }
+            for c in trace.root_causes
+        ],
+        "cycles": [
+            {
+                "attempt": c.attempt,
+                "start": c.start - trace.t0,
+                "ranks": c.ranks,
+                "hosts": c.hosts,
+                "fingerprints": list(c.fingerprints),
+                "failed": list(c.failed),
+                "changes": list(c.changes),
+            }
+            for c in trace.cycles
+        ],
         "fingerprints": sorted({a.fingerprint for a in audits if a.fingerprint}),
-        "blame": [{"state": b.state, "ranks": b.ranks, "median": b.median, "p90": b.p90, "max": b.max,
-                   "slowest": b.slowest_rank, "counts": _counts(trace.ranks, b.state)} for b in blame(audits)],
-        "stragglers": [{"rank": s.rank, "state": s.state, "duration": s.duration, "median": s.median}
-                       for s in stragglers(audits)[:50]],
+        "blame": [
+            {
+                "state": b.state,
+                "ranks": b.ranks,
+                "median": b.median,
+                "p90": b.p90,
+                "max": b.max,
+                "slowest": b.slowest_rank,
+                "counts": _counts(trace.ranks, b.state),
+            }
+            for b in blame(audits)
+        ],
+        "stragglers": [
+            {"rank": s.rank, "state": s.state, "duration": s.duration, "median": s.median}
+            for s in stragglers(audits)[:50]
+        ],
     }
 
 
 def _row(row: Row, t0: float) -> dict[str, Any]:
     rank = row.shown
     bars = [[seg.state, seg.start - t0, seg.end - t0, attempt] for seg, attempt in rank.segments]
-    out: dict[str, Any] = {"label": row.label, "n": len(row.ranks), "shown": rank.rank, "outlier": row.outlier,
-                           "bars": bars, "marks": [[m.ts - t0, m.kind, m.event, m.detail] for m in rank.marks[:50]]}
+    out: dict[str, Any] = {
+        "label": row.label,
+        "n": len(row.ranks),
+        "shown": rank.rank,
+        "outlier": row.outlier,
+        "bars": bars,
+        "marks": [[m.ts - t0, m.kind, m.event, m.detail] for m in rank.marks[:50]],
+    }
     if len(row.ranks) <= 64:
         out["ranks"] = list(row.ranks)
     if rank.unfinished is not None:

@@ -88,14 +88,16 @@ def _medians(ranks: Sequence[RankTrace]) -> dict[str, float]:
 def _signature(rank: RankTrace, medians: dict[str, float], width: float) -> tuple[object, ...]:
     """Per state, log2 of the time over the state's median, in bins of `width` (0.25: ±19%)."""
     durations = _durations(rank)
-    bins = tuple((s, round(math.log2(max(d, 1e-6) / max(medians.get(s, d), 1e-6)) / width))
-                 for s, d in sorted(durations.items()))
+    bins = tuple(
+        (s, round(math.log2(max(d, 1e-6) / max(medians.get(s, d), 1e-6)) / width)) for s, d in sorted(durations.items())
+    )
     return (rank.audit.state, rank.audit.run_id, *bins)
 
 
 def _typical(group: Sequence[RankTrace], medians: dict[str, float]) -> RankTrace:
     def distance(rank: RankTrace) -> float:
         return sum(abs(d - medians.get(s, d)) for s, d in _durations(rank).items())
+
     return min(group, key=distance)
 
 

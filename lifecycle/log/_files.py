@@ -29,8 +29,10 @@ def rank_file(log_dir: Path, rank: int) -> Path:
 def check_log_dir(log_dir: Path) -> str | None:
     """Why `log_dir` cannot hold the startup log, or None when it can. Pure: creates nothing."""
     if log_dir.is_symlink():
-        return (f"log_dir {str(log_dir)!r} is a symbolic link (to {os.readlink(log_dir)!r}): the startup log "
-                "never follows links; pass the real directory path")
+        return (
+            f"log_dir {str(log_dir)!r} is a symbolic link (to {os.readlink(log_dir)!r}): the startup log "
+            "never follows links; pass the real directory path"
+        )
     if log_dir.exists():
         if not log_dir.is_dir():
             return f"log_dir {str(log_dir)!r} exists and is not a directory: choose a directory path"
@@ -63,8 +65,10 @@ class ChainEnd:
         """Why a new attempt cannot continue this file (its last line is not a chained record)."""
         if self.chained:
             return None
-        return (f"log_dir {str(path.parent)!r}: {path.name} does not end with a hash-chained record, so a new "
-                f"attempt cannot continue it: {_LEAVE}, or set logging.existing to 'overwrite' to replace it")
+        return (
+            f"log_dir {str(path.parent)!r}: {path.name} does not end with a hash-chained record, so a new "
+            f"attempt cannot continue it: {_LEAVE}, or set logging.existing to 'overwrite' to replace it"
+        )
 
 
 def _not_ours(path: Path, why: str) -> str:
@@ -124,8 +128,15 @@ def inspect_log(path: Path) -> ChainEnd | str | None:
     seq, digest = last.get("seq"), last.get("hash")
     if not isinstance(seq, int) or not isinstance(digest, str):  # replaceable, not continuable
         return ChainEnd(complete=len(complete), run_id=run_id, ident=ident, chained=False)
-    return ChainEnd(seq=seq + 1, prev=digest, attempts=sum(1 for line in lines if _STARTED in line),
-                    truncated=len(data) - len(complete), complete=len(complete), run_id=run_id, ident=ident)
+    return ChainEnd(
+        seq=seq + 1,
+        prev=digest,
+        attempts=sum(1 for line in lines if _STARTED in line),
+        truncated=len(data) - len(complete),
+        complete=len(complete),
+        run_id=run_id,
+        ident=ident,
+    )
 
 
 def first_run_id(path: Path) -> str | None:
@@ -164,9 +175,11 @@ def existing_policy_problem(log_dir: Path, rank: int, run_id: str, policy: str) 
     if found is None:
         return own_file_problem(log_dir, rank, policy)
     other, path = found
-    return (f"log_dir {str(log_dir)!r} holds the startup logs of another run, {other!r} ({path.name}): "
-            "use a new log directory, or set logging.existing to 'overwrite' (`lifecycle run --overwrite`) "
-            "to replace them, or to 'append' to add this run to them (the audit then reports mixed runs)")
+    return (
+        f"log_dir {str(log_dir)!r} holds the startup logs of another run, {other!r} ({path.name}): "
+        "use a new log directory, or set logging.existing to 'overwrite' (`lifecycle run --overwrite`) "
+        "to replace them, or to 'append' to add this run to them (the audit then reports mixed runs)"
+    )
 
 
 def removable_ranks(log_dir: Path, world_size: int) -> list[Path]:
@@ -174,7 +187,7 @@ def removable_ranks(log_dir: Path, world_size: int) -> list[Path]:
     our logs: what rank 0 removes when logging.existing is 'overwrite'. Anything else stays."""
     out = []
     for path in sorted(log_dir.glob("rank-*.jsonl")):
-        stem = path.name[len("rank-"):-len(".jsonl")]
+        stem = path.name[len("rank-") : -len(".jsonl")]
         if stem.isdigit() and int(stem) >= world_size and isinstance(inspect_log(path), ChainEnd):
             out.append(path)
     return out

@@ -29,9 +29,11 @@ def _owner(fd: int) -> dict[str, object]:
 
 
 def _held_by(log_dir: Path, owner: dict[str, object]) -> str:
-    return (f"log_dir {str(log_dir)!r} is in use by run {owner.get('run_id')!r} on host {owner.get('host')!r} "
-            f"(pid {owner.get('pid')!r}; {LOCK_NAME}): two runs cannot write one log directory at once; wait "
-            "for that run to end, or choose another log directory")
+    return (
+        f"log_dir {str(log_dir)!r} is in use by run {owner.get('run_id')!r} on host {owner.get('host')!r} "
+        f"(pid {owner.get('pid')!r}; {LOCK_NAME}): two runs cannot write one log directory at once; wait "
+        "for that run to end, or choose another log directory"
+    )
 
 
 def _claim(log_dir: Path, fd: int, run_id: str) -> str | None:

@@ -34,7 +34,7 @@ def _write_all(fd: int, data: bytes) -> None:
     """os.write until every byte is written (a nearly full disk takes part of a write, then raises)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _stderr_fd() -> int:
@@ -128,7 +128,7 @@ class _ChainWriter:
         """Give the held records new links after `prev` (a new attempt continuing an existing file)."""
         held = [orjson.loads(line) for line in self.pending]
         if self.keep_records:
-            del self.records[len(self.records) - len(held):]
+            del self.records[len(self.records) - len(held) :]
         self.seq, self.prev = seq, prev
         self.pending = []
         for record in held:
@@ -162,12 +162,21 @@ class AuditLog:
             cache_logger_on_first_use=True,
         )
         return base.bind(
-            run_id=self.run_id, rank=self.rank, world_size=self.world_size, generation=self.generation,
+            run_id=self.run_id,
+            rank=self.rank,
+            world_size=self.world_size,
+            generation=self.generation,
             cycle=self.cycle,
         )
 
-    def rebind(self, *, rank: int | None = None, world_size: int | None = None, generation: int | None = None,
-               cycle: int | None = None) -> None:
+    def rebind(
+        self,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        generation: int | None = None,
+        cycle: int | None = None,
+    ) -> None:
         """Change the per-process context (after distributed init, at a restart, at a new cycle)."""
         self.rank = self.rank if rank is None else rank
         self.world_size = self.world_size if world_size is None else world_size
@@ -183,8 +192,13 @@ class AuditLog:
         self._logger.msg(event, **fields)
         fault = self._writer.fault
         if before is None and fault is not None:
-            self._logger.msg(events.LOG_WRITE_FAILED, path=str(self.path), errno=fault.errno,
-                             error=redact(str(fault)), failed_event=event)
+            self._logger.msg(
+                events.LOG_WRITE_FAILED,
+                path=str(self.path),
+                errno=fault.errno,
+                error=redact(str(fault)),
+                failed_event=event,
+            )
         self._sink_warnings()
 
     def add_sink(self, sink: Callable[[bytes], None]) -> None:
@@ -196,8 +210,9 @@ class AuditLog:
     def _sink_warnings(self) -> None:
         while self._writer.sink_faults:
             message = redact_text(self._writer.sink_faults.pop(0))[:500]
-            self._logger.msg(events.WARNING, category="LogSinkFailed", module="lifecycle.log", message=message,
-                             lineno=None)
+            self._logger.msg(
+                events.WARNING, category="LogSinkFailed", module="lifecycle.log", message=message, lineno=None
+            )
 
     @property
     def is_open(self) -> bool:
@@ -309,8 +324,9 @@ class AuditLog:
         assert fault is not None
         if path.is_file() and path.stat().st_size == 0:  # an empty rank file would audit as clean
             path.unlink(missing_ok=True)
-        self._logger.msg(events.LOG_WRITE_FAILED, path=str(path), errno=fault.errno, error=redact(str(fault)),
-                         failed_event=None)
+        self._logger.msg(
+            events.LOG_WRITE_FAILED, path=str(path), errno=fault.errno, error=redact(str(fault)), failed_event=None
+        )
 
     def to_stderr(self) -> None:
         """The log directory cannot be used: write the held records, and all later ones, to stderr."""

@@ -34,14 +34,23 @@ def local_final_norm_stack() -> type:
 
     class LocalFinalNormStack(HybridStack):  # type: ignore[misc]
         def __init__(
-            self, config: Any, submodules: Any, *, final_norm: Any, post_process: bool = True,
-            post_layer_norm: bool = True, **kwargs: Any,
+            self,
+            config: Any,
+            submodules: Any,
+            *,
+            final_norm: Any,
+            post_process: bool = True,
+            post_layer_norm: bool = True,
+            **kwargs: Any,
         ) -> None:
             super().__init__(config, submodules, post_process=post_process, post_layer_norm=False, **kwargs)
             self.post_layer_norm = post_layer_norm
             if post_process and post_layer_norm:
                 self.final_norm = build_module(
-                    final_norm, config=config, hidden_size=config.hidden_size, eps=config.layernorm_epsilon,
+                    final_norm,
+                    config=config,
+                    hidden_size=config.hidden_size,
+                    eps=config.layernorm_epsilon,
                 )
 
     return LocalFinalNormStack
@@ -63,16 +72,27 @@ def local_stack_spec() -> Any:
     from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
 
     gpt = get_gpt_layer_local_spec().submodules
-    attention = ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
-        input_layernorm=gpt.input_layernorm, self_attention=gpt.self_attention,
-        self_attn_bda=gpt.self_attn_bda, sharded_state_dict_keys_map=_keys(gpt, "input_layernorm."),
-    ))
-    mlp = ModuleSpec(module=MLPLayer, submodules=TransformerLayerSubmodules(
-        pre_mlp_layernorm=gpt.pre_mlp_layernorm, mlp=gpt.mlp, mlp_bda=gpt.mlp_bda,
-        sharded_state_dict_keys_map=_keys(gpt, "pre_mlp_layernorm."),
-    ))
+    attention = ModuleSpec(
+        module=TransformerLayer,
+        submodules=TransformerLayerSubmodules(
+            input_layernorm=gpt.input_layernorm,
+            self_attention=gpt.self_attention,
+            self_attn_bda=gpt.self_attn_bda,
+            sharded_state_dict_keys_map=_keys(gpt, "input_layernorm."),
+        ),
+    )
+    mlp = ModuleSpec(
+        module=MLPLayer,
+        submodules=TransformerLayerSubmodules(
+            pre_mlp_layernorm=gpt.pre_mlp_layernorm,
+            mlp=gpt.mlp,
+            mlp_bda=gpt.mlp_bda,
+            sharded_state_dict_keys_map=_keys(gpt, "pre_mlp_layernorm."),
+        ),
+    )
     return ModuleSpec(
-        module=local_final_norm_stack(), params={"final_norm": gpt.input_layernorm},
+        module=local_final_norm_stack(),
+        params={"final_norm": gpt.input_layernorm},
         submodules=HybridStackSubmodules(attention_layer=attention, mlp_layer=mlp),
     )
 

@@ -124,7 +124,8 @@ class ImportJob:
             raise LifecycleError(
                 f"the import thread is still importing {self._current!r} after {timeout_s:.0f} s; "
                 f"find what that import waits for (try `python -X importtime -c 'import {self._current}'`)",
-                module=self._current, timeout_s=timeout_s,
+                module=self._current,
+                timeout_s=timeout_s,
             )
         return ImportReport(
             modules=MappingProxyType({k: round(v, 6) for k, v in self._seconds.items()}),
@@ -153,8 +154,13 @@ def validate_while_importing(
         runtime = enter(ctx)
     finally:
         report = job.join()
-        fields = {"modules": dict(report.modules), "started_ts": report.started_ts,
-                  "duration_s": report.duration_s, "waited_s": report.waited_s, "failed": dict(report.failed)}
+        fields = {
+            "modules": dict(report.modules),
+            "started_ts": report.started_ts,
+            "duration_s": report.duration_s,
+            "waited_s": report.waited_s,
+            "failed": dict(report.failed),
+        }
         ctx.emit(events.IMPORTS, **fields)
     # for `lifecycle run`'s summary, which reads it as a plain mapping
     return dataclasses.replace(runtime, extras=MappingProxyType({**runtime.extras, "imports": fields}))

@@ -60,7 +60,8 @@ def retarget(path: Path, field: str, model: list[Any], state: dict[str, Any]) ->
             f"{field}={str(path.parent)!r}: {path.name} was saved by a {HYBRID} (megatron-core 0.19's "
             f"shipped providers) and this run builds a {GPT}, which cannot load it; resume it with "
             f"megatron-core >= 0.19 and a shipped provider, or point {field} at a {GPT} checkpoint",
-            field=field, problems=[str(path)],
+            field=field,
+            problems=[str(path)],
         )
     _translate(path, field, model, state)
     return GPT
@@ -76,7 +77,8 @@ def _translate(path: Path, field: str, model: list[Any], state: dict[str, Any]) 
             f"{field}={str(path.parent)!r}: {path.name} was saved by a {GPT} and this run builds a "
             f"{HYBRID}; megatron-core before 0.19 has no translator between them: upgrade megatron-core "
             f"to >= 0.19, or build a {GPT} (a shipped provider on this release)",
-            field=field, problems=[str(path)],
+            field=field,
+            problems=[str(path)],
         )
     from megatron.core.utils import unwrap_model
 
@@ -87,5 +89,6 @@ def _translate(path: Path, field: str, model: list[Any], state: dict[str, Any]) 
         raise ConfigError(
             f"{field}={str(path.parent)!r}: {path.name} was saved by a {GPT} and cannot be translated for "
             f"this {HYBRID}: {str(exc).splitlines()[0]}",
-            field=field, problems=[str(path)],
+            field=field,
+            problems=[str(path)],
         ) from exc

@@ -56,10 +56,18 @@ def process_alive(pid: int) -> bool:
 def store_closed(exc: BaseException) -> bool:
     """A store operation that failed because the store's host closed or refused the connection."""
     text = str(exc).lower()
-    return any(words in text for words in (
-        "connection was likely closed", "broken pipe", "connection reset", "connection refused",
-        "connection closed by peer", "failed to recv", "got 0 bytes",
-    ))
+    return any(
+        words in text
+        for words in (
+            "connection was likely closed",
+            "broken pipe",
+            "connection reset",
+            "connection refused",
+            "connection closed by peer",
+            "failed to recv",
+            "got 0 bytes",
+        )
+    )
 
 
 def kind_of(exc: BaseException) -> str:

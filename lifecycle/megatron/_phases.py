@@ -33,6 +33,7 @@ def _validate(ctx: PhaseContext) -> Runtime:
 
 def _watched(state: State, enter: Callable[[PhaseContext], Runtime]) -> Callable[[PhaseContext], Runtime]:
     """`enter` under the rank watch: its deadline and the failure broadcast (ranks.py)."""
+
     def run(ctx: PhaseContext) -> Runtime:
         with watched(ctx, state.name):
             return enter(ctx)

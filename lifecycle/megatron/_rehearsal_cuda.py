@@ -44,9 +44,7 @@ class CpuDeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is not ty
         return func(*args, **kw)
 
 
-def tensor_cuda(
-    self: torch.Tensor, device: Any = None, non_blocking: bool = False, **_: Any
-) -> torch.Tensor:
+def tensor_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **_: Any) -> torch.Tensor:
     """`Tensor.cuda()` in rehearsal: the tensor stays where it is (on CPU)."""
     return self
 
@@ -54,14 +52,10 @@ def tensor_cuda(
 def tensor_type_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
     """`Tensor.type()` names `torch.cuda.*Tensor`; `type("torch.cuda.X")` converts on CPU."""
 
-    def tensor_type(
-        self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kw: Any
-    ) -> Any:
+    def tensor_type(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kw: Any) -> Any:
         if dtype is None:
             name: str = original(self)
-            return (
-                name if name.startswith("torch.cuda.") else name.replace("torch.", "torch.cuda.", 1)
-            )
+            return name if name.startswith("torch.cuda.") else name.replace("torch.", "torch.cuda.", 1)
         if isinstance(dtype, str) and dtype.startswith("torch.cuda."):
             dtype = "torch." + dtype[len("torch.cuda.") :]
         return original(self, dtype, non_blocking, **kw)
@@ -72,9 +66,7 @@ def tensor_type_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 class Event:
     """A `torch.cuda.Event` that is always complete."""
 
-    def __init__(
-        self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
-    ) -> None:
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self.enable_timing = enable_timing
 
     def record(self, stream: Any = None) -> None:
@@ -137,9 +129,7 @@ def _cpu_manual_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def get_cpu_rng_state(
-    device: Any = "cuda", clone: bool = False, graph_safe: bool = False
-) -> torch.Tensor:
+def get_cpu_rng_state(device: Any = "cuda", clone: bool = False, graph_safe: bool = False) -> torch.Tensor:
     """megatron `_get_cuda_rng_state` on the CPU generator (`get_rng_state` already copies)."""
     return torch.get_rng_state()
 
@@ -151,9 +141,7 @@ def set_cpu_rng_state(new_state: torch.Tensor, device: Any = -1, graph_safe: boo
 
 def torch_cuda_stand_ins() -> dict[str, Any]:
     """Name → replacement for the `torch.cuda` attributes megatron-core calls on its CUDA paths."""
-    nvtx = types.SimpleNamespace(
-        range_push=_nothing, range_pop=_nothing, mark=_nothing, range=_null_context
-    )
+    nvtx = types.SimpleNamespace(range_push=_nothing, range_pop=_nothing, mark=_nothing, range=_null_context)
     return {
         "current_device": lambda: 0,
         "synchronize": _nothing,

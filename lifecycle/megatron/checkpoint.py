@@ -37,8 +37,17 @@ if TYPE_CHECKING:
     from lifecycle.megatron.steps import Driver
     from lifecycle.runtime import PhaseContext
 
-__all__ = ["LATEST", "checkpoint_source", "checkpoint_vocab_size", "iteration_dir", "latest_step",
-           "load_at_build", "load_checkpoint", "save_after_steps", "save_checkpoint"]
+__all__ = [
+    "LATEST",
+    "checkpoint_source",
+    "checkpoint_vocab_size",
+    "iteration_dir",
+    "latest_step",
+    "load_at_build",
+    "load_checkpoint",
+    "save_after_steps",
+    "save_checkpoint",
+]
 
 OPTIMIZER_SHARDING = "dp_reshardable"
 
@@ -84,8 +93,7 @@ def _sharded(model: list[Any], optimizer: Any, *, loading: bool) -> dict[str, An
 
     metadata = _metadata()
     chunks = unwrap_model(list(model))
-    state: dict[str, Any] = {f"model{i}": chunk.sharded_state_dict(metadata=metadata)
-                             for i, chunk in enumerate(chunks)}
+    state: dict[str, Any] = {f"model{i}": chunk.sharded_state_dict(metadata=metadata) for i, chunk in enumerate(chunks)}
     if optimizer is not None:
         state["optimizer"] = optimizer.sharded_state_dict(dict(state), is_loading=loading, metadata=metadata)
     return state
@@ -155,7 +163,8 @@ def _load(directory: str, field: str, model: list[Any], optimizer: Any) -> tuple
         raise ConfigError(
             f"{field}={directory!r} holds no complete checkpoint ({LATEST} is missing or not a step); "
             f"point {field} at a directory `lifecycle run` saved to, or remove it",
-            field=field, problems=[directory],
+            field=field,
+            problems=[directory],
         )
     path = iteration_dir(directory, step)
     state = _sharded(model, optimizer, loading=True)
@@ -175,7 +184,8 @@ def _load(directory: str, field: str, model: list[Any], optimizer: Any) -> tuple
             f"{field}={directory!r}: {path.name} cannot be loaded ({where}: {_reason(exc, path)}); "
             f"the checkpoint is corrupt or was saved for another model or parallel layout; point {field} "
             "at a complete checkpoint of this model, or remove it",
-            field=field, problems=[str(path)],
+            field=field,
+            problems=[str(path)],
         ) from exc
     return step, retargeted
 
@@ -205,9 +215,15 @@ def load_at_build(ctx: PhaseContext, model: list[Any], optimizer: Any) -> int:
     directory, field = source
     started = time.perf_counter()
     step, retargeted = _load(directory, field, model, optimizer)
-    ctx.emit(events.CHECKPOINT_LOADED, path=str(iteration_dir(directory, step)), step=step, source=field,
-             optimizer=optimizer is not None, duration_s=time.perf_counter() - started,
-             **({"retargeted_from": retargeted} if retargeted else {}))
+    ctx.emit(
+        events.CHECKPOINT_LOADED,
+        path=str(iteration_dir(directory, step)),
+        step=step,
+        source=field,
+        optimizer=optimizer is not None,
+        duration_s=time.perf_counter() - started,
+        **({"retargeted_from": retargeted} if retargeted else {}),
+    )
     return step
 
 
@@ -236,9 +252,10 @@ def _damaged_file(path: Path) -> Path | None:
     import torch
 
     readers: tuple[tuple[str, Callable[[Path], object]], ...] = (
-               ("metadata.json", lambda f: json.loads(f.read_text(encoding="utf-8"))),
-               (".metadata", lambda f: pickle.loads(f.read_bytes())),
-               ("common.pt", lambda f: torch.load(f, map_location="cpu", weights_only=False)))
+        ("metadata.json", lambda f: json.loads(f.read_text(encoding="utf-8"))),
+        (".metadata", lambda f: pickle.loads(f.read_bytes())),
+        ("common.pt", lambda f: torch.load(f, map_location="cpu", weights_only=False)),
+    )
     for name, read in readers:
         candidate = path / name
         if not candidate.is_file():

@@ -85,8 +85,7 @@ def megatron_null_tokenizer(vocab_size: int) -> Any:
     """megatron-core's own null tokenizer of `vocab_size` (imports `megatron.core.tokenizers`)."""
     from megatron.core.tokenizers import MegatronTokenizer
 
-    return MegatronTokenizer.from_pretrained(metadata_path={"library": null_tokenizer_library()},
-                                             vocab_size=vocab_size)
+    return MegatronTokenizer.from_pretrained(metadata_path={"library": null_tokenizer_library()}, vocab_size=vocab_size)
 
 
 def mend_model_parallel_config(module: Any = None) -> None:

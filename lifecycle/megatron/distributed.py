@@ -69,9 +69,7 @@ def refuse_if_initialized() -> None:
         )
 
 
-def _init_process_group(
-    ctx: PhaseContext, config: RunConfig, real_cuda: bool
-) -> tuple[int, int, RankWatch | None]:
+def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -> tuple[int, int, RankWatch | None]:
     import torch
     import torch.distributed as dist
 
@@ -88,8 +86,7 @@ def _init_process_group(
     ctx.side_effect(SideEffect.PROCESS_GROUP)
     timeout = timedelta(seconds=config.startup.timeout_s)
     if world == 1 and launchers.rendezvous() is None:
-        dist.init_process_group(config.backend, store=dist.HashStore(), rank=rank, world_size=world,
-                                timeout=timeout)
+        dist.init_process_group(config.backend, store=dist.HashStore(), rank=rank, world_size=world, timeout=timeout)
         return dist.get_rank(), dist.get_world_size(), None
     store, watch = _checked_in_store(ctx, config, rank, world)
     try:
@@ -117,9 +114,15 @@ def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: in
     ranks = dist.PrefixStore("ranks", store)
     # Under an in-process restart wrapper (it provides the store) the process must live on to be
     # restarted in place: the watcher still logs and publishes, but never ends the process.
-    watch = RankWatch(ranks, rank=rank, world_size=world, timeout_s=timeout_s, watcher_store=ranks.clone,
-                      store_host=None if agent else 0,  # its own connection
-                      exit_process=_stay if provided is not None else os._exit)
+    watch = RankWatch(
+        ranks,
+        rank=rank,
+        world_size=world,
+        timeout_s=timeout_s,
+        watcher_store=ranks.clone,
+        store_host=None if agent else 0,  # its own connection
+        exit_process=_stay if provided is not None else os._exit,
+    )
     watch.check_in(ctx)
     watch.start()
     return store, watch
@@ -143,6 +146,8 @@ STORE = "rendezvous_store"
 
 def _stay(_code: int) -> None:
     """The watcher's exit under an in-process restart wrapper: the wrapper aborts and restarts."""
+
+
 """The `Runtime.extras` key of a store someone else hosts (`lifecycle.resilience`: the restart
 wrapper's store for this cycle); DISTRIBUTED rendezvouses on it instead of MASTER_ADDR/MASTER_PORT."""
 
@@ -154,6 +159,7 @@ def _provided_store(ctx: PhaseContext) -> Any:
     if store is None:
         return None
     return dist.PrefixStore(f"megatron-lifecycle/generation-{ctx.runtime.generation}", store)
+
 
 # The TCPStore each process keeps per MASTER_ADDR:MASTER_PORT, and how many process groups it has
 # served. It must outlive `destroy_process_group`: re-creating it on the same port for a restart
@@ -178,7 +184,11 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> An
         if not master:
             await_store_host(addr, port, timeout_s)
         store = dist.TCPStore(
-            addr, port, world_size, is_master=master, wait_for_workers=False,
+            addr,
+            port,
+            world_size,
+            is_master=master,
+            wait_for_workers=False,
             timeout=timedelta(seconds=timeout_s),
         )
         entry = _STORES[(addr, port)] = [store, 0]
@@ -190,9 +200,11 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> An
 
 
 def _no_rendezvous() -> tuple[str, int]:
-    raise DistributedError("several ranks need a rendezvous but MASTER_ADDR is not set; launch with torchrun "
-                           "(or `lifecycle run --nproc N`), or set MASTER_ADDR and MASTER_PORT",
-                           field="parallel.world_size")
+    raise DistributedError(
+        "several ranks need a rendezvous but MASTER_ADDR is not set; launch with torchrun "
+        "(or `lifecycle run --nproc N`), or set MASTER_ADDR and MASTER_PORT",
+        field="parallel.world_size",
+    )
 
 
 def await_store_host(addr: str, port: int, timeout_s: float) -> None:
@@ -323,8 +335,17 @@ def _log_initialized(ctx: PhaseContext, config: RunConfig, coords: dict[str, int
     from megatron.core import parallel_state as ps
 
     par = config.parallel
-    ctx.emit(events.DISTRIBUTED_INITIALIZED, backend=config.backend, tp=par.tp, pp=par.pp, cp=par.cp, ep=par.ep,
-             dp=ps.get_data_parallel_world_size(), vpp=par.vpp, ranks=coords)
+    ctx.emit(
+        events.DISTRIBUTED_INITIALIZED,
+        backend=config.backend,
+        tp=par.tp,
+        pp=par.pp,
+        cp=par.cp,
+        ep=par.ep,
+        dp=ps.get_data_parallel_world_size(),
+        vpp=par.vpp,
+        ranks=coords,
+    )
 
 
 def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:

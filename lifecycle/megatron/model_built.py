@@ -93,7 +93,10 @@ def wrap_ddp(chunks: list[Any], ddp_config: Any, pg_collection: Any = None) -> l
     kwargs = {} if pg_collection is None else {"pg_collection": pg_collection}
     return [
         DistributedDataParallel(
-            config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=index > 0,
+            config=config,
+            ddp_config=ddp_config,
+            module=chunk,
+            disable_bucketing=index > 0,
             **kwargs,
         )
         for index, chunk in enumerate(chunks)
@@ -107,9 +110,17 @@ def build_optimizer(run: RunConfig, model: list[Any], pg_collection: Any = None)
 
     opt, mconf = run.optimizer, get_model_config(model[0])
     config = OptimizerConfig(
-        optimizer=opt.optimizer, lr=opt.lr, min_lr=opt.min_lr, weight_decay=opt.weight_decay,
-        adam_beta1=opt.adam_beta1, adam_beta2=opt.adam_beta2, adam_eps=opt.adam_eps,
-        clip_grad=opt.clip_grad, loss_scale=opt.loss_scale, bf16=mconf.bf16, fp16=mconf.fp16,
+        optimizer=opt.optimizer,
+        lr=opt.lr,
+        min_lr=opt.min_lr,
+        weight_decay=opt.weight_decay,
+        adam_beta1=opt.adam_beta1,
+        adam_beta2=opt.adam_beta2,
+        adam_eps=opt.adam_eps,
+        clip_grad=opt.clip_grad,
+        loss_scale=opt.loss_scale,
+        bf16=mconf.bf16,
+        fp16=mconf.fp16,
         params_dtype=mconf.params_dtype,
         use_distributed_optimizer=run.ddp.use_distributed_optimizer,
     )
@@ -117,9 +128,7 @@ def build_optimizer(run: RunConfig, model: list[Any], pg_collection: Any = None)
         return get_megatron_optimizer(config, model)
     # megatron refuses its extra gloo groups with an explicit collection; the collection's own
     # groups carry the distributed optimizer's traffic.
-    return get_megatron_optimizer(
-        config, model, use_gloo_process_groups=False, pg_collection=pg_collection
-    )
+    return get_megatron_optimizer(config, model, use_gloo_process_groups=False, pg_collection=pg_collection)
 
 
 def init_te_user_buffers(run: RunConfig, model_config: Any) -> bool:
@@ -136,7 +145,8 @@ def init_te_user_buffers(run: RunConfig, model_config: Any) -> bool:
         raise ConfigError(
             "parallel.tp_comm_overlap=true needs transformer-engine; install the extra "
             "megatron-lifecycle[te] on a CUDA machine or set parallel.tp_comm_overlap=false",
-            field="parallel.tp_comm_overlap", problems=[str(exc)],
+            field="parallel.tp_comm_overlap",
+            problems=[str(exc)],
         ) from exc
     tokens = run.model.seq_length * run.training.micro_batch_size
     tokens //= model_config.context_parallel_size
@@ -164,16 +174,24 @@ def enter(ctx: PhaseContext) -> Runtime:
     runtime_config = get_model_config(model[0])
     te_buffers = init_te_user_buffers(run, runtime_config)
     ctx.emit(
-        events.MODEL_BUILT, chunks=len(model), model_config_id=hex(id(runtime_config)),
-        provider_config_id=hex(id(config)), optimizer=optimizer is not None,
+        events.MODEL_BUILT,
+        chunks=len(model),
+        model_config_id=hex(id(runtime_config)),
+        provider_config_id=hex(id(config)),
+        optimizer=optimizer is not None,
     )
     extras = dict(rt.extras)
     extras["te_user_buffers"] = te_buffers
     extras["checkpoint_step"] = step
     extras["transformer_config_snapshot"] = snapshot_config(runtime_config)
     return dataclasses.replace(
-        rt, transformer_config=runtime_config, provider_config=config, model=tuple(model),
-        optimizer=optimizer, ddp_config=ddp_config, extras=extras,
+        rt,
+        transformer_config=runtime_config,
+        provider_config=config,
+        model=tuple(model),
+        optimizer=optimizer,
+        ddp_config=ddp_config,
+        extras=extras,
     )
 
 
@@ -198,6 +216,11 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     dropped = ("te_user_buffers", "transformer_config_snapshot", "checkpoint_step")
     extras = {k: v for k, v in runtime.extras.items() if k not in dropped}
     return dataclasses.replace(
-        runtime, model=None, optimizer=None, ddp_config=None, transformer_config=None,
-        provider_config=None, extras=extras,
+        runtime,
+        model=None,
+        optimizer=None,
+        ddp_config=None,
+        transformer_config=None,
+        provider_config=None,
+        extras=extras,
     )

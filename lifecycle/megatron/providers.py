@@ -222,13 +222,16 @@ class GPTBuilder:
         self.spec: GPTModelSpec | None = None
 
     def __call__(
-        self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None,
+        self,
+        config: Any,
+        *,
+        pre_process: bool,
+        post_process: bool,
+        vp_stage: int | None,
         inputs: ModelInputs,
     ) -> Any:
         if self.spec is None or self.spec.transformer is not config:
-            self.spec = GPTModelSpec(
-                transformer=config, vocab_size=inputs.vocab_size, seq_length=inputs.seq_length
-            )
+            self.spec = GPTModelSpec(transformer=config, vocab_size=inputs.vocab_size, seq_length=inputs.seq_length)
         return _gpt(self.spec.transformer, pre_process, post_process, vp_stage, inputs)
 
 
@@ -248,7 +251,12 @@ class HybridBuilder:
         self._source: Any = None
 
     def __call__(
-        self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None,
+        self,
+        config: Any,
+        *,
+        pre_process: bool,
+        post_process: bool,
+        vp_stage: int | None,
         inputs: ModelInputs,
     ) -> Any:
         if self.spec is None or self._source is not config:

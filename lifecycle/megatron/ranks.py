@@ -65,8 +65,7 @@ class Failure:
     @classmethod
     def decode(cls, raw: bytes) -> Failure:
         data = orjson.loads(raw)
-        return cls(rank=int(data["rank"]), state=str(data["state"]), error=str(data["error"]),
-                   kind=str(data["kind"]))
+        return cls(rank=int(data["rank"]), state=str(data["state"]), error=str(data["error"]), kind=str(data["kind"]))
 
 
 Emit = Callable[..., None]
@@ -93,9 +92,17 @@ class RankWatch:
     """Check-in, failure publishing and the watcher thread for one initialization of the job."""
 
     def __init__(
-        self, store: Any, *, rank: int, world_size: int, timeout_s: float,
-        watcher_store: Callable[[], Any] | None = None, store_host: int | None = 0,
-        poll_s: float = 0.5, grace_s: float = 3.0, exit_process: Callable[[int], object] = os._exit,
+        self,
+        store: Any,
+        *,
+        rank: int,
+        world_size: int,
+        timeout_s: float,
+        watcher_store: Callable[[], Any] | None = None,
+        store_host: int | None = 0,
+        poll_s: float = 0.5,
+        grace_s: float = 3.0,
+        exit_process: Callable[[int], object] = os._exit,
     ) -> None:
         self.store, self.rank, self.world_size, self.timeout_s = store, rank, world_size, timeout_s
         self.poll_s, self.grace_s, self.store_host = poll_s, grace_s, store_host
@@ -244,8 +251,7 @@ class RankWatch:
     def _peer_failed(self, emit: Emit, peer: Failure) -> None:
         emit(events.PEER_FAILED, peer_rank=peer.rank, peer_state=peer.state, error=peer.error)
 
-    def _timed_out(self, emit: Emit, trigger: str, state: str, missing: list[int] | None, *,
-                   rendezvous: bool) -> None:
+    def _timed_out(self, emit: Emit, trigger: str, state: str, missing: list[int] | None, *, rendezvous: bool) -> None:
         fields: dict[str, Any] = {"missing": missing} if missing is not None else {}
         emit(events.STATE_TIMEOUT, state=state, trigger=trigger, timeout_s=self.timeout_s, **fields)
         if not rendezvous:

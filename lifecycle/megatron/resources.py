@@ -129,8 +129,10 @@ def _workers() -> list[tuple[str, Probe]]:
     def no_new_threads() -> bool:
         return all(t.ident in threads or _wrappers(t) or t.name == WATCH_THREAD for t in threading.enumerate())
 
-    return [("dataloader and checkpoint worker threads", no_new_threads),
-            ("dataloader and checkpoint worker processes", no_new_processes)]
+    return [
+        ("dataloader and checkpoint worker threads", no_new_threads),
+        ("dataloader and checkpoint worker processes", no_new_processes),
+    ]
 
 
 def _checkpoint_results_manager() -> set[int]:

@@ -70,13 +70,12 @@ def build_tokenizer(config: TokenizerConfig) -> Any:
         raise ExtraNotInstalled(
             f"tokenizer.type=huggingface needs `transformers`, which is not installed: {HF_EXTRA}, "
             "or use tokenizer.type=null",
-            extra="hf", field="tokenizer.type",
+            extra="hf",
+            field="tokenizer.type",
         ) from exc
     from megatron.core.tokenizers import MegatronTokenizer
 
-    return MegatronTokenizer.from_pretrained(
-        tokenizer_path=config.path, metadata_path={"library": "huggingface"}
-    )
+    return MegatronTokenizer.from_pretrained(tokenizer_path=config.path, metadata_path={"library": "huggingface"})
 
 
 def build_writers(ctx: PhaseContext, config: RunConfig) -> dict[str, Any]:

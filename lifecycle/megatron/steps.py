@@ -82,8 +82,12 @@ def overlapped_gather(runtime: Runtime) -> bool:
     param gather, on DDP-wrapped chunks (the forward pre-hook gathers the parameters)."""
     ddp = runtime.config.ddp
     model = runtime.model or ()
-    return (ddp.use_distributed_optimizer and ddp.overlap_param_gather and bool(model)
-            and all(getattr(chunk, "use_forward_hook", False) for chunk in model))
+    return (
+        ddp.use_distributed_optimizer
+        and ddp.overlap_param_gather
+        and bool(model)
+        and all(getattr(chunk, "use_forward_hook", False) for chunk in model)
+    )
 
 
 class Steps:
@@ -121,8 +125,12 @@ class Steps:
             if isinstance(self.binding, BindingReport):
                 self._paused = pause_param_sync(self.binding)
             self._deferred = True
-            self._lc.record(events.PARAM_GATHER_DEFERRED, step=step, chunks=len(self._model),
-                            param_sync_func=self._paused is not None)
+            self._lc.record(
+                events.PARAM_GATHER_DEFERRED,
+                step=step,
+                chunks=len(self._model),
+                param_sync_func=self._paused is not None,
+            )
         self._started = time.perf_counter()
 
     def end(self, step: int, loss: float | None = None) -> StepResult:
@@ -202,4 +210,3 @@ def steps_for(lc: Driver, *, defer_first_gather: bool | None = None) -> Steps:
     if defer_first_gather is not None and current.first_pending:
         current.defer_first_gather = defer_first_gather
     return current
-

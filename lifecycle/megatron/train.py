@@ -37,8 +37,13 @@ def _batches(config: Any, vocab: int, seed: int, skip: int = 0) -> Iterator[dict
         torch.randint(0, vocab, (mbs, seq + 1), generator=gen)
     while True:
         tokens = torch.randint(0, vocab, (mbs, seq + 1), generator=gen)
-        yield {"tokens": tokens[:, :-1], "labels": tokens[:, 1:], "position_ids": position_ids,
-               "attention_mask": mask, "loss_mask": torch.ones(mbs, seq)}
+        yield {
+            "tokens": tokens[:, :-1],
+            "labels": tokens[:, 1:],
+            "position_ids": position_ids,
+            "attention_mask": mask,
+            "loss_mask": torch.ones(mbs, seq),
+        }
 
 
 def _forward_step(data_iterator: Iterator[dict[str, Any]], chunk: Any) -> tuple[Any, Callable[..., Any]]:
@@ -63,9 +68,12 @@ def _step(rt: Runtime, model: list[DDPChunk], data: list[Iterator[dict[str, Any]
     if rt.optimizer is not None:
         rt.optimizer.zero_grad()
     losses = schedule(
-        forward_step_func=_forward_step, data_iterator=data if len(model) > 1 else data[0],
-        model=model, num_microbatches=config.training.num_microbatches,
-        seq_length=config.model.seq_length, micro_batch_size=config.training.micro_batch_size,
+        forward_step_func=_forward_step,
+        data_iterator=data if len(model) > 1 else data[0],
+        model=model,
+        num_microbatches=config.training.num_microbatches,
+        seq_length=config.model.seq_length,
+        micro_batch_size=config.training.micro_batch_size,
         forward_only=False,
     )
     if rt.optimizer is not None:
@@ -99,7 +107,8 @@ def train_steps(
         raise InvalidTransition(
             f"train_steps needs a lifecycle at {TRAINING_STATE} with a model and optimizer; it is "
             f"{lc.state.name}. Call lc.advance_to(State.{TRAINING_STATE}) with the training plan first.",
-            state=lc.state, trigger="train_steps",
+            state=lc.state,
+            trigger="train_steps",
         )
     config, model = rt.config, [cast(DDPChunk, chunk) for chunk in rt.model]
     vocab = rt.vocab_size or config.tokenizer.vocab_size

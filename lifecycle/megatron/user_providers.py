@@ -29,8 +29,10 @@ BUILDERS: dict[str, type[GPTBuilder] | type[HybridBuilder]] = {
 }
 NAMES = (*PROVIDERS, *BUILDERS)
 _FILE_MODULE = "lifecycle_provider_file_"
-SHAPES = ("provider(config, *, pre_process, post_process, vp_stage, inputs) or Megatron-LM's "
-          "model_provider(pre_process=True, post_process=True, vp_stage=None)")
+SHAPES = (
+    "provider(config, *, pre_process, post_process, vp_stage, inputs) or Megatron-LM's "
+    "model_provider(pre_process=True, post_process=True, vp_stage=None)"
+)
 
 
 def _fail(message: str, provider: str, **context: Any) -> ProviderError:
@@ -43,8 +45,10 @@ def spec_problem(spec: str) -> str | None:
         return None
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr.isidentifier():
-        return (f"--provider {spec!r} is neither a known provider ({', '.join(NAMES)}) nor "
-                "MODULE:FUNCTION or path/to/file.py:FUNCTION; write e.g. --provider my_pkg.models:model_provider")
+        return (
+            f"--provider {spec!r} is neither a known provider ({', '.join(NAMES)}) nor "
+            "MODULE:FUNCTION or path/to/file.py:FUNCTION; write e.g. --provider my_pkg.models:model_provider"
+        )
     if target.endswith(".py") and not Path(target).is_file():
         return f"--provider {spec!r}: no file {target!r}; give an existing .py file, relative to the working directory"
     return None
@@ -63,8 +67,9 @@ def load_provider(spec: str) -> Any:
     module = _import_file(target, spec) if target.endswith(".py") else _import_module(target, spec)
     if not hasattr(module, attr):
         public = sorted(n for n in vars(module) if callable(getattr(module, n)) and not n.startswith("_"))
-        raise _fail(f"provider {spec!r}: {target} has no attribute {attr!r}; its callables: "
-                    f"{', '.join(public) or 'none'}", spec)
+        raise _fail(
+            f"provider {spec!r}: {target} has no attribute {attr!r}; its callables: {', '.join(public) or 'none'}", spec
+        )
     return getattr(module, attr)
 
 
@@ -72,8 +77,11 @@ def _import_module(name: str, spec: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise _fail(f"provider {spec!r}: cannot import module {name!r} ({exc}); put its package on "
-                    "PYTHONPATH or give a file path, path/to/file.py:FUNCTION", spec) from exc
+        raise _fail(
+            f"provider {spec!r}: cannot import module {name!r} ({exc}); put its package on "
+            "PYTHONPATH or give a file path, path/to/file.py:FUNCTION",
+            spec,
+        ) from exc
 
 
 def _import_file(path: str, spec: str) -> Any:
@@ -112,8 +120,7 @@ class MegatronLMProvider:
     def __init__(self, fn: Any, *, name: str, takes_vp_stage: bool) -> None:
         self.fn, self.name, self.takes_vp_stage = fn, name, takes_vp_stage
 
-    def __call__(self, config: Any, *, pre_process: bool, post_process: bool,
-                 vp_stage: int | None, inputs: Any) -> Any:
+    def __call__(self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any) -> Any:
         if self.takes_vp_stage:
             return self.fn(pre_process=pre_process, post_process=post_process, vp_stage=vp_stage)
         return self.fn(pre_process=pre_process, post_process=post_process)
@@ -125,8 +132,7 @@ class NoInputsProvider:
     def __init__(self, fn: Any, *, name: str) -> None:
         self.fn, self.name = fn, name
 
-    def __call__(self, config: Any, *, pre_process: bool, post_process: bool,
-                 vp_stage: int | None, inputs: Any) -> Any:
+    def __call__(self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any) -> Any:
         return self.fn(config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage)
 
 
@@ -145,8 +151,9 @@ def adapt(fn: Any, name: str) -> ModelProvider:
         return MegatronLMProvider(fn, name=name, takes_vp_stage="vp_stage" in params or var_kw)
     if "config" in params and "pre_process" in params:
         return NoInputsProvider(fn, name=name)
-    raise _fail(f"provider {name} has the signature {inspect.signature(fn)}, which fits neither "
-                f"shape; write {SHAPES}", name)
+    raise _fail(
+        f"provider {name} has the signature {inspect.signature(fn)}, which fits neither shape; write {SHAPES}", name
+    )
 
 
 def resolve_provider(provider: Any) -> ModelProvider:
@@ -156,8 +163,7 @@ def resolve_provider(provider: Any) -> ModelProvider:
     if isinstance(provider, str):
         return adapt(load_provider(provider), provider)
     if not callable(provider):
-        raise _fail(f"provider={provider!r} is not callable; pass {SHAPES} returning a MegatronModule",
-                    repr(provider))
+        raise _fail(f"provider={provider!r} is not callable; pass {SHAPES} returning a MegatronModule", repr(provider))
     return adapt(provider, name_of(provider))
 
 
@@ -185,18 +191,28 @@ def check_chunk(returned: Any, *, provider: str, chunk: int, stage: tuple[bool, 
     where = f"provider {provider} returned for chunk {chunk} (pre_process={pre}, post_process={post}, vp_stage={vp})"
     context = {"chunk": chunk, "returned": type(returned).__name__}
     if isinstance(returned, (list, tuple, torch.nn.ModuleList)):
-        raise _fail(f"{where} a {type(returned).__name__} of {len(returned)}; return one module per call: "
-                    "the lifecycle calls the provider once per virtual-pipeline chunk and makes the list",
-                    provider, **context)
+        raise _fail(
+            f"{where} a {type(returned).__name__} of {len(returned)}; return one module per call: "
+            "the lifecycle calls the provider once per virtual-pipeline chunk and makes the list",
+            provider,
+            **context,
+        )
     if not isinstance(returned, torch.nn.Module):
-        raise _fail(f"{where} {_short(returned)}, not a torch.nn.Module; return a MegatronModule such "
-                    "as megatron.core.models.gpt.GPTModel", provider, **context)
+        raise _fail(
+            f"{where} {_short(returned)}, not a torch.nn.Module; return a MegatronModule such "
+            "as megatron.core.models.gpt.GPTModel",
+            provider,
+            **context,
+        )
     if reachable_config(returned) is None:
         children = ", ".join(f".{n}" for n, _ in returned.named_children()) or "none"
-        raise _fail(f"{where} a {type(returned).__name__} with no .config, and no .module holding one "
-                    f"(its submodules: {children}); megatron's DDP and scheduler read the config through "
-                    "get_model_config, so keep the wrapped model as .module or set .config on the wrapper",
-                    provider, **context)
+        raise _fail(
+            f"{where} a {type(returned).__name__} with no .config, and no .module holding one "
+            f"(its submodules: {children}); megatron's DDP and scheduler read the config through "
+            "get_model_config, so keep the wrapped model as .module or set .config on the wrapper",
+            provider,
+            **context,
+        )
     return returned
 
 

@@ -44,7 +44,8 @@ def require_megatron_training() -> None:
         raise ExtraNotInstalled(
             f"lifecycle.megatron_lm needs megatron-core>=0.17, whose wheel ships megatron.training; "
             f"installed: {found or 'none'}. {INSTALL}, or use lifecycle.Lifecycle with your provider",
-            extra="megatron-lm", field="megatron-core",
+            extra="megatron-lm",
+            field="megatron-core",
         )
 
 

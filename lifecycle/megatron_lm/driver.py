@@ -58,17 +58,27 @@ def pretrain(
     quiet_library_loggers()
     args, validated = _megatron_args(cfg_container)
     call = MegatronLMCall(
-        cfg_container=cfg_container, train_valid_test_dataset_provider=train_valid_test_dataset_provider,
-        model_type=model_type, forward_step_func=forward_step_func, model_provider=model_provider,
-        process_non_loss_data_func=process_non_loss_data_func, get_embedding_ranks=get_embedding_ranks,
-        get_position_embedding_ranks=get_position_embedding_ranks, non_loss_data_func=non_loss_data_func,
-        store=store, p2p_communicator=p2p_communicator, pg_collection=pg_collection,
-        skip_model_parallel_init=skip_model_parallel_init, args=args, args_validated=validated,
+        cfg_container=cfg_container,
+        train_valid_test_dataset_provider=train_valid_test_dataset_provider,
+        model_type=model_type,
+        forward_step_func=forward_step_func,
+        model_provider=model_provider,
+        process_non_loss_data_func=process_non_loss_data_func,
+        get_embedding_ranks=get_embedding_ranks,
+        get_position_embedding_ranks=get_position_embedding_ranks,
+        non_loss_data_func=non_loss_data_func,
+        store=store,
+        p2p_communicator=p2p_communicator,
+        pg_collection=pg_collection,
+        skip_model_parallel_init=skip_model_parallel_init,
+        args=args,
+        args_validated=validated,
     )
     where = log_dir if log_dir is not None else os.environ.get(LOG_DIR_ENV)
     config = run_config(args, log_dir=None if where is None else str(where))
-    with Lifecycle(config, provider=model_provider, phases=MegatronLMPhases(call), tripwires=tripwires,
-                   options=options) as lc:
+    with Lifecycle(
+        config, provider=model_provider, phases=MegatronLMPhases(call), tripwires=tripwires, options=options
+    ) as lc:
         if cycle is not None:
             lc.begin_cycle(cycle)
         lc.advance_to(lc.target)  # the plan's target, where it trains

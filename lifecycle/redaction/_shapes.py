@@ -9,22 +9,49 @@ from typing import Any
 
 REDACTED = "<redacted>"
 _SECRET_PARTS = frozenset(
-    {"token", "secret", "secrets", "password", "passwd", "pwd", "apikey", "credential", "credentials", "auth",
-     "authorization", "privatekey"}
+    {
+        "token",
+        "secret",
+        "secrets",
+        "password",
+        "passwd",
+        "pwd",
+        "apikey",
+        "credential",
+        "credentials",
+        "auth",
+        "authorization",
+        "privatekey",
+    }
 )
 _SEP = r"[_\-.]?"
 _SECRET_JOINED = re.compile(
-    "|".join(f"{a}{_SEP}{b}" for a, b in (("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key"),
-                                         ("auth", "token"), ("ssh", "key"), ("access", "token"))), re.I)
+    "|".join(
+        f"{a}{_SEP}{b}"
+        for a, b in (
+            ("api", "key"),
+            ("private", "key"),
+            ("access", "key"),
+            ("secret", "key"),
+            ("auth", "token"),
+            ("ssh", "key"),
+            ("access", "token"),
+        )
+    ),
+    re.I,
+)
 # Query parameters that carry a signature or a temporary credential whatever their name looks like.
-_SIGNED = frozenset({"x-amz-signature", "x-amz-credential", "x-amz-security-token", "sig",
-                     "x-goog-signature", "x-goog-credential"})
+_SIGNED = frozenset(
+    {"x-amz-signature", "x-amz-credential", "x-amz-security-token", "sig", "x-goog-signature", "x-goog-credential"}
+)
+
 
 def is_secret_key(key: str) -> bool:
     """True for names whose values must not leave the process (hf_token, api_key, private-key...)."""
     if _SECRET_JOINED.search(key):
         return True
     return any(part in _SECRET_PARTS for part in re.split(r"[_\-.\s]", key.lower()))
+
 
 @dataclass(frozen=True, slots=True)
 class Shape:
@@ -48,7 +75,7 @@ class Shape:
             found = self.value.match(text, lead.end())
             if lead.start() < pos or found is None or not self._secret(lead):
                 continue
-            out += [text[pos:lead.end()], REDACTED]
+            out += [text[pos : lead.end()], REDACTED]
             pos = found.end()
         return "".join(out) + text[pos:] if out else text
 
@@ -65,16 +92,28 @@ class Shape:
 def _shape(name: str, pattern: str, keep: str = "", when: str = "", flags: int = 0, value: str = "") -> Shape:
     return Shape(name, re.compile(pattern, flags), keep, when, re.compile(value) if value else None)
 
+
 SHAPES: tuple[Shape, ...] = (
-    _shape("pem_private_key", r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
-           flags=re.S),
+    _shape(
+        "pem_private_key",
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+        flags=re.S,
+    ),
     _shape("url_userinfo", r"(?P<lead>[A-Za-z][A-Za-z0-9+.\-]*://)[^/@\s?#]+(?=@)", keep="lead"),
     _shape("scp_userinfo", r"(?P<lead>(?<![\w/:.\-])[\w.\-]+:)[^\s@/:]+(?=@[\w.\-]+:)", keep="lead"),
     _shape("query_parameter", r"(?P<lead>[?&#;](?P<name>[A-Za-z0-9_.\-]+)=)[^&#\s;\"']+", keep="lead", when="name"),
-    _shape("authorization_header", r"(?P<lead>\b(?:Bearer|Basic|Token)\s+)[A-Za-z0-9._~+/\-]{6,}=*", keep="lead",
-           flags=re.I),
-    _shape("secret_assignment", r"(?<![\w\-.])(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)[\"']?\s*[=:]\s*[\"']?",
-           when="name", value=r"(?!<redacted>|(?i:bearer|basic|token)\s)[^\s\"'&,;]+"),
+    _shape(
+        "authorization_header",
+        r"(?P<lead>\b(?:Bearer|Basic|Token)\s+)[A-Za-z0-9._~+/\-]{6,}=*",
+        keep="lead",
+        flags=re.I,
+    ),
+    _shape(
+        "secret_assignment",
+        r"(?<![\w\-.])(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)[\"']?\s*[=:]\s*[\"']?",
+        when="name",
+        value=r"(?!<redacted>|(?i:bearer|basic|token)\s)[^\s\"'&,;]+",
+    ),
     _shape("hugging_face_token", r"hf_[A-Za-z0-9]{16,}"),
     _shape("github_token", r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"),
     _shape("gitlab_token", r"glpat-[A-Za-z0-9_\-]{20,}"),
@@ -85,8 +124,10 @@ SHAPES: tuple[Shape, ...] = (
     _shape("jwt", r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
 )
 # A cheap first look: text with none of these cannot hold anything a shape matches.
-_MAYBE = re.compile(r"@|=|hf_|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|AIza|sk-|AKIA|ASIA|eyJ|PRIVATE KEY"
-                    r"|(?i:bearer|basic|token|passw|pwd|secret|credential|api.?key|private|auth)")
+_MAYBE = re.compile(
+    r"@|=|hf_|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|AIza|sk-|AKIA|ASIA|eyJ|PRIVATE KEY"
+    r"|(?i:bearer|basic|token|passw|pwd|secret|credential|api.?key|private|auth)"
+)
 # The log writer's look at a record's compact JSON, which holds no space of its own: every shape
 # that the token prefixes do not find needs a space, an `@` or a `=` (a `name: value`, a header, a
 # PEM block), each found by a C scan; a case-insensitive alternation would cost 20x more per record.
@@ -107,7 +148,9 @@ def redact_text(text: str) -> str:
         text = shape.sub(text)
     return text
 
+
 _PLAIN = frozenset({int, float, bool, type(None)})
+
 
 def redact(value: Any) -> Any:
     """A copy of nested dicts/lists with secret-looking keys' values replaced, and credentials
@@ -117,10 +160,7 @@ def redact(value: Any) -> Any:
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, Mapping):
-        return {
-            str(k): (REDACTED if is_secret_key(str(k)) and v is not None else redact(v))
-            for k, v in value.items()
-        }
+        return {str(k): (REDACTED if is_secret_key(str(k)) and v is not None else redact(v)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
     return value

@@ -34,10 +34,14 @@ def injectable(fn: F) -> F:
     annotated with `CallWrapperSlot`, every other annotation dropped (nvrx's `issubclass` check
     raises TypeError on a string annotation)."""
     signature = inspect.signature(fn)
-    params = [p.replace(annotation=CallWrapperSlot if name == PARAM else inspect.Parameter.empty)
-              for name, p in signature.parameters.items()]
-    fn.__signature__ = signature.replace(parameters=params,  # type: ignore[attr-defined]
-                                         return_annotation=inspect.Signature.empty)
+    params = [
+        p.replace(annotation=CallWrapperSlot if name == PARAM else inspect.Parameter.empty)
+        for name, p in signature.parameters.items()
+    ]
+    fn.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=params,
+        return_annotation=inspect.Signature.empty,
+    )
     return fn
 
 
@@ -52,16 +56,22 @@ def cycle_and_store(call_wrapper: Any, store: Any) -> tuple[int | None, Any]:
         return None, store
     cycle = getattr(call_wrapper, "iteration", None)
     if isinstance(cycle, bool) or not isinstance(cycle, int):
-        raise _refuse(f"{PARAM}: expected nvidia-resiliency-ext's inprocess.CallWrapper (an integer .iteration), "
-                      f"got {type(call_wrapper).__name__}; pass the one its Wrapper injects, or None", PARAM)
+        raise _refuse(
+            f"{PARAM}: expected nvidia-resiliency-ext's inprocess.CallWrapper (an integer .iteration), "
+            f"got {type(call_wrapper).__name__}; pass the one its Wrapper injects, or None",
+            PARAM,
+        )
     import torch.distributed as dist
 
     if store is not None:
         return cycle, dist.PrefixStore(str(cycle), store)
     base = getattr(call_wrapper, "base_store", None)
     if base is None:
-        raise _refuse(f"store: {PARAM} was given without a store and has no base_store to rendezvous on; "
-                      "pass store= (Megatron-LM's maybe_wrap_for_inprocess_restart returns one)", "store")
+        raise _refuse(
+            f"store: {PARAM} was given without a store and has no base_store to rendezvous on; "
+            "pass store= (Megatron-LM's maybe_wrap_for_inprocess_restart returns one)",
+            "store",
+        )
     return cycle, dist.PrefixStore(PREFIX.format(cycle=cycle), own_client(base))
 
 

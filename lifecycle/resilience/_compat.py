@@ -51,12 +51,16 @@ def pair_problem(megatron: str | None, nvrx: str | None, minimum: str | None) ->
     if megatron is None:
         return f"the resilience extra needs megatron-core; install it beside {NVRX} {nvrx or '(missing)'}"
     if nvrx is None:
-        return (f"in-process restart needs {NVRX}, which is not installed beside megatron-core {megatron}: "
-                "pip install 'megatron-lifecycle[resilience]'")
+        return (
+            f"in-process restart needs {NVRX}, which is not installed beside megatron-core {megatron}: "
+            "pip install 'megatron-lifecycle[resilience]'"
+        )
     if minimum is not None and _release(nvrx) < _release(minimum):
-        return (f"megatron-core {megatron} cannot be imported beside {NVRX} {nvrx} (it wants >= {minimum}): "
-                f"install {NVRX}>={minimum}, or megatron-core<0.17 for {NVRX} 0.4 "
-                "(pip install 'megatron-lifecycle[resilience-floor]')")
+        return (
+            f"megatron-core {megatron} cannot be imported beside {NVRX} {nvrx} (it wants >= {minimum}): "
+            f"install {NVRX}>={minimum}, or megatron-core<0.17 for {NVRX} 0.4 "
+            "(pip install 'megatron-lifecycle[resilience-floor]')"
+        )
     return None
 
 

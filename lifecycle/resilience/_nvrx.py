@@ -56,8 +56,11 @@ def wrap(fn: Callable[[Any], Any], *, max_cycles: int, port: int | None, timeout
 
     # nvrx finds the parameter by its annotation, which must be the class itself (not a string)
     call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter("call_wrapper", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                           annotation=inprocess.CallWrapper)]
+        [
+            inspect.Parameter(
+                "call_wrapper", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=inprocess.CallWrapper
+            )
+        ]
     )
     return wrapper(call)  # type: ignore[no-any-return]
 

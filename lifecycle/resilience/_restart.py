@@ -45,8 +45,16 @@ class InProcessRestart:
     """`InProcessRestart(config, provider, log_dir).run(train)`: `train(lc)` runs at CALLBACKS_BOUND
     in each cycle; a fault on any rank restarts every rank in place, resuming from the checkpoint."""
 
-    def __init__(self, config: Any, provider: Any = None, log_dir: str | Path | None = None, *,
-                 max_cycles: int = 10, port: int | None = None, **lifecycle: Any) -> None:
+    def __init__(
+        self,
+        config: Any,
+        provider: Any = None,
+        log_dir: str | Path | None = None,
+        *,
+        max_cycles: int = 10,
+        port: int | None = None,
+        **lifecycle: Any,
+    ) -> None:
         refuse_incompatible(installed_problem())  # before anything imports megatron.core
         self.lc = Lifecycle(config, provider, log_dir, **lifecycle)
         self.max_cycles = max_cycles
@@ -60,8 +68,12 @@ class InProcessRestart:
         try:
             with self._rehearsal():
                 lc.advance_to(State.VALIDATED)
-                call = _nvrx.wrap(lambda cw: self._cycle(train, cw), max_cycles=self.max_cycles,
-                                  port=self.port, timeout_s=lc.runtime.config.startup.timeout_s)
+                call = _nvrx.wrap(
+                    lambda cw: self._cycle(train, cw),
+                    max_cycles=self.max_cycles,
+                    port=self.port,
+                    timeout_s=lc.runtime.config.startup.timeout_s,
+                )
                 result: T = call()
                 lc.shutdown()
                 return result
@@ -100,7 +112,9 @@ class InProcessRestart:
             lc.advance_to(lc.target)  # the plan's target, where it trains
             fault_ts = fault.get("ts")
             lc.cycle_trained(
-                pid=os.getpid(), resumed_step=checkpoint_step(lc.runtime), hooks=hook_counts(lc.runtime),
+                pid=os.getpid(),
+                resumed_step=checkpoint_step(lc.runtime),
+                hooks=hook_counts(lc.runtime),
                 restart_s=time.time() - fault_ts if isinstance(fault_ts, (int, float)) else None,
             )
             return train(lc)

@@ -58,8 +58,11 @@ class CycleSockets:
     def opened(self) -> dict[int, int]:
         """inode -> descriptor of the TCP sockets opened since the cycle began, stores' excepted."""
         ports = _tcp_ports()
-        return {inode: fd for inode, fd in _socket_fds().items()
-                if inode not in self.before and inode in ports and not self.keep & set(ports[inode])}
+        return {
+            inode: fd
+            for inode, fd in _socket_fds().items()
+            if inode not in self.before and inode in ports and not self.keep & set(ports[inode])
+        }
 
     def cut(self, inodes: Iterable[int] | None = None) -> int:
         """Shut down what `opened` names now (or those of `inodes` still open); how many were cut.

@@ -87,7 +87,8 @@ class Phases:
             raise ConfigError(
                 f"a phase is registered for a startup state after {STARTUP_ORDER[0].name}, not {state.name}; "
                 f"use one of {', '.join(s.name for s in STARTUP_ORDER[1:])}",
-                field="state", problems=[state.name],
+                field="state",
+                problems=[state.name],
             )
         self._by_state[state] = phase
         return self
@@ -97,8 +98,11 @@ class Phases:
         work (and `release(ctx, inner_release)` of its release); returns the registry."""
         inner = self.phase_for(state)
         if inner is None:
-            raise ConfigError(f"no phase is registered for {state.name} to wrap; register one first",
-                              field="state", problems=[state.name])
+            raise ConfigError(
+                f"no phase is registered for {state.name} to wrap; register one first",
+                field="state",
+                problems=[state.name],
+            )
         return self.register(state, Around(inner, enter, release))
 
     def phase_for(self, state: State) -> Phase | None:

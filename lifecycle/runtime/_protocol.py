@@ -107,7 +107,8 @@ class Options:
         if unknown:
             raise ConfigError(
                 f"unknown option(s) {', '.join(map(repr, unknown))}; valid options are {', '.join(names)}",
-                field="options", problems=unknown,
+                field="options",
+                problems=unknown,
             )
         return cls(**value)  # type: ignore[arg-type]  # names checked above; values are the caller's
 

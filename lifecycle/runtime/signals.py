@@ -59,8 +59,14 @@ class SignalWatch:
     (asyncio's) keeps getting every signal's byte, forwarded.
     """
 
-    def __init__(self, signals: Iterable[int], on_blocked: Callable[[int, float], object], *,
-                 grace_s: float = GRACE_S, owns: Callable[[int], bool] | None = None) -> None:
+    def __init__(
+        self,
+        signals: Iterable[int],
+        on_blocked: Callable[[int, float], object],
+        *,
+        grace_s: float = GRACE_S,
+        owns: Callable[[int], bool] | None = None,
+    ) -> None:
         self.signals = frozenset(int(s) for s in signals)
         self.on_blocked = on_blocked
         self.owns = owns
@@ -92,8 +98,7 @@ class SignalWatch:
         self._write, self._received, self._taken = write, None, False
         forward = self._previous if all(w._write != self._previous for w in _ARMED) else -1
         _ARMED.append(self)
-        self._thread = threading.Thread(target=self._read, args=(read, forward), name=WATCH_THREAD,
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._read, args=(read, forward), name=WATCH_THREAD, daemon=True)
         self._thread.start()
 
     def disarm(self) -> None:

@@ -18,13 +18,42 @@ from typing import Any
 PROCESS_GROUPS = ("init_process_group", "new_group")
 """`new_subgroups*` build theirs with `new_group`: counted there, once."""
 COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all", "all_to_all_single",
-    "barrier", "batch_isend_irecv", "broadcast", "broadcast_object_list", "gather", "gather_object", "irecv",
-    "isend", "monitored_barrier", "recv", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter",
-    "scatter_object_list", "send",
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "batch_isend_irecv",
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "gather_object",
+    "irecv",
+    "isend",
+    "monitored_barrier",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+    "scatter_object_list",
+    "send",
 )
-STORE_OPS = ("set", "get", "add", "compare_set", "wait", "check", "delete_key", "num_keys", "append", "multi_get",
-             "multi_set")
+STORE_OPS = (
+    "set",
+    "get",
+    "add",
+    "compare_set",
+    "wait",
+    "check",
+    "delete_key",
+    "num_keys",
+    "append",
+    "multi_get",
+    "multi_set",
+)
 """The operations of `torch.distributed.Store` that reach its server (`set_timeout` does not)."""
 NAMES = ("process_groups", "collectives", "store_ops")
 _KEPT: list[Any] = []
@@ -72,16 +101,19 @@ def _counted(original: Callable[..., Any], counts: Counts, kind: str) -> Callabl
     def counted(*args: Any, **kwargs: Any) -> Any:
         counts.add(kind)
         return original(*args, **kwargs)
+
     return counted
 
 
 def _store_counted(init: Callable[..., Any], counts: Counts) -> Callable[..., Any]:
     """`init_process_group` with its `store=` wrapped by `counting_store`."""
+
     @functools.wraps(init)
     def with_counted_store(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("store") is not None:
             kwargs["store"] = counting_store(kwargs["store"], counts)
         return init(*args, **kwargs)
+
     return with_counted_store
 
 
@@ -93,14 +125,16 @@ def counting_store(inner: Any, counts: Counts) -> Any:
         def counted(self: Any, *args: Any) -> Any:
             counts.add("store_ops")
             return getattr(inner, name)(*args)
+
         counted.__name__ = name
         return counted
 
     def set_timeout(self: Any, timeout: Any) -> None:  # the trampoline has no default for it
         inner.set_timeout(timeout)
 
-    cls = type("CountingStore", (dist.Store,), {name: operation(name) for name in STORE_OPS}
-               | {"set_timeout": set_timeout})
+    cls = type(
+        "CountingStore", (dist.Store,), {name: operation(name) for name in STORE_OPS} | {"set_timeout": set_timeout}
+    )
     store = cls()
     _KEPT.append(store)  # torch holds only its C++ half: without this its Python methods would be gone
     return store

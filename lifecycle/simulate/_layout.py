@@ -42,8 +42,9 @@ class Placement:
     embedding_group: tuple[int, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
-                for f in dataclasses.fields(self)}
+        return {
+            f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in dataclasses.fields(self)
+        }
 
     def summary(self) -> dict[str, Any]:
         """Coordinates, stage and embedding group, without the (long) group member lists."""
@@ -91,12 +92,17 @@ class Layout:
         self.pp_size = p.pp
         self.order: str = inspect.signature(ps.initialize_model_parallel).parameters["order"].default
         etp = p.etp or p.tp
-        dense = ps.RankGenerator(tp=p.tp, ep=1, dp=world // (p.tp * p.pp * p.cp), pp=p.pp, cp=p.cp,
-                                 order=self.order)
-        expert = ps.RankGenerator(tp=etp, ep=p.ep, dp=world // (etp * p.ep * p.pp), pp=p.pp, cp=1,
-                                  order=self.order)
-        sources = {"tp": (dense, "tp"), "pp": (dense, "pp"), "cp": (dense, "cp"), "dp": (dense, "dp"),
-                   "ep": (expert, "ep"), "etp": (expert, "tp"), "edp": (expert, "dp")}
+        dense = ps.RankGenerator(tp=p.tp, ep=1, dp=world // (p.tp * p.pp * p.cp), pp=p.pp, cp=p.cp, order=self.order)
+        expert = ps.RankGenerator(tp=etp, ep=p.ep, dp=world // (etp * p.ep * p.pp), pp=p.pp, cp=1, order=self.order)
+        sources = {
+            "tp": (dense, "tp"),
+            "pp": (dense, "pp"),
+            "cp": (dense, "cp"),
+            "dp": (dense, "dp"),
+            "ep": (expert, "ep"),
+            "etp": (expert, "tp"),
+            "edp": (expert, "dp"),
+        }
         self._index = {name: _Index(gen.get_ranks(token), world) for name, (gen, token) in sources.items()}
         self._embedding_ranks = ps.default_embedding_ranks
 
@@ -105,8 +111,11 @@ class Layout:
         fields.update({f"{name}_group": self._index[name].members(rank) for name in GROUPS[:-1]})
         embedding = tuple(self._embedding_ranks(list(fields["pp_group"])))
         return Placement(
-            rank=rank, first_stage=fields["pp"] == 0, last_stage=fields["pp"] == self.pp_size - 1,
-            embedding_group=embedding if rank in embedding else (), **fields,
+            rank=rank,
+            first_stage=fields["pp"] == 0,
+            last_stage=fields["pp"] == self.pp_size - 1,
+            embedding_group=embedding if rank in embedding else (),
+            **fields,
         )
 
     def important_ranks(self) -> list[int]:
@@ -155,9 +164,12 @@ def observe(rank: int) -> Placement:
     embedding = members(ps.get_embedding_group()) if ps.is_rank_in_embedding_group(ignore_virtual=True) else ()
     return Placement(
         rank=rank,
-        tp=ps.get_tensor_model_parallel_rank(), pp=ps.get_pipeline_model_parallel_rank(),
-        cp=ps.get_context_parallel_rank(), ep=ps.get_expert_model_parallel_rank(),
-        dp=ps.get_data_parallel_rank(), etp=ps.get_expert_tensor_parallel_rank(),
+        tp=ps.get_tensor_model_parallel_rank(),
+        pp=ps.get_pipeline_model_parallel_rank(),
+        cp=ps.get_context_parallel_rank(),
+        ep=ps.get_expert_model_parallel_rank(),
+        dp=ps.get_data_parallel_rank(),
+        etp=ps.get_expert_tensor_parallel_rank(),
         edp=ps.get_expert_data_parallel_rank(),
         first_stage=ps.is_pipeline_first_stage(ignore_virtual=True),
         last_stage=ps.is_pipeline_last_stage(ignore_virtual=True),

@@ -108,8 +108,11 @@ def prepare(config: RunConfig, *, world_size: int | None = None, until: State = 
     from lifecycle.config import raise_for, validate
 
     if until not in UNTIL:
-        raise ConfigError(f"until={until.name}: a simulation stops at DISTRIBUTED or MODEL_BUILT",
-                          field="until", problems=[until.name])
+        raise ConfigError(
+            f"until={until.name}: a simulation stops at DISTRIBUTED or MODEL_BUILT",
+            field="until",
+            problems=[until.name],
+        )
     parallel = _replace(config.parallel, rank=0, world_size=world_size or config.parallel.world_size)
     simulated = _replace(config, backend="fake", parallel=parallel)
     raise_for(validate(simulated, environment=False))
@@ -132,11 +135,15 @@ def shrink(config: RunConfig) -> RunConfig:
             f"parallel.cp={p.cp}: a MODEL_BUILT simulation builds megatron's local layers, and context "
             "parallelism needs transformer-engine attention on CUDA; simulate until DISTRIBUTED, or "
             "set parallel.cp=1 to build the rest of the layout",
-            field="parallel.cp", problems=[p.cp],
+            field="parallel.cp",
+            problems=[p.cp],
         )
     model = _replace(
-        m, num_layers=p.pp * (p.vpp or 1), hidden_size=m.num_attention_heads * 8,
-        ffn_hidden_size=math.lcm(p.tp, p.etp or p.tp) * 8, transformer_impl="local",
+        m,
+        num_layers=p.pp * (p.vpp or 1),
+        hidden_size=m.num_attention_heads * 8,
+        ffn_hidden_size=math.lcm(p.tp, p.etp or p.tp) * 8,
+        transformer_impl="local",
     )
     parallel = _replace(p, sequence_parallel=False, tp_comm_overlap=False)
     return _replace(config, model=model, parallel=parallel, plan="inference")
@@ -146,8 +153,9 @@ def at_rank(config: RunConfig, rank: int) -> RunConfig:
     return _replace(config, parallel=_replace(config.parallel, rank=rank))
 
 
-def simulate(sim: Simulation, layout: Layout, *, jobs: int = 1,
-             on_report: Callable[[RankReport], None] | None = None) -> SimulationResult:
+def simulate(
+    sim: Simulation, layout: Layout, *, jobs: int = 1, on_report: Callable[[RankReport], None] | None = None
+) -> SimulationResult:
     """Drive every rank of `sim` to `sim.until` and back, in this process (`jobs=1`) or a pool of
     `jobs` forked processes; `on_report` is called as each rank finishes (for a progress bar).
     Reports come back in rank order."""
@@ -166,8 +174,10 @@ def simulate(sim: Simulation, layout: Layout, *, jobs: int = 1,
 def _check(sim: Simulation, layout: Layout) -> None:
     problem = None
     if sim.config.backend != "fake" or sim.until not in UNTIL:
-        problem = ("the config is not a simulation's (backend fake) or until is not DISTRIBUTED/MODEL_BUILT; "
-                   "build Simulation(config=prepare(config, until=...), until=...)")
+        problem = (
+            "the config is not a simulation's (backend fake) or until is not DISTRIBUTED/MODEL_BUILT; "
+            "build Simulation(config=prepare(config, until=...), until=...)"
+        )
     elif layout.world != sim.world_size:
         problem = f"the layout is for {layout.world} ranks, the config for {sim.world_size}"
     elif outside := [rank for rank in sim.ranks if not 0 <= rank < sim.world_size]:
@@ -185,7 +195,7 @@ def _run(sim: Simulation, work: list[tuple[int, Placement]], jobs: int) -> Itera
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     size = max(1, min(16, len(work) // (jobs * 4)))  # small chunks: steady progress, balanced load
-    chunks = [work[i:i + size] for i in range(0, len(work), size)]
+    chunks = [work[i : i + size] for i in range(0, len(work), size)]
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context(method)) as pool:
         futures = [pool.submit(_simulate_chunk, sim, chunk) for chunk in chunks]
@@ -204,8 +214,13 @@ def simulate_rank(sim: Simulation, rank: int, expected: Placement) -> RankReport
     warm_up(sim.config)
     started = time.perf_counter()
     provider = shrunken_gpt_provider if sim.until is State.MODEL_BUILT else None
-    lc = Lifecycle(at_rank(sim.config, rank), provider, sim.log_dir, run_id=sim.run_id,
-                   options={"environment_checks": False, "capture_warnings": False})
+    lc = Lifecycle(
+        at_rank(sim.config, rank),
+        provider,
+        sim.log_dir,
+        run_id=sim.run_id,
+        options={"environment_checks": False, "capture_warnings": False},
+    )
     observed: Placement | None = None
     mismatches: tuple[str, ...] = ()
     parameters: int | None = None
@@ -217,16 +232,25 @@ def simulate_rank(sim: Simulation, rank: int, expected: Placement) -> RankReport
     finally:
         state = lc.state.name
         lc.shutdown()
-    return RankReport(rank=rank, state=state, duration_s=time.perf_counter() - started, expected=expected,
-                      observed=observed, mismatches=mismatches, parameters=parameters, error=error)
+    return RankReport(
+        rank=rank,
+        state=state,
+        duration_s=time.perf_counter() - started,
+        expected=expected,
+        observed=observed,
+        mismatches=mismatches,
+        parameters=parameters,
+        error=error,
+    )
 
 
-def _drive(sim: Simulation, lc: Lifecycle, rank: int,
-           expected: Placement) -> tuple[Placement, tuple[str, ...], int | None]:
+def _drive(
+    sim: Simulation, lc: Lifecycle, rank: int, expected: Placement
+) -> tuple[Placement, tuple[str, ...], int | None]:
     """Advance `lc` state by state, counting what each state creates; compare the placement."""
     lc.record(events.SIMULATION_STARTED, simulated=len(sim.ranks), selection=sim.selection, until=sim.until.name)
     with counting() as counts:
-        for reached in STARTUP_ORDER[1:STARTUP_ORDER.index(sim.until) + 1]:
+        for reached in STARTUP_ORDER[1 : STARTUP_ORDER.index(sim.until) + 1]:
             counts.state = reached.name
             lc.advance_to(reached)
     observed = observe(rank)
@@ -234,8 +258,14 @@ def _drive(sim: Simulation, lc: Lifecycle, rank: int,
     parameters = None
     if lc.runtime.model is not None:
         parameters = sum(p.numel() for chunk in lc.runtime.model for p in chunk.parameters())
-    lc.record(events.RANK_SIMULATED, placement=observed.summary(), agrees=not mismatches,
-              mismatches=list(mismatches), parameters=parameters, counts=counts.table)
+    lc.record(
+        events.RANK_SIMULATED,
+        placement=observed.summary(),
+        agrees=not mismatches,
+        mismatches=list(mismatches),
+        parameters=parameters,
+        counts=counts.table,
+    )
     return observed, mismatches, parameters
 
 
@@ -265,8 +295,12 @@ def shrunken_gpt_provider(
 
     spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=False)
     return GPTModel(
-        config=config, transformer_layer_spec=spec, vocab_size=inputs.vocab_size,
-        max_sequence_length=inputs.max_position_embeddings, pre_process=pre_process,
-        post_process=post_process, share_embeddings_and_output_weights=inputs.share_embeddings_and_output_weights,
+        config=config,
+        transformer_layer_spec=spec,
+        vocab_size=inputs.vocab_size,
+        max_sequence_length=inputs.max_position_embeddings,
+        pre_process=pre_process,
+        post_process=post_process,
+        share_embeddings_and_output_weights=inputs.share_embeddings_and_output_weights,
         vp_stage=vp_stage,
     )

@@ -14,9 +14,17 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--remote-debugging-port=0",
-         "--window-size=1280,1000")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--remote-debugging-port=0",
+    "--window-size=1280,1000",
+)
 
 
 def chromium() -> str | None:
@@ -30,8 +38,11 @@ class Browser:
         from websockets.sync.client import connect
 
         self.profile = tempfile.mkdtemp(prefix="lifecycle-chromium-")
-        self.proc = subprocess.Popen([executable, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [executable, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port = self._port()
         pages = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))
         page = next(p for p in pages if p.get("type") == "page")
@@ -69,8 +80,12 @@ class Browser:
         self.events.append(message)
         method, params = message.get("method"), message.get("params", {})
         if method == "Runtime.exceptionThrown":
-            self.errors.append(str(params["exceptionDetails"].get("exception", {}).get("description")
-                                   or params["exceptionDetails"].get("text")))
+            self.errors.append(
+                str(
+                    params["exceptionDetails"].get("exception", {}).get("description")
+                    or params["exceptionDetails"].get("text")
+                )
+            )
         elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
             self.errors.append(" ".join(str(a.get("value", a.get("description"))) for a in params.get("args", [])))
         elif method == "Log.entryAdded" and params["entry"].get("level") == "error":

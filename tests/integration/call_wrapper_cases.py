@@ -12,13 +12,23 @@ from typing import Any
 from lifecycle.resilience import cycle_and_store, injectable
 
 
-def pretrain_like(cfg_container: Any, forward_step_func: Any, store: Any = None,
-                  inprocess_call_wrapper: Any = None, *, log_dir: str | None = None) -> Any:
+def pretrain_like(
+    cfg_container: Any,
+    forward_step_func: Any,
+    store: Any = None,
+    inprocess_call_wrapper: Any = None,
+    *,
+    log_dir: str | None = None,
+) -> Any:
     """Declared as the drop-in's `pretrain` is: postponed (string) annotations."""
     cycle, prefixed = cycle_and_store(inprocess_call_wrapper, store)
     prefixed.set("joined", b"1")
-    CALLS.append({"cycle": cycle, "wrapper": type(inprocess_call_wrapper).__module__ + "." +
-                  type(inprocess_call_wrapper).__name__})
+    CALLS.append(
+        {
+            "cycle": cycle,
+            "wrapper": type(inprocess_call_wrapper).__module__ + "." + type(inprocess_call_wrapper).__name__,
+        }
+    )
     if cycle == 0:
         raise RuntimeError("fault in cycle 0")
     return cycle
@@ -43,13 +53,22 @@ def under_nvrx() -> dict[str, Any]:
     store = dist.TCPStore("127.0.0.1", port + 1, 1, is_master=True, timeout=timedelta(seconds=30))
     fast = timedelta(seconds=0.2)
     wrapped = inprocess.Wrapper(
-        store_kwargs={"port": port + 2}, initialize=inprocess.initialize.RetryController(max_iterations=3),
-        abort=inprocess.abort.AbortTorchDistributed(), health_check=None, monitor_thread_interval=fast,
-        monitor_process_interval=fast, progress_watchdog_interval=fast, last_call_wait=fast,
+        store_kwargs={"port": port + 2},
+        initialize=inprocess.initialize.RetryController(max_iterations=3),
+        abort=inprocess.abort.AbortTorchDistributed(),
+        health_check=None,
+        monitor_thread_interval=fast,
+        monitor_process_interval=fast,
+        progress_watchdog_interval=fast,
+        last_call_wait=fast,
     )(injectable(pretrain_like))
     result = wrapped("container", "forward", store=store)
-    return {"plain": plain, "result": result, "calls": list(CALLS),
-            "joined": [store.check([f"{c}/joined"]) for c in (0, 1)]}
+    return {
+        "plain": plain,
+        "result": result,
+        "calls": list(CALLS),
+        "joined": [store.check([f"{c}/joined"]) for c in (0, 1)],
+    }
 
 
 @dataclass
@@ -71,12 +90,15 @@ def dropin_with_given_wrapper(log_dir: str) -> dict[str, Any]:
     from lifecycle.megatron_lm import pretrain
 
     rank = int(os.environ["RANK"])
-    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]) + 1, 2, is_master=rank == 0,
-                          timeout=timedelta(seconds=60))
+    store = dist.TCPStore(
+        "127.0.0.1", int(os.environ["MASTER_PORT"]) + 1, 2, is_master=rank == 0, timeout=timedelta(seconds=60)
+    )
     sys.argv = ["pretrain_gpt_tiny.py"]
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     import pretrain_gpt_tiny as script
 
-    result = script.main(pretrain=partial(pretrain, log_dir=log_dir, store=store,
-                                          inprocess_call_wrapper=GivenWrapper(4)), extra_argv=["--train-iters", "2"])
+    result = script.main(
+        pretrain=partial(pretrain, log_dir=log_dir, store=store, inprocess_call_wrapper=GivenWrapper(4)),
+        extra_argv=["--train-iters", "2"],
+    )
     return {"iteration": result.get("iteration"), "prefixed": store.num_keys()}

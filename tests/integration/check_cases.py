@@ -21,9 +21,12 @@ def _summary(report: Any) -> dict[str, Any]:
     except Exception as exc:
         error = {"type": type(exc).__name__, "message": str(exc), "slot": getattr(exc, "slot", None)}
     return {
-        "verdict": report.verdict, "verdicts": {s.slot: s.verdict for s in report.slots},
-        "elsewhere": {s.slot: s.elsewhere for s in report.slots}, "text": report.render(),
-        "error": error, "scheduler_id": report.scheduler_config_id,
+        "verdict": report.verdict,
+        "verdicts": {s.slot: s.verdict for s in report.slots},
+        "elsewhere": {s.slot: s.elsewhere for s in report.slots},
+        "text": report.render(),
+        "error": error,
+        "scheduler_id": report.scheduler_config_id,
     }
 
 
@@ -46,8 +49,12 @@ def _guarded_steps(rt: Any, plan: list[str]) -> dict[str, Any]:
             done.append(kind)
     except FinalizerNotCalled as exc:
         out["error"] = {"calls": exc.finalizer_calls, "step": exc.step, "message": str(exc)}
-    out.update(done=done, step_restored="step" not in vars(optimizer),
-               finalizer_restored=config.finalize_model_grads_func is original, armed=guard.armed)
+    out.update(
+        done=done,
+        step_restored="step" not in vars(optimizer),
+        finalizer_restored=config.finalize_model_grads_func is original,
+        armed=guard.armed,
+    )
     return out
 
 
@@ -77,15 +84,22 @@ def _forward_guarded(rt: Any) -> dict[str, Any]:
     fwd = guard_forward_step(mc.gpt_forward_step, emit=lambda event, **f: seen.append((event, f["step"])))
     try:
         get_forward_backward_func()(
-            forward_step_func=fwd, data_iterator=iter(mc.batches(2)), model=rt.model[0],
-            num_microbatches=2, seq_length=mc.SEQ, micro_batch_size=mc.MBS, forward_only=False)
+            forward_step_func=fwd,
+            data_iterator=iter(mc.batches(2)),
+            model=rt.model[0],
+            num_microbatches=2,
+            seq_length=mc.SEQ,
+            micro_batch_size=mc.MBS,
+            forward_only=False,
+        )
         rt.optimizer.step()
     except Exception as exc:
-        return {"error": {"type": type(exc).__name__, "slot": getattr(exc, "slot", None),
-                          "message": str(exc)}, "events": seen}
+        return {
+            "error": {"type": type(exc).__name__, "slot": getattr(exc, "slot", None), "message": str(exc)},
+            "events": seen,
+        }
     guard = fwd.guard[0]  # type: ignore[attr-defined]
-    return {"error": None, "events": seen, "armed": guard.armed,
-            "step_restored": "step" not in vars(rt.optimizer)}
+    return {"error": None, "events": seen, "armed": guard.armed, "step_restored": "step" not in vars(rt.optimizer)}
 
 
 def foreign_case(binder: str) -> dict[str, Any]:
@@ -135,15 +149,25 @@ def table_case(ddp: dict[str, Any], chunks: int) -> dict[str, Any]:
         run = slot_cases._validated(ddp, pp, vpp)
         rt = mc.bind(mc.build(run)).runtime
         model, align = list(rt.model), run.ddp.align_grad_reduce
-        out = {"report": _summary(check(model, rt.ddp_config, rt.optimizer)),
-               "strict": _summary(check(model, rt.ddp_config, rt.optimizer, align_grad_reduce=align)),
-               "corrupted": {}}
+        out = {
+            "report": _summary(check(model, rt.ddp_config, rt.optimizer)),
+            "strict": _summary(check(model, rt.ddp_config, rt.optimizer, align_grad_reduce=align)),
+            "corrupted": {},
+        }
         for slot in SLOTS:
             out["corrupted"][slot] = _corrupted(rt, model, align, slot, _foreign)
             if chunks == 2 and slot in ("no_sync_func", "grad_sync_func"):
-                reordered = _corrupted(rt, model, align, slot, list(reversed(
-                    [getattr(c, "no_sync" if slot == "no_sync_func" else "start_grad_sync")
-                     for c in model])))
+                reordered = _corrupted(
+                    rt,
+                    model,
+                    align,
+                    slot,
+                    list(
+                        reversed(
+                            [getattr(c, "no_sync" if slot == "no_sync_func" else "start_grad_sync") for c in model]
+                        )
+                    ),
+                )
                 out["corrupted"][slot + " reordered"] = reordered
     return out
 

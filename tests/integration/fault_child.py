@@ -28,8 +28,15 @@ from lifecycle.megatron import MegatronPhases
 from lifecycle.runtime import Entry, PhaseContext, Runtime
 from states import STARTUP_ORDER, State, forward_trigger
 
-TINY = ["model.num_layers=2", "model.hidden_size=32", "model.num_attention_heads=4", "model.seq_length=16",
-        "training.micro_batch_size=1", "training.num_microbatches=2", "tokenizer.vocab_size=200"]
+TINY = [
+    "model.num_layers=2",
+    "model.hidden_size=32",
+    "model.num_attention_heads=4",
+    "model.seq_length=16",
+    "training.micro_batch_size=1",
+    "training.num_microbatches=2",
+    "tokenizer.vocab_size=200",
+]
 
 
 REAL_WRITE = os.write
@@ -38,6 +45,7 @@ REAL_WRITE = os.write
 def fill(disk: str | None) -> None:
     """Fill the log's disk: a filler file on the tmpfs, else every later log write fails."""
     if disk is None:
+
         def write(fd: int, data: Any) -> int:
             if os.readlink(f"/proc/self/fd/{fd}").endswith(".jsonl"):
                 raise OSError(errno.ENOSPC, "No space left on device")
@@ -82,8 +90,7 @@ class FaultyPhases(MegatronPhases):
                 # tmpfs keeps the free bytes of the log's last page: records of this state's entry
                 # work use them up (8 x ~0.7 KiB > one 4 KiB page), so its next write meets ENOSPC
                 for _ in range(8):
-                    ctx.emit(events.WARNING, category="UserWarning", module="fault_child", message="x" * 512,
-                             lineno=0)
+                    ctx.emit(events.WARNING, category="UserWarning", module="fault_child", message="x" * 512, lineno=0)
         if kind == "signal":
             print("READY", flush=True)
             time.sleep(120)
@@ -104,8 +111,12 @@ def released() -> dict[str, Any]:
         seed = f"{type(exc).__name__}: {exc}"
     # torch._dynamo's import wraps torch.manual_seed (`_disable_dynamo`) over a tripwire armed before
     # it, so that patch cannot be taken back; the user-visible check is that seeding works.
-    return {"dist": dist.is_initialized(), "parallel": parallel_state.model_parallel_is_initialized(),
-            "rehearsal": is_active(), "manual_seed": seed}
+    return {
+        "dist": dist.is_initialized(),
+        "parallel": parallel_state.model_parallel_is_initialized(),
+        "rehearsal": is_active(),
+        "manual_seed": seed,
+    }
 
 
 def drive(lc: Lifecycle, scenario: dict[str, Any]) -> None:
@@ -215,5 +226,11 @@ def two_rank_disk_full(disk: str) -> dict[str, Any]:
         error = f"{type(exc).__name__}: {exc}"
     state = lc.state.name
     lc.shutdown()
-    return {"rank": rank, "error": error, "state": state, "log_fault": str(lc.log_fault),
-            "released": released(), "threads": thread_case}
+    return {
+        "rank": rank,
+        "error": error,
+        "state": state,
+        "log_fault": str(lc.log_fault),
+        "released": released(),
+        "threads": thread_case,
+    }

@@ -50,16 +50,20 @@ def bridge_installer() -> Any:
     if record_sha256(BRIDGE_SETUP) != BRIDGE_RECORD_SHA256:
         raise AssertionError(f"{BRIDGE_SETUP} is not the file Megatron-Bridge 0.3.1 ships")
     tree = ast.parse(BRIDGE_SETUP.read_text(), str(BRIDGE_SETUP))
-    node = next(n for n in tree.body
-                if isinstance(n, ast.FunctionDef) and n.name == "_update_model_config_funcs")
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_update_model_config_funcs")
     namespace: dict[str, Any] = {
-        "partial": partial, "Optional": Optional, "DistributedDataParallel": DistributedDataParallel,
+        "partial": partial,
+        "Optional": Optional,
+        "DistributedDataParallel": DistributedDataParallel,
         "DistributedDataParallelConfig": DistributedDataParallelConfig,
-        "finalize_model_grads": finalize_model_grads, "megatron_FSDP": FullyShardedDataParallel,
-        "MegatronOptimizer": MegatronOptimizer, "ProcessGroupCollection": ProcessGroupCollection,
+        "finalize_model_grads": finalize_model_grads,
+        "megatron_FSDP": FullyShardedDataParallel,
+        "MegatronOptimizer": MegatronOptimizer,
+        "ProcessGroupCollection": ProcessGroupCollection,
         "MegatronModule": MegatronModule,
         # Bridge's provider classes, used only in the signature's annotations.
-        "GPTModelProvider": object, "T5ModelProvider": object,
+        "GPTModelProvider": object,
+        "T5ModelProvider": object,
     }
     exec(compile(ast.Module(body=[node], type_ignores=[]), str(BRIDGE_SETUP), "exec"), namespace)
     return namespace["_update_model_config_funcs"]
@@ -67,8 +71,7 @@ def bridge_installer() -> Any:
 
 def bridge(model: list[Any], optimizer: Any, ddp_config: Any, provider_config: Any) -> None:
     """What Bridge's `setup()` does: its installer, given `cfg.model` (the provider's config)."""
-    bridge_installer()(model, provider_config, ddp_config, optimizer, align_grad_reduce=True,
-                       pg_collection=None)
+    bridge_installer()(model, provider_config, ddp_config, optimizer, align_grad_reduce=True, pg_collection=None)
 
 
 def megatron_core_version() -> tuple[int, int]:
@@ -89,7 +92,10 @@ def megatron_lm(model: list[Any], optimizer: Any, ddp_config: Any, provider_conf
     from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
     from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
 
-    namespace = {"DDP": DistributedDataParallel, "megatron_FSDP": FullyShardedDataParallel,
-                 "finalize_model_grads": finalize_model_grads}
+    namespace = {
+        "DDP": DistributedDataParallel,
+        "megatron_FSDP": FullyShardedDataParallel,
+        "finalize_model_grads": finalize_model_grads,
+    }
     lines = MEGATRON_LM_BLOCK.read_text().splitlines()
     run_train_block(lines, str(MEGATRON_LM_BLOCK), namespace, model, optimizer, ddp_config)

@@ -49,8 +49,7 @@ class PhaseCtx:
 def run_config(*, tp: int = 1, pp: int = 1, vpp: int | None = None, **sections: Any) -> RunConfig:
     layers = 4 if vpp else 2
     data: dict[str, Any] = {
-        "model": {"num_layers": layers, "hidden_size": 32, "num_attention_heads": 4,
-                  "seq_length": SEQ},
+        "model": {"num_layers": layers, "hidden_size": 32, "num_attention_heads": 4, "seq_length": SEQ},
         "parallel": {"tp": tp, "pp": pp, "vpp": vpp},
         "tokenizer": {"vocab_size": VOCAB},
         "training": {"micro_batch_size": MBS},
@@ -68,7 +67,8 @@ def parallel(tp: int = 1, pp: int = 1, vpp: int | None = None) -> Iterator[None]
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
     ps.initialize_model_parallel(
-        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
         virtual_pipeline_model_parallel_size=vpp,
     )
     model_parallel_cuda_manual_seed(1234)
@@ -131,8 +131,13 @@ def batches(n: int, seed: int = 0) -> list[dict[str, Any]]:
     out = []
     for _ in range(n):
         tokens = torch.randint(0, VOCAB, (MBS, SEQ), generator=gen)
-        out.append({"tokens": tokens, "labels": torch.roll(tokens, -1, 1),
-                    "position_ids": torch.arange(SEQ).unsqueeze(0).expand(MBS, SEQ)})
+        out.append(
+            {
+                "tokens": tokens,
+                "labels": torch.roll(tokens, -1, 1),
+                "position_ids": torch.arange(SEQ).unsqueeze(0).expand(MBS, SEQ),
+            }
+        )
     return out
 
 
@@ -163,9 +168,13 @@ def train_step(rt: Runtime, microbatches: int, *, forward_only: bool = False) ->
     fwd_bwd = get_forward_backward_func()
     iterators: Any = [iter(data) for _ in model] if len(model) > 1 else iter(data)
     losses = fwd_bwd(
-        forward_step_func=gpt_forward_step, data_iterator=iterators,
-        model=model if len(model) > 1 else model[0], num_microbatches=microbatches,
-        seq_length=SEQ, micro_batch_size=MBS, forward_only=forward_only,
+        forward_step_func=gpt_forward_step,
+        data_iterator=iterators,
+        model=model if len(model) > 1 else model[0],
+        num_microbatches=microbatches,
+        seq_length=SEQ,
+        micro_batch_size=MBS,
+        forward_only=forward_only,
     )
     ok = None
     if rt.optimizer is not None and not forward_only:

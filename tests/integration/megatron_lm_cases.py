@@ -20,8 +20,14 @@ def describe(value: Any, model: list[Any], optimizer: Any) -> Any:
     fn = getattr(value, "fn", value)  # the lifecycle's CountingFinalizer around megatron's function,
     fn = getattr(fn, "func", fn)  # which it binds to the model's process groups (functools.partial)
     entries = fn if isinstance(fn, list) else [fn]
-    owners = ["optimizer" if getattr(e, "__self__", None) is optimizer else
-              "chunk" if getattr(e, "__self__", None) in model else None for e in entries]
+    owners = [
+        "optimizer"
+        if getattr(e, "__self__", None) is optimizer
+        else "chunk"
+        if getattr(e, "__self__", None) in model
+        else None
+        for e in entries
+    ]
     return (getattr(entries[0], "__name__", repr(entries[0])), owners[0], len(entries) if isinstance(fn, list) else 1)
 
 
@@ -32,8 +38,9 @@ def _record(out: dict[str, Any]) -> None:
 
     original = training.train_step
 
-    def train_step(forward_step_func: Any, data_iterator: Any, model: Any, optimizer: Any,
-                   *rest: Any, **kw: Any) -> Any:
+    def train_step(
+        forward_step_func: Any, data_iterator: Any, model: Any, optimizer: Any, *rest: Any, **kw: Any
+    ) -> Any:
         config = get_model_config(model[0])
         if "slots" not in out:
             out["slots"] = {s: describe(getattr(config, s), list(model), optimizer) for s in SLOTS}
@@ -91,10 +98,15 @@ def _one_rank_call(provider: Any = None) -> Any:
     container = pretrain_cfg_container_from_args(args, None if provider is not None else gpt_config_from_args(args))
     import pretrain_gpt_tiny as script
 
-    return MegatronLMCall(cfg_container=container,
-                          train_valid_test_dataset_provider=script.train_valid_test_datasets_provider,
-                          model_type=ModelType.encoder_or_decoder, forward_step_func=script.forward_step,
-                          model_provider=provider, args=args, args_validated=True)
+    return MegatronLMCall(
+        cfg_container=container,
+        train_valid_test_dataset_provider=script.train_valid_test_datasets_provider,
+        model_type=ModelType.encoder_or_decoder,
+        forward_step_func=script.forward_step,
+        model_provider=provider,
+        args=args,
+        args_validated=True,
+    )
 
 
 def _tiny() -> list[str]:
@@ -118,8 +130,9 @@ def _startup(phases: Any, call: Any) -> dict[str, Any]:
     except Exception as exc:
         out = {"error": type(exc).__name__, "message": str(exc)}
     out["state"] = lc.state.name
-    out["violations"] = [{k: r.get(k) for k in ("target", "kind", "trigger")}
-                         for r in lc.records if r["event"] == "tripwire_violation"]
+    out["violations"] = [
+        {k: r.get(k) for k in ("target", "kind", "trigger")} for r in lc.records if r["event"] == "tripwire_violation"
+    ]
     out["entered"] = [r["dest"] for r in lc.records if r["event"] == "transition_completed"]
     return out
 
@@ -144,8 +157,7 @@ def misordered() -> dict[str, Any]:
 
     groups_in_services = MegatronLMPhases(call).around(State.SERVICES_READY, enter=groups_first)
     seeds_in_model = MegatronLMPhases(call).around(State.MODEL_BUILT, enter=seeds_first)
-    return {"groups_in_services": _startup(groups_in_services, call),
-            "seeds_in_model": _startup(seeds_in_model, call)}
+    return {"groups_in_services": _startup(groups_in_services, call), "seeds_in_model": _startup(seeds_in_model, call)}
 
 
 class BridgeLike:
@@ -175,17 +187,29 @@ def provider_shapes() -> dict[str, Any]:
     call = _one_rank_call(provider=lambda: None)
     model_cfg = gpt_config_from_args(call.args)
 
-    def keyword(pre_process: bool = True, post_process: bool = True, vp_stage: Any = None,
-                config: Any = None, pg_collection: Any = None) -> Any:
-        return GPTModelBuilder(model_cfg).build_model(pg_collection, pre_process=pre_process,
-                                                      post_process=post_process, vp_stage=vp_stage)
+    def keyword(
+        pre_process: bool = True,
+        post_process: bool = True,
+        vp_stage: Any = None,
+        config: Any = None,
+        pg_collection: Any = None,
+    ) -> Any:
+        return GPTModelBuilder(model_cfg).build_model(
+            pg_collection, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage
+        )
 
     def failing(pre_process: bool = True, post_process: bool = True) -> Any:
         raise RuntimeError("no weights here")
 
-    shapes = {"keyword": keyword, "lifecycle": gpt_provider, "builder": GPTModelBuilder(model_cfg),
-              "model_config": model_cfg, "bridge": BridgeLike(keyword), "refused": NotAProvider(),
-              "failing": failing}
+    shapes = {
+        "keyword": keyword,
+        "lifecycle": gpt_provider,
+        "builder": GPTModelBuilder(model_cfg),
+        "model_config": model_cfg,
+        "bridge": BridgeLike(keyword),
+        "refused": NotAProvider(),
+        "failing": failing,
+    }
     out = {}
     for label, provider in shapes.items():
         import dataclasses

@@ -13,11 +13,21 @@ from typing import Any
 from lifecycle import Lifecycle, RunConfig
 from states import State
 
-TINY = ["model.hidden_size=32", "model.num_attention_heads=4", "model.seq_length=16",
-        "training.micro_batch_size=1", "training.num_microbatches=2", "tokenizer.vocab_size=200",
-        "optimizer.lr=0.01"]
-DIST_OPT = ["ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=true",
-            "ddp.overlap_param_gather=true", "ddp.align_param_gather=true"]
+TINY = [
+    "model.hidden_size=32",
+    "model.num_attention_heads=4",
+    "model.seq_length=16",
+    "training.micro_batch_size=1",
+    "training.num_microbatches=2",
+    "tokenizer.vocab_size=200",
+    "optimizer.lr=0.01",
+]
+DIST_OPT = [
+    "ddp.use_distributed_optimizer=true",
+    "ddp.overlap_grad_reduce=true",
+    "ddp.overlap_param_gather=true",
+    "ddp.align_param_gather=true",
+]
 PP2_VPP2 = ["parallel.pp=2", "parallel.vpp=2", "model.num_layers=4"]
 SLOTS = ("finalize_model_grads_func", "grad_scale_func", "no_sync_func", "grad_sync_func", "param_sync_func")
 
@@ -36,7 +46,8 @@ def _lifecycle(*overrides: str) -> Iterator[Lifecycle]:
 def _events(lc: Lifecycle, *names: str) -> list[dict[str, Any]]:
     return [
         {k: v for k, v in r.items() if k not in ("ts", "seq", "prev", "hash", "run_id")}
-        for r in lc.records if r["event"] in names
+        for r in lc.records
+        if r["event"] in names
     ]
 
 
@@ -106,8 +117,9 @@ def dist_opt_train(*overrides: str, defer: bool = True) -> dict[str, Any]:
             "spread": _replica_spread(),
             "param_sync_restored": installed is None or id(config.param_sync_func) == installed,
             "param_sync": _shape(config.param_sync_func),
-            "records": _events(lc, "param_gather_deferred", "param_gather_resumed", "params_synced",
-                               "config_normalized"),
+            "records": _events(
+                lc, "param_gather_deferred", "param_gather_resumed", "params_synced", "config_normalized"
+            ),
             "hooks": [len(c.remove_forward_pre_hook_handles) > 0 for c in lc.runtime.model],
         }
         _CURRENT.clear()
@@ -126,8 +138,13 @@ def _one_step(lc: Lifecycle, step: int) -> float | None:
         chunk.zero_grad_buffer()
     rt.optimizer.zero_grad()
     losses = get_forward_backward_func()(
-        forward_step_func=train._forward_step, data_iterator=data, model=list(rt.model),
-        num_microbatches=2, seq_length=16, micro_batch_size=1, forward_only=False,
+        forward_step_func=train._forward_step,
+        data_iterator=data,
+        model=list(rt.model),
+        num_microbatches=2,
+        seq_length=16,
+        micro_batch_size=1,
+        forward_only=False,
     )
     rt.optimizer.step()
     return float(sum(x["lm loss"] for x in losses) / len(losses)) if losses else None
@@ -146,9 +163,17 @@ def hand_loop() -> dict[str, Any]:
         synced = lc.sync_params("before_checkpoint_save")
         out = {
             "results": [(h.result.step, h.result.finalizer_calls) for h in handles if h.result],
-            "spread_before_sync": before, "synced": synced, "spread_after_sync": _replica_spread(),
-            "records": _events(lc, "first_step_finalized", "step_completed", "param_gather_deferred",
-                               "param_gather_resumed", "params_synced"),
+            "spread_before_sync": before,
+            "synced": synced,
+            "spread_after_sync": _replica_spread(),
+            "records": _events(
+                lc,
+                "first_step_finalized",
+                "step_completed",
+                "param_gather_deferred",
+                "param_gather_resumed",
+                "params_synced",
+            ),
         }
         _CURRENT.clear()
     return out
@@ -194,8 +219,11 @@ def failing_first_step() -> dict[str, Any]:
             "param_sync_restored": id(config.param_sync_func) == installed,
         }
         out["retry"] = [r.finalizer_calls for r in train_steps(lc, 2)]
-        out["records"] = [r["event"] for r in lc.records if r["event"] in (
-            "param_gather_deferred", "param_gather_resumed", "step_completed", "first_step_finalized")]
+        out["records"] = [
+            r["event"]
+            for r in lc.records
+            if r["event"] in ("param_gather_deferred", "param_gather_resumed", "step_completed", "first_step_finalized")
+        ]
         old = weakref.ref(lc.runtime.model[0])
         lc.rebuild()
         gc.collect()

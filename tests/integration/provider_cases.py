@@ -13,17 +13,22 @@ VOCAB = 1024  # the tiny-gpt preset's 1000 tokens padded to a multiple of 128
 def ours(config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any) -> Any:
     from lifecycle.megatron.providers import gpt_provider
 
-    return gpt_provider(config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage,
-                        inputs=inputs)
+    return gpt_provider(config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage, inputs=inputs)
 
 
 def _gpt(config: Any, pre_process: bool, post_process: bool, vp_stage: int | None = None) -> Any:
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    return GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=VOCAB,
-                    max_sequence_length=32, pre_process=pre_process, post_process=post_process,
-                    vp_stage=vp_stage)
+    return GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(),
+        vocab_size=VOCAB,
+        max_sequence_length=32,
+        pre_process=pre_process,
+        post_process=post_process,
+        vp_stage=vp_stage,
+    )
 
 
 def core_transformer_config_from_args() -> Any:
@@ -60,8 +65,7 @@ def _module_class() -> Any:
     return torch.nn.Module
 
 
-def hides_config(config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None,
-                 inputs: Any) -> Any:
+def hides_config(config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any) -> Any:
     """A wrapper that keeps the model as `.net`: megatron cannot reach `.config`."""
 
     class Wrapper(_module_class()):  # type: ignore[misc]
@@ -69,8 +73,7 @@ def hides_config(config: Any, *, pre_process: bool, post_process: bool, vp_stage
             super().__init__()
             self.net = net
 
-    return Wrapper(ours(config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage,
-                        inputs=inputs))
+    return Wrapper(ours(config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage, inputs=inputs))
 
 
 def returns_list(config: Any, **kwargs: Any) -> Any:
@@ -91,8 +94,7 @@ def returns_none(config: Any, **kwargs: Any) -> Any:
     return None
 
 
-def two_deep_copying(config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None,
-                     inputs: Any) -> Any:
+def two_deep_copying(config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any) -> Any:
     """Outer(.module=Inner(.module=GPTModel)) on a deep copy of the config: megatron reaches the
     copy through `.module` twice."""
     base = _module_class()
@@ -108,6 +110,7 @@ def two_deep_copying(config: Any, *, pre_process: bool, post_process: bool, vp_s
         def set_input_tensor(self, tensor: Any) -> None:
             self.module.set_input_tensor(tensor)
 
-    gpt = ours(copy.deepcopy(config), pre_process=pre_process, post_process=post_process, vp_stage=vp_stage,
-               inputs=inputs)
+    gpt = ours(
+        copy.deepcopy(config), pre_process=pre_process, post_process=post_process, vp_stage=vp_stage, inputs=inputs
+    )
     return Wrap(Wrap(gpt))

@@ -15,8 +15,15 @@ from typing import Any
 from lifecycle import Lifecycle, LifecycleError, RunConfig
 from states import State
 
-TINY = ["model.num_layers=2", "model.hidden_size=32", "model.num_attention_heads=4", "model.seq_length=16",
-        "training.micro_batch_size=1", "training.num_microbatches=2", "tokenizer.vocab_size=200"]
+TINY = [
+    "model.num_layers=2",
+    "model.hidden_size=32",
+    "model.num_attention_heads=4",
+    "model.seq_length=16",
+    "training.micro_batch_size=1",
+    "training.num_microbatches=2",
+    "tokenizer.vocab_size=200",
+]
 
 
 def _config(*overrides: str) -> RunConfig:
@@ -130,8 +137,7 @@ def restart_rebinds(log_dir: str, provider: Any) -> dict[str, Any]:
         second = lc.runtime.binding.log_fields()
         steps = _train(lc, 1)
         generation = lc.runtime.generation
-    return {"first": first, "second": second, "steps": steps, "generation": generation,
-            "log": str(lc.log_path)}
+    return {"first": first, "second": second, "steps": steps, "generation": generation, "log": str(lc.log_path)}
 
 
 def drift(log_dir: str) -> dict[str, Any]:

@@ -15,8 +15,16 @@ from typing import Any
 def config(root: str, name: str, *overrides: str) -> Any:
     from lifecycle import RunConfig
 
-    return RunConfig.preset("tiny-gpt", ["model.hidden_size=32", f"logging.log_dir={root}/{name}/logs",
-                                         f"checkpoint.save={root}/{name}/ck", "startup.timeout_s=30", *overrides])
+    return RunConfig.preset(
+        "tiny-gpt",
+        [
+            "model.hidden_size=32",
+            f"logging.log_dir={root}/{name}/logs",
+            f"checkpoint.save={root}/{name}/ck",
+            "startup.timeout_s=30",
+            *overrides,
+        ],
+    )
 
 
 def weights_digest(lc: Any) -> str:
@@ -39,14 +47,20 @@ def counts(lc: Any) -> dict[str, int]:
     model = list(lc.runtime.model or ())
     chunks = unwrap_model(model)
     pre_hooks = sum(len(m._forward_pre_hooks) for c in chunks for m in c.modules())
-    grad_hooks = sum(len(getattr(p, "_post_accumulate_grad_hooks", None) or {}) for c in chunks
-                     for p in c.parameters())
+    grad_hooks = sum(len(getattr(p, "_post_accumulate_grad_hooks", None) or {}) for c in chunks for p in c.parameters())
     groups = len(dist.distributed_c10d._world.pg_names) if dist.is_initialized() else 0
     config = lc.runtime.transformer_config
     slots = sum(getattr(config, s, None) is not None for s in ("finalize_model_grads_func", "grad_scale_func"))
-    return {"forward_pre_hooks": pre_hooks, "grad_hooks": grad_hooks, "callbacks": slots,
-            "threads": threading.active_count(), "fds": len(os.listdir("/proc/self/fd")),
-            "process_groups": groups, "ledger": len(lc.ledger), "children": len(multiprocessing.active_children())}
+    return {
+        "forward_pre_hooks": pre_hooks,
+        "grad_hooks": grad_hooks,
+        "callbacks": slots,
+        "threads": threading.active_count(),
+        "fds": len(os.listdir("/proc/self/fd")),
+        "process_groups": groups,
+        "ledger": len(lc.ledger),
+        "children": len(multiprocessing.active_children()),
+    }
 
 
 def worker_batches() -> Any:
@@ -129,8 +143,12 @@ def sabotaged(root: str, name: str) -> dict[str, Any]:
             lc.restart()
             error: dict[str, Any] = {}
         except LifecycleError as exc:  # the engine re-raises the ResourceLeak, the lifecycle FAILED
-            error = {"type": type(exc).__name__, "resource": getattr(exc, "resource", None),
-                     "state": getattr(exc, "state", None), "message": str(exc)}
+            error = {
+                "type": type(exc).__name__,
+                "resource": getattr(exc, "resource", None),
+                "state": getattr(exc, "state", None),
+                "message": str(exc),
+            }
         finally:
             tracker.reset = reset  # type: ignore[method-assign]
             kept.clear()

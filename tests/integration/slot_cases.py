@@ -33,8 +33,7 @@ def _validated(overrides: dict[str, Any], pp: int, vpp: int | None) -> Any:
     from states import Trigger
 
     run = mc.run_config(pp=pp, vpp=vpp, ddp=overrides, training={"num_microbatches": 2})
-    ctx = mc.PhaseCtx(Runtime(config=run), trigger=Trigger.VALIDATE,
-                      options=Options(environment_checks=False))
+    ctx = mc.PhaseCtx(Runtime(config=run), trigger=Trigger.VALIDATE, options=Options(environment_checks=False))
     return validated.enter(ctx).config
 
 
@@ -64,9 +63,15 @@ def interleaved_one_chunk() -> dict[str, Any]:
         rt = ctx.runtime
         model, scheduler = list(rt.model or ()), mc.config_of(rt)
         schedule = get_forward_backward_func()
-        schedule(forward_step_func=mc.gpt_forward_step, data_iterator=[iter(mc.batches(2))],
-                 model=model, num_microbatches=2, seq_length=mc.SEQ, micro_batch_size=mc.MBS,
-                 forward_only=False)
+        schedule(
+            forward_step_func=mc.gpt_forward_step,
+            data_iterator=[iter(mc.batches(2))],
+            model=model,
+            num_microbatches=2,
+            seq_length=mc.SEQ,
+            micro_batch_size=mc.MBS,
+            forward_only=False,
+        )
         after_step = {s: type(getattr(scheduler, s)).__name__ for s in SLOTS}
         mc.release_all(ctx)
         unbound = ctx.last("callbacks_unbound")["slots"]

@@ -59,7 +59,13 @@ def test_the_readme_snippet_runs_with_two_ranks_as_the_readme_says(tmp_path: Pat
     (tmp_path / "snippet.py").write_text(snippet)
     bin_dir = Path(sys.executable).parent
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": os.environ.get("HOME", "/tmp")}
-    done = subprocess.run(["torchrun", "--master-port", str(_free_port()), "--nproc-per-node", "2", "snippet.py"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    done = subprocess.run(
+        ["torchrun", "--master-port", str(_free_port()), "--nproc-per-node", "2", "snippet.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "runs" / "x").iterdir()) == [LOCK, "rank-00000.jsonl", "rank-00001.jsonl"]

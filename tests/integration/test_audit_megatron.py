@@ -17,8 +17,9 @@ pytestmark = pytest.mark.slow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ENTRY_MODULES = [f"lifecycle.megatron.{s}" for s in (
-    "validated", "services_ready", "distributed", "model_built", "callbacks_bound")]
+ENTRY_MODULES = [
+    f"lifecycle.megatron.{s}" for s in ("validated", "services_ready", "distributed", "model_built", "callbacks_bound")
+]
 CASES = [
     ("dp2", "training", (), {"steps": 1}),
     ("rebuild-copying", "rebuild", ("copying",), {}),
@@ -59,5 +60,11 @@ def test_a_real_two_rank_run_passes_every_rule(real_logs: Path, label: str) -> N
 def test_the_critical_chain_of_a_real_run_covers_the_whole_startup(real_logs: Path) -> None:
     chain = critical_chain(audit([str(real_logs / "dp2")], jobs=1).ranks)
     assert [link.state for link in chain][:6] == [  # the heavy imports first: their own step
-        "imports", "VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"]
+        "imports",
+        "VALIDATED",
+        "SERVICES_READY",
+        "DISTRIBUTED",
+        "MODEL_BUILT",
+        "CALLBACKS_BOUND",
+    ]
     assert all(link.duration >= 0 for link in chain)

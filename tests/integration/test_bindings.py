@@ -47,9 +47,7 @@ def _matrix_case(kind: str, chunks: int, overlap: bool) -> dict[str, Any]:
             "report": report.log_fields(),
             "scheduler_id": hex(id(scheduler)),
             "slots_present": {s: _shape(getattr(scheduler, s)) for s in report.slots},
-            "finalizer_is_counting": (
-                scheduler.finalize_model_grads_func is report.watchdog.finalizer
-            ),
+            "finalizer_is_counting": (scheduler.finalize_model_grads_func is report.watchdog.finalizer),
             "provider_has_finalizer": rt.provider_config.finalize_model_grads_func is not None,
             "nested_is_scheduler": None if nested is None else nested is scheduler,
             "step": mc.train_step(rt, 2 if chunks == 2 else 3),
@@ -71,9 +69,12 @@ def _rebuild_case(provider: str) -> dict[str, Any]:
         freed = old_chunk() is None and old_opt() is None
         ctx = mc.bind(mc.build(ctx.runtime.config, provider))
         return {
-            "old_target": old_target, "new": ctx.runtime.binding.log_fields(),
-            "scheduler_id": hex(id(mc.config_of(ctx.runtime))), "unbound": unbound,
-            "old_freed": freed, "step": mc.train_step(ctx.runtime, 3),
+            "old_target": old_target,
+            "new": ctx.runtime.binding.log_fields(),
+            "scheduler_id": hex(id(mc.config_of(ctx.runtime))),
+            "unbound": unbound,
+            "old_freed": freed,
+            "step": mc.train_step(ctx.runtime, 3),
         }
 
 
@@ -156,10 +157,7 @@ def _all_cases() -> dict[str, Any]:
 
     with mc.rehearsal_group():
         return {
-            "matrix": {
-                (k, c, o): _matrix_case(k, c, o)
-                for k in KINDS for c in (1, 2) for o in (False, True)
-            },
+            "matrix": {(k, c, o): _matrix_case(k, c, o) for k in KINDS for c in (1, 2) for o in (False, True)},
             "rebuild": {p: _rebuild_case(p) for p in ("gpt", "copying")},
             "unbind": {u: _unbind_case(u) for u in (True, False)},
             "conflict": _conflict_case(),
@@ -206,9 +204,7 @@ def test_sync_slots_follow_the_one_entry_per_chunk_contract(
 
 
 @pytest.mark.parametrize("provider", ["gpt", "copying"])
-def test_rebuild_binds_to_the_rebuilt_model_and_frees_the_old_one(
-    ranks: list[dict[str, Any]], provider: str
-) -> None:
+def test_rebuild_binds_to_the_rebuilt_model_and_frees_the_old_one(ranks: list[dict[str, Any]], provider: str) -> None:
     for result in ranks:
         case = result["rebuild"][provider]
         assert case["unbound"]["target_id"] == case["old_target"]
@@ -221,8 +217,11 @@ def test_rebuild_binds_to_the_rebuilt_model_and_frees_the_old_one(
 
 def test_unbinding_lets_the_old_model_and_optimizer_be_freed(ranks: list[dict[str, Any]]) -> None:
     case = ranks[0]["unbind"][True]
-    assert case == {"model_freed": True, "optimizer_freed": True,
-                    "slots": {"no_sync_func": False, "grad_scale_func": False}}
+    assert case == {
+        "model_freed": True,
+        "optimizer_freed": True,
+        "slots": {"no_sync_func": False, "grad_scale_func": False},
+    }
 
 
 def test_without_unbinding_a_surviving_config_keeps_the_old_model_alive(

@@ -45,7 +45,8 @@ def _generation(lc: Any, provider: SwitchingProvider, mode: str, targets: list[A
     old = weakref.ref(lc.runtime.model[0]), weakref.ref(lc.runtime.optimizer)
     scheduler = get_model_config(lc.runtime.model[0])
     out = {
-        "target_id": binding.target_id, "copied": binding.copied,
+        "target_id": binding.target_id,
+        "copied": binding.copied,
         "on_scheduler": binding.target_id == hex(id(scheduler)),
         # an address can be reused once the old config is freed: compare objects, not ids
         "new_target": all(ref() is not scheduler for ref in targets),
@@ -54,8 +55,7 @@ def _generation(lc: Any, provider: SwitchingProvider, mode: str, targets: list[A
     targets.append(weakref.ref(scheduler))
     del scheduler
     lc.rebuild()
-    out["after_rebuild"] = (lc.state.name, lc.runtime.model, lc.runtime.binding,
-                            lc.runtime.distributed)
+    out["after_rebuild"] = (lc.state.name, lc.runtime.model, lc.runtime.binding, lc.runtime.distributed)
     gc.collect()
     out["old_freed"] = old[0]() is None and old[1]() is None
     return out
@@ -84,9 +84,7 @@ def ranks() -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("index", range(len(SEQUENCE)))
-def test_rebuild_through_the_lifecycle_binds_to_the_rebuilt_model(
-    ranks: list[dict[str, Any]], index: int
-) -> None:
+def test_rebuild_through_the_lifecycle_binds_to_the_rebuilt_model(ranks: list[dict[str, Any]], index: int) -> None:
     for result in ranks:
         case = result["generations"][index]
         assert case["copied"] is (SEQUENCE[index] == "copying")

@@ -23,8 +23,13 @@ from tests.integration.test_slot_table import TABLE
 
 pytestmark = pytest.mark.slow
 
-BRIDGE_SLOTS = {"finalize_model_grads_func": "missing", "grad_scale_func": "missing",
-                "no_sync_func": "ok", "grad_sync_func": "ok", "param_sync_func": "ok"}
+BRIDGE_SLOTS = {
+    "finalize_model_grads_func": "missing",
+    "grad_scale_func": "missing",
+    "no_sync_func": "ok",
+    "grad_sync_func": "ok",
+    "param_sync_func": "ok",
+}
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +90,7 @@ def test_the_guard_skips_forward_only_steps_and_catches_a_step_that_finalizes_tw
 
 
 @pytest.mark.parametrize("label", list(TABLE))
-def test_every_slot_table_configuration_bound_by_bind_callbacks_is_ok(
-    ranks: list[dict[str, Any]], label: str
-) -> None:
+def test_every_slot_table_configuration_bound_by_bind_callbacks_is_ok(ranks: list[dict[str, Any]], label: str) -> None:
     for rank in ranks:
         for kind in ("report", "strict"):
             report = rank["table"][label][kind]
@@ -96,9 +99,7 @@ def test_every_slot_table_configuration_bound_by_bind_callbacks_is_ok(
 
 
 @pytest.mark.parametrize("label", list(TABLE))
-def test_each_slot_corrupted_alone_is_wrong_naming_that_slot(
-    ranks: list[dict[str, Any]], label: str
-) -> None:
+def test_each_slot_corrupted_alone_is_wrong_naming_that_slot(ranks: list[dict[str, Any]], label: str) -> None:
     chunks = TABLE[label][1]
     for rank in ranks:
         corrupted = rank["table"][label]["corrupted"]
@@ -114,8 +115,11 @@ def test_a_rebuild_without_a_rebind_leaves_a_stale_binding(ranks: list[dict[str,
         case = rank["stale"]
         assert case["verdict"] == "stale"
         assert case["verdicts"] == {
-            "finalize_model_grads_func": "ok", "grad_scale_func": "stale", "no_sync_func": "stale",
-            "grad_sync_func": "stale", "param_sync_func": "ok",
+            "finalize_model_grads_func": "ok",
+            "grad_scale_func": "stale",
+            "no_sync_func": "stale",
+            "grad_sync_func": "stale",
+            "param_sync_func": "ok",
         }
         assert "rebind after the rebuild" in case["error"]["message"]
         assert case["old_model_ok"] == "ok"

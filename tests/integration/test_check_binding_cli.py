@@ -15,13 +15,18 @@ pytestmark = pytest.mark.slow
 
 
 def lifecycle(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lifecycle", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_bridge_0_3_1_as_the_users_binder_on_a_copying_provider_prints_missing_and_exits_1() -> None:
-    done = lifecycle("check-binding", "--provider", "copying",
-                     "--binder", "tests.integration.foreign_binders:bridge")
+    done = lifecycle("check-binding", "--provider", "copying", "--binder", "tests.integration.foreign_binders:bridge")
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     heads = [line for line in lines if line.startswith("rank ")]
@@ -29,14 +34,25 @@ def test_bridge_0_3_1_as_the_users_binder_on_a_copying_provider_prints_missing_a
     assert all("binding check: missing" in h for h in heads)
     finalizer = [line for line in lines if line.strip().startswith("finalize_model_grads_func")]
     assert len(finalizer) == 2
-    assert all("missing" in line and "(provider config), which the scheduler never reads" in line
-               for line in finalizer)
+    assert all("missing" in line and "(provider config), which the scheduler never reads" in line for line in finalizer)
 
 
 def test_the_lifecycle_binder_with_overlap_on_two_chunks_prints_ok_and_exits_0() -> None:
-    done = lifecycle("check-binding", "--provider", "copying", "--binder", "lifecycle",
-                     "--set", "parallel.pp=2", "--set", "parallel.vpp=2", "--set", "model.num_layers=4",
-                     "--set", "ddp.overlap_grad_reduce=true")
+    done = lifecycle(
+        "check-binding",
+        "--provider",
+        "copying",
+        "--binder",
+        "lifecycle",
+        "--set",
+        "parallel.pp=2",
+        "--set",
+        "parallel.vpp=2",
+        "--set",
+        "model.num_layers=4",
+        "--set",
+        "ddp.overlap_grad_reduce=true",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("binding check: ok") == 2 and "2 chunks" in done.stdout
     assert done.stdout.count(" ok ") >= 10

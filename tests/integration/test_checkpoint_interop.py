@@ -40,8 +40,11 @@ def _config(root: str, name: str, *overrides: str) -> Any:
 
 
 def _digests(lc: Any) -> list[str]:
-    return [hashlib.sha256(p.detach().cpu().numpy().tobytes()).hexdigest()[:16]
-            for chunk in lc.runtime.model or () for p in chunk.parameters()]
+    return [
+        hashlib.sha256(p.detach().cpu().numpy().tobytes()).hexdigest()[:16]
+        for chunk in lc.runtime.model or ()
+        for p in chunk.parameters()
+    ]
 
 
 def _run(config: Any, steps: int, provider: Any) -> dict[str, Any]:
@@ -56,8 +59,10 @@ def _run(config: Any, steps: int, provider: Any) -> dict[str, Any]:
             lc.advance_to(State.CALLBACKS_BOUND)
             from megatron.core.utils import unwrap_model
 
-            out: dict[str, Any] = {"model": type(unwrap_model(list(lc.runtime.model or ()))[0]).__name__,
-                                   "loaded": _digests(lc)}
+            out: dict[str, Any] = {
+                "model": type(unwrap_model(list(lc.runtime.model or ()))[0]).__name__,
+                "loaded": _digests(lc),
+            }
             start = checkpoint_step(lc.runtime)
             out["losses"] = [(r.step, r.loss) for r in train_steps(lc, steps)]
             out["saved"] = _digests(lc)
@@ -102,7 +107,8 @@ def _loaded_event(root: Path, name: str, rank: int) -> dict[str, Any]:
 
 
 def test_a_gptmodel_checkpoint_resumes_in_the_hybridmodel_with_its_weights_and_optimizer_state(
-    cases: list[dict[str, Any]], root: Path,
+    cases: list[dict[str, Any]],
+    root: Path,
 ) -> None:
     for index, rank in enumerate(cases):
         first, second = rank["first"], rank["second"]
@@ -130,7 +136,8 @@ def test_a_hybridmodel_checkpoint_into_a_gptmodel_is_refused_naming_both_and_the
 
 
 def test_the_gptmodel_checkpoint_is_resharded_onto_a_two_stage_hybridmodel_pipeline(
-    cases: list[dict[str, Any]], root: Path,
+    cases: list[dict[str, Any]],
+    root: Path,
 ) -> None:
     """Saved with pp=1 (dp=2), resumed with pp=2: each stage's HybridModel layers (`*-|*-`) get
     their GPT block's saved weights, every one of them (none keeps its fresh initialization)."""

@@ -91,8 +91,11 @@ def _restart_case(root: str) -> dict[str, Any]:
 
 DISTOPT = {
     "distopt": ["ddp.use_distributed_optimizer=true"],
-    "distopt-overlap": ["ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=true",
-                        "ddp.overlap_param_gather=true"],
+    "distopt-overlap": [
+        "ddp.use_distributed_optimizer=true",
+        "ddp.overlap_grad_reduce=true",
+        "ddp.overlap_param_gather=true",
+    ],
 }
 
 
@@ -180,8 +183,12 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A 4 MiB tmpfs for checkpoints (one save of the tiny model fits), or '' where none can be mounted."""
     where = tmp_path_factory.mktemp("ckdisk")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)],
-                             capture_output=True, check=False).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
     yield str(where) if mounted else ""
     if mounted:
         subprocess.run(["umount", str(where)], check=False)
@@ -232,7 +239,9 @@ def test_distributed_optimizer_checkpoints_without_apex_or_te_are_refused_at_val
 
 def test_a_save_is_published_only_once_every_rank_has_written_it(root: Path, cases: list[dict[str, Any]]) -> None:
     assert sorted(p.name for p in (root / "plain-ck").iterdir()) == [
-        "iter_0000003", "latest_checkpointed_iteration.txt"]
+        "iter_0000003",
+        "latest_checkpointed_iteration.txt",
+    ]
     assert (root / "plain-ck" / "iter_0000003" / "metadata.json").is_file()
 
 
@@ -254,9 +263,7 @@ def test_an_empty_checkpoint_directory_is_refused_at_validated(cases: list[dict[
         assert "checkpoint.load" in empty["message"] and "holds no checkpoint" in empty["message"]
 
 
-def test_random_bytes_in_a_checkpoint_are_refused_naming_the_file_and_the_field(
-    cases: list[dict[str, Any]]
-) -> None:
+def test_random_bytes_in_a_checkpoint_are_refused_naming_the_file_and_the_field(cases: list[dict[str, Any]]) -> None:
     for rank in cases:
         random = rank["random"]
         assert random["error"] in ("ConfigError", "DistributedError"), random

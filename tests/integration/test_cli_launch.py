@@ -33,10 +33,17 @@ def _job_id_with_a_free_port() -> int:
 
 def _two_tasks(env_of: dict[int, dict[str, str]], logs: Path, *args: str) -> list[tuple[str, str]]:
     """Start `lifecycle run` as tasks 0 and 1, each with only PYTHONPATH, PATH and `env_of[task]`."""
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "lifecycle", "run", *args, "--log-dir", str(logs), "--set", "model.hidden_size=32"],
-        cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **env_of[task]},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for task in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "lifecycle", "run", *args, "--log-dir", str(logs), "--set", "model.hidden_size=32"],
+            cwd=ROOT,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **env_of[task]},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for task in (0, 1)
+    ]
     outputs = []
     try:
         outputs = [p.communicate(timeout=300) for p in procs]
@@ -60,9 +67,17 @@ def _assert_ranks_0_and_1_bound(logs: Path, run_id: str) -> None:
 
 def test_two_srun_tasks_with_only_slurm_variables_reach_callbacks_bound_as_ranks_0_and_1(tmp_path: Path) -> None:
     job, logs = _job_id_with_a_free_port(), tmp_path / "logs"
-    env_of = {task: {"SLURM_PROCID": str(task), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(task),
-                     "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": str(job), "SLURM_STEP_ID": "0"}
-              for task in (0, 1)}
+    env_of = {
+        task: {
+            "SLURM_PROCID": str(task),
+            "SLURM_NTASKS": "2",
+            "SLURM_LOCALID": str(task),
+            "SLURM_JOB_NODELIST": "localhost",
+            "SLURM_JOB_ID": str(job),
+            "SLURM_STEP_ID": "0",
+        }
+        for task in (0, 1)
+    }
     outputs = _two_tasks(env_of, logs, "--steps", "1")
     assert "2 rank(s)" in outputs[0][0] and "✓ CALLBACKS_BOUND" in outputs[0][0]
     _assert_ranks_0_and_1_bound(logs, f"slurm-{job}.0")
@@ -74,17 +89,30 @@ def test_two_mpirun_ranks_with_only_open_mpi_variables_reach_callbacks_bound_as_
     """What Open MPI 4 sets in each rank of `mpirun -n 2` on one node; the rendezvous is derived
     (127.0.0.1, a port from the job id)."""
     job, logs = _job_id_with_a_free_port(), tmp_path / "logs"
-    env_of = {rank: {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "2",
-                     "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
-                     "OMPI_MCA_ess_base_jobid": str(job)} for rank in (0, 1)}
+    env_of = {
+        rank: {
+            "OMPI_COMM_WORLD_RANK": str(rank),
+            "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "OMPI_MCA_ess_base_jobid": str(job),
+        }
+        for rank in (0, 1)
+    }
     outputs = _two_tasks(env_of, logs, "--steps", "0")
     assert "2 rank(s)" in outputs[0][0] and "✓ CALLBACKS_BOUND" in outputs[0][0]
     _assert_ranks_0_and_1_bound(logs, f"ompi-{job}")
 
 
 def _lifecycle(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lifecycle", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=400, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=400,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_lifecycle_run_saves_after_its_steps_and_a_second_run_continues_from_the_checkpoint(tmp_path: Path) -> None:
@@ -107,11 +135,36 @@ def test_two_launchers_as_two_nodes_meet_at_the_rendezvous_endpoint_and_share_on
     from lifecycle.engine.launch import free_port
 
     endpoint, logs = f"127.0.0.1:{free_port()}", tmp_path / "logs"
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "lifecycle", "run", "--nproc", "1", "--nnodes", "2", "--node-rank", str(node),
-         "--rdzv-endpoint", endpoint, "--steps", "1", "--log-dir", str(logs), "--set", "model.hidden_size=32"],
-        cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True) for node in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lifecycle",
+                "run",
+                "--nproc",
+                "1",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--rdzv-endpoint",
+                endpoint,
+                "--steps",
+                "1",
+                "--log-dir",
+                str(logs),
+                "--set",
+                "model.hidden_size=32",
+            ],
+            cwd=ROOT,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
     outputs = []
     try:
         outputs = [p.communicate(timeout=300) for p in procs]

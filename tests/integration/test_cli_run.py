@@ -14,14 +14,31 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def lifecycle(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lifecycle", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_two_rank_run_reaches_callbacks_bound_trains_and_audits_clean(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    run = lifecycle("run", "--preset", "tiny-gpt", "--nproc", "2", "--steps", "2", "--log-dir", str(logs),
-                    "--set", "model.hidden_size=32")
+    run = lifecycle(
+        "run",
+        "--preset",
+        "tiny-gpt",
+        "--nproc",
+        "2",
+        "--steps",
+        "2",
+        "--log-dir",
+        str(logs),
+        "--set",
+        "model.hidden_size=32",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     for state in ("VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"):
         assert f"✓ {state}" in run.stdout
@@ -37,12 +54,26 @@ def test_two_rank_run_reaches_callbacks_bound_trains_and_audits_clean(tmp_path: 
 
 
 def test_an_invalid_config_fails_at_validated_with_every_problem_named_and_exit_1(tmp_path: Path) -> None:
-    run = lifecycle("run", "--preset", "tiny-gpt", "--log-dir", str(tmp_path / "logs"),
-                    "--set", "parallel.tp=3", "--set", "model.num_layers=3", "--set", "parallel.pp=2")
+    run = lifecycle(
+        "run",
+        "--preset",
+        "tiny-gpt",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--set",
+        "parallel.tp=3",
+        "--set",
+        "model.num_layers=3",
+        "--set",
+        "parallel.pp=2",
+    )
     assert run.returncode == 1
     assert "ConfigError" in run.stderr and "num_attention_heads" in run.stderr and "num_layers" in run.stderr
-    records = [json.loads(x) for x in (tmp_path / "logs" / "rank-00000.jsonl").read_text().splitlines()] \
-        if (tmp_path / "logs").exists() else []
+    records = (
+        [json.loads(x) for x in (tmp_path / "logs" / "rank-00000.jsonl").read_text().splitlines()]
+        if (tmp_path / "logs").exists()
+        else []
+    )
     assert not any(r["event"] == "side_effect" for r in records)
 
 

@@ -60,6 +60,7 @@ def test_rank_1_names_rank_0_when_the_store_host_never_starts(tmp_path: Path) ->
     assert result.returncode == {1: 1}
     assert _last_record_after_fault(result, 1) <= 20.0 + 10.0
 
+
 def test_rank_0_fails_with_peer_failed_naming_rank_1_when_rank_1_raises_in_model_built(tmp_path: Path) -> None:
     result = run_case("raise_in_model_built", 600.0, tmp_path)
     peer = result.events(0, "peer_failed")
@@ -93,6 +94,7 @@ def test_a_sigterm_on_rank_1_in_model_built_is_broadcast_and_rank_0_names_it(tmp
     assert _last_record_after_fault(result, 0) <= 10.0
     assert _exit_after_fault(result, 0) <= 10.0 + TEARDOWN_S
 
+
 def test_rank_0_exits_within_the_deadline_when_rank_1_is_sigkilled_in_distributed(tmp_path: Path) -> None:
     result = run_case("kill_in_distributed", 20.0, tmp_path)
     assert result.returncode[1] == -9
@@ -112,6 +114,7 @@ def test_rank_0_names_rank_1_sigkilled_in_model_built_instead_of_blaming_itself(
     assert result.returncode[0] == 1  # it got control back and shut down in order
     assert _last_record_after_fault(result, 0) <= 20.0
     assert _exit_after_fault(result, 0) <= 20.0 + TEARDOWN_S
+
 
 # -- after startup: a fault at training step 2 ------------------------------------------------------
 def _steps_done(result: CaseResult, rank: int) -> list[int]:
@@ -135,7 +138,8 @@ def test_a_sigkill_at_step_2_is_named_by_the_survivor_which_shuts_down(tmp_path:
     result = run_case("kill_at_step_2", 600.0, tmp_path)
     peer = result.events(0, "peer_failed")
     assert [(p["peer_rank"], p["peer_state"], p["error"].split(" (")[0]) for p in peer] == [
-        (1, "CALLBACKS_BOUND", "its process")]
+        (1, "CALLBACKS_BOUND", "its process")
+    ]
     assert result.returncode == {0: 1, 1: -9}
     assert _last_record_after_fault(result, 0) <= 10.0
 
@@ -181,8 +185,9 @@ def test_check_in_times_out_naming_every_rank_that_did_not_arrive() -> None:
     with pytest.raises(DistributedError, match=r"after 1 s: 2 of 4 ranks arrived; missing: ranks 1, 3\."):
         watch.check_in(ctx)
     assert time.monotonic() - started < 5
-    assert ctx.emitted == [("state_timeout", {"state": "DISTRIBUTED", "trigger": "init_distributed",
-                                              "timeout_s": 1.0, "missing": [1, 3]})]
+    assert ctx.emitted == [
+        ("state_timeout", {"state": "DISTRIBUTED", "trigger": "init_distributed", "timeout_s": 1.0, "missing": [1, 3]})
+    ]
     first = watch.first_failure()
     assert first is not None and (first.rank, first.kind) == (0, "timeout")
 
@@ -194,16 +199,14 @@ def test_a_failure_inside_a_watched_state_is_published_once_and_the_first_one_wi
         raise ValueError("boom")
     rank1.publish(Failure(rank=1, state="CALLBACKS_BOUND", error="later", kind="exception"))
     rank0 = RankWatch(store, rank=0, world_size=2, timeout_s=600.0)
-    assert rank0.peer_failure() == Failure(rank=1, state="MODEL_BUILT", error="ValueError: boom",
-                                           kind="exception")
+    assert rank0.peer_failure() == Failure(rank=1, state="MODEL_BUILT", error="ValueError: boom", kind="exception")
     assert rank1.failed and rank1.peer_failure() is None
 
 
 def test_rank_0_publishes_a_lost_peer_whose_heartbeat_stops_and_ends_its_blocked_state() -> None:
     store, ctx = _store(2), _ctx(20.0)
     exits: list[int] = []
-    watch = RankWatch(store, rank=0, world_size=2, timeout_s=20.0, poll_s=0.1, grace_s=0.5,
-                      exit_process=exits.append)
+    watch = RankWatch(store, rank=0, world_size=2, timeout_s=20.0, poll_s=0.1, grace_s=0.5, exit_process=exits.append)
     store.add("alive/1", 1)  # rank 1 checked in, then never beat again
     store.set("state/1", b"DISTRIBUTED")
     watch.start()
@@ -225,8 +228,7 @@ def test_a_collective_state_that_runs_out_of_time_logs_state_timeout_and_fails_n
     expected = r"MODEL_BUILT timed out after 0.5 s on rank 0 .*startup.timeout_s"
     with pytest.raises(DistributedError, match=expected), watch.phase(ctx, "MODEL_BUILT"):
         store.wait(["a key no rank sets"], timedelta(seconds=0.5))  # torch's own timeout
-    assert ctx.emitted == [("state_timeout", {"state": "MODEL_BUILT", "trigger": "init_distributed",
-                                              "timeout_s": 0.5})]
+    assert ctx.emitted == [("state_timeout", {"state": "MODEL_BUILT", "trigger": "init_distributed", "timeout_s": 0.5})]
     first = watch.first_failure()
     assert first is not None and (first.rank, first.state, first.kind) == (0, "MODEL_BUILT", "timeout")
 
@@ -234,8 +236,7 @@ def test_a_collective_state_that_runs_out_of_time_logs_state_timeout_and_fails_n
 def test_the_watcher_ends_a_state_still_running_past_its_deadline() -> None:
     store, ctx = _store(2), _ctx(1.0)
     exits: list[int] = []
-    watch = RankWatch(store, rank=1, world_size=2, timeout_s=1.0, poll_s=0.1, grace_s=0.5,
-                      exit_process=exits.append)
+    watch = RankWatch(store, rank=1, world_size=2, timeout_s=1.0, poll_s=0.1, grace_s=0.5, exit_process=exits.append)
     watch.store.add("alive/1", 1)
     watch.start()
     with watch.phase(ctx, "CALLBACKS_BOUND"):
@@ -244,8 +245,9 @@ def test_the_watcher_ends_a_state_still_running_past_its_deadline() -> None:
             time.sleep(0.05)
     watch.stop()
     assert exits == [EXIT_CODE]
-    assert ctx.emitted == [("state_timeout", {"state": "CALLBACKS_BOUND", "trigger": "init_distributed",
-                                              "timeout_s": 1.0})]
+    assert ctx.emitted == [
+        ("state_timeout", {"state": "CALLBACKS_BOUND", "trigger": "init_distributed", "timeout_s": 1.0})
+    ]
     first = watch.first_failure()
     assert first is not None and (first.rank, first.kind) == (1, "timeout")
 
@@ -253,8 +255,13 @@ def test_the_watcher_ends_a_state_still_running_past_its_deadline() -> None:
 @pytest.mark.parametrize(
     ("error", "kind"),
     [
-        (RuntimeError("[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
-                      "20000ms for recv operation to complete"), "timeout"),
+        (
+            RuntimeError(
+                "[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+                "20000ms for recv operation to complete"
+            ),
+            "timeout",
+        ),
         (TimeoutError("deadline"), "timeout"),
         (ValueError("request timeout must be positive"), "exception"),  # a user's words, not a timeout
         (RuntimeError("Connection closed by peer"), "exception"),

@@ -22,8 +22,10 @@ from export_logs import clean_2_ranks, failed_run
 from lifecycle.cli import main
 
 EXECUTABLE = chromium()
-pytestmark = pytest.mark.skipif(EXECUTABLE is None, reason="chromium is not installed: run scripts/browser-deps "
-                                "(apt-get install chromium) to run the browser test")
+pytestmark = pytest.mark.skipif(
+    EXECUTABLE is None,
+    reason="chromium is not installed: run scripts/browser-deps (apt-get install chromium) to run the browser test",
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +58,13 @@ def test_every_rank_of_a_2_rank_run_has_a_timeline_row(browser: Browser, tmp_pat
     render(browser, logs, tmp_path / "clean.html")
     labels = browser.evaluate("[...document.querySelectorAll('#rows .row-label')].map(e => e.textContent)")
     assert labels == ["rank 0", "rank 1"]
-    drawn = browser.evaluate("(() => { const c = document.getElementById('canvas');"
-                             " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
-                             " let n = 0;"
-                             " for (let i = 0; i < d.length; i += 4) if (d[i + 3] && d[i] < 200) n++;"
-                             " return [c.height > 0, n]; })()")
+    drawn = browser.evaluate(
+        "(() => { const c = document.getElementById('canvas');"
+        " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        " let n = 0;"
+        " for (let i = 0; i < d.length; i += 4) if (d[i + 3] && d[i] < 200) n++;"
+        " return [c.height > 0, n]; })()"
+    )
     assert drawn[0] and drawn[1] > 500  # the state bars are painted
     assert "No rank's startup failed." in browser.evaluate("document.getElementById('root-cause').textContent")
     browser.screenshot(artifacts(tmp_path) / "report-clean-2-ranks.png")

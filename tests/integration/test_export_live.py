@@ -16,8 +16,14 @@ pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not ins
 
 
 def lifecycle(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lifecycle", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def spans(lines: list[bytes]) -> dict[tuple[str, str], dict[str, object]]:
@@ -34,13 +40,27 @@ def spans(lines: list[bytes]) -> dict[tuple[str, str], dict[str, object]]:
 
 def test_the_live_spans_of_a_two_rank_run_are_the_spans_exported_from_its_logs(tmp_path: Path) -> None:
     logs, live, after = tmp_path / "logs", tmp_path / "live.jsonl", tmp_path / "after.json"
-    run = lifecycle("run", "--preset", "tiny-gpt", "--nproc", "2", "--steps", "2", "--log-dir", str(logs),
-                    "--set", f"logging.otel={live}")
+    run = lifecycle(
+        "run",
+        "--preset",
+        "tiny-gpt",
+        "--nproc",
+        "2",
+        "--steps",
+        "2",
+        "--log-dir",
+        str(logs),
+        "--set",
+        f"logging.otel={live}",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert lifecycle("export", str(logs), "--format", "otlp-json", "-o", str(after)).returncode == 0
     written = spans(live.read_bytes().splitlines())
     assert written == spans([after.read_bytes()])
     names = sorted(str(s["name"]) for s in written.values())
     assert names.count("megatron.startup") == 2 and names.count("DISTRIBUTED") == 2 and names.count("imports") == 2
-    assert {s["attributes"]["lifecycle.rank"]["intValue"] for s in written.values()  # type: ignore[index]
-            if s["name"] == "megatron.startup"} == {"0", "1"}
+    assert {
+        s["attributes"]["lifecycle.rank"]["intValue"]
+        for s in written.values()  # type: ignore[index]
+        if s["name"] == "megatron.startup"
+    } == {"0", "1"}

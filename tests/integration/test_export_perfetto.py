@@ -20,8 +20,11 @@ from export_logs import failed_run
 from lifecycle.cli import main
 
 SHELL = os.environ.get("TRACE_PROCESSOR_SHELL") or shutil.which("trace_processor_shell")
-pytestmark = pytest.mark.skipif(SHELL is None, reason="no trace_processor_shell (set TRACE_PROCESSOR_SHELL): the "
-                                "perfetto package downloads it from the internet, unreachable here")
+pytestmark = pytest.mark.skipif(
+    SHELL is None,
+    reason="no trace_processor_shell (set TRACE_PROCESSOR_SHELL): the "
+    "perfetto package downloads it from the internet, unreachable here",
+)
 
 
 def query(trace: Path, sql: str, tmp_path: Path) -> list[str]:

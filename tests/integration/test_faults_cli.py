@@ -20,9 +20,14 @@ ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
 
 def test_sigterm_during_startup_prints_one_line_logs_startup_aborted_and_exits_143(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    run = subprocess.Popen([sys.executable, "-m", "lifecycle", "run", "--preset", "tiny-gpt", "--steps", "0",
-                            "--log-dir", str(logs)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "lifecycle", "run", "--preset", "tiny-gpt", "--steps", "0", "--log-dir", str(logs)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         # The rank file appears at VALIDATED; megatron's import (seconds) is still ahead then.
@@ -40,8 +45,14 @@ def test_sigterm_during_startup_prints_one_line_logs_startup_aborted_and_exits_1
     aborted = [r for r in records if r["event"] == "startup_aborted"]
     assert len(aborted) == 1 and aborted[0]["signal"] == "SIGTERM"
     assert records[-1]["event"] == "transition_completed" and records[-1]["dest"] == "SHUT_DOWN"
-    audit = subprocess.run([sys.executable, "-m", "lifecycle", "audit", str(logs), "--format", "json"],
-                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    audit = subprocess.run(
+        [sys.executable, "-m", "lifecycle", "audit", str(logs), "--format", "json"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     rules = {f["rule"] for f in json.loads(audit.stdout)["findings"]}
     assert "LA010" not in rules, "an abort is not a crash"
 
@@ -50,8 +61,20 @@ def test_a_log_dir_of_another_run_is_refused_and_overwrite_replaces_it(tmp_path:
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "rank-00000.jsonl").write_text(json.dumps({"event": "lifecycle_started", "run_id": "older-run"}) + "\n")
-    base = [sys.executable, "-m", "lifecycle", "run", "--preset", "tiny-gpt", "--plan", "convert", "--steps", "0",
-            "--log-dir", str(logs)]
+    base = [
+        sys.executable,
+        "-m",
+        "lifecycle",
+        "run",
+        "--preset",
+        "tiny-gpt",
+        "--plan",
+        "convert",
+        "--steps",
+        "0",
+        "--log-dir",
+        str(logs),
+    ]
     refused = subprocess.run(base, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 1, refused.stderr[-2000:]
     assert "'older-run'" in refused.stderr and "--overwrite" in refused.stderr

@@ -33,8 +33,12 @@ CLEAN = {"dist": False, "parallel": False, "rehearsal": False, "manual_seed": "o
 def disk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
     """A 2 MiB tmpfs for the logs, or None when it cannot be mounted here."""
     where = tmp_path_factory.mktemp("tmpfs")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)],
-                             capture_output=True, check=False).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
     yield str(where) if mounted else None
     if mounted:
         subprocess.run(["umount", str(where)], check=False)
@@ -45,8 +49,13 @@ def run_child(scenarios: list[dict[str, Any]], send: int | None = None) -> tuple
     logs' fallback JSON lines among them) is drained on a thread: a full pipe would block the child."""
     import threading
 
-    child = subprocess.Popen([sys.executable, "-m", "tests.integration.fault_child", orjson.dumps(scenarios)],
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.fault_child", orjson.dumps(scenarios)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout is not None and child.stderr is not None
     err: list[str] = []
     drain = threading.Thread(target=lambda: err.extend(child.stderr), daemon=True)  # type: ignore[arg-type]
@@ -57,7 +66,7 @@ def run_child(scenarios: list[dict[str, Any]], send: int | None = None) -> tuple
             if line.startswith("READY") and send is not None:
                 os.kill(child.pid, send)
             elif line.startswith("RESULT "):
-                results.append(orjson.loads(line[len("RESULT "):]))
+                results.append(orjson.loads(line[len("RESULT ") :]))
         code = child.wait(timeout=600)
     finally:
         if child.poll() is None:
@@ -68,8 +77,7 @@ def run_child(scenarios: list[dict[str, Any]], send: int | None = None) -> tuple
 
 def scenarios(kind: str, tmp: Path, disk: str | None) -> list[dict[str, Any]]:
     base = Path(disk) if disk and kind == "oserror" else tmp
-    return [{"kind": kind, "state": state, "log_dir": str(base / f"{kind}-{state}"), "disk": disk}
-            for state in STATES]
+    return [{"kind": kind, "state": state, "log_dir": str(base / f"{kind}-{state}"), "disk": disk} for state in STATES]
 
 
 def test_an_exception_in_each_states_entry_work_fails_releases_and_restarts(tmp_path: Path) -> None:

@@ -21,11 +21,13 @@ def _fuzz_real_phases(examples: int) -> tuple[bool, int, str]:
 
     config = RunConfig.preset("tiny-gpt", ["model.hidden_size=32", "model.seq_length=16"])
     machine = lifecycle_state_machine(config=config, provider="copying", phases_factory=MegatronPhases)
-    machine.TestCase.settings = settings(max_examples=examples, stateful_step_count=20, deadline=None,
-                                         suppress_health_check=list(HealthCheck))
+    machine.TestCase.settings = settings(
+        max_examples=examples, stateful_step_count=20, deadline=None, suppress_health_check=list(HealthCheck)
+    )
     stream = io.StringIO()
     result = unittest.TextTestRunner(stream=stream).run(
-        unittest.defaultTestLoader.loadTestsFromTestCase(machine.TestCase))
+        unittest.defaultTestLoader.loadTestsFromTestCase(machine.TestCase)
+    )
     return result.wasSuccessful(), result.testsRun, stream.getvalue()
 
 

@@ -21,8 +21,9 @@ def make_tokenizer_dir(path: Path) -> int:
     vocab = {"[UNK]": 0, "[PAD]": 1, "<eos>": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
-                            eos_token="<eos>").save_pretrained(str(path))
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="<eos>"
+    ).save_pretrained(str(path))
     return len(vocab)
 
 
@@ -31,8 +32,13 @@ def _convert_with_hf_tokenizer(tok_dir: str, log_dir: str) -> dict[str, Any]:
     from lifecycle import Lifecycle, RunConfig
     from states import State
 
-    config = RunConfig.from_dict({"plan": "convert", "tokenizer": {"type": "huggingface", "path": tok_dir},
-                                  "model": {"make_vocab_size_divisible_by": 8}})
+    config = RunConfig.from_dict(
+        {
+            "plan": "convert",
+            "tokenizer": {"type": "huggingface", "path": tok_dir},
+            "model": {"make_vocab_size_divisible_by": 8},
+        }
+    )
     with Lifecycle(config, log_dir=log_dir, options={"keep_records": True}) as lc:
         lc.advance_to(State.SERVICES_READY)
         rt = lc.runtime

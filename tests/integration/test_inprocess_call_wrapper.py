@@ -45,12 +45,15 @@ def test_without_a_store_the_wrappers_own_store_is_used_under_a_cycle_prefix() -
     assert cycle == 1 and base.get("megatron-lifecycle/cycle-1/k") == b"v"
 
 
-@pytest.mark.parametrize(("wrapper", "field", "words"), [
-    (object(), "inprocess_call_wrapper", "expected nvidia-resiliency-ext's inprocess.CallWrapper"),
-    (_Given("1"), "inprocess_call_wrapper", "got _Given"),
-    (_Given(True), "inprocess_call_wrapper", "an integer .iteration"),
-    (_Given(0), "store", "pass store="),
-])
+@pytest.mark.parametrize(
+    ("wrapper", "field", "words"),
+    [
+        (object(), "inprocess_call_wrapper", "expected nvidia-resiliency-ext's inprocess.CallWrapper"),
+        (_Given("1"), "inprocess_call_wrapper", "got _Given"),
+        (_Given(True), "inprocess_call_wrapper", "an integer .iteration"),
+        (_Given(0), "store", "pass store="),
+    ],
+)
 def test_a_wrong_wrapper_or_a_missing_store_is_refused_in_one_line(wrapper: Any, field: str, words: str) -> None:
     with pytest.raises(ConfigError) as caught:
         cycle_and_store(wrapper, None)
@@ -98,5 +101,3 @@ def test_the_drop_in_uses_a_given_wrapper_as_given(tmp_path: Path) -> None:
     for rank in (0, 1):
         records = [json.loads(line) for line in (tmp_path / f"rank-{rank:05d}.jsonl").read_text().splitlines()]
         assert {r["cycle"] for r in records[1:]} == {4}, rank
-
-

@@ -22,16 +22,23 @@ HF = "hf_" + "a1B2c3D4e5F6g7H8i9J0kLmN"
 
 
 def run(*args: str, cwd: Path = ROOT, plan: str = "convert") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*RUN, "--plan", plan, *args], cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([*RUN, "--plan", plan, *args], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
 
 
 def test_a_log_dir_with_hash_and_tilde_is_that_path_and_secrets_reach_neither_stderr_nor_the_log(
     tmp_path: Path,
 ) -> None:
     secret_dir = f"/nonexistent/password=hunter22/{HF}"
-    done = run("--log-dir", "~/runs #1", "--set", "tokenizer.type=huggingface",
-               "--set", f"tokenizer.path={secret_dir}", cwd=tmp_path, plan="training")
+    done = run(
+        "--log-dir",
+        "~/runs #1",
+        "--set",
+        "tokenizer.type=huggingface",
+        "--set",
+        f"tokenizer.path={secret_dir}",
+        cwd=tmp_path,
+        plan="training",
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     assert "tokenizer.path" in done.stderr and "<redacted>" in done.stderr
     log = tmp_path / "~" / "runs #1" / "rank-00000.jsonl"
@@ -69,8 +76,14 @@ HOLDER = textwrap.dedent("""
 def test_a_second_run_into_a_log_dir_another_process_owns_is_refused_naming_that_run_and_host(
     tmp_path: Path,
 ) -> None:
-    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], cwd=ROOT,
-                             env={**os.environ, **ENV}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, **ENV},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert first.stdout is not None and first.stdin is not None
         assert first.stdout.readline().strip() == "holding"

@@ -24,8 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                            "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+    }
     env["PYTHONPATH"] = str(ROOT)
     return env
 
@@ -37,9 +40,14 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 
 def _launch(logs: Path, steps: int) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "lifecycle", "run", "--nproc", "2", "--steps", str(steps),
-                             "--log-dir", str(logs)], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "lifecycle", "run", "--nproc", "2", "--steps", str(steps), "--log-dir", str(logs)],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for(what: Any, launcher: subprocess.Popen[str], limit_s: float = 300) -> None:

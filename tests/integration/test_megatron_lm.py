@@ -42,7 +42,8 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return {
         "megatron": run_ranks(megatron_lm_cases.run, 2, "megatron", tp, "", extra, timeout_s=400),
         "lifecycle": run_ranks(megatron_lm_cases.run, 2, "lifecycle", tp, str(logs), extra, timeout_s=400),
-        "logs": logs, "dropped": dropped,
+        "logs": logs,
+        "dropped": dropped,
     }
 
 
@@ -67,17 +68,23 @@ def test_the_startup_log_enters_every_state_in_order_then_records_each_step(runs
 
 
 def test_each_megatron_lm_side_effect_happens_inside_the_transition_that_owns_it(runs: dict[str, Any]) -> None:
-    owner = {"cuda_device": "init_distributed", "process_group": "init_distributed",
-             "parallel_state": "init_distributed",
-             "rng": "init_distributed", "model": "build_model", "callbacks": "bind_callbacks"}
+    owner = {
+        "cuda_device": "init_distributed",
+        "process_group": "init_distributed",
+        "parallel_state": "init_distributed",
+        "rng": "init_distributed",
+        "model": "build_model",
+        "callbacks": "bind_callbacks",
+    }
     recs = records(runs["logs"], 0)
     seen = {r["kind"]: r["trigger"] for r in recs if r["event"] == "side_effect"}
     assert seen == owner
 
 
 def test_lifecycle_audit_is_clean(runs: dict[str, Any]) -> None:
-    done = subprocess.run([sys.executable, "-m", "lifecycle", "audit", str(runs["logs"])],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "lifecycle", "audit", str(runs["logs"])], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "clean" in done.stdout
 
@@ -102,8 +109,11 @@ def misordered() -> dict[str, Any]:
 def test_process_groups_created_in_services_ready_are_caught_by_the_tripwires(misordered: dict[str, Any]) -> None:
     case = misordered["groups_in_services"]
     assert case["error"] == "TripwireViolation", case
-    assert case["violations"][0] == {"target": "torch.distributed.init_process_group", "kind": "process_group",
-                                     "trigger": "start_services"}
+    assert case["violations"][0] == {
+        "target": "torch.distributed.init_process_group",
+        "kind": "process_group",
+        "trigger": "start_services",
+    }
     assert case["entered"] == ["VALIDATED", "FAILED", "SHUT_DOWN"]
 
 

@@ -22,12 +22,39 @@ def _env() -> dict[str, str]:
 
 def test_lifecycle_run_takes_a_megatron_lm_yaml_config(tmp_path: Path) -> None:
     config = tmp_path / "megatron.yaml"
-    subprocess.run([sys.executable, str(ROOT / "tests/integration/megatron_lm_yaml.py"), str(config),
-                    "--num-layers", "3", "--hidden-size", "96"],
-                   check=True, capture_output=True, env=_env(), timeout=200)
-    done = subprocess.run([sys.executable, "-m", "lifecycle", "run", "--megatron-config", str(config), "--steps", "1",
-                           "--log-dir", str(tmp_path / "logs")],
-                          capture_output=True, text=True, env=_env(), timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests/integration/megatron_lm_yaml.py"),
+            str(config),
+            "--num-layers",
+            "3",
+            "--hidden-size",
+            "96",
+        ],
+        check=True,
+        capture_output=True,
+        env=_env(),
+        timeout=200,
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lifecycle",
+            "run",
+            "--megatron-config",
+            str(config),
+            "--steps",
+            "1",
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "✓ CALLBACKS_BOUND" in done.stdout and "step 1/1" in done.stdout
     first = [json.loads(x) for x in (tmp_path / "logs" / "rank-00000.jsonl").read_text().splitlines()]
@@ -40,7 +67,12 @@ def test_lifecycle_run_takes_a_megatron_lm_yaml_config(tmp_path: Path) -> None:
 def test_a_file_that_is_not_a_megatron_lm_config_is_refused_in_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {num_layers: 2}\n")
-    done = subprocess.run([sys.executable, "-m", "lifecycle", "run", "--megatron-config", str(bad)],
-                          capture_output=True, text=True, env=_env(), timeout=200)
+    done = subprocess.run(
+        [sys.executable, "-m", "lifecycle", "run", "--megatron-config", str(bad)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=200,
+    )
     assert done.returncode == 2
     assert "--megatron-config" in done.stderr and str(bad) in done.stderr

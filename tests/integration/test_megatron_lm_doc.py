@@ -23,7 +23,7 @@ GUIDE = ROOT / "docs" / "adopting.md"
 
 def section() -> str:
     text = GUIDE.read_text()
-    return text[text.index("## One import"):text.index("## Bring your provider")]
+    return text[text.index("## One import") : text.index("## Bring your provider")]
 
 
 def test_the_guides_script_is_the_example_script_with_the_one_import() -> None:
@@ -40,8 +40,12 @@ def test_the_one_import_section_runs_as_written(tmp_path: Path) -> None:
     from lifecycle.engine.launch import free_port
 
     (tmp_path / "pretrain_gpt.py").write_text((ROOT / "examples" / "pretrain_gpt_tiny.py").read_text())
-    commands = [line[2:] for block in re.findall(r"```bash\n(.*?)```", section(), flags=re.S)
-                for line in block.splitlines() if line.startswith("$ ")]
+    commands = [
+        line[2:]
+        for block in re.findall(r"```bash\n(.*?)```", section(), flags=re.S)
+        for line in block.splitlines()
+        if line.startswith("$ ")
+    ]
     bin_dir = Path(sys.executable).parent
     base = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": os.environ.get("HOME", "/tmp")}
     outputs = []

@@ -40,10 +40,12 @@ def test_an_older_megatron_core_is_refused_by_version_not_by_a_failed_import(mon
 
 
 def test_the_rest_of_the_lifecycle_imports_and_runs_without_it() -> None:
-    code = ("import lifecycle, lifecycle.cli, lifecycle.megatron, lifecycle.engine\n"
-            "try:\n    import lifecycle.megatron_lm\n"
-            "except lifecycle.ExtraNotInstalled as e:\n    print('refused', e.extra)\n"
-            "import sys; print('torch' in sys.modules, 'megatron.core' in sys.modules)")
+    code = (
+        "import lifecycle, lifecycle.cli, lifecycle.megatron, lifecycle.engine\n"
+        "try:\n    import lifecycle.megatron_lm\n"
+        "except lifecycle.ExtraNotInstalled as e:\n    print('refused', e.extra)\n"
+        "import sys; print('torch' in sys.modules, 'megatron.core' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("False False")

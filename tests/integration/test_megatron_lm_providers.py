@@ -34,7 +34,7 @@ def test_an_unusable_object_is_refused_at_validated_in_a_short_message(shapes: d
     assert case["error"] == "ConfigError"
     assert case["entered"] == ["FAILED", "SHUT_DOWN"]  # nothing was built: refused before any side effect
     line = next(p for p in case["message"].splitlines() if "model_provider" in p)
-    shape = line[line.index("model_provider: a"):line.index("; fix:")]
+    shape = line[line.index("model_provider: a") : line.index("; fix:")]
     assert len(shape) <= 300
     assert "NotAProvider" in shape and "megatron_lm_cases.py:" in shape and ".provide()" in shape
     assert "xxxx" not in case["message"]

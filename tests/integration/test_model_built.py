@@ -22,13 +22,13 @@ class RecordingProvider:
     def __init__(self) -> None:
         self.calls: list[tuple[bool, bool, int | None]] = []
 
-    def __call__(self, config: Any, *, pre_process: bool, post_process: bool,
-                 vp_stage: int | None, inputs: Any) -> Any:
+    def __call__(self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any) -> Any:
         from lifecycle.megatron.providers import gpt_provider
 
         self.calls.append((pre_process, post_process, vp_stage))
-        return gpt_provider(config, pre_process=pre_process, post_process=post_process,
-                            vp_stage=vp_stage, inputs=inputs)
+        return gpt_provider(
+            config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage, inputs=inputs
+        )
 
 
 def _stages() -> dict[str, Any]:
@@ -63,17 +63,17 @@ def _runs() -> dict[str, Any]:
     out: dict[str, Any] = {}
     with mc.parallel(pp=2, vpp=2):
         ctx = mc.bind(mc.build(mc.run_config(pp=2, vpp=2), "copying"))
-        out["vpp2_copying"] = {"step": mc.train_step(ctx.runtime, 4),
-                               "bound": ctx.last("callbacks_bound"),
-                               "built": ctx.last("model_built")}
+        out["vpp2_copying"] = {
+            "step": mc.train_step(ctx.runtime, 4),
+            "bound": ctx.last("callbacks_bound"),
+            "built": ctx.last("model_built"),
+        }
     with mc.parallel(tp=2):
         ctx = mc.bind(mc.build(mc.run_config(tp=2)))
-        out["tp2"] = {"step": mc.train_step(ctx.runtime, 3),
-                      "tp_size": ps.get_tensor_model_parallel_world_size()}
+        out["tp2"] = {"step": mc.train_step(ctx.runtime, 3), "tp_size": ps.get_tensor_model_parallel_world_size()}
     with mc.parallel():
         ctx = mc.bind(mc.build(mc.run_config(ddp={"use_distributed_optimizer": True})))
-        out["distopt"] = {"step": mc.train_step(ctx.runtime, 3),
-                          "optimizers": _optimizer_types(ctx.runtime.optimizer)}
+        out["distopt"] = {"step": mc.train_step(ctx.runtime, 3), "optimizers": _optimizer_types(ctx.runtime.optimizer)}
     return out
 
 
@@ -90,9 +90,13 @@ def _inference() -> dict[str, Any]:
     with mc.parallel():
         ctx = mc.build(mc.run_config(), "gpt", Plan.INFERENCE)
         rt = ctx.runtime
-        out = {"optimizer": rt.optimizer, "ddp_config": rt.ddp_config,
-               "wrapper": type(rt.model[0]).__name__, "training_mode": rt.model[0].training,
-               "event": ctx.last("model_built")}
+        out = {
+            "optimizer": rt.optimizer,
+            "ddp_config": rt.ddp_config,
+            "wrapper": type(rt.model[0]).__name__,
+            "training_mode": rt.model[0].training,
+            "event": ctx.last("model_built"),
+        }
         released = model_built.release(ctx, rt)
         out["released"] = (released.model, released.optimizer, released.transformer_config)
     return out
@@ -100,11 +104,15 @@ def _inference() -> dict[str, Any]:
 
 def _chunk_shape(chunk: Any) -> dict[str, Any]:
     model = chunk.module
-    return {"class": type(model).__name__, "pattern": model.hybrid_layer_pattern,
-            "layers": "".join(model.decoder.layer_type_list),
-            "final_norm": type(getattr(model.decoder, "final_norm", None)).__name__,
-            "layer_norm": type(model.decoder.layers[0].input_layernorm).__name__,
-            "num_layers": model.config.num_layers, "is_hybrid": model.config.is_hybrid_model}
+    return {
+        "class": type(model).__name__,
+        "pattern": model.hybrid_layer_pattern,
+        "layers": "".join(model.decoder.layer_type_list),
+        "final_norm": type(getattr(model.decoder, "final_norm", None)).__name__,
+        "layer_norm": type(model.decoder.layers[0].input_layernorm).__name__,
+        "num_layers": model.config.num_layers,
+        "is_hybrid": model.config.is_hybrid_model,
+    }
 
 
 def _stock_final_norm_error() -> str | None:
@@ -120,8 +128,13 @@ def _stock_final_norm_error() -> str | None:
 
     spec = dataclasses.replace(local_stack_spec(), module=HybridStack, params={})
     try:
-        HybridModel(config=transformer_config(mc.run_config(), hybrid=True), hybrid_stack_spec=spec,
-                    vocab_size=mc.VOCAB, max_sequence_length=mc.SEQ, hybrid_layer_pattern="*-*-")
+        HybridModel(
+            config=transformer_config(mc.run_config(), hybrid=True),
+            hybrid_stack_spec=spec,
+            vocab_size=mc.VOCAB,
+            max_sequence_length=mc.SEQ,
+            hybrid_layer_pattern="*-*-",
+        )
     except ImportError as exc:
         return str(exc)
     return None
@@ -144,9 +157,11 @@ def _hybrid() -> dict[str, Any]:
     for name, provider in (("hybrid", "gpt"), ("gpt", RecordingProvider())):
         with mc.parallel():
             rt = mc.bind(mc.build(mc.run_config(), provider)).runtime
-            out[name] = {"class": type(rt.model[0].module).__name__,
-                         "params": sum(p.numel() for p in rt.model[0].parameters()),
-                         "losses": [mc.train_step(rt, 2)["losses"] for _ in range(3)]}
+            out[name] = {
+                "class": type(rt.model[0].module).__name__,
+                "params": sum(p.numel() for p in rt.model[0].parameters()),
+                "losses": [mc.train_step(rt, 2)["losses"] for _ in range(3)],
+            }
     if importlib.util.find_spec("transformer_engine") is None:
         with mc.parallel():
             out["stock_final_norm"] = _stock_final_norm_error()
@@ -157,8 +172,13 @@ def _all() -> dict[str, Any]:
     import megatron_cases as mc
 
     with mc.rehearsal_group():
-        return {"stages": _stages(), "schedules": _schedules(), "runs": _runs(),
-                "inference": _inference(), "hybrid": _hybrid()}
+        return {
+            "stages": _stages(),
+            "schedules": _schedules(),
+            "runs": _runs(),
+            "inference": _inference(),
+            "hybrid": _hybrid(),
+        }
 
 
 @pytest.fixture(scope="module")
@@ -170,11 +190,10 @@ def test_provider_is_called_once_per_chunk_with_megatrons_stage_flags(
     ranks: list[dict[str, Any]],
 ) -> None:
     assert [r["stages"]["pp1"]["calls"] for r in ranks] == [[(True, True, None)]] * 2
-    assert [r["stages"]["pp2"]["calls"] for r in ranks] == [
-        [(True, False, None)], [(False, True, None)]
-    ]
+    assert [r["stages"]["pp2"]["calls"] for r in ranks] == [[(True, False, None)], [(False, True, None)]]
     assert [r["stages"]["pp2_vpp2"]["calls"] for r in ranks] == [
-        [(True, False, 0), (False, False, 1)], [(False, False, 0), (False, True, 1)]
+        [(True, False, 0), (False, False, 1)],
+        [(False, False, 0), (False, True, 1)],
     ]
     assert [r["stages"]["pp2_vpp2"]["event"]["chunks"] for r in ranks] == [2, 2]
 
@@ -185,9 +204,7 @@ def test_provider_is_called_once_per_chunk_with_megatrons_stage_flags(
 def test_megatrons_schedule_calls_the_bound_finalizer_once_per_training_step(
     ranks: list[dict[str, Any]], pp: int, microbatches: int, forward_only: bool
 ) -> None:
-    schedule = "forward_backward_no_pipelining" if pp == 1 else (
-        "forward_backward_pipelining_without_interleaving"
-    )
+    schedule = "forward_backward_no_pipelining" if pp == 1 else ("forward_backward_pipelining_without_interleaving")
     for result in ranks:
         step = result["schedules"][(pp, microbatches, forward_only)]
         assert step["schedule"] == schedule

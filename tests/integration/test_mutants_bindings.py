@@ -57,8 +57,9 @@ class Optimizer:
 
 
 def ddp(*, grad: bool = False, param: bool = False, align_param: bool = False, **extra: Any) -> SimpleNamespace:
-    return SimpleNamespace(overlap_grad_reduce=grad, overlap_param_gather=param, align_param_gather=align_param,
-                           **extra)
+    return SimpleNamespace(
+        overlap_grad_reduce=grad, overlap_param_gather=param, align_param_gather=align_param, **extra
+    )
 
 
 def test_binding_targets_the_first_chunks_config_when_each_chunk_holds_its_own_copy() -> None:
@@ -92,8 +93,9 @@ def test_a_config_that_rewrites_an_installed_callback_is_caught_naming_the_slot(
 
 def test_the_report_says_what_was_bound_and_how() -> None:
     config, provider_config = Config(), Config()
-    report = bind_callbacks([Wrapped(config)], Optimizer(), ddp(grad=True, param=True, align_param=True),
-                            provider_config=provider_config)
+    report = bind_callbacks(
+        [Wrapped(config)], Optimizer(), ddp(grad=True, param=True, align_param=True), provider_config=provider_config
+    )
     assert report.slots == SLOTS
     assert report.copied and report.provider_config_id == hex(id(provider_config))
     assert report.optimizer and report.overlap_grad_reduce and report.overlap_param_gather
@@ -140,8 +142,7 @@ def test_grad_sync_follows_align_grad_reduce_from_the_ddp_config_or_the_override
     unbind_callbacks(bind_callbacks(model, None, ddp(grad=True), policy="replace"))
     off = bind_callbacks([Wrapped(Config())], None, ddp(grad=True, align_grad_reduce=False))
     assert "grad_sync_func" not in off.slots and not off.align_grad_reduce
-    forced = bind_callbacks([Wrapped(Config())], None, ddp(grad=True, align_grad_reduce=False),
-                            align_grad_reduce=True)
+    forced = bind_callbacks([Wrapped(Config())], None, ddp(grad=True, align_grad_reduce=False), align_grad_reduce=True)
     assert "grad_sync_func" in forced.slots and forced.align_grad_reduce
 
 
@@ -203,8 +204,12 @@ def test_unbinding_frees_the_model_and_optimizer_the_config_referenced() -> None
     model = [Wrapped(config)]
     report = bind_callbacks(model, optimizer, ddp(grad=True))
     dead_model, dead_optimizer = weakref.ref(model[0]), weakref.ref(optimizer)
-    assert set(unbind_callbacks(report)) == {"finalize_model_grads_func", "grad_scale_func", "no_sync_func",
-                                            "grad_sync_func"}
+    assert set(unbind_callbacks(report)) == {
+        "finalize_model_grads_func",
+        "grad_scale_func",
+        "no_sync_func",
+        "grad_sync_func",
+    }
     del model, optimizer
     gc.collect()
     assert dead_model() is None and dead_optimizer() is None
@@ -214,9 +219,14 @@ def test_unbinding_frees_the_model_and_optimizer_the_config_referenced() -> None
 def test_reports_compare_by_what_was_bound_not_by_their_live_references() -> None:
     first = bind_callbacks([Wrapped(Config())], Optimizer(), ddp())
     second = bind_callbacks([Wrapped(Config())], Optimizer(), ddp())
-    same = BindingReport(**{**{f: getattr(first, f) for f in first.__dataclass_fields__},
-                            "watchdog": second.watchdog, "target_ref": second.target_ref,
-                            "installed_ids": second.installed_ids})
+    same = BindingReport(
+        **{
+            **{f: getattr(first, f) for f in first.__dataclass_fields__},
+            "watchdog": second.watchdog,
+            "target_ref": second.target_ref,
+            "installed_ids": second.installed_ids,
+        }
+    )
     assert same.installed_ids != first.installed_ids
     assert same == first
     shown = set(repr(first).replace("(", " ").replace("=", " ").split())

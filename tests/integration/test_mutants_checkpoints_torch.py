@@ -32,14 +32,18 @@ def test_a_megatron_lm_checkpoint_whose_common_state_holds_its_args_is_not_named
     import torch
 
     path = _complete(tmp_path / "megatron_lm")
-    torch.save({"args": argparse.Namespace(lr=1e-3, tensor_model_parallel_size=1), "iteration": 3},
-               path / "common.pt")  # Megatron-LM keeps its argparse Namespace in the common state
+    torch.save(
+        {"args": argparse.Namespace(lr=1e-3, tensor_model_parallel_size=1), "iteration": 3}, path / "common.pt"
+    )  # Megatron-LM keeps its argparse Namespace in the common state
     assert _damaged_file(path) is None
 
 
 def test_the_first_index_file_that_does_not_read_back_is_named(tmp_path: Path) -> None:
-    for name, garbage in (("metadata.json", b"{not json"), (".metadata", b"\x80\x05garbage"),
-                          ("common.pt", b"\x00random bytes")):
+    for name, garbage in (
+        ("metadata.json", b"{not json"),
+        (".metadata", b"\x80\x05garbage"),
+        ("common.pt", b"\x00random bytes"),
+    ):
         path = _complete(tmp_path / name.strip("."))
         (path / name).write_bytes(garbage)
         assert _damaged_file(path) == path / name

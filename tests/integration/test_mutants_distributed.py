@@ -20,8 +20,15 @@ from tests.phase_context import RecordingContext
 pytestmark = pytest.mark.slow
 
 TIMEOUT_S = 37.0
-LAUNCHER = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-            "TORCHELASTIC_USE_AGENT_STORE")
+LAUNCHER = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "TORCHELASTIC_USE_AGENT_STORE",
+)
 
 
 def _backend_timeout(group: Any) -> timedelta:
@@ -78,8 +85,9 @@ def test_the_deadline_reaches_the_process_group_and_every_megatron_group(
 ) -> None:
     seen = timeouts[path]
     want = timedelta(seconds=TIMEOUT_S)
-    assert {k: seen[k] for k in ("default", "dp", "tp", "dp_gloo")} == dict.fromkeys(("default", "dp", "tp",
-                                                                                       "dp_gloo"), want)
+    assert {k: seen[k] for k in ("default", "dp", "tp", "dp_gloo")} == dict.fromkeys(
+        ("default", "dp", "tp", "dp_gloo"), want
+    )
     assert seen["released"]
 
 

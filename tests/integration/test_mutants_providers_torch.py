@@ -20,8 +20,9 @@ def _refusal(returned: Any) -> ProviderError:
     with pytest.raises(ProviderError) as caught:
         check_chunk(returned, provider="pkg:fn", chunk=1, stage=STAGE)
     error = caught.value
-    assert str(error).startswith("provider pkg:fn returned for chunk 1 (pre_process=False, post_process=True, "
-                                 "vp_stage=1) ")
+    assert str(error).startswith(
+        "provider pkg:fn returned for chunk 1 (pre_process=False, post_process=True, vp_stage=1) "
+    )
     assert (error.provider, error.chunk, error.returned) == ("pkg:fn", 1, type(returned).__name__)  # type: ignore[attr-defined]
     return error
 
@@ -29,14 +30,18 @@ def _refusal(returned: Any) -> ProviderError:
 def test_a_list_tuple_or_module_list_is_refused_asking_for_one_module_per_call() -> None:
     import torch
 
-    for returned in ([torch.nn.Linear(1, 1)] * 2, (torch.nn.Linear(1, 1),) * 2,
-                     torch.nn.ModuleList([torch.nn.Linear(1, 1)] * 2)):
+    for returned in (
+        [torch.nn.Linear(1, 1)] * 2,
+        (torch.nn.Linear(1, 1),) * 2,
+        torch.nn.ModuleList([torch.nn.Linear(1, 1)] * 2),
+    ):
         assert f"a {type(returned).__name__} of 2; return one module per call" in str(_refusal(returned))
 
 
 def test_something_that_is_not_a_module_is_refused_showing_its_repr_cut_at_60_characters() -> None:
-    assert "returned for chunk 1 (pre_process=False, post_process=True, vp_stage=1) None, not a torch.nn.Module" \
-        in str(_refusal(None))
+    assert "returned for chunk 1 (pre_process=False, post_process=True, vp_stage=1) None, not a torch.nn.Module" in str(
+        _refusal(None)
+    )
     exact = "x" * 58  # its repr, with the quotes, is 60 characters: shown whole
     assert f"'{exact}', not a torch.nn.Module" in str(_refusal(exact))
     longer = "y" * 59
@@ -49,8 +54,7 @@ def test_a_module_with_no_reachable_config_is_refused_naming_its_submodules() ->
     hides = torch.nn.Module()
     hides.net = torch.nn.Linear(1, 1)
     hides.head = torch.nn.Linear(1, 1)
-    assert "a Module with no .config, and no .module holding one (its submodules: .net, .head)" \
-        in str(_refusal(hides))
+    assert "a Module with no .config, and no .module holding one (its submodules: .net, .head)" in str(_refusal(hides))
     assert "(its submodules: none)" in str(_refusal(torch.nn.Module()))
 
 

@@ -35,8 +35,12 @@ CALLS: list[tuple[str, str, str, Callable[[], Any]]] = [
     ("torch.manual_seed", "torch.manual_seed", "rng", lambda: torch.manual_seed(1)),
     ("torch.random.manual_seed", "torch.random.manual_seed", "rng", lambda: torch.random.manual_seed(1)),
     (PG, PG, "process_group", lambda: dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)),
-    ("torch.distributed.distributed_c10d.init_process_group", PG, "process_group",
-     lambda: c10d.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)),
+    (
+        "torch.distributed.distributed_c10d.init_process_group",
+        PG,
+        "process_group",
+        lambda: c10d.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1),
+    ),
     ("torch.cuda.set_device", "torch.cuda.set_device", "cuda_device", lambda: torch.cuda.set_device(0)),
 ]
 

@@ -81,8 +81,7 @@ def test_step_one_defers_the_gather_and_resumes_it_with_param_sync_func_restored
     for rank in ranks:
         case = rank["vpp2_deferred"]
         deferred, resumed, synced = case["records"]
-        assert (deferred["event"], deferred["step"], deferred["param_sync_func"]) == (
-            "param_gather_deferred", 1, True)
+        assert (deferred["event"], deferred["step"], deferred["param_sync_func"]) == ("param_gather_deferred", 1, True)
         assert (resumed["event"], resumed["step"]) == ("param_gather_resumed", 1)
         assert synced["event"] == "params_synced"
         assert case["param_sync"] == 2 and case["param_sync_restored"]
@@ -103,8 +102,13 @@ def test_a_hand_written_loop_with_the_step_api_finalizes_and_logs_each_step(rank
         case = rank["hand_loop"]
         assert case["results"] == [(1, 1), (2, None), (3, None)]
         assert _names(case["records"]) == [
-            "param_gather_deferred", "first_step_finalized", "param_gather_resumed",
-            "step_completed", "step_completed", "step_completed", "params_synced",
+            "param_gather_deferred",
+            "first_step_finalized",
+            "param_gather_resumed",
+            "step_completed",
+            "step_completed",
+            "step_completed",
+            "params_synced",
         ]
         assert [r["step"] for r in case["records"] if r["event"] == "step_completed"] == [1, 2, 3]
 
@@ -136,11 +140,17 @@ def test_a_first_step_that_raises_restores_the_gather_and_the_next_step_is_the_f
         case = rank["failing_first_step"]
         # its own error, or its peer's, heard through the failure broadcast first
         assert case["error"] == "checkpoint load failed" or (
-            "checkpoint load failed" in case["error"] and "The root cause is on rank" in case["error"]), case
+            "checkpoint load failed" in case["error"] and "The root cause is on rank" in case["error"]
+        ), case
         assert case["hooks"] == [True, True] and case["param_sync_restored"]
         assert case["records"][:2] == ["param_gather_deferred", "param_gather_resumed"]
-        assert case["records"][2:] == ["param_gather_deferred", "first_step_finalized",
-                                       "param_gather_resumed", "step_completed", "step_completed"]
+        assert case["records"][2:] == [
+            "param_gather_deferred",
+            "first_step_finalized",
+            "param_gather_resumed",
+            "step_completed",
+            "step_completed",
+        ]
         assert case["retry"] == [1, None]
 
 

@@ -115,9 +115,7 @@ def _train_step(config: Any, ddp: Any, opt: Any, seed: int) -> dict[str, Any]:
         forward_only=False,
     )
     ok, grad_norm, _ = opt.step()
-    changed = sum(
-        int(not torch.equal(b, p.detach())) for b, p in zip(before, ddp.parameters(), strict=True)
-    )
+    changed = sum(int(not torch.equal(b, p.detach())) for b, p in zip(before, ddp.parameters(), strict=True))
     return {
         "schedule": fwd_bwd.__name__,
         "finalize_calls": len(calls),
@@ -222,9 +220,7 @@ def _tp2_step() -> dict[str, Any]:
     ddp, opt = _wrap(config, _gpt(config))
     result = _train_step(config, ddp, opt, seed=11)
     result["tp_rank"] = parallel_state.get_tensor_model_parallel_rank()
-    result["local_heads"] = ddp.module.decoder.layers[
-        0
-    ].self_attention.num_attention_heads_per_partition
+    result["local_heads"] = ddp.module.decoder.layers[0].self_attention.num_attention_heads_per_partition
     return result
 
 
@@ -259,9 +255,7 @@ def test_no_pipelining_schedule_runs_ddp_distributed_optimizer_and_finalize_on_g
         assert step["params_changed"] == step["params"]
     # different data per rank, but DDP + the distributed optimizer keep the replicas identical
     assert two_ranks[0]["no_pp"]["losses"] != two_ranks[1]["no_pp"]["losses"]
-    assert two_ranks[0]["no_pp"]["checksum"] == pytest.approx(
-        two_ranks[1]["no_pp"]["checksum"], rel=1e-9
-    )
+    assert two_ranks[0]["no_pp"]["checksum"] == pytest.approx(two_ranks[1]["no_pp"]["checksum"], rel=1e-9)
 
 
 def test_pp2_one_f_one_b_schedule_trains_both_stages_of_a_gpt_model(
@@ -295,9 +289,7 @@ def test_every_patch_is_undone_on_exit(two_ranks: list[dict[str, Any]]) -> None:
         assert r["restored"] is True
         assert r["type_after"] == "torch.FloatTensor"
         assert r["cuda_device_after"] != "created"
-        assert "Tensor.cuda" in r["patched"] and "random._get_cuda_rng_state" in "|".join(
-            r["patched"]
-        )
+        assert "Tensor.cuda" in r["patched"] and "random._get_cuda_rng_state" in "|".join(r["patched"])
 
 
 def test_rehearsals_do_not_nest_and_must_close_on_their_thread() -> None:

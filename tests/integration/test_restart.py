@@ -21,10 +21,14 @@ if PROBLEM is not None:
     pytest.skip(PROBLEM, allow_module_level=True)
 
 LEDGER = {
-    "DISTRIBUTED:process group", "DISTRIBUTED:megatron parallel state", "DISTRIBUTED:RNG tracker states",
-    "DISTRIBUTED:rank watch thread", "DISTRIBUTED:process group objects (their gloo sockets)",
+    "DISTRIBUTED:process group",
+    "DISTRIBUTED:megatron parallel state",
+    "DISTRIBUTED:RNG tracker states",
+    "DISTRIBUTED:rank watch thread",
+    "DISTRIBUTED:process group objects (their gloo sockets)",
     "MODEL_BUILT:model chunk 0 (DDP grad hooks, forward pre-hooks)",
-    "MODEL_BUILT:optimizer", "CALLBACKS_BOUND:bound callbacks",
+    "MODEL_BUILT:optimizer",
+    "CALLBACKS_BOUND:bound callbacks",
     "CALLBACKS_BOUND:dataloader and checkpoint worker threads",
     "CALLBACKS_BOUND:dataloader and checkpoint worker processes",
 }
@@ -44,8 +48,11 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 def _log_records(log_dir: str) -> list[dict[str, Any]]:
     import orjson
 
-    return [orjson.loads(line) for path in sorted(Path(log_dir).glob("rank-*.jsonl"))
-            for line in path.read_bytes().splitlines()]
+    return [
+        orjson.loads(line)
+        for path in sorted(Path(log_dir).glob("rank-*.jsonl"))
+        for line in path.read_bytes().splitlines()
+    ]
 
 
 def test_in_process_restart_equals_no_restart(cases: list[dict[str, Any]]) -> None:
@@ -55,8 +62,11 @@ def test_in_process_restart_equals_no_restart(cases: list[dict[str, Any]]) -> No
         assert (restart["cycles"], restart["start"]) == (2, 2), rank  # restarted once, resumed from step 2
         assert restart["losses"] == plain["losses"][2:], rank  # exactly, not approximately
         assert restart["weights"] == plain["weights"], rank
-    steps = [(r["rank"], r["cycle"], r["step"]) for r in _log_records(cases[0]["restart"]["log_dir"])
-             if r["event"] == "step_completed"]
+    steps = [
+        (r["rank"], r["cycle"], r["step"])
+        for r in _log_records(cases[0]["restart"]["log_dir"])
+        if r["event"] == "step_completed"
+    ]
     assert [(c, s) for rank, c, s in steps if rank == 1] == [(0, 1), (0, 2), (0, 3), (1, 3), (1, 4), (1, 5), (1, 6)]
 
 
@@ -64,8 +74,10 @@ def test_the_audit_names_rank_1_as_the_cause_of_cycle_0_and_cycle_1_is_clean(cas
     result = audit([cases[0]["restart"]["log_dir"]], jobs=1)
     assert result.exit_code == 0, result.findings
     found = attempts(result.ranks)
-    assert [(a.cycle, a.ended, a.cause_rank, a.ranks) for a in found] == \
-        [(0, True, 1, (0, 1)), (1, False, None, (0, 1))]
+    assert [(a.cycle, a.ended, a.cause_rank, a.ranks) for a in found] == [
+        (0, True, 1, (0, 1)),
+        (1, False, None, (0, 1)),
+    ]
     assert found[0].cause is not None and "injected fault at step 3 in cycle 0" in found[0].cause
     assert found[1].restart_s is not None and 0 < found[1].restart_s < 120 and found[1].resumed_step == 2
     ended = [r for r in _log_records(cases[0]["restart"]["log_dir"]) if r["event"] == "cycle_ended"]
@@ -85,8 +97,10 @@ def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> N
             # descriptors: never more than the first cycle's (measured: 207, 192, 128, ... on one
             # rank: sockets of the aborted groups still closing; the first cycle also opens what a
             # process opens once)
-            assert {k: v for k, v in counts.items() if k != "fds"} == \
-                {k: v for k, v in first.items() if k != "fds"}, (rank, cycle)
+            assert {k: v for k, v in counts.items() if k != "fds"} == {k: v for k, v in first.items() if k != "fds"}, (
+                rank,
+                cycle,
+            )
             assert counts["fds"] <= first["fds"], (rank, cycle, counts, first)
     records = _log_records(cases[0]["leaks"]["log_dir"])
     assert not [r for r in records if r["event"] == "resource_leaked"]
@@ -96,15 +110,21 @@ def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> N
     assert [a.cause_rank for a in attempts(result.ranks)] == [1, 1, 1, 1, 1, None]
 
 
-@pytest.mark.parametrize(("case", "resource", "state"), [
-    ("sabotage_rng", "RNG tracker states", "DISTRIBUTED"),
-    ("sabotage_model", "model chunk 0 (DDP grad hooks, forward pre-hooks)", "MODEL_BUILT"),
-    ("sabotage_workers", "dataloader and checkpoint worker processes", "CALLBACKS_BOUND"),
-])
+@pytest.mark.parametrize(
+    ("case", "resource", "state"),
+    [
+        ("sabotage_rng", "RNG tracker states", "DISTRIBUTED"),
+        ("sabotage_model", "model chunk 0 (DDP grad hooks, forward pre-hooks)", "MODEL_BUILT"),
+        ("sabotage_workers", "dataloader and checkpoint worker processes", "CALLBACKS_BOUND"),
+    ],
+)
 def test_a_release_that_misses_a_resource_raises_resource_leak(
     cases: list[dict[str, Any]], case: str, resource: str, state: str
 ) -> None:
     for result in (c[case] for c in cases):
-        assert (result["error"]["type"], result["error"]["resource"], result["error"]["state"]) == \
-            ("ResourceLeak", resource, state), result["error"]
+        assert (result["error"]["type"], result["error"]["resource"], result["error"]["state"]) == (
+            "ResourceLeak",
+            resource,
+            state,
+        ), result["error"]
         assert {(r["resource"], r["state"]) for r in result["leaked"]} >= {(resource, state)}

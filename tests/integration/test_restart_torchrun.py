@@ -23,10 +23,27 @@ def torchrun(root: Path, name: str, *extra: str) -> subprocess.CompletedProcess[
     env = {**os.environ, "PYTHONPATH": str(CHILD.parents[2]), "TORCH_CPP_LOG_LEVEL": "ERROR"}
     # --monitor-interval 3: the agent notices the killed rank after the survivor's watcher has (its
     # pid check, 0.5 s, and 1 s grace): the survivor's log then names the rank that died
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
-               "--monitor-interval", "3",
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", name,
-               str(CHILD), str(root), name, *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--monitor-interval",
+        "3",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "--rdzv-id",
+        name,
+        str(CHILD),
+        str(root),
+        name,
+        *extra,
+    ]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 

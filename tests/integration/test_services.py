@@ -101,9 +101,7 @@ def test_timers_are_megatrons_and_release_drops_every_service() -> None:
     assert not released.services_ready and released.vocab_size is None
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("tensorboard") is None, reason="tensorboard is not installed"
-)
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard is not installed")
 def test_a_tensorboard_writer_is_opened_and_closed(tmp_path: object) -> None:
     ctx, runtime = _start(f"logging.tensorboard_dir={tmp_path}/tb")
     assert "tensorboard" in runtime.writers

@@ -17,7 +17,7 @@ import pytest
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = '''
+SCRIPT = """
 import atexit, sys, threading
 
 def released():
@@ -46,9 +46,9 @@ print("open:", released(), flush=True)
 first.shutdown()  # from the main thread: the rehearsal's thread has ended
 print("shut down from another thread:", released(), first.state.name, flush=True)
 second = on_a_thread(sys.argv[2])  # left open: interpreter exit shuts it down
-'''
+"""
 
-INTERRUPTING_PROVIDER = '''
+INTERRUPTING_PROVIDER = """
 import os
 import signal
 
@@ -69,12 +69,15 @@ _phases.PHASES[State.CALLBACKS_BOUND] = Around(_phases.PHASES[State.CALLBACKS_BO
 
 def provider(config, **kwargs):
     return PROVIDERS["gpt"](config, **kwargs)
-'''
+"""
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                                            "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+    }
     env["PYTHONPATH"] = str(ROOT)
     return env
 
@@ -85,21 +88,35 @@ def _events(path: Path) -> list[str]:
 
 
 def _audit(logs: Path) -> Any:
-    out = subprocess.run([sys.executable, "-m", "lifecycle", "audit", str(logs), "--format", "json"], cwd=ROOT,
-                         env=_env(), capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "lifecycle", "audit", str(logs), "--format", "json"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return {f["rule"] for f in json.loads(out.stdout)["findings"]}
 
 
 def test_a_lifecycle_whose_thread_ended_is_released_from_another_thread_and_at_exit(tmp_path: Path) -> None:
     (tmp_path / "script.py").write_text(SCRIPT)
     first, second = tmp_path / "first", tmp_path / "second"
-    run = subprocess.run([sys.executable, str(tmp_path / "script.py"), str(first), str(second)], cwd=ROOT,
-                         env=_env(), capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, str(tmp_path / "script.py"), str(first), str(second)],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [line for line in run.stdout.splitlines() if ":" in line]
-    assert lines == ["open: (True, True, True)",
-                     "shut down from another thread: (False, False, False) SHUT_DOWN",
-                     "at exit: (False, False, False)"], run.stdout + run.stderr[-3000:]
+    assert lines == [
+        "open: (True, True, True)",
+        "shut down from another thread: (False, False, False) SHUT_DOWN",
+        "at exit: (False, False, False)",
+    ], run.stdout + run.stderr[-3000:]
     for logs in (first, second):
         assert _events(logs / "rank-00000.jsonl")[-2:] == ["lifecycle_shutdown", "transition_completed"]
         assert "LA021" not in _audit(logs)
@@ -108,13 +125,31 @@ def test_a_lifecycle_whose_thread_ended_is_released_from_another_thread_and_at_e
 def test_ctrl_c_during_the_shutdown_of_lifecycle_run_finishes_it_and_exits_130_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "interrupting.py").write_text(INTERRUPTING_PROVIDER)
     logs = tmp_path / "logs"
-    run = subprocess.run([sys.executable, "-m", "lifecycle", "run", "--steps", "1", "--log-dir", str(logs),
-                          "--provider", f"{tmp_path / 'interrupting.py'}:provider"], cwd=ROOT, env=_env(),
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lifecycle",
+            "run",
+            "--steps",
+            "1",
+            "--log-dir",
+            str(logs),
+            "--provider",
+            f"{tmp_path / 'interrupting.py'}:provider",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 130, run.stderr[-3000:]
     lines = [line for line in run.stderr.splitlines() if line.startswith("lifecycle run:")]
-    assert lines == ["lifecycle run: rank 0: startup aborted by SIGINT in state SHUT_DOWN during shutdown(); "
-                     "everything was released (exit 130)"], run.stderr[-3000:]
+    assert lines == [
+        "lifecycle run: rank 0: startup aborted by SIGINT in state SHUT_DOWN during shutdown(); "
+        "everything was released (exit 130)"
+    ], run.stderr[-3000:]
     assert "Traceback" not in run.stderr
     events = _events(logs / "rank-00000.jsonl")
     assert events[-2:] == ["lifecycle_shutdown", "transition_completed"] and "transition_failed" not in events

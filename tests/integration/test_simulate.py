@@ -23,11 +23,18 @@ BIN = str(Path(sys.executable).parent)
 
 
 def lifecycle(*args: str, cwd: Path = ROOT, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lifecycle", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout, env={"PYTHONPATH": str(ROOT), "PATH": f"{BIN}:/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env={"PYTHONPATH": str(ROOT), "PATH": f"{BIN}:/usr/bin:/bin"},
+    )
 
 
 # -- fast: nothing here imports torch ----------------------------------------------------------------
+
 
 def test_the_gpt_4096_preset_is_a_valid_moe_layout_for_4096_ranks() -> None:
     config = RunConfig.preset("gpt-4096")
@@ -37,16 +44,19 @@ def test_the_gpt_4096_preset_is_a_valid_moe_layout_for_4096_ranks() -> None:
 
 
 def test_importing_the_simulation_modules_pulls_in_neither_torch_nor_megatron() -> None:
-    code = ("import sys, lifecycle.simulate, lifecycle.cli.simulate;"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron')))")
+    code = (
+        "import sys, lifecycle.simulate, lifecycle.cli.simulate;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
 
 
 def test_an_expert_count_the_expert_parallel_size_does_not_divide_is_refused_before_any_rank(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    run = lifecycle("simulate", "--preset", "gpt-4096", "--set", "model.num_moe_experts=60", "--all",
-                    "--log-dir", str(logs))
+    run = lifecycle(
+        "simulate", "--preset", "gpt-4096", "--set", "model.num_moe_experts=60", "--all", "--log-dir", str(logs)
+    )
     assert run.returncode == 1, run.stderr
     assert "model.num_moe_experts=60: not divisible by parallel.ep=8" in run.stderr
     assert run.stderr.count("num_moe_experts=60") == 1 and "Traceback" not in run.stderr
@@ -54,14 +64,17 @@ def test_an_expert_count_the_expert_parallel_size_does_not_divide_is_refused_bef
     assert not logs.exists()
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--ranks", "0,5000"], "--ranks 0,5000: '5000' is outside [0, 4096)"),
-    (["--ranks", "zero"], "--ranks zero: 'zero' is not a rank or a range like 0-7"),
-    (["--sample", "0"], "--sample 0: must be at least 1"),
-    (["--jobs", "0"], "--jobs 0: must be at least 1"),
-    (["--set", "parallel.world_size=null"], "--world-size: the config sets no parallel.world_size"),
-    (["--set", "parallel.tpp=2"], "did you mean 'parallel.tp'"),
-])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--ranks", "0,5000"], "--ranks 0,5000: '5000' is outside [0, 4096)"),
+        (["--ranks", "zero"], "--ranks zero: 'zero' is not a rank or a range like 0-7"),
+        (["--sample", "0"], "--sample 0: must be at least 1"),
+        (["--jobs", "0"], "--jobs 0: must be at least 1"),
+        (["--set", "parallel.world_size=null"], "--world-size: the config sets no parallel.world_size"),
+        (["--set", "parallel.tpp=2"], "did you mean 'parallel.tp'"),
+    ],
+)
 def test_a_wrong_flag_exits_2_with_one_line_naming_it(flags: list[str], message: str) -> None:
     run = lifecycle("simulate", "--preset", "gpt-4096", *flags)
     assert run.returncode == 2, run.stderr
@@ -76,6 +89,7 @@ def test_a_log_dir_holding_another_runs_logs_is_refused(tmp_path: Path) -> None:
 
 # -- megatron-core in a spawned process --------------------------------------------------------------
 
+
 def _expected_groups(rank: int, world: int, tp: int, pp: int, cp: int, ep: int) -> dict[str, list[int]]:
     """Straight from megatron's RankGenerator (the order initialize_model_parallel defaults to)."""
     from megatron.core.parallel_state import RankGenerator
@@ -84,8 +98,13 @@ def _expected_groups(rank: int, world: int, tp: int, pp: int, cp: int, ep: int) 
     dense = RankGenerator(tp=tp, ep=1, dp=world // (tp * pp * cp), pp=pp, cp=cp, order=order)
     expert = RankGenerator(tp=tp, ep=ep, dp=world // (tp * ep * pp), pp=pp, cp=1, order=order)
     out = {}
-    for name, gen, token in (("tp", dense, "tp"), ("pp", dense, "pp"), ("cp", dense, "cp"), ("dp", dense, "dp"),
-                             ("ep", expert, "ep")):
+    for name, gen, token in (
+        ("tp", dense, "tp"),
+        ("pp", dense, "pp"),
+        ("cp", dense, "cp"),
+        ("dp", dense, "dp"),
+        ("ep", expert, "ep"),
+    ):
         [out[name]] = [g for g in gen.get_ranks(token) if rank in g]
     return out
 
@@ -104,8 +123,9 @@ def _library_checks(log_root: str) -> dict[str, Any]:
     config = prepare(RunConfig.preset("gpt-4096"))
     layout = Layout(config.parallel, 4096)
     ranks = sample_ranks(layout, 16, seed=0)
-    result = simulate(Simulation(config=config, ranks=tuple(ranks), log_dir=f"{log_root}/sample",
-                                 selection="sample 16"), layout)
+    result = simulate(
+        Simulation(config=config, ranks=tuple(ranks), log_dir=f"{log_root}/sample", selection="sample 16"), layout
+    )
     out["sample"] = [(r.rank, r.state, r.ok, r.error, r.observed and r.observed.to_dict()) for r in result.reports]
     out["independent"] = {r: _expected_groups(r, 4096, 8, 4, 2, 8) for r in ranks}
     out["important"] = layout.important_ranks()
@@ -115,8 +135,10 @@ def _library_checks(log_root: str) -> dict[str, Any]:
     out["pooled"] = [(r.rank, r.ok, r.observed and r.observed.to_dict()) for r in pooled.reports]
     out["released"] = (dist.is_initialized(), ps.model_parallel_is_initialized())
     dense = prepare(RunConfig.preset("gpt-4096", ["parallel.cp=1"]), until=State.MODEL_BUILT)
-    built = simulate(Simulation(config=dense, ranks=(0, 1024, 4095), until=State.MODEL_BUILT,
-                                log_dir=f"{log_root}/model"), Layout(dense.parallel, 4096))
+    built = simulate(
+        Simulation(config=dense, ranks=(0, 1024, 4095), until=State.MODEL_BUILT, log_dir=f"{log_root}/model"),
+        Layout(dense.parallel, 4096),
+    )
     out["model"] = [(r.rank, r.state, r.ok, r.error, r.parameters) for r in built.reports]
     out["shrunk"] = (dense.model.num_layers, dense.model.hidden_size, dense.plan, dense.model.transformer_impl)
     for until, overrides in ((State.MODEL_BUILT, []), (State.DISTRIBUTED, ["model.num_moe_experts=60"])):
@@ -191,7 +213,10 @@ def test_model_built_builds_a_shrunken_model_with_embeddings_only_on_the_end_sta
     out, root = checks
     assert out["shrunk"] == (4, 256, "inference", "local")
     assert [(rank, state, ok, error) for rank, state, ok, error, _ in out["model"]] == [
-        (0, "MODEL_BUILT", True, None), (1024, "MODEL_BUILT", True, None), (4095, "MODEL_BUILT", True, None)]
+        (0, "MODEL_BUILT", True, None),
+        (1024, "MODEL_BUILT", True, None),
+        (4095, "MODEL_BUILT", True, None),
+    ]
     first, middle, last = (params for *_, params in out["model"])
     assert first > last > middle  # first stage: word + position embeddings; last: output layer; middle: layers only
     audit = lifecycle("audit", str(root / "model"))
@@ -225,13 +250,14 @@ def test_the_sampled_logs_audit_clean_as_a_partial_simulated_set(checks: tuple[d
 @pytest.mark.slow
 def test_simulating_ranks_0_and_4095_of_gpt_4096_exits_0_and_audits_clean(tmp_path: Path) -> None:
     logs = tmp_path / "D"
-    run = lifecycle("simulate", "--preset", "gpt-4096", "--ranks", "0,4095", "--log-dir", str(logs),
-                    "--format", "json")
+    run = lifecycle("simulate", "--preset", "gpt-4096", "--ranks", "0,4095", "--log-dir", str(logs), "--format", "json")
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout)
     assert (report["world_size"], report["until"], report["ok"]) == (4096, "DISTRIBUTED", True)
     assert [(r["rank"], r["state"], r["agrees"]) for r in report["ranks"]] == [
-        (0, "DISTRIBUTED", True), (4095, "DISTRIBUTED", True)]
+        (0, "DISTRIBUTED", True),
+        (4095, "DISTRIBUTED", True),
+    ]
     assert report["ranks"][1]["placement"]["embedding_group"] == [1023, 4095]
     assert sorted(p.name for p in logs.iterdir()) == [".lifecycle.lock", "rank-00000.jsonl", "rank-04095.jsonl"]
     audit = lifecycle("audit", str(logs))
@@ -275,7 +301,8 @@ def test_the_simulate_then_audit_session_in_the_docs_runs_as_written(tmp_path: P
     for command, expected in _session():
         status = re.fullmatch(r"\[exit (\d+)\]", expected[-1]) if expected else None
         lines = expected[:-1] if status else expected
-        run = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=300)
+        run = subprocess.run(
+            ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         assert run.returncode == (int(status.group(1)) if status else 0), (command, run.stderr[-2000:])
         assert _normalize(run.stdout + run.stderr) == _normalize("\n".join(lines)), command

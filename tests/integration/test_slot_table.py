@@ -92,6 +92,10 @@ def test_unbinding_clears_the_lists_the_interleaved_schedule_made_from_our_calla
         case = rank["interleaved_one_chunk"]
         assert case["schedule"] == "forward_backward_pipelining_with_interleaving"
         assert case["after_step"]["grad_sync_func"] == "list"  # megatron rewrote our callable
-        assert set(case["unbound"]) == {"finalize_model_grads_func", "grad_scale_func", "no_sync_func",
-                                        "grad_sync_func"}
+        assert set(case["unbound"]) == {
+            "finalize_model_grads_func",
+            "grad_scale_func",
+            "no_sync_func",
+            "grad_sync_func",
+        }
         assert case["left"] == dict.fromkeys(slot_cases.SLOTS)

@@ -91,6 +91,7 @@ def _counting_store_class() -> Any:
 
 def _normalized_size(line: bytes) -> int:
     """A record's size with every number as 0 and the hashes blanked: what varies with timing only."""
+
     def walk(value: Any) -> Any:
         if isinstance(value, bool) or value is None or isinstance(value, str):
             return value
@@ -187,7 +188,12 @@ def test_what_one_rank_writes_during_startup_is_the_same_at_2_and_4096_ranks(cas
 
 
 def test_a_main_thread_import_of_torch_during_the_import_job_neither_deadlocks_nor_sees_half_a_module() -> None:
-    out = subprocess.run([sys.executable, "-c", MAIN_THREAD_IMPORTS_DURING_THE_JOB], capture_output=True,
-                         text=True, cwd=ROOT, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", MAIN_THREAD_IMPORTS_DURING_THE_JOB],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "torch" in out.stdout

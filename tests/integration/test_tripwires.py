@@ -30,7 +30,12 @@ def test_user_code_that_seeds_the_rng_before_validation_is_refused_and_logged(ma
     assert "Lifecycle.init_distributed()" in str(info.value)
     [v] = violations(lc)
     assert (v["kind"], v["owner"], v["state"], v["trigger"], v["policy"]) == (
-        "rng", "init_distributed", "CONFIGURED", None, "raise")
+        "rng",
+        "init_distributed",
+        "CONFIGURED",
+        None,
+        "raise",
+    )
 
 
 def test_user_code_that_creates_a_process_group_before_validation_is_refused(make_lc) -> None:
@@ -152,8 +157,9 @@ def test_torch_imported_after_the_lifecycle_is_created_is_still_guarded(tmp_path
         "torch.manual_seed(1)\n"
         "print('hook left' if any('ImportHook' in type(h).__name__ for h in sys.meta_path) else 'clean')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2]
+    )
     assert out.stdout.split() == ["refused", "clean"]
 
 

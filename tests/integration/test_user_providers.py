@@ -14,8 +14,15 @@ from lifecycle.engine.launch import run_ranks
 
 pytestmark = pytest.mark.slow
 FILE = str(Path(__file__).with_name("provider_cases.py"))
-GOOD = ["provider_cases:ours", "provider_cases:model_provider", f"{FILE}:ours", f"{FILE}:model_provider",
-        f"{FILE}:closure_provider", "gpt-builder", "hybrid-builder"]
+GOOD = [
+    "provider_cases:ours",
+    "provider_cases:model_provider",
+    f"{FILE}:ours",
+    f"{FILE}:model_provider",
+    f"{FILE}:closure_provider",
+    "gpt-builder",
+    "hybrid-builder",
+]
 BAD = ["hides_config", "returns_list", "returns_tuple", "returns_module_list", "returns_none"]
 
 
@@ -43,8 +50,11 @@ def _drive(provider: Any, log_dir: str) -> dict[str, Any]:
 
 
 def _cases(log_root: str) -> dict[str, Any]:
-    names = {**{spec: spec for spec in GOOD}, **{name: f"provider_cases:{name}" for name in BAD},
-             "two_deep": "provider_cases:two_deep_copying"}
+    names = {
+        **{spec: spec for spec in GOOD},
+        **{name: f"provider_cases:{name}" for name in BAD},
+        "two_deep": "provider_cases:two_deep_copying",
+    }
     return {name: _drive(spec, f"{log_root}/{index}") for index, (name, spec) in enumerate(names.items())}
 
 

@@ -23,9 +23,11 @@ USER_CAUSED = {"LA004", "LA013", "LA018"}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(plan=st.sampled_from([p.value for p in Plan]),
-       triggers=st.lists(st.sampled_from([t for t in Trigger if t is not Trigger.SHUTDOWN]), max_size=14),
-       fail_on=st.sampled_from([None, "start_services", "build_model", "bind_callbacks"]))
+@given(
+    plan=st.sampled_from([p.value for p in Plan]),
+    triggers=st.lists(st.sampled_from([t for t in Trigger if t is not Trigger.SHUTDOWN]), max_size=14),
+    fail_on=st.sampled_from([None, "start_services", "build_model", "bind_callbacks"]),
+)
 def test_engine_logs_only_ever_show_what_the_user_did(plan: str, triggers: list[Trigger], fail_on: str | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         lc = engine_rank(Path(tmp), plan=plan, phases=InProcessPhases(fail_on=fail_on))

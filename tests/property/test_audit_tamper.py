@@ -44,8 +44,9 @@ def test_the_untouched_engine_log_is_clean() -> None:
     assert not detected(list(engine_log()))
 
 
-VALUES = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1),
-                   st.floats(allow_nan=False), st.text(max_size=20))
+VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), st.text(max_size=20)
+)
 
 
 @_SETTINGS

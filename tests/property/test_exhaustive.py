@@ -22,15 +22,23 @@ DEPTH = 12
 
 def _abstract(lc: Lifecycle) -> tuple[object, ...]:
     rt = lc.runtime
-    return (lc.state, rt.validated, rt.services_ready, rt.distributed, rt.model is not None,
-            rt.binding is not None, rt.generation > 0)
+    return (
+        lc.state,
+        rt.validated,
+        rt.services_ready,
+        rt.distributed,
+        rt.model is not None,
+        rt.binding is not None,
+        rt.generation > 0,
+    )
 
 
 def _replay(plan: Plan, path: tuple[Trigger, ...], log_dir: str) -> Lifecycle:
     # the probes reuse one log directory, one run after another
     config = RunConfig.from_dict({"logging": {"existing": "overwrite"}})
-    lc = Lifecycle(config, log_dir=log_dir, plan=plan, phases=InProcessPhases(), tripwires="off",
-                   options={"keep_records": True})
+    lc = Lifecycle(
+        config, log_dir=log_dir, plan=plan, phases=InProcessPhases(), tripwires="off", options={"keep_records": True}
+    )
     for trigger in path:
         with contextlib.suppress(LifecycleError):
             lc.fire(trigger)

@@ -26,23 +26,33 @@ ROOT = Path(__file__).resolve().parents[2]
 
 EDITS = {
     "_enums.py": [
-        ('    CALLBACKS_BOUND = "CALLBACKS_BOUND"\n',
-         '    CALLBACKS_BOUND = "CALLBACKS_BOUND"\n    DATA_READY = "DATA_READY"\n'),
-        ('    BIND_CALLBACKS = "bind_callbacks"\n',
-         '    BIND_CALLBACKS = "bind_callbacks"\n    LOAD_DATA = "load_data"\n'),
+        (
+            '    CALLBACKS_BOUND = "CALLBACKS_BOUND"\n',
+            '    CALLBACKS_BOUND = "CALLBACKS_BOUND"\n    DATA_READY = "DATA_READY"\n',
+        ),
+        (
+            '    BIND_CALLBACKS = "bind_callbacks"\n',
+            '    BIND_CALLBACKS = "bind_callbacks"\n    LOAD_DATA = "load_data"\n',
+        ),
         ("    State.CALLBACKS_BOUND,\n)", "    State.CALLBACKS_BOUND,\n    State.DATA_READY,\n)"),
         ("    Plan.TRAINING: State.CALLBACKS_BOUND,", "    Plan.TRAINING: State.DATA_READY,"),
     ],
     "_table.py": [
-        ("        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND),\n",
-         "        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND, State.DATA_READY),\n"),
-        ("State.MODEL_BUILT, State.CALLBACKS_BOUND, State.FAILED),",
-         "State.MODEL_BUILT, State.CALLBACKS_BOUND, State.DATA_READY, State.FAILED),"),
-        ("    Transition(\n        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND",
-         "    Transition(\n        sources=(State.CALLBACKS_BOUND,),\n        trigger=Trigger.LOAD_DATA,\n"
-         "        dest=State.DATA_READY,\n        guards=(plan_reaches_destination,),\n"
-         '        doc="Open the data iterators.",\n    ),\n'
-         "    Transition(\n        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND"),
+        (
+            "        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND),\n",
+            "        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND, State.DATA_READY),\n",
+        ),
+        (
+            "State.MODEL_BUILT, State.CALLBACKS_BOUND, State.FAILED),",
+            "State.MODEL_BUILT, State.CALLBACKS_BOUND, State.DATA_READY, State.FAILED),",
+        ),
+        (
+            "    Transition(\n        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND",
+            "    Transition(\n        sources=(State.CALLBACKS_BOUND,),\n        trigger=Trigger.LOAD_DATA,\n"
+            "        dest=State.DATA_READY,\n        guards=(plan_reaches_destination,),\n"
+            '        doc="Open the data iterators.",\n    ),\n'
+            "    Transition(\n        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND",
+        ),
     ],
 }
 
@@ -146,16 +156,30 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     where = tmp_path_factory.mktemp("added-state")
     _states_with_a_new_state(where)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(where), str(ROOT)])}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(where / "logs")], cwd=where, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(where / "logs")],
+        cwd=where,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
     return result
 
 
 def test_the_new_state_is_in_the_chain_and_the_derived_facts_follow_the_table(run: dict[str, object]) -> None:
-    assert run["order"] == ["CONFIGURED", "VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT",
-                            "CALLBACKS_BOUND", "DATA_READY"]
+    assert run["order"] == [
+        "CONFIGURED",
+        "VALIDATED",
+        "SERVICES_READY",
+        "DISTRIBUTED",
+        "MODEL_BUILT",
+        "CALLBACKS_BOUND",
+        "DATA_READY",
+    ]
     assert (run["target"], run["trains_in"]) == ("DATA_READY", "DATA_READY")
     assert run["rebuild_keeps"] == "DISTRIBUTED" and run["rebinds"] == ["rebuild", "restart"]
 

@@ -36,8 +36,12 @@ def test_every_record_has_the_fixed_fields_and_a_known_event(tmp_path: Path) -> 
         assert rec["run_id"] == "job-7" and rec["rank"] == 0 and rec["world_size"] == 1
     done = [r for r in records if r["event"] == "transition_completed"]
     assert [(r["source"], r["dest"]) for r in done][:5] == [
-        ("CONFIGURED", "VALIDATED"), ("VALIDATED", "SERVICES_READY"), ("SERVICES_READY", "DISTRIBUTED"),
-        ("DISTRIBUTED", "MODEL_BUILT"), ("MODEL_BUILT", "CALLBACKS_BOUND")]
+        ("CONFIGURED", "VALIDATED"),
+        ("VALIDATED", "SERVICES_READY"),
+        ("SERVICES_READY", "DISTRIBUTED"),
+        ("DISTRIBUTED", "MODEL_BUILT"),
+        ("MODEL_BUILT", "CALLBACKS_BOUND"),
+    ]
     assert all(r["duration_s"] >= 0 for r in done)
     [validated] = [r for r in records if r["event"] == "config_validated"]
     assert validated["fingerprint"] == RunConfig().fingerprint() == done[1]["config_fingerprint"]

@@ -73,6 +73,7 @@ ALL = DDP(overlap_grad_reduce=True, overlap_param_gather=True, align_param_gathe
 
 def bound(chunks: list[Chunk], optimizer: Optimizer, ddp: DDP = ALL) -> Config:
     """A config bound as the rules say, by hand."""
+
     def entry(name: str) -> Any:
         methods = [getattr(c, name) for c in chunks]
         return methods[0] if len(methods) == 1 else methods
@@ -86,8 +87,9 @@ def bound(chunks: list[Chunk], optimizer: Optimizer, ddp: DDP = ALL) -> Config:
 
 
 def report_for(config: Config, chunks: list[Chunk], optimizer: Any, ddp: DDP = ALL, **kw: Any) -> CheckReport:
-    return inspect_slots(config, chunks, sources(ddp, optimizer=True), optimizer=optimizer,
-                         finalizer=finalize_model_grads, **kw)
+    return inspect_slots(
+        config, chunks, sources(ddp, optimizer=True), optimizer=optimizer, finalizer=finalize_model_grads, **kw
+    )
 
 
 @pytest.mark.parametrize("n", [1, 2])
@@ -105,16 +107,20 @@ def test_the_rules_ask_for_each_sync_slot_only_with_its_ddp_settings() -> None:
     ogr = sources(DDP(overlap_grad_reduce=True), optimizer=False)
     assert ogr == {"no_sync_func": "no_sync", "grad_sync_func": "start_grad_sync"}
     assert sources(DDP(overlap_grad_reduce=True), optimizer=False, align_grad_reduce=False) == {
-        "no_sync_func": "no_sync"}
+        "no_sync_func": "no_sync"
+    }
     assert sources(DDP(overlap_param_gather=True), optimizer=False) == {}
     assert sources(DDP(overlap_param_gather=True, align_param_gather=True), optimizer=False) == {
-        "param_sync_func": "start_param_sync"}
+        "param_sync_func": "start_param_sync"
+    }
 
 
 def test_wrapped_finalizers_are_megatrons_finalizer() -> None:
     chunks, opt = [Chunk()], Optimizer()
-    for wrapped in (CountingFinalizer(functools.partial(finalize_model_grads, pg_collection=None)),
-                    functools.wraps(finalize_model_grads)(lambda *a: None)):
+    for wrapped in (
+        CountingFinalizer(functools.partial(finalize_model_grads, pg_collection=None)),
+        functools.wraps(finalize_model_grads)(lambda *a: None),
+    ):
         assert unwrap_finalizer(wrapped) is finalize_model_grads
         config = bound(chunks, opt)
         config.finalize_model_grads_func = wrapped
@@ -179,8 +185,11 @@ def test_methods_of_chunks_and_an_optimizer_of_a_previous_build_are_stale() -> N
     report = report_for(config, new, opt_new)
     assert report.verdict == "stale"
     assert {s.slot: s.verdict for s in report.bad} == {
-        "grad_scale_func": "stale", "no_sync_func": "stale", "grad_sync_func": "stale",
-        "param_sync_func": "stale"}
+        "grad_scale_func": "stale",
+        "no_sync_func": "stale",
+        "grad_sync_func": "stale",
+        "param_sync_func": "stale",
+    }
     with pytest.raises(BindingError, match="rebind after the rebuild"):
         report.raise_if_bad()
     assert report_for(config, old, opt_old).verdict == "ok"
@@ -235,8 +244,13 @@ def test_the_report_renders_one_line_per_slot_and_is_frozen_and_picklable() -> N
 
 
 def test_a_slot_check_line_says_where_else_the_callable_was_set() -> None:
-    line = SlotCheck(slot="grad_scale_func", verdict="missing", expected="x", found="nothing",
-                     elsewhere=("Config at 0x1 (provider config)",)).line()
+    line = SlotCheck(
+        slot="grad_scale_func",
+        verdict="missing",
+        expected="x",
+        found="nothing",
+        elsewhere=("Config at 0x1 (provider config)",),
+    ).line()
     assert "set on Config at 0x1 (provider config), which the scheduler never reads" in line
     with pytest.raises(KeyError):
         CheckReport(scheduler_config_type="C", scheduler_config_id="0x0", chunks=1, slots=()).slot("x")
@@ -266,8 +280,10 @@ def test_configs_are_found_through_wrappers_submodules_and_the_provider() -> Non
     chunk = Chunk(config=scheduler, module=model)
     found = reachable_configs([chunk], provider)
     assert [(id(c), w) for c, w in found] == [
-        (id(provider), "provider config"), (id(scheduler), "chunk 0.config"),
-        (id(inner), "chunk 0.module.decoder.layers.0.config")]
+        (id(provider), "provider config"),
+        (id(scheduler), "chunk 0.config"),
+        (id(inner), "chunk 0.module.decoder.layers.0.config"),
+    ]
     assert reachable_configs([Chunk(config=None)], None) == []
 
 
@@ -345,19 +361,25 @@ def test_the_ddp_config_defaults_to_the_first_chunks_and_an_empty_grad_sync_read
     chunks, opt = [Chunk(), Chunk()], Optimizer()
     chunks[0].ddp_config = DDP(overlap_grad_reduce=True)  # type: ignore[attr-defined]
     config = bound(chunks, opt, DDP(overlap_grad_reduce=True))
-    report = judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads,
-                           chunk_config_ids=("0xa", "0xb"), provider_config=config)
+    report = judge_binding(
+        config,
+        chunks,
+        optimizer=opt,
+        finalizer=finalize_model_grads,
+        chunk_config_ids=("0xa", "0xb"),
+        provider_config=config,
+    )
     assert report.verdict == "ok" and report.chunk_config_ids == ("0xa", "0xb")
     assert report.provider_config_id == hex(id(config))
     config.grad_sync_func = None  # as bound with align_grad_reduce=False
     assert judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads).verdict == "ok"
-    strict = judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads,
-                           align_grad_reduce=True)
+    strict = judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads, align_grad_reduce=True)
     assert [s.slot for s in strict.bad] == ["grad_sync_func"] and strict.verdict == "missing"
     config.no_sync_func = None
     assert judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads).verdict == "missing"
-    plain = judge_binding(bound(chunks, opt, DDP()), chunks, ddp_config=DDP(), optimizer=opt,
-                          finalizer=finalize_model_grads)
+    plain = judge_binding(
+        bound(chunks, opt, DDP()), chunks, ddp_config=DDP(), optimizer=opt, finalizer=finalize_model_grads
+    )
     assert plain.verdict == "ok"
 
 
@@ -371,8 +393,9 @@ def test_a_ddp_config_that_carries_align_grad_reduce_is_obeyed() -> None:
     chunks, opt = [Chunk()], Optimizer()
     config = bound(chunks, opt, DDP(overlap_grad_reduce=True))
     config.grad_sync_func = None
-    report = judge_binding(config, chunks, ddp_config=LoopDDP(overlap_grad_reduce=True), optimizer=opt,
-                           finalizer=finalize_model_grads)
+    report = judge_binding(
+        config, chunks, ddp_config=LoopDDP(overlap_grad_reduce=True), optimizer=opt, finalizer=finalize_model_grads
+    )
     assert report.slot("grad_sync_func").verdict == "missing"
 
 
@@ -437,12 +460,15 @@ def test_a_config_is_an_object_with_all_five_slots() -> None:
 @pytest.mark.parametrize("n", [1, 2])
 def test_each_slot_says_what_the_rules_expect_in_words(n: int) -> None:
     chunks, opt = [Chunk() for _ in range(n)], Optimizer()
-    report = report_for(bound(chunks, opt, DDP(overlap_grad_reduce=True)), chunks, opt,
-                        DDP(overlap_grad_reduce=True))
+    report = report_for(bound(chunks, opt, DDP(overlap_grad_reduce=True)), chunks, opt, DDP(overlap_grad_reduce=True))
     shape = "(the callable itself, 1 chunk)" if n == 1 else "(a list of 2)"
     assert [s.expected for s in report.slots] == [
-        "megatron's finalize_model_grads (or a wrapper of it)", "the optimizer's scale_loss",
-        f"each chunk's no_sync {shape}", f"each chunk's start_grad_sync {shape}", "nothing"]
+        "megatron's finalize_model_grads (or a wrapper of it)",
+        "the optimizer's scale_loss",
+        f"each chunk's no_sync {shape}",
+        f"each chunk's start_grad_sync {shape}",
+        "nothing",
+    ]
 
 
 def test_the_report_records_are_keyword_only() -> None:

@@ -113,10 +113,19 @@ def test_no_optimizer_and_no_overlap_installs_nothing() -> None:
 
 def _report(target: Target, installed: dict[str, Any]) -> BindingReport:
     return BindingReport(
-        target_type="Target", target_id=hex(id(target)), scheduler_config_id=hex(id(target)),
-        provider_config_id=None, copied=False, slots=tuple(installed), chunks=1, optimizer=True,
-        overlap_grad_reduce=False, overlap_param_gather=False, align_grad_reduce=True,
-        align_param_gather=False, target_ref=weakref.ref(target),
+        target_type="Target",
+        target_id=hex(id(target)),
+        scheduler_config_id=hex(id(target)),
+        provider_config_id=None,
+        copied=False,
+        slots=tuple(installed),
+        chunks=1,
+        optimizer=True,
+        overlap_grad_reduce=False,
+        overlap_param_gather=False,
+        align_grad_reduce=True,
+        align_param_gather=False,
+        target_ref=weakref.ref(target),
         installed_ids=MappingProxyType({s: id(v) for s, v in installed.items()}),
     )
 
@@ -140,8 +149,16 @@ def test_unbinding_after_the_config_is_gone_does_nothing() -> None:
 def test_report_log_fields_are_the_callbacks_bound_fields_of_the_log_format() -> None:
     fields = _report(Target(), {"grad_scale_func": ours}).log_fields()
     assert set(fields) == {
-        "target_type", "target_id", "scheduler_config_id", "provider_config_id", "copied",
-        "slots", "chunks", "overlap_grad_reduce", "overlap_param_gather", "policy",
+        "target_type",
+        "target_id",
+        "scheduler_config_id",
+        "provider_config_id",
+        "copied",
+        "slots",
+        "chunks",
+        "overlap_grad_reduce",
+        "overlap_param_gather",
+        "policy",
     }
 
 

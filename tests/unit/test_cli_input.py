@@ -17,8 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def lifecycle(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lifecycle", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_a_config_problem_under_nproc_2_is_printed_once_with_exit_1_and_nothing_launched() -> None:
@@ -31,17 +37,38 @@ def test_a_config_problem_under_nproc_2_is_printed_once_with_exit_1_and_nothing_
 
 
 def test_the_launch_world_size_counts_every_node() -> None:
-    code = main(["run", "--nproc", "2", "--nnodes", "2", "--rdzv-endpoint", "node0:29500",
-                 "--set", "parallel.tp=3", "--set", "model.num_attention_heads=6"])
+    code = main(
+        [
+            "run",
+            "--nproc",
+            "2",
+            "--nnodes",
+            "2",
+            "--rdzv-endpoint",
+            "node0:29500",
+            "--set",
+            "parallel.tp=3",
+            "--set",
+            "model.num_attention_heads=6",
+        ]
+    )
     assert code == 1  # 4 ranks are not a multiple of tp=3
 
 
 def test_intrinsic_validation_imports_neither_torch_nor_megatron() -> None:
-    code = ("import sys; from lifecycle.config import RunConfig, validate; "
-            "p = validate(RunConfig.preset('tiny-gpt', ['parallel.tp=3']), environment=False); "
-            "print([x.field for x in p], sorted(m for m in ('torch', 'megatron') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys; from lifecycle.config import RunConfig, validate; "
+        "p = validate(RunConfig.preset('tiny-gpt', ['parallel.tp=3']), environment=False); "
+        "print([x.field for x in p], sorted(m for m in ('torch', 'megatron') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.strip() == "['model.num_attention_heads'] []", out.stderr
 
 
@@ -84,8 +111,9 @@ def test_bad_input_exits_2_with_one_line_naming_the_field_and_the_fix(
         (["run", "--ste", "2"], "unrecognized arguments: --ste 2"),
     ],
 )
-def test_bad_command_lines_exit_2_in_one_line(args: list[str], expected: str,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_command_lines_exit_2_in_one_line(
+    args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as stop:
         main(args)
     err = capsys.readouterr().err
@@ -97,8 +125,10 @@ def test_version_prints_the_project_torch_and_megatron_core_versions(capsys: pyt
 
     with pytest.raises(SystemExit) as stop:
         main(["--version"])
-    wanted = (f"lifecycle {version('megatron-lifecycle')} (torch {version('torch')}, "
-              f"megatron-core {version('megatron-core')})")
+    wanted = (
+        f"lifecycle {version('megatron-lifecycle')} (torch {version('torch')}, "
+        f"megatron-core {version('megatron-core')})"
+    )
     assert stop.value.code == 0 and capsys.readouterr().out.strip() == wanted
 
 

@@ -7,16 +7,24 @@ import pytest
 from lifecycle.megatron import compat
 
 
-@pytest.mark.parametrize(("text", "parsed"), [("0.19.2", (0, 19, 2)), ("0.15.3", (0, 15, 3)),
-                                              ("0.17.0rc1", (0, 17, 0)), ("0.18.1+cu12.9", (0, 18, 1))])
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [("0.19.2", (0, 19, 2)), ("0.15.3", (0, 15, 3)), ("0.17.0rc1", (0, 17, 0)), ("0.18.1+cu12.9", (0, 18, 1))],
+)
 def test_versions_are_compared_as_numbers(text: str, parsed: tuple[int, ...]) -> None:
     assert compat._parse(text) == parsed
 
 
-@pytest.mark.parametrize(("release", "library", "eod_in_vocab"), [
-    ((0, 15, 3), "null", False), ((0, 16, 1), "null", False), ((0, 17, 0), "null-text", False),
-    ((0, 18, 0), "null-text", True), ((0, 19, 2), "null-text", True),
-])
+@pytest.mark.parametrize(
+    ("release", "library", "eod_in_vocab"),
+    [
+        ((0, 15, 3), "null", False),
+        ((0, 16, 1), "null", False),
+        ((0, 17, 0), "null-text", False),
+        ((0, 18, 0), "null-text", True),
+        ((0, 19, 2), "null-text", True),
+    ],
+)
 def test_the_null_tokenizer_follows_each_release(release: tuple[int, ...], library: str, eod_in_vocab: bool) -> None:
     assert compat.null_tokenizer_library(release) == library
     assert compat.null_tokenizer_eod_in_vocab(release) is eod_in_vocab
@@ -51,9 +59,15 @@ def test_the_model_parallel_config_mend_applies_to_015_only(monkeypatch: pytest.
     assert module.__dict__["warnings"] is warnings
 
 
-@pytest.mark.parametrize(("release", "hybrid"), [
-    ((0, 15, 3), False), ((0, 18, 2), False), ((0, 19, 0), True), ((0, 19, 2), True),
-])
+@pytest.mark.parametrize(
+    ("release", "hybrid"),
+    [
+        ((0, 15, 3), False),
+        ((0, 18, 2), False),
+        ((0, 19, 0), True),
+        ((0, 19, 2), True),
+    ],
+)
 def test_the_default_model_is_hybrid_where_gptmodel_is_deprecated(release: tuple[int, ...], hybrid: bool) -> None:
     assert compat.gpt_model_deprecated(release) is hybrid
 

@@ -40,9 +40,7 @@ def test_unknown_keys_are_rejected_with_the_nearest_valid_name(tmp_path: Path) -
 
 def test_wrong_types_and_choices_are_all_reported_at_once() -> None:
     with pytest.raises(ConfigError) as info:
-        RunConfig.from_dict(
-            {"parallel": {"tp": "two"}, "backend": "mpi", "model": {"dtype": "fp8"}}
-        )
+        RunConfig.from_dict({"parallel": {"tp": "two"}, "backend": "mpi", "model": {"dtype": "fp8"}})
     assert len(info.value.problems) == 3
     assert "choose one of 'gloo', 'nccl', 'fake'" in str(info.value)
 

@@ -20,8 +20,11 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJ
 CASES = [
     ("https://user:PASS@host/ckpt", "https://<redacted>@host/ckpt", "PASS"),
     ("s3://bucket/tb?token=abc123&region=eu", "s3://bucket/tb?token=<redacted>&region=eu", "abc123"),
-    ("https://h/x?X-Amz-Signature=beef&api_key=k9", "https://h/x?X-Amz-Signature=<redacted>&api_key=<redacted>",
-     "beef"),
+    (
+        "https://h/x?X-Amz-Signature=beef&api_key=k9",
+        "https://h/x?X-Amz-Signature=<redacted>&api_key=<redacted>",
+        "beef",
+    ),
     (f"/data/{HF}/model", f"/data/{REDACTED}/model", HF),
     (f"git clone https://{GH}@github.com/o/r", f"git clone https://{REDACTED}@github.com/o/r", GH),
     (f"key {SK} refused", f"key {REDACTED} refused", SK),
@@ -47,8 +50,12 @@ def test_these_keys_are_secret(key: str) -> None:
 
 
 def test_config_values_and_exception_texts_are_redacted_in_the_log(make_lc: Any) -> None:
-    config = RunConfig.from_dict({"logging": {"tensorboard_dir": "s3://tb?token=SECRET1&x=1"},
-                                  "checkpoint": {"save": "https://user:SECRET2@host/ckpt"}})
+    config = RunConfig.from_dict(
+        {
+            "logging": {"tensorboard_dir": "s3://tb?token=SECRET1&x=1"},
+            "checkpoint": {"save": "https://user:SECRET2@host/ckpt"},
+        }
+    )
     phases = InProcessPhases()
     lc = make_lc(config=config, phases=phases)
     lc.advance_to(State.SERVICES_READY)

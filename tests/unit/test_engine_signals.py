@@ -79,4 +79,3 @@ def test_ctrl_c_during_shutdown_finishes_the_release_then_exits_130(make_lc: Any
     assert _events(lc, "lifecycle_shutdown") and not _events(lc, "transition_failed")
     assert signal.getsignal(signal.SIGINT) == previous, "the user's handler is back"
     assert lc.shutdown() is lc.runtime  # done: a second call is a no-op
-

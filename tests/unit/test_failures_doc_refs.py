@@ -17,11 +17,20 @@ DOC = (ROOT / "docs" / "failures.md").read_text()
 CITED = sorted(set(re.findall(r"(tests/[\w/]+\.py)(?:::(\w+))?", DOC)))
 # shape -> the words the Credentials section lists it by
 LISTED = {
-    "pem_private_key": "PEM private", "url_userinfo": "https://user:pass@", "scp_userinfo": "user:pass@host:path",
-    "query_parameter": "X-Amz-Signature", "authorization_header": "Authorization: Bearer",
-    "secret_assignment": "AWS_SECRET_ACCESS_KEY=", "hugging_face_token": "hf_", "github_token": "ghp_",
-    "gitlab_token": "glpat-", "slack_token": "xoxb-", "google_api_key": "AIza", "openai_key": "sk-",
-    "aws_access_key_id": "AKIA", "jwt": "JWT",
+    "pem_private_key": "PEM private",
+    "url_userinfo": "https://user:pass@",
+    "scp_userinfo": "user:pass@host:path",
+    "query_parameter": "X-Amz-Signature",
+    "authorization_header": "Authorization: Bearer",
+    "secret_assignment": "AWS_SECRET_ACCESS_KEY=",
+    "hugging_face_token": "hf_",
+    "github_token": "ghp_",
+    "gitlab_token": "glpat-",
+    "slack_token": "xoxb-",
+    "google_api_key": "AIza",
+    "openai_key": "sk-",
+    "aws_access_key_id": "AKIA",
+    "jwt": "JWT",
 }
 
 
@@ -32,7 +41,7 @@ def test_every_test_the_doc_cites_exists(path: str, test: str) -> None:
 
 
 def test_every_redaction_shape_is_listed_in_the_credentials_section() -> None:
-    section = DOC[DOC.index("## Credentials"):]
+    section = DOC[DOC.index("## Credentials") :]
     section = section[: section.index("\n## ", 4)]
     assert sorted(LISTED) == sorted(s.name for s in SHAPES)
     assert [name for name, words in LISTED.items() if words not in section] == []

@@ -9,8 +9,13 @@ from lifecycle.config import RunConfig
 from lifecycle.errors import ConfigError
 from lifecycle.runtime import expand_nodelist, run_id_from_env, slurm_identity_env, world_size_of
 
-SRUN = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
-        "SLURM_JOB_NODELIST": "gpu[07-08,11],cpu1", "SLURM_JOB_ID": "123456"}
+SRUN = {
+    "SLURM_PROCID": "5",
+    "SLURM_NTASKS": "8",
+    "SLURM_LOCALID": "1",
+    "SLURM_JOB_NODELIST": "gpu[07-08,11],cpu1",
+    "SLURM_JOB_ID": "123456",
+}
 
 
 @pytest.mark.parametrize(
@@ -34,8 +39,13 @@ def test_a_malformed_host_list_is_refused_naming_the_variable(nodelist: str) -> 
 
 def test_an_srun_task_maps_to_rank_world_local_rank_and_a_rendezvous_on_the_first_host() -> None:
     env = slurm_identity_env(SRUN)
-    assert env == {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu07",
-                   "MASTER_PORT": str(20000 + 123456 % 20000)}
+    assert env == {
+        "RANK": "5",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "gpu07",
+        "MASTER_PORT": str(20000 + 123456 % 20000),
+    }
 
 
 def test_variables_already_set_win_over_slurms() -> None:

@@ -60,8 +60,7 @@ def test_unit_tests_import_neither_torch_nor_megatron() -> None:
 
 def test_unit_test_modules_load_neither_torch_nor_megatron_when_imported() -> None:
     modules = sorted(
-        ".".join(p.relative_to(ROOT).with_suffix("").parts)
-        for p in (ROOT / "tests" / "unit").rglob("test_*.py")
+        ".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "tests" / "unit").rglob("test_*.py")
     )
     paths = [str(ROOT), str(ROOT / "tests" / "unit" / "audit")]
     loaded = _loaded_after(f"sys.path[:0] = {paths!r}; " + "; ".join(f"import {m}" for m in modules))

@@ -21,18 +21,40 @@ def test_a_local_launch_uses_a_loopback_rendezvous_and_drops_nproc_from_the_rank
     cmd = torchrun_command(args, 29555)  # type: ignore[arg-type]
     assert cmd[:4] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
     assert "--master-addr=127.0.0.1" in cmd and "--master-port=29555" in cmd
-    assert cmd[cmd.index("lifecycle"):] == ["lifecycle", "run", "--steps", "3", "--set", "parallel.tp=2"]
+    assert cmd[cmd.index("lifecycle") :] == ["lifecycle", "run", "--steps", "3", "--set", "parallel.tp=2"]
 
 
 def test_torchruns_multi_node_options_pass_through_and_stay_out_of_the_ranks_argv() -> None:
-    args = parse("run", "--nproc=4", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "node0:29400",
-                 "--rdzv-backend=c10d", "--rdzv-id", "job7", "--max-restarts", "3", "--steps", "1")
+    args = parse(
+        "run",
+        "--nproc=4",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--rdzv-endpoint",
+        "node0:29400",
+        "--rdzv-backend=c10d",
+        "--rdzv-id",
+        "job7",
+        "--max-restarts",
+        "3",
+        "--steps",
+        "1",
+    )
     cmd = torchrun_command(args, None)  # type: ignore[arg-type]
     launcher = cmd[: cmd.index("-m", 3)]
-    assert launcher[3:] == ["--nproc-per-node=4", "--nnodes=2", "--node-rank=1", "--rdzv-endpoint=node0:29400",
-                            "--rdzv-backend=c10d", "--rdzv-id=job7", "--max-restarts=3"]
+    assert launcher[3:] == [
+        "--nproc-per-node=4",
+        "--nnodes=2",
+        "--node-rank=1",
+        "--rdzv-endpoint=node0:29400",
+        "--rdzv-backend=c10d",
+        "--rdzv-id=job7",
+        "--max-restarts=3",
+    ]
     assert not any(a.startswith("--master") for a in cmd)
-    assert cmd[cmd.index("lifecycle"):] == ["lifecycle", "run", "--steps", "1"]
+    assert cmd[cmd.index("lifecycle") :] == ["lifecycle", "run", "--steps", "1"]
     assert launch_world_size(args) == 8  # type: ignore[arg-type]
 
 

@@ -67,8 +67,17 @@ def test_a_dangling_symlink_creates_nothing_where_it_points(tmp_path: Path, exis
     assert not target.exists()
 
 
-@pytest.mark.parametrize("content", [OUTSIDE, b"[1, 2]\n", b'{"event": "transition_started"}\n', b"\xff\xfe\x00garbage",
-                                     b'{"event":"lifecycle_started"}\n', b"\n"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        OUTSIDE,
+        b"[1, 2]\n",
+        b'{"event": "transition_started"}\n',
+        b"\xff\xfe\x00garbage",
+        b'{"event":"lifecycle_started"}\n',
+        b"\n",
+    ],
+)
 @pytest.mark.parametrize("existing", ["refuse", "append", "overwrite"])
 def test_a_rank_file_that_is_not_a_startup_log_is_refused_in_one_line_and_kept_byte_for_byte(
     tmp_path: Path, content: bytes, existing: str
@@ -164,8 +173,14 @@ def test_a_second_run_is_refused_while_another_process_owns_the_log_dir_naming_i
     tmp_path: Path, existing: str
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    first = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), existing], cwd=ROOT, env=env,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path), existing],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert first.stdout is not None and first.stdin is not None
         assert first.stdout.readline().strip() == "holding"

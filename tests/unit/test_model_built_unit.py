@@ -58,7 +58,9 @@ def test_no_tp_comm_overlap_initializes_no_user_buffers() -> None:
 
 @pytest.mark.parametrize(("release", "hybrid"), [((0, 18, 2), False), ((0, 19, 2), True)])
 def test_only_the_shipped_providers_get_a_hybrid_config_where_gptmodel_is_deprecated(
-    monkeypatch: pytest.MonkeyPatch, release: tuple[int, ...], hybrid: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    release: tuple[int, ...],
+    hybrid: bool,
 ) -> None:
     from lifecycle.megatron import compat
     from lifecycle.megatron.providers import GPTBuilder, HybridBuilder, builds_hybrid
@@ -72,14 +74,24 @@ def test_only_the_shipped_providers_get_a_hybrid_config_where_gptmodel_is_deprec
     assert builds_hybrid(mine) is False
 
 
-@pytest.mark.parametrize(("layers", "pp", "vpp", "pattern"), [
-    (4, 1, None, "*-*-"), (8, 2, None, "*-*-|*-*-"), (8, 2, 2, "*-|*-|*-|*-"), (16, 2, 2, "*-*-|*-*-|*-*-|*-*-"),
-])
+@pytest.mark.parametrize(
+    ("layers", "pp", "vpp", "pattern"),
+    [
+        (4, 1, None, "*-*-"),
+        (8, 2, None, "*-*-|*-*-"),
+        (8, 2, 2, "*-|*-|*-|*-"),
+        (16, 2, 2, "*-*-|*-*-|*-*-|*-*-"),
+    ],
+)
 def test_the_hybrid_pattern_has_one_segment_per_pipeline_and_virtual_stage(
-    layers: int, pp: int, vpp: int | None, pattern: str,
+    layers: int,
+    pp: int,
+    vpp: int | None,
+    pattern: str,
 ) -> None:
     from lifecycle.megatron import layer_pattern
 
-    config = SimpleNamespace(num_layers=layers, pipeline_model_parallel_size=pp,
-                             virtual_pipeline_model_parallel_size=vpp)
+    config = SimpleNamespace(
+        num_layers=layers, pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp
+    )
     assert layer_pattern(config) == pattern

@@ -140,9 +140,7 @@ def test_a_first_record_not_linked_to_genesis_is_caught(log: Path) -> None:
 
 
 @pytest.mark.parametrize("with_lines", [True, False])
-def test_a_changed_record_is_caught_once_and_the_records_after_it_still_verify(
-    log: Path, with_lines: bool
-) -> None:
+def test_a_changed_record_is_caught_once_and_the_records_after_it_still_verify(log: Path, with_lines: bool) -> None:
     lines = lines_of(log)
     lines[2] = retimed(lines[2])
     problems = verify(lines, with_lines=with_lines)
@@ -261,7 +259,7 @@ def test_two_ranks_logs_interleaved_in_one_input_are_followed_by_their_chains(tm
     first = lines_of(run_log(tmp_path / "a", run_id="run-a"))
     second = lines_of(run_log(tmp_path / "b", run_id="run-b"))
     mixed = [line for pair in zip(first, second, strict=False) for line in pair]
-    mixed += first[len(second):] + second[len(first):]
+    mixed += first[len(second) :] + second[len(first) :]
     result = audit_file(tmp_path / "mixed.jsonl", mixed)
     assert la009(result) == []
     assert sorted(r.run_id for r in result.ranks) == ["run-a", "run-b"]
@@ -313,7 +311,7 @@ def test_two_chains_of_the_same_rank_interleaved_in_one_file_are_told_apart(tmp_
     first = lines_of(run_log(tmp_path / "a"))
     second = lines_of(run_log(tmp_path / "b"))
     mixed = [line for pair in zip(first, second, strict=False) for line in pair]
-    mixed += first[len(second):] + second[len(first):]
+    mixed += first[len(second) :] + second[len(first) :]
     result = audit_file(tmp_path / "rank-00000.jsonl", mixed)
     assert la009(result) == []
     assert len(result.ranks) == 2

@@ -31,9 +31,20 @@ def test_a_step_lives_in_iter_and_seven_digits_and_a_save_in_progress_under_a_hi
     assert partial_dir(tmp_path, 3) == tmp_path / ".iter_0000003.partial"
 
 
-@pytest.mark.parametrize(("text", "step"), [("7\n", 7), ("  42  ", 42), ("0", 0), ("9" * 12, int("9" * 12)),
-                                            ("9" * 13, None), ("-1", None), ("3.0", None), ("", None),
-                                            ("seven", None)])
+@pytest.mark.parametrize(
+    ("text", "step"),
+    [
+        ("7\n", 7),
+        ("  42  ", 42),
+        ("0", 0),
+        ("9" * 12, int("9" * 12)),
+        ("9" * 13, None),
+        ("-1", None),
+        ("3.0", None),
+        ("", None),
+        ("seven", None),
+    ],
+)
 def test_the_marker_names_a_step_only_as_up_to_12_digits(tmp_path: Path, text: str, step: int | None) -> None:
     (tmp_path / LATEST).write_text(text)
     assert latest_step(tmp_path) == step
@@ -58,11 +69,13 @@ def test_validated_refuses_a_load_directory_that_holds_no_complete_checkpoint(tm
     assert checkpoint_problem(str(tmp_path)) == f"holds no checkpoint ({LATEST} is missing or does not name a step)"
     _saved(tmp_path / "partial", 3, complete=False)
     assert checkpoint_problem(str(tmp_path / "partial")) == (
-        f"{LATEST} names step 3, but iter_0000003/ is missing or incomplete")
+        f"{LATEST} names step 3, but iter_0000003/ is missing or incomplete"
+    )
     (tmp_path / "gone").mkdir()
     (tmp_path / "gone" / LATEST).write_text("5")
     assert checkpoint_problem(str(tmp_path / "gone")) == (
-        f"{LATEST} names step 5, but iter_0000005/ is missing or incomplete")
+        f"{LATEST} names step 5, but iter_0000005/ is missing or incomplete"
+    )
     (iteration_dir(tmp_path / "gone", 5) / "metadata.json").mkdir(parents=True)
     assert checkpoint_problem(str(tmp_path / "gone")) is not None  # a directory is not the marker file
     _saved(tmp_path / "ok", 3)
@@ -86,8 +99,9 @@ def test_a_fresh_run_loads_checkpoint_load_never_what_an_earlier_run_left_in_che
     assert checkpoint_source(_run(), 0) is None
 
 
-def test_a_restart_resumes_from_its_own_latest_save_else_from_checkpoint_load(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_restart_resumes_from_its_own_latest_save_else_from_checkpoint_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
     save, load = str(tmp_path / "save"), str(tmp_path / "load")
     assert checkpoint_source(_run(load, save), 1) == (load, "checkpoint.load")  # nothing saved yet

@@ -47,10 +47,17 @@ def test_a_side_effect_declared_by_another_transition_is_refused_naming_its_owne
     assert type(cause) is SideEffectError
     assert str(cause).startswith("refused: rng during start_services(): it belongs to init_distributed()")
     assert (cause.kind, cause.owner, cause.trigger) == (
-        SideEffect.RNG, Trigger.INIT_DISTRIBUTED, Trigger.START_SERVICES)
+        SideEffect.RNG,
+        Trigger.INIT_DISTRIBUTED,
+        Trigger.START_SERVICES,
+    )
     [refused] = events_of(lc, "side_effect_refused")
     assert (refused["kind"], refused["trigger"], refused["owner"], refused["state"]) == (
-        "rng", "start_services", "init_distributed", "VALIDATED")
+        "rng",
+        "start_services",
+        "init_distributed",
+        "VALIDATED",
+    )
     assert lc.state is State.FAILED
 
 
@@ -68,9 +75,14 @@ def test_side_effects_declared_by_their_owner_are_logged_with_it(make_lc) -> Non
     lc = make_lc()
     lc.advance_to(State.CALLBACKS_BOUND)
     declared = [(r["kind"], r["trigger"]) for r in events_of(lc, "side_effect")]
-    assert declared == [("tokenizer", "start_services"), ("process_group", "init_distributed"),
-                        ("parallel_state", "init_distributed"), ("rng", "init_distributed"),
-                        ("model", "build_model"), ("callbacks", "bind_callbacks")]
+    assert declared == [
+        ("tokenizer", "start_services"),
+        ("process_group", "init_distributed"),
+        ("parallel_state", "init_distributed"),
+        ("rng", "init_distributed"),
+        ("model", "build_model"),
+        ("callbacks", "bind_callbacks"),
+    ]
     assert events_of(lc, "side_effect_refused") == []
 
 

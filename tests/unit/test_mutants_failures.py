@@ -88,8 +88,11 @@ def test_the_forced_fail_is_logged_as_a_fail_transition_from_where_it_happened(m
 
 def test_a_failure_before_validation_says_no_restart_can_help(make_lc: Any) -> None:
     lc = make_lc(phases=Raises("validate", ValueError("bad")))
-    with pytest.raises(PhaseFailed, match=r"validate failed in CONFIGURED: ValueError: bad\. The lifecycle is FAILED "
-                                          r"with nothing validated, so restart\(\) cannot help"):
+    with pytest.raises(
+        PhaseFailed,
+        match=r"validate failed in CONFIGURED: ValueError: bad\. The lifecycle is FAILED "
+        r"with nothing validated, so restart\(\) cannot help",
+    ):
         lc.validate()
 
 
@@ -100,8 +103,9 @@ def test_a_lifecycle_error_keeps_its_type_and_fields_with_the_way_out_added(make
     with pytest.raises(ConfigError) as caught:
         lc.start_services()
     assert type(caught.value) is ConfigError and caught.value is not error and caught.value.__cause__ is error
-    assert str(caught.value) == ("model.num_layers must be positive The lifecycle is now FAILED; call restart() or "
-                                 "shutdown().")
+    assert str(caught.value) == (
+        "model.num_layers must be positive The lifecycle is now FAILED; call restart() or shutdown()."
+    )
     assert (caught.value.field, caught.value.problems) == ("model.num_layers", ["-1"])
     assert events_of(lc, "transition_failed")[0]["error_type"] == "ConfigError"
 
@@ -165,8 +169,9 @@ def test_a_log_dir_held_by_another_run_sends_the_failure_to_stderr(
     lc = make_lc(phases=Raises("validate", ValueError("bad")), log_dir=tmp_path / "held")
     with pytest.raises(PhaseFailed) as caught:
         lc.validate()
-    assert str(caught.value).endswith("The startup log went to stderr as JSON lines, because logging.log_dir cannot "
-                                      "take it (above).")
+    assert str(caught.value).endswith(
+        "The startup log went to stderr as JSON lines, because logging.log_dir cannot take it (above)."
+    )
     assert '"transition_failed"' in capfd.readouterr().err
 
 
@@ -178,8 +183,10 @@ def test_a_log_file_that_cannot_be_created_sends_the_failure_to_stderr_naming_it
     lc._log.claim = lambda *_: None  # type: ignore[method-assign]  # the directory itself is fine
     with pytest.raises(PhaseFailed) as caught:
         lc.validate()
-    assert f"The startup log went to stderr as JSON lines: {tmp_path / 'logs' / 'rank-00000.jsonl'} cannot be " \
+    assert (
+        f"The startup log went to stderr as JSON lines: {tmp_path / 'logs' / 'rank-00000.jsonl'} cannot be "
         "written (" in str(caught.value)
+    )
     assert '"transition_failed"' in capfd.readouterr().err
 
 
@@ -375,16 +382,19 @@ class Unsure(Bare):
     active = True
 
 
-@pytest.mark.parametrize(("rehearsal", "refused"), [
-    (Rehearsal(1), True),
-    (Rehearsal(1, owner_alive=False), False),
-    (Rehearsal(1, active=False), False),
-    (Rehearsal(None), False),
-    (Rehearsal(threading.get_ident()), False),
-    (None, False),
-    (Bare(1), False),
-    (Unsure(1), True),
-])
+@pytest.mark.parametrize(
+    ("rehearsal", "refused"),
+    [
+        (Rehearsal(1), True),
+        (Rehearsal(1, owner_alive=False), False),
+        (Rehearsal(1, active=False), False),
+        (Rehearsal(None), False),
+        (Rehearsal(threading.get_ident()), False),
+        (None, False),
+        (Bare(1), False),
+        (Unsure(1), True),
+    ],
+)
 def test_a_release_from_another_thread_than_the_rehearsals_is_refused_before_anything_changes(
     make_lc: Any, rehearsal: Any, refused: bool
 ) -> None:
@@ -398,7 +408,8 @@ def test_a_release_from_another_thread_than_the_rehearsals_is_refused_before_any
             assert str(caught.value).startswith(
                 f"{trigger}() refused on thread {threading.get_ident()}: the CPU rehearsal was started on thread 1 "
                 f"(the one that ran init_distributed) and can only be closed there. Call {trigger}() from that "
-                "thread; nothing was released or changed.")
+                "thread; nothing was released or changed."
+            )
             assert caught.value.thread_id == 1 and lc.state is State.CALLBACKS_BOUND
         lc._runtime = dataclasses.replace(lc.runtime, rehearsal=None)
     lc.restart()

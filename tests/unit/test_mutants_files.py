@@ -63,17 +63,22 @@ def test_an_existing_writable_directory_or_a_creatable_path_can_hold_the_log(tmp
 def test_a_log_dir_that_is_a_link_is_refused_even_to_a_real_directory(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(tmp_path)
     problem = check_log_dir(tmp_path / "link")
-    assert problem == (f"log_dir {str(tmp_path / 'link')!r} is a symbolic link (to {str(tmp_path)!r}): the startup "
-                       "log never follows links; pass the real directory path")
+    assert problem == (
+        f"log_dir {str(tmp_path / 'link')!r} is a symbolic link (to {str(tmp_path)!r}): the startup "
+        "log never follows links; pass the real directory path"
+    )
 
 
 def test_a_log_dir_that_is_a_file_or_under_a_file_is_refused(tmp_path: Path) -> None:
     write(tmp_path / "f", b"")
-    assert check_log_dir(tmp_path / "f") == f"log_dir {str(tmp_path / 'f')!r} exists and is not a directory: " \
+    assert (
+        check_log_dir(tmp_path / "f") == f"log_dir {str(tmp_path / 'f')!r} exists and is not a directory: "
         "choose a directory path"
+    )
     assert check_log_dir(tmp_path / "f" / "x" / "y") == (
         f"log_dir {str(tmp_path / 'f' / 'x' / 'y')!r} cannot be created under {str(tmp_path / 'f')!r}: "
-        "choose a writable location")
+        "choose a writable location"
+    )
     os.chmod(tmp_path / "f", 0o755)  # an executable file is writable and searchable, still no directory
     assert check_log_dir(tmp_path / "f" / "x") is not None
 
@@ -84,16 +89,25 @@ def test_no_file_is_none_and_an_empty_file_is_a_fresh_chain_of_that_inode(tmp_pa
     path = write(tmp_path / "rank-00000.jsonl", b"")
     st = os.stat(path)
     assert inspect_log(path) == ChainEnd(ident=(st.st_dev, st.st_ino))
-    assert ChainEnd() == ChainEnd(seq=0, prev=GENESIS, attempts=0, truncated=0, complete=0, run_id=None,
-                                  ident=None, chained=True)
+    assert ChainEnd() == ChainEnd(
+        seq=0, prev=GENESIS, attempts=0, truncated=0, complete=0, run_id=None, ident=None, chained=True
+    )
 
 
 def test_a_log_continues_after_its_last_record_counting_its_attempts(tmp_path: Path) -> None:
     data = log(attempts=2)
     path = write(tmp_path / "rank-00000.jsonl", data)
     st = os.stat(path)
-    assert inspect_log(path) == ChainEnd(seq=8, prev="h7", attempts=2, truncated=0, complete=len(data),
-                                         run_id="run-a", ident=(st.st_dev, st.st_ino), chained=True)
+    assert inspect_log(path) == ChainEnd(
+        seq=8,
+        prev="h7",
+        attempts=2,
+        truncated=0,
+        complete=len(data),
+        run_id="run-a",
+        ident=(st.st_dev, st.st_ino),
+        chained=True,
+    )
     assert first_run_id(path) == "run-a"
 
 
@@ -114,12 +128,29 @@ def test_a_log_whose_first_line_is_unfinished_is_cut_whole_and_its_chain_starts_
     first = line("lifecycle_started", 0)[:-1]  # complete but for its newline: the writer was killed
     path = write(tmp_path / "rank-00000.jsonl", first)
     st = os.stat(path)
-    assert inspect_log(path) == ChainEnd(seq=0, prev=GENESIS, attempts=0, truncated=len(first), complete=0,
-                                         run_id="run-a", ident=(st.st_dev, st.st_ino), chained=True)
+    assert inspect_log(path) == ChainEnd(
+        seq=0,
+        prev=GENESIS,
+        attempts=0,
+        truncated=len(first),
+        complete=0,
+        run_id="run-a",
+        ident=(st.st_dev, st.st_ino),
+        chained=True,
+    )
 
 
-@pytest.mark.parametrize("last", [b'{"event":"x","seq":"4","hash":"h"}\n', b'{"event":"x","seq":4,"hash":5}\n',
-                                  b'{"event":"x","hash":"h"}\n', b'{"event":"x","seq":4}\n', b"[4]\n", b"nope\n"])
+@pytest.mark.parametrize(
+    "last",
+    [
+        b'{"event":"x","seq":"4","hash":"h"}\n',
+        b'{"event":"x","seq":4,"hash":5}\n',
+        b'{"event":"x","hash":"h"}\n',
+        b'{"event":"x","seq":4}\n',
+        b"[4]\n",
+        b"nope\n",
+    ],
+)
 def test_a_log_whose_last_line_is_not_a_chained_record_is_replaceable_but_not_continuable(
     tmp_path: Path, last: bytes
 ) -> None:
@@ -131,20 +162,31 @@ def test_a_log_whose_last_line_is_not_a_chained_record_is_replaceable_but_not_co
     assert end.unchained_problem(path) == (
         f"log_dir {str(tmp_path)!r}: rank-00000.jsonl does not end with a hash-chained record, so a new attempt "
         "cannot continue it: move it out of the log directory, or choose another log directory, or set "
-        "logging.existing to 'overwrite' to replace it")
+        "logging.existing to 'overwrite' to replace it"
+    )
     assert dataclasses.replace(end, chained=True).unchained_problem(path) is None
 
 
-@pytest.mark.parametrize("first", [b"precious\n", b"[1]\n", b'{"event":"transition_started","run_id":"r"}\n',
-                                   b'{"event":"lifecycle_started"}\n', b'{"event":"lifecycle_started","run_id":7}\n',
-                                   b"\n"])
+@pytest.mark.parametrize(
+    "first",
+    [
+        b"precious\n",
+        b"[1]\n",
+        b'{"event":"transition_started","run_id":"r"}\n',
+        b'{"event":"lifecycle_started"}\n',
+        b'{"event":"lifecycle_started","run_id":7}\n',
+        b"\n",
+    ],
+)
 def test_a_file_that_does_not_start_with_lifecycle_started_naming_a_run_is_not_ours(
     tmp_path: Path, first: bytes
 ) -> None:
     path = write(tmp_path / "rank-00000.jsonl", first + log())
-    assert inspect_log(path) == (f"log_dir {str(tmp_path)!r}: rank-00000.jsonl does not start with a "
-                                 "lifecycle_started record, so it is not one of our startup logs: move it out of "
-                                 "the log directory, or choose another log directory")
+    assert inspect_log(path) == (
+        f"log_dir {str(tmp_path)!r}: rank-00000.jsonl does not start with a "
+        "lifecycle_started record, so it is not one of our startup logs: move it out of "
+        "the log directory, or choose another log directory"
+    )
     assert first_run_id(path) is None
 
 
@@ -152,9 +194,11 @@ def test_a_symbolic_link_is_not_ours_even_to_one_of_our_logs(tmp_path: Path) -> 
     target = write(tmp_path / "real.jsonl", log())
     (tmp_path / "rank-00000.jsonl").symlink_to(target)
     problem = inspect_log(tmp_path / "rank-00000.jsonl")
-    assert problem == (f"log_dir {str(tmp_path)!r}: rank-00000.jsonl is a symbolic link (to {str(target)!r}); the "
-                       "startup log never follows links, so it is not one of our startup logs: move it out of the "
-                       "log directory, or choose another log directory")
+    assert problem == (
+        f"log_dir {str(tmp_path)!r}: rank-00000.jsonl is a symbolic link (to {str(target)!r}); the "
+        "startup log never follows links, so it is not one of our startup logs: move it out of the "
+        "log directory, or choose another log directory"
+    )
     (tmp_path / "rank-00001.jsonl").symlink_to(tmp_path / "missing")
     assert "is a symbolic link" in str(inspect_log(tmp_path / "rank-00001.jsonl"))
 
@@ -163,7 +207,8 @@ def test_a_fifo_or_a_directory_is_not_ours_and_is_never_opened(tmp_path: Path) -
     os.mkfifo(tmp_path / "rank-00000.jsonl")  # opening it for reading would block: it must not be opened
     assert inspect_log(tmp_path / "rank-00000.jsonl") == (
         f"log_dir {str(tmp_path)!r}: rank-00000.jsonl is not a regular file, so it is not one of our startup logs: "
-        "move it out of the log directory, or choose another log directory")
+        "move it out of the log directory, or choose another log directory"
+    )
     (tmp_path / "rank-00001.jsonl").mkdir()
     assert "is not a regular file" in str(inspect_log(tmp_path / "rank-00001.jsonl"))
 
@@ -180,11 +225,14 @@ UNREADABLE = Path("/proc/self/mem")  # a regular file that opens but whose first
 
 @pytest.mark.skipif(not (WRITE_ONLY.exists() and UNREADABLE.exists()), reason="needs Linux's /proc")
 def test_a_file_that_cannot_be_opened_or_read_is_not_ours() -> None:
-    assert inspect_log(WRITE_ONLY) == (f"log_dir {str(WRITE_ONLY.parent)!r}: drop_caches cannot be read (Permission "
-                                       "denied), so it is not one of our startup logs: move it out of the log "
-                                       "directory, or choose another log directory")
+    assert inspect_log(WRITE_ONLY) == (
+        f"log_dir {str(WRITE_ONLY.parent)!r}: drop_caches cannot be read (Permission "
+        "denied), so it is not one of our startup logs: move it out of the log "
+        "directory, or choose another log directory"
+    )
     assert "mem cannot be read (Input/output error), so it is not one of our startup logs" in str(
-        inspect_log(UNREADABLE))
+        inspect_log(UNREADABLE)
+    )
 
 
 # -- which run a directory holds -----------------------------------------------------------------------
@@ -205,7 +253,8 @@ def test_refuse_names_the_other_run_and_the_three_ways_out(tmp_path: Path) -> No
     assert existing_policy_problem(tmp_path, 0, "run-new", "refuse") == (
         f"log_dir {str(tmp_path)!r} holds the startup logs of another run, 'run-old' (rank-00000.jsonl): use a new "
         "log directory, or set logging.existing to 'overwrite' (`lifecycle run --overwrite`) to replace them, or to "
-        "'append' to add this run to them (the audit then reports mixed runs)")
+        "'append' to add this run to them (the audit then reports mixed runs)"
+    )
     assert existing_policy_problem(tmp_path, 0, "run-old", "refuse") is None
     assert existing_policy_problem(tmp_path, 0, "run-new", "append") is None
     assert existing_policy_problem(tmp_path, 0, "run-new", "overwrite") is None

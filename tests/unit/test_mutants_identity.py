@@ -25,8 +25,16 @@ from lifecycle.runtime import (
 )
 
 LAUNCHER_PREFIXES = ("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "FLUX_")
-LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                  "LIFECYCLE_RUN_ID", "GROUP_RANK")
+LAUNCHER_NAMES = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "LIFECYCLE_RUN_ID",
+    "GROUP_RANK",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -41,13 +49,16 @@ def _no_launcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         del os.environ[name]
 
 
-@pytest.mark.parametrize(("nodelist", "hosts"), [
-    ("n[8-10]", ["n8", "n9", "n10"]),
-    ("n[08-10]", ["n08", "n09", "n10"]),
-    (" a , b ,", ["a", "b"]),
-    ("x[1-2]y", ["x1y", "x2y"]),
-    ("x[3]", ["x3"]),
-])
+@pytest.mark.parametrize(
+    ("nodelist", "hosts"),
+    [
+        ("n[8-10]", ["n8", "n9", "n10"]),
+        ("n[08-10]", ["n08", "n09", "n10"]),
+        (" a , b ,", ["a", "b"]),
+        ("x[1-2]y", ["x1y", "x2y"]),
+        ("x[3]", ["x3"]),
+    ],
+)
 def test_host_lists_keep_zero_padding_include_the_range_end_and_ignore_blanks(nodelist: str, hosts: list[str]) -> None:
     assert expand_nodelist(nodelist) == hosts
 
@@ -67,9 +78,13 @@ def test_outside_srun_or_under_a_launcher_that_set_rank_slurm_implies_nothing() 
 def test_an_srun_task_with_few_variables_implies_only_what_they_give() -> None:
     assert slurm_identity_env({"SLURM_PROCID": "2"}) == {"RANK": "2"}
     assert slurm_identity_env({"SLURM_PROCID": "2", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "abc"}) == {
-        "RANK": "2", "LOCAL_RANK": "0"}
+        "RANK": "2",
+        "LOCAL_RANK": "0",
+    }
     assert slurm_identity_env({"SLURM_PROCID": "0", "SLURM_JOB_NODELIST": "", "SLURM_NODELIST": "b[2-3]"}) == {
-        "RANK": "0", "MASTER_ADDR": "b2"}
+        "RANK": "0",
+        "MASTER_ADDR": "b2",
+    }
 
 
 @pytest.mark.parametrize(("job", "port"), [("0", 20000), ("19999", 39999), ("20000", 20000), ("20001", 20001)])
@@ -123,11 +138,14 @@ def test_an_srun_task_of_several_or_of_an_unreadable_count_must_adopt_slurms_ide
     assert unknown_identity({}) is None
 
 
-@pytest.mark.parametrize(("environ", "says"), [
-    ({"RANK": "1"}, "RANK=1 say several processes"),
-    ({"LOCAL_RANK": "1"}, "LOCAL_RANK=1 say several processes"),
-    ({"RANK": "1", "SLURM_PROCID": "1"}, "RANK=1, SLURM_PROCID=1 say several processes"),
-])
+@pytest.mark.parametrize(
+    ("environ", "says"),
+    [
+        ({"RANK": "1"}, "RANK=1 say several processes"),
+        ({"LOCAL_RANK": "1"}, "LOCAL_RANK=1 say several processes"),
+        ({"RANK": "1", "SLURM_PROCID": "1"}, "RANK=1, SLURM_PROCID=1 say several processes"),
+    ],
+)
 def test_launcher_variables_without_a_world_size_say_several_processes(environ: dict[str, str], says: str) -> None:
     problem = unknown_identity(environ)
     assert problem is not None and says in problem

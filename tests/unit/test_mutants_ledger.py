@@ -127,7 +127,8 @@ def test_a_resource_that_survives_its_release_is_logged_and_raised_naming_it_and
     assert leaked == [("callbacks_bound b", "CALLBACKS_BOUND"), ("model_built a", "MODEL_BUILT")]
     assert str(caught.value).startswith(
         "2 resource(s) still alive after release to DISTRIBUTED: callbacks_bound b (CALLBACKS_BOUND), "
-        "model_built a (MODEL_BUILT); the release of CALLBACKS_BOUND must destroy callbacks_bound b")
+        "model_built a (MODEL_BUILT); the release of CALLBACKS_BOUND must destroy callbacks_bound b"
+    )
     assert (caught.value.resource, caught.value.state) == ("callbacks_bound b", "CALLBACKS_BOUND")
 
 
@@ -140,8 +141,12 @@ def test_a_cycle_numbers_every_later_record_and_logs_its_start_and_end(make_lc: 
     lc.advance_to(State.DISTRIBUTED)
     lc.cycle_trained(restart_s=1.5)
     [started] = events_of(lc, "cycle_started")
-    assert started["ledger"] == ["SERVICES_READY:services_ready a", "SERVICES_READY:services_ready b",
-                                 "DISTRIBUTED:distributed a", "DISTRIBUTED:distributed b"]
+    assert started["ledger"] == [
+        "SERVICES_READY:services_ready a",
+        "SERVICES_READY:services_ready b",
+        "DISTRIBUTED:distributed a",
+        "DISTRIBUTED:distributed b",
+    ]
     assert started["fingerprint"] == lc.runtime.fingerprint and started["fingerprint"]
     assert started["restart_s"] == 1.5 and started["cycle"] == 3
     lc.end_cycle(cause_rank=1, cause="peer died")

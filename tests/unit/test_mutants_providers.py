@@ -30,8 +30,9 @@ from lifecycle.megatron.user_providers import (
 HERE = Path(__file__)
 
 
-@pytest.mark.parametrize("spec", ["gpt", "copying", "gpt-builder", "hybrid-builder", "my_pkg.models:model_provider",
-                                  f"{HERE}:anything"])
+@pytest.mark.parametrize(
+    "spec", ["gpt", "copying", "gpt-builder", "hybrid-builder", "my_pkg.models:model_provider", f"{HERE}:anything"]
+)
 def test_a_known_name_a_module_path_or_an_existing_file_is_a_valid_spec(spec: str) -> None:
     assert spec_problem(spec) is None
 
@@ -85,8 +86,10 @@ def test_a_module_path_loads_the_function(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_a_file_is_loaded_once_and_a_failed_load_leaves_nothing_behind(tmp_path: Path) -> None:
     path = tmp_path / "counted.py"
-    path.write_text("import builtins\nbuiltins.__dict__.setdefault('_loads', []).append(1)\n"
-                    "def model_provider(): return len(builtins._loads)\n")
+    path.write_text(
+        "import builtins\nbuiltins.__dict__.setdefault('_loads', []).append(1)\n"
+        "def model_provider(): return len(builtins._loads)\n"
+    )
     import builtins
 
     try:
@@ -170,8 +173,7 @@ def test_a_callable_of_neither_shape_is_refused_naming_its_signature_and_both_sh
 
 
 class Callable:
-    def __call__(self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None,
-                 inputs: Any) -> Any:
+    def __call__(self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any) -> Any:
         return "instance"
 
     def method(self, pre_process: bool = True) -> Any:

@@ -44,11 +44,25 @@ def gone() -> int:
     return dead_pid()
 
 
-def make(store: MemoryStore | None = None, *, rank: int = 0, world: int = 3, timeout_s: float = 24.0,
-         host: int | None = 0, exits: list[int] | None = None) -> RankWatch:
-    return RankWatch(MemoryStore() if store is None else store, rank=rank, world_size=world, timeout_s=timeout_s,
-                     store_host=host, poll_s=0.1, grace_s=3.0,
-                     exit_process=(exits if exits is not None else []).append)
+def make(
+    store: MemoryStore | None = None,
+    *,
+    rank: int = 0,
+    world: int = 3,
+    timeout_s: float = 24.0,
+    host: int | None = 0,
+    exits: list[int] | None = None,
+) -> RankWatch:
+    return RankWatch(
+        MemoryStore() if store is None else store,
+        rank=rank,
+        world_size=world,
+        timeout_s=timeout_s,
+        store_host=host,
+        poll_s=0.1,
+        grace_s=3.0,
+        exit_process=(exits if exits is not None else []).append,
+    )
 
 
 def failure(rank: int, kind: str = "exception", state: str = "DISTRIBUTED") -> Failure:
@@ -99,7 +113,8 @@ def test_a_failure_goes_through_the_store_unchanged() -> None:
     one = failure(4, "lost", "MODEL_BUILT")
     assert Failure.decode(one.encode()) == one
     assert Failure.decode(b'{"rank": "2", "state": 5, "error": null, "kind": "x"}') == Failure(
-        rank=2, state="5", error="None", kind="x")
+        rank=2, state="5", error="None", kind="x"
+    )
 
 
 # -- check-in ------------------------------------------------------------------------------------------
@@ -151,13 +166,17 @@ def test_a_rendezvous_that_times_out_names_the_missing_ranks_logs_and_publishes_
     ctx = Ctx()
     with pytest.raises(DistributedError) as caught:
         make(store, rank=2, world=4, timeout_s=7.5).check_in(ctx)  # type: ignore[arg-type]
-    assert str(caught.value) == ("rendezvous timed out after 7.5 s: 2 of 4 ranks arrived; missing: ranks 1, 3. "
-                                 "Start the missing ranks, or raise startup.timeout_s if they are slow to start")
+    assert str(caught.value) == (
+        "rendezvous timed out after 7.5 s: 2 of 4 ranks arrived; missing: ranks 1, 3. "
+        "Start the missing ranks, or raise startup.timeout_s if they are slow to start"
+    )
     assert caught.value.field == "startup.timeout_s"
-    assert ctx.emitted == [("state_timeout", {"state": "DISTRIBUTED", "trigger": "init_distributed", "timeout_s": 7.5,
-                                              "missing": [1, 3]})]
-    assert first(store) == Failure(rank=2, state="DISTRIBUTED", error="rendezvous timed out; missing: ranks 1, 3",
-                                   kind="timeout")
+    assert ctx.emitted == [
+        ("state_timeout", {"state": "DISTRIBUTED", "trigger": "init_distributed", "timeout_s": 7.5, "missing": [1, 3]})
+    ]
+    assert first(store) == Failure(
+        rank=2, state="DISTRIBUTED", error="rendezvous timed out; missing: ranks 1, 3", kind="timeout"
+    )
 
 
 def test_a_rendezvous_that_fails_otherwise_is_not_called_a_timeout() -> None:
@@ -213,8 +232,9 @@ def test_a_lifecycle_that_fails_twice_publishes_its_first_reason_only() -> None:
     watch = make(store, rank=1)
     watch.mark_failed("MODEL_BUILT", "first reason")
     watch.mark_failed("CALLBACKS_BOUND", "second reason")
-    assert Failure.decode(store.data["failure/1"]) == Failure(rank=1, state="MODEL_BUILT", error="first reason",
-                                                              kind="exception")
+    assert Failure.decode(store.data["failure/1"]) == Failure(
+        rank=1, state="MODEL_BUILT", error="first reason", kind="exception"
+    )
 
 
 # -- a failure inside a watched phase ------------------------------------------------------------------
@@ -223,8 +243,11 @@ def test_a_watched_phase_says_what_this_rank_does_and_what_the_watcher_may_end()
     watch, emitted = make(store, rank=1), Emitted()
     with watch.watching(emitted, "build_model", "MODEL_BUILT"):
         active = watch._active
-        assert active is not None and (active.trigger, active.state, active.deadline) == ("build_model",
-                                                                                           "MODEL_BUILT", True)
+        assert active is not None and (active.trigger, active.state, active.deadline) == (
+            "build_model",
+            "MODEL_BUILT",
+            True,
+        )
         assert store.data["state/1"] == b"MODEL_BUILT"
     assert watch._active is None and not watch.failed
     with watch.watching(emitted, "step 3", "CALLBACKS_BOUND", deadline=False):
@@ -250,8 +273,10 @@ def test_an_error_while_a_peer_failed_first_makes_this_rank_its_victim() -> None
     watch, emitted = make(store, rank=2), Emitted()
     with pytest.raises(DistributedError) as caught, watch.watching(emitted, "build_model", "MODEL_BUILT"):
         raise RuntimeError("gloo: connection reset")
-    assert str(caught.value) == ("rank 0 failed in DISTRIBUTED (boom on 0); rank 2 stopped waiting for it in "
-                                 "MODEL_BUILT. The root cause is on rank 0")
+    assert str(caught.value) == (
+        "rank 0 failed in DISTRIBUTED (boom on 0); rank 2 stopped waiting for it in "
+        "MODEL_BUILT. The root cause is on rank 0"
+    )
     assert caught.value.field == "startup" and isinstance(caught.value.__cause__, RuntimeError)
     assert emitted == [("peer_failed", {"peer_rank": 0, "peer_state": "DISTRIBUTED", "error": "boom on 0"})]
     assert "failure/2" not in store.data and watch.failed and watch._active is None
@@ -284,8 +309,10 @@ def test_a_collective_that_times_out_with_no_failure_reported_is_a_state_timeout
     watch, emitted = make(store, rank=1, timeout_s=12.0), Emitted()
     with pytest.raises(DistributedError) as caught, watch.watching(emitted, "build_model", "MODEL_BUILT"):
         raise TimeoutError("allreduce")
-    assert str(caught.value) == ("MODEL_BUILT timed out after 12 s on rank 1 (TimeoutError: allreduce); no rank "
-                                 "reported a failure. Raise startup.timeout_s if this state is slow")
+    assert str(caught.value) == (
+        "MODEL_BUILT timed out after 12 s on rank 1 (TimeoutError: allreduce); no rank "
+        "reported a failure. Raise startup.timeout_s if this state is slow"
+    )
     assert caught.value.field == "startup.timeout_s"
     assert emitted == [("state_timeout", {"state": "MODEL_BUILT", "trigger": "build_model", "timeout_s": 12.0})]
     assert first(store) == Failure(rank=1, state="MODEL_BUILT", error="TimeoutError: allreduce", kind="timeout")
@@ -355,8 +382,9 @@ print("started", flush=True)
 def test_a_watcher_left_running_never_keeps_the_process_alive() -> None:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", WATCH_LEFT_RUNNING], env=env, capture_output=True, text=True,
-                          timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-c", WATCH_LEFT_RUNNING], env=env, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0 and done.stdout == "started\n"
 
 
@@ -378,8 +406,12 @@ def test_a_peer_on_this_host_gone_without_done_is_published_lost_in_the_state_it
     watch = make(store)
     watch._peers = {1: os.getpid(), 2: gone}
     watch._find_gone_peers(store, 10.0)
-    lost = Failure(rank=2, state="MODEL_BUILT", kind="lost",
-                   error=f"its process (pid {gone}) is gone without a failure record: killed or crashed")
+    lost = Failure(
+        rank=2,
+        state="MODEL_BUILT",
+        kind="lost",
+        error=f"its process (pid {gone}) is gone without a failure record: killed or crashed",
+    )
     assert first(store) == lost and watch._noticed == (lost, 10.0)
 
 
@@ -450,8 +482,9 @@ def test_a_heartbeat_that_stands_still_for_stale_s_is_a_lost_rank() -> None:
     assert first(store) is None
     store.set("alive/1", b"3")
     watch._poll(store, beats, 106.0)  # rank 2 silent exactly stale_s
-    assert first(store) == Failure(rank=2, state="MODEL_BUILT", kind="lost",
-                                   error="no heartbeat for 6 s: the process died or stopped responding")
+    assert first(store) == Failure(
+        rank=2, state="MODEL_BUILT", kind="lost", error="no heartbeat for 6 s: the process died or stopped responding"
+    )
 
 
 def test_a_rank_that_said_done_is_never_lost_however_long_it_stays_quiet() -> None:
@@ -576,8 +609,9 @@ def test_a_phase_past_its_deadline_and_grace_is_a_state_timeout_and_ends_the_pro
     watch._escalate(active(emitted, 100.0), 123.0)
     assert exits == [EXIT_CODE] and watch._stop.is_set()
     assert emitted == [("state_timeout", {"state": "MODEL_BUILT", "trigger": "build_model", "timeout_s": 20.0})]
-    assert first(store) == Failure(rank=1, state="MODEL_BUILT", error="MODEL_BUILT still running after 20 s",
-                                   kind="timeout")
+    assert first(store) == Failure(
+        rank=1, state="MODEL_BUILT", error="MODEL_BUILT still running after 20 s", kind="timeout"
+    )
 
 
 def test_stopping_marks_this_rank_done_so_no_rank_takes_its_silence_for_a_loss() -> None:
@@ -606,14 +640,20 @@ def test_the_entry_points_reach_the_jobs_watch() -> None:
     watch = make(store, rank=1)
     ctx = Ctx({WATCH: watch})
     with watched(ctx, "MODEL_BUILT"):  # type: ignore[arg-type]
-        assert watch._active is not None and (watch._active.trigger, watch._active.deadline) == ("init_distributed",
-                                                                                                 True)
+        assert watch._active is not None and (watch._active.trigger, watch._active.deadline) == (
+            "init_distributed",
+            True,
+        )
     with watched_step(ctx.runtime.extras, ctx.emit, 7):
         assert watch._active is not None
-        assert (watch._active.trigger, watch._active.state, watch._active.deadline) == ("step 7", "CALLBACKS_BOUND",
-                                                                                        False)
+        assert (watch._active.trigger, watch._active.state, watch._active.deadline) == (
+            "step 7",
+            "CALLBACKS_BOUND",
+            False,
+        )
     mark_failed(ctx.runtime.extras, "CALLBACKS_BOUND", "user loop")
-    assert watch.failed and first(store) == Failure(rank=1, state="CALLBACKS_BOUND", error="user loop",
-                                                    kind="exception")
+    assert watch.failed and first(store) == Failure(
+        rank=1, state="CALLBACKS_BOUND", error="user loop", kind="exception"
+    )
     store.fail_with = CLOSED
     mark_failed(ctx.runtime.extras, "CALLBACKS_BOUND", "again")  # never raises

@@ -25,8 +25,9 @@ def test_the_log_writers_first_look_passes_a_record_holding_any_one_mark(text: s
     assert may_hold_credentials(orjson.dumps({"msg": text})) is True
 
 
-@pytest.mark.parametrize("record", [{"event": "state_entered", "state": "VALIDATED", "seq": 3},
-                                    {"path": "/data/gpt/ckpt", "ok": True}])
+@pytest.mark.parametrize(
+    "record", [{"event": "state_entered", "state": "VALIDATED", "seq": 3}, {"path": "/data/gpt/ckpt", "ok": True}]
+)
 def test_the_first_look_skips_a_record_with_none_of_them(record: dict[str, object]) -> None:
     assert may_hold_credentials(orjson.dumps(record)) is False
 
@@ -37,11 +38,20 @@ def test_a_secret_assignment_at_the_very_start_of_the_text_is_redacted() -> None
 
 
 def test_a_secret_keys_value_is_replaced_an_absent_one_kept_and_other_keys_only_scanned() -> None:
-    given = {"hf_token": "abc", "api_key": None, "name": "x", "url": "https://u:PASS1111@h/r",
-             "nested": [{"password": 3}, ("t", 1.5, True, None)]}
-    assert redact(given) == {"hf_token": REDACTED, "api_key": None, "name": "x",
-                             "url": f"https://{REDACTED}@h/r",
-                             "nested": [{"password": REDACTED}, ["t", 1.5, True, None]]}
+    given = {
+        "hf_token": "abc",
+        "api_key": None,
+        "name": "x",
+        "url": "https://u:PASS1111@h/r",
+        "nested": [{"password": 3}, ("t", 1.5, True, None)],
+    }
+    assert redact(given) == {
+        "hf_token": REDACTED,
+        "api_key": None,
+        "name": "x",
+        "url": f"https://{REDACTED}@h/r",
+        "nested": [{"password": REDACTED}, ["t", 1.5, True, None]],
+    }
 
 
 def test_the_shapes_of_the_table_cannot_be_changed_at_run_time() -> None:

@@ -45,10 +45,13 @@ def test_a_store_host_that_never_listens_is_a_timeout_naming_it_after_the_deadli
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
-@pytest.mark.parametrize(("agent", "host", "fields", "missing"), [
-    (False, "rank 0", {"missing": [0]}, "; missing: rank 0"),
-    (True, "torchrun's agent", {}, ""),
-])
+@pytest.mark.parametrize(
+    ("agent", "host", "fields", "missing"),
+    [
+        (False, "rank 0", {"missing": [0]}, "; missing: rank 0"),
+        (True, "torchrun's agent", {}, ""),
+    ],
+)
 def test_a_client_that_never_reached_the_store_logs_a_timeout_and_names_its_host(
     monkeypatch: pytest.MonkeyPatch, agent: bool, host: str, fields: dict[str, Any], missing: str
 ) -> None:
@@ -57,7 +60,10 @@ def test_a_client_that_never_reached_the_store_logs_a_timeout_and_names_its_host
     ctx = Ctx()
     error = _store_unreachable(ctx, 45.0, agent)  # type: ignore[arg-type]
     assert isinstance(error, DistributedError) and error.field == "startup.timeout_s"
-    assert str(error) == (f"rendezvous timed out after 45 s: could not reach the store at 10.0.0.7:29500 that {host} "
-                          f"hosts{missing}. Start {host}, or raise startup.timeout_s")
-    assert ctx.emitted == [("state_timeout", {"state": "DISTRIBUTED", "trigger": "init_distributed",
-                                              "timeout_s": 45.0, **fields})]
+    assert str(error) == (
+        f"rendezvous timed out after 45 s: could not reach the store at 10.0.0.7:29500 that {host} "
+        f"hosts{missing}. Start {host}, or raise startup.timeout_s"
+    )
+    assert ctx.emitted == [
+        ("state_timeout", {"state": "DISTRIBUTED", "trigger": "init_distributed", "timeout_s": 45.0, **fields})
+    ]

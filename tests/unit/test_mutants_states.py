@@ -78,8 +78,9 @@ def test_a_plan_without_a_destination_or_past_the_startup_passes_the_plan_guard(
 
 
 def test_a_plan_may_reach_its_own_target_state_but_not_one_past_it() -> None:
-    at_target = Facts(state=State.VALIDATED, trigger=Trigger.START_SERVICES, dest=State.SERVICES_READY,
-                      plan=Plan.CONVERT)
+    at_target = Facts(
+        state=State.VALIDATED, trigger=Trigger.START_SERVICES, dest=State.SERVICES_READY, plan=Plan.CONVERT
+    )
     past = dataclasses.replace(at_target, state=State.SERVICES_READY, dest=State.DISTRIBUTED)
     assert g.plan_reaches_destination(at_target)
     assert not g.plan_reaches_destination(past)

@@ -28,8 +28,9 @@ OVERLAP = ["ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=true",
 class Chunk:
     """A DDP chunk with the forward pre-hook: logs each call into the shared `calls`."""
 
-    def __init__(self, name: str, calls: list[tuple[Any, ...]], *, hook: bool = True,
-                 sync_error: Exception | None = None) -> None:
+    def __init__(
+        self, name: str, calls: list[tuple[Any, ...]], *, hook: bool = True, sync_error: Exception | None = None
+    ) -> None:
         self.name, self.calls, self.use_forward_hook, self.sync_error = name, calls, hook, sync_error
 
     def disable_forward_pre_hook(self, param_sync: bool = True) -> None:
@@ -65,31 +66,55 @@ class Driver:
 
 def _report(target: Target, finalizer: CountingFinalizer | None = None) -> BindingReport:
     return BindingReport(
-        target_type="Target", target_id="0x1", scheduler_config_id="0x1", provider_config_id=None, copied=False,
-        slots=("param_sync_func",), chunks=2, optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True,
-        align_grad_reduce=True, align_param_gather=True, target_ref=weakref.ref(target),
+        target_type="Target",
+        target_id="0x1",
+        scheduler_config_id="0x1",
+        provider_config_id=None,
+        copied=False,
+        slots=("param_sync_func",),
+        chunks=2,
+        optimizer=True,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+        align_grad_reduce=True,
+        align_param_gather=True,
+        target_ref=weakref.ref(target),
         watchdog=FirstStepWatchdog(finalizer) if finalizer is not None else None,
         installed_ids=MappingProxyType({}),
     )
 
 
-def _driver(overrides: list[str] | None = None, *, chunks: int = 2, binding: Any = None, hook: bool = True,
-            extras: dict[str, object] | None = None, sync_error: Exception | None = None) -> tuple[Driver, list[Any]]:
+def _driver(
+    overrides: list[str] | None = None,
+    *,
+    chunks: int = 2,
+    binding: Any = None,
+    hook: bool = True,
+    extras: dict[str, object] | None = None,
+    sync_error: Exception | None = None,
+) -> tuple[Driver, list[Any]]:
     calls: list[tuple[Any, ...]] = []
     model = tuple(Chunk(f"c{i}", calls, hook=hook, sync_error=sync_error) for i in range(chunks))
     config = RunConfig.preset("tiny-gpt", OVERLAP if overrides is None else overrides)
-    runtime = Runtime(config=config, model=model or None, binding=binding,  # type: ignore[arg-type]
-                      extras=MappingProxyType(extras or {}))
+    runtime = Runtime(
+        config=config,
+        model=model or None,
+        binding=binding,  # type: ignore[arg-type]
+        extras=MappingProxyType(extras or {}),
+    )
     return Driver(runtime), calls
 
 
-@pytest.mark.parametrize(("overrides", "chunks", "hook", "expected"), [
-    (OVERLAP, 2, True, True),
-    (OVERLAP, 0, True, False),  # no model
-    (OVERLAP, 2, False, False),  # chunks not wrapped with the pre-hook
-    (OVERLAP[:2], 2, True, False),  # no overlapped param gather
-    (["ddp.overlap_grad_reduce=true", "ddp.overlap_param_gather=true"], 2, True, False),  # no distributed optimizer
-])
+@pytest.mark.parametrize(
+    ("overrides", "chunks", "hook", "expected"),
+    [
+        (OVERLAP, 2, True, True),
+        (OVERLAP, 0, True, False),  # no model
+        (OVERLAP, 2, False, False),  # chunks not wrapped with the pre-hook
+        (OVERLAP[:2], 2, True, False),  # no overlapped param gather
+        (["ddp.overlap_grad_reduce=true", "ddp.overlap_param_gather=true"], 2, True, False),  # no distributed optimizer
+    ],
+)
 def test_the_gather_is_overlapped_only_with_the_distributed_optimizer_overlap_and_hooked_chunks(
     overrides: list[str], chunks: int, hook: bool, expected: bool
 ) -> None:
@@ -150,8 +175,11 @@ def test_without_a_bound_param_sync_func_only_the_hooks_are_deferred() -> None:
     steps.begin(1)
     assert lc.records[0]["param_sync_func"] is False and len(calls) == 2
     steps.end(1)
-    assert target.param_sync_func is None and lc.events() == ["param_gather_deferred", "param_gather_resumed",
-                                                             "step_completed"]
+    assert target.param_sync_func is None and lc.events() == [
+        "param_gather_deferred",
+        "param_gather_resumed",
+        "step_completed",
+    ]
 
 
 def test_no_deferral_when_asked_not_to_or_without_the_overlapped_gather() -> None:
@@ -174,8 +202,12 @@ def test_a_failed_first_step_puts_the_gather_back_logs_no_completion_and_the_nex
     with steps.step(2) as handle:
         handle.loss = 1.0
     assert lc.events()[2:] == ["param_gather_deferred", "param_gather_resumed", "step_completed"]
-    assert handle.result == StepResult(step=2, loss=1.0, duration_s=handle.result.duration_s,  # type: ignore[union-attr]
-                                       finalizer_calls=None)
+    assert handle.result == StepResult(
+        step=2,
+        loss=1.0,
+        duration_s=handle.result.duration_s,  # type: ignore[union-attr]
+        finalizer_calls=None,
+    )
     steps.abort(3)  # nothing deferred any more: nothing to undo
     assert lc.events()[-1] == "step_completed" and len(calls) == 8
 

@@ -28,8 +28,9 @@ def test_vpp_one_is_normalized_to_no_virtual_pipeline_with_the_reason() -> None:
 
 
 def test_a_normalized_vpp_one_validates_even_with_fewer_microbatches_than_stages() -> None:
-    used, _ = normalize(_config("parallel.pp=2", "parallel.vpp=1", "training.num_microbatches=1",
-                                "parallel.world_size=2"))
+    used, _ = normalize(
+        _config("parallel.pp=2", "parallel.vpp=1", "training.num_microbatches=1", "parallel.world_size=2")
+    )
     assert validate(used, environment=False) == []
 
 
@@ -38,25 +39,40 @@ def test_align_param_gather_defaults_on_as_in_megatron_lm() -> None:
 
 
 def test_aligned_overlapped_param_gather_without_virtual_pipeline_is_turned_off() -> None:
-    config = _config("ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=true",
-                     "ddp.overlap_param_gather=true")
+    config = _config(
+        "ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=true", "ddp.overlap_param_gather=true"
+    )
     used, [rewrite] = normalize(config)
     assert used.ddp.align_param_gather is False
     assert (rewrite.field, rewrite.given, rewrite.used) == ("ddp.align_param_gather", True, False)
 
 
 def test_vpp_one_with_aligned_gather_reports_both_rewrites_in_order() -> None:
-    config = _config("parallel.pp=2", "parallel.vpp=1", "ddp.use_distributed_optimizer=true",
-                     "ddp.overlap_grad_reduce=true", "ddp.overlap_param_gather=true")
+    config = _config(
+        "parallel.pp=2",
+        "parallel.vpp=1",
+        "ddp.use_distributed_optimizer=true",
+        "ddp.overlap_grad_reduce=true",
+        "ddp.overlap_param_gather=true",
+    )
     _, rewrites = normalize(config)
     assert [r.field for r in rewrites] == ["parallel.vpp", "ddp.align_param_gather"]
 
 
-@pytest.mark.parametrize("overrides", [
-    (),
-    ("parallel.pp=2", "parallel.vpp=2", "model.num_layers=4", "ddp.use_distributed_optimizer=true",
-     "ddp.overlap_grad_reduce=true", "ddp.overlap_param_gather=true"),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),
+        (
+            "parallel.pp=2",
+            "parallel.vpp=2",
+            "model.num_layers=4",
+            "ddp.use_distributed_optimizer=true",
+            "ddp.overlap_grad_reduce=true",
+            "ddp.overlap_param_gather=true",
+        ),
+    ],
+)
 def test_a_config_megatron_lm_runs_as_given_is_returned_unchanged(overrides: tuple[str, ...]) -> None:
     config = _config(*overrides)
     used, rewrites = normalize(config)
@@ -83,10 +99,19 @@ def users(*args: Any) -> None:
 def _bound(target: Target, plan: dict[str, Any]) -> BindingReport:
     installed = install(target, plan).installed
     return BindingReport(
-        target_type="Target", target_id=hex(id(target)), scheduler_config_id=hex(id(target)),
-        provider_config_id=None, copied=False, slots=tuple(installed), chunks=1, optimizer=True,
-        overlap_grad_reduce=True, overlap_param_gather=True, align_grad_reduce=True,
-        align_param_gather=True, target_ref=weakref.ref(target),
+        target_type="Target",
+        target_id=hex(id(target)),
+        scheduler_config_id=hex(id(target)),
+        provider_config_id=None,
+        copied=False,
+        slots=tuple(installed),
+        chunks=1,
+        optimizer=True,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+        align_grad_reduce=True,
+        align_param_gather=True,
+        target_ref=weakref.ref(target),
         installed_ids=MappingProxyType({s: id(v) for s, v in installed.items()}),
     )
 

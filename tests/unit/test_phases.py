@@ -38,8 +38,11 @@ def test_entering_a_state_with_no_phase_fails_the_transition_saying_how_to_regis
     phases = Phases({State.VALIDATED: Work(lambda ctx: ctx.runtime)})
     lc = make_lc(phases=phases)
     lc.validate()
-    with pytest.raises(PhaseFailed, match=r"Phases has no phase for SERVICES_READY; register one: "
-                                          r"phases\.register\(State\.SERVICES_READY, phase\)"):
+    with pytest.raises(
+        PhaseFailed,
+        match=r"Phases has no phase for SERVICES_READY; register one: "
+        r"phases\.register\(State\.SERVICES_READY, phase\)",
+    ):
         lc.start_services()
     assert lc.state is State.FAILED
 

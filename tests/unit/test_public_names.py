@@ -35,18 +35,30 @@ WHITE_BOX: dict[str, set[str]] = {
     # root causes on synthetic records, the log-directory policy's checks, the signal trap, the
     # ledger, the rank watch's state of one peer, the rendezvous's unreachable-store verdict.
     "tests/unit/audit/test_mutants_cause.py": {
-        "lifecycle.audit._cause", "lifecycle.audit._cause.root_causes", "lifecycle.audit._cause.victim_summary",
-        "lifecycle.audit._records", "lifecycle.audit._records.Failure",
+        "lifecycle.audit._cause",
+        "lifecycle.audit._cause.root_causes",
+        "lifecycle.audit._cause.victim_summary",
+        "lifecycle.audit._records",
+        "lifecycle.audit._records.Failure",
     },
     "tests/unit/test_mutants_failures.py": {"lifecycle.engine._failures", "lifecycle.engine._failures.SignalTrap"},
     "tests/unit/test_mutants_files.py": {
-        "lifecycle.log._files", "lifecycle.log._files.ChainEnd", "lifecycle.log._files.check_log_dir",
-        "lifecycle.log._files.existing_policy_problem", "lifecycle.log._files.first_run_id",
-        "lifecycle.log._files.inspect_log", "lifecycle.log._files.other_run", "lifecycle.log._files.own_file_problem",
-        "lifecycle.log._files.rank_file", "lifecycle.log._files.removable_ranks",
+        "lifecycle.log._files",
+        "lifecycle.log._files.ChainEnd",
+        "lifecycle.log._files.check_log_dir",
+        "lifecycle.log._files.existing_policy_problem",
+        "lifecycle.log._files.first_run_id",
+        "lifecycle.log._files.inspect_log",
+        "lifecycle.log._files.other_run",
+        "lifecycle.log._files.own_file_problem",
+        "lifecycle.log._files.rank_file",
+        "lifecycle.log._files.removable_ranks",
     },
-    "tests/unit/test_mutants_ledger.py": {"lifecycle.engine._ledger", "lifecycle.engine._ledger.Entry",
-                                          "lifecycle.engine._ledger.Ledger"},
+    "tests/unit/test_mutants_ledger.py": {
+        "lifecycle.engine._ledger",
+        "lifecycle.engine._ledger.Entry",
+        "lifecycle.engine._ledger.Ledger",
+    },
     "tests/unit/test_mutants_ranks.py": {"lifecycle.megatron.ranks._Active"},
     "tests/unit/test_mutants_rendezvous.py": {"lifecycle.megatron.distributed._store_unreachable"},
     # Mutation tests (issue 26) of checkpoint's decisions, called directly: publishing a save, naming

@@ -77,8 +77,16 @@ def _on_this_host(store: MemoryStore, rank: int, pid: int) -> None:
 
 
 def _watch(store: MemoryStore, rank: int, exits: list[int], *, host: int | None = 0) -> RankWatch:
-    return RankWatch(store, rank=rank, world_size=2, timeout_s=600.0, store_host=host, poll_s=0.05, grace_s=3.0,
-                     exit_process=exits.append)
+    return RankWatch(
+        store,
+        rank=rank,
+        world_size=2,
+        timeout_s=600.0,
+        store_host=host,
+        poll_s=0.05,
+        grace_s=3.0,
+        exit_process=exits.append,
+    )
 
 
 def _until(what: Any, limit_s: float = 10.0) -> None:
@@ -166,8 +174,9 @@ def test_under_an_agent_store_no_rank_is_blamed_for_the_store() -> None:
 
 
 @pytest.mark.parametrize(("peer_first", "published"), [(False, True), (True, False)])
-def test_a_lifecycle_failed_outside_a_phase_publishes_unless_a_peer_failed_first(peer_first: bool,
-                                                                                published: bool) -> None:
+def test_a_lifecycle_failed_outside_a_phase_publishes_unless_a_peer_failed_first(
+    peer_first: bool, published: bool
+) -> None:
     store = MemoryStore()
     if peer_first:
         store.set("first", Failure(rank=0, state="CALLBACKS_BOUND", error="x", kind="exception").encode())
@@ -195,15 +204,17 @@ class _Ctx:
         raise AssertionError(f"unexpected {event}")
 
 
-
 class RankShouldRestart(BaseException):
     """Stands for nvidia-resiliency-ext's restart signal: a BaseException the wrapper raises in a rank."""
 
 
-@pytest.mark.parametrize(("raised", "expected"), [
-    (RankShouldRestart("Interruption.EXCEPTION on ranks={1}"), RankShouldRestart),
-    (RuntimeError("gloo: Connection closed by peer"), DistributedError),
-])
+@pytest.mark.parametrize(
+    ("raised", "expected"),
+    [
+        (RankShouldRestart("Interruption.EXCEPTION on ranks={1}"), RankShouldRestart),
+        (RuntimeError("gloo: Connection closed by peer"), DistributedError),
+    ],
+)
 def test_a_wrappers_restart_signal_passes_through_while_a_peers_failure_makes_an_error_a_victims(
     raised: BaseException, expected: type[BaseException]
 ) -> None:

@@ -21,17 +21,24 @@ from states import State
 
 # shape name -> (text holding a credential, the credential)
 SAMPLES: dict[str, tuple[str, str]] = {
-    "pem_private_key": ("key -----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAzQ\n-----END RSA PRIVATE KEY----- end",
-                        "MIIEpAIBAAKCAQEAzQ"),
+    "pem_private_key": (
+        "key -----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAzQ\n-----END RSA PRIVATE KEY----- end",
+        "MIIEpAIBAAKCAQEAzQ",
+    ),
     "url_userinfo": ("clone https://alice:PASS1111@host.example/repo", "PASS1111"),
     "scp_userinfo": ("clone alice:PASS2222@host.example:repo.git", "PASS2222"),
-    "query_parameter": ("get https://b.s3.amazonaws.com/k?X-Amz-Signature=5ig5ig5ig&X-Amz-Date=20260101 "
-                        "https://a.blob.core.windows.net/c?sv=2020&sig=AzUr3sAS%2F "
-                        "https://storage.googleapis.com/b/o?X-Goog-Signature=g00gsig "
-                        "s3://bucket/x?token=T0KEN9", "5ig5ig5ig|AzUr3sAS|g00gsig|T0KEN9"),
+    "query_parameter": (
+        "get https://b.s3.amazonaws.com/k?X-Amz-Signature=5ig5ig5ig&X-Amz-Date=20260101 "
+        "https://a.blob.core.windows.net/c?sv=2020&sig=AzUr3sAS%2F "
+        "https://storage.googleapis.com/b/o?X-Goog-Signature=g00gsig "
+        "s3://bucket/x?token=T0KEN9",
+        "5ig5ig5ig|AzUr3sAS|g00gsig|T0KEN9",
+    ),
     "authorization_header": ("sent Authorization: Bearer b3arerT0ken.xyz", "b3arerT0ken"),
-    "secret_assignment": ("env password=hunter22 AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENG private-key: pk998877",
-                          "hunter22|wJalrXUtnFEMIK7MDENG|pk998877"),
+    "secret_assignment": (
+        "env password=hunter22 AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENG private-key: pk998877",
+        "hunter22|wJalrXUtnFEMIK7MDENG|pk998877",
+    ),
     "hugging_face_token": ("token hf_" + "a1B2c3D4e5F6g7H8i9J0kLmN used", "a1B2c3D4e5F6g7H8i9J0kLmN"),
     "github_token": ("gh ghp_" + "Z" * 36 + " used", "Z" * 36),
     "gitlab_token": ("gl glpat-" + "x7" * 10 + " used", "x7" * 10),
@@ -39,8 +46,10 @@ SAMPLES: dict[str, tuple[str, str]] = {
     "google_api_key": ("google AIza" + "Sy" + "q" * 33 + " used", "q" * 33),
     "openai_key": ("key sk-proj" + "x" * 30 + " used", "x" * 30),
     "aws_access_key_id": ("aws AKIA" + "ABCDEFGHIJKLMNOP used", "ABCDEFGHIJKLMNOP"),
-    "jwt": ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36P used",
-            "SflKxwRJSMeKKF2QT4fwpMeJf36P"),
+    "jwt": (
+        "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36P used",
+        "SflKxwRJSMeKKF2QT4fwpMeJf36P",
+    ),
 }
 NAMES = [shape.name for shape in SHAPES]
 
@@ -128,15 +137,37 @@ def test_each_shape_is_redacted_in_the_audits_text_and_json(tmp_path: Path, name
     assert_clean(as_json(result).decode(), name)
 
 
-@pytest.mark.parametrize("key", ["private-key", "private_key", "privateKey", "PRIVATE.KEY", "aws_secret_access_key",
-                                 "hf_token", "db_password", "Authorization"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "private-key",
+        "private_key",
+        "privateKey",
+        "PRIVATE.KEY",
+        "aws_secret_access_key",
+        "hf_token",
+        "db_password",
+        "Authorization",
+    ],
+)
 def test_these_keys_are_secret(key: str) -> None:
     assert is_secret_key(key)
 
 
-@pytest.mark.parametrize("text_", ["/data/gpt/ckpt", "https://huggingface.co/gpt2?revision=main", "a=b",
-                                   "user@example.com", "training.steps=3", "tokenizer.path=/x", "key: value",
-                                   "host.example:path/file", "rank-00000.jsonl"])
+@pytest.mark.parametrize(
+    "text_",
+    [
+        "/data/gpt/ckpt",
+        "https://huggingface.co/gpt2?revision=main",
+        "a=b",
+        "user@example.com",
+        "training.steps=3",
+        "tokenizer.path=/x",
+        "key: value",
+        "host.example:path/file",
+        "rank-00000.jsonl",
+    ],
+)
 def test_ordinary_text_is_kept(text_: str) -> None:
     assert redact_text(text_) == text_
 

@@ -22,12 +22,15 @@ def test_megatron_core_0_19_beside_nvrx_0_4_is_refused_in_one_line_naming_both()
     assert caught.value.field == "resilience"
 
 
-@pytest.mark.parametrize(("megatron", "nvrx", "minimum"), [
-    ("0.15.3", "0.4.1", None),  # the floor: no import-time check
-    ("0.16.1", "0.4.1", None),
-    ("0.19.2", "0.6.0", "0.6.0"),
-    ("0.19.2", "0.7.1rc1", "0.6.0"),
-])
+@pytest.mark.parametrize(
+    ("megatron", "nvrx", "minimum"),
+    [
+        ("0.15.3", "0.4.1", None),  # the floor: no import-time check
+        ("0.16.1", "0.4.1", None),
+        ("0.19.2", "0.6.0", "0.6.0"),
+        ("0.19.2", "0.7.1rc1", "0.6.0"),
+    ],
+)
 def test_compatible_pairs_pass(megatron: str, nvrx: str, minimum: str | None) -> None:
     assert pair_problem(megatron, nvrx, minimum) is None
     refuse_incompatible(pair_problem(megatron, nvrx, minimum))

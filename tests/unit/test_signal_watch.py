@@ -42,14 +42,17 @@ def sigterm_handler() -> Iterator[list[int]]:
     signal.signal(signal.SIGTERM, previous)
 
 
-
 def test_a_watch_left_armed_whose_handler_was_replaced_does_not_claim_the_signal(sigterm_handler: list[int]) -> None:
     """A lifecycle never shut down leaves its watch armed; the handler now installed (a later
     lifecycle's, the user's) took the signal, so the old watch must not end the process for it."""
     blocked: list[tuple[int, float]] = []
     mine = lambda signum, frame: None  # noqa: E731 - the old owner's handler, no longer installed
-    watch = SignalWatch([signal.SIGTERM], lambda s, w: blocked.append((s, w)), grace_s=0.3,
-                        owns=lambda signum: signal.getsignal(signum) is mine)
+    watch = SignalWatch(
+        [signal.SIGTERM],
+        lambda s, w: blocked.append((s, w)),
+        grace_s=0.3,
+        owns=lambda signum: signal.getsignal(signum) is mine,
+    )
     watch.arm()
     try:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -116,8 +119,7 @@ def test_a_rank_blocked_with_a_signal_is_left_to_the_signal_watch_not_ended_as_a
 ) -> None:
     store, exits, emitted = MemoryStore(), [], Emitted()
     store.set("first", Failure(rank=0, state="DISTRIBUTED", error="StartupAborted: ...", kind="signal").encode())
-    watch = RankWatch(store, rank=1, world_size=2, timeout_s=600.0, poll_s=0.05, grace_s=0.2,
-                      exit_process=exits.append)
+    watch = RankWatch(store, rank=1, world_size=2, timeout_s=600.0, poll_s=0.05, grace_s=0.2, exit_process=exits.append)
     signals = SignalWatch([signal.SIGTERM], lambda s, w: None, grace_s=60.0)
     signals.arm()
     watch.start()
@@ -155,16 +157,25 @@ BLOCKED_CHILD = textwrap.dedent("""
 
 
 def _blocked_child_sigtermed(
-    tmp_path: Path, *, started_blocked: bool,
+    tmp_path: Path,
+    *,
+    started_blocked: bool,
 ) -> tuple[subprocess.Popen[str], float | None, str]:
     """The child blocked in native code, sent SIGTERM: (child, seconds to its exit or None, stderr).
     `started_blocked`: its parent handed it SIGTERM and SIGINT blocked (the mask survives exec)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     both = {signal.SIGTERM, signal.SIGINT}
     blocks = (lambda: signal.pthread_sigmask(signal.SIG_BLOCK, both)) if started_blocked else None
-    child = subprocess.Popen([sys.executable, "-c", BLOCKED_CHILD, str(tmp_path)], cwd=ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                             preexec_fn=blocks)
+    child = subprocess.Popen(
+        [sys.executable, "-c", BLOCKED_CHILD, str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=blocks,
+    )
     assert child.stdout is not None
     took = None
     try:
@@ -183,7 +194,8 @@ def _blocked_child_sigtermed(
 
 @pytest.mark.parametrize("started_blocked", [False, True], ids=["mask-empty", "mask-inherited-blocked"])
 def test_a_sigterm_to_a_blocked_main_thread_logs_startup_aborted_and_exits_143_after_the_grace(
-    tmp_path: Path, started_blocked: bool,
+    tmp_path: Path,
+    started_blocked: bool,
 ) -> None:
     """Also when the process was started with SIGTERM blocked on every thread (a parent that left it
     blocked): the signal watch's thread takes it. (A test that leaked a blocked mask into pytest's
@@ -197,9 +209,14 @@ def test_a_sigterm_to_a_blocked_main_thread_logs_startup_aborted_and_exits_143_a
     records = [orjson.loads(line) for line in (tmp_path / "rank-00000.jsonl").read_bytes().splitlines()]
     last = records[-1]
     assert (last["event"], last["signal"], last["state"], last["trigger"]) == (
-        "startup_aborted", "SIGTERM", "SERVICES_READY", "init_distributed")
+        "startup_aborted",
+        "SIGTERM",
+        "SERVICES_READY",
+        "init_distributed",
+    )
     assert last["blocked_s"] >= GRACE_S
     assert err.strip().splitlines()[-1] == (
         "lifecycle: rank 0: startup aborted by SIGTERM in state SERVICES_READY during init_distributed(); its main "
         f"thread was blocked in native code for {last['blocked_s']:.0f} s, so the process ends without the releases "
-        "(exit 143)")
+        "(exit 143)"
+    )

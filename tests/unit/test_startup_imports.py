@@ -39,8 +39,9 @@ print(sorted({m.split('.')[0] for m in sys.modules}))
 
 
 def test_services_with_the_null_tokenizer_import_neither_transformers_nor_torch_nor_megatron() -> None:
-    out = subprocess.run([sys.executable, "-c", SERVICES_ON_THE_NULL_PATH], capture_output=True, text=True,
-                         check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", SERVICES_ON_THE_NULL_PATH], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     loaded = ast.literal_eval(out.stdout.strip().splitlines()[-1])
     assert [m for m in loaded if m in ("transformers", "tokenizers", "torch", "megatron")] == []
 
@@ -49,10 +50,14 @@ def test_the_null_tokenizer_reads_ids_and_counts_the_end_of_document_id() -> Non
     tok = services_ready.build_tokenizer(TokenizerConfig(vocab_size=50))
     assert tok.tokenize("3 14 15") == [3, 14, 15] and tok.detokenize([3, 14, 15]) == "3 14 15"
     # megatron-core < 0.18: end-of-document is one id past the 50; from 0.18 it is the last of them
-    assert (services_ready.NullTokenizer(50, eod_in_vocab=False).vocab_size,
-            services_ready.NullTokenizer(50, eod_in_vocab=False).eod) == (51, 50)
-    assert (services_ready.NullTokenizer(50, eod_in_vocab=True).vocab_size,
-            services_ready.NullTokenizer(50, eod_in_vocab=True).eod) == (50, 49)
+    assert (
+        services_ready.NullTokenizer(50, eod_in_vocab=False).vocab_size,
+        services_ready.NullTokenizer(50, eod_in_vocab=False).eod,
+    ) == (51, 50)
+    assert (
+        services_ready.NullTokenizer(50, eod_in_vocab=True).vocab_size,
+        services_ready.NullTokenizer(50, eod_in_vocab=True).eod,
+    ) == (50, 49)
     assert tok.eod_in_vocab is compat.null_tokenizer_eod_in_vocab()
 
 
@@ -64,8 +69,9 @@ def test_a_huggingface_tokenizer_without_transformers_names_the_hf_extra(monkeyp
     assert caught.value.context["extra"] == "hf" and "tokenizer.type=null" in str(caught.value)
 
 
-def test_an_import_that_never_finishes_fails_the_join_naming_the_module(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_import_that_never_finishes_fails_the_join_naming_the_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from lifecycle import LifecycleError
     from lifecycle.megatron import ImportJob
 
@@ -80,19 +86,41 @@ def test_an_import_that_never_finishes_fails_the_join_naming_the_module(tmp_path
 
 
 def _startup_with_imports(w: ChainWriter, t: float, *, imports_s: float, waited_s: float, validate_s: float) -> None:
-    w.emit(t, "lifecycle_started", plan="convert", target="SERVICES_READY", policy="raise", pid=1, host="h",
-           rehearsal=None)
+    w.emit(
+        t, "lifecycle_started", plan="convert", target="SERVICES_READY", policy="raise", pid=1, host="h", rehearsal=None
+    )
     w.emit(t, "transition_started", trigger="validate", source="CONFIGURED")
     w.emit(t + validate_s, "config_validated", fingerprint="f" * 64, config={}, environment=True)
-    w.emit(t + waited_s + validate_s, "imports", modules={"torch": 1.0, "megatron": imports_s - 1.0},
-           started_ts=t, duration_s=imports_s, waited_s=waited_s, failed={})
+    w.emit(
+        t + waited_s + validate_s,
+        "imports",
+        modules={"torch": 1.0, "megatron": imports_s - 1.0},
+        started_ts=t,
+        duration_s=imports_s,
+        waited_s=waited_s,
+        failed={},
+    )
     end = t + waited_s + validate_s
-    w.emit(end, "transition_completed", trigger="validate", source="CONFIGURED", dest="VALIDATED",
-           duration_s=end - t, config_fingerprint=None)
+    w.emit(
+        end,
+        "transition_completed",
+        trigger="validate",
+        source="CONFIGURED",
+        dest="VALIDATED",
+        duration_s=end - t,
+        config_fingerprint=None,
+    )
     w.emit(end, "transition_started", trigger="start_services", source="VALIDATED")
     w.emit(end + 0.02, "services_ready", tokenizer="NullTokenizer", vocab_size=1024, vocab_source="tokenizer")
-    w.emit(end + 0.02, "transition_completed", trigger="start_services", source="VALIDATED",
-           dest="SERVICES_READY", duration_s=0.02, config_fingerprint="f" * 64)
+    w.emit(
+        end + 0.02,
+        "transition_completed",
+        trigger="start_services",
+        source="VALIDATED",
+        dest="SERVICES_READY",
+        duration_s=0.02,
+        config_fingerprint="f" * 64,
+    )
 
 
 def test_blame_shows_the_imports_as_their_own_row_and_validated_without_the_wait(tmp_path: Path) -> None:

@@ -36,8 +36,9 @@ def test_a_string_field_set_with_set_is_the_text_as_written(path: str) -> None:
     assert loaded("--set", f"checkpoint.save={path}").checkpoint.save == path
 
 
-def test_config_is_a_path_and_a_yaml_with_a_key_twice_is_one_line(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_is_a_path_and_a_yaml_with_a_key_twice_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     odd = tmp_path / "my config #1.yaml"
     odd.write_text("training:\n  steps: 3\n")
     assert loaded("--config", str(odd)).training.steps == 3
@@ -58,14 +59,17 @@ def test_config_is_a_path_and_a_yaml_with_a_key_twice_is_one_line(tmp_path: Path
         ("optimizer.lr=inf", "optimizer.lr=inf: out of range"),
         ("optimizer.weight_decay=.nan", "optimizer.weight_decay=nan"),
         ("startup.timeout_s=1e300", "startup.timeout_s=1e+300: out of range"),
-        ("checkpoint.save=https://alice:PASS1111@host/ckpt",
-         "checkpoint.save='https://<redacted>@host/ckpt': is a URL"),
+        (
+            "checkpoint.save=https://alice:PASS1111@host/ckpt",
+            "checkpoint.save='https://<redacted>@host/ckpt': is a URL",
+        ),
         ("checkpoint.load=s3://bucket/ckpt", "checkpoint.load='s3://bucket/ckpt': is a URL"),
         ("logging.log_dir=gs://b/logs", "logging.log_dir='gs://b/logs': is a URL"),
     ],
 )
-def test_bad_set_values_exit_2_in_one_line_naming_the_field(value: str, expected: str,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_set_values_exit_2_in_one_line_naming_the_field(
+    value: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["run", "--set", value]) == 2
     err = capsys.readouterr().err
     assert expected in err, err
@@ -131,8 +135,9 @@ def test_a_url_where_a_local_path_is_expected_is_refused_naming_the_field(name: 
 
 
 @pytest.mark.parametrize("jobs", ["-3", "0", "two"])
-def test_audit_jobs_below_one_exits_2_in_one_line(jobs: str, tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_audit_jobs_below_one_exits_2_in_one_line(
+    jobs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as stop:
         main(["audit", "--jobs", jobs, str(tmp_path)])
     err = capsys.readouterr().err

@@ -22,7 +22,8 @@ def _megatron_warns_twice() -> None:
     for _ in range(2):
         warnings.warn("MimoModelConfig is experimental", UserWarning, stacklevel=1)
         logging.getLogger("megatron.core.models.gpt.gpt_model").warning(
-            "GPTModel IS DEPRECATED (token hf_abcdefghijklmnopqrstuvwxyz123456)")
+            "GPTModel IS DEPRECATED (token hf_abcdefghijklmnopqrstuvwxyz123456)"
+        )
         logging.getLogger("transitions.core").info("Entered state VALIDATED")
 
 
@@ -40,12 +41,16 @@ def test_library_warnings_are_logged_with_category_and_module_and_summed_up_in_o
         assert warnings.showwarning is not None
     logged = [r for r in lc.records if r["event"] == events.WARNING]
     assert [(r["category"], r["module"]) for r in logged] == [
-        ("UserWarning", __name__), ("logging.WARNING", "megatron.core.models.gpt.gpt_model")] * 2
+        ("UserWarning", __name__),
+        ("logging.WARNING", "megatron.core.models.gpt.gpt_model"),
+    ] * 2
     assert "hf_abcdefghij" not in str(logged)  # redacted before it is written
     err = capsys.readouterr().err
     assert "MimoModelConfig" not in err and "DEPRECATED" not in err and "Entered state" not in err
-    assert err.splitlines() == ["lifecycle: 4 library warning(s), 2 distinct, are in the startup log as `warning` "
-                                "records: `lifecycle audit LOG_DIR` lists them"]
+    assert err.splitlines() == [
+        "lifecycle: 4 library warning(s), 2 distinct, are in the startup log as `warning` "
+        "records: `lifecycle audit LOG_DIR` lists them"
+    ]
     assert warnings.showwarning is before
     assert (megatron.propagate, megatron.handlers) == loggers_before
 
@@ -80,7 +85,9 @@ def test_the_audit_lists_the_warnings_the_ranks_logged(make_lc: Callable[..., An
 
     listed = orjson.loads(audit_json(result))["warnings"]
     assert [(w["category"], w["module"], w["ranks"]) for w in listed] == [
-        ("UserWarning", __name__, [0]), ("logging.WARNING", "megatron.core.models.gpt.gpt_model", [0])]
+        ("UserWarning", __name__, [0]),
+        ("logging.WARNING", "megatron.core.models.gpt.gpt_model", [0]),
+    ]
 
 
 def test_the_command_drops_library_warnings_outside_a_lifecycle_and_keeps_the_users(

@@ -40,8 +40,12 @@ def bound_once(config: Any) -> Iterator[list[str]]:
         if name in SLOTS and value is not None:
             current = base.__getattribute__(self, name)
             views.pop(name, None)
-            if isinstance(value, list) and len(value) == 1 and not isinstance(current, list) \
-                    and same(value[0], current):
+            if (
+                isinstance(value, list)
+                and len(value) == 1
+                and not isinstance(current, list)
+                and same(value[0], current)
+            ):
                 views[name] = value  # train() takes the single callable out of its list next
                 return
             if same(value, current):

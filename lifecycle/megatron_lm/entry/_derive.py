@@ -17,15 +17,42 @@ from lifecycle import launchers
 from lifecycle.config import Problem, RunConfig
 
 # Sections of the container whose fields are named as Megatron-LM's arguments are.
-SECTIONS = ("train", "validation", "optimizer", "scheduler", "ddp", "dist", "rng", "logger", "checkpoint",
-            "tokenizer", "model", "model.transformer")
+SECTIONS = (
+    "train",
+    "validation",
+    "optimizer",
+    "scheduler",
+    "ddp",
+    "dist",
+    "rng",
+    "logger",
+    "checkpoint",
+    "tokenizer",
+    "model",
+    "model.transformer",
+)
 # Container field -> argument, where the names differ.
-RENAMED = {"ddp.bucket_size": "ddp_bucket_size", "ddp.average_in_collective": "ddp_average_in_collective",
-           "ddp.grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32"}
+RENAMED = {
+    "ddp.bucket_size": "ddp_bucket_size",
+    "ddp.average_in_collective": "ddp_average_in_collective",
+    "ddp.grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32",
+}
 # What the model is: a disagreement here trains another model than the one logged.
-CHECKED = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length",
-           "max_position_embeddings", "tensor_model_parallel_size", "pipeline_model_parallel_size",
-           "micro_batch_size", "global_batch_size", "train_iters", "lr", "seed")
+CHECKED = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "ffn_hidden_size",
+    "seq_length",
+    "max_position_embeddings",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "micro_batch_size",
+    "global_batch_size",
+    "train_iters",
+    "lr",
+    "seed",
+)
 
 # Arguments `validate_args` computes and stores, which a container built from validated args carries.
 DERIVED_BY_VALIDATE_ARGS = ("start_weight_decay", "end_weight_decay")
@@ -59,12 +86,16 @@ def disagreements(container: Any, args: Namespace) -> list[Problem]:
             continue
         path, value = items[name]
         if value is not None and value != getattr(args, name):
-            problems.append(Problem(
-                check="megatron_lm_one_source", field=path, value=value,
-                message=f"the PretrainConfigContainer says {value!r}, Megatron-LM's args say "
-                        f"{getattr(args, name)!r} ({name})",
-                fix="build the container from the args (pretrain_cfg_container_from_args) or edit one of them only",
-            ))
+            problems.append(
+                Problem(
+                    check="megatron_lm_one_source",
+                    field=path,
+                    value=value,
+                    message=f"the PretrainConfigContainer says {value!r}, Megatron-LM's args say "
+                    f"{getattr(args, name)!r} ({name})",
+                    fix="build the container from the args (pretrain_cfg_container_from_args) or edit one of them only",
+                )
+            )
     return problems
 
 
@@ -96,16 +127,21 @@ def _dtype(args: Namespace) -> str:
 
 def _model(args: Namespace) -> dict[str, Any]:
     return {
-        "num_layers": args.num_layers, "hidden_size": args.hidden_size,
+        "num_layers": args.num_layers,
+        "hidden_size": args.hidden_size,
         "num_attention_heads": args.num_attention_heads,
         "num_query_groups": args.num_query_groups if getattr(args, "group_query_attention", False) else None,
-        "ffn_hidden_size": args.ffn_hidden_size, "seq_length": args.seq_length,
+        "ffn_hidden_size": args.ffn_hidden_size,
+        "seq_length": args.seq_length,
         "vocab_size": getattr(args, "padded_vocab_size", None) or args.vocab_size,
         "max_position_embeddings": args.max_position_embeddings,
-        "make_vocab_size_divisible_by": args.make_vocab_size_divisible_by, "dtype": _dtype(args),
+        "make_vocab_size_divisible_by": args.make_vocab_size_divisible_by,
+        "dtype": _dtype(args),
         "transformer_impl": "local" if args.transformer_impl == "local" else "transformer_engine",
-        "init_method_std": args.init_method_std, "hidden_dropout": args.hidden_dropout,
-        "attention_dropout": args.attention_dropout, "num_moe_experts": args.num_experts,
+        "init_method_std": args.init_method_std,
+        "hidden_dropout": args.hidden_dropout,
+        "attention_dropout": args.attention_dropout,
+        "num_moe_experts": args.num_experts,
         "add_bias_linear": args.add_bias_linear,
         "share_embeddings_and_output_weights": not args.untie_embeddings_and_output_weights,
     }
@@ -113,28 +149,41 @@ def _model(args: Namespace) -> dict[str, Any]:
 
 def _parallel(args: Namespace) -> dict[str, Any]:
     return {
-        "tp": args.tensor_model_parallel_size, "pp": args.pipeline_model_parallel_size,
-        "cp": args.context_parallel_size, "ep": args.expert_model_parallel_size,
-        "etp": args.expert_tensor_parallel_size, "vpp": args.virtual_pipeline_model_parallel_size,
-        "sequence_parallel": args.sequence_parallel, "tp_comm_overlap": args.tp_comm_overlap,
+        "tp": args.tensor_model_parallel_size,
+        "pp": args.pipeline_model_parallel_size,
+        "cp": args.context_parallel_size,
+        "ep": args.expert_model_parallel_size,
+        "etp": args.expert_tensor_parallel_size,
+        "vpp": args.virtual_pipeline_model_parallel_size,
+        "sequence_parallel": args.sequence_parallel,
+        "tp_comm_overlap": args.tp_comm_overlap,
     }
 
 
 def _ddp(args: Namespace) -> dict[str, Any]:
     return {
-        "overlap_grad_reduce": args.overlap_grad_reduce, "overlap_param_gather": args.overlap_param_gather,
-        "align_grad_reduce": args.align_grad_reduce, "align_param_gather": args.align_param_gather,
+        "overlap_grad_reduce": args.overlap_grad_reduce,
+        "overlap_param_gather": args.overlap_param_gather,
+        "align_grad_reduce": args.align_grad_reduce,
+        "align_param_gather": args.align_param_gather,
         "use_distributed_optimizer": args.use_distributed_optimizer,
         "grad_reduce_in_fp32": args.accumulate_allreduce_grads_in_fp32,
-        "average_in_collective": args.ddp_average_in_collective, "bucket_size": args.ddp_bucket_size,
+        "average_in_collective": args.ddp_average_in_collective,
+        "bucket_size": args.ddp_bucket_size,
     }
 
 
 def _optimizer(args: Namespace) -> dict[str, Any]:
     return {
-        "optimizer": "sgd" if args.optimizer == "sgd" else "adam", "lr": args.lr, "min_lr": args.min_lr,
-        "weight_decay": args.weight_decay, "adam_beta1": args.adam_beta1, "adam_beta2": args.adam_beta2,
-        "adam_eps": args.adam_eps, "clip_grad": args.clip_grad, "loss_scale": args.loss_scale,
+        "optimizer": "sgd" if args.optimizer == "sgd" else "adam",
+        "lr": args.lr,
+        "min_lr": args.min_lr,
+        "weight_decay": args.weight_decay,
+        "adam_beta1": args.adam_beta1,
+        "adam_beta2": args.adam_beta2,
+        "adam_eps": args.adam_eps,
+        "clip_grad": args.clip_grad,
+        "loss_scale": args.loss_scale,
     }
 
 
@@ -150,16 +199,30 @@ def _data_parallel(args: Namespace) -> int:
 def run_config(args: Namespace, *, log_dir: str | None = None) -> RunConfig:
     """The RunConfig that describes the run Megatron-LM's `args` will train."""
     micro, null = args.micro_batch_size, args.tokenizer_type == "NullTokenizer"
-    return RunConfig.from_dict({
-        "model": _model(args), "parallel": _parallel(args), "ddp": _ddp(args), "optimizer": _optimizer(args),
-        "training": {"micro_batch_size": micro, "steps": args.train_iters or 0, "seed": args.seed,
-                     "num_microbatches": max(1, args.global_batch_size // (micro * _data_parallel(args)))},
-        "tokenizer": {"type": "null" if null else "huggingface", "vocab_size": args.vocab_size or 1000,
-                      "path": None if null else args.tokenizer_model, "build": False},
-        "checkpoint": {"load": args.load, "save": args.save},
-        "logging": {"log_dir": log_dir, "tensorboard_dir": args.tensorboard_dir},
-        "backend": "gloo" if args.distributed_backend == "gloo" else "nccl", "plan": "training",
-    })
+    return RunConfig.from_dict(
+        {
+            "model": _model(args),
+            "parallel": _parallel(args),
+            "ddp": _ddp(args),
+            "optimizer": _optimizer(args),
+            "training": {
+                "micro_batch_size": micro,
+                "steps": args.train_iters or 0,
+                "seed": args.seed,
+                "num_microbatches": max(1, args.global_batch_size // (micro * _data_parallel(args))),
+            },
+            "tokenizer": {
+                "type": "null" if null else "huggingface",
+                "vocab_size": args.vocab_size or 1000,
+                "path": None if null else args.tokenizer_model,
+                "build": False,
+            },
+            "checkpoint": {"load": args.load, "save": args.save},
+            "logging": {"log_dir": log_dir, "tensorboard_dir": args.tensorboard_dir},
+            "backend": "gloo" if args.distributed_backend == "gloo" else "nccl",
+            "plan": "training",
+        }
+    )
 
 
 def run_config_from_yaml(path: str, *, world_size: int = 1, log_dir: str | None = None) -> RunConfig:
@@ -173,13 +236,15 @@ def run_config_from_yaml(path: str, *, world_size: int = 1, log_dir: str | None 
     try:
         container = PretrainConfigContainer.from_yaml(path)
     except Exception as exc:
-        raise ConfigError(f"--megatron-config {path}: not a Megatron-LM PretrainConfigContainer YAML: {exc}",
-                          field="megatron_config") from exc
+        raise ConfigError(
+            f"--megatron-config {path}: not a Megatron-LM PretrainConfigContainer YAML: {exc}", field="megatron_config"
+        ) from exc
     args = args_from_container(container)
     args.world_size = world_size
     try:
         validate_args(args)
     except (AssertionError, ValueError) as exc:
-        raise ConfigError(f"--megatron-config {path}: Megatron-LM's validate_args: {exc}",
-                          field="megatron_config") from exc
+        raise ConfigError(
+            f"--megatron-config {path}: Megatron-LM's validate_args: {exc}", field="megatron_config"
+        ) from exc
     return run_config(args, log_dir=log_dir)

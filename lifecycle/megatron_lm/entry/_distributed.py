@@ -51,9 +51,13 @@ def _rerun_state_machine(args: Any) -> None:
             tensor_parallel.get_cuda_rng_tracker().set_states(state_dict["rng_tracker_states"])
 
     initialize_rerun_state_machine(
-        state_save_func=state_save_func, state_restore_func=state_restore_func, mode=RerunMode(args.rerun_mode),
-        error_injector=RerunErrorInjector(error_injection_rate=args.error_injection_rate,
-                                          error_injection_type=RerunDiagnostic(args.error_injection_type)),
+        state_save_func=state_save_func,
+        state_restore_func=state_restore_func,
+        mode=RerunMode(args.rerun_mode),
+        error_injector=RerunErrorInjector(
+            error_injection_rate=args.error_injection_rate,
+            error_injection_type=RerunDiagnostic(args.error_injection_type),
+        ),
         result_rejected_tracker_filename=args.result_rejected_tracker_filename,
     )
 
@@ -64,10 +68,16 @@ def _seed(ctx: PhaseContext, call: Any) -> None:
     args, groups = call.args, call.pg_collection
     ctx.side_effect(SideEffect.RNG)
     mi._set_random_seed(
-        args.seed, args.data_parallel_random_init, args.te_rng_tracker, args.inference_rng_tracker,
-        use_cudagraphable_rng=args.cuda_graph_impl != "none", pp_group=getattr(groups, "pp", None),
-        dp_group=getattr(groups, "dp", None), tp_group=getattr(groups, "tp", None),
-        ep_group=getattr(groups, "ep", None), etp_group=getattr(groups, "expt_tp", None),
+        args.seed,
+        args.data_parallel_random_init,
+        args.te_rng_tracker,
+        args.inference_rng_tracker,
+        use_cudagraphable_rng=args.cuda_graph_impl != "none",
+        pp_group=getattr(groups, "pp", None),
+        dp_group=getattr(groups, "dp", None),
+        tp_group=getattr(groups, "tp", None),
+        ep_group=getattr(groups, "ep", None),
+        etp_group=getattr(groups, "expt_tp", None),
     )
 
 
@@ -78,8 +88,12 @@ def _groups(ctx: PhaseContext, call: Any) -> Any:
 
     ctx.side_effect(SideEffect.PROCESS_GROUP)
     ctx.side_effect(SideEffect.PARALLEL_STATE)
-    mi._initialize_distributed(call.get_embedding_ranks, call.get_position_embedding_ranks, call.store,
-                               skip_model_parallel_init=call.skip_model_parallel_init)
+    mi._initialize_distributed(
+        call.get_embedding_ranks,
+        call.get_position_embedding_ranks,
+        call.store,
+        skip_model_parallel_init=call.skip_model_parallel_init,
+    )
     ctx.set_rank(rank=dist.get_rank(), world_size=dist.get_world_size())
 
 
@@ -114,14 +128,32 @@ def initialize(ctx: PhaseContext, call: Any) -> Runtime:
     except BaseException:
         _undo(stand_ins)
         raise
-    ctx.emit(events.DISTRIBUTED_INITIALIZED, backend=args.distributed_backend, tp=config.parallel.tp,
-             pp=config.parallel.pp, cp=config.parallel.cp, ep=config.parallel.ep,
-             dp=ps.get_data_parallel_world_size(), vpp=config.parallel.vpp,
-             ranks={"tp": ps.get_tensor_model_parallel_rank(), "pp": ps.get_pipeline_model_parallel_rank(),
-                    "cp": ps.get_context_parallel_rank(), "ep": ps.get_expert_model_parallel_rank(),
-                    "dp": ps.get_data_parallel_rank()})
-    return dataclasses.replace(ctx.runtime, distributed=True, rank=dist.get_rank(), world_size=dist.get_world_size(),
-                               backend=args.distributed_backend, pg_collection=groups, rehearsal=stand_ins)
+    ctx.emit(
+        events.DISTRIBUTED_INITIALIZED,
+        backend=args.distributed_backend,
+        tp=config.parallel.tp,
+        pp=config.parallel.pp,
+        cp=config.parallel.cp,
+        ep=config.parallel.ep,
+        dp=ps.get_data_parallel_world_size(),
+        vpp=config.parallel.vpp,
+        ranks={
+            "tp": ps.get_tensor_model_parallel_rank(),
+            "pp": ps.get_pipeline_model_parallel_rank(),
+            "cp": ps.get_context_parallel_rank(),
+            "ep": ps.get_expert_model_parallel_rank(),
+            "dp": ps.get_data_parallel_rank(),
+        },
+    )
+    return dataclasses.replace(
+        ctx.runtime,
+        distributed=True,
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        backend=args.distributed_backend,
+        pg_collection=groups,
+        rehearsal=stand_ins,
+    )
 
 
 def _undo(stand_ins: CpuStandIns | None) -> None:

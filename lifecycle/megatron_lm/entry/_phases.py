@@ -63,11 +63,13 @@ class MegatronLMPhases(MegatronPhases):
         super().__init__()
         self.call = call
         real = {state: self.phase_for(state) for state in STARTUP_ORDER[1:]}
-        for state, enter in ((State.VALIDATED, partial(_validate, call)),
-                             (State.SERVICES_READY, partial(_start_services, call)),
-                             (State.DISTRIBUTED, partial(initialize, call=call)),
-                             (State.MODEL_BUILT, partial(_build_model, call)),
-                             (State.CALLBACKS_BOUND, lifecycle_binding.enter)):
+        for state, enter in (
+            (State.VALIDATED, partial(_validate, call)),
+            (State.SERVICES_READY, partial(_start_services, call)),
+            (State.DISTRIBUTED, partial(initialize, call=call)),
+            (State.MODEL_BUILT, partial(_build_model, call)),
+            (State.CALLBACKS_BOUND, lifecycle_binding.enter),
+        ):
             inner = real[state]
             assert inner is not None  # MegatronPhases registers every startup state after CONFIGURED
             self.register(state, Work(enter, inner.release))
@@ -82,8 +84,15 @@ def _validate(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     if shape is not None:
         from lifecycle.config import Problem
 
-        problems.append(Problem(check="megatron_lm_provider", field="model_provider",
-                                value=type(call.model_provider).__name__, message=shape, fix="see the message"))
+        problems.append(
+            Problem(
+                check="megatron_lm_provider",
+                field="model_provider",
+                value=type(call.model_provider).__name__,
+                message=shape,
+                fix="see the message",
+            )
+        )
     used, rewrites = normalize(run)
     problems += validate(used, environment=ctx.options.environment_checks)
     if not call.args_validated:
@@ -92,9 +101,14 @@ def _validate(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     for rewrite in rewrites:
         ctx.emit(events.CONFIG_NORMALIZED, **rewrite.log_fields())
     fingerprint = run.fingerprint()
-    ctx.emit(events.CONFIG_VALIDATED, fingerprint=fingerprint, config=redact(run.to_dict()),
-             environment=ctx.options.environment_checks)
+    ctx.emit(
+        events.CONFIG_VALIDATED,
+        fingerprint=fingerprint,
+        config=redact(run.to_dict()),
+        environment=ctx.options.environment_checks,
+    )
     return dataclasses.replace(ctx.runtime, config=used, fingerprint=fingerprint)
+
 
 def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     from megatron.training import get_tokenizer, global_vars
@@ -106,15 +120,28 @@ def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         ctx.side_effect(SideEffect.WRITERS)
         global_vars.set_global_variables(args)
     tokenizer = get_tokenizer()
-    writers = {k: v for k, v in (("tensorboard", global_vars._GLOBAL_TENSORBOARD_WRITER),
-                                 ("timers", global_vars._GLOBAL_TIMERS)) if v is not None}
-    ctx.emit(events.SERVICES_READY, tokenizer=type(tokenizer).__name__, vocab_size=args.padded_vocab_size,
-             vocab_source="parse_and_validate_args" if adopted else "set_global_variables")
+    writers = {
+        k: v
+        for k, v in (("tensorboard", global_vars._GLOBAL_TENSORBOARD_WRITER), ("timers", global_vars._GLOBAL_TIMERS))
+        if v is not None
+    }
+    ctx.emit(
+        events.SERVICES_READY,
+        tokenizer=type(tokenizer).__name__,
+        vocab_size=args.padded_vocab_size,
+        vocab_source="parse_and_validate_args" if adopted else "set_global_variables",
+    )
     from types import MappingProxyType
 
-    return dataclasses.replace(ctx.runtime, services_ready=True, tokenizer=tokenizer,
-                               vocab_size=args.padded_vocab_size, vocab_source="megatron-lm",
-                               writers=MappingProxyType(writers))
+    return dataclasses.replace(
+        ctx.runtime,
+        services_ready=True,
+        tokenizer=tokenizer,
+        vocab_size=args.padded_vocab_size,
+        vocab_source="megatron-lm",
+        writers=MappingProxyType(writers),
+    )
+
 
 def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     from megatron.core.utils import get_model_config
@@ -125,20 +152,40 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     if call.model_provider is not None:
         from megatron.training.arguments import core_transformer_config_from_args
 
-        provider = _providers.KeywordProvider(call.model_provider, inputs=_inputs(rt),
-                                              transformer_config=core_transformer_config_from_args(call.args))
+        provider = _providers.KeywordProvider(
+            call.model_provider, inputs=_inputs(rt), transformer_config=core_transformer_config_from_args(call.args)
+        )
     ctx.side_effect(SideEffect.MODEL)
     model, optimizer, scheduler = setup_model_and_optimizer(
-        call.model_type, model_provider_func=provider, checkpointing_context=call.extras.setdefault("ckpt", {}),
-        cfg_container=call.cfg_container, pg_collection=rt.pg_collection,
+        call.model_type,
+        model_provider_func=provider,
+        checkpointing_context=call.extras.setdefault("ckpt", {}),
+        cfg_container=call.cfg_container,
+        pg_collection=rt.pg_collection,
     )
     config = get_model_config(model[0])
-    ctx.emit(events.MODEL_BUILT, chunks=len(model), model_config_id=hex(id(config)),
-             provider_config_id=hex(id(config)), optimizer=optimizer is not None)
-    extras = {**rt.extras, "scheduler": scheduler, "transformer_config_snapshot": snapshot_config(config),
-              "checkpoint_step": int(getattr(call.args, "iteration", 0) or 0)}
-    return dataclasses.replace(rt, transformer_config=config, provider_config=config, model=tuple(model),
-                               optimizer=optimizer, ddp_config=call.cfg_container.ddp, extras=extras)
+    ctx.emit(
+        events.MODEL_BUILT,
+        chunks=len(model),
+        model_config_id=hex(id(config)),
+        provider_config_id=hex(id(config)),
+        optimizer=optimizer is not None,
+    )
+    extras = {
+        **rt.extras,
+        "scheduler": scheduler,
+        "transformer_config_snapshot": snapshot_config(config),
+        "checkpoint_step": int(getattr(call.args, "iteration", 0) or 0),
+    }
+    return dataclasses.replace(
+        rt,
+        transformer_config=config,
+        provider_config=config,
+        model=tuple(model),
+        optimizer=optimizer,
+        ddp_config=call.cfg_container.ddp,
+        extras=extras,
+    )
 
 
 def _destroying_rerun_state(ctx: PhaseContext, release: Entry) -> Runtime:
@@ -168,6 +215,13 @@ def _megatron_validation(args: Any) -> list[Any]:
     try:
         validate_args(args)
     except (AssertionError, ValueError) as exc:
-        return [Problem(check="megatron_lm_validate_args", field="cfg_container", value=None,
-                        message=f"Megatron-LM's validate_args: {exc}", fix="change the config as the message says")]
+        return [
+            Problem(
+                check="megatron_lm_validate_args",
+                field="cfg_container",
+                value=None,
+                message=f"Megatron-LM's validate_args: {exc}",
+                fix="change the config as the message says",
+            )
+        ]
     return []

@@ -16,8 +16,10 @@ from typing import Any
 from lifecycle.errors import ProviderError
 
 KEYWORDS = ("pre_process", "post_process", "vp_stage", "config", "pg_collection")
-INSTEAD = ("pass a function model_provider(pre_process, post_process, vp_stage=None, config=None, "
-           "pg_collection=None), a ModelBuilder, a ModelConfig, or an object with .provide()")
+INSTEAD = (
+    "pass a function model_provider(pre_process, post_process, vp_stage=None, config=None, "
+    "pg_collection=None), a ModelBuilder, a ModelConfig, or an object with .provide()"
+)
 
 
 def where(obj: Any) -> str:
@@ -84,10 +86,21 @@ class KeywordProvider:
         self.transformer_config, self.inputs = transformer_config, inputs
         self.name = name(obj)
 
-    def __call__(self, pre_process: bool = True, post_process: bool = True, vp_stage: int | None = None,
-                 config: Any = None, pg_collection: Any = None) -> Any:
-        given = {"pre_process": pre_process, "post_process": post_process, "vp_stage": vp_stage,
-                 "config": config, "pg_collection": pg_collection}
+    def __call__(
+        self,
+        pre_process: bool = True,
+        post_process: bool = True,
+        vp_stage: int | None = None,
+        config: Any = None,
+        pg_collection: Any = None,
+    ) -> Any:
+        given = {
+            "pre_process": pre_process,
+            "post_process": post_process,
+            "vp_stage": vp_stage,
+            "config": config,
+            "pg_collection": pg_collection,
+        }
         try:
             return self._call(given)
         except ProviderError:

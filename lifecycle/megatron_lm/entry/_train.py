@@ -84,13 +84,24 @@ def run_training(lc: Driver, call: Any) -> dict[str, Any]:
         args.curr_iteration = 0
         with bound_once(config) as dropped, watched_steps(lc, args.iteration) as losses:
             iteration, flops = t.train(
-                call.forward_step_func, model, optimizer, scheduler, train_it, valid_it,
-                call.process_non_loss_data_func, config, ckpt, call.non_loss_data_func, None,
-                p2p_communicator=call.p2p_communicator, pg_collection=call.pg_collection,
+                call.forward_step_func,
+                model,
+                optimizer,
+                scheduler,
+                train_it,
+                valid_it,
+                call.process_non_loss_data_func,
+                config,
+                ckpt,
+                call.non_loss_data_func,
+                None,
+                p2p_communicator=call.p2p_communicator,
+                pg_collection=call.pg_collection,
             )
         if cfg.checkpoint.save and iteration != 0 and iteration % cfg.checkpoint.save_interval != 0:
-            t.save_checkpoint_and_time(iteration, model, optimizer, scheduler, flops, ckpt,
-                                       train_data_iterator=train_it)
+            t.save_checkpoint_and_time(
+                iteration, model, optimizer, scheduler, flops, ckpt, train_data_iterator=train_it
+            )
     _evaluate(call, model, iteration, valid_it, test_it, config)
     t.maybe_finalize_async_save(blocking=True, terminate=True)
     return {"iteration": iteration, "losses": losses, "second_binding_dropped": list(dropped)}
@@ -104,8 +115,16 @@ def _evaluate(call: Any, model: list[Any], iteration: int, valid_it: Any, test_i
     for on, name, it in ((args.do_valid, "validation", valid_it), (args.do_test, "test", test_it)):
         if on:
             evaluate_and_print_results(
-                f"iteration {iteration} on {name} set", call.forward_step_func, it, model, iteration,
-                call.process_non_loss_data_func, config, verbose=True, write_to_tensorboard=not skip,
-                non_loss_data_func=call.non_loss_data_func, pg_collection=call.pg_collection,
+                f"iteration {iteration} on {name} set",
+                call.forward_step_func,
+                it,
+                model,
+                iteration,
+                call.process_non_loss_data_func,
+                config,
+                verbose=True,
+                write_to_tensorboard=not skip,
+                non_loss_data_func=call.non_loss_data_func,
+                pg_collection=call.pg_collection,
                 p2p_communicator=call.p2p_communicator,
             )

@@ -31,17 +31,27 @@ FP = "f" * 64
 Events = list[tuple[str, dict[str, Any]]]
 
 
-def engine_rank(log_dir: Path, rank: int = 0, world: int = 1, *, run_id: str = "run-a", seed: int = 1234,
-                phases: Any = None, tripwires: str = "off", plan: str | None = None,
-                existing: str = "refuse") -> Lifecycle:
+def engine_rank(
+    log_dir: Path,
+    rank: int = 0,
+    world: int = 1,
+    *,
+    run_id: str = "run-a",
+    seed: int = 1234,
+    phases: Any = None,
+    tripwires: str = "off",
+    plan: str | None = None,
+    existing: str = "refuse",
+) -> Lifecycle:
     """One rank of a run, as torchrun starts it: RANK/WORLD_SIZE in the environment (a rank in the
     config would be part of the fingerprint, so ranks would disagree)."""
     config = RunConfig.from_dict({"training": {"seed": seed}, "logging": {"existing": existing}})
     saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE")}
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
     try:
-        return Lifecycle(config, log_dir=log_dir, plan=plan, phases=phases or InProcessPhases(),
-                         tripwires=tripwires, run_id=run_id)  # type: ignore[arg-type]
+        return Lifecycle(
+            config, log_dir=log_dir, plan=plan, phases=phases or InProcessPhases(), tripwires=tripwires, run_id=run_id
+        )  # type: ignore[arg-type]
     finally:
         for key, value in saved.items():
             if value is None:
@@ -106,10 +116,19 @@ def _bind_on(ctx: PhaseContext, runtime: Runtime, *, scheduler: Any) -> Runtime:
     target = runtime.model[0].config
     for slot in SLOTS:
         setattr(target, slot, _finalize)
-    ctx.emit(events.CALLBACKS_BOUND, target_type=type(target).__name__, target_id=hex(id(target)),
-             scheduler_config_id=hex(id(scheduler[0].config)),
-             provider_config_id=hex(id(ctx.runtime.provider_config)), copied=True, slots=list(SLOTS),
-             chunks=1, overlap_grad_reduce=False, overlap_param_gather=False, policy="refuse")
+    ctx.emit(
+        events.CALLBACKS_BOUND,
+        target_type=type(target).__name__,
+        target_id=hex(id(target)),
+        scheduler_config_id=hex(id(scheduler[0].config)),
+        provider_config_id=hex(id(ctx.runtime.provider_config)),
+        copied=True,
+        slots=list(SLOTS),
+        chunks=1,
+        overlap_grad_reduce=False,
+        overlap_param_gather=False,
+        policy="refuse",
+    )
     return dataclasses.replace(ctx.runtime, binding={"target_id": id(target), "slots": SLOTS})
 
 
@@ -127,36 +146,100 @@ class ProviderTargetPhases(InProcessPhases):
 
 def clean_events(*, model_id: str = "0x10", provider_id: str = "0x20", fp: str = FP) -> Events:
     """The minimal training startup of docs/log-format.md, then one step and a shutdown."""
-    ev: Events = [("lifecycle_started", dict(plan="training", target="CALLBACKS_BOUND", policy="raise",
-                                             pid=1, host="h", rehearsal=None))]
+    ev: Events = [
+        (
+            "lifecycle_started",
+            dict(plan="training", target="CALLBACKS_BOUND", policy="raise", pid=1, host="h", rehearsal=None),
+        )
+    ]
     steps = [
-        ("validate", "CONFIGURED", "VALIDATED",
-         [("config_validated", dict(fingerprint=fp, config={}, environment=True))]),
-        ("start_services", "VALIDATED", "SERVICES_READY",
-         [("side_effect", dict(kind="tokenizer", trigger="start_services")),
-          ("services_ready", dict(tokenizer="T", vocab_size=8, vocab_source="explicit"))]),
-        ("init_distributed", "SERVICES_READY", "DISTRIBUTED",
-         [("side_effect", dict(kind=k, trigger="init_distributed")) for k in ("process_group", "parallel_state", "rng")]
-         + [("distributed_initialized", dict(backend="gloo", tp=1, pp=1, cp=1, ep=1, dp=1, vpp=None))]),
-        ("build_model", "DISTRIBUTED", "MODEL_BUILT",
-         [("side_effect", dict(kind="model", trigger="build_model")),
-          ("model_built", dict(chunks=1, model_config_id=model_id, provider_config_id=provider_id, optimizer=True))]),
-        ("bind_callbacks", "MODEL_BUILT", "CALLBACKS_BOUND",
-         [("side_effect", dict(kind="callbacks", trigger="bind_callbacks")),
-          ("callbacks_bound", dict(target_type="TransformerConfig", target_id=model_id, scheduler_config_id=model_id,
-                                   provider_config_id=provider_id, copied=True, slots=["finalize_model_grads_func"],
-                                   chunks=1, overlap_grad_reduce=False, overlap_param_gather=False, policy="refuse"))]),
+        (
+            "validate",
+            "CONFIGURED",
+            "VALIDATED",
+            [("config_validated", dict(fingerprint=fp, config={}, environment=True))],
+        ),
+        (
+            "start_services",
+            "VALIDATED",
+            "SERVICES_READY",
+            [
+                ("side_effect", dict(kind="tokenizer", trigger="start_services")),
+                ("services_ready", dict(tokenizer="T", vocab_size=8, vocab_source="explicit")),
+            ],
+        ),
+        (
+            "init_distributed",
+            "SERVICES_READY",
+            "DISTRIBUTED",
+            [
+                ("side_effect", dict(kind=k, trigger="init_distributed"))
+                for k in ("process_group", "parallel_state", "rng")
+            ]
+            + [("distributed_initialized", dict(backend="gloo", tp=1, pp=1, cp=1, ep=1, dp=1, vpp=None))],
+        ),
+        (
+            "build_model",
+            "DISTRIBUTED",
+            "MODEL_BUILT",
+            [
+                ("side_effect", dict(kind="model", trigger="build_model")),
+                (
+                    "model_built",
+                    dict(chunks=1, model_config_id=model_id, provider_config_id=provider_id, optimizer=True),
+                ),
+            ],
+        ),
+        (
+            "bind_callbacks",
+            "MODEL_BUILT",
+            "CALLBACKS_BOUND",
+            [
+                ("side_effect", dict(kind="callbacks", trigger="bind_callbacks")),
+                (
+                    "callbacks_bound",
+                    dict(
+                        target_type="TransformerConfig",
+                        target_id=model_id,
+                        scheduler_config_id=model_id,
+                        provider_config_id=provider_id,
+                        copied=True,
+                        slots=["finalize_model_grads_func"],
+                        chunks=1,
+                        overlap_grad_reduce=False,
+                        overlap_param_gather=False,
+                        policy="refuse",
+                    ),
+                ),
+            ],
+        ),
     ]
     for trigger, source, dest, body in steps:
         ev.append(("transition_started", dict(trigger=trigger, source=source)))
         ev += body
-        ev.append(("transition_completed", dict(trigger=trigger, source=source, dest=dest, duration_s=0.01,
-                                                config_fingerprint=None if trigger == "validate" else fp)))
-    ev += [("step_completed", dict(step=1, loss=1.0, duration_s=0.1)),
-           ("first_step_finalized", dict(finalizer_calls=1)),
-           ("lifecycle_shutdown", dict(source="CALLBACKS_BOUND")),
-           ("transition_completed", dict(trigger="shutdown", source="CALLBACKS_BOUND", dest="SHUT_DOWN",
-                                         duration_s=0.01, config_fingerprint=fp))]
+        ev.append(
+            (
+                "transition_completed",
+                dict(
+                    trigger=trigger,
+                    source=source,
+                    dest=dest,
+                    duration_s=0.01,
+                    config_fingerprint=None if trigger == "validate" else fp,
+                ),
+            )
+        )
+    ev += [
+        ("step_completed", dict(step=1, loss=1.0, duration_s=0.1)),
+        ("first_step_finalized", dict(finalizer_calls=1)),
+        ("lifecycle_shutdown", dict(source="CALLBACKS_BOUND")),
+        (
+            "transition_completed",
+            dict(
+                trigger="shutdown", source="CALLBACKS_BOUND", dest="SHUT_DOWN", duration_s=0.01, config_fingerprint=fp
+            ),
+        ),
+    ]
     return ev
 
 
@@ -214,7 +297,6 @@ def write_events(log_dir: Path, ev: Events, *, rank: int = 0, world: int = 1, ru
             log.emit(event, **fields)
     log.close()
     return path
-
 
 
 class KilledPhases(InProcessPhases):

@@ -25,24 +25,58 @@ from lifecycle.audit._feed import _TYPES, _decode
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import GENESIS
 
-STATES = ["CONFIGURED", "VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND", "FAILED",
-          "SHUT_DOWN"]
-TRIGGERS = ["validate", "start_services", "init_distributed", "build_model", "bind_callbacks", "rebuild", "restart",
-            "shutdown"]
+STATES = [
+    "CONFIGURED",
+    "VALIDATED",
+    "SERVICES_READY",
+    "DISTRIBUTED",
+    "MODEL_BUILT",
+    "CALLBACKS_BOUND",
+    "FAILED",
+    "SHUT_DOWN",
+]
+TRIGGERS = [
+    "validate",
+    "start_services",
+    "init_distributed",
+    "build_model",
+    "bind_callbacks",
+    "rebuild",
+    "restart",
+    "shutdown",
+]
 
 _event = st.one_of(
     st.tuples(st.just("transition_started"), st.fixed_dictionaries({"trigger": st.sampled_from(TRIGGERS)})),
-    st.tuples(st.just("transition_completed"), st.fixed_dictionaries(
-        {"trigger": st.sampled_from(TRIGGERS), "dest": st.sampled_from(STATES),
-         "config_fingerprint": st.sampled_from([None, "f" * 64, "e" * 64])})),
-    st.tuples(st.just("transition_failed"), st.fixed_dictionaries(
-        {"trigger": st.sampled_from(TRIGGERS), "error_type": st.just("E"), "error": st.text(max_size=8)})),
+    st.tuples(
+        st.just("transition_completed"),
+        st.fixed_dictionaries(
+            {
+                "trigger": st.sampled_from(TRIGGERS),
+                "dest": st.sampled_from(STATES),
+                "config_fingerprint": st.sampled_from([None, "f" * 64, "e" * 64]),
+            }
+        ),
+    ),
+    st.tuples(
+        st.just("transition_failed"),
+        st.fixed_dictionaries(
+            {"trigger": st.sampled_from(TRIGGERS), "error_type": st.just("E"), "error": st.text(max_size=8)}
+        ),
+    ),
     st.tuples(st.just("config_validated"), st.fixed_dictionaries({"fingerprint": st.sampled_from(["f" * 64])})),
     st.tuples(st.just("side_effect"), st.fixed_dictionaries({"kind": st.just("rng"), "trigger": st.just("x")})),
     st.tuples(st.just("model_built"), st.fixed_dictionaries({"model_config_id": st.sampled_from(["0x1", "0x2"])})),
-    st.tuples(st.just("callbacks_bound"), st.fixed_dictionaries(
-        {"target_id": st.sampled_from(["0x1", "0x2"]), "scheduler_config_id": st.sampled_from(["0x1", "0x2"]),
-         "target_type": st.just("TransformerConfig")})),
+    st.tuples(
+        st.just("callbacks_bound"),
+        st.fixed_dictionaries(
+            {
+                "target_id": st.sampled_from(["0x1", "0x2"]),
+                "scheduler_config_id": st.sampled_from(["0x1", "0x2"]),
+                "target_type": st.just("TransformerConfig"),
+            }
+        ),
+    ),
     st.tuples(st.just("callbacks_unbound"), st.just({})),
     st.tuples(st.just("step_completed"), st.fixed_dictionaries({"step": st.integers(1, 9), "loss": st.just(1.5)})),
     st.tuples(st.just("first_step_finalized"), st.just({"finalizer_calls": 1})),
@@ -52,20 +86,49 @@ _event = st.one_of(
     st.tuples(st.just("peer_failed"), st.just({"peer_rank": 1, "peer_state": "DISTRIBUTED", "error": "x"})),
     st.tuples(st.just("services_ready"), st.just({"tokenizer": "T", "vocab_size": 8})),
 )
-_start = st.tuples(st.just("lifecycle_started"), st.fixed_dictionaries(
-    {"plan": st.sampled_from(["training", "model"]), "target": st.sampled_from([None, "CALLBACKS_BOUND"])}))
-DAMAGE = ("none", "int_trigger", "non_ascii", "short_hash", "swap", "clock_back", "int_ts", "drop_seq", "relink",
-          "drop_line", "world_size", "generation", "rank", "run_id", "bad_hash", "str_ts",
-          "unknown_event", "type_generation", "type_rank", "type_world_size", "type_run_id")
-BOUND = [("transition_started", {"trigger": "validate"}), ("config_validated", {"fingerprint": "f" * 64}),
-         ("transition_completed", {"trigger": "validate", "dest": "VALIDATED"}),
-         ("model_built", {"model_config_id": "0x1"}),
-         ("transition_completed", {"trigger": "bind_callbacks", "dest": "CALLBACKS_BOUND"}),
-         ("callbacks_bound", {"target_id": "0x1", "scheduler_config_id": "0x1"})]
+_start = st.tuples(
+    st.just("lifecycle_started"),
+    st.fixed_dictionaries(
+        {"plan": st.sampled_from(["training", "model"]), "target": st.sampled_from([None, "CALLBACKS_BOUND"])}
+    ),
+)
+DAMAGE = (
+    "none",
+    "int_trigger",
+    "non_ascii",
+    "short_hash",
+    "swap",
+    "clock_back",
+    "int_ts",
+    "drop_seq",
+    "relink",
+    "drop_line",
+    "world_size",
+    "generation",
+    "rank",
+    "run_id",
+    "bad_hash",
+    "str_ts",
+    "unknown_event",
+    "type_generation",
+    "type_rank",
+    "type_world_size",
+    "type_run_id",
+)
+BOUND = [
+    ("transition_started", {"trigger": "validate"}),
+    ("config_validated", {"fingerprint": "f" * 64}),
+    ("transition_completed", {"trigger": "validate", "dest": "VALIDATED"}),
+    ("model_built", {"model_config_id": "0x1"}),
+    ("transition_completed", {"trigger": "bind_callbacks", "dest": "CALLBACKS_BOUND"}),
+    ("callbacks_bound", {"target_id": "0x1", "scheduler_config_id": "0x1"}),
+]
 """A prefix that reaches CALLBACKS_BOUND, where steps are counted in bulk."""
-REBUILT = [("transition_completed", {"trigger": "rebuild", "dest": "DISTRIBUTED"}),
-           ("model_built", {"model_config_id": "0x2"}),
-           ("transition_completed", {"trigger": "bind_callbacks", "dest": "CALLBACKS_BOUND"})]
+REBUILT = [
+    ("transition_completed", {"trigger": "rebuild", "dest": "DISTRIBUTED"}),
+    ("model_built", {"model_config_id": "0x2"}),
+    ("transition_completed", {"trigger": "bind_callbacks", "dest": "CALLBACKS_BOUND"}),
+]
 """Then a rebuild, bound again without a callbacks_bound record: a step now is LA004, not a count."""
 
 
@@ -82,7 +145,7 @@ def _damage_records(records: list[dict[str, Any]], damage: str, at: int) -> None
     elif damage in ("world_size", "rank", "run_id"):
         records[at][damage] = 9 if damage != "run_id" else "other"
     elif damage.startswith("type_"):  # a field of the envelope with the wrong type: refused, on every path
-        key = damage[len("type_"):]
+        key = damage[len("type_") :]
         records[at][key] = "0" if key != "run_id" else 0
     elif damage == "unknown_event":
         records[at]["event"] = "no_such_event"
@@ -95,12 +158,29 @@ def _damage_records(records: list[dict[str, Any]], damage: str, at: int) -> None
         records[at], records[at + 1] = records[at + 1], records[at]
 
 
-def _write(path: Path, events: list[tuple[str, dict[str, Any]]], damage: str, at: int, rank: int = 3,
-           world: int = 8, utf8: bool = False) -> None:
+def _write(
+    path: Path,
+    events: list[tuple[str, dict[str, Any]]],
+    damage: str,
+    at: int,
+    rank: int = 3,
+    world: int = 8,
+    utf8: bool = False,
+) -> None:
     """The records as AuditLog writes them (sorted keys, SHA-256 chain, `hash` last), then `damage`
     at record `at`, with the chain recomputed unless the damage is to the chain itself."""
-    records = [{"run_id": "r", "rank": rank, "world_size": world, "generation": 0, **fields, "event": event,
-                "ts": 100.0 + i // 2} for i, (event, fields) in enumerate(events)]
+    records = [
+        {
+            "run_id": "r",
+            "rank": rank,
+            "world_size": world,
+            "generation": 0,
+            **fields,
+            "event": event,
+            "ts": 100.0 + i // 2,
+        }
+        for i, (event, fields) in enumerate(events)
+    ]
     at %= len(records)
     if utf8:
         records[-1]["note"] = "naïve"
@@ -136,16 +216,32 @@ def _one_by_one(path: Path) -> tuple[Any, ...]:
 
 
 def _summary(rank: RankAudit) -> tuple[Any, ...]:
-    return (rank.findings(), rank.segments, rank.failure, rank.transitions, rank.records, rank.state, rank.last_ts,
-            rank.envelope, rank.world_size, rank.model_gen)
+    return (
+        rank.findings(),
+        rank.segments,
+        rank.failure,
+        rank.transitions,
+        rank.records,
+        rank.state,
+        rank.last_ts,
+        rank.envelope,
+        rank.world_size,
+        rank.model_gen,
+    )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(start=_start, prefix=st.sampled_from([[], BOUND, BOUND + REBUILT]),
-       events=st.lists(_event, min_size=1, max_size=40), damage=st.sampled_from(DAMAGE),
-       at=st.one_of(st.integers(0, 2), st.integers(0, 60)), utf8=st.booleans())
-def test_the_batch_reader_agrees_with_record_by_record_checks(tmp_path: Path, start: Any, prefix: Any, events: Any,
-                                                               damage: str, at: int, utf8: bool) -> None:
+@given(
+    start=_start,
+    prefix=st.sampled_from([[], BOUND, BOUND + REBUILT]),
+    events=st.lists(_event, min_size=1, max_size=40),
+    damage=st.sampled_from(DAMAGE),
+    at=st.one_of(st.integers(0, 2), st.integers(0, 60)),
+    utf8=st.booleans(),
+)
+def test_the_batch_reader_agrees_with_record_by_record_checks(
+    tmp_path: Path, start: Any, prefix: Any, events: Any, damage: str, at: int, utf8: bool
+) -> None:
     """`utf8`: a non-ASCII field in the last record, so orjson reads the batch instead of msgspec."""
     path = tmp_path / "rank-00003.jsonl"
     _write(path, [start, *prefix, *events], damage, at, utf8=utf8)
@@ -162,12 +258,28 @@ def test_a_run_of_steps_at_callbacks_bound_is_counted_for_the_rules_that_read_th
     """LA031 reads the count of steps on a binding when it closes: steps counted in bulk must be
     counted before the record that closes the binding, on every path."""
     path = tmp_path / "rank-00003.jsonl"
-    bound = [("transition_completed", {"trigger": "bind_callbacks", "dest": "CALLBACKS_BOUND"}),
-             ("callbacks_bound", {"target_id": "0x1", "scheduler_config_id": "0x1"})]
+    bound = [
+        ("transition_completed", {"trigger": "bind_callbacks", "dest": "CALLBACKS_BOUND"}),
+        ("callbacks_bound", {"target_id": "0x1", "scheduler_config_id": "0x1"}),
+    ]
     steps = [("step_completed", {"step": n}) for n in range(1, 6)]
-    _write(path, [("lifecycle_started", {"plan": "training"}), ("config_validated", {"fingerprint": "f" * 64}),
-                  ("model_built", {"model_config_id": "0x1"}), *bound, *steps, ("callbacks_unbound", {}),
-                  *bound, *steps[:2], ("first_step_finalized", {}), ("lifecycle_shutdown", {})], "none", 0)
+    _write(
+        path,
+        [
+            ("lifecycle_started", {"plan": "training"}),
+            ("config_validated", {"fingerprint": "f" * 64}),
+            ("model_built", {"model_config_id": "0x1"}),
+            *bound,
+            *steps,
+            ("callbacks_unbound", {}),
+            *bound,
+            *steps[:2],
+            ("first_step_finalized", {}),
+            ("lifecycle_shutdown", {}),
+        ],
+        "none",
+        0,
+    )
     result = audit([str(path)], jobs=1)
     la031 = [f for f in result.findings if f.rule == "LA031"]
     assert [f.message.split(" training")[0] for f in la031] == ["5"]
@@ -176,21 +288,32 @@ def test_a_run_of_steps_at_callbacks_bound_is_counted_for_the_rules_that_read_th
 
 def test_steps_at_the_end_of_a_log_are_counted(tmp_path: Path) -> None:
     path = tmp_path / "rank-00003.jsonl"
-    _write(path, [("lifecycle_started", {"plan": "training"}), *BOUND, *[("step_completed", {"step": n})
-                                                                          for n in range(1, 4)]], "none", 0)
+    _write(
+        path,
+        [("lifecycle_started", {"plan": "training"}), *BOUND, *[("step_completed", {"step": n}) for n in range(1, 4)]],
+        "none",
+        0,
+    )
     result = audit([str(path)], jobs=1)
     assert [f.message.split(" training")[0] for f in result.findings if f.rule == "LA031"] == ["3"]
 
 
 @pytest.mark.parametrize("text", ["T", "naïve ☃"], ids=["ascii-typed", "utf8-orjson"])
 @pytest.mark.parametrize("shape", ["files", "concatenated", "interleaved"])
-def test_clean_logs_never_take_the_record_by_record_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          shape: str, text: str) -> None:
+def test_clean_logs_never_take_the_record_by_record_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str, text: str
+) -> None:
     """The batch checks decline nothing that is clean: a check that declined too much would give the
     same findings, only slower, so this is what catches it (and a slowdown)."""
-    events = [("lifecycle_started", {"plan": "training"}), ("services_ready", {"tokenizer": text}), *BOUND,
-              *[("step_completed", {"step": n}) for n in range(1, 4)], ("first_step_finalized", {}),
-              ("lifecycle_shutdown", {}), ("transition_completed", {"trigger": "shutdown", "dest": "SHUT_DOWN"})]
+    events = [
+        ("lifecycle_started", {"plan": "training"}),
+        ("services_ready", {"tokenizer": text}),
+        *BOUND,
+        *[("step_completed", {"step": n}) for n in range(1, 4)],
+        ("first_step_finalized", {}),
+        ("lifecycle_shutdown", {}),
+        ("transition_completed", {"trigger": "shutdown", "dest": "SHUT_DOWN"}),
+    ]
     logs = tmp_path / "logs"
     logs.mkdir()
     for rank in range(3):
@@ -206,8 +329,9 @@ def test_clean_logs_never_take_the_record_by_record_path(tmp_path: Path, monkeyp
     monkeypatch.setattr(RankAudit, "feed", lambda self, *a: (calls.append(a[2]), feed(self, *a)))
     runs: list[tuple[int, int]] = []
     apply = _feed._apply
-    monkeypatch.setattr(_feed, "_apply", lambda cur, first, i, end, *a: (runs.append((i, end)),
-                                                                           apply(cur, first, i, end, *a)))
+    monkeypatch.setattr(
+        _feed, "_apply", lambda cur, first, i, end, *a: (runs.append((i, end)), apply(cur, first, i, end, *a))
+    )
     result = audit([str(logs if shape == "files" else joined)], jobs=1)
     assert not result.findings and not result.errors and len(result.ranks) == 3
     assert result.records == 3 * len(events) and calls == []
@@ -215,21 +339,32 @@ def test_clean_logs_never_take_the_record_by_record_path(tmp_path: Path, monkeyp
     assert len(runs) == (3 * len(events) if shape == "interleaved" else 3)
 
 
-REBOUND = [("transition_completed", {"trigger": "rebuild", "dest": "CALLBACKS_BOUND"}),
-           ("model_built", {"model_config_id": "0x2"})]
+REBOUND = [
+    ("transition_completed", {"trigger": "rebuild", "dest": "CALLBACKS_BOUND"}),
+    ("model_built", {"model_config_id": "0x2"}),
+]
 """A rebuild logged as landing at CALLBACKS_BOUND itself: the batch reader starts a new pass there."""
 
 
-@pytest.mark.parametrize("rebuild", [REBUILT, REBOUND, "checked-in-full"],
-                         ids=["rebuilt-then-bound", "rebuilt-at-bound", "then-a-record-checked-in-full"])
-def test_a_step_after_a_rebuild_bound_without_callbacks_bound_is_la004_not_a_count(tmp_path: Path,
-                                                                                   rebuild: Any) -> None:
+@pytest.mark.parametrize(
+    "rebuild",
+    [REBUILT, REBOUND, "checked-in-full"],
+    ids=["rebuilt-then-bound", "rebuilt-at-bound", "then-a-record-checked-in-full"],
+)
+def test_a_step_after_a_rebuild_bound_without_callbacks_bound_is_la004_not_a_count(
+    tmp_path: Path, rebuild: Any
+) -> None:
     """The last case: a relinked record after the rebuild goes to the full check, so the steps after
     it start a new run while a rebind is pending at CALLBACKS_BOUND."""
     path = tmp_path / "rank-00003.jsonl"
     middle = [*REBOUND, ("services_ready", {"tokenizer": "T"})] if rebuild == "checked-in-full" else rebuild
-    events = [("lifecycle_started", {"plan": "training"}), *BOUND, *middle, ("step_completed", {"step": 1}),
-              ("step_completed", {"step": 2})]
+    events = [
+        ("lifecycle_started", {"plan": "training"}),
+        *BOUND,
+        *middle,
+        ("step_completed", {"step": 1}),
+        ("step_completed", {"step": 2}),
+    ]
     _write(path, events, "relink" if rebuild == "checked-in-full" else "none", len(events) - 3)
     result = audit([str(path)], jobs=1)
     assert [f.rule for f in result.findings if f.rule == "LA004"] == ["LA004"]
@@ -237,9 +372,11 @@ def test_a_step_after_a_rebuild_bound_without_callbacks_bound_is_la004_not_a_cou
     assert _summary(result.ranks[0]) == _one_by_one(path)
 
 
-LEAVE = {"shutdown": [("transition_completed", {"trigger": "shutdown", "dest": "SHUT_DOWN"})],
-         "rebuild": [("transition_completed", {"trigger": "rebuild", "dest": "DISTRIBUTED"})],
-         "fail": [("transition_failed", {"trigger": "bind_callbacks", "error_type": "E", "error": "x"})]}
+LEAVE = {
+    "shutdown": [("transition_completed", {"trigger": "shutdown", "dest": "SHUT_DOWN"})],
+    "rebuild": [("transition_completed", {"trigger": "rebuild", "dest": "DISTRIBUTED"})],
+    "fail": [("transition_failed", {"trigger": "bind_callbacks", "error_type": "E", "error": "x"})],
+}
 
 
 @pytest.mark.parametrize("leave", sorted(LEAVE))
@@ -247,8 +384,19 @@ def test_steps_after_leaving_callbacks_bound_are_handled_not_counted(tmp_path: P
     """Steps at CALLBACKS_BOUND are counted; once the state moves on, each step is LA030 again."""
     path = tmp_path / "rank-00003.jsonl"
     steps = [("step_completed", {"step": n}) for n in range(1, 3)]
-    _write(path, [("lifecycle_started", {"plan": "training"}), *BOUND, *steps, ("first_step_finalized", {}),
-                  *LEAVE[leave], *steps], "none", 0)
+    _write(
+        path,
+        [
+            ("lifecycle_started", {"plan": "training"}),
+            *BOUND,
+            *steps,
+            ("first_step_finalized", {}),
+            *LEAVE[leave],
+            *steps,
+        ],
+        "none",
+        0,
+    )
     result = audit([str(path)], jobs=1)
     assert "LA030" in {f.rule for f in result.findings}
     assert _summary(result.ranks[0]) == _one_by_one(path)
@@ -258,8 +406,14 @@ def test_a_refusal_in_a_run_that_starts_mid_batch_counts_the_records_read(tmp_pa
     """A line removed (the record after it is checked in full), then a record whose handler refuses
     it, in a run that starts after that record."""
     path = tmp_path / "rank-00003.jsonl"
-    events = [("lifecycle_started", {"plan": "training"}), *BOUND, ("step_completed", {"step": 1}),
-              ("step_completed", {"step": 2}), ("transition_started", {"trigger": "x"}), ("lifecycle_shutdown", {})]
+    events = [
+        ("lifecycle_started", {"plan": "training"}),
+        *BOUND,
+        ("step_completed", {"step": 1}),
+        ("step_completed", {"step": 2}),
+        ("transition_started", {"trigger": "x"}),
+        ("lifecycle_shutdown", {}),
+    ]
     _write(path, events, "int_trigger", len(events) - 2)
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:-4] + lines[-3:]))
@@ -282,8 +436,11 @@ def _fields_read(fn: Any, seen: frozenset[str] = frozenset()) -> set[str]:
     tree = ast.parse(inspect.getsource(fn).lstrip())
     keys: set[str] = set()
     for node in ast.walk(tree):
-        at = next((n for n, a in enumerate(node.args) if isinstance(a, ast.Name) and a.id == "rec"), None) \
-            if isinstance(node, ast.Call) else None
+        at = (
+            next((n for n, a in enumerate(node.args) if isinstance(a, ast.Name) and a.id == "rec"), None)
+            if isinstance(node, ast.Call)
+            else None
+        )
         if isinstance(node, ast.Call) and at is not None:
             key = node.args[at + 1] if at + 1 < len(node.args) else None
             keys |= {key.value} if isinstance(key, ast.Constant) and isinstance(key.value, str) else set()
@@ -291,9 +448,15 @@ def _fields_read(fn: Any, seen: frozenset[str] = frozenset()) -> set[str]:
             helper = getattr(_handlers, name, None) if name else None
             if helper is not None and inspect.isfunction(helper) and name not in seen:
                 keys |= _fields_read(helper, seen | {name})
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "rec" \
-                and node.args and isinstance(node.args[0], ast.Constant):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "rec"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             keys.add(node.args[0].value)
         if isinstance(node, ast.For | ast.comprehension) and isinstance(node.iter, ast.Tuple):
             keys |= {e.value for e in node.iter.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
@@ -303,8 +466,13 @@ def _fields_read(fn: Any, seen: frozenset[str] = frozenset()) -> set[str]:
 
 
 def test_a_typed_record_refuses_a_field_its_handler_did_not_declare() -> None:
-    line = (b'{"event":"transition_started","generation":0,"hash":"' + b"a" * 64 + b'","prev_hash":"' + b"0" * 64
-            + b'","rank":0,"run_id":"r","seq":1,"trigger":"validate","ts":1.0,"world_size":1}')
+    line = (
+        b'{"event":"transition_started","generation":0,"hash":"'
+        + b"a" * 64
+        + b'","prev_hash":"'
+        + b"0" * 64
+        + b'","rank":0,"run_id":"r","seq":1,"trigger":"validate","ts":1.0,"world_size":1}'
+    )
     rec = _decode(line)
     assert rec.get("trigger") == "validate" and rec.get("event") == "transition_started"
     with pytest.raises(AttributeError):

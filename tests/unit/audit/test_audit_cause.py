@@ -20,8 +20,16 @@ def until(trigger: str) -> Events:
     return ev[: index(ev, "transition_started", trigger=trigger) + 1]
 
 
-def rank_log(log_dir: Path, rank: int, ev: Events, *, start: float, world: int = 4, step: float = 0.01,
-             at: dict[int, float] | None = None) -> Path:
+def rank_log(
+    log_dir: Path,
+    rank: int,
+    ev: Events,
+    *,
+    start: float,
+    world: int = 4,
+    step: float = 0.01,
+    at: dict[int, float] | None = None,
+) -> Path:
     """Rank `rank`'s log: record i at `start + i * step`, or at `at[i]`."""
     times = [(at or {}).get(i, start + i * step) for i in range(len(ev))]
     with clock(times):
@@ -33,8 +41,13 @@ def aborted(signal: str = "SIGTERM", state: str = "DISTRIBUTED") -> tuple[str, d
 
 
 def failed(trigger: str, source: str, error: str = "CUDA out of memory") -> tuple[str, dict[str, Any]]:
-    return "transition_failed", {"trigger": trigger, "source": source, "error_type": "OutOfMemoryError",
-                                 "error": error, "duration_s": 1.0}
+    return "transition_failed", {
+        "trigger": trigger,
+        "source": source,
+        "error_type": "OutOfMemoryError",
+        "error": error,
+        "duration_s": 1.0,
+    }
 
 
 def peer_failed(peer: int) -> tuple[str, dict[str, Any]]:
@@ -47,8 +60,9 @@ def killed(tmp_path: Path) -> Path:
     0 with SIGTERM, which logs startup_aborted."""
     build = [*until("build_model"), ("side_effect", {"kind": "model", "trigger": "build_model"})]
     rank_log(tmp_path, 1, build, start=100.0, world=2)
-    rank_log(tmp_path, 0, [*until("build_model"), aborted()], start=100.0, world=2,
-             at={len(until("build_model")): 130.0})
+    rank_log(
+        tmp_path, 0, [*until("build_model"), aborted()], start=100.0, world=2, at={len(until("build_model")): 130.0}
+    )
     return tmp_path
 
 
@@ -88,10 +102,11 @@ def test_ignoring_the_rule_drops_the_lead_line(killed: Path, capsys: pytest.Capt
 
 def test_the_earliest_own_failure_is_the_cause_and_later_ones_and_peers_are_victims(tmp_path: Path) -> None:
     head = until("init_distributed")
-    rank_log(tmp_path, 2, [*head, failed("init_distributed", "SERVICES_READY")], start=100.0,
-             at={len(head): 105.0})
-    timeout = ("state_timeout", {"state": "SERVICES_READY", "trigger": "init_distributed", "timeout_s": 600,
-                                 "missing": [2]})
+    rank_log(tmp_path, 2, [*head, failed("init_distributed", "SERVICES_READY")], start=100.0, at={len(head): 105.0})
+    timeout = (
+        "state_timeout",
+        {"state": "SERVICES_READY", "trigger": "init_distributed", "timeout_s": 600, "missing": [2]},
+    )
     rank_log(tmp_path, 3, [*head, timeout], start=100.0, at={len(head): 110.0})
     for rank in (0, 1):
         rank_log(tmp_path, rank, [*head, peer_failed(2)], start=100.0, at={len(head): 104.0 + rank * 10})

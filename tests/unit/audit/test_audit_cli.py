@@ -74,8 +74,9 @@ def test_select_and_ignore_take_ids_prefixes_and_slugs(faulty: Path, capsys: pyt
     assert code == 0
 
 
-def test_blame_lists_states_slowest_first_and_names_the_straggler(faulty: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_blame_lists_states_slowest_first_and_names_the_straggler(
+    faulty: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, out, _ = cli(capsys, "audit", str(faulty), "--blame")
     blame = out.split("blame")[1]
     assert blame.index("MODEL_BUILT") < blame.index("DISTRIBUTED") < blame.index("CALLBACKS_BOUND")
@@ -83,8 +84,9 @@ def test_blame_lists_states_slowest_first_and_names_the_straggler(faulty: Path,
     assert "rank 7      MODEL_BUILT" in out.split("stragglers (1")[1]
 
 
-def test_the_critical_chain_names_the_rank_that_held_each_state_back(faulty: Path,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_critical_chain_names_the_rank_that_held_each_state_back(
+    faulty: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, out, _ = cli(capsys, "audit", str(faulty), "--critical-chain")
     chain = out.split("critical chain")[1]
     model_line = next(line for line in chain.splitlines() if "MODEL_BUILT" in line)
@@ -93,8 +95,13 @@ def test_the_critical_chain_names_the_rank_that_held_each_state_back(faulty: Pat
 
 def audit_stdin(data: bytes) -> tuple[int, dict]:  # type: ignore[type-arg]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "lifecycle", "audit", "-", "--format", "json"], input=data,
-                         capture_output=True, env=env, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "lifecycle", "audit", "-", "--format", "json"],
+        input=data,
+        capture_output=True,
+        env=env,
+        check=False,
+    )
     return out.returncode, orjson.loads(out.stdout)
 
 
@@ -129,8 +136,13 @@ def test_the_audit_plot_and_graph_commands_import_neither_torch_nor_megatron(fau
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'megatron')), rc)"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code, str(faulty), str(tmp_path / "t.svg")], capture_output=True,
-                         text=True, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(faulty), str(tmp_path / "t.svg")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     assert out.stdout.strip().splitlines()[-1] == "[] [1, 0, 0]"
 
 
@@ -143,8 +155,11 @@ def test_the_benchmark_writer_produces_exactly_the_audit_log_format(tmp_path: Pa
     log = AuditLog(run_id="r", rank=0, world_size=1, keep_records=True)
     for line in w.lines:
         rec = orjson.loads(line)
-        fields = {k: v for k, v in rec.items()
-                  if k not in ("ts", "seq", "prev_hash", "hash", "run_id", "rank", "world_size", "generation", "event")}
+        fields = {
+            k: v
+            for k, v in rec.items()
+            if k not in ("ts", "seq", "prev_hash", "hash", "run_id", "rank", "world_size", "generation", "event")
+        }
         log.emit(rec["event"], **fields)
     ours = [orjson.loads(line) for line in w.lines]
     theirs = log.records
@@ -179,8 +194,7 @@ def test_the_text_report_lists_a_few_findings_per_rule_then_the_other_ranks(tmp_
     assert "LA003 [binding-wrong-target] also on ranks 10-39 (30 ranks)" in report
 
 
-def test_without_worker_processes_the_files_are_read_in_this_one(faulty: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_worker_processes_the_files_are_read_in_this_one(faulty: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import lifecycle.audit._audit as audit_module
 
     def no_processes(*_args: object, **_kwargs: object) -> None:
@@ -190,8 +204,9 @@ def test_without_worker_processes_the_files_are_read_in_this_one(faulty: Path,
     assert audit([str(faulty)], jobs=2).findings == audit([str(faulty)], jobs=1).findings
 
 
-def test_the_writers_bytes_are_hashed_as_laid_out_without_re_serializing(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_writers_bytes_are_hashed_as_laid_out_without_re_serializing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """AuditLog appends `,"hash":"<hex>"}` to the sorted-keys body it hashed: the audit hashes the
     line minus that suffix plus `}` and never needs record_hash for an engine's log."""
     import lifecycle.log._chain as chain_module  # the one chain check the writer and the audit share

@@ -18,7 +18,8 @@ TABLE_EDGES = {(s.name, r.dest.name, r.trigger.value) for r in TABLE for s in r.
 
 def test_the_state_diagram_in_docs_is_the_one_generated_from_the_table() -> None:
     assert DOC.read_text() == diagram.markdown(), (
-        "docs/state-diagram.md is stale: run `lifecycle graph --format markdown > docs/state-diagram.md`")
+        "docs/state-diagram.md is stale: run `lifecycle graph --format markdown > docs/state-diagram.md`"
+    )
 
 
 def test_mermaid_has_exactly_one_edge_per_source_and_row() -> None:
@@ -29,7 +30,8 @@ def test_mermaid_has_exactly_one_edge_per_source_and_row() -> None:
 
 def test_mermaid_labels_carry_the_guards() -> None:
     assert "MODEL_BUILT --> CALLBACKS_BOUND: bind_callbacks [model_is_built & plan_reaches_destination]" in (
-        diagram.mermaid())
+        diagram.mermaid()
+    )
 
 
 def test_dot_has_exactly_the_tables_edges() -> None:

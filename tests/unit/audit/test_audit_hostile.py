@@ -66,8 +66,9 @@ UNREADABLE = {
 
 
 @pytest.mark.parametrize("name", sorted(UNREADABLE))
-def test_unreadable_input_exits_2_with_file_and_line(good: Path, tmp_path: Path, name: str,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreadable_input_exits_2_with_file_and_line(
+    good: Path, tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = corrupt(good, tmp_path, UNREADABLE[name])
     code, out, err = run_cli(capsys, str(tmp_path))
     assert code == 2, (out, err)
@@ -97,8 +98,9 @@ def _swap(data: bytes, i: int, j: int) -> bytes:
 
 
 @pytest.mark.parametrize("name", sorted(REPORTED))
-def test_damaged_but_readable_logs_are_reported_by_a_rule(good: Path, tmp_path: Path, name: str,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_damaged_but_readable_logs_are_reported_by_a_rule(
+    good: Path, tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     corrupt(good, tmp_path, REPORTED[name])
     code, out, err = run_cli(capsys, str(tmp_path))
     assert code in (1, 2), (out, err)
@@ -107,8 +109,7 @@ def test_damaged_but_readable_logs_are_reported_by_a_rule(good: Path, tmp_path: 
         assert "LA0" in out
 
 
-def test_a_100_mb_line_is_refused_without_reading_it_whole(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_100_mb_line_is_refused_without_reading_it_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "rank-00000.jsonl"
     with open(path, "wb") as handle:
         handle.write(b'{"event":"' + b"x" * (100 << 20) + b'"}\n')
@@ -116,8 +117,7 @@ def test_a_100_mb_line_is_refused_without_reading_it_whole(tmp_path: Path,
     assert code == 2 and f"{path}:1: line is over the 1048576-byte limit" in err
 
 
-def test_a_nonexistent_path_and_an_empty_directory_exit_2(tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_nonexistent_path_and_an_empty_directory_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(capsys, str(tmp_path / "nope"))[0] == 2
     code, _, err = run_cli(capsys, str(tmp_path))
     assert code == 2 and "no rank-*.jsonl files" in err
@@ -150,8 +150,9 @@ def test_a_huge_world_size_is_reported_without_listing_every_rank(tmp_path: Path
     assert finding.rule == "LA014" and "1-999999999999 (999999999999 ranks)" in finding.message
 
 
-def test_an_input_that_starts_too_many_logs_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_input_that_starts_too_many_logs_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import lifecycle.audit._audit as audit_module
 
     monkeypatch.setattr(audit_module, "MAX_LOGS_PER_INPUT", 20)

@@ -25,14 +25,23 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-def run_module(*args: str, data: bytes | None = None, timeout: float = 60,
-               pass_fds: tuple[int, ...] = ()) -> subprocess.CompletedProcess[bytes]:
+def run_module(
+    *args: str, data: bytes | None = None, timeout: float = 60, pass_fds: tuple[int, ...] = ()
+) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "lifecycle", "audit", *args], input=data, capture_output=True,
-                          env=env, timeout=timeout, check=False, pass_fds=pass_fds)
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle", "audit", *args],
+        input=data,
+        capture_output=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+        pass_fds=pass_fds,
+    )
 
 
 # -- no records -------------------------------------------------------------------------------
+
 
 def test_an_empty_file_is_no_records_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "rank-00000.jsonl").write_bytes(b"")
@@ -65,6 +74,7 @@ def test_an_empty_file_among_good_ones_is_a_truncated_log(tmp_path: Path) -> Non
 
 
 # -- FIFOs, pipes -------------------------------------------------------------------------------
+
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 def test_a_fifo_in_a_log_directory_is_skipped_with_a_finding_not_waited_on(tmp_path: Path) -> None:
@@ -112,20 +122,26 @@ def test_a_dev_fd_path_from_process_substitution_is_read_as_a_stream(tmp_path: P
 
 # -- what the report prints -----------------------------------------------------------------------
 
+
 def test_terminal_escapes_in_an_error_are_printed_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ev = clean_events()
     at = index(ev, "transition_started", trigger="build_model") + 1
     evil = "\x1b]0;pwned\x07\x1b[2J\x1b[31mboom\u202e\x9b"
-    ev[at:] = [("transition_failed", dict(trigger="build_model", source="DISTRIBUTED", error_type="RuntimeError",
-                                          error=evil, duration_s=0.1))]
+    ev[at:] = [
+        (
+            "transition_failed",
+            dict(trigger="build_model", source="DISTRIBUTED", error_type="RuntimeError", error=evil, duration_s=0.1),
+        )
+    ]
     write_events(tmp_path, ev)
     _, out, _ = cli(capsys, str(tmp_path))
     assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out and "\u202e" not in out
     assert "\\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mboom\\u202e\\x9b" in out
 
 
-def test_escapes_in_a_missing_paths_name_are_printed_escaped(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_escapes_in_a_missing_paths_name_are_printed_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = cli(capsys, str(tmp_path / "rank-\x1b[2J.jsonl"))
     assert code == 2 and "\x1b" not in err and "rank-\\x1b[2J.jsonl: no such file" in err
 
@@ -133,15 +149,18 @@ def test_escapes_in_a_missing_paths_name_are_printed_escaped(tmp_path: Path,
 def test_the_summary_names_one_rank_or_several_and_counts_in_words(tmp_path: Path) -> None:
     write_events(tmp_path / "one", clean_events())
     assert text(audit([str(tmp_path / "one")], jobs=1)).startswith(
-        f"audited {len(clean_events())} records from 1 input, rank 0: clean")
+        f"audited {len(clean_events())} records from 1 input, rank 0: clean"
+    )
     clean_run(tmp_path / "two", world=2)
     assert ", ranks 0-1 (2 ranks): clean" in text(audit([str(tmp_path / "two")], jobs=1))
 
 
 # -- time going backwards -------------------------------------------------------------------------
 
+
 def test_time_going_backwards_in_a_rehashed_log_is_a_finding_and_never_a_negative_duration(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write_events(tmp_path, clean_events())
 
     def back_in_time(records: list[dict[str, object]]) -> None:
@@ -161,6 +180,7 @@ def test_time_going_backwards_in_a_rehashed_log_is_a_finding_and_never_a_negativ
 
 # -- options and paths ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", ["", " ", ",", " , "])
 def test_a_select_that_names_no_rule_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str) -> None:
     path = write_events(tmp_path, clean_events())
@@ -171,7 +191,8 @@ def test_a_select_that_names_no_rule_exits_2(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_a_missing_path_is_reported_and_the_other_paths_are_still_audited(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     clean_run(tmp_path / "good", world=2)
     code, out, err = cli(capsys, str(tmp_path / "nope"), str(tmp_path / "good"), str(tmp_path / "gone.jsonl"))
     assert code == 2
@@ -204,8 +225,8 @@ def test_a_log_whose_rank_changes_midway_is_a_finding(tmp_path: Path) -> None:
 
 # -- a cut last line ------------------------------------------------------------------------------
 
-def test_a_log_cut_in_its_last_line_is_reported_as_truncated_without_contradicting_itself(
-        tmp_path: Path) -> None:
+
+def test_a_log_cut_in_its_last_line_is_reported_as_truncated_without_contradicting_itself(tmp_path: Path) -> None:
     path = clean_run(tmp_path, world=1) / "rank-00000.jsonl"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 40])  # the shutdown's transition_completed, cut

@@ -49,8 +49,9 @@ def test_an_output_without_an_image_suffix_is_refused(tmp_path: Path, capsys: py
     assert "use one of .png, .svg, .pdf" in capsys.readouterr().err
 
 
-def test_without_matplotlib_the_error_names_the_extra(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_matplotlib_the_error_names_the_extra(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     write_run(tmp_path / "logs", 2, steps=1)
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)

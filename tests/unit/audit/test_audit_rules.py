@@ -72,11 +72,15 @@ def test_callbacks_bound_before_any_model_was_built_are_reported(tmp_path: Path)
 
 def test_binding_in_a_new_generation_needs_a_model_built_in_that_generation(tmp_path: Path) -> None:
     ev = clean_events()[:-4]  # bound, no step or shutdown yet
-    ev += [("transition_started", dict(trigger="restart", source="CALLBACKS_BOUND")),
-           ("__generation__", dict(generation=1)),
-           ("generation_started", dict(reason="restart")),
-           ("transition_completed", dict(trigger="restart", source="CALLBACKS_BOUND", dest="VALIDATED",
-                                         duration_s=0.01, config_fingerprint=FP))]
+    ev += [
+        ("transition_started", dict(trigger="restart", source="CALLBACKS_BOUND")),
+        ("__generation__", dict(generation=1)),
+        ("generation_started", dict(reason="restart")),
+        (
+            "transition_completed",
+            dict(trigger="restart", source="CALLBACKS_BOUND", dest="VALIDATED", duration_s=0.01, config_fingerprint=FP),
+        ),
+    ]
     bind = index(ev, "callbacks_bound")
     ev.append(ev[bind])  # bound again in generation 1 with no model_built there
     write_events(tmp_path, ev)

@@ -35,7 +35,13 @@ def test_blame_orders_states_by_their_slowest_rank_and_reports_the_median(timed:
 def test_the_critical_chain_follows_the_last_rank_to_reach_each_state(timed: Path) -> None:
     chain = critical_chain(audit([str(timed)], jobs=1).ranks)
     assert [link.state for link in chain] == [
-        "VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND", "SHUT_DOWN"]
+        "VALIDATED",
+        "SERVICES_READY",
+        "DISTRIBUTED",
+        "MODEL_BUILT",
+        "CALLBACKS_BOUND",
+        "SHUT_DOWN",
+    ]
     by_state = {link.state: link for link in chain}
     assert by_state["MODEL_BUILT"].rank == 9 and by_state["CALLBACKS_BOUND"].rank == 9
     assert by_state["MODEL_BUILT"].at > by_state["DISTRIBUTED"].at + by_state["MODEL_BUILT"].duration - 0.5

@@ -74,22 +74,34 @@ def test_a_stream_without_a_rank_or_without_records_takes_no_part() -> None:
 
 
 def test_streams_of_other_runs_are_causes_of_their_own_runs_only() -> None:
-    causes = root_causes([Stream(0, fail("failed", 5.0), run_id="a"),  # type: ignore[list-item]
-                          Stream(1, fail("failed", 1.0), run_id="b"), Stream(1, run_id="a")])
+    causes = root_causes(
+        [
+            Stream(0, fail("failed", 5.0), run_id="a"),  # type: ignore[list-item]
+            Stream(1, fail("failed", 1.0), run_id="b"),
+            Stream(1, run_id="a"),
+        ]
+    )
     assert [(c.run_id, c.rank, c.victims) for c in causes] == [("a", 0, ()), ("b", 1, ())]
     assert root_causes([Stream(0), Stream(1)]) == []  # type: ignore[list-item]
 
 
 def test_victims_exclude_only_the_cause_and_are_sorted_by_rank() -> None:
-    found = cause(Stream(3, fail("aborted", 90.0, signal="SIGTERM")), Stream(2, fail("failed", 100.0)),
-                  Stream(0, fail("peer_failed", 95.0, peer=2)), Stream(1))
+    found = cause(
+        Stream(3, fail("aborted", 90.0, signal="SIGTERM")),
+        Stream(2, fail("failed", 100.0)),
+        Stream(0, fail("peer_failed", 95.0, peer=2)),
+        Stream(1),
+    )
     assert found.rank == 2
     assert [(v.rank, v.kind, v.signal) for v in found.victims] == [(0, "peer_failed", None), (3, "aborted", "SIGTERM")]
 
 
 def test_the_earliest_peer_failed_names_the_cause_when_no_rank_failed_on_its_own() -> None:
-    found = cause(Stream(0, fail("peer_failed", 20.0, peer=2)), Stream(1, fail("peer_failed", 10.0, peer=3)),
-                  Stream(4, fail("aborted", 5.0, signal="SIGTERM")))
+    found = cause(
+        Stream(0, fail("peer_failed", 20.0, peer=2)),
+        Stream(1, fail("peer_failed", 10.0, peer=3)),
+        Stream(4, fail("aborted", 5.0, signal="SIGTERM")),
+    )
     assert (found.rank, found.kind) == (3, "peer")
     assert found.message == "named by rank 1's peer_failed record; no log of it was given"
     assert (found.source, found.line, found.at) == (None, None, None)
@@ -116,8 +128,12 @@ def test_the_named_peers_own_log_is_the_source_first_given_first() -> None:
 
 
 def test_when_every_failure_is_a_signal_the_signals_are_named_once_each() -> None:
-    found = cause(Stream(0, fail("aborted", 1.0, signal="SIGTERM")), Stream(1, fail("aborted", 1.0, signal="SIGINT")),
-                  Stream(2, fail("aborted", 2.0, signal="SIGTERM")), Stream(3, fail("aborted", 2.0)))
+    found = cause(
+        Stream(0, fail("aborted", 1.0, signal="SIGTERM")),
+        Stream(1, fail("aborted", 1.0, signal="SIGINT")),
+        Stream(2, fail("aborted", 2.0, signal="SIGTERM")),
+        Stream(3, fail("aborted", 2.0)),
+    )
     assert (found.rank, found.kind, found.source, found.at) == (None, "signal", None, None)
     assert "every failed rank was stopped by SIGINT or SIGTERM or a signal (" in found.message
     assert [v.rank for v in found.victims] == [0, 1, 2, 3]
@@ -126,20 +142,33 @@ def test_when_every_failure_is_a_signal_the_signals_are_named_once_each() -> Non
 
 
 def test_the_victim_summary_groups_ranks_by_what_stopped_them() -> None:
-    victims = [Victim(rank=r, kind=k, message="", signal=s) for r, k, s in [
-        (0, "peer_failed", None), (1, "peer_failed", None), (2, "aborted", "SIGTERM"), (3, "aborted", None),
-        (4, "failed", None), (5, "died", None), (6, "timeout", None), (7, "other", None)]]
+    victims = [
+        Victim(rank=r, kind=k, message="", signal=s)
+        for r, k, s in [
+            (0, "peer_failed", None),
+            (1, "peer_failed", None),
+            (2, "aborted", "SIGTERM"),
+            (3, "aborted", None),
+            (4, "failed", None),
+            (5, "died", None),
+            (6, "timeout", None),
+            (7, "other", None),
+        ]
+    ]
     assert victim_summary(victims) == (
         "; victims: stopped by a peer's failure on ranks 0-1 (2 ranks); stopped by SIGTERM on ranks 2 (1 rank); "
         "stopped by a signal on ranks 3 (1 rank); failed later on ranks 4 (1 rank); died later on ranks 5 (1 rank); "
-        "timed out later on ranks 6 (1 rank); other on ranks 7 (1 rank)")
+        "timed out later on ranks 6 (1 rank); other on ranks 7 (1 rank)"
+    )
     assert victim_summary([]) == ""
 
 
 def test_the_finding_leads_with_the_time_after_the_first_record() -> None:
     found = cause(Stream(1, fail("failed", 102.5)), Stream(0, fail("aborted", 103.0, signal="SIGTERM")))
-    assert found.finding().message == "root cause (+2.500s after the first record): failed at 102.5; " \
+    assert (
+        found.finding().message == "root cause (+2.500s after the first record): failed at 102.5; "
         "victims: stopped by SIGTERM on ranks 0 (1 rank)"
+    )
     assert dataclasses.replace(found, at=None).finding().message.startswith("root cause: failed at 102.5")
 
 

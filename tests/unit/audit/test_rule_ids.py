@@ -41,9 +41,7 @@ def test_every_rule_id_named_in_the_code_and_the_docs_is_a_rule() -> None:
     known = {r.id for r in RULES}
     places = [*(ROOT / "lifecycle").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
     unknown = sorted(
-        f"{path.relative_to(ROOT)}: {found}"
-        for path in places
-        for found in set(ID.findall(path.read_text())) - known
+        f"{path.relative_to(ROOT)}: {found}" for path in places for found in set(ID.findall(path.read_text())) - known
     )
     assert unknown == [], "ids that name no rule in RULES:\n" + "\n".join(unknown)
     assert len(places) > 10 and known <= {i for p in places for i in ID.findall(p.read_text())}

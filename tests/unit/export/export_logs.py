@@ -28,21 +28,31 @@ def failed_run(log_dir: Path) -> Path:
     naming it, rank 3 times out; rank 0 also hit a tripwire before."""
     head = _until("init_distributed")
     n = len(head)
-    error: dict[str, Any] = {"trigger": "init_distributed", "source": "SERVICES_READY",
-                             "error_type": "OutOfMemoryError", "error": "CUDA out of memory", "duration_s": 1.0}
+    error: dict[str, Any] = {
+        "trigger": "init_distributed",
+        "source": "SERVICES_READY",
+        "error_type": "OutOfMemoryError",
+        "error": "CUDA out of memory",
+        "duration_s": 1.0,
+    }
     _rank_log(log_dir, 2, [*head, ("transition_failed", error)], at={n: 105.0})
     timeout = {"state": "SERVICES_READY", "trigger": "init_distributed", "timeout_s": 600, "missing": [2]}
     _rank_log(log_dir, 3, [*head, ("state_timeout", timeout)], at={n: 110.0})
     peer = {"peer_rank": 2, "peer_state": "DISTRIBUTED", "error": "OutOfMemoryError: CUDA out of memory"}
-    trip = {"target": "torch.manual_seed", "kind": "rng", "owner": "init_distributed", "state": "SERVICES_READY",
-            "trigger": "init_distributed", "policy": "warn"}
+    trip = {
+        "target": "torch.manual_seed",
+        "kind": "rng",
+        "owner": "init_distributed",
+        "state": "SERVICES_READY",
+        "trigger": "init_distributed",
+        "policy": "warn",
+    }
     _rank_log(log_dir, 0, [*head, ("tripwire_violation", trip), ("peer_failed", peer)], at={n: 104.0, n + 1: 105.5})
     _rank_log(log_dir, 1, [*head, ("peer_failed", peer)], at={n: 106.0})
     return log_dir
 
 
-__all__ = ["clean_2_ranks", "clean_events", "clock", "engine_rank", "failed_run", "train_and_shut_down",
-           "write_events"]
+__all__ = ["clean_2_ranks", "clean_events", "clock", "engine_rank", "failed_run", "train_and_shut_down", "write_events"]
 
 
 def clean_2_ranks(log_dir: Path) -> Path:

@@ -81,8 +81,10 @@ def test_a_clean_run_has_a_named_process_per_rank_and_a_slice_per_state(tmp_path
     assert sorted(names.values()) == ["rank 0", "rank 1"] and order == {1: 0, 2: 1}
     states = {(e["pid"], e["name"]) for e in trace if e["ph"] == "X"}
     for pid in (1, 2):
-        assert {(pid, s) for s in ("VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND",
-                                   "SHUT_DOWN")} <= states
+        assert {
+            (pid, s)
+            for s in ("VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND", "SHUT_DOWN")
+        } <= states
     steps = [e for e in trace if e["ph"] == "C" and e["pid"] == 1]
     assert [(e["args"]["step"], e["args"]["loss"]) for e in steps] == [(1, 1.0), (2, 0.5)]
     assert not [e for e in trace if e["ph"] in "sf"]
@@ -96,8 +98,13 @@ def test_a_failed_run_draws_flows_from_the_root_cause_to_each_victim(tmp_path: P
     assert {e["pid"] for e in trace if e["ph"] == "s"} == {3}
     assert doc["otherData"]["root_causes"][0]["rank"] == 2
     instants = {(e["pid"] - 1, e["name"], e["cat"]) for e in trace if e["ph"] == "i"}
-    assert {(0, "tripwire_violation", "violation"), (0, "peer_failed", "failure"), (2, "transition_failed", "failure"),
-            (3, "state_timeout", "failure"), (0, "LA012", "finding")} <= instants
+    assert {
+        (0, "tripwire_violation", "violation"),
+        (0, "peer_failed", "failure"),
+        (2, "transition_failed", "failure"),
+        (3, "state_timeout", "failure"),
+        (0, "LA012", "finding"),
+    } <= instants
     unfinished = [e for e in trace if e["ph"] == "X" and e["name"] == "init_distributed (not completed)"]
     assert {e["pid"] - 1 for e in unfinished} == {0, 1, 2, 3}
 
@@ -127,10 +134,12 @@ def test_a_record_of_unexpected_types_is_read_line_by_line_and_kept(tmp_path: Pa
     from export_logs import clean_events, clock, write_events
 
     ev = clean_events()
-    steps = [("step_completed", {"step": 1, "loss": 2.5, "duration_s": 0.1}),
-             ("step_completed", {"step": 2, "loss": "inf?", "duration_s": 0.2})]
+    steps = [
+        ("step_completed", {"step": 1, "loss": 2.5, "duration_s": 0.1}),
+        ("step_completed", {"step": 2, "loss": "inf?", "duration_s": 0.2}),
+    ]
     at = next(i for i, (e, f) in enumerate(ev) if e == "transition_completed" and f.get("dest") == "CALLBACKS_BOUND")
-    ev[at + 1:at + 1] = steps
+    ev[at + 1 : at + 1] = steps
     with clock(100.0 + i for i in range(len(ev))):
         write_events(tmp_path / "logs", ev)
     trace = validate(export(tmp_path, tmp_path / "logs"))

@@ -62,8 +62,11 @@ def test_a_failed_rank_ends_with_error_status(tmp_path: Path) -> None:
     failed_run(tmp_path / "logs")
     out = tmp_path / "live.jsonl"
     follow(tmp_path / "logs", out, poll_s=0.01, idle_timeout_s=0.2)
-    roots = {next(a["value"]["intValue"] for a in s["attributes"] if a["key"] == "lifecycle.rank"): s
-             for s in spans_of(out) if s["name"] == ROOT}
+    roots = {
+        next(a["value"]["intValue"] for a in s["attributes"] if a["key"] == "lifecycle.rank"): s
+        for s in spans_of(out)
+        if s["name"] == ROOT
+    }
     assert sorted(roots) == ["0", "1", "2", "3"]
     assert all(r["status"]["code"] == 2 for r in roots.values())
     assert "CUDA out of memory" in roots["2"]["status"]["message"]

@@ -27,8 +27,12 @@ def flat(lines: list[bytes]) -> dict[tuple[str, str], dict[str, Any]]:
             held = {a["key"]: a["value"] for a in resource["resource"]["attributes"]}
             for scope in resource["scopeSpans"]:
                 for span in scope["spans"]:
-                    span = {**span, "attributes": {a["key"]: a["value"] for a in span.get("attributes", [])},
-                            "resource": held, "scope": scope["scope"]}
+                    span = {
+                        **span,
+                        "attributes": {a["key"]: a["value"] for a in span.get("attributes", [])},
+                        "resource": held,
+                        "scope": scope["scope"],
+                    }
                     out[(span["traceId"], span["spanId"])] = span
     return out
 
@@ -124,11 +128,14 @@ def test_an_endpoint_password_is_never_written(tmp_path: Path, capfd: pytest.Cap
     assert "SECRET-1" not in (tmp_path / "logs" / "rank-00000.jsonl").read_text() + out + err
 
 
-@pytest.mark.parametrize(("value", "problem"), [
-    ("s3://bucket/spans?token=SECRET-2", "is a URL but not an http(s) OTLP endpoint"),
-    ("spans\n.jsonl", "a line break"),
-    ("", "is empty"),
-])
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("s3://bucket/spans?token=SECRET-2", "is a URL but not an http(s) OTLP endpoint"),
+        ("spans\n.jsonl", "a line break"),
+        ("", "is empty"),
+    ],
+)
 def test_a_url_other_than_an_endpoint_is_refused_naming_the_field(value: str, problem: str) -> None:
     (found,) = [p for p in validate(RunConfig.from_dict({"logging": {"otel": value}}), environment=False)]
     assert found.field == "logging.otel" and problem in found.message and "SECRET-2" not in str(found)
@@ -176,5 +183,6 @@ def test_an_endpoint_receives_the_spans_over_otlp_http(tmp_path: Path) -> None:
         lc.shutdown()  # the log's close flushes the batch
     finally:
         server.shutdown()
-    assert sorted(received) == sorted(["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND",
-                                       "SHUT_DOWN", ROOT])
+    assert sorted(received) == sorted(
+        ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND", "SHUT_DOWN", ROOT]
+    )

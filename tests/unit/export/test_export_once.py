@@ -53,8 +53,9 @@ def _read_again(self: Collect, source: str) -> None:
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_the_chrome_trace_is_the_one_a_second_read_gives(faulty: Path, tmp_path: Path, jobs: int,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_chrome_trace_is_the_one_a_second_read_gives(
+    faulty: Path, tmp_path: Path, jobs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     once = write_chrome(load([str(faulty)], jobs=jobs), tmp_path / "once.json").read_bytes()
     monkeypatch.setattr(Collect, "__init__", _read_again)
     monkeypatch.setattr(Collect, "__call__", lambda self, lines, recs: None)

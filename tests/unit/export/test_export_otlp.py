@@ -17,16 +17,24 @@ from lifecycle.export import ROOT, load, spans
 pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
 json_format = pytest.importorskip("google.protobuf.json_format")
 trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
-encoder = pytest.importorskip("opentelemetry.exporter.otlp.proto.common.trace_encoder",
-                              reason="opentelemetry-exporter-otlp-proto-common (dev extra) is not installed")
+encoder = pytest.importorskip(
+    "opentelemetry.exporter.otlp.proto.common.trace_encoder",
+    reason="opentelemetry-exporter-otlp-proto-common (dev extra) is not installed",
+)
 
 
 def to_protobuf_json(doc: Any) -> Any:
     """OTLP JSON writes trace and span ids in hex, where protobuf's JSON mapping has base64: the one
     documented difference (opentelemetry-proto docs/specification.md, JSON encoding)."""
     if isinstance(doc, dict):
-        return {k: (base64.b64encode(bytes.fromhex(v)).decode() if k in ("traceId", "spanId", "parentSpanId")
-                    else to_protobuf_json(v)) for k, v in doc.items()}
+        return {
+            k: (
+                base64.b64encode(bytes.fromhex(v)).decode()
+                if k in ("traceId", "spanId", "parentSpanId")
+                else to_protobuf_json(v)
+            )
+            for k, v in doc.items()
+        }
     if isinstance(doc, list):
         return [to_protobuf_json(v) for v in doc]
     return doc
@@ -39,8 +47,9 @@ def parsed(path: Path) -> Any:
 
 
 @pytest.mark.parametrize("logs", ["clean_logs", "failed_logs"])
-def test_the_file_parses_into_what_the_sdk_encoder_builds(tmp_path: Path, logs: str,
-                                                          request: pytest.FixtureRequest) -> None:
+def test_the_file_parses_into_what_the_sdk_encoder_builds(
+    tmp_path: Path, logs: str, request: pytest.FixtureRequest
+) -> None:
     log_dir = request.getfixturevalue(logs)
     out = tmp_path / "spans.json"
     assert main(["export", str(log_dir), "--format", "otlp-json", "-o", str(out)]) == 0
@@ -94,8 +103,9 @@ def test_failures_are_error_status_and_violations_span_events(failed_logs: Path)
     assert "CUDA out of memory" in next(r for r in roots.values() if _attrs(r)["lifecycle.rank"] == 2).status.message
 
 
-def test_without_the_sdk_the_error_names_the_extra(tmp_path: Path, clean_logs: Path, monkeypatch: pytest.MonkeyPatch,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_the_sdk_the_error_names_the_extra(
+    tmp_path: Path, clean_logs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import sys
 
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk", None)
@@ -107,7 +117,9 @@ def test_importing_the_export_loads_no_opentelemetry_torch_or_megatron() -> None
     import subprocess
     import sys
 
-    code = ("import sys, lifecycle.export, lifecycle.cli.export, lifecycle.cli.report; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'opentelemetry', 'torch', 'megatron'}))")
+    code = (
+        "import sys, lifecycle.export, lifecycle.cli.export, lifecycle.cli.report; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'opentelemetry', 'torch', 'megatron'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -46,8 +46,9 @@ def test_a_value_from_the_log_cannot_close_the_script(tmp_path: Path) -> None:
     from export_logs import clean_events, clock, write_events
 
     ev = clean_events()
-    ev.insert(3, ("config_mutated", {"field": "x", "validated": "</script><script>alert(1)</script>",
-                                     "current": "<b>"}))
+    ev.insert(
+        3, ("config_mutated", {"field": "x", "validated": "</script><script>alert(1)</script>", "current": "<b>"})
+    )
     with clock(100.0 + i for i in range(len(ev))):
         write_events(tmp_path, ev, run_id="</script>")
     out = tmp_path / "r.html"
