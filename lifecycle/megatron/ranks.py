@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import orjson
-
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
+from lifecycle.megatron._failure import Failure, rank_list, read_first  # Failure, rank_list: public here too
 from lifecycle.megatron._liveness import (
     connection_lost,
     host_key,
@@ -50,24 +49,6 @@ EXIT_CODE = 75
 """The exit status of a process the watcher ends (EX_TEMPFAIL: a peer failed or a deadline passed)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Failure:
-    """What a failed rank publishes. `kind`: exception, signal or timeout."""
-
-    rank: int
-    state: str
-    error: str
-    kind: str
-
-    def encode(self) -> bytes:
-        return orjson.dumps({"rank": self.rank, "state": self.state, "error": self.error, "kind": self.kind})
-
-    @classmethod
-    def decode(cls, raw: bytes) -> Failure:
-        data = orjson.loads(raw)
-        return cls(rank=int(data["rank"]), state=str(data["state"]), error=str(data["error"]), kind=str(data["kind"]))
-
-
 Emit = Callable[..., None]
 
 
@@ -81,11 +62,6 @@ class _Active:
     state: str
     started: float
     deadline: bool
-
-
-def rank_list(ranks: list[int]) -> str:
-    """'rank 1' or 'ranks 1, 3'."""
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 class RankWatch:
@@ -166,7 +142,7 @@ class RankWatch:
         if self._store_gone:
             return None
         try:
-            return _read_first(self.store if store is None else store)
+            return read_first(self.store if store is None else store)
         except Exception:  # an unreachable store means no news, not a new failure
             return None
 
@@ -330,7 +306,7 @@ class RankWatch:
     def _poll(self, store: Any, beats: dict[int, tuple[bytes, float]], now: float) -> None:
         store.add(f"alive/{self.rank}", 1)
         if self._noticed is None:
-            failure = _read_first(store)
+            failure = read_first(store)
             if failure is not None and failure.rank != self.rank:
                 self._noticed = (failure, now)
         if self.rank == 0 and self._noticed is None:
@@ -377,10 +353,6 @@ class RankWatch:
             return
         self._stop.set()  # once: the process is ending
         self._exit(EXIT_CODE)
-
-
-def _read_first(store: Any) -> Failure | None:
-    return Failure.decode(store.get("first")) if store.check(["first"]) else None
 
 
 def watched(ctx: PhaseContext, state: str) -> AbstractContextManager[None]:

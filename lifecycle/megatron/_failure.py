@@ -1,0 +1,37 @@
+"""What a failed rank publishes in the store (`ranks/failure/<rank>`, and `ranks/first` for the first
+writer), and how a verdict names ranks. Used by the rank watch (ranks.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failure:
+    """What a failed rank publishes. `kind`: exception, signal or timeout."""
+
+    rank: int
+    state: str
+    error: str
+    kind: str
+
+    def encode(self) -> bytes:
+        return orjson.dumps({"rank": self.rank, "state": self.state, "error": self.error, "kind": self.kind})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Failure:
+        data = orjson.loads(raw)
+        return cls(rank=int(data["rank"]), state=str(data["state"]), error=str(data["error"]), kind=str(data["kind"]))
+
+
+def rank_list(ranks: list[int]) -> str:
+    """'rank 1' or 'ranks 1, 3'."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def read_first(store: Any) -> Failure | None:
+    """The first failure published in this job's store, or None."""
+    return Failure.decode(store.get("first")) if store.check(["first"]) else None
