@@ -8,12 +8,14 @@ thread beside VALIDATED, so they overlap it). Times are whole microseconds since
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from lifecycle.audit import no_gc
+from lifecycle.audit import Failure, Segment, no_gc
+from lifecycle.export._details import Mark
 from lifecycle.export._model import RankTrace, Trace
 from lifecycle.log import events
 
@@ -65,137 +67,151 @@ def _us(ts: float, t0: float) -> int:
 
 def _rank_events(rank: RankTrace, t0: float) -> list[dict[str, Any]]:
     pid = rank.rank + 1
-    out: list[dict[str, Any]] = [
-        {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": rank.label}},
-        {"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": rank.rank}},
-        {"ph": "M", "pid": pid, "tid": STATES_TID, "name": "thread_name", "args": {"name": "states"}},
-        {"ph": "M", "pid": pid, "tid": IMPORTS_TID, "name": "thread_name", "args": {"name": "imports"}},
-        {"ph": "M", "pid": pid, "tid": MARKS_TID, "name": "thread_name", "args": {"name": "records"}},
-    ]
-    for seg, attempt in rank.segments:
-        args: dict[str, Any] = {"trigger": seg.trigger, "generation": seg.generation, "attempt": attempt}
-        args.update({f"{k}": v for k, v in rank.counts.get(seg.state, {}).items()})
-        out.append(
-            {
-                "ph": "X",
-                "pid": pid,
-                "tid": IMPORTS_TID if seg.state == events.IMPORTS else STATES_TID,
-                "name": seg.state,
-                "cat": "import" if seg.state == events.IMPORTS else "state",
-                "ts": _us(seg.start, t0),
-                "dur": round(seg.duration * 1e6),
-                "args": args,
-            }
-        )
+    out = _names(rank, pid)
+    out += [_segment(rank, seg, attempt, pid, t0) for seg, attempt in rank.segments]
     if rank.unfinished is not None:
-        trigger, start, end = rank.unfinished
-        out.append(
-            {
-                "ph": "X",
-                "pid": pid,
-                "tid": STATES_TID,
-                "name": f"{trigger} (not completed)",
-                "cat": "state",
-                "ts": _us(start, t0),
-                "dur": round(max(0.0, end - start) * 1e6),
-                "args": {"trigger": trigger, "completed": False},
-            }
-        )
+        out.append(_unfinished(rank.unfinished, pid, t0))
     failure = rank.audit.failure
     if failure is not None and failure.ts is not None:
-        out.append(
-            {
-                "ph": "i",
-                "s": "t",
-                "pid": pid,
-                "tid": MARKS_TID,
-                "name": f"startup {failure.kind}",
-                "cat": "failure",
-                "ts": _us(failure.ts, t0),
-                "args": {"message": failure.message, "state": failure.state},
-            }
-        )
-    for mark in rank.marks:
-        out.append(
-            {
-                "ph": "i",
-                "s": "t",
-                "pid": pid,
-                "tid": MARKS_TID,
-                "name": mark.event,
-                "cat": mark.kind,
-                "ts": _us(mark.ts, t0),
-                "args": {"detail": mark.detail, "state": mark.state, "rule": mark.rule, "peer_rank": mark.peer},
-            }
-        )
-    before = len(out)
-    out += [
-        {
-            "ph": "C",
-            "pid": pid,
-            "tid": 0,
-            "name": "step",
-            "ts": round((ts - t0) * 1e6),
-            "args": {"loss": loss, "step_time_s": duration, "step": step},
-        }
+        out.append(_failure(failure, failure.ts, pid, t0))
+    out += [_mark(mark, pid, t0) for mark in rank.marks]
+    out += _step_counters(rank, pid, t0)
+    return out
+
+
+_THREADS = ((STATES_TID, "states"), (IMPORTS_TID, "imports"), (MARKS_TID, "records"))
+
+
+def _names(rank: RankTrace, pid: int) -> list[dict[str, Any]]:
+    """The metadata events: the process's name and place in the list, and its threads' names."""
+    return [
+        {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": rank.label}},
+        {"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": rank.rank}},
+        *({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}} for tid, name in _THREADS),
+    ]
+
+
+def _segment(rank: RankTrace, seg: Segment, attempt: int, pid: int, t0: float) -> dict[str, Any]:
+    """A state (or the imports, on their own thread) as a complete slice, with the rank's counts in it."""
+    args: dict[str, Any] = {"trigger": seg.trigger, "generation": seg.generation, "attempt": attempt}
+    args.update({f"{k}": v for k, v in rank.counts.get(seg.state, {}).items()})
+    imports = seg.state == events.IMPORTS
+    return {
+        "ph": "X",
+        "pid": pid,
+        "tid": IMPORTS_TID if imports else STATES_TID,
+        "name": seg.state,
+        "cat": "import" if imports else "state",
+        "ts": _us(seg.start, t0),
+        "dur": round(seg.duration * 1e6),
+        "args": args,
+    }
+
+
+def _unfinished(unfinished: tuple[str, float, float], pid: int, t0: float) -> dict[str, Any]:
+    """The transition that never completed, as a slice up to where the log ends."""
+    trigger, start, end = unfinished
+    return {
+        "ph": "X",
+        "pid": pid,
+        "tid": STATES_TID,
+        "name": f"{trigger} (not completed)",
+        "cat": "state",
+        "ts": _us(start, t0),
+        "dur": round(max(0.0, end - start) * 1e6),
+        "args": {"trigger": trigger, "completed": False},
+    }
+
+
+def _instant(pid: int, name: str, cat: str, ts: int, args: dict[str, Any]) -> dict[str, Any]:
+    """An instant on the records thread (a failure, a violation, a record a finding points at)."""
+    return {"ph": "i", "s": "t", "pid": pid, "tid": MARKS_TID, "name": name, "cat": cat, "ts": ts, "args": args}
+
+
+def _failure(failure: Failure, ts: float, pid: int, t0: float) -> dict[str, Any]:
+    """The rank's startup failure (at `ts`, its time), as an instant."""
+    args = {"message": failure.message, "state": failure.state}
+    return _instant(pid, f"startup {failure.kind}", "failure", _us(ts, t0), args)
+
+
+def _mark(mark: Mark, pid: int, t0: float) -> dict[str, Any]:
+    args = {"detail": mark.detail, "state": mark.state, "rule": mark.rule, "peer_rank": mark.peer}
+    return _instant(pid, mark.event, mark.kind, _us(mark.ts, t0), args)
+
+
+def _step_counters(rank: RankTrace, pid: int, t0: float) -> list[dict[str, Any]]:
+    """A `step` counter per step: its loss and time where it has both (first, in step order), then a
+    counter of the one it has for a step that has one of the two."""
+    out = [
+        _counter(pid, _us(ts, t0), {"loss": loss, "step_time_s": duration, "step": step})
         for ts, step, loss, duration in rank.steps
         if loss is not None and duration is not None
     ]
-    if len(out) - before < len(rank.steps):  # a step with one of the two: a counter of that one
+    if len(out) < len(rank.steps):
         for ts, step, loss, duration in rank.steps:
             if (loss is None) != (duration is None):
                 values = {"loss": loss} if duration is None else {"step_time_s": duration}
-                out.append(
-                    {
-                        "ph": "C",
-                        "pid": pid,
-                        "tid": 0,
-                        "name": "step",
-                        "ts": _us(ts, t0),
-                        "args": values | {"step": step},
-                    }
-                )
+                out.append(_counter(pid, _us(ts, t0), values | {"step": step}))
     return out
+
+
+def _counter(pid: int, ts: int, args: dict[str, Any]) -> dict[str, Any]:
+    return {"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": ts, "args": args}
 
 
 def _flows(trace: Trace) -> list[dict[str, Any]]:
-    """A flow from the root-cause rank's failure to each victim's: `s` on the cause, `f` (bound to
-    the enclosing slice, `bp: e`) on the victim, one id per victim."""
-    by_rank = {(r.audit.run_id, r.rank): r for r in trace.ranks}
+    """A flow from the root-cause rank's failure to each victim's, one id per victim."""
     out: list[dict[str, Any]] = []
-    flow_id = 0
+    for flow_id, (name, source, target) in enumerate(_blamed(trace), 1):
+        out += _flow(flow_id, name, source, target)
+    return out
+
+
+def _blamed(trace: Trace) -> Iterator[tuple[str, tuple[int, int], tuple[int, int]]]:
+    """Each (root cause, victim) of which both failures have a time: its name, and the (pid, ts) of
+    the cause's failure and of the victim's (never before the cause's)."""
+    by_rank = {(r.audit.run_id, r.rank): r for r in trace.ranks}
     for cause in trace.root_causes:
         source = by_rank.get((cause.run_id, cause.rank)) if cause.rank is not None else None
-        if source is None or source.audit.failure is None or source.audit.failure.ts is None:
+        start = _failed_at(source, trace.t0)
+        if source is None or start is None:
             continue
-        start = _us(source.audit.failure.ts, trace.t0)
         for victim in cause.victims:
             target = by_rank.get((cause.run_id, victim.rank))
-            if target is None or target.audit.failure is None or target.audit.failure.ts is None:
-                continue
-            flow_id += 1
-            name = f"rank {cause.rank} -> rank {victim.rank}"
-            out.append(
-                {
-                    "ph": "s",
-                    "id": flow_id,
-                    "pid": source.rank + 1,
-                    "tid": MARKS_TID,
-                    "cat": FLOW_CATEGORY,
-                    "name": name,
-                    "ts": start,
-                }
-            )
-            out.append(
-                {
-                    "ph": "f",
-                    "bp": "e",
-                    "id": flow_id,
-                    "pid": target.rank + 1,
-                    "tid": MARKS_TID,
-                    "cat": FLOW_CATEGORY,
-                    "name": name,
-                    "ts": max(start, _us(target.audit.failure.ts, trace.t0)),
-                }
-            )
-    return out
+            end = _failed_at(target, trace.t0)
+            if target is not None and end is not None:
+                name = f"rank {cause.rank} -> rank {victim.rank}"
+                yield name, (source.rank + 1, start), (target.rank + 1, max(start, end))
+
+
+def _failed_at(rank: RankTrace | None, t0: float) -> int | None:
+    """When the rank's startup failed, or None (no such rank, or no failure with a time)."""
+    failure = None if rank is None else rank.audit.failure
+    return None if failure is None or failure.ts is None else _us(failure.ts, t0)
+
+
+def _flow(flow_id: int, name: str, source: tuple[int, int], target: tuple[int, int]) -> list[dict[str, Any]]:
+    """The two ends of a flow, each at (pid, ts): `s` on the cause, `f` (bound to the enclosing
+    slice, `bp: e`) on the victim."""
+    (source_pid, start), (target_pid, end) = source, target
+    return [
+        {
+            "ph": "s",
+            "id": flow_id,
+            "pid": source_pid,
+            "tid": MARKS_TID,
+            "cat": FLOW_CATEGORY,
+            "name": name,
+            "ts": start,
+        },
+        {
+            "ph": "f",
+            "bp": "e",
+            "id": flow_id,
+            "pid": target_pid,
+            "tid": MARKS_TID,
+            "cat": FLOW_CATEGORY,
+            "name": name,
+            "ts": end,
+        },
+    ]

@@ -13,7 +13,7 @@ skipped without being decoded.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
@@ -58,6 +58,8 @@ _STEP = events.STEP_COMPLETED
 _OTHERS = _KEEP - {_STEP}
 _EVENT, _TS = attrgetter("event"), attrgetter("ts")
 _STEP_FIELDS = (attrgetter("rank"), attrgetter("step"), attrgetter("loss"), attrgetter("duration_s"))
+_StepRow = tuple[float, int, float | None, float | None]
+"""A step as kept: (time, step, loss, duration_s)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,7 +96,7 @@ class Details:
     sizes: dict[str, int] = field(default_factory=dict)
     attempts: list[Attempt] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
-    steps: list[tuple[float, int, float | None, float | None]] = field(default_factory=list)
+    steps: list[_StepRow] = field(default_factory=list)
     configs: list[tuple[float, str | None, dict[str, Any] | None]] = field(default_factory=list)
     generations: list[tuple[float, int]] = field(default_factory=list)
     line_ts: dict[int, float] = field(default_factory=dict)
@@ -138,16 +140,14 @@ def _whole(out: dict[int, Details], lines: list[bytes], configs: bool) -> bool:
         records = _decode_all(b"[" + b",".join(lines) + b"]")
     except msgspec.DecodeError:
         return False
+    steps: list[_Any] = []
     for line, rec in zip(lines, records, strict=True):
         event = rec.event
         if event == events.STEP_COMPLETED:
-            details = out.get(rec.rank)
-            if details is None:
-                details = out[rec.rank] = Details()
-            if len(details.steps) < _MAX_STEPS:
-                details.steps.append((rec.ts, rec.step or 0, rec.loss, rec.duration_s))
+            steps.append(rec)
         elif event in _KEEP:
             _record(out, line, event, configs, None)
+    _add_steps(out, ((r.rank, (r.ts, r.step or 0, r.loss, r.duration_s)) for r in steps))
     return True
 
 
@@ -187,12 +187,7 @@ def _steps(out: dict[int, Details], lines: list[bytes], configs: bool) -> None:
         for line in lines:
             _record(out, line, events.STEP_COMPLETED, configs, None)
         return
-    for rec in decoded:
-        details = out.get(rec.rank)
-        if details is None:
-            details = out[rec.rank] = Details()
-        if len(details.steps) < _MAX_STEPS:
-            details.steps.append((rec.ts, rec.step, rec.loss, rec.duration_s))
+    _add_steps(out, ((r.rank, (r.ts, r.step, r.loss, r.duration_s)) for r in decoded))
 
 
 class Collect:
@@ -231,10 +226,7 @@ class Collect:
                 _record(out, lines[i], event, False, None)
                 continue
             rec = recs[i]
-            details = out.get(rec.rank)
-            if details is None:
-                details = out[rec.rank] = Details()
-            _take(details, event, rec, False, rec.ts)
+            _take(_of(out, rec.rank), event, rec, False, rec.ts)
         steps = [recs[i] for i in compress(range(len(recs)), map(_STEP.__eq__, evs))]
         if steps:
             _typed_steps(out, steps)
@@ -250,19 +242,29 @@ def _typed_steps(out: dict[int, Details], steps: list[Any]) -> None:
         and set(map(type, losses)) == {float}
         and set(map(type, times)) == {float}
     ):
-        details = out.get(ranks[0])
-        if details is None:
-            details = out[ranks[0]] = Details()
+        details = _of(out, ranks[0])
         room = _MAX_STEPS - len(details.steps)
         if room > 0:
             details.steps += list(zip(map(_TS, steps[:room]), nums[:room], losses[:room], times[:room], strict=True))
         return
-    for rec in steps:
-        details = out.get(rec.rank)
-        if details is None:
-            details = out[rec.rank] = Details()
+    _add_steps(out, ((r.rank, (r.ts, _int(r.step) or 0, _num(r.loss), _num(r.duration_s))) for r in steps))
+
+
+def _add_steps(out: dict[int, Details], steps: Iterable[tuple[int, _StepRow]]) -> None:
+    """Each (rank, step) onto its rank's steps, up to _MAX_STEPS a rank (the one place steps are
+    kept one by one; `_typed_steps` adds a whole batch of one rank at once)."""
+    for rank, step in steps:
+        details = _of(out, rank)
         if len(details.steps) < _MAX_STEPS:
-            details.steps.append((rec.ts, _int(rec.step) or 0, _num(rec.loss), _num(rec.duration_s)))
+            details.steps.append(step)
+
+
+def _of(out: dict[int, Details], rank: int) -> Details:
+    """The details of `rank`, new ones if it has none yet."""
+    details = out.get(rank)
+    if details is None:
+        details = out[rank] = Details()
+    return details
 
 
 def line_times(path: str, lines_wanted: Collection[int], out: dict[int, Details]) -> None:
@@ -287,9 +289,7 @@ def _put(out: dict[int, Details], rec: Any, event: str | None, configs: bool, li
     rank = rec.get("rank") if type(rec) is dict else None
     if type(rank) is not int or type(rec.get("ts")) not in (int, float):
         return
-    details = out.get(rank)
-    if details is None:
-        details = out[rank] = Details()
+    details = _of(out, rank)
     if lineno is not None:
         details.line_ts[lineno] = float(rec["ts"])
     elif event is not None:

@@ -7,14 +7,15 @@ nothing a log holds can become markup.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from lifecycle.audit import RULES, blame, no_gc, stragglers
-from lifecycle.export._model import RankTrace, Trace
+from lifecycle.audit import RULES, Finding, RootCause, StateBlame, blame, no_gc, stragglers
+from lifecycle.export._model import Cycle, RankTrace, Trace
 from lifecycle.export._rows import Row, rows
 from lifecycle.log import events
 from states import STARTUP_ORDER, State
@@ -26,74 +27,84 @@ _PLACEHOLDER = b"/*LIFECYCLE_DATA*/null"
 
 def report_data(trace: Trace, *, rules_url: str = RULES_URL, per_rank_up_to: int = 64) -> dict[str, Any]:
     """What the page shows, as plain JSON values; times in seconds since the run's first record."""
-    result = trace.result
     audits = [r.audit for r in trace.ranks]
-    by_rule = {r.id: r for r in RULES}
     timeline = rows(trace, per_rank_up_to=per_rank_up_to)
     return {
         "title": f"startup of run {', '.join(trace.run_ids) or '?'}",
         "run_ids": list(trace.run_ids),
         "world_size": trace.world_size,
         "ranks": len(trace.ranks),
-        "records": result.records,
+        "records": trace.result.records,
         "t0": trace.t0,
         "states": _STATES,
         "aggregated": len(trace.ranks) > per_rank_up_to,
         "rows": [_row(row, trace.t0) for row in timeline],
         "chain": [{"state": c.state, "rank": c.rank, "at": c.at, "duration": c.duration} for c in trace.chain],
-        "findings": [
-            {
-                "rule": f.rule,
-                "slug": by_rule[f.rule].slug,
-                "url": f"{rules_url}{f.rule}.md",
-                "rank": f.rank,
-                "where": f.where,
-                "message": f.message,
-                "count": f.count,
-            }
-            for f in result.findings
-        ],
-        "causes": [
-            {
-                "run_id": c.run_id,
-                "rank": c.rank,
-                "kind": c.kind,
-                "message": c.message,
-                "at": c.at,
-                "where": c.source if c.line is None else f"{c.source}:{c.line}",
-                "victims": [{"rank": v.rank, "kind": v.kind, "message": v.message} for v in c.victims],
-            }
-            for c in trace.root_causes
-        ],
-        "cycles": [
-            {
-                "attempt": c.attempt,
-                "start": c.start - trace.t0,
-                "ranks": c.ranks,
-                "hosts": c.hosts,
-                "fingerprints": list(c.fingerprints),
-                "failed": list(c.failed),
-                "changes": list(c.changes),
-            }
-            for c in trace.cycles
-        ],
+        "findings": _findings(trace.result.findings, rules_url),
+        "causes": [_cause(c) for c in trace.root_causes],
+        "cycles": [_cycle(c, trace.t0) for c in trace.cycles],
         "fingerprints": sorted({a.fingerprint for a in audits if a.fingerprint}),
-        "blame": [
-            {
-                "state": b.state,
-                "ranks": b.ranks,
-                "median": b.median,
-                "p90": b.p90,
-                "max": b.max,
-                "slowest": b.slowest_rank,
-                "counts": _counts(trace.ranks, b.state),
-            }
-            for b in blame(audits)
-        ],
+        "blame": [_blame(b, trace.ranks) for b in blame(audits)],
         "stragglers": [
             {"rank": s.rank, "state": s.state, "duration": s.duration, "median": s.median}
             for s in stragglers(audits)[:50]
         ],
+    }
+
+
+def _findings(findings: Sequence[Finding], rules_url: str) -> list[dict[str, Any]]:
+    """Each finding, with its rule's slug and the page that explains it."""
+    by_rule = {r.id: r for r in RULES}
+    return [
+        {
+            "rule": f.rule,
+            "slug": by_rule[f.rule].slug,
+            "url": f"{rules_url}{f.rule}.md",
+            "rank": f.rank,
+            "where": f.where,
+            "message": f.message,
+            "count": f.count,
+        }
+        for f in findings
+    ]
+
+
+def _cause(c: RootCause) -> dict[str, Any]:
+    """A root cause: the first failure, where it was logged, and the ranks it took down."""
+    return {
+        "run_id": c.run_id,
+        "rank": c.rank,
+        "kind": c.kind,
+        "message": c.message,
+        "at": c.at,
+        "where": c.source if c.line is None else f"{c.source}:{c.line}",
+        "victims": [{"rank": v.rank, "kind": v.kind, "message": v.message} for v in c.victims],
+    }
+
+
+def _cycle(c: Cycle, t0: float) -> dict[str, Any]:
+    """A restart cycle: when it started, who took part, and what changed from the one before."""
+    return {
+        "attempt": c.attempt,
+        "start": c.start - t0,
+        "ranks": c.ranks,
+        "hosts": c.hosts,
+        "fingerprints": list(c.fingerprints),
+        "failed": list(c.failed),
+        "changes": list(c.changes),
+    }
+
+
+def _blame(b: StateBlame, ranks: tuple[RankTrace, ...]) -> dict[str, Any]:
+    """A state's time across the ranks, its slowest rank, and its counts."""
+    return {
+        "state": b.state,
+        "ranks": b.ranks,
+        "median": b.median,
+        "p90": b.p90,
+        "max": b.max,
+        "slowest": b.slowest_rank,
+        "counts": _counts(ranks, b.state),
     }
 
 

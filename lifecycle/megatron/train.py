@@ -87,6 +87,19 @@ def checkpoint_step(rt: Runtime) -> int:
     return step if isinstance(step, int) else 0
 
 
+def _model_to_train(lc: Driver) -> list[DDPChunk]:
+    """The model's chunks; InvalidTransition unless `lc` is where it trains, with a model and an optimizer."""
+    rt = lc.runtime
+    if lc.state is not training_state(lc.target) or rt.model is None or rt.optimizer is None:
+        raise InvalidTransition(
+            f"train_steps needs a lifecycle at {TRAINING_STATE} with a model and optimizer; it is "
+            f"{lc.state.name}. Call lc.advance_to(State.{TRAINING_STATE}) with the training plan first.",
+            state=lc.state,
+            trigger="train_steps",
+        )
+    return [cast(DDPChunk, chunk) for chunk in rt.model]
+
+
 def train_steps(
     lc: Driver,
     steps: int,
@@ -102,15 +115,9 @@ def train_steps(
     """
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
+    model = _model_to_train(lc)
     rt = lc.runtime
-    if lc.state is not training_state(lc.target) or rt.model is None or rt.optimizer is None:
-        raise InvalidTransition(
-            f"train_steps needs a lifecycle at {TRAINING_STATE} with a model and optimizer; it is "
-            f"{lc.state.name}. Call lc.advance_to(State.{TRAINING_STATE}) with the training plan first.",
-            state=lc.state,
-            trigger="train_steps",
-        )
-    config, model = rt.config, [cast(DDPChunk, chunk) for chunk in rt.model]
+    config = rt.config
     vocab = rt.vocab_size or config.tokenizer.vocab_size
     start = checkpoint_step(rt)
     skip = start * config.training.num_microbatches

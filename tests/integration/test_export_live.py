@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import orjson
 import pytest
+
+from tests.otlp_spans import flat_spans
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,18 +25,6 @@ def lifecycle(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str
         timeout=timeout,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
-
-
-def spans(lines: list[bytes]) -> dict[tuple[str, str], dict[str, object]]:
-    out = {}
-    for line in lines:
-        for resource in orjson.loads(line)["resourceSpans"]:
-            held = {a["key"]: a["value"] for a in resource["resource"]["attributes"]}
-            for scope in resource["scopeSpans"]:
-                for span in scope["spans"]:
-                    attributes = {a["key"]: a["value"] for a in span.get("attributes", [])}
-                    out[(span["traceId"], span["spanId"])] = {**span, "attributes": attributes, "resource": held}
-    return out
 
 
 def test_the_live_spans_of_a_two_rank_run_are_the_spans_exported_from_its_logs(tmp_path: Path) -> None:
@@ -55,12 +44,10 @@ def test_the_live_spans_of_a_two_rank_run_are_the_spans_exported_from_its_logs(t
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert lifecycle("export", str(logs), "--format", "otlp-json", "-o", str(after)).returncode == 0
-    written = spans(live.read_bytes().splitlines())
-    assert written == spans([after.read_bytes()])
+    written = flat_spans(live.read_bytes().splitlines())
+    assert written == flat_spans([after.read_bytes()])
     names = sorted(str(s["name"]) for s in written.values())
     assert names.count("megatron.startup") == 2 and names.count("DISTRIBUTED") == 2 and names.count("imports") == 2
     assert {
-        s["attributes"]["lifecycle.rank"]["intValue"]
-        for s in written.values()  # type: ignore[index]
-        if s["name"] == "megatron.startup"
+        s["attributes"]["lifecycle.rank"]["intValue"] for s in written.values() if s["name"] == "megatron.startup"
     } == {"0", "1"}

@@ -18,10 +18,6 @@ OVER_MODULE_CAP = {
 OVER_FUNCTION_CAP = {
     "lifecycle/audit/_handlers.py:transition_completed": 50,
     "lifecycle/engine/_driver.py:__init__": 59,
-    "lifecycle/export/_chrome.py:_rank_events": 93,
-    "lifecycle/export/_chrome.py:_flows": 41,
-    "lifecycle/export/_report.py:report_data": 71,
-    "lifecycle/megatron/train.py:train_steps": 45,
     "lifecycle/megatron_lm/driver.py:pretrain": 60,
     "lifecycle/megatron_lm/entry/_bound_once.py:bound_once": 45,
     "lifecycle/megatron_lm/entry/_distributed.py:initialize": 57,

@@ -15,26 +15,9 @@ from lifecycle.config import Environment, RunConfig, validate
 from lifecycle.engine import InProcessPhases, Lifecycle
 from lifecycle.export import ROOT, load, write_otlp
 from states import State
+from tests.otlp_spans import flat_spans
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
-
-
-def flat(lines: list[bytes]) -> dict[tuple[str, str], dict[str, Any]]:
-    """(traceId, spanId) -> the span, its attributes as a dict, with its resource's and scope's."""
-    out = {}
-    for line in lines:
-        for resource in orjson.loads(line)["resourceSpans"]:
-            held = {a["key"]: a["value"] for a in resource["resource"]["attributes"]}
-            for scope in resource["scopeSpans"]:
-                for span in scope["spans"]:
-                    span = {
-                        **span,
-                        "attributes": {a["key"]: a["value"] for a in span.get("attributes", [])},
-                        "resource": held,
-                        "scope": scope["scope"],
-                    }
-                    out[(span["traceId"], span["spanId"])] = span
-    return out
 
 
 def rank(log_dir: Path, otel: str, rank_: int = 0, world: int = 1, phases: Any = None) -> Lifecycle:
@@ -49,7 +32,7 @@ def rank(log_dir: Path, otel: str, rank_: int = 0, world: int = 1, phases: Any =
 
 
 def names(path: Path) -> list[str]:
-    return [s["name"] for s in flat(path.read_bytes().splitlines()).values()] if path.exists() else []
+    return [s["name"] for s in flat_spans(path.read_bytes().splitlines()).values()] if path.exists() else []
 
 
 def test_spans_are_written_as_the_run_goes_and_equal_the_export_of_its_logs(tmp_path: Path) -> None:
@@ -67,8 +50,8 @@ def test_spans_are_written_as_the_run_goes_and_equal_the_export_of_its_logs(tmp_
     assert ROOT not in seen["0 bound"] and seen["0 bound"][-1] == "CALLBACKS_BOUND"
     assert seen["1 validated"].count(ROOT) == 1  # rank 0's root: written at its shutdown
     write_otlp(load([str(logs)]), tmp_path / "after.json")
-    after = flat([(tmp_path / "after.json").read_bytes()])
-    written = flat(live.read_bytes().splitlines())
+    after = flat_spans([(tmp_path / "after.json").read_bytes()])
+    written = flat_spans(live.read_bytes().splitlines())
     assert len(written) == 14 and written == after
     roots = [s for s in written.values() if s["name"] == ROOT]
     assert {r["attributes"]["lifecycle.steps"]["intValue"] for r in roots} == {"1"}
@@ -83,9 +66,9 @@ def test_a_failed_transition_ends_its_span_and_the_root_with_status_error(tmp_pa
     with pytest.raises(Exception, match="rendezvous"):
         lc.advance_to(State.CALLBACKS_BOUND)
     lc.shutdown()
-    written = flat(live.read_bytes().splitlines())
+    written = flat_spans(live.read_bytes().splitlines())
     write_otlp(load([str(logs)]), tmp_path / "after.json")
-    assert written == flat([(tmp_path / "after.json").read_bytes()])
+    assert written == flat_spans([(tmp_path / "after.json").read_bytes()])
     root = next(s for s in written.values() if s["name"] == ROOT)
     assert root["status"]["code"] == 2 and "rendezvous" in root["status"]["message"]
 
