@@ -12,12 +12,10 @@ MAX_FUNCTION_LINES = 40
 # Over the caps once the whole tree was formatted (ruff format, issue 21), with their sizes then: debt
 # to split, never to grow. This list may only shrink; a name leaves it when it fits the cap.
 OVER_MODULE_CAP = {
-    "lifecycle/audit/_handlers.py": 446,
     "lifecycle/engine/_driver.py": 439,
     "lifecycle/megatron/ranks.py": 406,
 }
 OVER_FUNCTION_CAP = {
-    "lifecycle/audit/_handlers.py:transition_completed": 50,
     "lifecycle/engine/_driver.py:__init__": 59,
     "lifecycle/export/_chrome.py:_rank_events": 93,
     "lifecycle/export/_chrome.py:_flows": 41,
