@@ -10,6 +10,10 @@ made. Three readers, none of which spells a condition again:
 
 The table implies more than the rules state (the chain makes every side effect after SERVICES_READY
 need VALIDATED too); `tests/unit/test_ordering.py` checks that the table enforces each rule.
+
+LA004 (a model rebuilt after a rebuild or restart is bound again before training) is not one of
+them: it compares the model a binding targets with the one built, not the order of states. Which
+triggers call for it is derived from the table (`states.rebinds`), like everything else it reads.
 """
 
 from __future__ import annotations
