@@ -17,12 +17,13 @@ from typing import Any
 
 import orjson
 
+from lifecycle.audit import LOG_ORDERING, SHOWN_BY
 from lifecycle.config import RunConfig
 from lifecycle.engine import InProcessPhases, Lifecycle, TripwirePolicy
 from lifecycle.errors import LifecycleError
 from lifecycle.log import ChainVerifier, events
 from lifecycle.runtime import Options, PhaseSet
-from states import STARTUP_ORDER, TABLE, SideEffect, State, Trigger, find, made_in, releases
+from states import STARTUP_ORDER, TABLE, State, Trigger, find, releases
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
@@ -43,30 +44,33 @@ def reachable_states() -> frozenset[State]:
 
 
 def check_log(records: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Problems with one rank's records: hash chain, path through the table, ordering rules."""
+    """Problems with one rank's records: hash chain, path through the table, ordering rules (those
+    of `states.ORDERING` a log can show, as `lifecycle.audit.LOG_ORDERING` reads them)."""
     problems: list[str] = []
     chain = ChainVerifier()
-    validated, model_built, state = False, False, STARTUP_ORDER[0].name
+    held: set[State] = set()  # the states whose work the records show exists, not released since
+    state = STARTUP_ORDER[0].name
     for i, rec in enumerate(records):
         if chain.check(rec) is not None:
             problems.append(f"record {i}: hash chain broken")
-        event = rec.get("event")
-        if event == events.SIDE_EFFECT and not validated:
-            problems.append(f"record {i}: side effect {rec.get('kind')} before VALIDATED")
-        if event == events.CONFIG_VALIDATED:
-            validated = True
-        if event == events.MODEL_BUILT:
-            model_built = True
-        if event == events.CALLBACKS_BOUND and not model_built:
-            problems.append(f"record {i}: callbacks bound before MODEL_BUILT")
+        event = rec.get("event") or ""
+        for rule in LOG_ORDERING.get(event, ()):
+            if rule.needs not in held and rule.applies(rec):
+                problems.append(f"record {i}: {rule.what(rec)} before {rule.needs.name}")
+        if event in SHOWN_BY:
+            held.add(SHOWN_BY[event])
         if event == events.TRANSITION_COMPLETED:
-            row = find(State[rec["source"]], Trigger(rec["trigger"]))
-            if rec["source"] != state or row is None or row.dest.name != rec["dest"]:
-                problems.append(f"record {i}: {rec['source']} -{rec['trigger']}-> {rec['dest']} is not a table path")
-            state = rec["dest"]
-            if releases(Trigger(rec["trigger"]), made_in(SideEffect.MODEL)):
-                model_built = False
+            state = _followed(i, rec, state, problems)
+            held = {work for work in held if not releases(Trigger(rec["trigger"]), work)}
     return problems
+
+
+def _followed(i: int, rec: Mapping[str, Any], state: str, problems: list[str]) -> str:
+    """The state a `transition_completed` record moves to; a problem when the table has no such step."""
+    row = find(State[rec["source"]], Trigger(rec["trigger"]))
+    if rec["source"] != state or row is None or row.dest.name != rec["dest"]:
+        problems.append(f"record {i}: {rec['source']} -{rec['trigger']}-> {rec['dest']} is not a table path")
+    return str(rec["dest"])
 
 
 def fire_and_check(lc: Lifecycle, trigger: Trigger) -> None:
@@ -119,15 +123,7 @@ def lifecycle_state_machine(
     class LifecycleMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.dir = tempfile.TemporaryDirectory(prefix="lifecycle-fuzz-")
-            self.lc = Lifecycle(
-                cfg,
-                provider,
-                self.dir.name,
-                phases=phases_factory(),
-                tripwires=tripwires,
-                options=Options(keep_records=True),
-            )
+            self.dir, self.lc = _fresh(cfg, provider, phases_factory, tripwires)
 
         @rule(trigger=st.sampled_from(list(Trigger)))
         def fire(self, trigger: Trigger) -> None:
@@ -135,9 +131,7 @@ def lifecycle_state_machine(
 
         @rule()
         def user_code_seeds_the_rng(self) -> None:
-            # tripwires guard the startup only: not at the target, nor in FAILED or SHUT_DOWN
-            settled = (self.lc.target, State.FAILED, State.SHUT_DOWN)
-            seed_and_check(self.lc, guarded=self.lc.state not in settled and tripwires == "raise")
+            _seed_where_guarded(self.lc, tripwires)
 
         @invariant()
         def state_is_reachable(self) -> None:
@@ -152,3 +146,18 @@ def lifecycle_state_machine(
             self.dir.cleanup()
 
     return LifecycleMachine
+
+
+def _fresh(
+    config: RunConfig, provider: Any, phases_factory: Callable[[], PhaseSet], tripwires: TripwirePolicy
+) -> tuple[tempfile.TemporaryDirectory[str], Lifecycle]:
+    """One example's lifecycle, keeping its records, with its own temporary log directory."""
+    where = tempfile.TemporaryDirectory(prefix="lifecycle-fuzz-")
+    options = Options(keep_records=True)
+    return where, Lifecycle(config, provider, where.name, phases=phases_factory(), tripwires=tripwires, options=options)
+
+
+def _seed_where_guarded(lc: Lifecycle, tripwires: TripwirePolicy) -> None:
+    # tripwires guard the startup only: not at the target, nor in FAILED or SHUT_DOWN
+    settled = (lc.target, State.FAILED, State.SHUT_DOWN)
+    seed_and_check(lc, guarded=lc.state not in settled and tripwires == "raise")

@@ -1,5 +1,5 @@
-"""The ground floor: states, triggers, the transition table as data, pure guards, and the root of
-the error tree. Imports nothing of the project and nothing heavy."""
+"""The ground floor: states, triggers, the transition table as data, the ordering rules, pure guards,
+and the root of the error tree. Imports nothing of the project and nothing heavy."""
 
 from __future__ import annotations
 
@@ -14,11 +14,24 @@ from states._enums import (
     Trigger,
 )
 from states._errors import GuardRejected, InvalidTransition, LifecycleError
-from states._guards import Facts, Guard, rule
+from states._guards import Facts, Guard, requiring, rule
+from states._ordering import (
+    BINDING_NEEDS_A_MODEL,
+    DISTRIBUTED_NEEDS_SERVICES,
+    MODEL_NEEDS_DISTRIBUTED,
+    ORDERING,
+    SIDE_EFFECTS_NEED_VALIDATION,
+    Ordering,
+)
 from states._table import TABLE, Transition, allowed_triggers, find, forward_trigger
 
 __all__ = [
+    "BINDING_NEEDS_A_MODEL",
+    "DISTRIBUTED_NEEDS_SERVICES",
+    "MODEL_NEEDS_DISTRIBUTED",
+    "ORDERING",
     "PLAN_TARGETS",
+    "SIDE_EFFECTS_NEED_VALIDATION",
     "SIDE_EFFECT_OWNERS",
     "STARTUP_ORDER",
     "TABLE",
@@ -27,6 +40,7 @@ __all__ = [
     "GuardRejected",
     "InvalidTransition",
     "LifecycleError",
+    "Ordering",
     "Plan",
     "SideEffect",
     "State",
@@ -40,6 +54,7 @@ __all__ = [
     "made_in",
     "rebinds",
     "releases",
+    "requiring",
     "rule",
     "training_state",
     "trains_in",

@@ -1,4 +1,5 @@
-"""Guards: pure predicates over `Facts`. Each docstring's first line is the ordering rule it enforces.
+"""Guards: pure predicates over `Facts`. Each docstring's first line is the rule it enforces; the
+ordering rules' guards are made from `states._ordering.ORDERING`, the plan's are written here.
 
 A guard never raises and never touches the world; the engine raises `GuardRejected` with the
 docstring's rule when one returns False.
@@ -10,6 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from states._enums import PLAN_TARGETS, STARTUP_ORDER, Plan, State, Trigger
+from states._ordering import (
+    BINDING_NEEDS_A_MODEL,
+    DISTRIBUTED_NEEDS_SERVICES,
+    MODEL_NEEDS_DISTRIBUTED,
+    SIDE_EFFECTS_NEED_VALIDATION,
+    Ordering,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,28 +38,45 @@ class Facts:
     def target(self) -> State:
         return PLAN_TARGETS[self.plan]
 
+    def has(self, state: State) -> bool:
+        """Whether the work of `state` exists now (entered, and not released since)."""
+        field = _HELD.get(state)
+        if field is None:
+            raise ValueError(f"Facts hold nothing for {state.name}: a rule cannot need it (see _HELD)")
+        return bool(getattr(self, field))
+
+
+_HELD: dict[State, str] = {
+    State.VALIDATED: "config_validated",
+    State.SERVICES_READY: "services_ready",
+    State.DISTRIBUTED: "distributed",
+    State.MODEL_BUILT: "model_built",
+}
+"""The field of `Facts` that says a state's work exists."""
+
 
 Guard = Callable[[Facts], bool]
 
 
-def config_is_validated(facts: Facts) -> bool:
-    """Side effects need a validated config: services, process groups and RNG start only after VALIDATED."""
-    return facts.config_validated
+def requiring(ordering: Ordering) -> Guard:
+    """The guard that enforces an ordering rule: the work of `ordering.needs` exists. Named by the
+    rule's `guard`, its docstring the rule's `says`."""
+    needs = ordering.needs
+    if needs not in _HELD:
+        raise ValueError(f"{ordering.guard}: Facts hold nothing for {needs.name}, so no guard can need it (see _HELD)")
+
+    def guard(facts: Facts) -> bool:
+        return facts.has(needs)
+
+    guard.__name__ = guard.__qualname__ = ordering.guard
+    guard.__doc__ = ordering.says
+    return guard
 
 
-def services_are_ready(facts: Facts) -> bool:
-    """Runtime services (tokenizer, vocab size, writers) exist before distributed and RNG setup."""
-    return facts.services_ready
-
-
-def distributed_is_initialized(facts: Facts) -> bool:
-    """Process groups, parallel state and RNG exist before a model is (re)built: Megatron's layers read them."""
-    return facts.distributed
-
-
-def model_is_built(facts: Facts) -> bool:
-    """Callbacks are bound only to a built model: the scheduler reads get_model_config(model[0])."""
-    return facts.model_built
+config_is_validated = requiring(SIDE_EFFECTS_NEED_VALIDATION)
+services_are_ready = requiring(DISTRIBUTED_NEEDS_SERVICES)
+distributed_is_initialized = requiring(MODEL_NEEDS_DISTRIBUTED)
+model_is_built = requiring(BINDING_NEEDS_A_MODEL)
 
 
 def plan_reaches_destination(facts: Facts) -> bool:

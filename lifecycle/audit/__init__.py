@@ -18,6 +18,7 @@ from lifecycle.audit._audit import (
 from lifecycle.audit._cause import RootCause, Victim, root_causes
 from lifecycle.audit._cycles import Attempt, attempts, diff
 from lifecycle.audit._feed import Tap
+from lifecycle.audit._ordering import LOG_ORDERING, SHOWN_BY, LogOrdering
 from lifecycle.audit._plot import plot
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure, Finding, Segment
@@ -38,12 +39,15 @@ __all__ = [
     "EXIT_CLEAN",
     "EXIT_UNREADABLE",
     "EXIT_VIOLATION",
+    "LOG_ORDERING",
     "RULES",
+    "SHOWN_BY",
     "Attempt",
     "AuditResult",
     "ChainLink",
     "Failure",
     "Finding",
+    "LogOrdering",
     "RankAudit",
     "RankBlame",
     "RootCause",

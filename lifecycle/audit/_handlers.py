@@ -6,11 +6,11 @@ on the common path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from sys import intern
-from typing import Any, Protocol
+from typing import Any
 
-from lifecycle.audit import _cycles, _steps
+from lifecycle.audit import _cycles, _failures, _ordering, _steps
+from lifecycle.audit._fields import DECLARED, Handler, Record, reads
 from lifecycle.audit._records import Failure, Segment, unreadable
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import TRAINS_AT, RankState
@@ -24,25 +24,6 @@ _TRIGGERS_REBIND = frozenset(t.value for t in Trigger if rebinds(t))
 _PLAN_TARGETS = {plan.value: state.name for plan, state in PLAN_TARGETS.items()}
 _VALIDATED, _SHUT_DOWN, _FAILED = State.VALIDATED.name, State.SHUT_DOWN.name, State.FAILED.name
 _new_segment = tuple.__new__  # Segment(...) runs a Python-level __new__; this builds the same tuple in C
-
-Handler = Callable[["RankState", "Record", float], None]
-_READS: dict[Handler, tuple[str, ...]] = {}
-
-
-def reads(*fields: str) -> Callable[[Handler], Handler]:
-    """Declare the record fields a handler reads (see READS)."""
-
-    def mark(handler: Handler) -> Handler:
-        _READS[handler] = fields
-        return handler
-
-    return mark
-
-
-class Record(Protocol):
-    """What a handler reads a record through: a parsed dict, or the batch reader's typed record."""
-
-    def get(self, key: str, /) -> Any: ...
 
 
 def _bad(audit: RankState, rec: Record, key: str, want: str) -> Exception:
@@ -125,6 +106,14 @@ def transition_completed(audit: RankState, rec: Record, ts: float) -> None:
         audit.segments.append(_new_segment(Segment, (dest, trigger, start, ts, audit.generation)))
     if len(audit.transitions) < _CAP:
         audit.transitions.append((trigger, dest))
+    _changed_or_failed(audit, rec, trigger, dest, ts)
+    audit.state = dest
+    audit.open_trigger = None
+    _entered(audit, trigger, dest)
+
+
+def _changed_or_failed(audit: RankState, rec: Record, trigger: str, dest: str, ts: float) -> None:
+    """A completed transition's config fingerprint (LA005), and `lc.fail(reason)`'s failure."""
     fingerprint = rec.get("config_fingerprint")
     if fingerprint is not None and audit.fingerprint is not None and fingerprint != audit.fingerprint:
         audit.flag(
@@ -145,8 +134,10 @@ def transition_completed(audit: RankState, rec: Record, ts: float) -> None:
                 + (f": {str(reason)[:200]}" if reason else ""),
             )
         )
-    audit.state = dest
-    audit.open_trigger = None
+
+
+def _entered(audit: RankState, trigger: str, dest: str) -> None:
+    """What reaching `dest` by `trigger` settles: validation, recovery, a pending rebind, shutdown."""
     if dest == _VALIDATED:
         audit.validated = True
     if dest == audit.target:
@@ -179,64 +170,6 @@ def transition_failed(audit: RankState, rec: Record, ts: float) -> None:
     audit.open_trigger = None
 
 
-def _during(audit: RankState) -> str:
-    return f" during {audit.open_trigger!r}" if audit.open_trigger else ""
-
-
-@reads("signal", "state")
-def startup_aborted(audit: RankState, rec: Record, ts: float) -> None:
-    signal = str(rec.get("signal"))[:40]
-    state = str(rec.get("state") or audit.state)[:40]
-    audit.fail(
-        Failure(
-            kind="aborted",
-            ts=ts,
-            line=audit.line,
-            state=state,
-            trigger=audit.open_trigger,
-            signal=signal,
-            message=f"startup aborted by {signal} in state {state}{_during(audit)}",
-        )
-    )
-
-
-@reads("peer_rank", "peer_state", "error")
-def peer_failed(audit: RankState, rec: Record, ts: float) -> None:
-    peer = rec.get("peer_rank")
-    peer = peer if type(peer) is int else None
-    audit.fail(
-        Failure(
-            kind="peer_failed",
-            ts=ts,
-            line=audit.line,
-            state=audit.state,
-            trigger=audit.open_trigger,
-            peer=peer,
-            message=f"stopped in state {audit.state}{_during(audit)} because peer rank "
-            f"{peer} failed in state {str(rec.get('peer_state'))[:40]}: {str(rec.get('error'))[:200]}",
-        )
-    )
-
-
-@reads("state", "missing", "trigger", "timeout_s")
-def state_timeout(audit: RankState, rec: Record, ts: float) -> None:
-    state = str(rec.get("state") or audit.state)[:40]
-    missing = rec.get("missing")
-    waiting = f", waiting for ranks {str(missing)[:120]}" if missing else ""
-    trigger = rec.get("trigger")
-    during = f" during {str(trigger)[:40]!r}" if trigger else _during(audit)
-    audit.fail(
-        Failure(
-            kind="timeout",
-            ts=ts,
-            line=audit.line,
-            state=state,
-            trigger=audit.open_trigger,
-            message=f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}",
-        )
-    )
-
-
 @reads("fingerprint")
 def config_validated(audit: RankState, rec: Record, ts: float) -> None:
     audit.fingerprint = _str(audit, rec, "fingerprint")
@@ -250,16 +183,6 @@ def config_mutated(audit: RankState, rec: Record, ts: float) -> None:
         f"config field {str(rec.get('field'))!r} changed after VALIDATED: "
         f"validated {str(rec.get('validated'))[:60]}, now {str(rec.get('current'))[:60]}",
     )
-
-
-@reads("kind", "trigger")
-def side_effect(audit: RankState, rec: Record, ts: float) -> None:
-    if not audit.validated:
-        audit.flag(
-            RuleId.SIDE_EFFECT_BEFORE_VALIDATED,
-            f"side effect {str(rec.get('kind'))!r} (trigger {rec.get('trigger')!r}) "
-            f"in state {audit.state}, before the config was VALIDATED",
-        )
 
 
 @reads("trigger", "target", "kind", "owner", "state", "policy")
@@ -286,11 +209,7 @@ def model_built(audit: RankState, rec: Record, ts: float) -> None:
 def callbacks_bound(audit: RankState, rec: Record, ts: float) -> None:
     target = _str(audit, rec, "target_id", optional=True)
     scheduler = _str(audit, rec, "scheduler_config_id", optional=True)
-    if not audit.model_gen:
-        audit.flag(
-            RuleId.BINDING_BEFORE_MODEL_BUILT,
-            f"callbacks bound in state {audit.state} of generation {audit.generation} before any model_built record",
-        )
+    _ordering.binding_ordered(audit)
     if target != scheduler:
         audit.flag(
             RuleId.BINDING_WRONG_TARGET,
@@ -401,12 +320,12 @@ HANDLERS: dict[str, Handler] = {
     events.TRANSITION_STARTED: transition_started,
     events.TRANSITION_COMPLETED: transition_completed,
     events.TRANSITION_FAILED: transition_failed,
-    events.STARTUP_ABORTED: startup_aborted,
-    events.PEER_FAILED: peer_failed,
-    events.STATE_TIMEOUT: state_timeout,
+    events.STARTUP_ABORTED: _failures.startup_aborted,
+    events.PEER_FAILED: _failures.peer_failed,
+    events.STATE_TIMEOUT: _failures.state_timeout,
     events.CONFIG_VALIDATED: config_validated,
     events.CONFIG_MUTATED: config_mutated,
-    events.SIDE_EFFECT: side_effect,
+    events.SIDE_EFFECT: _ordering.side_effect,
     events.TRIPWIRE_VIOLATION: tripwire,
     events.MODEL_BUILT: model_built,
     events.CALLBACKS_BOUND: callbacks_bound,
@@ -422,10 +341,10 @@ HANDLERS: dict[str, Handler] = {
     events.CYCLE_STARTED: _cycles.cycle_started,
     events.CYCLE_ENDED: _cycles.cycle_ended,
 }
-_READS[_cycles.cycle_started] = _cycles.STARTED
-_READS[_cycles.cycle_ended] = _cycles.ENDED
+DECLARED[_cycles.cycle_started] = _cycles.STARTED
+DECLARED[_cycles.cycle_ended] = _cycles.ENDED
 
-READS: dict[str, tuple[str, ...]] = {event: _READS[handler] for event, handler in HANDLERS.items()}
+READS: dict[str, tuple[str, ...]] = {event: DECLARED[handler] for event, handler in HANDLERS.items()}
 """The fields each event's handler reads besides the envelope (`event`, `ts`, ...), from its `@reads`:
 the batch reader decodes only those. A handler that reads another field fails loudly on the batch
 path (`get` of a name its record type lacks raises AttributeError), and a unit test checks them."""
@@ -433,9 +352,10 @@ path (`get` of a name its record type lacks raises AttributeError), and a unit t
 
 def _wanted(validated: bool, counting: bool) -> frozenset[str]:
     """The events whose handler can change anything in this situation: side effects only matter
-    before VALIDATED; while `counting` (bound, no rebind pending) a step only adds one to
-    `bound_steps`, which the batch reader does for a whole run of steps at once."""
-    skip = {events.SIDE_EFFECT} if validated else set()
+    before VALIDATED (while the ordering rules on them need no more, `_ordering.SIDE_EFFECTS_SETTLE`);
+    while `counting` (bound, no rebind pending) a step only adds one to `bound_steps`, which the
+    batch reader does for a whole run of steps at once."""
+    skip = {events.SIDE_EFFECT} if validated and _ordering.SIDE_EFFECTS_SETTLE else set()
     if counting:
         skip.add(events.STEP_COMPLETED)
     return frozenset(HANDLERS.keys() - skip)

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from states import BINDING_NEEDS_A_MODEL, SIDE_EFFECTS_NEED_VALIDATION, Ordering
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rule:
@@ -20,12 +22,18 @@ class Rule:
         return f"docs/rules/{self.id}.md"
 
 
+def _id(ordering: Ordering) -> str:
+    if ordering.id is None:
+        raise ValueError(f"the ordering rule of {ordering.guard} has no audit id")
+    return ordering.id
+
+
 class RuleId:
     """Every rule's id, named by its slug (`RuleId.BINDING_WRONG_TARGET` is "LA003"): code flags a rule
-    through these, never a literal id."""
+    through these, never a literal id. An ordering rule's id is its rule's (`states.ORDERING`)."""
 
-    SIDE_EFFECT_BEFORE_VALIDATED: Final = "LA001"
-    BINDING_BEFORE_MODEL_BUILT: Final = "LA002"
+    SIDE_EFFECT_BEFORE_VALIDATED: Final = _id(SIDE_EFFECTS_NEED_VALIDATION)
+    BINDING_BEFORE_MODEL_BUILT: Final = _id(BINDING_NEEDS_A_MODEL)
     BINDING_WRONG_TARGET: Final = "LA003"
     REBUILD_WITHOUT_REBIND: Final = "LA004"
     CONFIG_CHANGED_AFTER_VALIDATED: Final = "LA005"

@@ -12,17 +12,14 @@ MAX_FUNCTION_LINES = 40
 # Over the caps once the whole tree was formatted (ruff format, issue 21), with their sizes then: debt
 # to split, never to grow. This list may only shrink; a name leaves it when it fits the cap.
 OVER_MODULE_CAP = {
-    "lifecycle/audit/_handlers.py": 446,
     "lifecycle/engine/_driver.py": 439,
 }
 OVER_FUNCTION_CAP = {
-    "lifecycle/audit/_handlers.py:transition_completed": 50,
     "lifecycle/engine/_driver.py:__init__": 59,
     "lifecycle/megatron_lm/driver.py:pretrain": 60,
     "lifecycle/megatron_lm/entry/_bound_once.py:bound_once": 45,
     "lifecycle/megatron_lm/entry/_distributed.py:initialize": 57,
     "lifecycle/megatron_lm/entry/_phases.py:_build_model": 43,
-    "lifecycle/testing.py:lifecycle_state_machine": 49,
 }
 
 

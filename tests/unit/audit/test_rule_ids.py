@@ -1,5 +1,6 @@
 """Rule ids are constants (`RuleId`), each one a rule of `RULES`; no id is spelt as a string in
-the code, and every id the code, the docs or the README name is a rule."""
+the code but in the rules table (and the ordering rules', `states/_ordering.py`, whose ids `RuleId`
+reads), and every id the code, the docs or the README name is a rule."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from lifecycle.audit import RULES, RuleId
 
 ROOT = Path(__file__).resolve().parents[3]
 ID = re.compile(r"\bLA\d{3}\b")
-RULES_MODULE = ROOT / "lifecycle" / "audit" / "_rules.py"
+RULES_MODULES = (ROOT / "lifecycle" / "audit" / "_rules.py", ROOT / "states" / "_ordering.py")
+CODE = ("states", "bindings", "lifecycle")
 
 
 def _constants() -> dict[str, str]:
@@ -28,8 +30,8 @@ def test_each_constant_is_one_rule_named_by_its_slug() -> None:
 
 def test_no_code_spells_a_rule_id_as_a_string_but_the_rules_table() -> None:
     spelt = []
-    for path in sorted((ROOT / "lifecycle").rglob("*.py")):
-        if path == RULES_MODULE:
+    for path in sorted(p for package in CODE for p in (ROOT / package).rglob("*.py")):
+        if path in RULES_MODULES:
             continue
         for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
             if token.type == tokenize.STRING and re.fullmatch(r"[rbuf]*(['\"])LA\d{3}\1", token.string):
@@ -39,7 +41,8 @@ def test_no_code_spells_a_rule_id_as_a_string_but_the_rules_table() -> None:
 
 def test_every_rule_id_named_in_the_code_and_the_docs_is_a_rule() -> None:
     known = {r.id for r in RULES}
-    places = [*(ROOT / "lifecycle").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
+    code = [p for package in CODE for p in (ROOT / package).rglob("*.py")]
+    places = [*code, *(ROOT / "docs").rglob("*.md"), ROOT / "README.md"]
     unknown = sorted(
         f"{path.relative_to(ROOT)}: {found}" for path in places for found in set(ID.findall(path.read_text())) - known
     )

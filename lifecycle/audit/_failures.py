@@ -1,0 +1,66 @@
+"""Per-event handlers of the records that say a rank stopped short: a signal, a peer's failure, a
+timeout. Each keeps the rank's first failure (`RankState.fail`) for LA013 and the root cause."""
+
+from __future__ import annotations
+
+from lifecycle.audit._fields import Record, reads
+from lifecycle.audit._records import Failure
+from lifecycle.audit._state import RankState
+
+
+def _during(audit: RankState) -> str:
+    return f" during {audit.open_trigger!r}" if audit.open_trigger else ""
+
+
+@reads("signal", "state")
+def startup_aborted(audit: RankState, rec: Record, ts: float) -> None:
+    signal = str(rec.get("signal"))[:40]
+    state = str(rec.get("state") or audit.state)[:40]
+    audit.fail(
+        Failure(
+            kind="aborted",
+            ts=ts,
+            line=audit.line,
+            state=state,
+            trigger=audit.open_trigger,
+            signal=signal,
+            message=f"startup aborted by {signal} in state {state}{_during(audit)}",
+        )
+    )
+
+
+@reads("peer_rank", "peer_state", "error")
+def peer_failed(audit: RankState, rec: Record, ts: float) -> None:
+    peer = rec.get("peer_rank")
+    peer = peer if type(peer) is int else None
+    audit.fail(
+        Failure(
+            kind="peer_failed",
+            ts=ts,
+            line=audit.line,
+            state=audit.state,
+            trigger=audit.open_trigger,
+            peer=peer,
+            message=f"stopped in state {audit.state}{_during(audit)} because peer rank "
+            f"{peer} failed in state {str(rec.get('peer_state'))[:40]}: {str(rec.get('error'))[:200]}",
+        )
+    )
+
+
+@reads("state", "missing", "trigger", "timeout_s")
+def state_timeout(audit: RankState, rec: Record, ts: float) -> None:
+    state = str(rec.get("state") or audit.state)[:40]
+    missing = rec.get("missing")
+    waiting = f", waiting for ranks {str(missing)[:120]}" if missing else ""
+    trigger = rec.get("trigger")
+    during = f" during {str(trigger)[:40]!r}" if trigger else _during(audit)
+    audit.fail(
+        Failure(
+            kind="timeout",
+            ts=ts,
+            line=audit.line,
+            state=state,
+            trigger=audit.open_trigger,
+            message=f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}",
+        )
+    )

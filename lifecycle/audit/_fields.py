@@ -1,0 +1,31 @@
+"""The shape of a per-event handler and the record fields it declares (`reads`): shared by the
+modules that hold handlers (`_handlers`, `_failures`, `_ordering`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from lifecycle.audit._state import RankState
+
+
+class Record(Protocol):
+    """What a handler reads a record through: a parsed dict, or the batch reader's typed record."""
+
+    def get(self, key: str, /) -> Any: ...
+
+
+Handler = Callable[["RankState", Record, float], None]
+DECLARED: dict[Handler, tuple[str, ...]] = {}
+"""By handler: the record fields it reads besides the envelope (`_handlers.READS` maps them by event)."""
+
+
+def reads(*fields: str) -> Callable[[Handler], Handler]:
+    """Declare the record fields a handler reads (see `_handlers.READS`)."""
+
+    def mark(handler: Handler) -> Handler:
+        DECLARED[handler] = fields
+        return handler
+
+    return mark
