@@ -23,10 +23,6 @@ OVER_FUNCTION_CAP = {
     "lifecycle/export/_chrome.py:_flows": 41,
     "lifecycle/export/_report.py:report_data": 71,
     "lifecycle/megatron/train.py:train_steps": 45,
-    "lifecycle/megatron_lm/driver.py:pretrain": 60,
-    "lifecycle/megatron_lm/entry/_bound_once.py:bound_once": 45,
-    "lifecycle/megatron_lm/entry/_distributed.py:initialize": 57,
-    "lifecycle/megatron_lm/entry/_phases.py:_build_model": 43,
     "lifecycle/testing.py:lifecycle_state_machine": 49,
 }
 

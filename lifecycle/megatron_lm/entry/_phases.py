@@ -148,13 +148,7 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     from megatron.training.training import setup_model_and_optimizer
 
     rt = ctx.runtime
-    provider = None
-    if call.model_provider is not None:
-        from megatron.training.arguments import core_transformer_config_from_args
-
-        provider = _providers.KeywordProvider(
-            call.model_provider, inputs=_inputs(rt), transformer_config=core_transformer_config_from_args(call.args)
-        )
+    provider = _keyword_provider(call, rt)
     ctx.side_effect(SideEffect.MODEL)
     model, optimizer, scheduler = setup_model_and_optimizer(
         call.model_type,
@@ -198,6 +192,17 @@ def _destroying_rerun_state(ctx: PhaseContext, release: Entry) -> Runtime:
             from megatron.core.rerun_state_machine import destroy_rerun_state_machine
 
             destroy_rerun_state_machine()
+
+
+def _keyword_provider(call: MegatronLMCall, rt: Runtime) -> Any:
+    """The user's model provider, called by keyword with what it asks for; None without one."""
+    if call.model_provider is None:
+        return None
+    from megatron.training.arguments import core_transformer_config_from_args
+
+    return _providers.KeywordProvider(
+        call.model_provider, inputs=_inputs(rt), transformer_config=core_transformer_config_from_args(call.args)
+    )
 
 
 def _inputs(rt: Runtime) -> Any:
