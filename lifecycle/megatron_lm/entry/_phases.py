@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -26,7 +27,7 @@ from lifecycle.config import normalize, raise_for, snapshot_config, validate
 from lifecycle.log import events, redact
 from lifecycle.megatron import MegatronPhases
 from lifecycle.megatron import callbacks_bound as lifecycle_binding
-from lifecycle.megatron_lm.entry import _derive, _providers
+from lifecycle.megatron_lm.entry import _derive, _providers, _resources
 from lifecycle.megatron_lm.entry._distributed import initialize
 from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
 from states import STARTUP_ORDER, SideEffect, State
@@ -63,6 +64,7 @@ class MegatronLMPhases(MegatronPhases):
         super().__init__()
         self.call = call
         real = {state: self.phase_for(state) for state in STARTUP_ORDER[1:]}
+        own: dict[State, Entry] = {State.SERVICES_READY: _resources.release_services}
         for state, enter in (
             (State.VALIDATED, partial(_validate, call)),
             (State.SERVICES_READY, partial(_start_services, call)),
@@ -72,8 +74,15 @@ class MegatronLMPhases(MegatronPhases):
         ):
             inner = real[state]
             assert inner is not None  # MegatronPhases registers every startup state after CONFIGURED
-            self.register(state, Work(enter, inner.release))
+            self.register(state, Work(enter, own.get(state, inner.release)))
         self.around(State.DISTRIBUTED, release=_destroying_rerun_state)
+        self.around(State.MODEL_BUILT, release=_resources.dropping_scheduler)
+
+    def resources(self, state: State, runtime: Runtime) -> list[tuple[str, Callable[[], bool]]]:
+        """What `state`'s work made: the real phases' resources (SERVICES_READY's writers are
+        Megatron-LM's global variables, named with the others), and Megatron-LM's own."""
+        real = super().resources(state, runtime) if state is not State.SERVICES_READY else []
+        return [*real, *_resources.resources(state, runtime)]
 
 
 def _validate(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
@@ -118,7 +127,11 @@ def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     if not adopted:
         ctx.side_effect(SideEffect.TOKENIZER)
         ctx.side_effect(SideEffect.WRITERS)
-        global_vars.set_global_variables(args)
+        try:
+            global_vars.set_global_variables(args)
+        except BaseException:  # what it set before it failed is ours: release it as it would be
+            _resources.release_globals()
+            raise
     tokenizer = get_tokenizer()
     writers = {
         k: v
@@ -134,13 +147,18 @@ def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     from types import MappingProxyType
 
     return dataclasses.replace(
-        ctx.runtime,
+        ctx.runtime if adopted else _created(ctx.runtime),
         services_ready=True,
         tokenizer=tokenizer,
         vocab_size=args.padded_vocab_size,
         vocab_source="megatron-lm",
         writers=MappingProxyType(writers),
     )
+
+
+def _created(rt: Runtime) -> Runtime:
+    """`rt` marked as holding Megatron-LM's global variables made here (SERVICES_READY releases them)."""
+    return dataclasses.replace(rt, extras={**rt.extras, _resources.CREATED: True})
 
 
 def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
@@ -167,7 +185,7 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     )
     extras = {
         **rt.extras,
-        "scheduler": scheduler,
+        _resources.SCHEDULER: scheduler,
         "transformer_config_snapshot": snapshot_config(config),
         "checkpoint_step": int(getattr(call.args, "iteration", 0) or 0),
     }
