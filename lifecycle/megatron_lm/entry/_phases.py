@@ -56,9 +56,11 @@ class MegatronLMCall:
 
 
 class MegatronLMPhases(MegatronPhases):
-    """The lifecycle's states with Megatron-LM's functions as their work; the releases and `drift`
+    """The lifecycle's states with Megatron-LM's functions as their work. The releases and `drift`
     are the real phases' (they undo what these built the same way), DISTRIBUTED's also destroying
-    the rerun state machine it created."""
+    the rerun state machine and MODEL_BUILT's also dropping the scheduler; SERVICES_READY's unsets
+    Megatron-LM's global variables when they were made here (`_resources.py`, which also names
+    what these make for the ledger)."""
 
     def __init__(self, call: MegatronLMCall) -> None:
         super().__init__()
