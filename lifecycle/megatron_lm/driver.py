@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,28 +57,31 @@ def pretrain(
     """
     cycle, store = cycle_and_store(inprocess_call_wrapper, store)  # a wrong one is refused before any work
     quiet_library_loggers()
-    args, validated = _megatron_args(cfg_container)
-    call = MegatronLMCall(
-        cfg_container=cfg_container,
-        train_valid_test_dataset_provider=train_valid_test_dataset_provider,
-        model_type=model_type,
-        forward_step_func=forward_step_func,
-        model_provider=model_provider,
-        process_non_loss_data_func=process_non_loss_data_func,
-        get_embedding_ranks=get_embedding_ranks,
-        get_position_embedding_ranks=get_position_embedding_ranks,
-        non_loss_data_func=non_loss_data_func,
-        store=store,
-        p2p_communicator=p2p_communicator,
-        pg_collection=pg_collection,
-        skip_model_parallel_init=skip_model_parallel_init,
-        args=args,
-        args_validated=validated,
-    )
+    call = _call(locals())  # the arguments as given, `store` as resolved for this cycle
+    return _start_and_train(call, cycle, log_dir=log_dir, tripwires=tripwires, options=options)
+
+
+def _call(arguments: Mapping[str, Any]) -> MegatronLMCall:
+    """The call's record: the arguments Megatron-LM's signature names, and Megatron-LM's args."""
+    args, validated = _megatron_args(arguments["cfg_container"])
+    derived = ("args", "args_validated", "extras")
+    given = {f.name: arguments[f.name] for f in dataclasses.fields(MegatronLMCall) if f.name not in derived}
+    return MegatronLMCall(**given, args=args, args_validated=validated)
+
+
+def _start_and_train(
+    call: MegatronLMCall,
+    cycle: int | None,
+    *,
+    log_dir: str | Path | None,
+    tripwires: TripwirePolicy,
+    options: Options | Mapping[str, object] | None,
+) -> dict[str, Any]:
+    """The lifecycle's startup to its plan's target (in restart cycle `cycle`), then `train()`."""
     where = log_dir if log_dir is not None else os.environ.get(LOG_DIR_ENV)
-    config = run_config(args, log_dir=None if where is None else str(where))
+    config = run_config(call.args, log_dir=None if where is None else str(where))
     with Lifecycle(
-        config, provider=model_provider, phases=MegatronLMPhases(call), tripwires=tripwires, options=options
+        config, provider=call.model_provider, phases=MegatronLMPhases(call), tripwires=tripwires, options=options
     ) as lc:
         if cycle is not None:
             lc.begin_cycle(cycle)

@@ -176,8 +176,9 @@ class NotAProvider:
     payload = "x" * 10_000
 
 
-def provider_shapes() -> dict[str, Any]:
-    """Each provider shape through the drop-in's startup on one rank: the model it built, or the refusal."""
+def provider_shapes(tensorboard_dir: str) -> dict[str, Any]:
+    """Each provider shape through the drop-in's startup on one rank: the model it built, or the
+    refusal; then, in the same process, the drop-in's ledgers (`ledgers`)."""
     from megatron.training.argument_utils import gpt_config_from_args
     from megatron.training.models.gpt import GPTModelBuilder
 
@@ -217,6 +218,7 @@ def provider_shapes() -> dict[str, Any]:
         shaped = dataclasses.replace(call, model_provider=provider)
         out[label] = _startup(MegatronLMPhases(shaped), shaped)
     out["mismatch"] = mismatch()
+    out["ledgers"] = ledgers(tensorboard_dir)  # last: it unsets the script's global variables
     return out
 
 
@@ -234,3 +236,59 @@ def mismatch() -> dict[str, Any]:
     container.model.transformer.num_layers = 4
     edited = dataclasses.replace(call, cfg_container=container, model_provider=None)
     return _startup(MegatronLMPhases(edited), edited)
+
+
+def ledgers(tensorboard_dir: str) -> dict[str, Any]:
+    """The drop-in's startup to CALLBACKS_BOUND and its shutdown on one rank, twice: with the script's
+    global variables (its `parse_and_validate_args` set them: adopted), then with none (the script
+    parsed no arguments; `pretrain` derives them and its `set_global_variables` makes them, with a
+    tensorboard writer)."""
+    import dataclasses
+
+    from megatron.training import global_vars
+
+    from lifecycle.megatron_lm.entry import args_from_container
+
+    call = _one_rank_call()
+    out = {"adopted": _ledger_of(call)}
+    global_vars.unset_global_variables()
+    container = call.cfg_container
+    container.logger.tensorboard_dir = tensorboard_dir
+    derived = dataclasses.replace(call, args=args_from_container(container), args_validated=False)
+    out["created"] = _ledger_of(derived)
+    return out
+
+
+def _ledger_of(call: Any) -> dict[str, Any]:
+    """The ledger at CALLBACKS_BOUND and the entries its probes see alive there, then after the
+    shutdown: the ledger, the leaks it logged, and which of Megatron-LM's global variables, rerun
+    state machine and micro-batch calculator remain."""
+    from megatron.core import num_microbatches_calculator, rerun_state_machine
+    from megatron.training import global_vars
+
+    from lifecycle.engine import Lifecycle
+    from lifecycle.megatron_lm.entry import MegatronLMPhases, run_config
+    from states import State
+
+    lc = Lifecycle(
+        run_config(call.args),
+        phases=MegatronLMPhases(call),
+        options={"keep_records": True, "environment_checks": False},
+    )
+    with lc:
+        lc.advance_to(State.CALLBACKS_BOUND)
+        ledger = lc.ledger
+        alive = [(e.state.name, e.name) for e in lc._ledger.entries if not e.gone()]
+    remaining = [name for name, value in vars(global_vars).items() if name.startswith("_GLOBAL_") and value is not None]
+    if rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE is not None:
+        remaining.append("rerun state machine")
+    if num_microbatches_calculator._GLOBAL_NUM_MICROBATCHES_CALCULATOR is not None:
+        remaining.append("micro-batch calculator")
+    return {
+        "ledger": ledger,
+        "alive": alive,
+        "after": lc.ledger,
+        "leaked": [(r["state"], r["resource"]) for r in lc.records if r["event"] == "resource_leaked"],
+        "remaining": remaining,
+        "script_args_kept": global_vars._GLOBAL_ARGS is call.args,
+    }

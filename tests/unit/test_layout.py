@@ -16,10 +16,6 @@ OVER_MODULE_CAP = {
 }
 OVER_FUNCTION_CAP = {
     "lifecycle/engine/_driver.py:__init__": 59,
-    "lifecycle/megatron_lm/driver.py:pretrain": 60,
-    "lifecycle/megatron_lm/entry/_bound_once.py:bound_once": 45,
-    "lifecycle/megatron_lm/entry/_distributed.py:initialize": 57,
-    "lifecycle/megatron_lm/entry/_phases.py:_build_model": 43,
 }
 
 

@@ -37,27 +37,12 @@ def bound_once(config: Any) -> Iterator[list[str]]:
     views: dict[str, Any] = {"no_sync_func": None} if getattr(config, "no_sync_func", None) is not None else {}
 
     def __setattr__(self: Any, name: str, value: Any) -> None:
-        if name in SLOTS and value is not None:
-            current = base.__getattribute__(self, name)
-            views.pop(name, None)
-            if (
-                isinstance(value, list)
-                and len(value) == 1
-                and not isinstance(current, list)
-                and same(value[0], current)
-            ):
-                views[name] = value  # train() takes the single callable out of its list next
-                return
-            if same(value, current):
-                dropped.append(name)
-                return
-            if current is not None:
-                raise BindingError(
-                    f"Megatron-LM's train() would bind {name} to {_short(value)} but the lifecycle bound "
-                    f"{_short(current)}; the binding does not match Megatron-LM's, report it",
-                    state="CALLBACKS_BOUND",
-                )
-        base.__setattr__(self, name, value)
+        if (
+            name not in SLOTS
+            or value is None
+            or _goes_through(name, value, base.__getattribute__(self, name), views, dropped)
+        ):
+            base.__setattr__(self, name, value)
 
     def __getattribute__(self: Any, name: str) -> Any:
         if name in views:
@@ -72,6 +57,26 @@ def bound_once(config: Any) -> Iterator[list[str]]:
         yield dropped
     finally:
         object.__setattr__(config, "__class__", base)
+
+
+def _goes_through(name: str, value: Any, current: Any, views: dict[str, Any], dropped: list[str]) -> bool:
+    """Whether a binding write of `value` to slot `name`, which holds `current`, goes through: a
+    second binding is dropped (recorded in `dropped`), train()'s one-element list of the bound
+    callable is shown back from `views`, a different callable over a bound one is refused."""
+    views.pop(name, None)
+    if isinstance(value, list) and len(value) == 1 and not isinstance(current, list) and same(value[0], current):
+        views[name] = value  # train() takes the single callable out of its list next
+        return False
+    if same(value, current):
+        dropped.append(name)
+        return False
+    if current is not None:
+        raise BindingError(
+            f"Megatron-LM's train() would bind {name} to {_short(value)} but the lifecycle bound "
+            f"{_short(current)}; the binding does not match Megatron-LM's, report it",
+            state="CALLBACKS_BOUND",
+        )
+    return True
 
 
 def _short(value: Any) -> str:

@@ -80,6 +80,11 @@ class Patched:
             setattr(owner, name, value)
         return self
 
+    @property
+    def installed(self) -> bool:
+        """Some patch is still in place."""
+        return bool(self._saved)
+
     def restore(self) -> None:
         while self._saved:
             owner, name, original, had = self._saved.pop()

@@ -154,7 +154,7 @@ def _parallel(args: Namespace) -> dict[str, Any]:
         "cp": args.context_parallel_size,
         "ep": args.expert_model_parallel_size,
         "etp": args.expert_tensor_parallel_size,
-        "vpp": args.virtual_pipeline_model_parallel_size,
+        "vpp": getattr(args, "virtual_pipeline_model_parallel_size", None),  # validate_args sets it
         "sequence_parallel": args.sequence_parallel,
         "tp_comm_overlap": args.tp_comm_overlap,
     }

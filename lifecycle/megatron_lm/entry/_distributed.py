@@ -102,49 +102,22 @@ def initialize(ctx: PhaseContext, call: Any) -> Runtime:
     TP communicators, JIT warm-up; a failure part-way undoes what was created."""
     import torch
     import torch.distributed as dist
-    from megatron.core import parallel_state as ps
-    from megatron.core.process_groups_config import ProcessGroupCollection
-    from megatron.training import initialize as mi
 
     from lifecycle.megatron.distributed import decide_rehearsal, refuse_if_initialized
 
-    args, config = call.args, ctx.runtime.config
+    args = call.args
     refuse_if_initialized()
-    on, reason = decide_rehearsal(config.rehearsal, bool(torch.cuda.is_available()))
+    on, reason = decide_rehearsal(ctx.runtime.config.rehearsal, bool(torch.cuda.is_available()))
     if on:
         ctx.side_effect(SideEffect.CUDA_DEVICE)
     stand_ins = CpuStandIns() if on else None
     try:
         ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
-        _rerun_state_machine(args)
-        _groups(ctx, call)
-        _seed(ctx, call)
-        mi._init_autoresume()
-        mi._compile_dependencies()
-        if args.tp_comm_overlap:
-            mi._initialize_tp_communicators()
-        mi.set_jit_fusion_options(tp_size=args.tensor_model_parallel_size)
-        groups = call.pg_collection or ProcessGroupCollection.use_mpu_process_groups()
+        groups = _initialize_megatron(ctx, call)
     except BaseException:
         _undo(stand_ins)
         raise
-    ctx.emit(
-        events.DISTRIBUTED_INITIALIZED,
-        backend=args.distributed_backend,
-        tp=config.parallel.tp,
-        pp=config.parallel.pp,
-        cp=config.parallel.cp,
-        ep=config.parallel.ep,
-        dp=ps.get_data_parallel_world_size(),
-        vpp=config.parallel.vpp,
-        ranks={
-            "tp": ps.get_tensor_model_parallel_rank(),
-            "pp": ps.get_pipeline_model_parallel_rank(),
-            "cp": ps.get_context_parallel_rank(),
-            "ep": ps.get_expert_model_parallel_rank(),
-            "dp": ps.get_data_parallel_rank(),
-        },
-    )
+    _emit_initialized(ctx, args)
     return dataclasses.replace(
         ctx.runtime,
         distributed=True,
@@ -153,6 +126,47 @@ def initialize(ctx: PhaseContext, call: Any) -> Runtime:
         backend=args.distributed_backend,
         pg_collection=groups,
         rehearsal=stand_ins,
+    )
+
+
+def _initialize_megatron(ctx: PhaseContext, call: Any) -> Any:
+    """`initialize_megatron`'s steps, then `pretrain`'s JIT warm-up; returns the process groups."""
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.training import initialize as mi
+
+    args = call.args
+    _rerun_state_machine(args)
+    _groups(ctx, call)
+    _seed(ctx, call)
+    mi._init_autoresume()
+    mi._compile_dependencies()
+    if args.tp_comm_overlap:
+        mi._initialize_tp_communicators()
+    mi.set_jit_fusion_options(tp_size=args.tensor_model_parallel_size)
+    return call.pg_collection or ProcessGroupCollection.use_mpu_process_groups()
+
+
+def _emit_initialized(ctx: PhaseContext, args: Any) -> None:
+    """The DISTRIBUTED_INITIALIZED record: the parallel sizes and this rank's place in each group."""
+    from megatron.core import parallel_state as ps
+
+    parallel = ctx.runtime.config.parallel
+    ctx.emit(
+        events.DISTRIBUTED_INITIALIZED,
+        backend=args.distributed_backend,
+        tp=parallel.tp,
+        pp=parallel.pp,
+        cp=parallel.cp,
+        ep=parallel.ep,
+        dp=ps.get_data_parallel_world_size(),
+        vpp=parallel.vpp,
+        ranks={
+            "tp": ps.get_tensor_model_parallel_rank(),
+            "pp": ps.get_pipeline_model_parallel_rank(),
+            "cp": ps.get_context_parallel_rank(),
+            "ep": ps.get_expert_model_parallel_rank(),
+            "dp": ps.get_data_parallel_rank(),
+        },
     )
 
 

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -26,7 +27,7 @@ from lifecycle.config import normalize, raise_for, snapshot_config, validate
 from lifecycle.log import events, redact
 from lifecycle.megatron import MegatronPhases
 from lifecycle.megatron import callbacks_bound as lifecycle_binding
-from lifecycle.megatron_lm.entry import _derive, _providers
+from lifecycle.megatron_lm.entry import _derive, _providers, _resources
 from lifecycle.megatron_lm.entry._distributed import initialize
 from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
 from states import STARTUP_ORDER, SideEffect, State
@@ -55,14 +56,17 @@ class MegatronLMCall:
 
 
 class MegatronLMPhases(MegatronPhases):
-    """The lifecycle's states with Megatron-LM's functions as their work; the releases and `drift`
+    """The lifecycle's states with Megatron-LM's functions as their work. The releases and `drift`
     are the real phases' (they undo what these built the same way), DISTRIBUTED's also destroying
-    the rerun state machine it created."""
+    the rerun state machine and MODEL_BUILT's also dropping the scheduler; SERVICES_READY's unsets
+    Megatron-LM's global variables when they were made here (`_resources.py`, which also names
+    what these make for the ledger)."""
 
     def __init__(self, call: MegatronLMCall) -> None:
         super().__init__()
         self.call = call
         real = {state: self.phase_for(state) for state in STARTUP_ORDER[1:]}
+        own: dict[State, Entry] = {State.SERVICES_READY: _resources.release_services}
         for state, enter in (
             (State.VALIDATED, partial(_validate, call)),
             (State.SERVICES_READY, partial(_start_services, call)),
@@ -72,8 +76,15 @@ class MegatronLMPhases(MegatronPhases):
         ):
             inner = real[state]
             assert inner is not None  # MegatronPhases registers every startup state after CONFIGURED
-            self.register(state, Work(enter, inner.release))
+            self.register(state, Work(enter, own.get(state, inner.release)))
         self.around(State.DISTRIBUTED, release=_destroying_rerun_state)
+        self.around(State.MODEL_BUILT, release=_resources.dropping_scheduler)
+
+    def resources(self, state: State, runtime: Runtime) -> list[tuple[str, Callable[[], bool]]]:
+        """What `state`'s work made: the real phases' resources (SERVICES_READY's writers are
+        Megatron-LM's global variables, named with the others), and Megatron-LM's own."""
+        real = super().resources(state, runtime) if state is not State.SERVICES_READY else []
+        return [*real, *_resources.resources(state, runtime)]
 
 
 def _validate(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
@@ -118,7 +129,11 @@ def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     if not adopted:
         ctx.side_effect(SideEffect.TOKENIZER)
         ctx.side_effect(SideEffect.WRITERS)
-        global_vars.set_global_variables(args)
+        try:
+            global_vars.set_global_variables(args)
+        except BaseException:  # what it set before it failed is ours: release it as it would be
+            _resources.release_globals()
+            raise
     tokenizer = get_tokenizer()
     writers = {
         k: v
@@ -134,7 +149,7 @@ def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     from types import MappingProxyType
 
     return dataclasses.replace(
-        ctx.runtime,
+        ctx.runtime if adopted else _created(ctx.runtime),
         services_ready=True,
         tokenizer=tokenizer,
         vocab_size=args.padded_vocab_size,
@@ -143,18 +158,17 @@ def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     )
 
 
+def _created(rt: Runtime) -> Runtime:
+    """`rt` marked as holding Megatron-LM's global variables made here (SERVICES_READY releases them)."""
+    return dataclasses.replace(rt, extras={**rt.extras, _resources.CREATED: True})
+
+
 def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     from megatron.core.utils import get_model_config
     from megatron.training.training import setup_model_and_optimizer
 
     rt = ctx.runtime
-    provider = None
-    if call.model_provider is not None:
-        from megatron.training.arguments import core_transformer_config_from_args
-
-        provider = _providers.KeywordProvider(
-            call.model_provider, inputs=_inputs(rt), transformer_config=core_transformer_config_from_args(call.args)
-        )
+    provider = _keyword_provider(call, rt)
     ctx.side_effect(SideEffect.MODEL)
     model, optimizer, scheduler = setup_model_and_optimizer(
         call.model_type,
@@ -173,7 +187,7 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     )
     extras = {
         **rt.extras,
-        "scheduler": scheduler,
+        _resources.SCHEDULER: scheduler,
         "transformer_config_snapshot": snapshot_config(config),
         "checkpoint_step": int(getattr(call.args, "iteration", 0) or 0),
     }
@@ -198,6 +212,17 @@ def _destroying_rerun_state(ctx: PhaseContext, release: Entry) -> Runtime:
             from megatron.core.rerun_state_machine import destroy_rerun_state_machine
 
             destroy_rerun_state_machine()
+
+
+def _keyword_provider(call: MegatronLMCall, rt: Runtime) -> Any:
+    """The user's model provider, called by keyword with what it asks for; None without one."""
+    if call.model_provider is None:
+        return None
+    from megatron.training.arguments import core_transformer_config_from_args
+
+    return _providers.KeywordProvider(
+        call.model_provider, inputs=_inputs(rt), transformer_config=core_transformer_config_from_args(call.args)
+    )
 
 
 def _inputs(rt: Runtime) -> Any:
