@@ -13,11 +13,9 @@ MAX_FUNCTION_LINES = 40
 # to split, never to grow. This list may only shrink; a name leaves it when it fits the cap.
 OVER_MODULE_CAP = {
     "lifecycle/audit/_handlers.py": 446,
-    "lifecycle/engine/_driver.py": 439,
 }
 OVER_FUNCTION_CAP = {
     "lifecycle/audit/_handlers.py:transition_completed": 50,
-    "lifecycle/engine/_driver.py:__init__": 59,
     "lifecycle/export/_chrome.py:_rank_events": 93,
     "lifecycle/export/_chrome.py:_flows": 41,
     "lifecycle/export/_report.py:report_data": 71,
