@@ -1,34 +1,38 @@
-"""`Lifecycle`: the driver API over the transition table, with guards, tripwires and the startup log."""
+"""`Lifecycle`: the driver API over the transition table, with guards, tripwires and the startup log.
+
+It owns its parts and calls them: the shared record (`_shared.py`), the side-effect rules, failure
+handling, the entry work, the ledger and cycles, and the step book. The driver itself fires
+triggers: guards, then the entry work, then the machine's move and the completion record.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
-from lifecycle.config import RunConfig, Snapshot
-from lifecycle.engine import _steps, _tripwires, _warnings
-from lifecycle.engine._context import Context
-from lifecycle.engine._failures import Failures, SignalTrap, track
+from lifecycle.config import RunConfig
+from lifecycle.engine import _tripwires, _warnings
+from lifecycle.engine._failures import Failures, track
+from lifecycle.engine._guarding import Guards
 from lifecycle.engine._ledger import Cycles
-from lifecycle.engine._machine import MachineModel, build_machine
+from lifecycle.engine._machine import build_machine
+from lifecycle.engine._shared import TripwirePolicy, elastic, make_shared
 from lifecycle.engine._side_effects import SideEffectRules
-from lifecycle.engine._work import ENTERS, RELEASE_KEEP, RESUMING, EntryWork, default_phases
-from lifecycle.errors import ConfigError, GuardRejected, InvalidTransition, PhaseFailed, StartupAborted
-from lifecycle.launchers import restart_count
-from lifecycle.log import AuditLog, events
-from lifecycle.runtime import Options, PhaseSet, Runtime, rank_of, run_id_from_env, world_size_of
+from lifecycle.engine._work import RESUMING, EntryWork
+from lifecycle.errors import GuardRejected, InvalidTransition, PhaseFailed, StartupAborted
+from lifecycle.log import events
+from lifecycle.megatron import steps as _steps
+from lifecycle.megatron.steps import StepHandle, StepResult, StepsSlot
+from lifecycle.runtime import Options, PhaseSet, Runtime
 from states import (
     PLAN_TARGETS,
     STARTUP_ORDER,
-    Facts,
-    Guard,
     Plan,
     State,
     Transition,
@@ -36,14 +40,14 @@ from states import (
     allowed_triggers,
     find,
     forward_trigger,
-    rule,
 )
 
-TripwirePolicy = Literal["raise", "warn", "off"]
+__all__ = ["Lifecycle", "TripwirePolicy"]
+
 _FORWARD = frozenset(forward_trigger(dest) for dest in STARTUP_ORDER[1:])
 
 
-class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
+class Lifecycle:
     """Drive one process's Megatron startup through the table: `lc.advance_to(State.CALLBACKS_BOUND)`."""
 
     def __init__(
@@ -58,99 +62,95 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         options: Options | Mapping[str, object] | None = None,
         run_id: str | None = None,
     ) -> None:
-        if tripwires not in ("raise", "warn", "off"):
-            raise ConfigError(
-                f"tripwires={tripwires!r} is not a policy; use 'raise' (default), 'warn' or 'off'",
-                field="tripwires",
-                problems=[repr(tripwires)],
-            )
-        self.plan = Plan(plan if plan is not None else config.plan)
-        self.provider = provider
-        self.options = Options.of(options)
-        self.policy: TripwirePolicy = tripwires
-        self._config = config
-        self._phases: PhaseSet = phases if phases is not None else default_phases()
-        log_dir = log_dir if log_dir is not None else config.logging.log_dir
-        self._log_dir = Path(log_dir) if log_dir is not None else None
-        self._runtime = Runtime(config=config, rank=rank_of(config), world_size=world_size_of(config))
-        self._snapshot: Snapshot | None = None
-        self._active: Trigger | None = None
-        self._facts_now: Facts | None = None
-        self._lock = threading.RLock()
-        self._pending_error: BaseException | None = None
-        self._phase_logged_validation = False
-        self._fail_reason = ""
-        self._depth = 0  # _fire calls in progress on the lock-holding thread
-        self._aborting = self._abort_logged = self._fault_seen = False
-        self._trap = SignalTrap(self._on_signal, self._on_signal_blocked)
-        self._log = AuditLog(
-            run_id=run_id or run_id_from_env(),
-            rank=self._runtime.rank,
-            world_size=self._runtime.world_size,
-            keep_records=self.options.keep_records,
+        self._shared = shared = make_shared(
+            config, provider, log_dir, plan=plan, phases=phases, tripwires=tripwires, options=options, run_id=run_id
         )
-        self._model = MachineModel()
-        self._machine = build_machine(self._model, on_guard=self._guard)
-        self._log.emit(
+        self._guards = Guards(shared)
+        self._rules = SideEffectRules(shared)
+        self._cycles = Cycles(shared)
+        self._failures = Failures(shared, shutdown=self.shutdown, move=self._move)
+        self._work = EntryWork(shared, cycles=self._cycles, failures=self._failures, declare=self._rules.declare)
+        self.steps_slot = StepsSlot()
+        """The step book of the current binding (`lifecycle.megatron.steps.steps_for`)."""
+        self._machine = build_machine(shared.model, on_guard=self._guards.condition)
+        shared.log.emit(
             events.LIFECYCLE_STARTED,
-            plan=self.plan.value,
+            plan=shared.plan.value,
             target=self.target.name,
             policy=tripwires,
             pid=os.getpid(),
             host=socket.gethostname(),
             rehearsal=config.rehearsal,
-            **_elastic(),
+            **elastic(),
         )
         if tripwires != "off":
-            _tripwires.arm(self)
-        self._warnings = _warnings.capture(self, console=self._runtime.rank == 0, enabled=self.options.capture_warnings)
+            _tripwires.arm(self._rules)
+        self._warnings = _warnings.capture(
+            shared, console=shared.runtime.rank == 0, enabled=shared.options.capture_warnings
+        )
         track(self)
 
     # -- what users read -------------------------------------------------------------------------
     @property
     def state(self) -> State:
-        return self._model.state
+        return self._shared.state
 
     @property
     def runtime(self) -> Runtime:
-        return self._runtime
+        return self._shared.runtime
+
+    @property
+    def plan(self) -> Plan:
+        return self._shared.plan
+
+    @property
+    def provider(self) -> Any:
+        return self._shared.provider
+
+    @property
+    def options(self) -> Options:
+        return self._shared.options
+
+    @property
+    def policy(self) -> TripwirePolicy:
+        return self._shared.policy
 
     @property
     def target(self) -> State:
         """The state this lifecycle's plan stops at."""
-        return PLAN_TARGETS[self.plan]
+        return PLAN_TARGETS[self._shared.plan]
 
     @property
     def log_path(self) -> Path | None:
-        return self._log.path
+        return self._shared.log.path
 
     @property
     def run_id(self) -> str:
-        return self._log.run_id
+        return self._shared.log.run_id
 
     @property
     def records(self) -> list[dict[str, Any]]:
         """Every record logged so far, when created with `options=Options(keep_records=True)`."""
-        return self._log.records
+        return self._shared.log.records
 
     def check_config(self) -> None:
         """Raise `ConfigMutated` (and log it) if the validated config, or the megatron config built
         from it, changed; the engine also checks before every transition."""
-        with self._lock:
-            self._check_mutation(None)
+        with self._shared.lock:
+            self._work.check_mutation(None)
 
     @property
     def log_fault(self) -> OSError | None:
         """Why the log file stopped taking records (they went to stderr since), or None."""
-        return self._log.fault
+        return self._shared.log.fault
 
     def record(self, event: str, **fields: Any) -> None:
         """Add a record to this rank's startup log (training code logs `step_completed` this way).
         Never raises because of the log: a write failure moves the lifecycle to FAILED instead."""
-        with self._lock:
-            self._log.emit(event, **fields)
-            if self._new_log_fault() is not None:
-                self._fail_for_log(None, self.state, raise_=False)
+        with self._shared.lock:
+            self._shared.log.emit(event, **fields)
+            if self._failures.new_log_fault() is not None:
+                self._failures.fail_for_log(None, self.state, raise_=False)
 
     # -- triggers ---------------------------------------------------------------------------------
     def validate(self) -> Runtime:
@@ -178,18 +178,18 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
 
     def fail(self, reason: str = "") -> Runtime:
         """Mark the startup as failed (the engine does this itself when entry work raises)."""
-        self._fail_reason = reason
+        self._failures.reason = reason
         return self._fire(Trigger.FAIL)
 
     def shutdown(self) -> Runtime:
         """Release everything in reverse order; a no-op once SHUT_DOWN. From another thread than the
         one that started the CPU rehearsal it is refused (RehearsalError) before anything changes,
         unless that thread has ended; at interpreter exit it runs by itself if nobody called it."""
-        with self._lock:
+        with self._shared.lock:
             if self.state is State.SHUT_DOWN:
-                return self._runtime
+                return self._shared.runtime
             self._warnings.flush()
-            with self._signals_held():
+            with self._failures.signals_held():
                 try:
                     return self._fire(Trigger.SHUTDOWN)
                 finally:
@@ -200,9 +200,9 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         SHUT_DOWN leaves no tripwire, signal handler or open file behind."""
         if self.state is State.SHUT_DOWN:
             self._warnings.release()  # first: nothing is written after the shutdown record
-            _tripwires.disarm(self)
-            self._trap.uninstall()
-            self._log.close()
+            _tripwires.disarm(self._rules)
+            self._failures.trap.uninstall()
+            self._shared.log.close()
 
     def fire(self, trigger: Trigger | str) -> Runtime:
         """Fire a trigger by enum or name (what the fuzzer and CLI use)."""
@@ -220,7 +220,7 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
     def advance_to(self, target: State) -> Runtime:
         """Fire the forward triggers from the current state up to `target`, in order, holding the
         lock throughout: concurrent callers each get the runtime (or one clear error)."""
-        with self._lock:
+        with self._shared.lock:
             return self._advance(target)
 
     def _advance(self, target: State) -> Runtime:
@@ -241,7 +241,7 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
             )
         for dest in STARTUP_ORDER[self.state.startup_index + 1 : target.startup_index + 1]:
             self._fire(forward_trigger(dest))
-        return self._runtime
+        return self._shared.runtime
 
     def __enter__(self) -> Lifecycle:
         return self
@@ -250,190 +250,150 @@ class Lifecycle(Cycles, SideEffectRules, Failures, EntryWork, _steps.StepLoop):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if isinstance(exc, StartupAborted):
-            self._abort(exc)
+            self._failures.abort(exc)
         if exc is not None and self.state not in (State.FAILED, State.SHUT_DOWN):
-            self._fail_reason = f"{type(exc).__name__}: {exc}"
+            self._failures.reason = f"{type(exc).__name__}: {exc}"
             self._fire(Trigger.FAIL)
         self.shutdown()
 
+    # -- the ledger and restart cycles (lifecycle.resilience) -------------------------------------
+    def provide(self, **extras: object) -> None:
+        """Hand objects to the entry work through `runtime.extras` (the restart's rendezvous store)."""
+        self._cycles.provide(**extras)
+
+    @property
+    def cycle(self) -> int:
+        return self._shared.log.cycle
+
+    @property
+    def ledger(self) -> list[tuple[str, str]]:
+        """(state, resource) of every entry in the ledger now, oldest first."""
+        return self._cycles.ledger.names()
+
+    def begin_cycle(self, cycle: int) -> None:
+        """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
+        self._cycles.begin(cycle)
+
+    def cycle_trained(self, **fields: Any) -> None:
+        """Log `cycle_started` once the cycle is at its target and training starts: the ledger now
+        (`STATE:resource`), the config fingerprint, and the caller's fields."""
+        self._cycles.trained(**fields)
+
+    def end_cycle(self, **fields: Any) -> None:
+        """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
+        self._cycles.ended(**fields)
+
+    # -- training steps (lifecycle.megatron.steps: one implementation, shared with train_steps) ---
+    @contextmanager
+    def step(self, n: int) -> Iterator[StepHandle]:
+        """Around one hand-written training step (forward/backward and optimizer step inside).
+
+        Step 1 defers the parameter gather (distributed optimizer with overlapped gather), the
+        first step is checked by the binding's watchdog, and `step_completed` is logged with
+        `s.loss`. Raises `FinalizerNotCalled` when the first step ran through an unbound config.
+        """
+        with _steps.steps_for(self).step(n) as handle:
+            yield handle
+
+    def after_step(self, n: int, *, loss: float | None = None) -> StepResult:
+        """For loops that cannot use `with lc.step(n)`: the watchdog and `step_completed` after step
+        `n` (the first-step gather deferral needs `lc.step`, which also calls this)."""
+        return _steps.steps_for(self).end(n, loss)
+
+    def sync_params(self, reason: str = "after_last_step") -> bool:
+        """Force the parameter all-gather after the last step and before saving a checkpoint, as
+        Megatron-LM does; False (nothing to do) unless the distributed optimizer overlaps it."""
+        return _steps.steps_for(self).sync_params(reason)
+
     # -- the engine -------------------------------------------------------------------------------
     def _fire(self, trigger: Trigger) -> Runtime:
-        with self._lock:
-            self._depth += 1
+        shared = self._shared
+        with shared.lock:
+            shared.depth += 1
             try:
                 return self._fire_locked(trigger)
             except StartupAborted as aborted:
-                if self._depth == 1:
-                    self._abort(aborted)
+                if shared.depth == 1:
+                    self._failures.abort(aborted)
                 raise
             finally:
-                self._depth -= 1
+                shared.depth -= 1
 
     def _fire_locked(self, trigger: Trigger) -> Runtime:
+        shared, failures = self._shared, self._failures
         source = self.state
         row = find(source, trigger)
         if row is None:
-            allowed = allowed_triggers(source)
-            self._log.emit(
-                events.INVALID_TRANSITION, trigger=trigger.value, source=source.name, allowed=[t.value for t in allowed]
-            )
-            raise InvalidTransition(
-                f"{trigger.value} is not defined from {source.name}; allowed from there: "
-                f"{', '.join(t.value for t in allowed) or 'nothing (terminal)'}",
-                state=source,
-                trigger=trigger,
-                allowed=allowed,
-            )
-        self._refuse_wrong_thread(trigger)
+            self._guards.undefined(trigger, source)
+        failures.refuse_wrong_thread(trigger)
         if trigger not in (Trigger.FAIL, Trigger.SHUTDOWN):
-            if self._new_log_fault() is not None:
-                self._fail_for_log(trigger, source)
-            self._check_mutation(trigger)
+            if failures.new_log_fault() is not None:
+                failures.fail_for_log(trigger, source)
+            self._work.check_mutation(trigger)
         if trigger in _FORWARD or trigger is Trigger.RESTART:
-            self._trap.install()
+            failures.trap.install()
         _tripwires.refresh()
-        self._log.emit(events.TRANSITION_STARTED, trigger=trigger.value, source=source.name)
-        if trigger in _FORWARD and self._new_log_fault() is not None:
-            self._fail_for_log(trigger, source)  # do not start work the log cannot record
+        shared.log.emit(events.TRANSITION_STARTED, trigger=trigger.value, source=source.name)
+        if trigger in _FORWARD and failures.new_log_fault() is not None:
+            failures.fail_for_log(trigger, source)  # do not start work the log cannot record
         started = time.perf_counter()
+        assert row is not None
         self._run(trigger, row, source, started)
         self._completed(trigger, source, time.perf_counter() - started)
-        if trigger is not Trigger.SHUTDOWN and self._new_log_fault() is not None:
-            self._fail_for_log(trigger, source)
-        if self._pending_error is not None:
-            error, self._pending_error = self._pending_error, None
+        if trigger is not Trigger.SHUTDOWN and failures.new_log_fault() is not None:
+            failures.fail_for_log(trigger, source)
+        if self._work.pending_error is not None:
+            error, self._work.pending_error = self._work.pending_error, None
             raise PhaseFailed(
                 f"shutdown released what it could, but: {error}", state=self.state, trigger=trigger
             ) from error
-        return self._runtime
+        return shared.runtime
 
     def _run(self, trigger: Trigger, row: Transition, source: State, started: float) -> None:
-        self._active = trigger
-        self._facts_now = self._facts(trigger, row.dest)
+        shared = self._shared
+        shared.active = trigger
         try:
             # Guards first (they raise), then the entry work, then the machine commits the state
             # (re-checking the same guards as its conditions). Entry work runs outside the
             # machine's callbacks: each callback costs a trip through LockedMachine's proxies.
-            self._guard(row)(None)
-            if trigger in RESUMING and self.policy != "off":
-                _tripwires.arm(self)  # only once the guards let it through: a refusal changes nothing
-            self._enter(trigger)
-            self._trigger(trigger)
+            with self._guards.holding(trigger, row.dest):
+                self._guards.condition(row)(None)
+                if trigger in RESUMING and shared.policy != "off":
+                    _tripwires.arm(self._rules)  # only once the guards let it through: a refusal changes nothing
+                self._work.enter(trigger)
+                self._trigger(trigger)
         except GuardRejected:
             raise
         except BaseException as exc:
-            self._on_phase_error(trigger, source, exc, time.perf_counter() - started)
+            self._failures.on_phase_error(trigger, source, exc, time.perf_counter() - started)
         finally:
-            self._active = None
-            self._facts_now = None
+            shared.active = None
 
     def _trigger(self, trigger: Trigger) -> None:
-        self._machine.events[trigger.value].trigger(self._model)
+        self._machine.events[trigger.value].trigger(self._shared.model)
+
+    def _move(self, trigger: Trigger, source: State, duration: float) -> None:
+        """Fire `trigger` on the machine and log its completion (failure handling's FAIL)."""
+        self._trigger(trigger)
+        self._completed(trigger, source, duration)
 
     def _completed(self, trigger: Trigger, source: State, duration: float) -> None:
+        shared = self._shared
         fields: dict[str, Any] = {}
         if trigger is Trigger.FAIL:
-            fields["reason"] = getattr(self, "_fail_reason", "")
-        self._log.emit(
+            fields["reason"] = self._failures.reason
+        shared.log.emit(
             events.TRANSITION_COMPLETED,
             trigger=trigger.value,
             source=source.name,
             dest=self.state.name,
             duration_s=duration,
-            config_fingerprint=self._runtime.fingerprint,
+            config_fingerprint=shared.runtime.fingerprint,
             **fields,
         )
         if self.state in (self.target, State.FAILED, State.SHUT_DOWN):
             # Tripwires guard the startup only: user code recovering from a failure may seed and
             # create groups; restart() arms them again.
-            _tripwires.disarm(self)
-            if not self._aborting:  # an abort keeps its handlers (ignoring repeats) until released
-                self._trap.uninstall()
-
-    def _guard(self, row: Transition) -> Any:
-        def condition(_event: Any) -> bool:
-            facts = self._facts_now or self._facts(row.trigger, row.dest)
-            for guard in row.guards:
-                if not guard(facts):
-                    self._reject(row, guard, facts)
-            return True
-
-        return condition
-
-    def _reject(self, row: Transition, guard: Guard, facts: Facts) -> None:
-        reason = rule(guard)
-        self._log.emit(
-            events.GUARD_REJECTED,
-            trigger=row.trigger.value,
-            source=facts.state.name,
-            guard=guard.__name__,
-            reason=reason,
-        )
-        if facts.state is State.FAILED and not facts.config_validated:
-            reason += "; nothing was validated (validate failed): fix the config and create a new Lifecycle with it"
-        raise GuardRejected(
-            f"{row.trigger.value} refused in {facts.state.name} by {guard.__name__}: {reason}",
-            state=facts.state,
-            trigger=row.trigger,
-            guard=guard.__name__,
-            reason=reason,
-        )
-
-    def _facts(self, trigger: Trigger, dest: State) -> Facts:
-        rt = self._runtime
-        return Facts(
-            state=self.state,
-            trigger=trigger,
-            dest=dest,
-            plan=self.plan,
-            config_validated=rt.validated,
-            services_ready=rt.services_ready,
-            distributed=rt.distributed,
-            model_built=rt.model is not None,
-            generation=rt.generation,
-        )
-
-    def _enter(self, trigger: Trigger) -> None:
-        ctx = Context(
-            runtime=self._runtime,
-            trigger=trigger,
-            provider=self.provider,
-            plan=self.plan,
-            options=self.options,
-            declare=self._declare_side_effect,
-            record=self._emit_from_phase,
-            rank_known=self._set_rank,
-        )
-        dest = ENTERS.get(trigger)
-        if dest is not None:
-            runtime = self._phase(dest).enter(ctx)
-            if trigger is Trigger.VALIDATE:
-                self._runtime = self._validated(runtime)
-            else:
-                self._runtime = runtime
-                self._register(trigger, dest)
-        elif trigger in RELEASE_KEEP:
-            self._runtime = self._release(ctx, trigger)
-            del ctx  # it holds the released runtime: the ledger checks that nothing does
-            self._released(trigger)
-        elif trigger is Trigger.FAIL:
-            self._phases_failed(self.state)
-
-    def _state_name(self) -> str:
-        return self.state.name
-
-    def _emit_from_phase(self, event: str, fields: dict[str, Any]) -> None:
-        if event == events.CONFIG_VALIDATED:
-            self._phase_logged_validation = True
-        self._log.emit(event, **fields)
-
-    def _set_rank(self, rank: int, world_size: int) -> None:
-        self._runtime = dataclasses.replace(self._runtime, rank=rank, world_size=world_size)
-        if rank != self._log.rank or world_size != self._log.world_size:
-            self._log.rebind(rank=rank, world_size=world_size)
-
-
-def _elastic() -> dict[str, int]:
-    """torchrun's restart count, when this process is a restart of an elastic job."""
-    count = restart_count()
-    return {} if count is None else {"restart_count": count}
+            _tripwires.disarm(self._rules)
+            if not self._failures.aborting:  # an abort keeps its handlers (ignoring repeats) until released
+                self._failures.trap.uninstall()

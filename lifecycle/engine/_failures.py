@@ -2,7 +2,7 @@
 during startup, a release from the wrong thread. Whatever fails, the lifecycle ends in FAILED or
 SHUT_DOWN with a record saying where and why, and nothing it created is left behind.
 
-Mixed into `Lifecycle`; docs/failures.md says what each failure leaves behind.
+A part of `Lifecycle`; docs/failures.md says what each failure leaves behind.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import os
 import signal
 import threading
 import weakref
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +23,8 @@ from lifecycle.runtime.signals import SignalWatch
 from states import State, Trigger, find
 
 if TYPE_CHECKING:
-    from lifecycle.config import RunConfig
-    from lifecycle.log import AuditLog
-    from lifecycle.runtime import PhaseSet, Runtime
+    from lifecycle.engine._shared import Shared
+    from lifecycle.runtime import Runtime
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _OPEN: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -79,40 +77,27 @@ class SignalTrap:
 
 
 class Failures:
-    """What `Lifecycle` does when something fails."""
+    """A part of `Lifecycle`: what it does when something fails. Its own state: the reason of the
+    FAIL being made, whether an abort is under way (and logged), whether the log's fault was seen,
+    and the signal trap. `shutdown` and `move` are the driver's (`move` fires a trigger on the
+    machine and logs its completion)."""
 
-    _log: AuditLog
-    _runtime: Runtime
-    _config: RunConfig
-    _phases: PhaseSet
-    _log_dir: Path | None
-    _active: Trigger | None
-    _fail_reason: str
-    _depth: int
-    _aborting: bool
-    _abort_logged: bool
-    _fault_seen: bool
-    _trap: SignalTrap
-
-    @property
-    def state(self) -> State:
-        raise NotImplementedError
-
-    def shutdown(self) -> Runtime:
-        raise NotImplementedError
-
-    def _trigger(self, trigger: Trigger) -> None:
-        raise NotImplementedError
-
-    def _completed(self, trigger: Trigger, source: State, duration: float) -> None:
-        raise NotImplementedError
+    def __init__(
+        self, shared: Shared, *, shutdown: Callable[[], Runtime], move: Callable[[Trigger, State, float], None]
+    ) -> None:
+        self.shared = shared
+        self._shutdown = shutdown
+        self._move = move
+        self.reason = ""
+        self.aborting = self.abort_logged = self.fault_seen = False
+        self.trap = SignalTrap(self.on_signal, self.on_signal_blocked)
 
     # -- entry work that raises -------------------------------------------------------------------
-    def _on_phase_error(self, trigger: Trigger, source: State, exc: BaseException, duration: float) -> None:
+    def on_phase_error(self, trigger: Trigger, source: State, exc: BaseException, duration: float) -> None:
         if isinstance(exc, StartupAborted):  # stopped from outside, not failed: the audit tells them apart
-            self._log_aborted(exc)
+            self.log_aborted(exc)
         else:
-            self._log.emit(
+            self.shared.log.emit(
                 events.TRANSITION_FAILED,
                 trigger=trigger.value,
                 source=source.name,
@@ -120,16 +105,16 @@ class Failures:
                 error=redact_text(str(exc)),
                 duration_s=duration,
             )
-        self._active = None
-        self._force_fail(f"{trigger.value}: {type(exc).__name__}")
-        where = self._record_where()
-        if not self._runtime.validated:
+        self.shared.active = None
+        self.force_fail(f"{trigger.value}: {type(exc).__name__}")
+        where = self.record_where()
+        if not self.shared.runtime.validated:
             way_out = (
                 "The lifecycle is FAILED with nothing validated, so restart() cannot help: fix the "
                 "config and create a new Lifecycle with it."
             )
         else:
-            way_out = f"The lifecycle is now {self.state.name}; call restart() or shutdown()."
+            way_out = f"The lifecycle is now {self.shared.state.name}; call restart() or shutdown()."
         if isinstance(exc, LifecycleError):
             raise type(exc)(f"{exc.message} {way_out}{where}", **exc.context) from exc
         if not isinstance(exc, Exception):
@@ -140,56 +125,55 @@ class Failures:
             trigger=trigger,
         ) from exc
 
-    def _force_fail(self, reason: str) -> None:
+    def force_fail(self, reason: str) -> None:
         """Move to FAILED (where the table allows it from here), logging the FAIL transition."""
-        if find(self.state, Trigger.FAIL) is None:
+        if find(self.shared.state, Trigger.FAIL) is None:
             return
-        self._fail_reason = reason
-        self._log.emit(events.TRANSITION_STARTED, trigger=Trigger.FAIL.value, source=self.state.name)
-        source = self.state
-        self._phases_failed(source)
-        self._trigger(Trigger.FAIL)
-        self._completed(Trigger.FAIL, source, 0.0)
+        self.reason = reason
+        self.shared.log.emit(events.TRANSITION_STARTED, trigger=Trigger.FAIL.value, source=self.shared.state.name)
+        source = self.shared.state
+        self.phases_failed(source)
+        self._move(Trigger.FAIL, source, 0.0)
 
-    def _phases_failed(self, source: State) -> None:
+    def phases_failed(self, source: State) -> None:
         """Tell the phases (when they listen: `failed(runtime, state, reason)`) that this rank
         failed, so the other ranks stop waiting for it and its shutdown waits on none of them."""
-        hook = getattr(self._phases, "failed", None)
+        hook = getattr(self.shared.phases, "failed", None)
         if hook is not None:
             with contextlib.suppress(Exception):  # best effort: the failure itself is what matters
-                hook(self._runtime, source.name, redact_text(self._fail_reason))
+                hook(self.shared.runtime, source.name, redact_text(self.reason))
 
-    def _record_where(self) -> str:
+    def record_where(self) -> str:
         """Make sure the first failure leaves a record even before the log was opened (a failure in
         validate): open the log now, or send its records to stderr when the directory is the
         problem. Returns what the error message should add."""
-        if self._log_dir is None or self._log.is_open or self._log.fault is not None:
+        if self.shared.log_dir is None or self.shared.log.is_open or self.shared.log.fault is not None:
             return ""
-        problem = check_log_dir(self._log_dir)
-        refused = None if problem else self._log.claim(self._log_dir, self._config.logging.existing)
+        problem = check_log_dir(self.shared.log_dir)
+        refused = None if problem else self.shared.log.claim(self.shared.log_dir, self.shared.config.logging.existing)
         problem = problem or (refused[1] if refused else None)
-        if problem is None and self._log.open(self._log_dir) is not None:
+        if problem is None and self.shared.log.open(self.shared.log_dir) is not None:
             return ""
-        self._log.to_stderr()
+        self.shared.log.to_stderr()
         if problem is None:
-            fault = self._log.fault
-            return f" The startup log went to stderr as JSON lines: {self._log.path} cannot be written ({fault})."
+            fault = self.shared.log.fault
+            return f" The startup log went to stderr as JSON lines: {self.shared.log.path} cannot be written ({fault})."
         return " The startup log went to stderr as JSON lines, because logging.log_dir cannot take it (above)."
 
     # -- a log that cannot be written -------------------------------------------------------------
-    def _new_log_fault(self) -> OSError | None:
-        fault = self._log.fault
-        if fault is None or self._fault_seen:
+    def new_log_fault(self) -> OSError | None:
+        fault = self.shared.log.fault
+        if fault is None or self.fault_seen:
             return None
-        self._fault_seen = True
+        self.fault_seen = True
         return fault
 
-    def _fail_for_log(self, trigger: Trigger | None, source: State, *, raise_: bool = True) -> None:
+    def fail_for_log(self, trigger: Trigger | None, source: State, *, raise_: bool = True) -> None:
         """The log stopped taking records: FAILED now (later records go to stderr); raise unless
         this was a user's own call (`record`, a tripwire), which must not fail because of our log."""
-        fault = self._log.fault
+        fault = self.shared.log.fault
         name = trigger.value if trigger is not None else "record"
-        self._log.emit(
+        self.shared.log.emit(
             events.TRANSITION_FAILED,
             trigger=name,
             source=source.name,
@@ -197,53 +181,54 @@ class Failures:
             error=redact_text(str(fault)),
             duration_s=0.0,
         )
-        self._force_fail(f"log_write_failed: {fault}")
+        self.force_fail(f"log_write_failed: {fault}")
         if raise_:
+            path, now = self.shared.log.path, self.shared.state.name
             raise PhaseFailed(
-                f"the startup log {self._log.path} cannot be written ({fault}) during {name} in {source.name}; "
-                f"its records now go to stderr as JSON lines. The lifecycle is {self.state.name}: call shutdown() "
+                f"the startup log {path} cannot be written ({fault}) during {name} in {source.name}; "
+                f"its records now go to stderr as JSON lines. The lifecycle is {now}: call shutdown() "
                 "(it releases everything), then free the disk or choose another logging.log_dir",
                 state=source,
                 trigger=trigger,
             ) from fault
 
     # -- SIGTERM / SIGINT during startup ----------------------------------------------------------
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        self._trap.watch.taken()
-        if self._aborting:
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.trap.watch.taken()
+        if self.aborting:
             return
-        self._aborting = True
-        active = self._active
-        aborted = StartupAborted(signum, state=self.state.name, trigger=active.value if active else None)
-        if self._depth == 0:  # between transitions: nothing is half done, release right here
-            self._abort(aborted)
+        self.aborting = True
+        active = self.shared.active
+        aborted = StartupAborted(signum, state=self.shared.state.name, trigger=active.value if active else None)
+        if self.shared.depth == 0:  # between transitions: nothing is half done, release right here
+            self.abort(aborted)
         raise aborted
 
-    def _abort(self, aborted: StartupAborted) -> None:
+    def abort(self, aborted: StartupAborted) -> None:
         """Log `startup_aborted`, release everything in reverse order; the caller re-raises."""
-        self._aborting = True  # a second signal during the releases is ignored, not obeyed half-way
+        self.aborting = True  # a second signal during the releases is ignored, not obeyed half-way
         try:
-            if self.state is State.SHUT_DOWN:
+            if self.shared.state is State.SHUT_DOWN:
                 return
-            self._log_aborted(aborted)
+            self.log_aborted(aborted)
             # a release that failed is logged (transition_failed); the exit code says aborted
             with contextlib.suppress(LifecycleError):
-                self.shutdown()
+                self._shutdown()
         finally:
-            self._trap.uninstall()
+            self.trap.uninstall()
 
-    def _on_signal_blocked(self, signum: int, waited_s: float) -> None:
+    def on_signal_blocked(self, signum: int, waited_s: float) -> None:
         """On the signal watch's thread: `signum` came `waited_s` ago and the main thread has not run
         its handler. It is blocked in native code (a collective, a store wait, `init_process_group`)
         that may never return, its peers blocked too. Log `startup_aborted` with `blocked_s`, say so
         on stderr, and end the process with 128 + N, as the signal would have without a handler: the
         releases cannot run (the main thread holds them), what they release goes with the process."""
-        if self._aborting:  # the main thread took a signal after all
+        if self.aborting:  # the main thread took a signal after all
             return
-        self._aborting = self._abort_logged = True
-        active = self._active
-        aborted = StartupAborted(signum, state=self.state.name, trigger=active.value if active else None)
-        self._log.emit(
+        self.aborting = self.abort_logged = True
+        active = self.shared.active
+        aborted = StartupAborted(signum, state=self.shared.state.name, trigger=active.value if active else None)
+        self.shared.log.emit(
             events.STARTUP_ABORTED,
             signal=aborted.signal,
             state=aborted.state,
@@ -252,7 +237,7 @@ class Failures:
         )
         during = f" during {aborted.trigger}()" if aborted.trigger else ""
         line = (
-            f"lifecycle: rank {self._runtime.rank}: startup aborted by {aborted.signal} in state {aborted.state}"
+            f"lifecycle: rank {self.shared.runtime.rank}: startup aborted by {aborted.signal} in state {aborted.state}"
             f"{during}; its main thread was blocked in native code for {waited_s:.0f} s, so the process ends "
             f"without the releases (exit {aborted.code})\n"
         )
@@ -260,14 +245,16 @@ class Failures:
             os.write(2, line.encode())
         os._exit(int(aborted.code or 1))
 
-    def _log_aborted(self, aborted: StartupAborted) -> None:
-        if not self._abort_logged:
-            self._abort_logged = True
-            self._log.emit(events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state, trigger=aborted.trigger)
+    def log_aborted(self, aborted: StartupAborted) -> None:
+        if not self.abort_logged:
+            self.abort_logged = True
+            self.shared.log.emit(
+                events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state, trigger=aborted.trigger
+            )
 
     # -- SIGTERM / SIGINT during shutdown --------------------------------------------------------
     @contextlib.contextmanager
-    def _signals_held(self) -> Iterator[None]:
+    def signals_held(self) -> Iterator[None]:
         """Hold SIGTERM/SIGINT while `shutdown()` releases (main thread): a Ctrl-C there must not
         leave half a release behind. The release finishes; then `StartupAborted` (exit 128 + N)."""
         if threading.current_thread() is not threading.main_thread():
@@ -276,7 +263,7 @@ class Failures:
         held: list[int] = []
 
         def hold(signum: int, _frame: FrameType | None) -> None:
-            self._trap.watch.taken()
+            self.trap.watch.taken()
             held.append(signum)
 
         previous = {sig: signal.signal(sig, hold) for sig in _SIGNALS}
@@ -286,16 +273,16 @@ class Failures:
             for sig, handler in previous.items():
                 if signal.getsignal(sig) is hold:  # else the release put the user's handler back itself
                     signal.signal(sig, handler)
-            if held and not self._aborting:  # an abort in progress already says why it stopped
-                raise StartupAborted(held[0], state=self.state.name, trigger=Trigger.SHUTDOWN.value)
+            if held and not self.aborting:  # an abort in progress already says why it stopped
+                raise StartupAborted(held[0], state=self.shared.state.name, trigger=Trigger.SHUTDOWN.value)
 
     # -- releases from the wrong thread -----------------------------------------------------------
-    def _refuse_wrong_thread(self, trigger: Trigger) -> None:
+    def refuse_wrong_thread(self, trigger: Trigger) -> None:
         """A release that would close the CPU rehearsal from another thread is refused before
         anything changes (function modes are per-thread)."""
         if trigger not in (Trigger.SHUTDOWN, Trigger.RESTART):
             return
-        rehearsal = self._runtime.rehearsal
+        rehearsal = self.shared.runtime.rehearsal
         thread_id = getattr(rehearsal, "thread_id", None)
         if rehearsal is None or not getattr(rehearsal, "active", False) or thread_id in (None, threading.get_ident()):
             return

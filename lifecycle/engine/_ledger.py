@@ -1,4 +1,4 @@
-"""The ledger of what each state made, and the restart cycles (mixed into `Lifecycle`).
+"""The ledger of what each state made, and the restart cycles (a part of `Lifecycle`).
 
 After a forward transition's entry work, the phases name what that state created
 (`PhaseSet.resources(state, runtime)`, optional: the light in-process phases have none), each with
@@ -25,8 +25,7 @@ from lifecycle.log import events
 from states import State, Trigger
 
 if TYPE_CHECKING:
-    from lifecycle.log import AuditLog
-    from lifecycle.runtime import PhaseSet, Runtime
+    from lifecycle.engine._shared import Shared
 
 Probe = Callable[[], bool]
 """True when the resource is gone."""
@@ -69,64 +68,47 @@ def _gone(entry: Entry) -> bool:
 
 
 class Cycles:
-    """The ledger hooks and the cycle records of `Lifecycle`."""
+    """A part of `Lifecycle`: its ledger, and the records of its restart cycles."""
 
-    _log: AuditLog
-    _runtime: Runtime
-    _phases: PhaseSet
-
-    @property
-    def _ledger(self) -> Ledger:
-        held: Ledger | None = self.__dict__.get("_the_ledger")
-        if held is None:
-            held = self.__dict__["_the_ledger"] = Ledger()
-        return held
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+        self.ledger = Ledger()
 
     def provide(self, **extras: object) -> None:
         """Hand objects to the entry work through `runtime.extras` (the restart's rendezvous store)."""
-        self._runtime = dataclasses.replace(self._runtime, extras={**self._runtime.extras, **extras})
+        shared = self.shared
+        shared.runtime = dataclasses.replace(shared.runtime, extras={**shared.runtime.extras, **extras})
 
-    @property
-    def cycle(self) -> int:
-        return self._log.cycle
-
-    @property
-    def ledger(self) -> list[tuple[str, str]]:
-        """(state, resource) of every entry in the ledger now, oldest first."""
-        return self._ledger.names()
-
-    def begin_cycle(self, cycle: int) -> None:
+    def begin(self, cycle: int) -> None:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
-        self._log.rebind(cycle=cycle)
+        self.shared.log.rebind(cycle=cycle)
 
-    def cycle_trained(self, **fields: Any) -> None:
-        """Log `cycle_started` once the cycle is at its target and training starts: the ledger now
-        (`STATE:resource`), the config fingerprint, and the caller's fields."""
-        self._log.emit(
+    def trained(self, **fields: Any) -> None:
+        """Log `cycle_started`: the ledger now (`STATE:resource`), the config fingerprint, `fields`."""
+        self.shared.log.emit(
             events.CYCLE_STARTED,
-            ledger=[f"{s}:{n}" for s, n in self._ledger.names()],
-            fingerprint=self._runtime.fingerprint,
+            ledger=[f"{s}:{n}" for s, n in self.ledger.names()],
+            fingerprint=self.shared.runtime.fingerprint,
             **fields,
         )
 
-    def end_cycle(self, **fields: Any) -> None:
+    def ended(self, **fields: Any) -> None:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
-        self._log.emit(events.CYCLE_ENDED, state=self._state_name(), **fields)
+        self.shared.log.emit(events.CYCLE_ENDED, state=self.shared.state.name, **fields)
 
-    def _state_name(self) -> str:
-        raise NotImplementedError
-
-    def _register(self, trigger: Trigger, dest: State) -> None:
-        probes = getattr(self._phases, "resources", None)
+    def register(self, trigger: Trigger, dest: State) -> None:
+        """What the phases say state `dest` made, each with the probe that says it is gone."""
+        probes = getattr(self.shared.phases, "resources", None)
         if probes is None or trigger is Trigger.FAIL:
             return
-        for name, gone in probes(dest, self._runtime):
-            self._ledger.register(dest, name, gone)
+        for name, gone in probes(dest, self.shared.runtime):
+            self.ledger.register(dest, name, gone)
 
-    def _check_released(self, keep: State) -> None:
-        survivors = self._ledger.survivors(keep)
+    def check_released(self, keep: State) -> None:
+        """Probe what the states after `keep` made: a survivor is logged and raised (ResourceLeak)."""
+        survivors = self.ledger.survivors(keep)
         for entry in survivors:
-            self._log.emit(events.RESOURCE_LEAKED, resource=entry.name, state=entry.state.name)
+            self.shared.log.emit(events.RESOURCE_LEAKED, resource=entry.name, state=entry.state.name)
         if survivors:
             first = survivors[0]
             names = ", ".join(f"{e.name} ({e.state.name})" for e in survivors)

@@ -10,29 +10,25 @@ from lifecycle.log import events
 from states import SIDE_EFFECT_OWNERS, SideEffect
 
 if TYPE_CHECKING:
-    from lifecycle.log import AuditLog
+    from lifecycle.engine._shared import Shared
     from lifecycle.runtime import Runtime
-    from states import State, Trigger
 
 
 class SideEffectRules:
-    """Mixed into `Lifecycle`: what `ctx.side_effect(kind)` and the tripwires call."""
+    """A part of `Lifecycle`: what `ctx.side_effect(kind)` and the tripwires call (the tripwires'
+    owner while they are armed for this lifecycle)."""
 
-    _active: Trigger | None
-    _runtime: Runtime
-    _log: AuditLog
-    policy: str
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
 
-    @property
-    def state(self) -> State:
-        raise NotImplementedError
-
-    def _declare_side_effect(self, kind: SideEffect, runtime: Runtime | None = None) -> None:
+    def declare(self, kind: SideEffect, runtime: Runtime | None = None) -> None:
+        """A phase's declared side effect: logged when the running transition owns it, else refused."""
         owner = SIDE_EFFECT_OWNERS[kind]
-        rt = runtime or self._runtime
-        active = self._active
+        shared = self.shared
+        rt = runtime or shared.runtime
+        active = shared.active
         if rt.validated and active is owner:
-            self._log.emit(events.SIDE_EFFECT, kind=kind.value, trigger=owner.value)
+            shared.log.emit(events.SIDE_EFFECT, kind=kind.value, trigger=owner.value)
             return
         if not rt.validated:
             reason = f"{kind.value} before VALIDATED: call validate() first; it belongs to {owner.value}()"
@@ -41,33 +37,35 @@ class SideEffectRules:
             where = f"during {active.value}()" if active else "between transitions"
             reason = f"{kind.value} {where}: it belongs to {owner.value}()"
             error = SideEffectError
-        self._log.emit(
+        shared.log.emit(
             events.SIDE_EFFECT_REFUSED,
             kind=kind.value,
             trigger=active.value if active else None,
             owner=owner.value,
-            state=self.state.name,
+            state=shared.state.name,
             reason=reason,
         )
-        raise error(f"refused: {reason}", kind=kind, owner=owner, state=self.state, trigger=active)
+        raise error(f"refused: {reason}", kind=kind, owner=owner, state=shared.state, trigger=active)
 
-    def _tripwire(self, kind: SideEffect, target: str) -> None:
+    def tripwire(self, kind: SideEffect, target: str) -> None:
+        """A patched library call (`target`) of `kind`: logged when allowed now, else a violation."""
         owner = SIDE_EFFECT_OWNERS[kind]
-        if self._active is owner and self._runtime.validated:
-            self._log.emit(events.SIDE_EFFECT, kind=kind.value, trigger=owner.value)
+        shared = self.shared
+        if shared.active is owner and shared.runtime.validated:
+            shared.log.emit(events.SIDE_EFFECT, kind=kind.value, trigger=owner.value)
             return
-        active = self._active.value if self._active else None
-        self._log.emit(
+        active = shared.active.value if shared.active else None
+        shared.log.emit(
             events.TRIPWIRE_VIOLATION,
             target=target,
             kind=kind.value,
             owner=owner.value,
-            state=self.state.name,
+            state=shared.state.name,
             trigger=active,
-            policy=self.policy,
+            policy=shared.policy,
         )
-        if self.policy == "raise":
-            where = f"during {active}()" if active else f"in state {self.state.name}"
+        if shared.policy == "raise":
+            where = f"during {active}()" if active else f"in state {shared.state.name}"
             raise TripwireViolation(
                 f"{target} was called {where}, outside the transition that owns it: {kind.value} belongs to "
                 f"Lifecycle.{owner.value}(). Let the lifecycle do it (lc.advance_to(...)), or pass "
@@ -75,6 +73,6 @@ class SideEffectRules:
                 target=target,
                 kind=kind,
                 owner=owner,
-                state=self.state,
+                state=shared.state,
                 trigger=active,
             )

@@ -67,7 +67,7 @@ class _ImportHook(importlib.abc.MetaPathFinder):
 
 
 class Owner(Protocol):
-    def _tripwire(self, kind: SideEffect, target: str) -> None:
+    def tripwire(self, kind: SideEffect, target: str) -> None:
         """Raise (policy raise) or log (policy warn) unless `kind` is allowed right now."""
 
 
@@ -94,7 +94,7 @@ class _Registry:
         def tripwire(*args: Any, **kwargs: Any) -> Any:
             owner = REGISTRY.current()
             if owner is not None:
-                owner._tripwire(kind, target)
+                owner.tripwire(kind, target)
             return original(*args, **kwargs)
 
         tripwire.__lifecycle_tripwire__ = original  # type: ignore[attr-defined]  # marker for tests

@@ -35,8 +35,10 @@ _MESSAGE_CAP = 500
 
 
 class _Recorder(Protocol):
-    _lock: threading.RLock
-    _log: Any  # the lifecycle's AuditLog: its `emit`
+    """What the capture uses of a lifecycle's shared record (`engine/_shared.py`)."""
+
+    lock: threading.RLock
+    log: Any  # the lifecycle's AuditLog: its `emit`
 
 
 def _module_of(filename: str) -> str:
@@ -116,12 +118,12 @@ class WarningCapture:
         self._flush(block=False)
 
     def _flush(self, *, block: bool) -> None:
-        lock = self._lc._lock
+        lock = self._lc.lock
         if not lock.acquire(blocking=block):
             return
         try:
             while self._queue:  # the log itself, not `record`: a log that fails here is the engine's to
-                self._lc._log.emit(events.WARNING, **self._queue.popleft())  # notice at its next step
+                self._lc.log.emit(events.WARNING, **self._queue.popleft())  # notice at its next step
         finally:
             lock.release()
 

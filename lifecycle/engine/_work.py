@@ -1,22 +1,24 @@
 """The engine's own part of some transitions' entry work: finding a state's phase, what VALIDATE adds
 (log directory and its policy, the snapshot, opening the log), the releases (each phase after the
-state the trigger keeps, newest first), and the mutation check before every transition. Mixed
-into `Lifecycle`."""
+state the trigger keeps, newest first), and the mutation check before every transition. A part
+of `Lifecycle`."""
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from lifecycle.config import RunConfig, Snapshot
+from lifecycle.config import Snapshot
+from lifecycle.engine._context import Context
 from lifecycle.errors import ConfigError, ConfigMutated
 from lifecycle.log import check_log_dir, events, redact
-from states import STARTUP_ORDER, TABLE, Plan, State, Trigger, entered_by, kept_by
+from states import STARTUP_ORDER, TABLE, Plan, SideEffect, State, Trigger, entered_by, kept_by
 
 if TYPE_CHECKING:
-    from lifecycle.engine._context import Context
-    from lifecycle.log import AuditLog
+    from lifecycle.engine._failures import Failures
+    from lifecycle.engine._ledger import Cycles
+    from lifecycle.engine._shared import Shared
     from lifecycle.runtime import Phase, PhaseSet, Runtime
 
 ENTERS: dict[Trigger, State] = {t: dest for t in Trigger if (dest := entered_by(t)) is not None}
@@ -28,43 +30,77 @@ RESUMING = frozenset(row.trigger for row in TABLE if row.keeps is not None and r
 
 
 class EntryWork:
-    """VALIDATE's log-directory work, the releases, and the mutation check."""
+    """A part of `Lifecycle`: each transition's entry work. It hands the phases their context, runs
+    the entered state's phase (VALIDATE adds the log directory, its policy, the snapshot and the
+    log), the releases, and the mutation check. Its own state: the config snapshot, whether a phase
+    logged the validation itself, and a shutdown's release error held for the end."""
 
-    plan: Plan
-    _config: RunConfig
-    _log: AuditLog
-    _log_dir: Path | None
-    _runtime: Runtime
-    _phases: PhaseSet
-    _snapshot: Snapshot | None
-    _phase_logged_validation: bool
-    _pending_error: BaseException | None
+    def __init__(
+        self, shared: Shared, *, cycles: Cycles, failures: Failures, declare: Callable[[SideEffect, Runtime], None]
+    ) -> None:
+        self.shared = shared
+        self._cycles = cycles
+        self._failures = failures
+        self._declare = declare
+        self.snapshot: Snapshot | None = None
+        self.phase_logged_validation = False
+        self.pending_error: BaseException | None = None
 
-    @property
-    def state(self) -> State:
-        raise NotImplementedError
+    def enter(self, trigger: Trigger) -> None:
+        """Run `trigger`'s work: the entered state's phase, the release of the states it leaves
+        (then the ledger's check), or telling the phases this rank failed."""
+        shared = self.shared
+        ctx = Context(
+            runtime=shared.runtime,
+            trigger=trigger,
+            provider=shared.provider,
+            plan=shared.plan,
+            options=shared.options,
+            declare=self._declare,
+            record=self.emit_from_phase,
+            rank_known=self.set_rank,
+        )
+        dest = ENTERS.get(trigger)
+        if dest is not None:
+            runtime = self.phase(dest).enter(ctx)
+            if trigger is Trigger.VALIDATE:
+                shared.runtime = self.validated(runtime)
+            else:
+                shared.runtime = runtime
+                self._cycles.register(trigger, dest)
+        elif trigger in RELEASE_KEEP:
+            shared.runtime = self.release(ctx, trigger)
+            del ctx  # it holds the released runtime: the ledger checks that nothing does
+            self.released(trigger)
+        elif trigger is Trigger.FAIL:
+            self._failures.phases_failed(shared.state)
 
-    def _force_fail(self, reason: str) -> None:
-        raise NotImplementedError
+    def emit_from_phase(self, event: str, fields: dict[str, Any]) -> None:
+        if event == events.CONFIG_VALIDATED:
+            self.phase_logged_validation = True
+        self.shared.log.emit(event, **fields)
 
-    def _check_released(self, keep: State) -> None:
-        raise NotImplementedError
+    def set_rank(self, rank: int, world_size: int) -> None:
+        shared = self.shared
+        shared.runtime = dataclasses.replace(shared.runtime, rank=rank, world_size=world_size)
+        if rank != shared.log.rank or world_size != shared.log.world_size:
+            shared.log.rebind(rank=rank, world_size=world_size)
 
-    def _phase(self, state: State) -> Phase:
-        phase = self._phases.phase_for(state)
+    def phase(self, state: State) -> Phase:
+        phase = self.shared.phases.phase_for(state)
         if phase is None:
             raise LookupError(
-                f"{type(self._phases).__name__} has no phase for {state.name}; register "
+                f"{type(self.shared.phases).__name__} has no phase for {state.name}; register "
                 f"one: phases.register(State.{state.name}, phase)"
             )
         return phase
 
-    def _release_after(self, ctx: Context, keep: State) -> Runtime:
+    def release_after(self, ctx: Context, keep: State) -> Runtime:
         """Release each state after `keep`, newest first, each phase seeing the runtime the later
         ones left; a failing release does not stop the others, and the first failure is raised."""
         runtime, errors = ctx.runtime, []
         for state in reversed(STARTUP_ORDER[keep.startup_index + 1 :]):
-            phase = self._phases.phase_for(state)
+            phase = self.shared.phases.phase_for(state)
             if phase is None:
                 continue
             try:
@@ -75,88 +111,88 @@ class EntryWork:
             raise errors[0]
         return runtime
 
-    def _validated(self, runtime: Runtime) -> Runtime:
-        fingerprint = self._config.fingerprint()
+    def validated(self, runtime: Runtime) -> Runtime:
+        fingerprint = self.shared.config.fingerprint()
         if runtime.fingerprint is None:
             runtime = dataclasses.replace(runtime, fingerprint=fingerprint)
-        existing = self._config.logging.existing
-        if self._log_dir is not None:
-            problem = check_log_dir(self._log_dir)
+        existing = self.shared.config.logging.existing
+        if self.shared.log_dir is not None:
+            problem = check_log_dir(self.shared.log_dir)
             if problem:
                 raise ConfigError(f"logging.log_dir: {problem}", field="logging.log_dir", problems=[problem])
-            refused = self._log.claim(self._log_dir, existing)
+            refused = self.shared.log.claim(self.shared.log_dir, existing)
             if refused:
                 field, problem = refused
                 raise ConfigError(f"{field}: {problem}", field=field, problems=[problem])
-        self._snapshot = Snapshot(self._config)
-        if not self._phase_logged_validation:
-            self._log.emit(
+        self.snapshot = Snapshot(self.shared.config)
+        if not self.phase_logged_validation:
+            self.shared.log.emit(
                 events.CONFIG_VALIDATED,
                 fingerprint=runtime.fingerprint,
-                config=redact(self._config.to_dict()),
-                environment=self.plan is not Plan.CONVERT,
+                config=redact(self.shared.config.to_dict()),
+                environment=self.shared.plan is not Plan.CONVERT,
             )
-        if self._log_dir is not None and not self._log.is_open:
-            if self._config.logging.otel:  # before open: the held records feed the live spans too
+        if self.shared.log_dir is not None and not self.shared.log.is_open:
+            if self.shared.config.logging.otel:  # before open: the held records feed the live spans too
                 from lifecycle.export import attach_live_spans
 
-                attach_live_spans(self._log, self._config.logging.otel)
-            self._log.open(self._log_dir, overwrite=existing == "overwrite")
+                attach_live_spans(self.shared.log, self.shared.config.logging.otel)
+            self.shared.log.open(self.shared.log_dir, overwrite=existing == "overwrite")
         return runtime
 
-    def _release(self, ctx: Context, trigger: Trigger) -> Runtime:
+    def release(self, ctx: Context, trigger: Trigger) -> Runtime:
         try:
-            runtime = self._release_after(ctx, RELEASE_KEEP[trigger])
+            runtime = self.release_after(ctx, RELEASE_KEEP[trigger])
         except Exception as exc:
             if trigger is not Trigger.SHUTDOWN:
                 raise
-            self._log.emit(
+            self.shared.log.emit(
                 events.TRANSITION_FAILED,
                 trigger=trigger.value,
-                source=self.state.name,
+                source=self.shared.state.name,
                 error_type=type(exc).__name__,
                 error=str(exc),
                 duration_s=0.0,
             )
-            self._pending_error = exc
-            runtime = dataclasses.replace(self._runtime, model=None, optimizer=None, binding=None)
+            self.pending_error = exc
+            runtime = dataclasses.replace(self.shared.runtime, model=None, optimizer=None, binding=None)
         if trigger is Trigger.RESTART:
-            runtime = dataclasses.replace(runtime, generation=self._runtime.generation + 1)
-            self._log.rebind(generation=runtime.generation)
-            self._log.emit(events.GENERATION_STARTED, reason="restart")
+            runtime = dataclasses.replace(runtime, generation=self.shared.runtime.generation + 1)
+            self.shared.log.rebind(generation=runtime.generation)
+            self.shared.log.emit(events.GENERATION_STARTED, reason="restart")
         if trigger is Trigger.SHUTDOWN:
             fields = {}
-            if self._log.fault is not None:  # what could not be logged, reported where it can be
-                unlogged, lost = self._log.unlogged
-                fields = {"log_fault": str(self._log.fault), "unlogged": unlogged, "lost": lost}
-            self._log.emit(events.LIFECYCLE_SHUTDOWN, source=self.state.name, **fields)
+            if self.shared.log.fault is not None:  # what could not be logged, reported where it can be
+                unlogged, lost = self.shared.log.unlogged
+                fields = {"log_fault": str(self.shared.log.fault), "unlogged": unlogged, "lost": lost}
+            self.shared.log.emit(events.LIFECYCLE_SHUTDOWN, source=self.shared.state.name, **fields)
         return runtime
 
-    def _released(self, trigger: Trigger) -> None:
+    def released(self, trigger: Trigger) -> None:
         """The ledger's check, once neither the runtime nor the phase context holds what was released.
         A survivor is logged (`resource_leaked`) in every case; a rebuild or restart also raises
         ResourceLeak, since the next cycle would stack on it. A shutdown does not: it can run while
         a failed entry work's frames still hold what they built (a log write failing inside it), and
         the process is leaving. The errors the lifecycle holds drop their frames' locals first."""
-        _drop_frame_locals(self._pending_error, getattr(self._log, "fault", None))
+        _drop_frame_locals(self.pending_error, getattr(self.shared.log, "fault", None))
         try:
-            self._check_released(RELEASE_KEEP[trigger])
+            self._cycles.check_released(RELEASE_KEEP[trigger])
         except Exception:
             if trigger is not Trigger.SHUTDOWN:
                 raise
 
-    def _check_mutation(self, trigger: Trigger | None) -> None:
-        if self._snapshot is None or not self._runtime.validated:
+    def check_mutation(self, trigger: Trigger | None) -> None:
+        if self.snapshot is None or not self.shared.runtime.validated:
             return
-        changes = self._snapshot.changes()
+        changes = self.snapshot.changes()
         if not changes:
-            changes = list(self._phases.drift(self._runtime))
+            changes = list(self.shared.phases.drift(self.shared.runtime))
         if not changes:
             return
         for name, old, new in changes:
-            self._log.emit(events.CONFIG_MUTATED, field=name, validated=old, current=new)
+            self.shared.log.emit(events.CONFIG_MUTATED, field=name, validated=old, current=new)
         name, old, new = changes[0]
-        self._force_fail(f"config_mutated: {name}")
+        self._failures.force_fail(f"config_mutated: {name}")
         raise ConfigMutated(
             f"{name} changed after VALIDATED ({old!r} -> {new!r}){f' before {trigger.value}' if trigger else ''}: "
             "configs are frozen "

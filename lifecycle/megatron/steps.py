@@ -31,8 +31,6 @@ from lifecycle.megatron.ranks import watched_step
 from lifecycle.runtime import Runtime
 from states import Plan, State, training_state, trains_in
 
-_ATTR = "_lifecycle_steps"
-
 
 class OverlapChunk(Protocol):
     """A chunk in megatron's DistributedDataParallel with the forward pre-hook (overlapped gather)."""
@@ -45,8 +43,20 @@ class OverlapChunk(Protocol):
 TRAINING_STATE = getattr(trains_in(Plan.TRAINING), "name", "")  # where the training plan trains
 
 
+class StepsSlot:
+    """Where a driver keeps the `Steps` of its current binding (`steps_for` fills it)."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self) -> None:
+        self.steps: Steps | None = None
+
+
 class Driver(Protocol):
     """What the step bookkeeping uses of a `Lifecycle`."""
+
+    @property
+    def steps_slot(self) -> StepsSlot: ...
 
     @property
     def state(self) -> State: ...
@@ -203,10 +213,10 @@ class Steps:
 
 def steps_for(lc: Driver, *, defer_first_gather: bool | None = None) -> Steps:
     """The `Steps` of `lc`'s current binding (a new one after a rebuild or rebind)."""
-    current = getattr(lc, _ATTR, None)
-    if not isinstance(current, Steps) or current.binding is not lc.runtime.binding:
-        current = Steps(lc)
-        setattr(lc, _ATTR, current)
+    slot = lc.steps_slot
+    current = slot.steps
+    if current is None or current.binding is not lc.runtime.binding:
+        current = slot.steps = Steps(lc)
     if defer_first_gather is not None and current.first_pending:
         current.defer_first_gather = defer_first_gather
     return current

@@ -9,14 +9,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("states", "bindings", "lifecycle")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 40
-# Over the caps once the whole tree was formatted (ruff format, issue 21), with their sizes then: debt
-# to split, never to grow. This list may only shrink; a name leaves it when it fits the cap.
-OVER_MODULE_CAP = {
-    "lifecycle/engine/_driver.py": 439,
-}
-OVER_FUNCTION_CAP = {
-    "lifecycle/engine/_driver.py:__init__": 59,
-}
+# Over the caps once the whole tree was formatted (ruff format, issue 21): debt to split, never to
+# grow; a name leaves when it fits. All were split; a new entry needs a reason beside it.
+OVER_MODULE_CAP: dict[str, int] = {}
+OVER_FUNCTION_CAP: dict[str, int] = {}
 
 
 def _modules() -> list[Path]:

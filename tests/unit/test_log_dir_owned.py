@@ -207,7 +207,7 @@ def test_ranks_of_one_run_share_the_log_dir(tmp_path: Path) -> None:
     two = Lifecycle(RunConfig(), log_dir=tmp_path, phases=InProcessPhases(), tripwires="off", run_id="same")
     try:
         one.validate()
-        two._log.rebind(rank=1)  # a second rank of the same run, in its own lifecycle
+        two._shared.log.rebind(rank=1)  # a second rank of the same run, in its own lifecycle
         two.validate()
         assert (tmp_path / "rank-00001.jsonl").is_file()
     finally:

@@ -155,7 +155,7 @@ def test_a_failure_before_the_log_opened_opens_it_to_record_the_failure(make_lc:
 
 def test_without_a_log_dir_a_failure_adds_nothing_about_the_log(make_lc: Any) -> None:
     lc = make_lc(phases=Raises("validate", ValueError("bad")))
-    lc._log_dir = None
+    lc._shared.log_dir = None
     with pytest.raises(PhaseFailed) as caught:
         lc.validate()
     assert str(caught.value).endswith("create a new Lifecycle with it.")
@@ -180,7 +180,7 @@ def test_a_log_file_that_cannot_be_created_sends_the_failure_to_stderr_naming_it
 ) -> None:
     (tmp_path / "logs" / "rank-00000.jsonl").mkdir(parents=True)  # no file can be made under that name
     lc = make_lc(phases=Raises("validate", ValueError("bad")), log_dir=tmp_path / "logs")
-    lc._log.claim = lambda *_: None  # type: ignore[method-assign]  # the directory itself is fine
+    lc._shared.log.claim = lambda *_: None  # type: ignore[method-assign]  # the directory itself is fine
     with pytest.raises(PhaseFailed) as caught:
         lc.validate()
     assert (
@@ -297,7 +297,7 @@ def test_an_abort_after_shutdown_changes_nothing(make_lc: Any) -> None:
     lc.advance_to(State.CALLBACKS_BOUND)
     lc.shutdown()
     count = len(lc.records)
-    lc._abort(StartupAborted(signal.SIGTERM, state="SHUT_DOWN", trigger=None))
+    lc._failures.abort(StartupAborted(signal.SIGTERM, state="SHUT_DOWN", trigger=None))
     assert len(lc.records) == count and lc.state is State.SHUT_DOWN
 
 
@@ -400,7 +400,7 @@ def test_a_release_from_another_thread_than_the_rehearsals_is_refused_before_any
 ) -> None:
     lc = make_lc()
     lc.advance_to(State.CALLBACKS_BOUND)
-    lc._runtime = dataclasses.replace(lc.runtime, rehearsal=rehearsal)
+    lc._shared.runtime = dataclasses.replace(lc.runtime, rehearsal=rehearsal)
     if refused:
         for trigger in ("restart", "shutdown"):
             with pytest.raises(RehearsalError) as caught:
@@ -411,7 +411,7 @@ def test_a_release_from_another_thread_than_the_rehearsals_is_refused_before_any
                 "thread; nothing was released or changed."
             )
             assert caught.value.thread_id == 1 and lc.state is State.CALLBACKS_BOUND
-        lc._runtime = dataclasses.replace(lc.runtime, rehearsal=None)
+        lc._shared.runtime = dataclasses.replace(lc.runtime, rehearsal=None)
     lc.restart()
     assert lc.state is State.VALIDATED
 
@@ -419,11 +419,11 @@ def test_a_release_from_another_thread_than_the_rehearsals_is_refused_before_any
 def test_only_releases_are_refused_on_the_wrong_thread(make_lc: Any) -> None:
     lc = make_lc()
     lc.advance_to(State.MODEL_BUILT)
-    lc._runtime = dataclasses.replace(lc.runtime, rehearsal=Rehearsal(1))
+    lc._shared.runtime = dataclasses.replace(lc.runtime, rehearsal=Rehearsal(1))
     lc.bind_callbacks()
     lc.rebuild()
     assert lc.state is State.DISTRIBUTED
-    lc._runtime = dataclasses.replace(lc.runtime, rehearsal=None)
+    lc._shared.runtime = dataclasses.replace(lc.runtime, rehearsal=None)
 
 
 # -- a log that cannot be written ----------------------------------------------------------------------
@@ -479,13 +479,14 @@ class TwoSignalsAtOnce(InProcessPhases):
 
     def _both(self, ctx: Any, enter: Any) -> Runtime:
         both = {signal.SIGINT, signal.SIGTERM}
-        # The handler may run as soon as a kill returns (the signal watch's thread, which does not
-        # block them, took it): the mask comes back whatever it raises, or every process this test
-        # session starts later inherits both signals blocked.
+        # Sent to this thread (`raise_signal`), not to the process: another thread (the signal
+        # watch's) would take a process-directed one at once, and the two would not be pending
+        # together. Both are delivered at the unblock, SIGINT first; the mask comes back whatever
+        # the handlers raise, or every process this test session starts later inherits it.
         signal.pthread_sigmask(signal.SIG_BLOCK, both)
         try:
-            os.kill(os.getpid(), signal.SIGINT)
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGTERM)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, both)
         runtime: Runtime = enter(ctx)

@@ -18,7 +18,7 @@ from bindings import BindingReport, CountingFinalizer, FinalizerNotCalled, First
 from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError, LifecycleError
 from lifecycle.megatron.ranks import WATCH, RankWatch
-from lifecycle.megatron.steps import StepHandle, StepResult, Steps, overlapped_gather, steps_for
+from lifecycle.megatron.steps import StepHandle, StepResult, Steps, StepsSlot, overlapped_gather, steps_for
 from lifecycle.runtime import Runtime
 from states import State
 
@@ -56,6 +56,7 @@ class Driver:
     def __init__(self, runtime: Runtime, state: State = State.CALLBACKS_BOUND) -> None:
         self.runtime, self.state, self.target = runtime, state, State.CALLBACKS_BOUND
         self.records: list[dict[str, Any]] = []
+        self.steps_slot = StepsSlot()
 
     def record(self, event: str, **fields: Any) -> None:
         self.records.append({"event": event, **fields})

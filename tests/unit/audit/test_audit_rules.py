@@ -238,10 +238,11 @@ def test_a_lifecycle_failed_on_purpose_and_shut_down_is_reported(tmp_path: Path)
 
 
 def test_a_failure_recovered_by_restart_is_not_reported(tmp_path: Path) -> None:
-    lc = engine_rank(tmp_path, phases=InProcessPhases(fail_on="build_model"))
+    phases = InProcessPhases(fail_on="build_model")
+    lc = engine_rank(tmp_path, phases=phases)
     with pytest.raises(PhaseFailed):
         lc.advance_to(State.CALLBACKS_BOUND)
-    lc._phases.fail_on = None  # type: ignore[attr-defined]  # the transient fault is gone
+    phases.fail_on = None  # the transient fault is gone
     lc.restart()
     train_and_shut_down(lc)
     assert audit_rules(tmp_path) == set()

@@ -1,0 +1,95 @@
+"""What the parts of one `Lifecycle` share: its config and plan, the phases, the log, the state
+machine's model, the runtime record and the trigger running now.
+
+`Lifecycle` owns one `Shared` and its parts (side-effect rules, failure handling, entry work, the
+ledger and cycles, the step book); each part holds the `Shared` and keeps its own state besides.
+Only the driver moves the machine; the parts read `state` and replace `runtime`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from lifecycle.config import RunConfig
+from lifecycle.engine._machine import MachineModel
+from lifecycle.engine._work import default_phases
+from lifecycle.errors import ConfigError
+from lifecycle.launchers import restart_count
+from lifecycle.log import AuditLog
+from lifecycle.runtime import Options, PhaseSet, Runtime, rank_of, run_id_from_env, world_size_of
+from states import Plan, State, Trigger
+
+TripwirePolicy = Literal["raise", "warn", "off"]
+
+
+@dataclass(eq=False, kw_only=True)
+class Shared:
+    config: RunConfig
+    plan: Plan
+    provider: Any
+    """The model provider as the user gave it: the entry work resolves it (megatron/user_providers.py)."""
+    options: Options
+    policy: TripwirePolicy
+    phases: PhaseSet
+    log_dir: Path | None
+    log: AuditLog
+    runtime: Runtime
+    model: MachineModel = field(default_factory=MachineModel)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    active: Trigger | None = None
+    """The trigger whose guards or entry work run now, or None between transitions."""
+    depth: int = 0
+    """Transitions in progress on the thread holding `lock` (a release inside a failure nests)."""
+
+    @property
+    def state(self) -> State:
+        return self.model.state
+
+
+def make_shared(
+    config: RunConfig,
+    provider: Any,
+    log_dir: str | Path | None,
+    *,
+    plan: Plan | str | None,
+    phases: PhaseSet | None,
+    tripwires: TripwirePolicy,
+    options: Options | Mapping[str, object] | None,
+    run_id: str | None,
+) -> Shared:
+    """The record a new lifecycle's parts share, from `Lifecycle`'s arguments."""
+    if tripwires not in ("raise", "warn", "off"):
+        raise ConfigError(
+            f"tripwires={tripwires!r} is not a policy; use 'raise' (default), 'warn' or 'off'",
+            field="tripwires",
+            problems=[repr(tripwires)],
+        )
+    runtime = Runtime(config=config, rank=rank_of(config), world_size=world_size_of(config))
+    opts = Options.of(options)
+    log_dir = log_dir if log_dir is not None else config.logging.log_dir
+    return Shared(
+        config=config,
+        plan=Plan(plan if plan is not None else config.plan),
+        provider=provider,
+        options=opts,
+        policy=tripwires,
+        phases=phases if phases is not None else default_phases(),
+        log_dir=Path(log_dir) if log_dir is not None else None,
+        log=AuditLog(
+            run_id=run_id or run_id_from_env(),
+            rank=runtime.rank,
+            world_size=runtime.world_size,
+            keep_records=opts.keep_records,
+        ),
+        runtime=runtime,
+    )
+
+
+def elastic() -> dict[str, int]:
+    """torchrun's restart count, when this process is a restart of an elastic job."""
+    count = restart_count()
+    return {} if count is None else {"restart_count": count}
