@@ -103,12 +103,14 @@ class InProcessRestart:
         if self._cutting is not None:  # every rank got past the wrapper's barrier: nobody is blocked
             self._cutting.cancel()
             self._cutting.join()
-        fault = self._end(store, cycle - 1) if cycle > 0 else {}
-        self.cycles = cycle + 1
-        lc.begin_cycle(cycle)
-        lc.provide(**{STORE: prefixed})
         sockets = CycleSockets([getattr(store, "port", None), self.port])
         try:
+            # Inside: a release of the cycle before that fails (restart() raises) is this cycle's
+            # fault, published like any other, so the next cycle names this rank and why.
+            fault = self._end(store, cycle - 1) if cycle > 0 else {}
+            self.cycles = cycle + 1
+            lc.begin_cycle(cycle)
+            lc.provide(**{STORE: prefixed})
             lc.advance_to(lc.target)  # the plan's target, where it trains
             fault_ts = fault.get("ts")
             lc.cycle_trained(
@@ -119,6 +121,8 @@ class InProcessRestart:
             )
             return train(lc)
         except BaseException as exc:
+            if lc.cycle != cycle:  # the release of the cycle before failed: its records say which cycle
+                lc.begin_cycle(cycle)
             self._abort(store, cycle, exc, sockets)
             raise
 

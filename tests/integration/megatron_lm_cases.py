@@ -278,7 +278,7 @@ def _ledger_of(call: Any) -> dict[str, Any]:
     with lc:
         lc.advance_to(State.CALLBACKS_BOUND)
         ledger = lc.ledger
-        alive = [(e.state.name, e.name) for e in lc._ledger.entries if not e.gone()]
+        alive = [(e.state.name, e.name) for e in lc._cycles.ledger.entries if not e.gone()]
     remaining = [name for name, value in vars(global_vars).items() if name.startswith("_GLOBAL_") and value is not None]
     if rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE is not None:
         remaining.append("rerun state machine")

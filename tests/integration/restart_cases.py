@@ -118,6 +118,32 @@ def run_case(root: str, name: str, fault_cycles: int, fault_step: int, port_offs
     return {**result, "cycles": restart.cycles, "per_cycle": list(PER_CYCLE), "log_dir": f"{root}/{name}/logs"}
 
 
+def release_fails(root: str) -> dict[str, Any]:
+    """Rank 1 raises at step 3 of cycle 0; then its first restart's release of SERVICES_READY raises
+    (after releasing): that is cycle 1's fault, published like a training fault, and cycle 2 finishes."""
+    import torch
+
+    from lifecycle.megatron import MegatronPhases
+    from lifecycle.resilience import InProcessRestart
+    from states import State, Trigger
+
+    torch.set_num_threads(1)
+    failed: list[int] = []
+
+    def release(ctx: Any, inner: Any) -> Any:
+        runtime = inner(ctx)
+        if ctx.runtime.rank == 1 and ctx.trigger is Trigger.RESTART and not failed:
+            failed.append(1)
+            raise RuntimeError("injected release fault in restart")
+        return runtime
+
+    phases = MegatronPhases().around(State.SERVICES_READY, release=release)
+    port = int(os.environ["MASTER_PORT"]) + 4
+    restart = InProcessRestart(config(root, "release"), "gpt", port=port, max_cycles=4, phases=phases)
+    result = restart.run(train(1, 3))
+    return {**result, "cycles": restart.cycles, "log_dir": f"{root}/release/logs"}
+
+
 def sabotaged(root: str, name: str) -> dict[str, Any]:
     """A plain lifecycle whose release misses one thing (`rng`: the RNG tracker is not reset;
     `model`: a reference to the model survives; `workers`: a dataloader iterator, so its worker
@@ -175,4 +201,5 @@ def restart_group(root: str) -> dict[str, Any]:
         out["sabotage_rng"] = sabotaged(root, "rng")
         out["sabotage_model"] = sabotaged(root, "model")
         out["sabotage_workers"] = sabotaged(root, "workers")
+        out["release"] = release_fails(root)
     return out

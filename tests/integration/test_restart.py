@@ -128,3 +128,16 @@ def test_a_release_that_misses_a_resource_raises_resource_leak(
             state,
         ), result["error"]
         assert {(r["resource"], r["state"]) for r in result["leaked"]} >= {(resource, state)}
+
+
+def test_a_release_that_fails_in_restart_is_that_cycles_fault_named_by_the_next(cases: list[dict[str, Any]]) -> None:
+    """Rank 1's restart() raises in its release: the wrapper restarts every rank again, and cycle 1's
+    end names rank 1 and the release's error (not an unnamed fault or a deadline)."""
+    for rank, case in enumerate(cases):
+        assert (case["release"]["cycles"], case["release"]["start"]) == (3, 2), rank
+        assert case["release"]["weights"] == case["plain"]["weights"], rank
+    ended = [r for r in _log_records(cases[0]["release"]["log_dir"]) if r["event"] == "cycle_ended"]
+    causes = {(r["rank"], r["cycle"]): (r["cause_rank"], r["cause"]) for r in ended}
+    for rank in (0, 1):
+        assert causes[(rank, 0)][0] == 1 and "injected fault at step 3" in causes[(rank, 0)][1]
+        assert causes[(rank, 1)][0] == 1 and "injected release fault in restart" in causes[(rank, 1)][1], causes
