@@ -107,15 +107,15 @@ class OldModelPhases(InProcessPhases):
 
 
 def _bind_on(ctx: PhaseContext, runtime: Runtime, *, scheduler: Any) -> Runtime:
-    """Bind to `runtime.model[0].config` while the scheduler reads `scheduler[0].config`."""
-    from lifecycle.engine._inprocess import SLOTS, _finalize
+    """Bind to `runtime.model[0].config` while the scheduler reads `scheduler[0].config`: the slots
+    the in-process phases bind, each a no-op as theirs."""
     from lifecycle.log import events
     from states import SideEffect
 
     ctx.side_effect(SideEffect.CALLBACKS)
     target = runtime.model[0].config
-    for slot in SLOTS:
-        setattr(target, slot, _finalize)
+    for slot in InProcessPhases.SLOTS:
+        setattr(target, slot, _no_op)
     ctx.emit(
         events.CALLBACKS_BOUND,
         target_type=type(target).__name__,
@@ -123,13 +123,17 @@ def _bind_on(ctx: PhaseContext, runtime: Runtime, *, scheduler: Any) -> Runtime:
         scheduler_config_id=hex(id(scheduler[0].config)),
         provider_config_id=hex(id(ctx.runtime.provider_config)),
         copied=True,
-        slots=list(SLOTS),
+        slots=list(InProcessPhases.SLOTS),
         chunks=1,
         overlap_grad_reduce=False,
         overlap_param_gather=False,
         policy="refuse",
     )
-    return dataclasses.replace(ctx.runtime, binding={"target_id": id(target), "slots": SLOTS})
+    return dataclasses.replace(ctx.runtime, binding={"target_id": id(target), "slots": InProcessPhases.SLOTS})
+
+
+def _no_op(*_args: Any, **_kwargs: Any) -> None:
+    return None
 
 
 class ProviderTargetPhases(InProcessPhases):
