@@ -27,10 +27,6 @@ _DOTTED = re.compile(r"^(states|bindings|lifecycle)(\.\w+)+$")
 # White-box tests that replace or read a module's internals, each with why it has no public name
 # (yet). Paths relative to the repository; values are the private names each file may reach.
 WHITE_BOX: dict[str, set[str]] = {
-    # The log writer's clock (its module's `time`), replaced to place records at chosen moments: the
-    # library has no clock seam, and patching `time.time` for the whole process would also move every
-    # other reader of the clock (stdlib logging on Python 3.11, the engine's timings).
-    "tests/unit/audit/audit_logs.py": {"lifecycle.log._writer"},
     # Mutation tests (issue 26) of the failure paths' decisions, called directly (scripts/mutation.toml):
     # the signal trap and the exit hook of Lifecycle's failure handling, the log-directory policy's
     # steps (ChainEnd stays private: scripts/mutation.toml's equivalences rest on no one outside the

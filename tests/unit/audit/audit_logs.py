@@ -14,7 +14,6 @@ import hashlib
 import os
 import signal
 import time
-import types
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -255,12 +254,14 @@ def index(ev: Events, event: str, **match: Any) -> int:
     raise LookupError(f"no {event} {match}")
 
 
+_CLOCKS: list[Callable[[], float]] = []
+"""The clock `write_events` gives its log while `clock(...)` is on (the innermost)."""
+
+
 @contextlib.contextmanager
 def clock(times: Iterable[float]) -> Iterator[None]:
-    """The log writer's clock returns `times`, one per record (then keeps the last): ranks whose
-    records happen at chosen moments."""
-    import lifecycle.log._writer as auditlog
-
+    """The logs `write_events` writes in this block are stamped `times`, one per record (then the
+    last again): ranks whose records happen at chosen moments."""
     values = iter(times)
     last = [0.0]
 
@@ -268,12 +269,11 @@ def clock(times: Iterable[float]) -> Iterator[None]:
         last[0] = next(values, last[0])
         return last[0]
 
-    saved = auditlog.time
-    auditlog.time = types.SimpleNamespace(time=now)  # type: ignore[assignment]  # only the writer's clock
+    _CLOCKS.append(now)
     try:
         yield
     finally:
-        auditlog.time = saved
+        _CLOCKS.pop()
 
 
 def rechain(path: Path, edit: Callable[[list[dict[str, Any]]], None]) -> None:
@@ -292,7 +292,7 @@ def rechain(path: Path, edit: Callable[[list[dict[str, Any]]], None]) -> None:
 
 
 def write_events(log_dir: Path, ev: Events, *, rank: int = 0, world: int = 1, run_id: str = "hand") -> Path:
-    log = AuditLog(run_id=run_id, rank=rank, world_size=world)
+    log = AuditLog(run_id=run_id, rank=rank, world_size=world, clock=_CLOCKS[-1] if _CLOCKS else time.time)
     path = log.open(log_dir)
     for event, fields in ev:
         if event == "__generation__":  # what the engine does at a restart
