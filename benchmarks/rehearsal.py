@@ -75,7 +75,6 @@ def lifecycle_rank(log_dir: str, store_port: int) -> dict[str, Any]:
     imported = time.time()
 
     from lifecycle import Lifecycle
-    from lifecycle.megatron.distributed import _STORES
     from lifecycle.megatron.train import train_steps
     from states import State
 
@@ -85,7 +84,7 @@ def lifecycle_rank(log_dir: str, store_port: int) -> dict[str, Any]:
         startup = time.perf_counter() - start
         train_steps(lc, STEPS)
         total, cpu, finished = time.perf_counter() - start, time.process_time() - cpu, time.time()
-        keys = sum(entry[0].num_keys() for entry in _STORES.values())
+        keys = _store_keys()
         path = lc.log_path
     assert path is not None
     phases = _phases_from_log(path.read_bytes().splitlines(), startup)
@@ -102,6 +101,14 @@ def lifecycle_rank(log_dir: str, store_port: int) -> dict[str, Any]:
         "imported": imported,
         "ended": time.time(),
     }
+
+
+def _store_keys() -> int:
+    """Keys in the rendezvous store (the benchmark's, both ranks'), through the default process
+    group's store, as the plain script counts them (a PrefixStore counts its whole store's keys)."""
+    import torch.distributed as dist
+
+    return int(dist.distributed_c10d._get_default_store().num_keys())
 
 
 def _phases_from_log(lines: list[bytes], startup: float) -> dict[str, float]:
@@ -163,7 +170,7 @@ def plain_rank(_log_dir: str, store_port: int) -> dict[str, Any]:
         _plain_steps(parts, cfg, model, optimizer)
         clock.lap("steps")
         cpu, finished = time.process_time() - cpu, time.time()
-        keys = parts["dist"].distributed_c10d._get_default_store().num_keys()
+        keys = _store_keys()
         parts["dist"].barrier()
         parts["ps"].destroy_model_parallel()
         parts["dist"].destroy_process_group()
@@ -236,13 +243,13 @@ def _plain_model(parts: dict[str, Any], cfg: Any, tokenizer: Any, groups: Any) -
 def _plain_steps(parts: dict[str, Any], cfg: Any, model: list[Any], optimizer: Any) -> None:
     m, t = cfg.model, cfg.training
     vocab = parts["providers"].model_inputs(cfg, cfg.tokenizer.vocab_size + 1).vocab_size
-    data = parts["train"]._batches(cfg, vocab, t.seed + parts["dist"].get_rank())
+    data = parts["train"].synthetic_batches(cfg, vocab, t.seed + parts["dist"].get_rank())
     schedule = parts["schedule"]()
     for _ in range(STEPS):
         model[0].zero_grad_buffer()
         optimizer.zero_grad()
         schedule(
-            forward_step_func=parts["train"]._forward_step,
+            forward_step_func=parts["train"].forward_step,
             data_iterator=data,
             model=model,
             num_microbatches=t.num_microbatches,

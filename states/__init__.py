@@ -1,5 +1,9 @@
 """The ground floor: states, triggers, the transition table as data, the ordering rules, pure guards,
-and the root of the error tree. Imports nothing of the project and nothing heavy."""
+and the root of the error tree. Imports nothing of the project and nothing heavy.
+
+The guards are the ones `TABLE` places on its rows (and docs/state-diagram.md names): the four
+ordering guards made by `requiring` from `ORDERING`, and the plan's two. A table row for a new
+state reuses them."""
 
 from __future__ import annotations
 
@@ -14,7 +18,18 @@ from states._enums import (
     Trigger,
 )
 from states._errors import GuardRejected, InvalidTransition, LifecycleError
-from states._guards import Facts, Guard, requiring, rule
+from states._guards import (
+    Facts,
+    Guard,
+    config_is_validated,
+    distributed_is_initialized,
+    model_is_built,
+    plan_allows_restart,
+    plan_reaches_destination,
+    requiring,
+    rule,
+    services_are_ready,
+)
 from states._ordering import (
     BINDING_NEEDS_A_MODEL,
     DISTRIBUTED_NEEDS_SERVICES,
@@ -47,15 +62,21 @@ __all__ = [
     "Transition",
     "Trigger",
     "allowed_triggers",
+    "config_is_validated",
+    "distributed_is_initialized",
     "entered_by",
     "find",
     "forward_trigger",
     "kept_by",
     "made_in",
+    "model_is_built",
+    "plan_allows_restart",
+    "plan_reaches_destination",
     "rebinds",
     "releases",
     "requiring",
     "rule",
+    "services_are_ready",
     "training_state",
     "trains_in",
 ]

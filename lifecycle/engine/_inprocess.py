@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from bindings import BindingReport, install
 from lifecycle.log import events
@@ -72,6 +72,9 @@ def _finalize(*_args: Any, **_kwargs: Any) -> None:
 class InProcessPhases(Phases):
     """A PhaseSet with no torch or megatron: every side effect is declared, none is performed.
     `fail_on` names a trigger whose phase raises (once per call, for the engine's failure tests)."""
+
+    SLOTS: ClassVar[tuple[str, ...]] = SLOTS
+    """The scheduler callbacks CALLBACKS_BOUND binds (a no-op in each) and its release clears."""
 
     def __init__(self, *, fail_on: str | None = None) -> None:
         super().__init__(

@@ -47,7 +47,8 @@ def _stderr_fd() -> int:
 class _ChainWriter:
     """structlog's final 'logger': chains, serializes and writes (or buffers) each record."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
         self.seq = 0
         self.prev = GENESIS
         self.pending: list[bytes] = []
@@ -63,7 +64,7 @@ class _ChainWriter:
         self.sink_faults: list[str] = []
 
     def chain(self, _logger: Any, _name: str, event_dict: Any) -> bytes:
-        event_dict["ts"] = time.time()
+        event_dict["ts"] = self.clock()
         return self.link(event_dict)
 
     def link(self, event_dict: dict[str, Any]) -> bytes:
@@ -139,10 +140,20 @@ class _ChainWriter:
 
 
 class AuditLog:
-    """One rank's startup log. `emit(event, **fields)`; `open(dir)` once the directory is validated."""
+    """One rank's startup log. `emit(event, **fields)`; `open(dir)` once the directory is validated.
+    `clock` gives each record's `ts`, seconds since the epoch (`time.time`; a test or a replay tool
+    may place records at chosen moments)."""
 
-    def __init__(self, *, run_id: str, rank: int, world_size: int, keep_records: bool = False) -> None:
-        self._writer = _ChainWriter()
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        rank: int,
+        world_size: int,
+        keep_records: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._writer = _ChainWriter(clock)
         self._writer.keep_records = keep_records
         self.run_id = run_id
         self.rank = rank

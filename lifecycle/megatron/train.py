@@ -15,7 +15,7 @@ from lifecycle.megatron.steps import TRAINING_STATE, Driver, StepResult, steps_f
 from lifecycle.runtime import Runtime
 from states import training_state
 
-__all__ = ["Driver", "StepResult", "checkpoint_step", "train_steps"]
+__all__ = ["Driver", "StepResult", "checkpoint_step", "forward_step", "synthetic_batches", "train_steps"]
 
 
 class DDPChunk(Protocol):
@@ -24,8 +24,9 @@ class DDPChunk(Protocol):
     def zero_grad_buffer(self) -> None: ...
 
 
-def _batches(config: Any, vocab: int, seed: int, skip: int = 0) -> Iterator[dict[str, Any]]:
-    """Seeded synthetic micro-batches; `skip` drops the first ones (a run resumed from a checkpoint
+def synthetic_batches(config: Any, vocab: int, seed: int, skip: int = 0) -> Iterator[dict[str, Any]]:
+    """Seeded synthetic micro-batches, what `train_steps` trains on (a hand-written loop that wants
+    the same numbers uses them too); `skip` drops the first ones (a run resumed from a checkpoint
     sees the batches an uninterrupted run would)."""
     import torch
 
@@ -46,7 +47,9 @@ def _batches(config: Any, vocab: int, seed: int, skip: int = 0) -> Iterator[dict
         }
 
 
-def _forward_step(data_iterator: Iterator[dict[str, Any]], chunk: Any) -> tuple[Any, Callable[..., Any]]:
+def forward_step(data_iterator: Iterator[dict[str, Any]], chunk: Any) -> tuple[Any, Callable[..., Any]]:
+    """The `forward_step_func` `train_steps` hands megatron's schedule: a GPT chunk on the next of
+    `synthetic_batches`, its loss averaged over the loss mask (reported as `lm loss`)."""
     batch = next(data_iterator)
     output = chunk(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"])
 
@@ -68,7 +71,7 @@ def _step(rt: Runtime, model: list[DDPChunk], data: list[Iterator[dict[str, Any]
     if rt.optimizer is not None:
         rt.optimizer.zero_grad()
     losses = schedule(
-        forward_step_func=_forward_step,
+        forward_step_func=forward_step,
         data_iterator=data if len(model) > 1 else data[0],
         model=model,
         num_microbatches=config.training.num_microbatches,
@@ -121,7 +124,7 @@ def train_steps(
     vocab = rt.vocab_size or config.tokenizer.vocab_size
     start = checkpoint_step(rt)
     skip = start * config.training.num_microbatches
-    data = [_batches(config, vocab, config.training.seed + rt.rank, skip) for _ in model]
+    data = [synthetic_batches(config, vocab, config.training.seed + rt.rank, skip) for _ in model]
     book = steps_for(lc, defer_first_gather=defer_first_gather)
     schedule = get_forward_backward_func()
     results: list[StepResult] = []

@@ -133,12 +133,12 @@ def _one_step(lc: Lifecycle, step: int) -> float | None:
     from lifecycle.megatron import train
 
     rt = lc.runtime
-    data = train._batches(rt.config, rt.vocab_size or 200, 7 + rt.rank + 10 * step)
+    data = train.synthetic_batches(rt.config, rt.vocab_size or 200, 7 + rt.rank + 10 * step)
     for chunk in rt.model:
         chunk.zero_grad_buffer()
     rt.optimizer.zero_grad()
     losses = get_forward_backward_func()(
-        forward_step_func=train._forward_step,
+        forward_step_func=train.forward_step,
         data_iterator=data,
         model=list(rt.model),
         num_microbatches=2,

@@ -19,10 +19,11 @@ from bindings import (
     BindingReport,
     CountingFinalizer,
     FirstStepWatchdog,
+    install,
     per_chunk,
+    planned,
     unbind_callbacks,
 )
-from bindings._bind import install, planned
 from lifecycle.errors import BindingConflict, BindingError, FinalizerNotCalled
 from lifecycle.log import events
 

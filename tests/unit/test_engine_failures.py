@@ -15,7 +15,6 @@ import pytest
 
 from lifecycle import ConfigError, GuardRejected, InProcessPhases, Lifecycle, PhaseFailed, RunConfig
 from lifecycle.audit import audit
-from lifecycle.log import _writer
 from lifecycle.testing import check_log, read_log
 from states import State
 
@@ -25,7 +24,8 @@ def stderr_records(text: str) -> list[dict[str, Any]]:
 
 
 def disk_full_after(monkeypatch: pytest.MonkeyPatch, writes: int) -> None:
-    """The log file's writes fail with ENOSPC after `writes` of them (stderr still works)."""
+    """The log file's writes fail with ENOSPC after `writes` of them (stderr still works): os.write,
+    which the log writer calls, fails for `.jsonl` files as on a full disk."""
     real, count = os.write, [0]
 
     def write(fd: int, data: Any) -> int:
@@ -35,7 +35,7 @@ def disk_full_after(monkeypatch: pytest.MonkeyPatch, writes: int) -> None:
                 raise OSError(errno.ENOSPC, "No space left on device")
         return real(fd, data)
 
-    monkeypatch.setattr(_writer.os, "write", write)
+    monkeypatch.setattr(os, "write", write)
 
 
 def test_a_log_that_fills_during_startup_fails_the_lifecycle_and_shutdown_still_releases(

@@ -8,35 +8,48 @@ import pytest
 
 from lifecycle import GuardRejected, InProcessPhases
 from lifecycle.runtime import Runtime
-from states import TABLE, Facts, Plan, State, Trigger, rule
-from states import _guards as g
+from states import (
+    TABLE,
+    Facts,
+    Guard,
+    Plan,
+    State,
+    Trigger,
+    config_is_validated,
+    distributed_is_initialized,
+    model_is_built,
+    plan_allows_restart,
+    plan_reaches_destination,
+    rule,
+    services_are_ready,
+)
 
 ALL_GUARDS = sorted({guard for row in TABLE for guard in row.guards}, key=lambda f: f.__name__)
 
 
 @pytest.mark.parametrize("guard", ALL_GUARDS, ids=lambda f: f.__name__)
-def test_every_guard_documents_the_ordering_rule_it_enforces(guard: g.Guard) -> None:
+def test_every_guard_documents_the_ordering_rule_it_enforces(guard: Guard) -> None:
     assert len(rule(guard)) > 30 and guard.__doc__
 
 
 def test_config_is_validated_only_after_validation() -> None:
     facts = Facts(state=State.VALIDATED, trigger=Trigger.START_SERVICES)
-    assert not g.config_is_validated(facts)
-    assert g.config_is_validated(dataclasses.replace(facts, config_validated=True))
+    assert not config_is_validated(facts)
+    assert config_is_validated(dataclasses.replace(facts, config_validated=True))
 
 
 def test_services_must_be_ready_before_distributed() -> None:
     facts = Facts(state=State.SERVICES_READY, trigger=Trigger.INIT_DISTRIBUTED, config_validated=True)
-    assert not g.services_are_ready(facts)
-    assert g.services_are_ready(dataclasses.replace(facts, services_ready=True))
+    assert not services_are_ready(facts)
+    assert services_are_ready(dataclasses.replace(facts, services_ready=True))
 
 
 def test_model_needs_distributed_and_binding_needs_a_model() -> None:
     facts = Facts(state=State.DISTRIBUTED, trigger=Trigger.BUILD_MODEL)
-    assert not g.distributed_is_initialized(facts)
-    assert g.distributed_is_initialized(dataclasses.replace(facts, distributed=True))
-    assert not g.model_is_built(facts)
-    assert g.model_is_built(dataclasses.replace(facts, model_built=True))
+    assert not distributed_is_initialized(facts)
+    assert distributed_is_initialized(dataclasses.replace(facts, distributed=True))
+    assert not model_is_built(facts)
+    assert model_is_built(dataclasses.replace(facts, model_built=True))
 
 
 @pytest.mark.parametrize(
@@ -54,12 +67,12 @@ def test_model_needs_distributed_and_binding_needs_a_model() -> None:
 def test_plans_stop_at_their_target(plan: Plan, trigger: Trigger, allowed: bool) -> None:
     row = next(row for row in TABLE if row.trigger is trigger)
     facts = Facts(state=State.CONFIGURED, trigger=trigger, dest=row.dest, plan=plan)
-    assert g.plan_reaches_destination(facts) is allowed
+    assert plan_reaches_destination(facts) is allowed
 
 
 def test_rl_refuses_a_second_initialization() -> None:
-    assert not g.plan_allows_restart(Facts(state=State.FAILED, trigger=Trigger.RESTART, plan=Plan.RL))
-    assert g.plan_allows_restart(Facts(state=State.FAILED, trigger=Trigger.RESTART, plan=Plan.TRAINING))
+    assert not plan_allows_restart(Facts(state=State.FAILED, trigger=Trigger.RESTART, plan=Plan.RL))
+    assert plan_allows_restart(Facts(state=State.FAILED, trigger=Trigger.RESTART, plan=Plan.TRAINING))
 
 
 class _Forgetful(InProcessPhases):

@@ -13,18 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from lifecycle.log import GENESIS
-from lifecycle.log._files import (
-    ChainEnd,
-    check_log_dir,
-    existing_policy_problem,
-    first_run_id,
-    inspect_log,
-    other_run,
-    own_file_problem,
-    rank_file,
-    removable_ranks,
-)
+from lifecycle.log import GENESIS, check_log_dir, existing_policy_problem, rank_file
+from lifecycle.log._files import ChainEnd, first_run_id, inspect_log, other_run, own_file_problem, removable_ranks
 
 OUTSIDE = b"precious\n"
 

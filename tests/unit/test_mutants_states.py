@@ -22,8 +22,9 @@ from states import (
     allowed_triggers,
     find,
     forward_trigger,
+    plan_reaches_destination,
+    rule,
 )
-from states import _guards as g
 
 
 @pytest.mark.parametrize("state", STARTUP_ORDER)
@@ -74,7 +75,7 @@ def test_table_rows_cannot_be_changed_in_place() -> None:
 def test_a_plan_without_a_destination_or_past_the_startup_passes_the_plan_guard() -> None:
     for dest in (None, State.FAILED, State.SHUT_DOWN):
         facts = Facts(state=State.VALIDATED, trigger=Trigger.FAIL, dest=dest, plan=Plan.CONVERT)
-        assert g.plan_reaches_destination(facts)
+        assert plan_reaches_destination(facts)
 
 
 def test_a_plan_may_reach_its_own_target_state_but_not_one_past_it() -> None:
@@ -82,8 +83,8 @@ def test_a_plan_may_reach_its_own_target_state_but_not_one_past_it() -> None:
         state=State.VALIDATED, trigger=Trigger.START_SERVICES, dest=State.SERVICES_READY, plan=Plan.CONVERT
     )
     past = dataclasses.replace(at_target, state=State.SERVICES_READY, dest=State.DISTRIBUTED)
-    assert g.plan_reaches_destination(at_target)
-    assert not g.plan_reaches_destination(past)
+    assert plan_reaches_destination(at_target)
+    assert not plan_reaches_destination(past)
 
 
 class _LosesProcessGroups(InProcessPhases):
@@ -144,4 +145,4 @@ def test_the_rule_of_a_guard_with_a_longer_docstring_is_its_first_line() -> None
         """
         return True
 
-    assert g.rule(checkpoint_is_loaded) == "Weights are loaded before callbacks are bound."
+    assert rule(checkpoint_is_loaded) == "Weights are loaded before callbacks are bound."

@@ -60,16 +60,16 @@ def test_ranks_other_than_0_log_warnings_without_printing_them(
 ) -> None:
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    from lifecycle.engine import _warnings
-
+    before = warnings.showwarning
+    megatron = logging.getLogger("megatron")
+    loggers_before = (megatron.propagate, list(megatron.handlers))
     lc = make_lc()
-    capture = _warnings._ACTIVE
-    assert capture is not None and not capture._console
+    assert warnings.showwarning is not before and megatron.handlers != loggers_before[1], "captured"
     logging.getLogger("megatron.core.utils").warning("a rank-1 warning")
     assert [r["message"] for r in lc.records if r["event"] == events.WARNING] == ["a rank-1 warning"]
     lc.shutdown()
-    assert capsys.readouterr().err == ""
-    assert _warnings._ACTIVE is None
+    assert capsys.readouterr().err == "", "neither the warning nor a closing line"
+    assert warnings.showwarning is before and (megatron.propagate, megatron.handlers) == loggers_before
 
 
 def test_the_audit_lists_the_warnings_the_ranks_logged(make_lc: Callable[..., Any], tmp_path: Path) -> None:

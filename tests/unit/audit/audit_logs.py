@@ -14,7 +14,6 @@ import hashlib
 import os
 import signal
 import time
-import types
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -107,15 +106,15 @@ class OldModelPhases(InProcessPhases):
 
 
 def _bind_on(ctx: PhaseContext, runtime: Runtime, *, scheduler: Any) -> Runtime:
-    """Bind to `runtime.model[0].config` while the scheduler reads `scheduler[0].config`."""
-    from lifecycle.engine._inprocess import SLOTS, _finalize
+    """Bind to `runtime.model[0].config` while the scheduler reads `scheduler[0].config`: the slots
+    the in-process phases bind, each a no-op as theirs."""
     from lifecycle.log import events
     from states import SideEffect
 
     ctx.side_effect(SideEffect.CALLBACKS)
     target = runtime.model[0].config
-    for slot in SLOTS:
-        setattr(target, slot, _finalize)
+    for slot in InProcessPhases.SLOTS:
+        setattr(target, slot, _no_op)
     ctx.emit(
         events.CALLBACKS_BOUND,
         target_type=type(target).__name__,
@@ -123,13 +122,17 @@ def _bind_on(ctx: PhaseContext, runtime: Runtime, *, scheduler: Any) -> Runtime:
         scheduler_config_id=hex(id(scheduler[0].config)),
         provider_config_id=hex(id(ctx.runtime.provider_config)),
         copied=True,
-        slots=list(SLOTS),
+        slots=list(InProcessPhases.SLOTS),
         chunks=1,
         overlap_grad_reduce=False,
         overlap_param_gather=False,
         policy="refuse",
     )
-    return dataclasses.replace(ctx.runtime, binding={"target_id": id(target), "slots": SLOTS})
+    return dataclasses.replace(ctx.runtime, binding={"target_id": id(target), "slots": InProcessPhases.SLOTS})
+
+
+def _no_op(*_args: Any, **_kwargs: Any) -> None:
+    return None
 
 
 class ProviderTargetPhases(InProcessPhases):
@@ -251,12 +254,14 @@ def index(ev: Events, event: str, **match: Any) -> int:
     raise LookupError(f"no {event} {match}")
 
 
+_CLOCKS: list[Callable[[], float]] = []
+"""The clock `write_events` gives its log while `clock(...)` is on (the innermost)."""
+
+
 @contextlib.contextmanager
 def clock(times: Iterable[float]) -> Iterator[None]:
-    """The log writer's clock returns `times`, one per record (then keeps the last): ranks whose
-    records happen at chosen moments."""
-    import lifecycle.log._writer as auditlog
-
+    """The logs `write_events` writes in this block are stamped `times`, one per record (then the
+    last again): ranks whose records happen at chosen moments."""
     values = iter(times)
     last = [0.0]
 
@@ -264,12 +269,11 @@ def clock(times: Iterable[float]) -> Iterator[None]:
         last[0] = next(values, last[0])
         return last[0]
 
-    saved = auditlog.time
-    auditlog.time = types.SimpleNamespace(time=now)  # type: ignore[assignment]  # only the writer's clock
+    _CLOCKS.append(now)
     try:
         yield
     finally:
-        auditlog.time = saved
+        _CLOCKS.pop()
 
 
 def rechain(path: Path, edit: Callable[[list[dict[str, Any]]], None]) -> None:
@@ -288,7 +292,7 @@ def rechain(path: Path, edit: Callable[[list[dict[str, Any]]], None]) -> None:
 
 
 def write_events(log_dir: Path, ev: Events, *, rank: int = 0, world: int = 1, run_id: str = "hand") -> Path:
-    log = AuditLog(run_id=run_id, rank=rank, world_size=world)
+    log = AuditLog(run_id=run_id, rank=rank, world_size=world, clock=_CLOCKS[-1] if _CLOCKS else time.time)
     path = log.open(log_dir)
     for event, fields in ev:
         if event == "__generation__":  # what the engine does at a restart

@@ -12,9 +12,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.audit import RootCause, Victim
-from lifecycle.audit._cause import root_causes, victim_summary
-from lifecycle.audit._records import Failure
+from lifecycle.audit import Failure, RootCause, Victim, root_causes
 
 
 @dataclass
@@ -139,6 +137,14 @@ def test_when_every_failure_is_a_signal_the_signals_are_named_once_each() -> Non
     assert [v.rank for v in found.victims] == [0, 1, 2, 3]
     assert found.finding().message.startswith("no rank failed on its own")
     assert found.finding().rank is None
+
+
+def victim_summary(victims: list[Victim]) -> str:
+    """The victims' part of a finding's message: all of it, for a cause with no rank and no message."""
+    found = RootCause(
+        run_id=None, rank=None, kind="signal", message="", source=None, line=None, at=None, victims=tuple(victims)
+    )
+    return found.finding().message
 
 
 def test_the_victim_summary_groups_ranks_by_what_stopped_them() -> None:
