@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from lifecycle.config import Snapshot
 from lifecycle.engine._context import Context
 from lifecycle.errors import ConfigError, ConfigMutated
-from lifecycle.log import check_log_dir, events, redact
+from lifecycle.log import check_log_dir, events, redact, redact_text
 from states import STARTUP_ORDER, TABLE, Plan, SideEffect, State, Trigger, entered_by, kept_by
 
 if TYPE_CHECKING:
@@ -144,6 +144,8 @@ class EntryWork:
         try:
             runtime = self.release_after(ctx, RELEASE_KEEP[trigger])
         except Exception as exc:
+            if trigger is Trigger.RESTART:  # begun is counted: see `_next_generation`
+                self.shared.runtime = self._next_generation(self.shared.runtime)
             if trigger is not Trigger.SHUTDOWN:
                 raise
             self.shared.log.emit(
@@ -151,21 +153,29 @@ class EntryWork:
                 trigger=trigger.value,
                 source=self.shared.state.name,
                 error_type=type(exc).__name__,
-                error=str(exc),
+                error=redact_text(str(exc)),
                 duration_s=0.0,
             )
             self.pending_error = exc
             runtime = dataclasses.replace(self.shared.runtime, model=None, optimizer=None, binding=None)
         if trigger is Trigger.RESTART:
-            runtime = dataclasses.replace(runtime, generation=self.shared.runtime.generation + 1)
-            self.shared.log.rebind(generation=runtime.generation)
-            self.shared.log.emit(events.GENERATION_STARTED, reason="restart")
+            runtime = self._next_generation(runtime)
         if trigger is Trigger.SHUTDOWN:
             fields = {}
             if self.shared.log.fault is not None:  # what could not be logged, reported where it can be
                 unlogged, lost = self.shared.log.unlogged
                 fields = {"log_fault": str(self.shared.log.fault), "unlogged": unlogged, "lost": lost}
             self.shared.log.emit(events.LIFECYCLE_SHUTDOWN, source=self.shared.state.name, **fields)
+        return runtime
+
+    def _next_generation(self, runtime: Runtime) -> Runtime:
+        """`runtime` in the generation after this lifecycle's, which later records carry. A restart
+        whose release failed counts too: the generation names the job's rendezvous keys, and every
+        rank restarts the same number of times whether its own release failed or not (a rank that
+        did not count it rendezvoused under other keys than its peers, until the deadline)."""
+        runtime = dataclasses.replace(runtime, generation=self.shared.runtime.generation + 1)
+        self.shared.log.rebind(generation=runtime.generation)
+        self.shared.log.emit(events.GENERATION_STARTED, reason="restart")
         return runtime
 
     def released(self, trigger: Trigger) -> None:

@@ -158,6 +158,26 @@ def test_a_failing_release_at_shutdown_still_shuts_down_drops_the_model_and_repo
     assert events_of(lc, "lifecycle_shutdown")
 
 
+class _ReleaseLeaksASecret(InProcessPhases):
+    def __init__(self) -> None:
+        super().__init__()
+        self.around(State.MODEL_BUILT, release=self.release)
+
+    def release(self, ctx: PhaseContext, release: Entry) -> Runtime:
+        release(ctx)
+        raise RuntimeError("cannot reach https://alice:PASS1111@host/ck with hf_abcdefghijklmnopqrstuvwxyz0123")
+
+
+def test_a_failing_release_at_shutdown_is_logged_redacted(make_lc) -> None:
+    lc = make_lc(phases=_ReleaseLeaksASecret())
+    lc.advance_to(State.MODEL_BUILT)
+    with pytest.raises(PhaseFailed):
+        lc.shutdown()
+    [failed] = events_of(lc, "transition_failed")
+    assert "PASS1111" not in failed["error"] and "hf_abcdefghij" not in failed["error"], failed["error"]
+    assert "cannot reach" in failed["error"]
+
+
 @pytest.mark.parametrize("trigger", ["rebuild", "restart"])
 def test_a_failing_release_at_rebuild_or_restart_fails_the_lifecycle(make_lc, trigger: str) -> None:
     lc = make_lc(phases=_ReleaseFails())
@@ -165,7 +185,13 @@ def test_a_failing_release_at_rebuild_or_restart_fails_the_lifecycle(make_lc, tr
     with pytest.raises(PhaseFailed, match="cannot destroy process group"):
         lc.fire(trigger)
     assert lc.state is State.FAILED
-    assert lc.runtime.generation == 0
+    # A restart begun is counted, released or not: every rank of a job restarts as many times, and
+    # the generation names their rendezvous keys (test_restart.py: a rank that did not count it waited
+    # under other keys than its peers until the deadline). A rebuild keeps the generation.
+    assert lc.runtime.generation == (1 if trigger == "restart" else 0)
+    assert [r["generation"] for r in events_of(lc, "generation_started")] == ([1] if trigger == "restart" else [])
+    lc.restart()  # the release left nothing half-done that a second one trips on
+    assert (lc.state, lc.runtime.generation) == (State.VALIDATED, 2 if trigger == "restart" else 1)
 
 
 def test_a_config_mutated_after_validation_still_lets_the_lifecycle_fail_and_shut_down(make_lc) -> None:
