@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
+from lifecycle.engine import open_lifecycles
 from states import State
 
 
@@ -51,3 +53,17 @@ def _signal_mask_left_as_found() -> Iterator[None]:
     yield
     after = signal.pthread_sigmask(signal.SIG_SETMASK, before)
     assert after == before, f"the test left signals blocked: {sorted(signal.Signals(s).name for s in after - before)}"
+
+
+@pytest.fixture(autouse=True)
+def _lifecycles_left_open_are_shut_down() -> Iterator[None]:
+    """A lifecycle a test left mid-startup keeps its SIGTERM/SIGINT handlers and signal watch armed
+    for the rest of the session: a later test's signal, taken by that test's own handler, could reach
+    the old watch, which then ended the whole pytest process with 130 three seconds later (issue
+    20). Each test's lifecycles are shut down after it, as interpreter exit would."""
+    before = {id(lc) for lc in open_lifecycles()}
+    yield
+    for lc in open_lifecycles():
+        if id(lc) not in before and lc.state is not State.SHUT_DOWN:
+            with contextlib.suppress(Exception):
+                lc.shutdown()

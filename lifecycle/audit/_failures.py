@@ -3,6 +3,8 @@ timeout. Each keeps the rank's first failure (`RankState.fail`) for LA013 and th
 
 from __future__ import annotations
 
+from typing import Any
+
 from lifecycle.audit._fields import Record, reads
 from lifecycle.audit._records import Failure
 from lifecycle.audit._state import RankState
@@ -12,20 +14,24 @@ def _during(audit: RankState) -> str:
     return f" during {audit.open_trigger!r}" if audit.open_trigger else ""
 
 
+def fail(audit: RankState, kind: str, ts: float, message: str, **fields: Any) -> None:
+    """Keep this failure of the rank (`RankState.fail`: the first one counts) at the record being
+    read: in the rank's state now and during its open trigger unless `fields` say otherwise."""
+    where: dict[str, Any] = {"state": audit.state, "trigger": audit.open_trigger, **fields}
+    audit.fail(Failure(kind=kind, ts=ts, line=audit.line, message=message, **where))
+
+
 @reads("signal", "state")
 def startup_aborted(audit: RankState, rec: Record, ts: float) -> None:
     signal = str(rec.get("signal"))[:40]
     state = str(rec.get("state") or audit.state)[:40]
-    audit.fail(
-        Failure(
-            kind="aborted",
-            ts=ts,
-            line=audit.line,
-            state=state,
-            trigger=audit.open_trigger,
-            signal=signal,
-            message=f"startup aborted by {signal} in state {state}{_during(audit)}",
-        )
+    fail(
+        audit,
+        "aborted",
+        ts,
+        f"startup aborted by {signal} in state {state}{_during(audit)}",
+        state=state,
+        signal=signal,
     )
 
 
@@ -33,18 +39,11 @@ def startup_aborted(audit: RankState, rec: Record, ts: float) -> None:
 def peer_failed(audit: RankState, rec: Record, ts: float) -> None:
     peer = rec.get("peer_rank")
     peer = peer if type(peer) is int else None
-    audit.fail(
-        Failure(
-            kind="peer_failed",
-            ts=ts,
-            line=audit.line,
-            state=audit.state,
-            trigger=audit.open_trigger,
-            peer=peer,
-            message=f"stopped in state {audit.state}{_during(audit)} because peer rank "
-            f"{peer} failed in state {str(rec.get('peer_state'))[:40]}: {str(rec.get('error'))[:200]}",
-        )
+    message = (
+        f"stopped in state {audit.state}{_during(audit)} because peer rank "
+        f"{peer} failed in state {str(rec.get('peer_state'))[:40]}: {str(rec.get('error'))[:200]}"
     )
+    fail(audit, "peer_failed", ts, message, peer=peer)
 
 
 @reads("state", "missing", "trigger", "timeout_s")
@@ -54,13 +53,6 @@ def state_timeout(audit: RankState, rec: Record, ts: float) -> None:
     waiting = f", waiting for ranks {str(missing)[:120]}" if missing else ""
     trigger = rec.get("trigger")
     during = f" during {str(trigger)[:40]!r}" if trigger else _during(audit)
-    audit.fail(
-        Failure(
-            kind="timeout",
-            ts=ts,
-            line=audit.line,
-            state=state,
-            trigger=audit.open_trigger,
-            message=f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}",
-        )
+    fail(
+        audit, "timeout", ts, f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}", state=state
     )

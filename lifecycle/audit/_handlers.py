@@ -11,7 +11,7 @@ from typing import Any
 
 from lifecycle.audit import _cycles, _failures, _ordering, _steps
 from lifecycle.audit._fields import DECLARED, Handler, Record, reads
-from lifecycle.audit._records import Failure, Segment, unreadable
+from lifecycle.audit._records import Segment, unreadable
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import TRAINS_AT, RankState
 from lifecycle.log import events
@@ -123,16 +123,13 @@ def _changed_or_failed(audit: RankState, rec: Record, trigger: str, dest: str, t
         )
     if dest == _FAILED:  # `lc.fail(reason)`: no transition_failed before it
         reason = rec.get("reason")
-        audit.fail(
-            Failure(
-                kind="failed",
-                ts=ts,
-                line=audit.line,
-                state=audit.state,
-                trigger=trigger,
-                message=f"{trigger!r} moved the rank to FAILED from state {audit.state}"
-                + (f": {str(reason)[:200]}" if reason else ""),
-            )
+        because = f": {str(reason)[:200]}" if reason else ""
+        _failures.fail(
+            audit,
+            "failed",
+            ts,
+            f"{trigger!r} moved the rank to FAILED from state {audit.state}{because}",
+            trigger=trigger,
         )
 
 
@@ -155,17 +152,8 @@ def _entered(audit: RankState, trigger: str, dest: str) -> None:
 @reads("trigger", "error_type", "error")
 def transition_failed(audit: RankState, rec: Record, ts: float) -> None:
     trigger = _trigger(audit, rec)
-    audit.fail(
-        Failure(
-            kind="failed",
-            ts=ts,
-            line=audit.line,
-            state=audit.state,
-            trigger=trigger,
-            message=f"{trigger!r} failed in state {audit.state} with {rec.get('error_type')}: "
-            f"{str(rec.get('error'))[:200]}",
-        )
-    )
+    message = f"{trigger!r} failed in state {audit.state} with {rec.get('error_type')}: {str(rec.get('error'))[:200]}"
+    _failures.fail(audit, "failed", ts, message, trigger=trigger)
     audit.state = _FAILED
     audit.open_trigger = None
 

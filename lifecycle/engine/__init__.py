@@ -7,12 +7,20 @@ they run.
 
 from __future__ import annotations
 
+from lifecycle.engine import _failures
 from lifecycle.engine._driver import Lifecycle, TripwirePolicy
 from lifecycle.engine._inprocess import InProcessPhases, SimChunk, SimConfig, copying_provider
 from lifecycle.engine._machine import MachineModel, build_raw_machine
 from lifecycle.engine._tripwires import TARGETS as TRIPWIRE_TARGETS
 from lifecycle.engine._tripwires import patched_targets
 from lifecycle.engine._warnings import quiet_library_loggers
+
+
+def open_lifecycles() -> list[Lifecycle]:
+    """The lifecycles of this process not shut down yet (those interpreter exit shuts down). One left
+    mid-startup keeps its SIGTERM/SIGINT handlers and signal watch: a later signal is its to take."""
+    return [lc for lc in list(_failures._OPEN) if isinstance(lc, Lifecycle)]
+
 
 __all__ = [
     "TRIPWIRE_TARGETS",
@@ -24,6 +32,7 @@ __all__ = [
     "TripwirePolicy",
     "build_raw_machine",
     "copying_provider",
+    "open_lifecycles",
     "patched_targets",
     "quiet_library_loggers",
 ]

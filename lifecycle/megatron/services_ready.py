@@ -141,6 +141,11 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     writer = runtime.writers.get("tensorboard")
     if isinstance(writer, Closeable):
         writer.close()
+    return without_services(runtime)
+
+
+def without_services(runtime: Runtime, **changes: Any) -> Runtime:
+    """`runtime` with nothing of SERVICES_READY left in it (tokenizer, vocab, writers), and `changes`."""
     return dataclasses.replace(
         runtime,
         services_ready=False,
@@ -148,4 +153,5 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
         vocab_size=None,
         vocab_source=None,
         writers=MappingProxyType({}),
+        **changes,
     )

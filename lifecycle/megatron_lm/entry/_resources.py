@@ -16,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Callable
-from types import MappingProxyType
 from typing import Any
 
+from lifecycle.megatron.services_ready import without_services
 from lifecycle.runtime import Entry, PhaseContext, Runtime
 from states import State
 
@@ -113,15 +113,7 @@ def release_services(ctx: PhaseContext) -> Runtime:
     runtime = ctx.runtime
     if runtime.extras.get(CREATED):
         release_globals()
-    return dataclasses.replace(
-        runtime,
-        services_ready=False,
-        tokenizer=None,
-        vocab_size=None,
-        vocab_source=None,
-        writers=MappingProxyType({}),
-        extras={k: v for k, v in runtime.extras.items() if k != CREATED},
-    )
+    return without_services(runtime, extras={k: v for k, v in runtime.extras.items() if k != CREATED})
 
 
 def release_globals() -> None:
