@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from lifecycle.errors import LifecycleError, PhaseFailed, RehearsalError, StartupAborted
 from lifecycle.log import check_log_dir, events, redact_text
+from lifecycle.runtime import signals
 from lifecycle.runtime.signals import SignalWatch
 from states import State, Trigger, find
 
@@ -195,6 +196,7 @@ class Failures:
     # -- SIGTERM / SIGINT during startup ----------------------------------------------------------
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.trap.watch.taken()
+        signals.took(signum)
         if self.aborting:
             return
         self.aborting = True
@@ -264,6 +266,7 @@ class Failures:
 
         def hold(signum: int, _frame: FrameType | None) -> None:
             self.trap.watch.taken()
+            signals.took(signum)
             held.append(signum)
 
         previous = {sig: signal.signal(sig, hold) for sig in _SIGNALS}

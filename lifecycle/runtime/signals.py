@@ -35,6 +35,20 @@ def pending_signal() -> int | None:
     return _ARMED[-1].pending() if _ARMED else None
 
 
+def took(signum: int) -> None:
+    """A handler on the main thread took `signum` (safe inside a handler: no lock). The watch the
+    wakeup fd fed it to may not be the handler's own: a lifecycle left mid-startup keeps its watch
+    armed, and the fd goes back to it when a later one disarms, while the later one's handler still
+    runs (a Ctrl-C during its shutdown). That watch sees the count move since the fd came back to it
+    and stops waiting, instead of ending the process `grace_s` later for a signal that was handled
+    (whether its thread read the byte before or after the handler ran)."""
+    _TOOK[signum] = _TOOK.get(signum, 0) + 1
+
+
+_TOOK: dict[int, int] = {}
+"""How many times a handler on the main thread took each signal (`took`)."""
+
+
 def _forget_in_child() -> None:
     """A forked child (a data loader's worker) keeps its parent's wakeup fd: its signals would reach
     the parent's watch. It gets back the one set before the first watch armed (asyncio, once
@@ -78,6 +92,8 @@ class SignalWatch:
         self._received: tuple[int, float] | None = None
         self._taken = False
         self._thread: threading.Thread | None = None
+        self._took_since: dict[int, int] = {}
+        """`_TOOK` when the wakeup fd last came to this watch (its arming, or an inner watch's disarm)."""
 
     @property
     def armed(self) -> bool:
@@ -96,6 +112,7 @@ class SignalWatch:
             os.close(write)
             return
         self._write, self._received, self._taken = write, None, False
+        self._took_since = dict(_TOOK)
         forward = self._previous if all(w._write != self._previous for w in _ARMED) else -1
         _ARMED.append(self)
         self._thread = threading.Thread(target=self._read, args=(read, forward), name=WATCH_THREAD, daemon=True)
@@ -111,6 +128,9 @@ class SignalWatch:
                 signal.set_wakeup_fd(current)
         with contextlib.suppress(ValueError):
             _ARMED.remove(self)
+        for outer in _ARMED:
+            if outer._write == self._previous:  # the fd is that watch's again, from now
+                outer._took_since = dict(_TOOK)
         write, self._write = self._write, -1
         os.close(write)  # the reader sees the end of the pipe and ends: no thread outlives the startup
         if self._thread is not None:
@@ -153,6 +173,9 @@ class SignalWatch:
         signum, since = self._received
         polls = 0
         while not self._taken and self.armed:
+            if _TOOK.get(signum, 0) != self._took_since.get(signum, 0):
+                self._taken = True  # a handler took it: another lifecycle's (see `took`)
+                return
             waited = time.monotonic() - since
             if waited >= self.grace_s and polls * _POLL_S >= self.grace_s:
                 self._taken = True  # once: whatever `on_blocked` does, the watch is done with it
