@@ -520,3 +520,98 @@ def test_a_failure_after_the_log_opened_does_not_open_it_again(make_lc: Any) -> 
     with pytest.raises(PhaseFailed) as caught:
         lc.build_model()
     assert open_fds() == before and "stderr" not in str(caught.value)
+
+
+# -- a signal the blocked main thread cannot take ------------------------------------------------------
+def test_the_trap_claims_a_signal_only_while_its_own_handler_is_installed() -> None:
+    def handler(_signum: int, _frame: Any) -> None:
+        return None
+
+    trap = SignalTrap(handler, lambda *_: None)
+    assert not trap.watch.owns(signal.SIGTERM), "not installed: the handler there now is someone else's"
+    trap.install()
+    try:
+        assert trap.watch.owns(signal.SIGTERM) and trap.watch.owns(signal.SIGINT)
+        signal.signal(signal.SIGTERM, lambda *_: None)  # a later lifecycle's, or the user's
+        assert not trap.watch.owns(signal.SIGTERM) and trap.watch.owns(signal.SIGINT)
+    finally:
+        trap.uninstall()
+
+
+def test_a_blocked_signal_reported_while_an_abort_runs_changes_nothing(make_lc: Any) -> None:
+    lc = make_lc()
+    lc.advance_to(State.SERVICES_READY)
+    lc._failures.aborting = True  # the main thread took a signal after all
+    count = len(lc.records)
+    lc._failures.on_signal_blocked(signal.SIGTERM, 5.0)  # returns: the process is not ended
+    assert len(lc.records) == count and lc.state is State.SERVICES_READY
+
+
+BLOCKED_REPORT = """
+import signal, sys
+from lifecycle import InProcessPhases, Lifecycle, RunConfig
+from states import State, Trigger
+
+lc = Lifecycle(RunConfig(), None, sys.argv[1], phases=InProcessPhases(), tripwires="off")
+lc.advance_to(State.SERVICES_READY)
+if sys.argv[2] == "during":
+    lc._shared.active = Trigger.INIT_DISTRIBUTED  # its entry work sits in native code
+emit = lc._shared.log.emit
+
+def emit_then_handler_runs(event, **fields):
+    emit(event, **fields)
+    if event == "startup_aborted":  # the main thread runs its handler just now: it must be ignored
+        try:
+            lc._failures.on_signal(signal.SIGINT, None)
+        except BaseException as exc:
+            print("OBEYED", type(exc).__name__, flush=True)
+        else:
+            print("IGNORED", flush=True)
+
+lc._shared.log.emit = emit_then_handler_runs
+lc._failures.on_signal_blocked(int(sys.argv[3]), 12.345)
+print("RETURNED", flush=True)
+"""
+
+
+def test_a_signal_the_blocked_main_thread_cannot_take_is_logged_said_and_ends_the_process(tmp_path: Path) -> None:
+    """The signal watch's report, called directly in a child (it ends the process): the record with
+    `blocked_s`, the line on stderr, the exit 128 + N, and the main thread's handler ignored once
+    the report began. tests/unit/test_signal_watch.py runs the whole way with a real blocked thread."""
+    import subprocess
+    import sys
+
+    from lifecycle.testing import read_log
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    cases = {"during": signal.SIGTERM, "between": signal.SIGINT}
+    children = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", BLOCKED_REPORT, str(tmp_path / name), name, str(int(signum))],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, signum in cases.items()
+    }
+    done = {name: (child, *child.communicate(timeout=120)) for name, child in children.items()}
+    for name, (child, out, err) in done.items():
+        signum = cases[name]
+        assert child.returncode == 128 + signum, (name, out, err)
+        assert out == "IGNORED\n", "a handler running after the report began does nothing; the process ends"
+        during = " during init_distributed()" if name == "during" else ""
+        assert err.splitlines()[-1] == (
+            f"lifecycle: rank 0: startup aborted by {signal.Signals(signum).name} in state SERVICES_READY{during}; "
+            "its main thread was blocked in native code for 12 s, so the process ends without the releases "
+            f"(exit {128 + signum})"
+        ), name
+        last = read_log(tmp_path / name / "rank-00000.jsonl")[-1]
+        assert (last["event"], last["signal"], last["state"], last["blocked_s"]) == (
+            "startup_aborted",
+            signal.Signals(signum).name,
+            "SERVICES_READY",
+            12.3,
+        )
+        assert last["trigger"] == ("init_distributed" if name == "during" else None)
