@@ -94,3 +94,207 @@ def test_the_deadline_reaches_the_process_group_and_every_megatron_group(
 def test_the_deadline_reaches_the_rendezvous_store_and_the_watch_runs(timeouts: dict[str, dict[str, Any]]) -> None:
     assert timeouts["store"]["store"] == timedelta(seconds=TIMEOUT_S)
     assert timeouts["store"]["watched"] and not timeouts["lone"]["watched"]
+
+
+# -- the decisions inside the rendezvous, on real TCPStores on localhost (no process group) ----------
+
+PREFIX = "megatron-lifecycle/attempt-{}/init-{}/k"
+
+
+@pytest.fixture
+def rendezvous(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, int]]:
+    """MASTER_ADDR:MASTER_PORT on a free local port, no other launcher variable; forgets its store."""
+    from lifecycle.engine.launch import free_port
+    from lifecycle.megatron import distributed
+
+    for key in (*LAUNCHER, "TORCHELASTIC_RESTART_COUNT"):
+        monkeypatch.delenv(key, raising=False)
+    where = ("127.0.0.1", free_port())
+    monkeypatch.setenv("MASTER_ADDR", where[0])
+    monkeypatch.setenv("MASTER_PORT", str(where[1]))
+    yield where
+    distributed._STORES.pop(where, None)
+
+
+def _host(where: tuple[str, int], world: int = 2) -> Any:
+    """A store hosted by someone else: rank 0 of another process, or torchrun's agent."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(*where, world, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+
+
+def test_each_initialization_gets_its_own_prefix_on_one_long_lived_store(rendezvous: tuple[str, int]) -> None:
+    from lifecycle.megatron.distributed import _STORES, rendezvous_store
+
+    rendezvous_store(0, 1, 10.0).set("k", "first")
+    rendezvous_store(0, 1, 10.0).set("k", "second")
+    (raw, served), *others = [entry for key, entry in _STORES.items() if key == rendezvous]
+    assert not others and served == 2
+    assert [raw.check([PREFIX.format(0, n)]) for n in range(4)] == [False, True, True, False]
+    assert [raw.get(PREFIX.format(0, n)) for n in (1, 2)] == [b"first", b"second"]
+
+
+@pytest.mark.parametrize(("count", "attempt"), [("2", 2), ("0", 0)])
+def test_each_attempt_of_torchruns_agent_gets_its_own_keys(
+    rendezvous: tuple[str, int], monkeypatch: pytest.MonkeyPatch, count: str, attempt: int
+) -> None:
+    from lifecycle.megatron.distributed import _STORES, rendezvous_store
+
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", count)
+    rendezvous_store(0, 1, 10.0).set("k", "v")
+    assert _STORES[rendezvous][0].get(PREFIX.format(attempt, 1)) == b"v"
+
+
+def test_the_store_waits_ten_minutes_unless_told_otherwise(rendezvous: tuple[str, int]) -> None:
+    from lifecycle.megatron.distributed import _STORES, rendezvous_store
+
+    rendezvous_store(0, 2)
+    assert _STORES[rendezvous][0].timeout == timedelta(seconds=600)
+    rendezvous_store(0, 2, 12.0)
+    assert _STORES[rendezvous][0].timeout == timedelta(seconds=12)
+
+
+def test_rank_0_hosts_the_store_without_waiting_for_the_others(rendezvous: tuple[str, int]) -> None:
+    from lifecycle.megatron.distributed import rendezvous_store
+
+    rendezvous_store(0, 2, 1.0).set("k", "v")  # rank 1 never comes: the host does not wait for it
+    client = _host_client(rendezvous)
+    assert client.get(PREFIX.format(0, 1)) == b"v"
+
+
+def _host_client(where: tuple[str, int]) -> Any:
+    import torch.distributed as dist
+
+    return dist.TCPStore(*where, 2, is_master=False, timeout=timedelta(seconds=10))
+
+
+@pytest.mark.parametrize(("rank", "agent"), [(1, False), (0, True), (1, True)])
+def test_a_rank_that_does_not_host_the_store_joins_its_host(
+    rendezvous: tuple[str, int], monkeypatch: pytest.MonkeyPatch, rank: int, agent: bool
+) -> None:
+    from lifecycle.megatron.distributed import rendezvous_store
+
+    if agent:
+        monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    host = _host(rendezvous)  # hosting again on its port would fail: address in use
+    rendezvous_store(rank, 2, 10.0).set("k", "v")
+    assert host.get(PREFIX.format(0, 1)) == b"v"
+
+
+def _store_config(timeout_s: float = 10.0) -> RunConfig:
+    return RunConfig.preset("tiny-gpt", [f"startup.timeout_s={timeout_s}"])
+
+
+def _checked_in(rank: int, world: int, **extras: Any) -> tuple[Any, Any, RecordingContext]:
+    import dataclasses
+
+    from lifecycle.megatron.distributed import _checked_in_store
+
+    ctx = RecordingContext.for_config(_store_config(), trigger=Trigger.INIT_DISTRIBUTED)
+    ctx.runtime = dataclasses.replace(ctx.runtime, extras=extras)
+    store, watch = _checked_in_store(ctx, ctx.runtime.config, rank, world)
+    return store, watch, ctx
+
+
+TIMED_OUT = TimeoutError("127.0.0.1:1 accepted no connection in 10 s")
+
+
+@pytest.mark.parametrize(
+    ("rank", "agent", "error", "unreachable"),
+    [
+        (1, False, TIMED_OUT, True),  # rank 0 never came
+        (0, True, TIMED_OUT, True),  # torchrun's agent never came
+        (1, True, TIMED_OUT, True),
+        (0, False, TIMED_OUT, False),  # rank 0 hosts the store: its own failure, as torch raised it
+        (1, False, OSError("no route to host"), False),  # not a timeout: as raised
+        (0, True, ValueError("bad port"), False),
+    ],
+)
+def test_a_failed_rendezvous_is_blamed_on_the_host_only_when_a_client_timed_out(
+    rendezvous: tuple[str, int],
+    monkeypatch: pytest.MonkeyPatch,
+    rank: int,
+    agent: bool,
+    error: Exception,
+    unreachable: bool,
+) -> None:
+    from lifecycle.errors import DistributedError
+    from lifecycle.megatron import distributed
+
+    def failing(*_: Any) -> Any:
+        raise error
+
+    if agent:
+        monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setattr(distributed, "rendezvous_store", failing)
+    with pytest.raises(Exception) as caught:
+        _checked_in(rank, 2)
+    if unreachable:
+        assert isinstance(caught.value, DistributedError) and caught.value.__cause__ is error
+        assert str(caught.value).startswith("rendezvous timed out after 10 s: could not reach the store")
+    else:
+        assert caught.value is error
+
+
+def test_a_client_whose_host_never_listens_times_out_naming_rank_0(rendezvous: tuple[str, int]) -> None:
+    import dataclasses
+
+    from lifecycle.errors import DistributedError
+    from lifecycle.megatron.distributed import _checked_in_store
+
+    ctx = RecordingContext.for_config(_store_config(1.0), trigger=Trigger.INIT_DISTRIBUTED)
+    ctx.runtime = dataclasses.replace(ctx.runtime, extras={})
+    with pytest.raises(DistributedError, match=r"store at 127\.0\.0\.1:\d+ that rank 0 hosts; missing: rank 0") as e:
+        _checked_in_store(ctx, ctx.runtime.config, 1, 2)
+    assert isinstance(e.value.__cause__, TimeoutError)
+    assert ctx.events() == ["state_timeout"]
+
+
+@pytest.mark.parametrize("how", ["rank 0", "agent", "provided"])
+def test_the_watcher_knows_who_hosts_the_store_and_whether_it_may_end_the_process(
+    rendezvous: tuple[str, int], monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    from lifecycle.megatron import distributed
+
+    host = None if how == "rank 0" else _host(rendezvous)
+    if how == "agent":
+        monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    # an in-process restart wrapper's store: the process must live on to be restarted in place
+    _, watch, _ = _checked_in(0, 1, **({distributed.STORE: host} if how == "provided" else {}))
+    try:
+        assert watch.store_host == (None if how == "agent" else 0)
+        assert watch._exit is (distributed._stay if how == "provided" else os._exit)
+    finally:
+        watch.stop()
+
+
+def test_a_process_group_that_fails_to_start_stops_the_watcher(rendezvous: tuple[str, int]) -> None:
+    import threading
+
+    import torch.distributed as dist
+
+    from lifecycle.megatron.distributed import _init_process_group
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # someone else's
+    try:
+        ctx = RecordingContext.for_config(_store_config(), trigger=Trigger.INIT_DISTRIBUTED)
+        with pytest.raises(ValueError, match="twice"):
+            _init_process_group(ctx, ctx.runtime.config, real_cuda=False)
+    finally:
+        dist.destroy_process_group()
+    assert [t.name for t in threading.enumerate() if t.name == "lifecycle-rank-watch"] == []
+
+
+def test_the_fake_backend_simulates_the_configured_rank_without_a_store() -> None:
+    import torch.distributed as dist
+
+    from lifecycle.megatron.distributed import _init_process_group
+
+    config = RunConfig.preset("tiny-gpt", ["backend=fake", "parallel.rank=1", "parallel.world_size=4"])
+    ctx = RecordingContext.for_config(config, trigger=Trigger.INIT_DISTRIBUTED)
+    try:
+        assert _init_process_group(ctx, config, real_cuda=False) == (1, 4, None)
+        assert dist.get_backend() == "fake"
+    finally:
+        dist.destroy_process_group()
+    assert [str(s) for s in ctx.side_effects] == ["SideEffect.PROCESS_GROUP"]
