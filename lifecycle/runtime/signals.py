@@ -26,7 +26,9 @@ WATCH_THREAD = "lifecycle-signal-watch"
 GRACE_S = 3.0
 """How long the main thread has to take a signal before the watch calls it blocked."""
 
-_POLL_S = 0.05
+POLL_S = 0.05
+"""How often the watch looks whether the main thread took the signal; the grace is also counted in
+these polls (a process stalled as a whole polled none of them)."""
 _ARMED: list[SignalWatch] = []  # the armed watches, innermost (the one the wakeup fd feeds) last
 
 
@@ -157,10 +159,10 @@ class SignalWatch:
         polls = 0
         while not self._taken and self.armed:
             waited = self.clock() - since
-            if waited >= self.grace_s and polls * _POLL_S >= self.grace_s:
+            if waited >= self.grace_s and polls * POLL_S >= self.grace_s:
                 self._taken = True  # once: whatever `on_blocked` does, the watch is done with it
                 if self.owns is None or self.owns(signum):
                     self.on_blocked(signum, waited)
                 return
-            time.sleep(_POLL_S)
+            time.sleep(POLL_S)
             polls += 1
