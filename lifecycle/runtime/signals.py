@@ -26,7 +26,9 @@ WATCH_THREAD = "lifecycle-signal-watch"
 GRACE_S = 3.0
 """How long the main thread has to take a signal before the watch calls it blocked."""
 
-_POLL_S = 0.05
+POLL_S = 0.05
+"""How often the watch looks whether the main thread took the signal; the grace is also counted in
+these polls (a process stalled as a whole polled none of them)."""
 _ARMED: list[SignalWatch] = []  # the armed watches, innermost (the one the wakeup fd feeds) last
 
 
@@ -80,6 +82,7 @@ class SignalWatch:
         *,
         grace_s: float = GRACE_S,
         owns: Callable[[int], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.signals = frozenset(int(s) for s in signals)
         self.on_blocked = on_blocked
@@ -87,8 +90,12 @@ class SignalWatch:
         """Whether the handler installed for a signal now is this watch's owner's: a watch left armed
         (its lifecycle never shut down) whose handler another one replaced is not the one blocked."""
         self.grace_s = grace_s
+        self.clock = clock
+        """The clock the grace is measured on (a test passes one that stalls or jumps)."""
         self._write = -1
         self._previous = -1
+        self._forward = -1
+        """Where the reader forwards every byte (the wakeup fd before any armed watch's), or -1."""
         self._received: tuple[int, float] | None = None
         self._taken = False
         self._thread: threading.Thread | None = None
@@ -113,7 +120,12 @@ class SignalWatch:
             return
         self._write, self._received, self._taken = write, None, False
         self._took_since = dict(_TOOK)
-        forward = self._previous if all(w._write != self._previous for w in _ARMED) else -1
+        # Forward to the fd set before this watch; when that is an armed watch's own pipe (a lifecycle
+        # left mid-startup), to where that watch forwards: asyncio's fd, set before both, still gets
+        # every byte, and no watch is fed a signal another one took.
+        outer = next((w for w in _ARMED if w._write == self._previous), None)
+        forward = self._previous if outer is None else outer._forward
+        self._forward = forward
         _ARMED.append(self)
         self._thread = threading.Thread(target=self._read, args=(read, forward), name=WATCH_THREAD, daemon=True)
         self._thread.start()
@@ -159,7 +171,7 @@ class SignalWatch:
                         os.write(forward, data)
                 signum = next((s for s in data if s in self.signals), None)
                 if signum is not None and self._received is None and not self._taken:
-                    self._received = (signum, time.monotonic())
+                    self._received = (signum, self.clock())
                 if self.pending() is not None:
                     self._wait_for_main_thread()
         finally:
@@ -176,11 +188,11 @@ class SignalWatch:
             if _TOOK.get(signum, 0) != self._took_since.get(signum, 0):
                 self._taken = True  # a handler took it: another lifecycle's (see `took`)
                 return
-            waited = time.monotonic() - since
-            if waited >= self.grace_s and polls * _POLL_S >= self.grace_s:
+            waited = self.clock() - since
+            if waited >= self.grace_s and polls * POLL_S >= self.grace_s:
                 self._taken = True  # once: whatever `on_blocked` does, the watch is done with it
                 if self.owns is None or self.owns(signum):
                     self.on_blocked(signum, waited)
                 return
-            time.sleep(_POLL_S)
+            time.sleep(POLL_S)
             polls += 1
