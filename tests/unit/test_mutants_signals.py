@@ -383,3 +383,46 @@ def test_a_forked_child_forgets_every_watch_and_gets_the_first_wakeup_fd_back(
         outer.disarm()
     assert got == repr((False, False, True)).encode(), got
     assert signal.set_wakeup_fd(wakeup[1]) == wakeup[1], "the parent's watches untouched until disarmed"
+
+
+def test_a_signal_another_handler_took_is_not_pending_and_never_reported(handlers: list[int]) -> None:
+    """The old watch (its lifecycle left mid-startup) gets the byte; a later lifecycle's handler took
+    the signal (`took`): the old watch stops waiting, nothing is pending, nothing is reported."""
+    from lifecycle.runtime.signals import took
+
+    blocked = Recorder()
+    watch = SignalWatch([TERM], blocked, grace_s=0.5)
+    signal.signal(TERM, lambda signum, _frame: (handlers.append(signum), took(signum)))
+    watch.arm()
+    try:
+        os.kill(os.getpid(), TERM)
+        assert _until(lambda: bool(handlers))
+        assert not blocked.called.wait(1.5)  # three graces: the reader has long read the byte
+        assert watch.pending() is None, "taken elsewhere: not pending"
+    finally:
+        watch.disarm()
+    assert blocked.calls == []
+
+
+def test_when_the_fd_comes_back_to_an_outer_watch_only_signals_taken_after_that_count(handlers: list[int]) -> None:
+    """A signal the inner watch's handler took (`took`) before the inner one disarmed must not make the
+    outer watch, once the fd is its again, call a later signal that nobody takes 'taken'."""
+    from lifecycle.runtime.signals import took
+
+    outer_blocked, inner_blocked = Recorder(), Recorder()
+    outer = SignalWatch([TERM], outer_blocked, grace_s=0.3)
+    inner = SignalWatch([TERM], inner_blocked, grace_s=60)
+    outer.arm()
+    try:
+        inner.arm()
+        signal.signal(TERM, lambda signum, _frame: (handlers.append(signum), inner.taken(), took(signum)))
+        os.kill(os.getpid(), TERM)
+        assert _until(lambda: bool(handlers))
+        inner.disarm()
+        signal.signal(TERM, lambda signum, _frame: handlers.append(signum))  # records, takes nothing
+        os.kill(os.getpid(), TERM)
+        assert outer_blocked.called.wait(10), "the outer watch reports the signal nobody took"
+    finally:
+        inner.disarm()
+        outer.disarm()
+    assert [s for s, _ in outer_blocked.calls] == [TERM] and inner_blocked.calls == []
