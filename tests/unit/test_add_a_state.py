@@ -11,16 +11,13 @@ bound again is LA004. One child process for all of it.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from lifecycle.audit import RuleId
+from tests.child_python import last_json_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,18 +152,7 @@ def _states_with_a_new_state(where: Path) -> Path:
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     where = tmp_path_factory.mktemp("added-state")
     _states_with_a_new_state(where)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(where), str(ROOT)])}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(where / "logs")],
-        cwd=where,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    result: dict[str, object] = last_json_of(CHILD, str(where / "logs"), first_on_path=where)
     return result
 
 

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +29,7 @@ from states import (
     requiring,
     rule,
 )
+from tests.child_python import last_json_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,18 +141,7 @@ def test_a_rule_changed_in_states_changes_the_guard_the_audit_and_check_log(tmp_
     assert observe(str(logs), str(tmp_path / "here")) == {"audit": [], "check_log": [], "guard": None}
 
     _mutated_states(tmp_path)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(logs), str(tmp_path / "there")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    there = json.loads(done.stdout.splitlines()[-1])
+    there = last_json_of(CHILD, str(logs), str(tmp_path / "there"), first_on_path=tmp_path)
     assert there["guard"] == ["config_is_validated", SIDE_EFFECTS_NEED_VALIDATION.says]
     assert {finding_rule for finding_rule, _ in there["audit"]} == {RuleId.SIDE_EFFECT_BEFORE_VALIDATED}
     [(_, message)] = there["audit"]
