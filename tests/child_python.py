@@ -29,3 +29,16 @@ def last_json_of(code: str, *args: str, first_on_path: Path) -> Any:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
+
+
+def run_lifecycle(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """`python -m lifecycle ARGS` from the repository, with nothing of this environment but the path
+    (no launcher variables leak in), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )

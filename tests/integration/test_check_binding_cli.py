@@ -3,26 +3,14 @@ bound by the named binder, each rank's report printed; the exit status says whet
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.child_python import run_lifecycle
 
 pytestmark = pytest.mark.slow
 
 
-def lifecycle(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lifecycle", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=timeout,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
+lifecycle = run_lifecycle
 
 
 def test_bridge_0_3_1_as_the_users_binder_on_a_copying_provider_prints_missing_and_exits_1() -> None:

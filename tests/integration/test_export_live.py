@@ -3,28 +3,18 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.child_python import run_lifecycle
 from tests.otlp_spans import flat_spans
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
 
 
-def lifecycle(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lifecycle", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=timeout,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
+lifecycle = run_lifecycle
 
 
 def test_the_live_spans_of_a_two_rank_run_are_the_spans_exported_from_its_logs(tmp_path: Path) -> None:
