@@ -16,7 +16,7 @@ def object_id(obj: object | None) -> str | None:
     return None if obj is None else hex(id(obj))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, weakref_slot=True)
 class BindingReport:
     """The result of one binding. Holds no strong reference to the model, optimizer or config."""
 

@@ -18,6 +18,7 @@ import socket
 import time
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
+from types import ModuleType
 from typing import Any
 
 from lifecycle import launchers
@@ -265,6 +266,7 @@ def _undo(rehearsal: Rehearsal | None, *, barrier: AbstractContextManager[None] 
     # barrier must not leave the process group, nor a failed destroy the rehearsal's patches.
     try:
         parallel_state.destroy_model_parallel()
+        _drop_leftover_groups(parallel_state)
         _reset_rng_tracker()
         if dist.is_initialized() and barrier and dist.get_world_size() > 1 and dist.get_backend() != "fake":
             with barrier:
@@ -276,6 +278,18 @@ def _undo(rehearsal: Rehearsal | None, *, barrier: AbstractContextManager[None] 
         finally:
             if rehearsal is not None:
                 rehearsal.close()
+
+
+def _drop_leftover_groups(parallel_state: ModuleType) -> None:
+    """`destroy_model_parallel` leaves some group globals set (megatron-core 0.15 to 0.19:
+    `_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP` and its gloo twin). A global that still holds a
+    destroyed group keeps its gloo connections open, so it goes like the others (the ledger's
+    "process group objects" probe finds any that stays)."""
+    import torch.distributed as dist
+
+    for name, value in list(vars(parallel_state).items()):
+        if isinstance(value, dist.ProcessGroup):
+            setattr(parallel_state, name, None)
 
 
 def _reset_rng_tracker() -> None:

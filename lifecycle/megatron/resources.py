@@ -67,7 +67,7 @@ def _distributed(runtime: Runtime) -> list[tuple[str, Probe]]:
         ("process group", lambda: not dist.is_initialized()),
         ("megatron parallel state", lambda: not ps.model_parallel_is_initialized()),
         ("RNG tracker states", lambda: not get_cuda_rng_tracker().get_states()),
-        ("process group objects (their gloo sockets)", _no_process_groups),
+        ("process group objects (their gloo sockets)", _groups_gone(_process_groups())),
     ]
     watch = runtime.extras.get(WATCH)
     thread = getattr(watch, "_thread", None)
@@ -80,14 +80,28 @@ def _distributed(runtime: Runtime) -> list[tuple[str, Probe]]:
     return out
 
 
-def _no_process_groups() -> bool:
-    """No ProcessGroup object is alive: a destroyed group that something still references keeps
-    its gloo connections open, and a peer blocked in a collective with it waits for its timeout."""
-    import gc
-
+def _process_groups() -> list[object]:
+    """Every ProcessGroup that exists now: torch's registry (the default group and each `new_group`)
+    and megatron's parallel state's globals (a group can outlive torch's registry there)."""
     import torch.distributed as dist
+    from megatron.core import parallel_state as ps
 
-    return not any(isinstance(obj, dist.ProcessGroup) for obj in gc.get_objects())
+    found: dict[int, object] = {}
+    world = getattr(dist.distributed_c10d, "_world", None)  # torch's registry (2.13 and 2.14)
+    for group in list(getattr(world, "pg_map", None) or {}):
+        found[id(group)] = group
+    for value in vars(ps).values():
+        if isinstance(value, dist.ProcessGroup):
+            found[id(value)] = value
+    return list(found.values())
+
+
+def _groups_gone(groups: list[object]) -> Probe:
+    """Gone when none of `groups` is alive: a destroyed group that something still references keeps
+    its gloo connections open, and a peer blocked in a collective with it waits for its timeout.
+    ProcessGroup is a pybind object that `gc` does not track: only a weak reference sees it."""
+    refs = [weakref.ref(group) for group in groups]
+    return lambda: all(ref() is None for ref in refs)
 
 
 def _model(runtime: Runtime) -> list[tuple[str, Probe]]:

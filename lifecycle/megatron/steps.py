@@ -20,11 +20,13 @@ here (`steps_for(lc)`: one `Steps` per binding, made anew after a rebuild).
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+from bindings import BindingReport
 from lifecycle.errors import LifecycleError
 from lifecycle.log import events
 from lifecycle.megatron.ranks import watched_step
@@ -111,7 +113,8 @@ class Steps:
                 f"{lc.state.name}. Call lc.advance_to(State.{TRAINING_STATE}) with the training plan first."
             )
         self._lc = lc
-        self.binding = rt.binding
+        # Weakly: a restart's release must free the binding (its finalizer holds the process groups).
+        self._binding = weakref.ref(rt.binding) if rt.binding is not None else None
         self.gather = overlapped_gather(rt)
         self.defer_first_gather = defer_first_gather
         self.first_pending = True
@@ -121,6 +124,11 @@ class Steps:
         self.last_step: int | None = None
 
     @property
+    def binding(self) -> BindingReport | None:
+        """The binding these steps book, None once it is released."""
+        return self._binding() if self._binding is not None else None
+
+    @property
     def _model(self) -> list[OverlapChunk]:
         # Read from the runtime each time: holding the chunks here would keep a rebuilt-away model alive.
         return [cast(OverlapChunk, chunk) for chunk in self._lc.runtime.model or ()]
@@ -128,7 +136,7 @@ class Steps:
     def begin(self, step: int) -> None:
         """Before step `step`'s forward: on the first step, defer the parameter gather."""
         if self.first_pending and self.gather and self.defer_first_gather and not self._deferred:
-            from bindings import BindingReport, pause_param_sync
+            from bindings import pause_param_sync
 
             for chunk in self._model:
                 chunk.disable_forward_pre_hook(param_sync=False)
@@ -161,7 +169,7 @@ class Steps:
         return StepResult(step=step, loss=loss, duration_s=duration, finalizer_calls=calls)
 
     def _resume(self, step: int) -> None:
-        from bindings import BindingReport, resume_param_sync
+        from bindings import resume_param_sync
 
         for chunk in self._model:
             chunk.enable_forward_pre_hook()
@@ -215,7 +223,7 @@ def steps_for(lc: Driver, *, defer_first_gather: bool | None = None) -> Steps:
     """The `Steps` of `lc`'s current binding (a new one after a rebuild or rebind)."""
     slot = lc.steps_slot
     current = slot.steps
-    if current is None or current.binding is not lc.runtime.binding:
+    if current is None or current.binding is None or current.binding is not lc.runtime.binding:
         current = slot.steps = Steps(lc)
     if defer_first_gather is not None and current.first_pending:
         current.defer_first_gather = defer_first_gather

@@ -147,7 +147,10 @@ def release_fails(root: str) -> dict[str, Any]:
 def sabotaged(root: str, name: str) -> dict[str, Any]:
     """A plain lifecycle whose release misses one thing (`rng`: the RNG tracker is not reset;
     `model`: a reference to the model survives; `workers`: a dataloader iterator, so its worker
-    process, survives): restart() must raise ResourceLeak naming it."""
+    process, survives; `group`: a reference to a data-parallel process group survives, as
+    megatron-core's own `destroy_model_parallel` leaves one): restart() must raise ResourceLeak
+    naming it."""
+    from megatron.core import parallel_state
     from megatron.core.tensor_parallel import random as mp_random
 
     from lifecycle import Lifecycle, LifecycleError
@@ -163,6 +166,8 @@ def sabotaged(root: str, name: str) -> dict[str, Any]:
         elif name == "workers":
             kept.append(worker_batches())
             next(kept[-1])
+        elif name == "group":
+            kept.append(parallel_state.get_data_parallel_group())
         else:
             kept.append(lc.runtime.model)
         try:
@@ -201,5 +206,6 @@ def restart_group(root: str) -> dict[str, Any]:
         out["sabotage_rng"] = sabotaged(root, "rng")
         out["sabotage_model"] = sabotaged(root, "model")
         out["sabotage_workers"] = sabotaged(root, "workers")
+        out["sabotage_group"] = sabotaged(root, "group")
         out["release"] = release_fails(root)
     return out

@@ -116,6 +116,7 @@ def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> N
         ("sabotage_rng", "RNG tracker states", "DISTRIBUTED"),
         ("sabotage_model", "model chunk 0 (DDP grad hooks, forward pre-hooks)", "MODEL_BUILT"),
         ("sabotage_workers", "dataloader and checkpoint worker processes", "CALLBACKS_BOUND"),
+        ("sabotage_group", "process group objects (their gloo sockets)", "DISTRIBUTED"),
     ],
 )
 def test_a_release_that_misses_a_resource_raises_resource_leak(
