@@ -20,10 +20,10 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Final
 
 from bindings._errors import BindingConflict, BindingError
 from bindings._protocol import SLOTS, Policy, SchedulerConfig
@@ -40,52 +40,55 @@ from bindings._rules import (
 from bindings._watchdog import CountingFinalizer, FirstStepWatchdog
 
 _POLICIES: tuple[str | None, ...] = (None, "keep", "replace")
+_PAUSED: Final = "param_sync_func"
+"""The slot `pause_param_sync` takes off the bound config and `resume_param_sync` puts back."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Installed:
     """What one installation did on one config object."""
 
-    installed: dict[str, Any]
+    installed: dict[str, object]
     kept: tuple[str, ...]
     replaced: tuple[str, ...]
     finalizer: CountingFinalizer | None
 
 
-def finalizer(pg_collection: Any = None) -> Callable[..., Any]:
+def finalizer(pg_collection: object = None) -> Callable[..., object]:
     """megatron's `finalize_model_grads`, with `pg_collection` bound where the signature has it."""
     from megatron.core.distributed import finalize_model_grads
 
     accepts = "pg_collection" in inspect.signature(finalize_model_grads).parameters
     if pg_collection is not None and accepts:
         return functools.partial(finalize_model_grads, pg_collection=pg_collection)
-    fn: Callable[..., Any] = finalize_model_grads
+    fn: Callable[..., object] = finalize_model_grads
     return fn
 
 
 def planned(
-    chunks: Sequence[Any],
-    optimizer: Any,
-    ddp_config: Any,
-    pg_collection: Any = None,
+    chunks: Sequence[object],
+    optimizer: object,
+    ddp_config: object,
+    pg_collection: object = None,
     align_grad_reduce: bool | None = None,
-) -> dict[str, Any]:
-    """The callbacks the contract asks for, by slot, in `SLOTS` order."""
+) -> dict[str, object]:
+    """The callbacks the contract asks for, by slot, in `SLOTS` order (`optimizer` None: none of
+    its callbacks)."""
     wanted = sources(ddp_config, optimizer=optimizer is not None, align_grad_reduce=align_grad_reduce)
     if flag(ddp_config, "overlap_grad_reduce") or flag(ddp_config, "overlap_param_gather"):
         _require_ddp(chunks)
-    plan: dict[str, Any] = {}
+    plan: dict[str, object] = {}
     for slot, source in wanted.items():
         if source == FINALIZER:
             plan[slot] = CountingFinalizer(finalizer(pg_collection))
         elif source == SCALE_LOSS:
-            plan[slot] = optimizer.scale_loss
+            plan[slot] = getattr(optimizer, SCALE_LOSS)
         else:
             plan[slot] = chunk_entries(chunks, source)
     return plan
 
 
-def _require_ddp(chunks: Sequence[Any]) -> None:
+def _require_ddp(chunks: Sequence[object]) -> None:
     for index, chunk in enumerate(chunks):
         if not (hasattr(chunk, "no_sync") and hasattr(chunk, "start_grad_sync")):
             raise BindingError(
@@ -98,7 +101,7 @@ def _require_ddp(chunks: Sequence[Any]) -> None:
             )
 
 
-def install(target: SchedulerConfig, plan: dict[str, Any], policy: Policy | None = None) -> Installed:
+def install(target: SchedulerConfig, plan: Mapping[str, object], policy: Policy | None = None) -> Installed:
     """Write `plan` onto `target`, slot by slot, honouring `policy` on conflicts.
 
     Conflicts are all checked before anything is written, so a refused binding writes nothing.
@@ -139,7 +142,7 @@ def install(target: SchedulerConfig, plan: dict[str, Any], policy: Policy | None
     )
 
 
-def _verify(chunks: Sequence[Any], target: Any, installed: dict[str, Any]) -> Any:
+def _verify(chunks: Sequence[object], target: SchedulerConfig, installed: Mapping[str, object]) -> object:
     from megatron.core.utils import get_model_config
 
     scheduler = get_model_config(chunks[0])
@@ -160,7 +163,7 @@ def _verify(chunks: Sequence[Any], target: Any, installed: dict[str, Any]) -> An
     return scheduler
 
 
-def chunk_list(model: Any) -> list[Any]:
+def chunk_list(model: object) -> list[object]:
     """`model` as a list of chunks; a BindingError for anything but a list or tuple."""
     if not isinstance(model, (list, tuple)):
         raise BindingError(
@@ -173,13 +176,13 @@ def chunk_list(model: Any) -> list[Any]:
 
 
 def bind_callbacks(
-    model: Sequence[Any],
-    optimizer: Any,
-    ddp_config: Any,
+    model: Sequence[object],
+    optimizer: object,
+    ddp_config: object,
     *,
-    provider_config: Any = None,
+    provider_config: object = None,
     policy: Policy | None = None,
-    pg_collection: Any = None,
+    pg_collection: object = None,
     align_grad_reduce: bool | None = None,
 ) -> BindingReport:
     """Bind the training callbacks for `model` (list of chunks) to the config its schedule reads.
@@ -201,13 +204,13 @@ def bind_callbacks(
 
 
 def _report(
-    target: Any,
-    scheduler: Any,
-    provider_config: Any,
+    target: SchedulerConfig,
+    scheduler: object,
+    provider_config: object,
     done: Installed,
-    chunks: Sequence[Any],
-    optimizer: Any,
-    ddp_config: Any,
+    chunks: Sequence[object],
+    optimizer: object,
+    ddp_config: object,
     align: bool,
     policy: Policy | None,
 ) -> BindingReport:
@@ -233,7 +236,7 @@ def _report(
     )
 
 
-def _ours(value: Any, ident: int) -> bool:
+def _ours(value: object, ident: int) -> bool:
     """`value` is what binding installed, or a list the schedule made from it.
 
     megatron's interleaved schedule rewrites a single `grad_sync_func`/`param_sync_func` into
@@ -271,7 +274,7 @@ def unbind_callbacks(report: BindingReport) -> tuple[str, ...]:
     return tuple(cleared)
 
 
-def pause_param_sync(report: BindingReport) -> Any:
+def pause_param_sync(report: BindingReport) -> object:
     """Take `param_sync_func` off the bound config and return it (None when nothing was there).
 
     Megatron-LM does this for the first training step with the distributed optimizer and
@@ -280,16 +283,16 @@ def pause_param_sync(report: BindingReport) -> Any:
     target = report.target()
     if target is None:
         return None
-    current = getattr(target, "param_sync_func", None)
+    current = getattr(target, _PAUSED, None)
     if current is not None:
-        target.param_sync_func = None
+        setattr(target, _PAUSED, None)
     return current
 
 
-def resume_param_sync(report: BindingReport, paused: Any) -> None:
+def resume_param_sync(report: BindingReport, paused: object) -> None:
     """Put back what `pause_param_sync` took, unless something else was bound there since."""
     target = report.target()
     if target is None or paused is None:
         return
-    if getattr(target, "param_sync_func", None) is None:
-        target.param_sync_func = paused
+    if getattr(target, _PAUSED, None) is None:
+        setattr(target, _PAUSED, paused)

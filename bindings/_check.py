@@ -8,12 +8,11 @@ wrappers and the provider's config that hold something in that slot.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
-from typing import Any
 
 from bindings._errors import BindingError
-from bindings._protocol import SLOTS
+from bindings._protocol import SLOTS, SchedulerConfig
 from bindings._report import object_id
 from bindings._rules import FINALIZER, SCALE_LOSS, chunk_entries, same, sources
 from bindings._verdict import CheckReport, ConfigSeen, SlotCheck, Verdict
@@ -22,7 +21,7 @@ _MAX_DEPTH = 8
 """How many `.module` wrappers (DDP, Float16Module, user wrappers) a chunk may have."""
 
 
-def unwrap_finalizer(value: Any) -> Any:
+def unwrap_finalizer(value: object) -> object:
     """The function under a finalizer's wrappers: `CountingFinalizer`/guard counters (`.fn`),
     `functools.partial` (`.func`), `functools.wraps` (`__wrapped__`)."""
     for _ in range(_MAX_DEPTH):
@@ -34,7 +33,7 @@ def unwrap_finalizer(value: Any) -> Any:
     return value
 
 
-def describe(value: Any) -> str:
+def describe(value: object) -> str:
     """A slot's value in words: `nothing`, `Owner.method at 0x..`, a function's name, a list."""
     if value is None:
         return "nothing"
@@ -49,11 +48,11 @@ def describe(value: Any) -> str:
     return label if inner is value else f"{type(value).__name__}({label})"
 
 
-def _entries(value: Any) -> list[Any]:
+def _entries(value: object) -> list[object]:
     return value if isinstance(value, list) else [value]
 
 
-def _stale(value: Any, chunks: Sequence[Any], method: str) -> bool:
+def _stale(value: object, chunks: Sequence[object], method: str) -> bool:
     """Every entry is `method` bound to an object that is not one of the model's chunks."""
     owners = [getattr(e, "__self__", None) for e in _entries(value)]
     names = {getattr(e, "__name__", None) for e in _entries(value)}
@@ -61,15 +60,16 @@ def _stale(value: Any, chunks: Sequence[Any], method: str) -> bool:
     return names == {method} and all(o is not None and id(o) not in alive for o in owners)
 
 
-def _judge_scale(value: Any, optimizer: Any) -> Verdict:
-    if getattr(value, "__name__", None) != SCALE_LOSS or getattr(value, "__self__", None) is None:
+def _judge_scale(value: object, optimizer: object) -> Verdict:
+    owner = getattr(value, "__self__", None)
+    if getattr(value, "__name__", None) != SCALE_LOSS or owner is None:
         return "wrong"
-    if optimizer is None or value.__self__ is optimizer:
+    if optimizer is None or owner is optimizer:
         return "ok"
-    return "stale" if type(value.__self__) is type(optimizer) else "wrong"
+    return "stale" if type(owner) is type(optimizer) else "wrong"
 
 
-def judge(source: str | None, value: Any, chunks: Sequence[Any], optimizer: Any, finalizer: Any) -> Verdict:
+def judge(source: str | None, value: object, chunks: Sequence[object], optimizer: object, finalizer: object) -> Verdict:
     """One slot's verdict. `source` is what the rules ask for (None: nothing)."""
     if source is None:
         if value is None:
@@ -98,13 +98,13 @@ def _expected(source: str | None, chunks: int) -> str:
 
 
 def inspect_slots(
-    scheduler: Any,
-    chunks: Sequence[Any],
+    scheduler: SchedulerConfig,
+    chunks: Sequence[object],
     wanted: dict[str, str],
     *,
-    optimizer: Any = None,
-    finalizer: Any = None,
-    others: Sequence[tuple[Any, str]] = (),
+    optimizer: object = None,
+    finalizer: object = None,
+    others: Sequence[tuple[object, str]] = (),
 ) -> CheckReport:
     """The report for `scheduler` (the config the schedule reads) against `wanted` (the rules'
     sources by slot). `others`: other configs reachable from the model, each with where it was
@@ -133,21 +133,21 @@ def inspect_slots(
     )
 
 
-def _seen(config: Any, where: str) -> ConfigSeen:
+def _seen(config: object, where: str) -> ConfigSeen:
     held = tuple(s for s in SLOTS if getattr(config, s, None) is not None)
     return ConfigSeen(id=hex(id(config)), type=type(config).__name__, where=where, slots=held)
 
 
-def _is_config(obj: Any) -> bool:
+def _is_config(obj: object) -> bool:
     return obj is not None and all(hasattr(obj, slot) for slot in SLOTS)
 
 
-def reachable_configs(chunks: Sequence[Any], provider_config: Any = None) -> list[tuple[Any, str]]:
+def reachable_configs(chunks: Sequence[object], provider_config: object = None) -> list[tuple[object, str]]:
     """Every distinct config (an object with the scheduler's slots) reachable from the chunks'
     wrappers (`.module` chains, `.config`) and their submodules, and the provider's config."""
-    found: dict[int, tuple[Any, str]] = {}
+    found: dict[int, tuple[object, str]] = {}
 
-    def add(config: Any, where: str) -> None:
+    def add(config: object, where: str) -> None:
         if _is_config(config) and id(config) not in found:
             found[id(config)] = (config, where)
 
@@ -160,13 +160,13 @@ def reachable_configs(chunks: Sequence[Any], provider_config: Any = None) -> lis
             if inner is None:
                 break
             layer, path = inner, f"{path}.module"
-        named: Callable[[], Any] | None = getattr(layer, "named_modules", None)
+        named: Callable[[], Iterable[tuple[str, object]]] | None = getattr(layer, "named_modules", None)
         for name, sub in named() if named is not None else ():
             add(getattr(sub, "config", None), f"{path}.{name}.config" if name else f"{path}.config")
     return list(found.values())
 
 
-def chunk_list(model: Any) -> list[Any]:
+def chunk_list(model: object) -> list[object]:
     """`model` as a non-empty list of chunks, else a BindingError naming what to pass."""
     if not isinstance(model, (list, tuple)) or not model:
         raise BindingError(
@@ -179,14 +179,14 @@ def chunk_list(model: Any) -> list[Any]:
 
 
 def judge_binding(
-    scheduler: Any,
-    chunks: Sequence[Any],
+    scheduler: SchedulerConfig,
+    chunks: Sequence[object],
     *,
-    ddp_config: Any = None,
-    optimizer: Any = None,
-    provider_config: Any = None,
+    ddp_config: object = None,
+    optimizer: object = None,
+    provider_config: object = None,
     align_grad_reduce: bool | None = None,
-    finalizer: Any = None,
+    finalizer: object = None,
     chunk_config_ids: tuple[str, ...] = (),
 ) -> CheckReport:
     """`bindings.check` once megatron has named the scheduler's config, `finalizer` (its

@@ -5,20 +5,22 @@ inside the functions."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypeVar
 
 from bindings._check import chunk_list, judge_binding
-from bindings._guard import FirstStepGuard, arm
+from bindings._guard import FirstStepGuard, SteppingOptimizer, arm
 from bindings._verdict import CheckReport
 from bindings._watchdog import Emit
 
+T = TypeVar("T")
+
 
 def check(
-    model: Sequence[Any],
-    ddp_config: Any = None,
-    optimizer: Any = None,
+    model: Sequence[object],
+    ddp_config: object = None,
+    optimizer: object = None,
     *,
-    provider_config: Any = None,
+    provider_config: object = None,
     align_grad_reduce: bool | None = None,
 ) -> CheckReport:
     """Check the training callbacks on the config the scheduler reads for `model` (the chunks).
@@ -45,7 +47,9 @@ def check(
     )
 
 
-def guard_first_step(model: Any, optimizer: Any = None, *, steps: int = 1, emit: Emit | None = None) -> FirstStepGuard:
+def guard_first_step(
+    model: Sequence[object], optimizer: SteppingOptimizer | None = None, *, steps: int = 1, emit: Emit | None = None
+) -> FirstStepGuard:
     """Arm a `FirstStepGuard` on `get_model_config(model[0])`, after your setup bound callbacks.
 
     `optimizer` defaults to the owner of the config's `grad_scale_func` (`optimizer.scale_loss`);
@@ -57,8 +61,8 @@ def guard_first_step(model: Any, optimizer: Any = None, *, steps: int = 1, emit:
 
 
 def guard_forward_step(
-    forward_step_func: Callable[..., Any], *, steps: int = 1, emit: Emit | None = None
-) -> Callable[..., Any]:
+    forward_step_func: Callable[..., T], *, steps: int = 1, emit: Emit | None = None
+) -> Callable[..., T]:
     """Wrap a Megatron-LM `forward_step_func` so its first training call arms the guard from inside
     `train()`, after `train()` bound the callbacks: `pretrain(..., guard_forward_step(fwd))`.
     A scheduler config without `grad_scale_func` by then is refused with `BindingError`."""
@@ -67,7 +71,7 @@ def guard_forward_step(
 
     guards: list[FirstStepGuard] = []
 
-    def forward_step(data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+    def forward_step(data_iterator: object, model: object, *args: object, **kwargs: object) -> T:
         if not guards and torch.is_grad_enabled():
             config = get_model_config(model)
             guards.append(arm(config, steps=steps, emit=emit, require_optimizer=True))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 from bindings._errors import BindingError, FinalizerNotCalled
 from bindings._watchdog import FIRST_STEP_FINALIZED, FIRST_STEP_NOT_FINALIZED, Emit
@@ -20,21 +20,33 @@ from bindings._watchdog import FIRST_STEP_FINALIZED, FIRST_STEP_NOT_FINALIZED, E
 _log = logging.getLogger("bindings.guard")
 
 
+class GuardedConfig(Protocol):
+    """What the guard reads and writes of the scheduler's config (megatron's `TransformerConfig`)."""
+
+    finalize_model_grads_func: object
+
+
+class SteppingOptimizer(Protocol):
+    """What the guard wraps of the optimizer: its `step`, set on the instance and taken off again."""
+
+    step: Callable[..., object]
+
+
 class StepCounter:
     """What the guard puts in `finalize_model_grads_func`: calls through, counting."""
 
     __slots__ = ("calls", "fn")
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., object]) -> None:
         self.fn = fn
         self.calls = 0
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         self.calls += 1
         return self.fn(*args, **kwargs)
 
 
-def _log_emit(event: str, **fields: Any) -> None:
+def _log_emit(event: str, **fields: object) -> None:
     _log.info("%s %s", event, " ".join(f"{k}={v}" for k, v in fields.items()))
 
 
@@ -42,22 +54,29 @@ class FirstStepGuard:
     """Counts finalizer calls per training step; raises `FinalizerNotCalled` after a checked step
     that called it 0 times or more than once."""
 
-    __slots__ = ("_base", "_config", "_counter", "_emit", "_optimizer", "_own_step", "_previous", "checked", "steps")
+    __slots__ = ("_base", "_config", "_counter", "_emit", "_optimizer", "_previous", "checked", "steps")
 
-    def __init__(self, config: Any, optimizer: Any = None, *, steps: int = 1, emit: Emit | None = None) -> None:
+    def __init__(
+        self,
+        config: GuardedConfig,
+        optimizer: SteppingOptimizer | None = None,
+        *,
+        steps: int = 1,
+        emit: Emit | None = None,
+    ) -> None:
         if steps < 1:
             raise ValueError(f"steps={steps}: the guard checks at least the first step; pass 1")
-        self._config, self._optimizer, self.steps = config, optimizer, steps
+        self._config, self.steps = config, steps
         self._emit: Emit = emit or _log_emit
         self._counter: StepCounter | None = None
-        self._own_step = False
-        self._previous: Any = None
+        self._optimizer: SteppingOptimizer | None = None  # whose step is wrapped, until disarm
+        self._previous: Callable[..., object] | None = None
         self.checked = 0
         self._wrap_finalizer()  # sets _counter and _base
         if optimizer is not None:
             self._previous = vars(optimizer).get("step")  # an instance attribute to put back
             optimizer.step = self._guarded(optimizer.step)
-            self._own_step = True
+            self._optimizer = optimizer
 
     def _wrap_finalizer(self) -> None:
         current = getattr(self._config, "finalize_model_grads_func", None)
@@ -66,8 +85,8 @@ class FirstStepGuard:
             self._config.finalize_model_grads_func = self._counter
         self._base = 0
 
-    def _guarded(self, inner: Callable[..., Any]) -> Callable[..., Any]:
-        def step(*args: Any, **kwargs: Any) -> Any:
+    def _guarded(self, inner: Callable[..., object]) -> Callable[..., object]:
+        def step(*args: object, **kwargs: object) -> object:
             self.after_step()
             return inner(*args, **kwargs)
 
@@ -105,12 +124,12 @@ class FirstStepGuard:
 
     def disarm(self) -> None:
         """Take the guard's wrappers off the config and the optimizer."""
-        if self._own_step:
+        optimizer, self._optimizer = self._optimizer, None
+        if optimizer is not None:
             if self._previous is None:
-                del self._optimizer.step  # the class's step shows again
+                del optimizer.step  # the class's step shows again
             else:
-                self._optimizer.step = self._previous
-            self._own_step = False
+                optimizer.step = self._previous
         counter = self._counter
         if counter is not None and self._config.finalize_model_grads_func is counter:
             self._config.finalize_model_grads_func = counter.fn
@@ -123,7 +142,7 @@ class FirstStepGuard:
         self.disarm()
 
 
-def _message(calls: int, step: int, config: Any) -> str:
+def _message(calls: int, step: int, config: GuardedConfig) -> str:
     where = f"{type(config).__name__} at {hex(id(config))}"
     if calls == 0:
         return (
@@ -145,14 +164,14 @@ def _message(calls: int, step: int, config: Any) -> str:
     )
 
 
-def scale_owner(config: Any) -> Any:
+def scale_owner(config: object) -> SteppingOptimizer | None:
     """The object whose `scale_loss` the config's `grad_scale_func` is (the optimizer), or None."""
     return getattr(getattr(config, "grad_scale_func", None), "__self__", None)
 
 
 def arm(
-    config: Any,
-    optimizer: Any = None,
+    config: GuardedConfig,
+    optimizer: SteppingOptimizer | None = None,
     *,
     steps: int = 1,
     emit: Emit | None = None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal, Protocol
+from typing import Final, Literal, Protocol
 
 SLOTS: Final[tuple[str, ...]] = (
     "finalize_model_grads_func",
@@ -22,11 +22,18 @@ class SchedulerConfig(Protocol):
     """The fields of megatron's `TransformerConfig` that `bind_callbacks` writes.
 
     Megatron's schedules read them from `get_model_config(model[0])`. Each holds a callable, a list
-    with one callable per model chunk (the sync slots, for several chunks), or None.
+    with one callable per model chunk (the sync slots, for several chunks), or None. Declared
+    read-only so that every config class matches whatever type it gives them (a mutable protocol
+    field would have to match exactly); `bindings` writes them slot by slot with `setattr`.
     """
 
-    finalize_model_grads_func: Any
-    grad_scale_func: Any
-    no_sync_func: Any
-    grad_sync_func: Any
-    param_sync_func: Any
+    @property
+    def finalize_model_grads_func(self) -> object: ...
+    @property
+    def grad_scale_func(self) -> object: ...
+    @property
+    def no_sync_func(self) -> object: ...
+    @property
+    def grad_sync_func(self) -> object: ...
+    @property
+    def param_sync_func(self) -> object: ...

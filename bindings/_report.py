@@ -6,8 +6,8 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
+from bindings._protocol import SchedulerConfig
 from bindings._watchdog import FirstStepWatchdog
 
 
@@ -36,10 +36,10 @@ class BindingReport:
     align_param_gather: bool
     policy: str | None = None
     watchdog: FirstStepWatchdog | None = field(default=None, compare=False, repr=False)
-    target_ref: weakref.ReferenceType[Any] | None = field(default=None, compare=False, repr=False)
+    target_ref: weakref.ReferenceType[SchedulerConfig] | None = field(default=None, compare=False, repr=False)
     installed_ids: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}), compare=False, repr=False)
 
-    def log_fields(self) -> dict[str, Any]:
+    def log_fields(self) -> dict[str, object]:
         """The fields of the `callbacks_bound` record (docs/log-format.md)."""
         return {
             "target_type": self.target_type,
@@ -54,6 +54,6 @@ class BindingReport:
             "policy": self.policy,
         }
 
-    def target(self) -> Any:
+    def target(self) -> SchedulerConfig | None:
         """The bound config while it is alive, else None."""
         return None if self.target_ref is None else self.target_ref()

@@ -14,7 +14,7 @@ Megatron-LM's `train()` and Megatron-Bridge's `_update_model_config_funcs` bind 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Final
 
 from bindings._errors import BindingError
 
@@ -29,20 +29,23 @@ CHUNK_METHODS: Final[dict[str, str]] = {
 }
 """The sync slots and the DDP chunk method each holds, one entry per chunk."""
 
+PerChunk = Callable[..., object] | list[Callable[..., object]]
+"""What a sync slot holds: the callable itself for one chunk, a list of one per chunk for several."""
 
-def align_grad_reduce_of(ddp_config: Any, override: bool | None = None) -> bool:
+
+def align_grad_reduce_of(ddp_config: object, override: bool | None = None) -> bool:
     """`align_grad_reduce` is a training-loop setting, not a field of megatron's DDP config."""
     if override is not None:
         return override
     return bool(getattr(ddp_config, "align_grad_reduce", True))
 
 
-def flag(ddp_config: Any, name: str) -> bool:
+def flag(ddp_config: object, name: str) -> bool:
     """A DDP setting, False where the config (or a missing config) lacks it."""
     return bool(getattr(ddp_config, name, False))
 
 
-def sources(ddp_config: Any, *, optimizer: bool, align_grad_reduce: bool | None = None) -> dict[str, str]:
+def sources(ddp_config: object, *, optimizer: bool, align_grad_reduce: bool | None = None) -> dict[str, str]:
     """The slots this DDP config asks for, in `SLOTS` order, each with its source: `FINALIZER`,
     `SCALE_LOSS`, or the name of the chunk method the slot holds per chunk."""
     wanted: dict[str, str] = {}
@@ -58,19 +61,19 @@ def sources(ddp_config: Any, *, optimizer: bool, align_grad_reduce: bool | None 
     return wanted
 
 
-def per_chunk(callables: Sequence[Callable[..., Any]]) -> Any:
+def per_chunk(callables: Sequence[Callable[..., object]]) -> PerChunk:
     """Megatron's sync-slot convention: the callable itself for one chunk, a list for several."""
     if not callables:
         raise BindingError("a model has at least one chunk; got an empty list", chunks=0)
     return callables[0] if len(callables) == 1 else list(callables)
 
 
-def chunk_entries(chunks: Sequence[Any], method: str) -> Any:
+def chunk_entries(chunks: Sequence[object], method: str) -> PerChunk:
     """What a sync slot holds for these chunks: `per_chunk` of each chunk's `method`."""
     return per_chunk([getattr(chunk, method) for chunk in chunks])
 
 
-def same(current: Any, new: Any) -> bool:
+def same(current: object, new: object) -> bool:
     """Whether a slot's value is the one planned: the same object, an equal bound method, or a
     list of such, entry by entry."""
     if isinstance(current, list) and isinstance(new, list):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from bindings._errors import FinalizerNotCalled
 
@@ -19,11 +18,11 @@ class CountingFinalizer:
 
     __slots__ = ("__weakref__", "calls", "fn")
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., object]) -> None:
         self.fn = fn
         self.calls = 0
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         self.calls += 1
         return self.fn(*args, **kwargs)
 

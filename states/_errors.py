@@ -11,27 +11,27 @@ Every error keeps its context in keyword-only attributes and pickles across proc
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 
 class LifecycleError(Exception):
     """Base of every error this project raises."""
 
-    def __init__(self, message: str, **context: Any) -> None:
+    def __init__(self, message: str, **context: object) -> None:
         super().__init__(message)
         self.message = message
         self.context = context
         for key, value in context.items():
             setattr(self, key, value)
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[Callable[..., LifecycleError], tuple[object, ...]]:
         return (_rebuild, (type(self), self.message, self.context))
 
     def __str__(self) -> str:
         return self.message
 
 
-def _rebuild(cls: type[LifecycleError], message: str, context: dict[str, Any]) -> LifecycleError:
+def _rebuild(cls: type[LifecycleError], message: str, context: dict[str, object]) -> LifecycleError:
     return cls(message, **context)
 
 

@@ -22,18 +22,52 @@ adds `c/3` to every element's gradient and the step's local gradient is exactly 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    import torch
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.optimizer import MegatronOptimizer
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.module import MegatronModule
+
+    from bindings import CountingFinalizer
+    from lifecycle.config import RunConfig
+
+
+class Case(TypedDict):
+    """A parallel layout and each rank's local gradient (by DP rank for `tp == 1`, else by TP rank)."""
+
+    tp: int
+    coefficients: tuple[float, float]
+
+
+class RankResult(TypedDict):
+    """One rank's result of one (case, binding)."""
+
+    case: str
+    binding: str
+    rank: int
+    local_grad: float
+    owned_grad: list[float]
+    finalizer_calls: int
+    increased: int
+    decreased: int
+    stayed: int
+    weights: list[float]
+
 
 NUMEL = 512
 MICROBATCHES = 3
-CASES: dict[str, dict[str, Any]] = {
+CASES: dict[str, Case] = {
     "dp2": {"tp": 1, "coefficients": (1.0, -3.0)},
     "tp2": {"tp": 2, "coefficients": (1.0, -1.0)},
 }
 BINDINGS = ("provider_config", "scheduler_config")
 
 
-def _probe(config: Any, marked: bool) -> Any:
+def _probe(config: TransformerConfig, marked: bool) -> MegatronModule:
     import torch
     from megatron.core.transformer.module import MegatronModule
 
@@ -46,22 +80,22 @@ def _probe(config: Any, marked: bool) -> Any:
             if marked:
                 self.weight.sequence_parallel = True
 
-        def set_input_tensor(self, tensor: Any) -> None:
+        def set_input_tensor(self, tensor: torch.Tensor) -> None:
             """No pipeline stages here: nothing comes from a previous stage."""
 
-        def forward(self, coefficient: Any) -> Any:
+        def forward(self, coefficient: torch.Tensor) -> torch.Tensor:
             return (self.weight * coefficient).sum()
 
     return Probe()
 
 
-def _copying_provider(config: Any, marked: bool) -> Any:
+def _copying_provider(config: TransformerConfig, marked: bool) -> MegatronModule:
     import copy
 
     return _probe(copy.deepcopy(config), marked)
 
 
-def _run_config(tp: int) -> Any:
+def _run_config(tp: int) -> RunConfig:
     from lifecycle.config import RunConfig
 
     return RunConfig.from_dict(
@@ -73,7 +107,7 @@ def _run_config(tp: int) -> Any:
     )
 
 
-def _provider_config(tp: int) -> Any:
+def _provider_config(tp: int) -> TransformerConfig:
     import torch
     from megatron.core.transformer import TransformerConfig
 
@@ -88,7 +122,13 @@ def _provider_config(tp: int) -> Any:
     )
 
 
-def _bind(binding: str, model: list[Any], optimizer: Any, ddp_config: Any, provider_cfg: Any) -> Any:
+def _bind(
+    binding: str,
+    model: list[DistributedDataParallel],
+    optimizer: MegatronOptimizer,
+    ddp_config: DistributedDataParallelConfig,
+    provider_cfg: TransformerConfig,
+) -> CountingFinalizer | None:
     """Install the callbacks; return the counting finalizer."""
     from bindings import bind_callbacks, install, planned
 
@@ -99,7 +139,7 @@ def _bind(binding: str, model: list[Any], optimizer: Any, ddp_config: Any, provi
     return report.watchdog.finalizer if report.watchdog else None
 
 
-def _owned_grad(ddp: Any, param: Any) -> list[float]:
+def _owned_grad(ddp: DistributedDataParallel, param: torch.nn.Parameter) -> list[float]:
     """Distinct gradient values in the slice of `param` this DP rank's optimizer owns."""
     from megatron.core import parallel_state as ps
 
@@ -115,7 +155,9 @@ def _owned_grad(ddp: Any, param: Any) -> list[float]:
     return []
 
 
-def _build(name: str, binding: str) -> tuple[list[Any], Any, Any]:
+def _build(
+    name: str, binding: str
+) -> tuple[list[DistributedDataParallel], MegatronOptimizer, CountingFinalizer | None]:
     """Copying provider, DDP, distributed Adam, callbacks bound as `binding` says."""
     from lifecycle.megatron.model_built import (
         build_optimizer,
@@ -133,11 +175,13 @@ def _build(name: str, binding: str) -> tuple[list[Any], Any, Any]:
     return model, optimizer, _bind(binding, model, optimizer, ddp_config, provider_cfg)
 
 
-def _step(model: list[Any], optimizer: Any, coefficient: Any) -> list[float]:
+def _step(model: list[DistributedDataParallel], optimizer: MegatronOptimizer, coefficient: torch.Tensor) -> list[float]:
     """One training step through megatron's schedule; returns the owned gradient seen."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    def forward_step(data_iterator: Any, chunk: Any) -> tuple[Any, Any]:
+    def forward_step(
+        data_iterator: Iterator[torch.Tensor], chunk: DistributedDataParallel
+    ) -> tuple[torch.Tensor, Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, torch.Tensor]]]]:
         return chunk(next(data_iterator)), lambda out: (out, {"loss": out.detach()})
 
     for chunk in model:
@@ -157,7 +201,7 @@ def _step(model: list[Any], optimizer: Any, coefficient: Any) -> list[float]:
     return owned
 
 
-def _one_case(name: str, binding: str) -> dict[str, Any]:
+def _one_case(name: str, binding: str) -> RankResult:
     import torch
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
@@ -187,7 +231,7 @@ def _one_case(name: str, binding: str) -> dict[str, Any]:
     }
 
 
-def rank_main(cases: tuple[str, ...], bindings: tuple[str, ...]) -> list[dict[str, Any]]:
+def rank_main(cases: tuple[str, ...], bindings: tuple[str, ...]) -> list[RankResult]:
     """One rank's share: every (case, binding) in one process, under the CPU rehearsal."""
     import warnings
 
@@ -199,7 +243,7 @@ def rank_main(cases: tuple[str, ...], bindings: tuple[str, ...]) -> list[dict[st
     dist.init_process_group("gloo")
     try:
         with cpu_rehearsal():
-            out = []
+            out: list[RankResult] = []
             for name in cases:
                 for binding in bindings:
                     out.append(_one_case(name, binding))
@@ -208,9 +252,9 @@ def rank_main(cases: tuple[str, ...], bindings: tuple[str, ...]) -> list[dict[st
         dist.destroy_process_group()
 
 
-def summarize(per_rank: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def summarize(per_rank: list[list[RankResult]]) -> list[dict[str, object]]:
     """One row per (case, binding): per-rank finalizer calls and counts, replicas identical?"""
-    rows = []
+    rows: list[dict[str, object]] = []
     for index, first in enumerate(per_rank[0]):
         ranks = [results[index] for results in per_rank]
         rows.append(
@@ -229,7 +273,7 @@ def summarize(per_rank: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return rows
 
 
-def run(cases: tuple[str, ...] = tuple(CASES), bindings: tuple[str, ...] = BINDINGS) -> list[dict[str, Any]]:
+def run(cases: tuple[str, ...] = tuple(CASES), bindings: tuple[str, ...] = BINDINGS) -> list[dict[str, object]]:
     """Run the experiment on 2 spawned gloo ranks; return the summary rows."""
     from lifecycle.engine.launch import run_ranks
 
