@@ -52,7 +52,7 @@ def chain_breaks(cols: tuple[Column, ...], digests: list[str]) -> list[int]:
 def typed_clean(cols: tuple[Column, ...], joined: str) -> bool:
     """_clean for typed records, whose hashes are 64 characters and events known: the stored hashes
     and the previous hashes compared as joined strings."""
-    prevs, hashes = cast("tuple[str, ...]", cols[1]), cast("tuple[str, ...]", cols[2])  # typed: str
+    prevs, hashes = cast("tuple[str, ...]", cols[1]), cast("tuple[str, ...]", cols[2])  # msgspec checked: str
     return bool("".join(hashes) == joined and "".join(prevs[1:]) == joined[:-64] and _in_order(cols))
 
 
@@ -85,7 +85,7 @@ class HexDigests(Sequence[str]):
     @overload
     def __getitem__(self, i: int) -> str: ...
     @overload
-    def __getitem__(self, i: slice) -> Sequence[str]: ...
+    def __getitem__(self, i: slice) -> Sequence[str]: ...  # Sequence's signature: a slice raises TypeError
     def __getitem__(self, i: int | slice) -> str | Sequence[str]:
         if type(i) is not int:
             raise TypeError("a single index")
