@@ -60,6 +60,8 @@ _EVENT, _TS = attrgetter("event"), attrgetter("ts")
 _STEP_FIELDS = (attrgetter("rank"), attrgetter("step"), attrgetter("loss"), attrgetter("duration_s"))
 _StepRow = tuple[float, int, float | None, float | None]
 """A step as kept: (time, step, loss, duration_s)."""
+Config = dict[str, object]
+"""A `config_validated` record's config: nested JSON objects."""
 
 
 class _Record(Protocol):
@@ -122,7 +124,7 @@ class Details:
     attempts: list[Attempt] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
     steps: list[_StepRow] = field(default_factory=list)
-    configs: list[tuple[float, str | None, dict[str, object] | None]] = field(default_factory=list)
+    configs: list[tuple[float, str | None, Config | None]] = field(default_factory=list)
     generations: list[tuple[float, int]] = field(default_factory=list)
     line_ts: dict[int, float] = field(default_factory=dict)
 

@@ -19,11 +19,9 @@ from lifecycle.audit import (
     no_gc,
 )
 from lifecycle.errors import LogUnreadable
-from lifecycle.export._details import Attempt, Collect, Details, Mark, line_times, read_details
+from lifecycle.export._details import Attempt, Collect, Config, Details, Mark, line_times, read_details
 
 COORDINATES = ("tp", "pp", "cp", "ep", "dp")
-Config = dict[str, object]
-"""A `config_validated` record's config: nested JSON objects."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
