@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any
 
 from lifecycle.audit._cause import RootCause, root_causes
 from lifecycle.audit._cross import cross_rank
@@ -208,7 +207,7 @@ def _read_parallel(inputs: Sequence[Input], workers: int, tap: Callable[[str], T
     return read
 
 
-def _order(finding: Finding) -> tuple[Any, ...]:
+def _order(finding: Finding) -> tuple[str, str, int, str, int]:
     return (
         finding.rule,
         finding.run_id or "",

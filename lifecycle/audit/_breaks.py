@@ -4,7 +4,8 @@ backwards, a known event). `_feed` applies the runs between the breaks found her
 `RankAudit.feed`, which checks it in full.
 
 The columns are those of `_feed._records`: seq, prev_hash, hash, generation, rank, run_id,
-world_size, ts, event.
+world_size, ts, event. Each holds any JSON value: `seq` and `ts` are compared as numbers, and a value
+that is not one raises TypeError, which `chain_breaks` catches (then it checks record by record).
 """
 
 from __future__ import annotations
@@ -12,14 +13,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import compress, count, islice, repeat
 from operator import add, eq, le, ne, not_
-from typing import Any
+from typing import cast, overload
 
 from lifecycle.log import events
 
 _EVENTS = events.ALL
+Column = tuple[object, ...]
+"""One field of each record of a batch, in order."""
 
 
-def chain_breaks(cols: tuple[tuple[Any, ...], ...], digests: list[str]) -> list[int]:
+def _numbers(cols: Sequence[Column]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The `seq` and `ts` columns, compared as numbers: another value raises TypeError there."""
+    return cast("tuple[int, ...]", cols[0]), cast("tuple[float, ...]", cols[7])
+
+
+def chain_breaks(cols: tuple[Column, ...], digests: list[str]) -> list[int]:
     """Sorted indices j >= 1 whose record does not continue record j - 1 unchanged (or fails its own
     hash or event check). Checked on whole columns: a batch of one log has none; a batch of
     concatenated logs (stdin) is checked between the places where the chain breaks."""
@@ -41,16 +49,17 @@ def chain_breaks(cols: tuple[tuple[Any, ...], ...], digests: list[str]) -> list[
         return [j for j in range(1, n) if not _continues(rows[j - 1], rows[j], digests[j - 1], digests[j])]
 
 
-def typed_clean(cols: tuple[tuple[Any, ...], ...], joined: str) -> bool:
+def typed_clean(cols: tuple[Column, ...], joined: str) -> bool:
     """_clean for typed records, whose hashes are 64 characters and events known: the stored hashes
     and the previous hashes compared as joined strings."""
-    prevs, hashes = cols[1], cols[2]
+    prevs, hashes = cast("tuple[str, ...]", cols[1]), cast("tuple[str, ...]", cols[2])  # msgspec checked: str
     return bool("".join(hashes) == joined and "".join(prevs[1:]) == joined[:-64] and _in_order(cols))
 
 
-def _in_order(cols: Sequence[tuple[Any, ...]]) -> bool:
+def _in_order(cols: Sequence[Column]) -> bool:
     """Consecutive `seq`s, one envelope and a clock that does not go backwards, on whole columns."""
-    seqs, _, _, gens, ranks, runs, sizes, tss, _ = cols
+    _, _, _, gens, ranks, runs, sizes, _, _ = cols
+    seqs, tss = _numbers(cols)
     n = len(seqs)
     return bool(
         seqs == tuple(range(seqs[0], seqs[0] + n))
@@ -73,14 +82,18 @@ class HexDigests(Sequence[str]):
     def __len__(self) -> int:
         return len(self.joined) // 64
 
-    def __getitem__(self, i: Any) -> Any:
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...  # Sequence's signature: a slice raises TypeError
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
         if type(i) is not int:
             raise TypeError("a single index")
         start = 64 * (i if i >= 0 else len(self) + i)
         return self.joined[start : start + 64]
 
 
-def _clean(cols: Sequence[tuple[Any, ...]], digests: list[str], start: int, stop: int) -> bool:
+def _clean(cols: Sequence[Column], digests: list[str], start: int, stop: int) -> bool:
     """Whether records [start, stop) each continue the one before unchanged, on whole columns."""
     n = stop - start
     whole = n == len(digests)
@@ -94,10 +107,11 @@ def _clean(cols: Sequence[tuple[Any, ...]], digests: list[str], start: int, stop
     )
 
 
-def _pairwise(cols: Sequence[tuple[Any, ...]], digests: list[str]) -> list[int]:
+def _pairwise(cols: Sequence[Column], digests: list[str]) -> list[int]:
     """_breaks record by record, still in C (ranks interleaved on stdin, a damaged log). Raises
     TypeError on a field of a type it cannot compare."""
-    seqs, prevs, hashes, gens, ranks, runs, sizes, tss, evs = cols
+    _, prevs, hashes, gens, ranks, runs, sizes, _, evs = cols
+    seqs, tss = _numbers(cols)
     same = [map(eq, column[1:], column[:-1]) for column in (gens, ranks, runs, sizes)]
     ok = map(
         all,
@@ -114,17 +128,19 @@ def _pairwise(cols: Sequence[tuple[Any, ...]], digests: list[str]) -> list[int]:
     return list(compress(count(1), map(not_, ok)))
 
 
-def _continues(before: tuple[Any, ...], head: tuple[Any, ...], prev: str, digest: str) -> bool:
+def _continues(before: Column, head: Column, prev: str, digest: str) -> bool:
     if head[2] is None or before[2] is None:  # a record without the fields (a row of None)
         return False
-    try:
+    numbers = cast("tuple[float, float, float, float]", (head[0], head[7], before[0], before[7]))
+    seq, ts, before_seq, before_ts = numbers
+    try:  # compared as numbers: another value raises TypeError
         return bool(
-            head[0] == before[0] + 1
+            seq == before_seq + 1
             and head[1] == prev
             and head[2] == digest
             and head[3:7] == before[3:7]
-            and type(head[7]) is float
-            and head[7] >= before[7]
+            and type(ts) is float
+            and ts >= before_ts
             and head[8] in _EVENTS
         )
     except TypeError:

@@ -9,21 +9,21 @@ id's files as a new `attempt`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from lifecycle.audit._fields import Record
 from lifecycle.audit._state import RankState
 
 STARTED = ("resumed_step", "restart_s", "ledger", "fingerprint", "hooks", "cycle")
 ENDED = ("cause_rank", "cause", "fault_ts", "cycle")
 
 
-def _key(audit: RankState, cycle: Any) -> tuple[int, int]:
+def _key(audit: RankState, cycle: object) -> tuple[int, int]:
     return audit.attempt_no, cycle if type(cycle) is int else 0
 
 
-def cycle_started(audit: RankState, rec: Any, ts: float) -> None:
+def cycle_started(audit: RankState, rec: Record, ts: float) -> None:
     entry = audit.cycles.setdefault(_key(audit, rec.get("cycle")), {})
     entry.update(
         resumed_step=rec.get("resumed_step"),
@@ -35,7 +35,7 @@ def cycle_started(audit: RankState, rec: Any, ts: float) -> None:
     )
 
 
-def cycle_ended(audit: RankState, rec: Any, ts: float) -> None:
+def cycle_ended(audit: RankState, rec: Record, ts: float) -> None:
     entry = audit.cycles.setdefault(_key(audit, rec.get("cycle")), {})
     entry.update(cause_rank=rec.get("cause_rank"), cause=rec.get("cause"), fault_ts=rec.get("fault_ts"), ended=True)
 
@@ -73,19 +73,19 @@ class Attempt:
 
 def attempts(ranks: Iterable[RankState]) -> list[Attempt]:
     """Every (run, process attempt, cycle) logged, in order, joined over ranks."""
-    joined: dict[tuple[Any, int, int], list[tuple[int, dict[str, Any]]]] = {}
+    joined: dict[tuple[str | None, int, int], list[tuple[int, dict[str, object]]]] = {}
     for audit in ranks:
         for (attempt, cycle), fields in audit.cycles.items():
             joined.setdefault((audit.run_id, attempt, cycle), []).append((audit.rank or 0, fields))
     out = []
     for (run_id, attempt, cycle), rows in sorted(joined.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2])):
         ended = [f for _, f in rows if f.get("ended")]
-        causes = [f.get("cause_rank") for f in ended if isinstance(f.get("cause_rank"), int)]
-        stopped = [(f["last_ts"], rank) for rank, f in rows if isinstance(f.get("last_ts"), float)]
+        causes = [c for f in ended if isinstance(c := f.get("cause_rank"), int)]
+        stopped = [(t, rank) for rank, f in rows if isinstance(t := f.get("last_ts"), float)]
         if not causes and stopped:  # a process attempt: the rank whose log stopped first
             causes = [min(stopped)[1]]
-        restart = [f["restart_s"] for _, f in rows if isinstance(f.get("restart_s"), (int, float))]
-        steps = [f["resumed_step"] for _, f in rows if isinstance(f.get("resumed_step"), int)]
+        restart = [r for _, f in rows if isinstance(r := f.get("restart_s"), (int, float))]
+        steps = [n for _, f in rows if isinstance(n := f.get("resumed_step"), int)]
         out.append(
             Attempt(
                 run_id=run_id,
@@ -126,23 +126,33 @@ def diff(ranks: Iterable[RankState], first: int, second: int) -> list[str]:
     return out or [f"cycles {first} and {second}: no difference"]
 
 
-def _latest(audit: RankState, cycle: int) -> dict[str, Any] | None:
+def _latest(audit: RankState, cycle: int) -> dict[str, object] | None:
     keys = [k for k in audit.cycles if k[1] == cycle]
     return audit.cycles[max(keys)] if keys else None
 
 
-def _diff_fields(a: dict[str, Any], b: dict[str, Any], first: int, second: int) -> list[str]:
+def _diff_fields(a: dict[str, object], b: dict[str, object], first: int, second: int) -> list[str]:
     lines = []
-    la, lb = list(a.get("ledger") or []), list(b.get("ledger") or [])
+    la, lb = _listed(a.get("ledger")), _listed(b.get("ledger"))
     for name in [x for x in lb if x not in la]:
         lines.append(f"created in cycle {second} only: {name}")
     for name in [x for x in la if x not in lb]:
         lines.append(f"created in cycle {first} only: {name}")
     if a.get("fingerprint") != b.get("fingerprint"):
         lines.append(f"config drift: fingerprint {a.get('fingerprint')} -> {b.get('fingerprint')}")
-    ha, hb = a.get("hooks") or {}, b.get("hooks") or {}
+    ha, hb = _hooks(a.get("hooks")), _hooks(b.get("hooks"))
     for name in sorted(set(ha) | set(hb)):
         if ha.get(name) != hb.get(name):
             twice = " (added again: not released)" if (hb.get(name) or 0) > (ha.get(name) or 0) else ""
             lines.append(f"{name}: {ha.get(name)} in cycle {first}, {hb.get(name)} in cycle {second}{twice}")
     return lines
+
+
+def _listed(value: object) -> list[object]:
+    """A cycle's `ledger` (names of what it created) as a list; none when the record has none."""
+    return list(value) if value and isinstance(value, Iterable) else []
+
+
+def _hooks(value: object) -> Mapping[str, int]:
+    """A cycle's `hooks` (hook name -> times registered); none when the record has none."""
+    return value if value and isinstance(value, dict) else {}

@@ -3,8 +3,6 @@ timeout. Each keeps the rank's first failure (`RankState.fail`) for LA013 and th
 
 from __future__ import annotations
 
-from typing import Any
-
 from lifecycle.audit._fields import Record, reads
 from lifecycle.audit._records import Failure
 from lifecycle.audit._state import RankState
@@ -14,11 +12,31 @@ def _during(audit: RankState) -> str:
     return f" during {audit.open_trigger!r}" if audit.open_trigger else ""
 
 
-def fail(audit: RankState, kind: str, ts: float, message: str, **fields: Any) -> None:
+def fail(
+    audit: RankState,
+    kind: str,
+    ts: float,
+    message: str,
+    *,
+    state: str | None = None,
+    trigger: str | None = None,
+    peer: int | None = None,
+    signal: str | None = None,
+) -> None:
     """Keep this failure of the rank (`RankState.fail`: the first one counts) at the record being
-    read: in the rank's state now and during its open trigger unless `fields` say otherwise."""
-    where: dict[str, Any] = {"state": audit.state, "trigger": audit.open_trigger, **fields}
-    audit.fail(Failure(kind=kind, ts=ts, line=audit.line, message=message, **where))
+    read: in the rank's state now and during its open trigger unless `state`/`trigger` say otherwise."""
+    audit.fail(
+        Failure(
+            kind=kind,
+            ts=ts,
+            line=audit.line,
+            message=message,
+            state=audit.state if state is None else state,
+            trigger=audit.open_trigger if trigger is None else trigger,
+            peer=peer,
+            signal=signal,
+        )
+    )
 
 
 @reads("signal", "state")

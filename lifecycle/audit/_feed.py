@@ -22,12 +22,13 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import compress, islice
 from operator import attrgetter, itemgetter
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union, cast
 
 import msgspec
 import orjson
 
-from lifecycle.audit._breaks import HexDigests, chain_breaks, typed_clean
+from lifecycle.audit._breaks import Column, HexDigests, chain_breaks, typed_clean
+from lifecycle.audit._fields import Record
 from lifecycle.audit._handlers import HANDLERS, READS, WANTED
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import Lines
@@ -52,7 +53,6 @@ _ENVELOPE = (
 )
 _IN_ENVELOPE = frozenset(name for name, _ in _ENVELOPE)
 _NAMES = (*(name for name, _ in _ENVELOPE), "event")  # the order of the columns in _records
-_HEAD = itemgetter(*_NAMES)
 _TYPED_HEAD = attrgetter(*_NAMES)
 
 
@@ -62,9 +62,20 @@ _get = object.__getattribute__  # rec.get(name): C, and a field its handler did 
 class _Typed(msgspec.Struct, gc=False):
     """The record types of the batch path (below)."""
 
+    if TYPE_CHECKING:
+
+        def get(self, key: str, /) -> object: ...
+
+
+Head = tuple[object, ...]
+"""A record's seq, prev_hash, hash, generation, rank, run_id, world_size, ts and event (`_NAMES`)."""
+_HEAD = cast("Callable[[object], Head]", itemgetter(*_NAMES))
+"""A parsed record's head; KeyError or TypeError on one that is not an object holding them (the
+callers catch both)."""
+
 
 def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], ...]:
-    def fields(event: str) -> list[tuple[Any, ...]]:
+    def fields(event: str) -> list[tuple[str, object] | tuple[str, object, None]]:
         names = {*READS.get(event, ()), *more.get(event, ())} - _IN_ENVELOPE
         return sorted([*_ENVELOPE, *((name, Any, None) for name in names)])
 
@@ -90,7 +101,7 @@ and the fields its handler reads (`READS`), any JSON value; `event` is its tag, 
 as `dict.get` would (None when absent). Fields in sorted order, as the writer sorts keys: msgspec
 finds each key at the next field."""
 _decode = msgspec.json.Decoder(Union[_TYPES]).decode  # noqa: UP007 - a union built at runtime
-Tap = Callable[[list[bytes], list[Any]], None]
+Tap = Callable[[list[bytes], Sequence[object]], None]
 """Called with each batch's lines and their records (typed, or orjson dicts) before the audit reads
 them: what the export keeps of the records it would otherwise decode again. A plain audit has none.
 A tap declares in its `reads` attribute ({event: field names}) the fields it reads, beyond the
@@ -98,11 +109,11 @@ handlers', on the records it is given typed (`rec.get(name)`: None when absent).
 
 
 @functools.cache
-def _decoder(reads: tuple[tuple[str, tuple[str, ...]], ...]) -> Callable[[bytes], Any]:
+def _decoder(reads: tuple[tuple[str, tuple[str, ...]], ...]) -> Callable[[bytes], _Typed]:
     return msgspec.json.Decoder(Union[_types(dict(reads))]).decode if reads else _decode  # noqa: UP007
 
 
-def _tap_decoder(tap: Tap) -> Callable[[bytes], Any]:
+def _tap_decoder(tap: Tap) -> Callable[[bytes], _Typed]:
     reads: Mapping[str, Sequence[str]] = getattr(tap, "reads", {})
     return _decoder(tuple(sorted((event, tuple(sorted(names))) for event, names in reads.items())))
 
@@ -153,9 +164,9 @@ class Feeder:
         self,
         first: int,
         lines: list[bytes],
-        recs: list[Any],
-        cols: tuple[tuple[Any, ...], ...],
-        heads: list[tuple[Any, ...] | None] | None,
+        recs: Sequence[object],
+        cols: tuple[Column, ...],
+        heads: list[Head | None] | None,
         cut: int,
     ) -> None:
         n = len(recs)
@@ -184,7 +195,7 @@ class Feeder:
                 self._one(first + i, lines[i], recs[i], cut)
                 i += 1
 
-    def _run(self, i: int, rec: Any, head: tuple[Any, ...] | None, digest: str, breaks: list[int], n: int) -> int:
+    def _run(self, i: int, rec: object, head: Head | None, digest: str, breaks: list[int], n: int) -> int:
         """The end of the run of records from `i` that continue their rank unchanged (or start a log
         as the writer starts one); `i` itself when record `i` must be checked on its own."""
         if head is None:
@@ -202,7 +213,7 @@ class Feeder:
         if cur is None or prev != cur.prev:  # another rank's record (stdin), or a new log
             if (seq != 0 or prev != GENESIS) and (type(prev) is not str or prev not in self.router.tails):
                 return i
-            cur = self.cur = self.router.switch(cur, rec)
+            cur = self.cur = self.router.switch(cur, cast(Record, rec))  # it has a head: a dict or a typed record
         if cur.records == 0:
             if (
                 seq != 0
@@ -219,7 +230,7 @@ class Feeder:
         at = bisect_right(breaks, i)
         return breaks[at] if at < len(breaks) else n
 
-    def _one(self, lineno: int, line: bytes, rec: Any, cut: int) -> None:
+    def _one(self, lineno: int, line: bytes, rec: object, cut: int) -> None:
         if isinstance(rec, _Typed):  # a typed record: checked in full on the whole record, as orjson reads it
             try:
                 rec = _loads(line)
@@ -241,12 +252,17 @@ class Feeder:
 
 
 def _apply(
-    cur: RankAudit, first: int, i: int, end: int, recs: list[Any], cols: Sequence[Sequence[Any]], digests: Sequence[str]
+    cur: RankAudit, first: int, i: int, end: int, recs: Sequence[object], cols: Sequence[Column], digests: Sequence[str]
 ) -> None:
-    """Records [i, end) continue `cur` unchanged: call the handlers that matter, then advance it."""
-    seqs, tss, evs = cols[0], cols[7], cols[8]
+    """Records [i, end) continue `cur` unchanged: call the handlers that matter, then advance it.
+    Checked by `_run` and `chain_breaks`: each is a record with an int seq, a float ts, a known event."""
+    seqs, tss, evs = (
+        cast("tuple[int, ...]", cols[0]),
+        cast("tuple[float, ...]", cols[7]),
+        cast("tuple[str, ...]", cols[8]),
+    )
     try:
-        _handle(cur, first, i, end, recs, tss, evs)
+        _handle(cur, first, i, end, cast("Sequence[Record]", recs), tss, evs)
     except LogUnreadable:  # a handler refused record cur.line: it and those before it were read
         cur.records += cur.line - first - i + 1
         raise
@@ -256,7 +272,7 @@ def _apply(
 
 
 def _handle(
-    cur: RankAudit, first: int, i: int, end: int, recs: list[Any], tss: Sequence[float], evs: Sequence[str]
+    cur: RankAudit, first: int, i: int, end: int, recs: Sequence[Record], tss: Sequence[float], evs: Sequence[str]
 ) -> None:
     j = i
     while j < end:
@@ -277,7 +293,7 @@ def _handle(
             j = end
 
 
-def _typed(lines: list[bytes], decode: Callable[[bytes], Any]) -> list[Any] | None:
+def _typed(lines: list[bytes], decode: Callable[[bytes], _Typed]) -> list[_Typed] | None:
     """The batch decoded as typed records, or None when one line does not decode so (then orjson
     reads the batch and the records are checked as they are). Only for ASCII lines: msgspec does
     not check that the text of a field it skips is UTF-8; orjson does."""
@@ -287,13 +303,13 @@ def _typed(lines: list[bytes], decode: Callable[[bytes], Any]) -> list[Any] | No
         return None
 
 
-def _parse(lines: list[bytes]) -> tuple[list[Any], orjson.JSONDecodeError | None]:
+def _parse(lines: list[bytes]) -> tuple[list[object], orjson.JSONDecodeError | None]:
     """The records parsed, up to the first line that is not JSON, and that line's error."""
     try:
         return list(map(_loads, lines)), None
     except orjson.JSONDecodeError:
         pass
-    recs: list[Any] = []
+    recs: list[object] = []
     for line in lines:
         try:
             recs.append(_loads(line))
@@ -302,13 +318,13 @@ def _parse(lines: list[bytes]) -> tuple[list[Any], orjson.JSONDecodeError | None
     raise AssertionError("unreachable: a line failed to parse once and then parsed")
 
 
-def _heads(recs: list[Any]) -> list[tuple[Any, ...] | None]:
+def _heads(recs: list[object]) -> list[Head | None]:
     """Each record's chain, envelope, ts and event; None for one that is not an object holding them."""
     try:
         return list(map(_HEAD, recs))
     except (KeyError, TypeError):
         pass
-    heads: list[tuple[Any, ...] | None] = []
+    heads: list[Head | None] = []
     for rec in recs:
         try:
             heads.append(_HEAD(rec))
@@ -331,7 +347,7 @@ class _Router:
         self.tails: dict[str, RankAudit] = {}
         self.by_key: dict[tuple[str, int], RankAudit] = {}
 
-    def switch(self, current: RankAudit | None, rec: dict[str, Any]) -> RankAudit:
+    def switch(self, current: RankAudit | None, rec: Record) -> RankAudit:
         if current is not None and current.prev is not None and current.records:
             self.tails[current.prev] = current
         prev = rec.get("prev_hash")

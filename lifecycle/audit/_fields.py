@@ -4,16 +4,17 @@ modules that hold handlers (`_handlers`, `_failures`, `_ordering`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from lifecycle.audit._state import RankState
 
 
 class Record(Protocol):
-    """What a handler reads a record through: a parsed dict, or the batch reader's typed record."""
+    """What a handler reads a record through: a parsed dict, or the batch reader's typed record.
+    A field is any JSON value (None when absent): the handler checks the type it needs."""
 
-    def get(self, key: str, /) -> Any: ...
+    def get(self, key: str, /) -> object: ...
 
 
 Handler = Callable[["RankState", Record, float], None]

@@ -7,7 +7,7 @@ on the common path.
 from __future__ import annotations
 
 from sys import intern
-from typing import Any
+from typing import cast
 
 from lifecycle.audit import _cycles, _failures, _ordering, _steps
 from lifecycle.audit._fields import DECLARED, Handler, Record, reads
@@ -32,9 +32,16 @@ def _bad(audit: RankState, rec: Record, key: str, want: str) -> Exception:
     )
 
 
-def _str(audit: RankState, rec: Record, key: str, *, optional: bool = False) -> Any:
+def _str(audit: RankState, rec: Record, key: str) -> str:
     value = rec.get(key)
-    if type(value) is str or (optional and value is None):
+    if type(value) is str:
+        return value
+    raise _bad(audit, rec, key, "a str")
+
+
+def _optional_str(audit: RankState, rec: Record, key: str) -> str | None:
+    value = rec.get(key)
+    if type(value) is str or value is None:
         return value
     raise _bad(audit, rec, key, "a str")
 
@@ -62,7 +69,7 @@ def started(audit: RankState, rec: Record, ts: float) -> None:
         _new_attempt(audit)
         audit.attempt_no = attempt
         audit.cycles.setdefault((attempt, 0), {})  # joined with the other ranks' by `attempts`
-    audit.plan = _str(audit, rec, "plan", optional=True)
+    audit.plan = _optional_str(audit, rec, "plan")
     if rec.get("target") is not None:
         audit.target = _state(audit, rec, "target")
     elif audit.plan in _PLAN_TARGETS:  # an older record without `target`: the plan decides it
@@ -91,12 +98,12 @@ def transition_started(audit: RankState, rec: Record, ts: float) -> None:
 
 @reads("trigger", "dest", "config_fingerprint", "reason")
 def transition_completed(audit: RankState, rec: Record, ts: float) -> None:
-    trigger = rec.get("trigger")
-    if type(trigger) is not str:
+    raw = rec.get("trigger")
+    if type(raw) is not str:
         raise _bad(audit, rec, "trigger", "a str")
-    trigger = _TRIGGERS.get(trigger) or intern(trigger)
-    dest = rec.get("dest")
-    dest = _STATES.get(dest) if type(dest) is str else None
+    trigger = _TRIGGERS.get(raw) or intern(raw)
+    reached = rec.get("dest")
+    dest = _STATES.get(reached) if type(reached) is str else None
     if dest is None:
         raise _bad(audit, rec, "dest", "a state name")
     start = audit.open_start if audit.open_trigger == trigger else ts
@@ -188,15 +195,15 @@ def tripwire(audit: RankState, rec: Record, ts: float) -> None:
 @reads("model_config_id")
 def model_built(audit: RankState, rec: Record, ts: float) -> None:
     audit.model_gen = True
-    audit.model_id = _str(audit, rec, "model_config_id", optional=True)
+    audit.model_id = _optional_str(audit, rec, "model_config_id")
     if audit.rebind_pending:
         audit.rebuilt = True
 
 
 @reads("target_id", "scheduler_config_id", "target_type")
 def callbacks_bound(audit: RankState, rec: Record, ts: float) -> None:
-    target = _str(audit, rec, "target_id", optional=True)
-    scheduler = _str(audit, rec, "scheduler_config_id", optional=True)
+    target = _optional_str(audit, rec, "target_id")
+    scheduler = _optional_str(audit, rec, "scheduler_config_id")
     _ordering.binding_ordered(audit)
     if target != scheduler:
         audit.flag(
@@ -252,7 +259,7 @@ def imports(audit: RankState, rec: Record, ts: float) -> None:
         raise unreadable(
             audit.source, audit.line, "imports: fields 'started_ts', 'duration_s' and 'waited_s' must be numbers"
         )
-    start, duration, waited = (float(v) for v in values)  # checked above: numbers
+    start, duration, waited = map(float, cast("list[float]", values))  # checked above: numbers
     if len(audit.segments) < _CAP:
         audit.segments.append(Segment(events.IMPORTS, events.IMPORTS, start, start + duration, audit.generation))
     if audit.open_trigger is not None:

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._timing import stragglers
 from lifecycle.errors import ExtraNotInstalled
 from lifecycle.log import events
 from states import STARTUP_ORDER, State
+
+if TYPE_CHECKING:
+    import numpy as np
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from numpy.typing import NDArray
 
 FORMATS = ("png", "svg", "pdf")
 _PALETTE = ("#b07aa1", "#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#76b7b2", "#edc948", "#ff9da7", "#9c755f")
@@ -51,7 +57,7 @@ def plot(ranks: Sequence[RankAudit], output: str | Path, *, max_ranks: int = 64)
     return path
 
 
-def _figure() -> Any:
+def _figure() -> Figure:
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
@@ -62,7 +68,7 @@ def _figure() -> Any:
     return Figure()
 
 
-def _bars(ax: Any, row: float, audit: RankAudit, t0: float) -> None:
+def _bars(ax: Axes, row: float, audit: RankAudit, t0: float) -> None:
     for seg in audit.segments:
         # the imports run on a thread beside VALIDATED: a thin bar at the top of the row
         low, height = (row - 0.45, 0.25) if seg.state == events.IMPORTS else (row - 0.4, 0.8)
@@ -80,7 +86,7 @@ def _stopped_early(audit: RankAudit) -> bool:
     )
 
 
-def _per_rank(figure: Any, ranks: list[RankAudit], t0: float) -> int:
+def _per_rank(figure: Figure, ranks: list[RankAudit], t0: float) -> int:
     ax = figure.add_subplot()
     for row, audit in enumerate(ranks):
         _bars(ax, row, audit, t0)
@@ -90,7 +96,7 @@ def _per_rank(figure: Any, ranks: list[RankAudit], t0: float) -> int:
     return len(ranks)
 
 
-def _aggregated(figure: Any, ranks: list[RankAudit], t0: float) -> int:
+def _aggregated(figure: Figure, ranks: list[RankAudit], t0: float) -> int:
     import numpy as np
 
     ax = figure.add_subplot()
@@ -100,7 +106,7 @@ def _aggregated(figure: Any, ranks: list[RankAudit], t0: float) -> int:
         starts, ends = _first_segments(ranks, state, t0)
         counts.append(len(starts))
         color = _COLORS[state]
-        ax.hlines(row, starts.min(), ends.max(), color=color, lw=1)
+        ax.hlines(row, np.min(starts), np.max(ends), color=color, lw=1)
         for low, high, alpha in ((10, 90, 0.35), (25, 75, 0.8)):
             left, right = np.percentile(starts, low), np.percentile(ends, high)
             ax.broken_barh([(left, max(right - left, 1e-4))], (row - 0.35, 0.7), color=color, alpha=alpha)
@@ -120,7 +126,7 @@ def _aggregated(figure: Any, ranks: list[RankAudit], t0: float) -> int:
     return len(labels)
 
 
-def _first_segments(ranks: list[RankAudit], state: str, t0: float) -> tuple[Any, Any]:
+def _first_segments(ranks: list[RankAudit], state: str, t0: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     import numpy as np
 
     starts, ends = [], []
@@ -143,7 +149,7 @@ def _outliers(ranks: list[RankAudit]) -> list[RankAudit]:
     return sorted(chosen.values(), key=lambda r: r.rank or 0)[:_MAX_OUTLIERS]
 
 
-def _decorate(ax: Any, title: str) -> None:
+def _decorate(ax: Axes, title: str) -> None:
     from matplotlib.patches import Patch
 
     ax.set_xlabel("seconds since the first rank started")

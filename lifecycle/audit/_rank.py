@@ -7,7 +7,7 @@ unchanged and sends every other record here.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from lifecycle.audit import _steps
 from lifecycle.audit._handlers import HANDLERS
@@ -28,18 +28,18 @@ class RankAudit(RankState):
 
     __slots__ = ()
 
-    def feed(self, rec: dict[str, Any], line: bytes, lineno: int) -> None:
+    def feed(self, rec: Mapping[str, object], line: bytes, lineno: int) -> None:
         """Audit one parsed record; `line` is its raw bytes without the newline."""
         self.line = lineno
         event = rec.get("event")
-        ts: Any = rec.get("ts")
+        ts = rec.get("ts")
         rank = rec.get("rank")
         run_id = rec.get("run_id")
         gen = rec.get("generation")
         ws = rec.get("world_size")
         if (
             type(event) is not str
-            or type(ts) not in _NUMBER
+            or (type(ts) is not float and type(ts) is not int)
             or type(rank) is not int
             or type(run_id) is not str
             or type(gen) is not int
@@ -81,7 +81,7 @@ class RankAudit(RankState):
         self.rank = rank
         self.world_size = ws
 
-    def _clock(self, ts: float, seq: Any, event: str) -> None:
+    def _clock(self, ts: float, seq: object, event: str) -> None:
         if self.last_ts is None:
             self.first_ts = ts
         elif ts < self.last_ts:
@@ -101,7 +101,7 @@ class RankAudit(RankState):
             "(lifecycle/events.py): this is not a megatron-lifecycle log",
         )
 
-    def _chain(self, rec: dict[str, Any], line: bytes, lineno: int) -> None:
+    def _chain(self, rec: Mapping[str, object], line: bytes, lineno: int) -> None:
         seq = rec.get("seq")
         digest = rec.get("hash")
         prev = rec.get("prev_hash")
@@ -136,7 +136,7 @@ class RankAudit(RankState):
             return f"log starts at seq {seq}, not 0: its head is missing (truncated)"
         return f"seq {seq} follows seq {self.next_seq - 1}: records were removed, inserted or reordered"
 
-    def _bad_envelope(self, rec: dict[str, Any], lineno: int) -> Exception:
+    def _bad_envelope(self, rec: Mapping[str, object], lineno: int) -> Exception:
         expected = {
             "event": "a str",
             "ts": "a number",

@@ -7,7 +7,8 @@ field, a file name with a newline): a log is untrusted input and must not drive 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import fields
+from typing import TYPE_CHECKING, TypedDict
 
 import orjson
 
@@ -19,6 +20,9 @@ from lifecycle.audit._records import Finding
 from lifecycle.audit._rules import BY_ID, RuleId
 from lifecycle.audit._timing import blame, critical_chain, rank_blame, stragglers
 from lifecycle.redaction import redact, redact_text
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 PER_RULE = 10
 _CAUSE = RuleId.ROOT_CAUSE
@@ -99,14 +103,23 @@ def simulated(result: AuditResult) -> dict[str, int] | None:
     return {"ranks": len(ranks), "world_size": max(a.world_size or 0 for a in result.ranks)}
 
 
-def warnings(result: AuditResult) -> list[dict[str, Any]]:
+class WarningRow(TypedDict):
+    """A distinct warning and the ranks that logged it."""
+
+    category: str
+    module: str
+    message: str
+    ranks: list[int]
+
+
+def warnings(result: AuditResult) -> list[WarningRow]:
     """Each distinct third-party warning the ranks logged, with the ranks that logged it."""
     by_key: dict[tuple[str, str, str], set[int]] = {}
     for audit in result.ranks:
         for key in audit.warnings:
             by_key.setdefault(key, set()).add(-1 if audit.rank is None else audit.rank)
     return [
-        {"category": c, "module": m, "message": msg, "ranks": sorted(ranks)}
+        WarningRow(category=c, module=m, message=msg, ranks=sorted(ranks))
         for (c, m, msg), ranks in sorted(by_key.items())
     ]
 
@@ -172,7 +185,7 @@ def _s(seconds: float) -> str:
 
 
 def as_json(result: AuditResult, *, with_timing: bool = True) -> bytes:
-    doc: dict[str, Any] = {
+    doc: dict[str, object] = {
         "exit_code": result.exit_code,
         "records": result.records,
         "sources": result.sources,
@@ -204,5 +217,5 @@ def as_json(result: AuditResult, *, with_timing: bool = True) -> bytes:
     return orjson.dumps(redact(doc), option=orjson.OPT_INDENT_2)
 
 
-def _fields(record: Any) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in record.__slots__}
+def _fields(record: DataclassInstance) -> dict[str, object]:
+    return {field.name: getattr(record, field.name) for field in fields(record)}

@@ -6,8 +6,6 @@ it and neither imports the other.
 
 from __future__ import annotations
 
-from typing import Any
-
 from lifecycle.audit._records import Failure, Finding, Segment
 from lifecycle.audit._rules import RuleId
 from lifecycle.log import GENESIS
@@ -71,7 +69,7 @@ class RankState:
         self.rank: int | None = None
         self.world_size: int | None = None
         self.generation = 0
-        self.envelope: tuple[Any, ...] = ()
+        self.envelope: tuple[object, ...] = ()  # (generation, rank, run_id, world_size)
         self.next_seq = 0
         self.prev: str | None = GENESIS
         self.records = 0
@@ -99,9 +97,9 @@ class RankState:
         self.failure: Failure | None = None
         self.transitions: list[tuple[str, str]] = []
         self.segments: list[Segment] = []
-        self._findings: dict[str, list[Any]] = {}
+        self._findings: dict[str, tuple[Finding, int]] = {}  # rule -> (first finding, count)
         self.attempt_no = 0  # the process attempt (torchrun restart) the records now belong to
-        self.cycles: dict[tuple[int, int], dict[str, Any]] = {}  # (attempt, cycle) -> its records' fields
+        self.cycles: dict[tuple[int, int], dict[str, object]] = {}  # (attempt, cycle) -> its records' fields
         self.simulated: int | None = None  # how many ranks a `lifecycle simulate` run drove
         self.warnings: dict[tuple[str, str, str], int] = {}  # (category, module, message) → times logged
         self.counts: dict[str, dict[str, int]] = {}  # per state: process groups, collectives (simulate)
@@ -110,15 +108,15 @@ class RankState:
         """Record a finding at `line` (default: the current record); later ones of a rule only count."""
         held = self._findings.get(rule)
         if held is not None:
-            held[1] += 1
+            self._findings[rule] = (held[0], held[1] + 1)
             return
         where = self.line if line is None else line
-        self._findings[rule] = [
+        self._findings[rule] = (
             Finding(
                 rule=rule, message=message, run_id=self.run_id, rank=self.rank, source=self.source, line=where or None
             ),
             1,
-        ]
+        )
 
     def findings(self) -> list[Finding]:
         out = []

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from lifecycle.export._chrome import chrome_document, chrome_events, write_chrome
 from lifecycle.export._details import Attempt, Collect, Details, Mark, read_details
+from lifecycle.export._encode import encode
 from lifecycle.export._follow import follow
 from lifecycle.export._live import LiveSpans, live_spans
 from lifecycle.export._live import attach as attach_live_spans
 from lifecycle.export._model import Cycle, RankTrace, Trace, load
-from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, encode, spans, write_otlp
+from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, spans, write_otlp
 from lifecycle.export._report import RULES_URL, render, report_data, write_report
 from lifecycle.export._rows import Row, rows
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
 import orjson
 
@@ -23,16 +23,100 @@ STATES_TID, IMPORTS_TID, MARKS_TID = 1, 2, 3
 FLOW_CATEGORY = "root_cause"
 
 
-def chrome_events(trace: Trace) -> list[dict[str, Any]]:
+class Metadata(TypedDict):
+    """`M`: a process's or thread's name, or the process's place in the list."""
+
+    ph: Literal["M"]
+    pid: int
+    tid: int
+    name: str
+    args: dict[str, object]
+
+
+class Slice(TypedDict):
+    """`X`: a complete slice (a state's entry work, the imports, an unfinished transition)."""
+
+    ph: Literal["X"]
+    pid: int
+    tid: int
+    name: str
+    cat: str
+    ts: int
+    dur: int
+    args: dict[str, object]
+
+
+class Instant(TypedDict):
+    """`i` on its thread (`s: t`): a failure, a violation, a record a finding points at."""
+
+    ph: Literal["i"]
+    s: Literal["t"]
+    pid: int
+    tid: int
+    name: str
+    cat: str
+    ts: int
+    args: dict[str, object]
+
+
+class Counter(TypedDict):
+    """`C`: the `step` counter's values at a step."""
+
+    ph: Literal["C"]
+    pid: int
+    tid: int
+    name: str
+    ts: int
+    args: dict[str, object]
+
+
+class FlowStart(TypedDict):
+    """`s`: a flow's start, on the root cause."""
+
+    ph: Literal["s"]
+    id: int
+    pid: int
+    tid: int
+    cat: str
+    name: str
+    ts: int
+
+
+class FlowEnd(TypedDict):
+    """`f`: a flow's end on a victim, bound to the enclosing slice (`bp: e`)."""
+
+    ph: Literal["f"]
+    bp: Literal["e"]
+    id: int
+    pid: int
+    tid: int
+    cat: str
+    name: str
+    ts: int
+
+
+Event = Metadata | Slice | Instant | Counter | FlowStart | FlowEnd
+"""A Chrome Trace Event, as written (its keys in this order)."""
+
+
+class Document(TypedDict):
+    """The JSON Object Format."""
+
+    traceEvents: list[Event]
+    displayTimeUnit: str
+    otherData: dict[str, object]
+
+
+def chrome_events(trace: Trace) -> list[Event]:
     """The trace's events, in the order they are written."""
-    out: list[dict[str, Any]] = []
+    out: list[Event] = []
     for rank in trace.ranks:
         out += _rank_events(rank, trace.t0)
     out += _flows(trace)
     return out
 
 
-def chrome_document(trace: Trace) -> dict[str, Any]:
+def chrome_document(trace: Trace) -> Document:
     """The JSON Object Format: `traceEvents` plus what the viewers show as metadata."""
     result = trace.result
     return {
@@ -65,7 +149,7 @@ def _us(ts: float, t0: float) -> int:
     return round((ts - t0) * 1e6)
 
 
-def _rank_events(rank: RankTrace, t0: float) -> list[dict[str, Any]]:
+def _rank_events(rank: RankTrace, t0: float) -> list[Event]:
     pid = rank.rank + 1
     out = _names(rank, pid)
     out += [_segment(rank, seg, attempt, pid, t0) for seg, attempt in rank.segments]
@@ -82,18 +166,18 @@ def _rank_events(rank: RankTrace, t0: float) -> list[dict[str, Any]]:
 _THREADS = ((STATES_TID, "states"), (IMPORTS_TID, "imports"), (MARKS_TID, "records"))
 
 
-def _names(rank: RankTrace, pid: int) -> list[dict[str, Any]]:
+def _names(rank: RankTrace, pid: int) -> list[Event]:
     """The metadata events: the process's name and place in the list, and its threads' names."""
     return [
         {"ph": "M", "pid": pid, "tid": 0, "name": "process_name", "args": {"name": rank.label}},
         {"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index", "args": {"sort_index": rank.rank}},
-        *({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}} for tid, name in _THREADS),
+        *(Metadata(ph="M", pid=pid, tid=tid, name="thread_name", args={"name": name}) for tid, name in _THREADS),
     ]
 
 
-def _segment(rank: RankTrace, seg: Segment, attempt: int, pid: int, t0: float) -> dict[str, Any]:
+def _segment(rank: RankTrace, seg: Segment, attempt: int, pid: int, t0: float) -> Slice:
     """A state (or the imports, on their own thread) as a complete slice, with the rank's counts in it."""
-    args: dict[str, Any] = {"trigger": seg.trigger, "generation": seg.generation, "attempt": attempt}
+    args: dict[str, object] = {"trigger": seg.trigger, "generation": seg.generation, "attempt": attempt}
     args.update({f"{k}": v for k, v in rank.counts.get(seg.state, {}).items()})
     imports = seg.state == events.IMPORTS
     return {
@@ -108,7 +192,7 @@ def _segment(rank: RankTrace, seg: Segment, attempt: int, pid: int, t0: float) -
     }
 
 
-def _unfinished(unfinished: tuple[str, float, float], pid: int, t0: float) -> dict[str, Any]:
+def _unfinished(unfinished: tuple[str, float, float], pid: int, t0: float) -> Slice:
     """The transition that never completed, as a slice up to where the log ends."""
     trigger, start, end = unfinished
     return {
@@ -123,23 +207,23 @@ def _unfinished(unfinished: tuple[str, float, float], pid: int, t0: float) -> di
     }
 
 
-def _instant(pid: int, name: str, cat: str, ts: int, args: dict[str, Any]) -> dict[str, Any]:
+def _instant(pid: int, name: str, cat: str, ts: int, args: dict[str, object]) -> Instant:
     """An instant on the records thread (a failure, a violation, a record a finding points at)."""
     return {"ph": "i", "s": "t", "pid": pid, "tid": MARKS_TID, "name": name, "cat": cat, "ts": ts, "args": args}
 
 
-def _failure(failure: Failure, ts: float, pid: int, t0: float) -> dict[str, Any]:
+def _failure(failure: Failure, ts: float, pid: int, t0: float) -> Instant:
     """The rank's startup failure (at `ts`, its time), as an instant."""
-    args = {"message": failure.message, "state": failure.state}
+    args: dict[str, object] = {"message": failure.message, "state": failure.state}
     return _instant(pid, f"startup {failure.kind}", "failure", _us(ts, t0), args)
 
 
-def _mark(mark: Mark, pid: int, t0: float) -> dict[str, Any]:
-    args = {"detail": mark.detail, "state": mark.state, "rule": mark.rule, "peer_rank": mark.peer}
+def _mark(mark: Mark, pid: int, t0: float) -> Instant:
+    args: dict[str, object] = {"detail": mark.detail, "state": mark.state, "rule": mark.rule, "peer_rank": mark.peer}
     return _instant(pid, mark.event, mark.kind, _us(mark.ts, t0), args)
 
 
-def _step_counters(rank: RankTrace, pid: int, t0: float) -> list[dict[str, Any]]:
+def _step_counters(rank: RankTrace, pid: int, t0: float) -> list[Counter]:
     """A `step` counter per step: its loss and time where it has both (first, in step order), then a
     counter of the one it has for a step that has one of the two."""
     out = [
@@ -150,18 +234,18 @@ def _step_counters(rank: RankTrace, pid: int, t0: float) -> list[dict[str, Any]]
     if len(out) < len(rank.steps):
         for ts, step, loss, duration in rank.steps:
             if (loss is None) != (duration is None):
-                values = {"loss": loss} if duration is None else {"step_time_s": duration}
+                values: dict[str, object] = {"loss": loss} if duration is None else {"step_time_s": duration}
                 out.append(_counter(pid, _us(ts, t0), values | {"step": step}))
     return out
 
 
-def _counter(pid: int, ts: int, args: dict[str, Any]) -> dict[str, Any]:
+def _counter(pid: int, ts: int, args: dict[str, object]) -> Counter:
     return {"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": ts, "args": args}
 
 
-def _flows(trace: Trace) -> list[dict[str, Any]]:
+def _flows(trace: Trace) -> list[FlowStart | FlowEnd]:
     """A flow from the root-cause rank's failure to each victim's, one id per victim."""
-    out: list[dict[str, Any]] = []
+    out: list[FlowStart | FlowEnd] = []
     for flow_id, (name, source, target) in enumerate(_blamed(trace), 1):
         out += _flow(flow_id, name, source, target)
     return out
@@ -190,7 +274,7 @@ def _failed_at(rank: RankTrace | None, t0: float) -> int | None:
     return None if failure is None or failure.ts is None else _us(failure.ts, t0)
 
 
-def _flow(flow_id: int, name: str, source: tuple[int, int], target: tuple[int, int]) -> list[dict[str, Any]]:
+def _flow(flow_id: int, name: str, source: tuple[int, int], target: tuple[int, int]) -> list[FlowStart | FlowEnd]:
     """The two ends of a flow, each at (pid, ts): `s` on the cause, `f` (bound to the enclosing
     slice, `bp: e`) on the victim."""
     (source_pid, start), (target_pid, end) = source, target

@@ -13,11 +13,11 @@ skipped without being decoded.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
-from typing import Any, ClassVar, Union
+from typing import ClassVar, Protocol, Union, cast
 
 import msgspec
 import orjson
@@ -60,6 +60,33 @@ _EVENT, _TS = attrgetter("event"), attrgetter("ts")
 _STEP_FIELDS = (attrgetter("rank"), attrgetter("step"), attrgetter("loss"), attrgetter("duration_s"))
 _StepRow = tuple[float, int, float | None, float | None]
 """A step as kept: (time, step, loss, duration_s)."""
+Config = dict[str, object]
+"""A `config_validated` record's config: nested JSON objects."""
+
+
+class _Record(Protocol):
+    """A record as read here: a parsed dict, or the audit's typed record (`lifecycle.audit.Tap`);
+    a field is any JSON value, None when absent."""
+
+    def get(self, key: str, /) -> object: ...
+
+
+class _Typed(_Record, Protocol):
+    """The audit's typed record: its envelope checked (`event`, `ts`, `rank`), and as attributes the
+    fields of `Collect.reads` (those of a step below), each any JSON value."""
+
+    @property
+    def event(self) -> str: ...
+    @property
+    def ts(self) -> float: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def step(self) -> object: ...
+    @property
+    def loss(self) -> object: ...
+    @property
+    def duration_s(self) -> object: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +124,7 @@ class Details:
     attempts: list[Attempt] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
     steps: list[_StepRow] = field(default_factory=list)
-    configs: list[tuple[float, str | None, dict[str, Any] | None]] = field(default_factory=list)
+    configs: list[tuple[float, str | None, Config | None]] = field(default_factory=list)
     generations: list[tuple[float, int]] = field(default_factory=list)
     line_ts: dict[int, float] = field(default_factory=dict)
 
@@ -211,7 +238,7 @@ class Collect:
         self.source = source
         self.out: dict[int, Details] = {}
 
-    def __call__(self, lines: list[bytes], recs: list[Any]) -> None:
+    def __call__(self, lines: list[bytes], recs: Sequence[object]) -> None:
         out = self.out
         if not recs or not isinstance(recs[0], msgspec.Struct):  # parsed by orjson: any JSON value
             for rec in recs:
@@ -219,20 +246,21 @@ class Collect:
                 if type(event) is str and event in _KEEP:
                     _put(out, rec, event, False, None)
             return
-        evs = list(map(_EVENT, recs))
+        typed = cast("Sequence[_Typed]", recs)  # a batch's records are all typed, or none is
+        evs = list(map(_EVENT, typed))
         for i in compress(range(len(recs)), map(_OTHERS.__contains__, evs)):  # the few kept that are not steps
             event = evs[i]
             if event in MARKS:
                 _record(out, lines[i], event, False, None)
                 continue
-            rec = recs[i]
+            rec = typed[i]
             _take(_of(out, rec.rank), event, rec, False, rec.ts)
-        steps = [recs[i] for i in compress(range(len(recs)), map(_STEP.__eq__, evs))]
+        steps = [typed[i] for i in compress(range(len(recs)), map(_STEP.__eq__, evs))]
         if steps:
             _typed_steps(out, steps)
 
 
-def _typed_steps(out: dict[int, Details], steps: list[Any]) -> None:
+def _typed_steps(out: dict[int, Details], steps: list[_Typed]) -> None:
     """The steps of a batch of typed records: at once (C) when they are of one rank and their fields
     of the usual types, else one by one."""
     ranks, nums, losses, times = (list(map(get, steps)) for get in _STEP_FIELDS)
@@ -285,20 +313,22 @@ def _record(out: dict[int, Details], line: bytes, event: str | None, configs: bo
     _put(out, rec, event, configs, lineno)
 
 
-def _put(out: dict[int, Details], rec: Any, event: str | None, configs: bool, lineno: int | None) -> None:
-    rank = rec.get("rank") if type(rec) is dict else None
-    if type(rank) is not int or type(rec.get("ts")) not in (int, float):
+def _put(out: dict[int, Details], rec: object, event: str | None, configs: bool, lineno: int | None) -> None:
+    if type(rec) is not dict:
+        return
+    rank, ts = rec.get("rank"), rec.get("ts")
+    if type(rank) is not int or (type(ts) is not int and type(ts) is not float):
         return
     details = _of(out, rank)
     if lineno is not None:
-        details.line_ts[lineno] = float(rec["ts"])
+        details.line_ts[lineno] = float(ts)
     elif event is not None:
-        _take(details, event, rec, configs)
+        _take(details, event, rec, configs, float(ts))
 
 
-def _take(d: Details, event: str, rec: Any, configs: bool, ts: float | None = None) -> None:
-    """Keep what record `rec` (a dict, or a typed record that has the fields of `Collect.reads`) says."""
-    ts = float(rec["ts"]) if ts is None else ts
+def _take(d: Details, event: str, rec: _Record, configs: bool, ts: float) -> None:
+    """Keep what record `rec` (a dict, or a typed record that has the fields of `Collect.reads`) at
+    time `ts` says."""
     if event == events.STEP_COMPLETED:
         if len(d.steps) < _MAX_STEPS:
             d.steps.append((ts, _int(rec.get("step")) or 0, _num(rec.get("loss")), _num(rec.get("duration_s"))))
@@ -317,8 +347,8 @@ def _take(d: Details, event: str, rec: Any, configs: bool, ts: float | None = No
             )
         )
     elif event == events.CONFIG_VALIDATED:
-        config = rec.get("config") if configs and isinstance(rec.get("config"), dict) else None
-        d.configs.append((ts, _str(rec.get("fingerprint")), config))
+        config = rec.get("config") if configs else None
+        d.configs.append((ts, _str(rec.get("fingerprint")), config if isinstance(config, dict) else None))
     elif event == events.DISTRIBUTED_INITIALIZED:
         ranks = rec.get("ranks")
         d.coords = {k: v for k, v in ranks.items() if type(v) is int} if isinstance(ranks, dict) else {}
@@ -327,7 +357,7 @@ def _take(d: Details, event: str, rec: Any, configs: bool, ts: float | None = No
         d.generations.append((ts, _int(rec.get("generation")) or 0))
 
 
-def _mark(event: str, rec: dict[str, Any], ts: float) -> Mark:
+def _mark(event: str, rec: _Record, ts: float) -> Mark:
     """The fields that say what happened, in one line."""
     names = (
         "target",
@@ -344,7 +374,7 @@ def _mark(event: str, rec: dict[str, Any], ts: float) -> Mark:
         "finalizer_calls",
         "trigger",
     )
-    detail = ", ".join(f"{n}={str(rec[n])[:160]}" for n in names if rec.get(n) not in (None, "", []))
+    detail = ", ".join(f"{n}={str(v)[:160]}" for n in names if (v := rec.get(n)) not in (None, "", []))
     state = rec.get("state") if event != events.PEER_FAILED else rec.get("peer_state")
     return Mark(
         ts=ts,
@@ -356,13 +386,13 @@ def _mark(event: str, rec: dict[str, Any], ts: float) -> Mark:
     )
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return value if type(value) is int else None
 
 
-def _num(value: Any) -> float | None:
-    return float(value) if type(value) in (int, float) else None
+def _num(value: object) -> float | None:
+    return float(value) if type(value) is int or type(value) is float else None
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if type(value) is str else None

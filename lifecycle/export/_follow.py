@@ -10,13 +10,19 @@ file exporter writes them). The records are not checked here: `lifecycle audit` 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
-from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, encode, sdk
+from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, sdk
 from lifecycle.log import events
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Span, Tracer
 
 _ENDS = {
     events.LIFECYCLE_SHUTDOWN,
@@ -34,32 +40,28 @@ class _Rank:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
-        self.root: Any = None
-        self.open: dict[str, tuple[Any, float]] = {}
+        self.root: Span | None = None
+        self.open: dict[str, tuple[Span, float]] = {}
         self.done = False
 
 
 def follow(
-    log_dir: str | Path, output: str | Path, *, idle_timeout_s: float = 60.0, poll_s: float = 0.2, stop: Any = None
+    log_dir: str | Path,
+    output: str | Path,
+    *,
+    idle_timeout_s: float = 60.0,
+    poll_s: float = 0.2,
+    stop: Callable[[], object] | None = None,
 ) -> int:
     """Follow `log_dir` until every rank of the world size is done (shut down or failed) or nothing was written
     for `idle_timeout_s`; `stop()` returning True ends it early. Returns the spans written."""
-    sdk_trace = sdk()
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    provider = sdk()
+    from lifecycle.export._sdk import LineExporter
 
     ranks: dict[Path, _Rank] = {}
     with open(output, "ab") as sink:
-        exporter = _line_exporter(sink)
-        providers: dict[str, Any] = {}
-
-        def tracer(run_id: str) -> Any:
-            if run_id not in providers:
-                resource = Resource.create({"service.name": "megatron", "lifecycle.run_id": run_id, "run_uuid": run_id})
-                providers[run_id] = sdk_trace.TracerProvider(resource=resource)
-                providers[run_id].add_span_processor(SimpleSpanProcessor(exporter))
-            return providers[run_id].get_tracer(SCOPE)
-
+        exporter = LineExporter(sink)
+        tracer = _tracers(provider, exporter)
         last_change = time.monotonic()
         world = 0
         while True:
@@ -73,25 +75,44 @@ def follow(
             time.sleep(poll_s)
         for rank in ranks.values():  # what never ended: closed now, as far as the log went
             _close(rank, time.time_ns(), error="the log stops here")
-    count: int = exporter.count
-    return count
+    return exporter.count
 
 
-def _read_pass(log_dir: Path, ranks: dict[Path, _Rank], tracer: Any, world: int) -> tuple[bool, int]:
+def _tracers(provider: type[TracerProvider], exporter: SpanExporter) -> Callable[[str], Tracer]:
+    """The tracer of a run id, its spans written by `exporter` as they end."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    providers: dict[str, TracerProvider] = {}
+
+    def tracer(run_id: str) -> Tracer:
+        if run_id not in providers:
+            resource = Resource.create({"service.name": "megatron", "lifecycle.run_id": run_id, "run_uuid": run_id})
+            providers[run_id] = provider(resource=resource)
+            providers[run_id].add_span_processor(SimpleSpanProcessor(exporter))
+        return providers[run_id].get_tracer(SCOPE)
+
+    return tracer
+
+
+def _read_pass(
+    log_dir: Path, ranks: dict[Path, _Rank], tracer: Callable[[str], Tracer], world: int
+) -> tuple[bool, int]:
     """One pass over the rank files: each new record applied to its rank's spans. Returns whether
     anything was new and the largest world size seen."""
     changed = False
     for path in sorted(log_dir.glob("rank-*.jsonl")):
         rank = ranks.setdefault(path, _Rank(path))
-        for rec in _new_records(rank):
+        for ts, rec in _new_records(rank):
             changed = True
             size = rec.get("world_size")
             world = max(world, size if isinstance(size, int) else 0)
-            _apply(tracer(str(rec.get("run_id"))), rank, rec)
+            _apply(tracer(str(rec.get("run_id"))), rank, rec, ts)
     return changed, world
 
 
-def _new_records(rank: _Rank) -> list[dict[str, Any]]:
+def _new_records(rank: _Rank) -> list[tuple[float, dict[str, object]]]:
+    """The records completed since the last pass, each with its time (one without is skipped)."""
     try:
         with open(rank.path, "rb") as fh:
             fh.seek(rank.offset)
@@ -106,15 +127,21 @@ def _new_records(rank: _Rank) -> list[dict[str, Any]]:
             rec = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        if isinstance(rec, dict) and type(rec.get("ts")) in (int, float):
-            out.append(rec)
+        ts = rec.get("ts") if isinstance(rec, dict) else None
+        if type(ts) is int or type(ts) is float:
+            out.append((ts, rec))
     return out
 
 
-def _apply(tracer: Any, rank: _Rank, rec: dict[str, Any]) -> None:
+def _int(value: object) -> int:
+    """`int(value or 0)` of a record's field; 0 for a value that is not a number or a string."""
+    return int(value) if value and isinstance(value, (int, float, str)) else 0
+
+
+def _apply(tracer: Tracer, rank: _Rank, rec: Mapping[str, object], ts: float) -> None:
     from opentelemetry import trace as api
 
-    event, ns = rec.get("event"), round(rec["ts"] * 1e9)
+    event, ns = rec.get("event"), round(ts * 1e9)
     if event == events.LIFECYCLE_STARTED or (rank.root is None and not rank.done):
         _close(rank, ns, error=None)
         rank.done = False
@@ -123,9 +150,9 @@ def _apply(tracer: Any, rank: _Rank, rec: dict[str, Any]) -> None:
             start_time=ns,
             attributes={
                 "lifecycle.run_id": str(rec.get("run_id")),
-                "lifecycle.rank": int(rec.get("rank") or 0),
-                "lifecycle.world_size": int(rec.get("world_size") or 0),
-                "nvrx.cycle": int(rec.get("attempt") or 0),
+                "lifecycle.rank": _int(rec.get("rank")),
+                "lifecycle.world_size": _int(rec.get("world_size")),
+                "nvrx.cycle": _int(rec.get("attempt")),
             },
         )
     if rank.root is None:  # after the rank's end: the records of its shutdown or FAILED
@@ -134,7 +161,7 @@ def _apply(tracer: Any, rank: _Rank, rec: dict[str, Any]) -> None:
         trigger = str(rec.get("trigger"))
         rank.open[trigger] = (
             tracer.start_span(f"{trigger} (running)", context=api.set_span_in_context(rank.root), start_time=ns),
-            rec["ts"],
+            ts,
         )
     elif event == events.TRANSITION_COMPLETED:
         _completed(rank, rec, ns)
@@ -145,7 +172,7 @@ def _apply(tracer: Any, rank: _Rank, rec: dict[str, Any]) -> None:
         _close(rank, ns, error=f"{event}: {rec.get('error') or rec.get('signal') or rec.get('state') or ''}")
 
 
-def _completed(rank: _Rank, rec: dict[str, Any], ns: int) -> None:
+def _completed(rank: _Rank, rec: Mapping[str, object], ns: int) -> None:
     """A transition's span is named for the state it reached; a rank that reached its end closes."""
     span, _ = rank.open.pop(str(rec.get("trigger")), (None, 0.0))
     if span is not None:
@@ -174,20 +201,3 @@ def _close(rank: _Rank, ns: int, *, error: str | None) -> None:
         rank.root.end(end_time=ns)
         rank.root = None
     rank.done = True
-
-
-def _line_exporter(sink: IO[bytes]) -> Any:
-    """A SpanExporter that writes each batch as one OTLP JSON line and flushes it."""
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    class LineExporter(SpanExporter):
-        def __init__(self) -> None:
-            self.count = 0
-
-        def export(self, spans: Any) -> Any:
-            sink.write(orjson.dumps(encode(spans)) + b"\n")
-            sink.flush()
-            self.count += len(spans)
-            return SpanExportResult.SUCCESS
-
-    return LineExporter()

@@ -18,15 +18,22 @@ import contextlib
 import logging
 import os
 import stat
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 
 from lifecycle.audit import RankAudit
 from lifecycle.export import _otlp
 from lifecycle.export._details import _KEEP, Details, Mark, _take
+from lifecycle.export._encode import encode
 from lifecycle.export._model import _rank
 from lifecycle.log import AuditLog, events, redact_text
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.trace import Span
 
 _OPEN = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO never blocks
 _SHUT_DOWN = "SHUT_DOWN"
@@ -36,16 +43,16 @@ _HEAD = b'{"resourceSpans"'
 class LiveSpans:
     """One rank's spans, made from its log's records as they are written (`__call__(line)`)."""
 
-    def __init__(self, processor: Any, exporter: Any = None) -> None:
+    def __init__(self, processor: SpanProcessor, exporter: object = None) -> None:
         self._processor = processor
         self._exporter = exporter
         self._sdk = _otlp.sdk()
         self._ids = _otlp.make_ids()
-        self._providers: dict[tuple[str | None, int], Any] = {}
+        self._providers: dict[tuple[str | None, int], TracerProvider] = {}
         self._audit = RankAudit("live")
         self._details = Details()
         self._lineno = 0
-        self._root: Any = None
+        self._root: Span | None = None
         self._start = self._end = 0.0
         self._done = 0  # segments already written as spans
         self._findings = 0
@@ -61,19 +68,20 @@ class LiveSpans:
         marks = len(self._details.marks)
         self._audit.feed(rec, record, self._lineno)
         event = rec["event"]
-        self._details.line_ts[self._lineno] = float(rec["ts"])
+        ts = self._details.line_ts[self._lineno] = float(rec["ts"])
         if event in _KEEP:
-            _take(self._details, event, rec, False)
+            _take(self._details, event, rec, False, ts)
         ending = self._audit.state == _SHUT_DOWN and event == events.TRANSITION_COMPLETED
         if ending:  # the log's end: the rules on the whole log, before the last state's span is written
             self._finish_audit()
         self._pending += self._details.marks[marks:] + self._new_findings()
         if event == events.LIFECYCLE_STARTED or self._lineno == 1:
-            self._open_root(rec)
-        if self._root is not None:
-            self._write_segments()
+            self._open_root(rec, ts)
+        root = self._root
+        if root is not None:
+            self._write_segments(root)
             if ending:
-                self._close_root()
+                self._close_root(root)
         fault = getattr(self._exporter, "fault", None)
         if fault is not None:  # the log drops this sink and says why in one `warning` record
             raise fault
@@ -81,39 +89,40 @@ class LiveSpans:
     def close(self) -> None:
         """The log is closing: the root (and a transition that never completed) end here; then flush."""
         if self._root is not None:
-            self._close_root()
+            self._close_root(self._root)
         for provider in self._providers.values():
             provider.shutdown()
 
-    def _open_root(self, rec: dict[str, Any]) -> None:
+    def _open_root(self, rec: Mapping[str, object], ts: float) -> None:
         if self._root is not None:
-            self._close_root()
-        attempt: int = rec["attempt"] if type(rec.get("attempt")) is int else 0
+            self._close_root(self._root)
+        number = rec.get("attempt")
+        attempt = number if type(number) is int else 0
         key = (self._audit.run_id, attempt)
         if key not in self._providers:
-            self._providers[key] = self._sdk.TracerProvider(
+            self._providers[key] = self._sdk(
                 resource=_otlp.resource(*key), id_generator=self._ids, shutdown_on_exit=False
             )  # `close` shuts it down
             self._providers[key].add_span_processor(self._processor)
         self._tracer = self._providers[key].get_tracer(_otlp.SCOPE)
         self._attempt = attempt
         _otlp.seed(self._ids, self._audit.run_id, self._audit.rank or 0, attempt)
-        self._start = self._end = float(rec["ts"])
+        self._start = self._end = ts
         self._root = self._tracer.start_span(_otlp.ROOT, start_time=_otlp._ns(self._start))
 
-    def _write_segments(self) -> None:
+    def _write_segments(self, root: Span) -> None:
         for seg in self._audit.segments[self._done :]:
             self._end = max(self._end, seg.end)
-            child = _otlp.child_span(self._tracer, self._root, seg, self._audit.counts)
-            self._place([(seg.start, seg.end, child)])
+            child = _otlp.child_span(self._tracer, root, seg, self._audit.counts)
+            self._place(root, [(seg.start, seg.end, child)])
             child.end(end_time=_otlp._ns(seg.end))
         self._done = len(self._audit.segments)
 
-    def _place(self, children: list[tuple[float, float, Any]], *, last: bool = False) -> None:
+    def _place(self, root: Span, children: list[tuple[float, float, Span]], *, last: bool = False) -> None:
         """The held marks that these spans (or, `last`, the root) hold become their events."""
         held = sorted(self._pending, key=lambda m: m.ts)
         placed = [m for m in held if any(b <= m.ts <= e for b, e, _ in children) or last]
-        _otlp.place_events(placed, self._root, children, self._start, self._end)
+        _otlp.place_events(placed, root, children, self._start, self._end)
         self._pending = [m for m in held if m not in placed]
 
     def _new_findings(self) -> list[Mark]:
@@ -130,19 +139,19 @@ class LiveSpans:
             self._finished = True
             self._audit.finish()
 
-    def _close_root(self) -> None:
+    def _close_root(self, root: Span) -> None:
         self._finish_audit()
         self._pending += self._new_findings()
         trace = _rank(self._audit, self._details)
         started = next((a for a in trace.attempts if a.attempt == self._attempt), None)
-        self._root.set_attributes(_otlp.root_attributes(trace, self._attempt, started))
+        root.set_attributes(_otlp.root_attributes(trace, self._attempt, started))
         children = []
         if trace.unfinished is not None:
             trigger, begin, stop = trace.unfinished
-            children.append((begin, stop, _otlp.unfinished_span(self._tracer, self._root, trigger, begin)))
+            children.append((begin, stop, _otlp.unfinished_span(self._tracer, root, trigger, begin)))
             self._end = max(self._end, stop)
-        self._place(children, last=True)
-        _otlp.finish(self._root, children, self._audit.failure, bool(children), self._end)
+        self._place(root, children, last=True)
+        _otlp.finish(root, children, self._audit.failure, bool(children), self._end)
         self._root = None
 
 
@@ -158,7 +167,7 @@ def live_spans(target: str) -> LiveSpans:
     return LiveSpans(SimpleSpanProcessor(exporter), exporter)  # type: ignore[arg-type]  # a SpanExporter's methods
 
 
-def _endpoint(url: str) -> Any:
+def _endpoint(url: str) -> SpanExporter:
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
             OTLPSpanExporter,
@@ -171,7 +180,7 @@ def _endpoint(url: str) -> Any:
             "pip install opentelemetry-exporter-otlp",
             extra="otel",
         ) from exc
-    exporter = OTLPSpanExporter(endpoint=url, timeout=5)
+    exporter: SpanExporter = OTLPSpanExporter(endpoint=url, timeout=5)
     _redact_sdk_logs()
     return exporter
 
@@ -209,10 +218,10 @@ class _FileExporter:
             os.close(self.fd)
             raise PermissionError(f"logging.otel {path!r} {problem}: nothing was written to it; choose a new file")
 
-    def export(self, spans: Any) -> Any:
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         from opentelemetry.sdk.trace.export import SpanExportResult
 
-        data = orjson.dumps(_otlp.encode(spans)) + b"\n"
+        data = orjson.dumps(encode(spans)) + b"\n"
         try:
             view = memoryview(data)
             while view:

@@ -4,13 +4,22 @@ causes, critical chain) joined with what its taps kept of each rank file (`_deta
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from lifecycle.audit import AuditResult, ChainLink, RankAudit, RootCause, Segment, audit_tapped, critical_chain, no_gc
+from lifecycle.audit import (
+    AuditResult,
+    ChainLink,
+    RankAudit,
+    RootCause,
+    Segment,
+    Tap,
+    audit_tapped,
+    critical_chain,
+    no_gc,
+)
 from lifecycle.errors import LogUnreadable
-from lifecycle.export._details import Attempt, Collect, Details, Mark, line_times, read_details
+from lifecycle.export._details import Attempt, Collect, Config, Details, Mark, line_times, read_details
 
 COORDINATES = ("tp", "pp", "cp", "ep", "dp")
 
@@ -132,7 +141,7 @@ def _load(paths: Sequence[str], jobs: int | None) -> Trace:
     return Trace(result=result, ranks=ranks, t0=t0, chain=tuple(critical_chain(timed)), cycles=_cycles(ranks, configs))
 
 
-def _read(timed: list[RankAudit], result: AuditResult, taps: list[Any]) -> dict[tuple[str, int | None], Details]:
+def _read(timed: list[RankAudit], result: AuditResult, taps: Sequence[Tap]) -> dict[tuple[str, int | None], Details]:
     """What the audit's taps kept of each rank file; the time of the lines a finding points at read
     from their files; the first rank's file read whole, for its configs (the others' are not kept)."""
     wanted: dict[str, set[int]] = defaultdict(set)
@@ -200,17 +209,29 @@ def _attempt_at(starts: Sequence[Attempt], ts: float) -> int:
     return current
 
 
-def _first_configs(timed: list[RankAudit], details: dict[tuple[str, int | None], Details]) -> list[Any]:
+def _first_configs(
+    timed: list[RankAudit], details: dict[tuple[str, int | None], Details]
+) -> list[tuple[float, Config | None]]:
     first = min(timed, key=lambda a: a.rank or 0)
     found = details.get((first.source, first.rank))
     return [] if found is None else [(ts, config) for ts, _, config in found.configs]
 
 
-def _cycles(ranks: Sequence[RankTrace], configs: list[tuple[float, dict[str, Any] | None]]) -> tuple[Cycle, ...]:
+@dataclass(slots=True)
+class _Seen:
+    """What the ranks say of one attempt, gathered; `config` is the first rank's config at its start."""
+
+    start: float = float("inf")
+    ranks: set[int] = field(default_factory=set)
+    fps: set[str] = field(default_factory=set)
+    hosts: set[str | None] = field(default_factory=set)
+    failed: set[int] = field(default_factory=set)
+    config: Config | None = None
+
+
+def _cycles(ranks: Sequence[RankTrace], configs: list[tuple[float, Config | None]]) -> tuple[Cycle, ...]:
     """One Cycle per attempt number seen, with the changes from the one before."""
-    by_attempt: dict[int, dict[str, Any]] = defaultdict(
-        lambda: {"start": float("inf"), "ranks": set(), "fps": set(), "hosts": set(), "failed": set()}
-    )
+    by_attempt: dict[int, _Seen] = defaultdict(_Seen)
     for rank in ranks:
         attempts = rank.attempts or (
             Attempt(
@@ -219,36 +240,36 @@ def _cycles(ranks: Sequence[RankTrace], configs: list[tuple[float, dict[str, Any
         )
         for started in attempts:
             row = by_attempt[started.attempt]
-            row["start"] = min(row["start"], started.ts)
-            row["ranks"].add(rank.rank)
-            row["hosts"].add(started.host)
+            row.start = min(row.start, started.ts)
+            row.ranks.add(rank.rank)
+            row.hosts.add(started.host)
         for ts, fingerprint in rank.fingerprints:
-            by_attempt[_attempt_at(attempts, ts)]["fps"].add(fingerprint)
+            by_attempt[_attempt_at(attempts, ts)].fps.add(fingerprint)
         last = by_attempt[attempts[-1].attempt]
         if rank.failed:
-            last["failed"].add(rank.rank)
+            last.failed.add(rank.rank)
     cycles: list[Cycle] = []
-    previous: dict[str, Any] | None = None
+    previous: _Seen | None = None
     for number in sorted(by_attempt):
         row = by_attempt[number]
-        config = _config_at(configs, row["start"])
-        changes = () if previous is None else _changes(previous, row, config)
+        row.config = _config_at(configs, row.start)
+        changes = () if previous is None else _changes(previous, row)
         cycles.append(
             Cycle(
                 attempt=number,
-                start=row["start"],
-                ranks=len(row["ranks"]),
-                fingerprints=tuple(sorted(row["fps"])),
-                hosts=len(row["hosts"] - {None}),
-                failed=tuple(sorted(row["failed"])),
+                start=row.start,
+                ranks=len(row.ranks),
+                fingerprints=tuple(sorted(row.fps)),
+                hosts=len(row.hosts - {None}),
+                failed=tuple(sorted(row.failed)),
                 changes=changes,
             )
         )
-        previous = {**row, "config": config}
+        previous = row
     return tuple(cycles)
 
 
-def _config_at(configs: list[tuple[float, dict[str, Any] | None]], start: float) -> dict[str, Any] | None:
+def _config_at(configs: list[tuple[float, Config | None]], start: float) -> Config | None:
     chosen = None
     for ts, config in configs:
         if ts >= start and chosen is None:
@@ -256,21 +277,21 @@ def _config_at(configs: list[tuple[float, dict[str, Any] | None]], start: float)
     return chosen
 
 
-def _changes(before: dict[str, Any], row: dict[str, Any], config: dict[str, Any] | None) -> tuple[str, ...]:
+def _changes(before: _Seen, row: _Seen) -> tuple[str, ...]:
     out = []
-    if row["ranks"] != before["ranks"]:
-        gone, new = sorted(before["ranks"] - row["ranks"]), sorted(row["ranks"] - before["ranks"])
+    if row.ranks != before.ranks:
+        gone, new = sorted(before.ranks - row.ranks), sorted(row.ranks - before.ranks)
         out.append(
-            f"ranks: {len(before['ranks'])} -> {len(row['ranks'])}"
+            f"ranks: {len(before.ranks)} -> {len(row.ranks)}"
             + (f", missing {_few(gone)}" if gone else "")
             + (f", new {_few(new)}" if new else "")
         )
-    if row["hosts"] != before["hosts"]:
-        out.append(f"hosts: {len(before['hosts'] - {None})} -> {len(row['hosts'] - {None})}")
-    if row["fps"] != before["fps"]:
-        out.append(f"config fingerprint: {_fps(before['fps'])} -> {_fps(row['fps'])}")
-    if config is not None and before.get("config") is not None:
-        old, new_ = _flat(before["config"]), _flat(config)
+    if row.hosts != before.hosts:
+        out.append(f"hosts: {len(before.hosts - {None})} -> {len(row.hosts - {None})}")
+    if row.fps != before.fps:
+        out.append(f"config fingerprint: {_fps(before.fps)} -> {_fps(row.fps)}")
+    if row.config is not None and before.config is not None:
+        old, new_ = _flat(before.config), _flat(row.config)
         for key in sorted(old.keys() | new_.keys()):
             if old.get(key) != new_.get(key):
                 out.append(f"{key}: {old.get(key)!r} -> {new_.get(key)!r}")
@@ -285,8 +306,8 @@ def _fps(fps: set[str]) -> str:
     return ",".join(f[:12] for f in sorted(fps)) or "none"
 
 
-def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flat(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
     for key, value in config.items():
         if isinstance(value, dict):
             out.update(_flat(value, f"{prefix}{key}."))

@@ -2,9 +2,8 @@
 
 One trace per rank and attempt (restart cycle): a root `megatron.startup` span, as Megatron-LM
 names its own, with a child per state's entry work. Ids are derived from run id, rank and attempt,
-so exporting the same logs twice gives the same file. The JSON follows the OTLP encoding (ids in
-hex, enums as integers, 64-bit integers as strings); `encode` writes exactly what the SDK's
-protobuf encoder (`opentelemetry-exporter-otlp-proto-common`) builds, without its per-field cost.
+so exporting the same logs twice gives the same file. The JSON follows the OTLP encoding
+(`_encode.encode`).
 """
 
 from __future__ import annotations
@@ -12,16 +11,25 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import orjson
 
-from lifecycle.audit import no_gc
+from lifecycle.audit import Failure, Segment, no_gc
 from lifecycle.errors import ExtraNotInstalled
-from lifecycle.export._details import Mark
+from lifecycle.export._details import Attempt, Mark
+from lifecycle.export._encode import encode
 from lifecycle.export._model import COORDINATES, RankTrace, Trace
 from lifecycle.log import events
 from states import State
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.trace import Span, Tracer
+    from opentelemetry.util.types import AttributeValue
+
+    from lifecycle.export._sdk import Collector, Ids
 
 ROOT = "megatron.startup"
 SCOPE = "megatron-lifecycle"
@@ -32,11 +40,10 @@ MEGATRON_SPANS = {
     State.MODEL_BUILT.name: "model_init",
 }
 """States that do the work of a Megatron-LM startup span: the span carries `megatron.span`."""
-_FLAGS = 256  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK: the parent (when any) is known to be local
 
 
-def sdk() -> Any:
-    """The opentelemetry SDK's trace module, or ExtraNotInstalled naming the extra."""
+def sdk() -> type[TracerProvider]:
+    """The opentelemetry SDK's TracerProvider, or ExtraNotInstalled naming the extra."""
     try:
         from opentelemetry.sdk import trace as sdk_trace
     except ImportError as exc:
@@ -45,27 +52,27 @@ def sdk() -> Any:
             "pip install megatron-lifecycle[otel]",
             extra="otel",
         ) from exc
-    return sdk_trace
+    return sdk_trace.TracerProvider
 
 
-def spans(trace: Trace) -> list[Any]:
+def spans(trace: Trace) -> list[ReadableSpan]:
     """The startup as finished SDK spans (`ReadableSpan`), rank by rank, attempt by attempt."""
-    sdk_trace = sdk()
+    provider = sdk()
     ids = make_ids()
     collected = _collector()
-    providers: dict[tuple[str | None, int], Any] = {}
+    providers: dict[tuple[str | None, int], TracerProvider] = {}
     for rank in trace.ranks:
         for attempt, parts in _attempts(rank):
             key = (rank.audit.run_id, attempt)
             if key not in providers:
-                providers[key] = sdk_trace.TracerProvider(resource=resource(*key), id_generator=ids)
+                providers[key] = provider(resource=resource(*key), id_generator=ids)
                 providers[key].add_span_processor(collected)
             tracer = providers[key].get_tracer(SCOPE)
             _rank_spans(tracer, ids, rank, attempt, parts, trace)
     return list(collected.spans)
 
 
-def resource(run_id: str | None, attempt: int) -> Any:
+def resource(run_id: str | None, attempt: int) -> Resource:
     """The resource of one run's restart cycle: Megatron-LM's `run_uuid` and `nvrx.cycle`. Its
     `service.instance.id` is the run and cycle (the SDK would draw a random one: the same logs, or
     the live spans of the run, would not give the same resource)."""
@@ -82,41 +89,23 @@ def resource(run_id: str | None, attempt: int) -> Any:
     )
 
 
-def make_ids() -> Any:
+def make_ids() -> Ids:
     """The SDK's id generator, fed the next ids (`seed`): deterministic spans from the logs."""
-    from opentelemetry.sdk.trace.id_generator import IdGenerator
-
-    class Ids(IdGenerator):
-        def __init__(self) -> None:
-            self.trace_id = 1
-            self.span_ids: Iterator[int] = iter(())
-
-        def generate_trace_id(self) -> int:
-            return self.trace_id
-
-        def generate_span_id(self) -> int:
-            return next(self.span_ids)
+    from lifecycle.export._sdk import Ids
 
     return Ids()
 
 
-def seed(ids: Any, run_id: str | None, rank: int, attempt: int) -> None:
+def seed(ids: Ids, run_id: str | None, rank: int, attempt: int) -> None:
     """The trace id of a rank's attempt, and its span ids in the order the spans start."""
     key = (run_id, rank, attempt)
     ids.trace_id = int.from_bytes(_digest(*key)[:16], "big") or 1
     ids.span_ids = (int.from_bytes(_digest(*key, n)[:8], "big") or 1 for n in range(1 << 30))
 
 
-def _collector() -> Any:
+def _collector() -> Collector:
     """A span processor that keeps each ended span, in the order they end."""
-    from opentelemetry.sdk.trace import SpanProcessor
-
-    class Collector(SpanProcessor):
-        def __init__(self) -> None:
-            self.spans: list[Any] = []
-
-        def on_end(self, span: Any) -> None:
-            self.spans.append(span)
+    from lifecycle.export._sdk import Collector
 
     return Collector()
 
@@ -125,13 +114,13 @@ def _digest(*parts: object) -> bytes:
     return hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
 
 
-def _attempts(rank: RankTrace) -> Iterator[tuple[int, list[Any]]]:
+def _attempts(rank: RankTrace) -> Iterator[tuple[int, list[Segment]]]:
     numbers = [a.attempt for a in rank.attempts] or [0]
     for number in dict.fromkeys(numbers):
         yield number, [seg for seg, attempt in rank.segments if attempt == number]
 
 
-def _rank_spans(tracer: Any, ids: Any, rank: RankTrace, attempt: int, segments: list[Any], trace: Trace) -> None:
+def _rank_spans(tracer: Tracer, ids: Ids, rank: RankTrace, attempt: int, segments: list[Segment], trace: Trace) -> None:
     seed(ids, rank.audit.run_id, rank.rank, attempt)
     started = next((a for a in rank.attempts if a.attempt == attempt), None)
     last_attempt = not rank.attempts or attempt == rank.attempts[-1].attempt
@@ -147,11 +136,11 @@ def _rank_spans(tracer: Any, ids: Any, rank: RankTrace, attempt: int, segments: 
     finish(root, children, rank.audit.failure if last_attempt else None, unfinished is not None, end)
 
 
-def child_span(tracer: Any, root: Any, seg: Any, counts: dict[str, dict[str, int]]) -> Any:
+def child_span(tracer: Tracer, root: Span, seg: Segment, counts: dict[str, dict[str, int]]) -> Span:
     """The span of one state's entry work (or of `imports`), started under `root`."""
     from opentelemetry import trace as api
 
-    attributes: dict[str, Any] = {
+    attributes: dict[str, AttributeValue] = {
         "lifecycle.state": seg.state,
         "lifecycle.trigger": seg.trigger,
         "lifecycle.generation": seg.generation,
@@ -165,7 +154,7 @@ def child_span(tracer: Any, root: Any, seg: Any, counts: dict[str, dict[str, int
     )
 
 
-def unfinished_span(tracer: Any, root: Any, trigger: str, begin: float) -> Any:
+def unfinished_span(tracer: Tracer, root: Span, trigger: str, begin: float) -> Span:
     """The span of the transition that never completed."""
     from opentelemetry import trace as api
 
@@ -177,7 +166,9 @@ def unfinished_span(tracer: Any, root: Any, trigger: str, begin: float) -> Any:
     )
 
 
-def finish(root: Any, children: list[tuple[float, float, Any]], failure: Any, unfinished: bool, end: float) -> None:
+def finish(
+    root: Span, children: list[tuple[float, float, Span]], failure: Failure | None, unfinished: bool, end: float
+) -> None:
     """End `children` (the last one, when `unfinished`, with the failure's status ERROR), then the root."""
     from opentelemetry.trace import Status, StatusCode
 
@@ -190,9 +181,9 @@ def finish(root: Any, children: list[tuple[float, float, Any]], failure: Any, un
     root.end(end_time=_ns(max(end, failure.ts or end) if failure is not None else end))
 
 
-def root_attributes(rank: RankTrace, attempt: int, started: Any) -> dict[str, Any]:
+def root_attributes(rank: RankTrace, attempt: int, started: Attempt | None) -> dict[str, AttributeValue]:
     audit = rank.audit
-    out: dict[str, Any] = {
+    out: dict[str, AttributeValue] = {
         "lifecycle.run_id": audit.run_id or "",
         "lifecycle.rank": rank.rank,
         "lifecycle.world_size": audit.world_size or 0,
@@ -222,7 +213,7 @@ def root_attributes(rank: RankTrace, attempt: int, started: Any) -> dict[str, An
 
 
 def place_events(
-    marks: Sequence[Mark], root: Any, children: list[tuple[float, float, Any]], start: float, end: float
+    marks: Sequence[Mark], root: Span, children: list[tuple[float, float, Span]], start: float, end: float
 ) -> None:
     """Violations and failures as span events on the state's span that holds them, else the root."""
     for mark in marks:
@@ -246,83 +237,6 @@ def place_events(
 
 def _ns(ts: float) -> int:
     return round(ts * 1e9)
-
-
-# -- OTLP JSON ------------------------------------------------------------------------------
-
-
-def encode(finished: Sequence[Any]) -> dict[str, Any]:
-    """The OTLP JSON document (`ExportTraceServiceRequest`) of SDK spans, grouped by resource and scope."""
-    groups: dict[int, dict[Any, list[dict[str, Any]]]] = {}
-    resources: dict[int, Any] = {}
-    for span in finished:  # by identity: hashing a Resource serializes its attributes to JSON
-        key = id(span.resource)
-        resources.setdefault(key, span.resource)
-        groups.setdefault(key, {}).setdefault(span.instrumentation_scope, []).append(_span(span))
-    out = []
-    for key, scopes in groups.items():
-        resource = resources[key]
-        scope_spans = [
-            {"scope": _scope(scope), "spans": encoded} | _schema(scope.schema_url if scope else None)
-            for scope, encoded in scopes.items()
-        ]
-        out.append(
-            {"resource": _attributes_of(resource.attributes), "scopeSpans": scope_spans} | _schema(resource.schema_url)
-        )
-    return {"resourceSpans": out}
-
-
-def _schema(url: str | None) -> dict[str, str]:
-    return {"schemaUrl": url} if url else {}
-
-
-def _scope(scope: Any) -> dict[str, str]:
-    if scope is None:
-        return {}
-    return {k: str(v) for k, v in (("name", scope.name), ("version", scope.version)) if v}
-
-
-def _attributes_of(attributes: Any) -> dict[str, Any]:
-    return {"attributes": _attrs(attributes)} if attributes else {}
-
-
-def _span(span: Any) -> dict[str, Any]:
-    context = span.get_span_context()
-    out: dict[str, Any] = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
-    if span.parent is not None:
-        out["parentSpanId"] = f"{span.parent.span_id:016x}"
-    out |= {
-        "name": span.name,
-        "kind": span.kind.value + 1,
-        "startTimeUnixNano": str(span.start_time),
-        "endTimeUnixNano": str(span.end_time),
-    }
-    out |= _attributes_of(span.attributes)
-    if span.events:
-        out["events"] = [
-            {"timeUnixNano": str(e.timestamp), "name": e.name} | _attributes_of(e.attributes) for e in span.events
-        ]
-    status = span.status
-    code = status.status_code.value
-    out["status"] = ({"code": code} if code else {}) | ({"message": status.description} if status.description else {})
-    out["flags"] = _FLAGS
-    return out
-
-
-def _attrs(attributes: Any) -> list[dict[str, Any]]:
-    return [{"key": key, "value": _value(value)} for key, value in attributes.items()]
-
-
-def _value(value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    if isinstance(value, str):
-        return {"stringValue": value}
-    return {"arrayValue": {"values": [_value(v) for v in value]}}
 
 
 def write_otlp(trace: Trace, output: str | Path) -> Path:

@@ -7,10 +7,10 @@ nothing a log holds can become markup.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import orjson
 
@@ -25,7 +25,43 @@ _STATES = [events.IMPORTS] + [s.name for s in STARTUP_ORDER[1:]] + [State.FAILED
 _PLACEHOLDER = b"/*LIFECYCLE_DATA*/null"
 
 
-def report_data(trace: Trace, *, rules_url: str = RULES_URL, per_rank_up_to: int = 64) -> dict[str, Any]:
+class RowData(TypedDict):
+    """A timeline row: `bars` are [state, start, end, attempt], `marks` [time, kind, event, detail];
+    `unfinished` [trigger, start, end], `failure` [time, kind, message]."""
+
+    label: str
+    n: int
+    shown: int
+    outlier: str | None
+    bars: list[list[object]]
+    marks: list[list[object]]
+    ranks: NotRequired[list[int]]
+    unfinished: NotRequired[list[object]]
+    failure: NotRequired[list[object]]
+
+
+class ReportData(TypedDict):
+    """What the page shows (`report.html` reads these keys); times in seconds since `t0`."""
+
+    title: str
+    run_ids: list[str]
+    world_size: int
+    ranks: int
+    records: int
+    t0: float
+    states: list[str]
+    aggregated: bool
+    rows: list[RowData]
+    chain: list[dict[str, object]]
+    findings: list[dict[str, object]]
+    causes: list[dict[str, object]]
+    cycles: list[dict[str, object]]
+    fingerprints: list[str]
+    blame: list[dict[str, object]]
+    stragglers: list[dict[str, object]]
+
+
+def report_data(trace: Trace, *, rules_url: str = RULES_URL, per_rank_up_to: int = 64) -> ReportData:
     """What the page shows, as plain JSON values; times in seconds since the run's first record."""
     audits = [r.audit for r in trace.ranks]
     timeline = rows(trace, per_rank_up_to=per_rank_up_to)
@@ -52,7 +88,7 @@ def report_data(trace: Trace, *, rules_url: str = RULES_URL, per_rank_up_to: int
     }
 
 
-def _findings(findings: Sequence[Finding], rules_url: str) -> list[dict[str, Any]]:
+def _findings(findings: Sequence[Finding], rules_url: str) -> list[dict[str, object]]:
     """Each finding, with its rule's slug and the page that explains it."""
     by_rule = {r.id: r for r in RULES}
     return [
@@ -69,7 +105,7 @@ def _findings(findings: Sequence[Finding], rules_url: str) -> list[dict[str, Any
     ]
 
 
-def _cause(c: RootCause) -> dict[str, Any]:
+def _cause(c: RootCause) -> dict[str, object]:
     """A root cause: the first failure, where it was logged, and the ranks it took down."""
     return {
         "run_id": c.run_id,
@@ -82,7 +118,7 @@ def _cause(c: RootCause) -> dict[str, Any]:
     }
 
 
-def _cycle(c: Cycle, t0: float) -> dict[str, Any]:
+def _cycle(c: Cycle, t0: float) -> dict[str, object]:
     """A restart cycle: when it started, who took part, and what changed from the one before."""
     return {
         "attempt": c.attempt,
@@ -95,7 +131,7 @@ def _cycle(c: Cycle, t0: float) -> dict[str, Any]:
     }
 
 
-def _blame(b: StateBlame, ranks: tuple[RankTrace, ...]) -> dict[str, Any]:
+def _blame(b: StateBlame, ranks: tuple[RankTrace, ...]) -> dict[str, object]:
     """A state's time across the ranks, its slowest rank, and its counts."""
     return {
         "state": b.state,
@@ -108,10 +144,10 @@ def _blame(b: StateBlame, ranks: tuple[RankTrace, ...]) -> dict[str, Any]:
     }
 
 
-def _row(row: Row, t0: float) -> dict[str, Any]:
+def _row(row: Row, t0: float) -> RowData:
     rank = row.shown
-    bars = [[seg.state, seg.start - t0, seg.end - t0, attempt] for seg, attempt in rank.segments]
-    out: dict[str, Any] = {
+    bars: list[list[object]] = [[seg.state, seg.start - t0, seg.end - t0, attempt] for seg, attempt in rank.segments]
+    out: RowData = {
         "label": row.label,
         "n": len(row.ranks),
         "shown": rank.rank,
@@ -140,7 +176,7 @@ def _counts(ranks: tuple[RankTrace, ...], state: str) -> dict[str, list[int]]:
     return {name: [sorted(v)[len(v) // 2], max(v)] for name, v in values.items()}
 
 
-def render(data: dict[str, Any]) -> bytes:
+def render(data: Mapping[str, object]) -> bytes:
     """The page: the template with `data` in it. `<` is written as `\\u003c` inside the JSON, so
     no value can close the script element."""
     template = files("lifecycle.export").joinpath("report.html").read_bytes()
