@@ -22,7 +22,7 @@ class Parser(argparse.ArgumentParser):
     """argparse without abbreviations (`--np` is not `--nproc`: torchrun has its own `--nproc-*`),
     reporting bad input as one line and exit status 2."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # argparse's own parameters, passed through
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
