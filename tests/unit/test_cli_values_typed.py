@@ -68,3 +68,17 @@ def test_run_flags_win_over_set_and_a_log_dir_stays_as_typed(tmp_path: Path) -> 
     assert (config.plan, config.logging.existing, config.logging.log_dir) == ("inference", "overwrite", log_dir)
     assert with_world_size(config, 4).parallel.world_size == 4
     assert with_world_size(config, None) is config
+
+
+def test_a_resolved_provider_gets_the_config_of_the_callable_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lifecycle.megatron import compat
+    from lifecycle.megatron.providers import builds_hybrid
+
+    monkeypatch.setattr(compat, "megatron_core_version", lambda: (0, 19, 2))  # GPTModel deprecated there
+
+    def mine(
+        config: object, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: object
+    ) -> None: ...
+
+    assert builds_hybrid(Provider.of("gpt")) and builds_hybrid(Provider.of("hybrid-builder"))
+    assert not builds_hybrid(Provider.of(mine))
