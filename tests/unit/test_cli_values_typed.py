@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from lifecycle.cli import build_parser, load
-from lifecycle.cli._inputs import with_world_size
 from lifecycle.config import RunConfig
 from lifecycle.errors import ConfigError, ProviderError
 from lifecycle.megatron.providers import PROVIDERS
@@ -66,8 +65,6 @@ def test_run_flags_win_over_set_and_a_log_dir_stays_as_typed(tmp_path: Path) -> 
     )
     config = load(args)
     assert (config.plan, config.logging.existing, config.logging.log_dir) == ("inference", "overwrite", log_dir)
-    assert with_world_size(config, 4).parallel.world_size == 4
-    assert with_world_size(config, None) is config
 
 
 def test_a_resolved_provider_gets_the_config_of_the_callable_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
