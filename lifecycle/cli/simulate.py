@@ -94,10 +94,11 @@ def _check_flags(args: argparse.Namespace) -> str | None:
     if args.log_dir:
         from lifecycle.log import check_log_dir
 
-        problem = check_log_dir(Path(args.log_dir))
+        log_dir = Path(args.log_dir)
+        problem = check_log_dir(log_dir)
         if problem:
             return f"--log-dir: {problem}"
-        if any(Path(args.log_dir).glob("rank-*.jsonl")):
+        if any(log_dir.glob("rank-*.jsonl")):
             return (
                 f"--log-dir {args.log_dir}: already holds rank logs, which the audit would mix with "
                 "this run's; choose an empty or new directory"
