@@ -132,13 +132,9 @@ def _model_fields(run: RunConfig, hybrid: bool) -> dict[str, object]:
 
 def builds_hybrid(provider: object) -> bool:
     """Whether `provider` is one of the default providers, which build a HybridModel where
-    megatron-core deprecates GPTModel (`compat.gpt_model_deprecated`), else a GPTModel. A resolved
-    `Provider` is judged by the callable it holds."""
+    megatron-core deprecates GPTModel (`compat.gpt_model_deprecated`), else a GPTModel."""
     from lifecycle.megatron.compat import gpt_model_deprecated
-    from lifecycle.megatron.user_providers import Provider
 
-    if isinstance(provider, Provider):
-        provider = provider.call
     default = any(provider is p for p in PROVIDERS.values()) or isinstance(provider, GPTBuilder | HybridBuilder)
     return default and gpt_model_deprecated()
 

@@ -77,5 +77,7 @@ def test_a_resolved_provider_gets_the_config_of_the_callable_it_holds(monkeypatc
         config: object, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: object
     ) -> None: ...
 
-    assert builds_hybrid(Provider.of("gpt")) and builds_hybrid(Provider.of("hybrid-builder"))
-    assert not builds_hybrid(Provider.of(mine))
+    # as MODEL_BUILT asks: of the callable `resolve_provider` gives back for the Provider
+    assert builds_hybrid(resolve_provider(Provider.of("gpt")))
+    assert builds_hybrid(resolve_provider(Provider.of("hybrid-builder")))
+    assert not builds_hybrid(resolve_provider(Provider.of(mine)))
