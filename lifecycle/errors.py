@@ -27,7 +27,7 @@ Every error keeps its context in keyword-only attributes and pickles across proc
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from bindings import BindingConflict, BindingError, FinalizerNotCalled
 from lifecycle.redaction import redact_text
@@ -38,14 +38,14 @@ class _Redacted(LifecycleError):
     """The errors defined here: their message is redacted (`lifecycle.redaction`) when made, so no
     credential in a value or a cause reaches the caller, a traceback or a pickle."""
 
-    def __init__(self, message: str, **context: Any) -> None:
+    def __init__(self, message: str, **context: object) -> None:
         super().__init__(redact_text(message), **context)
 
 
 class ConfigError(_Redacted, ValueError):
     """A config value or file is wrong. `problems` lists every one found."""
 
-    problems: list[Any]
+    problems: list[object]
     field: str | None
 
 
@@ -114,7 +114,7 @@ class StartupAborted(SystemExit):
         self.state = state
         self.trigger = trigger
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[Callable[..., StartupAborted], tuple[int, str, str | None]]:
         return (_aborted, (self.signum, self.state, self.trigger))
 
     def __str__(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from lifecycle.cli import audit, check_binding, experiment, export, graph, plot, report, run, simulate
 from lifecycle.cli._inputs import load as load
@@ -22,9 +22,14 @@ class Parser(argparse.ArgumentParser):
     """argparse without abbreviations (`--np` is not `--nproc`: torchrun has its own `--nproc-*`),
     reporting bad input as one line and exit status 2."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["allow_abbrev"] = False
-        super().__init__(*args, **kwargs)
+    @property
+    def allow_abbrev(self) -> bool:
+        """Always False, whatever argparse's `__init__` (or a subparser's) was given."""
+        return False
+
+    @allow_abbrev.setter
+    def allow_abbrev(self, _given: bool) -> None:
+        pass
 
     def error(self, message: str) -> NoReturn:
         from lifecycle.redaction import redact_text  # the bad value is echoed: never a credential

@@ -44,21 +44,24 @@ def load(args: argparse.Namespace) -> RunConfig:
     `--log-dir` are paths, taken as typed)."""
     from lifecycle.config import RunConfig, refuse_repeated
 
-    overrides = list(args.overrides)
-    refuse_repeated(overrides)
-    if args.plan:
-        overrides.append(f"plan={args.plan}")
-    if getattr(args, "overwrite", False):
-        overrides.append("logging.existing=overwrite")
+    refuse_repeated(args.overrides)
+    values = flag_values(args)
     if args.config:
-        config = RunConfig.from_yaml(Path(args.config), overrides)
-    else:
-        config = RunConfig.preset(args.preset or "tiny-gpt", overrides)
-    if not args.log_dir:
-        return config
-    data = config.to_dict()  # the path as typed: never read as YAML or as an override
-    data["logging"]["log_dir"] = args.log_dir
-    return RunConfig.from_dict(data)
+        return RunConfig.from_yaml(Path(args.config), args.overrides, values=values)
+    return RunConfig.preset(args.preset or "tiny-gpt", args.overrides, values=values)
+
+
+def flag_values(args: argparse.Namespace) -> dict[str, object]:
+    """The config fields `--plan`, `--overwrite` and `--log-dir` set, as typed values applied after
+    `--set` (never read as an override's text: a path stays whole)."""
+    values: dict[str, object] = {}
+    if args.plan:
+        values["plan"] = args.plan
+    if getattr(args, "overwrite", False):
+        values["logging.existing"] = "overwrite"
+    if getattr(args, "log_dir", None):
+        values["logging.log_dir"] = args.log_dir
+    return values
 
 
 def with_world_size(config: RunConfig, world: int | None) -> RunConfig:
@@ -67,7 +70,7 @@ def with_world_size(config: RunConfig, world: int | None) -> RunConfig:
         return config
     from lifecycle.config import RunConfig
 
-    return RunConfig.from_dict(config.to_dict(), [f"parallel.world_size={world}"])
+    return RunConfig.from_dict(config.to_dict(), values={"parallel.world_size": world})
 
 
 def report(problems: list[Problem], *, launch_world: int | None) -> int | None:

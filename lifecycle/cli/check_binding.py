@@ -13,11 +13,18 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lifecycle.cli._inputs import EXIT_INPUT
 from lifecycle.megatron.user_providers import NAMES, spec_problem
+
+if TYPE_CHECKING:  # megatron's objects a binder receives
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import MegatronOptimizer
+    from megatron.core.transformer import TransformerConfig
+    from torch.nn import Module
 
 BINDERS = ("lifecycle", "megatron-lm", "bridge")
 EXIT_HELP = """exit status: 0 every rank's binding is ok; 1 a slot is missing, wrong or stale on some
@@ -94,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         refuse_repeated(args.overrides)
-        config = RunConfig.preset(args.preset, [*args.overrides, f"parallel.world_size={NPROC}"])
+        config = RunConfig.preset(args.preset, args.overrides, values={"parallel.world_size": NPROC})
     except LifecycleError as exc:
         return _refuse(str(exc))
     from lifecycle.engine.launch import run_ranks
@@ -109,19 +116,20 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r["verdict"] == "ok" for r in ranks) else 1
 
 
-def check_rank(config_data: dict[str, Any], provider_spec: str, binder_spec: str) -> dict[str, Any]:
-    """On one rank: startup to MODEL_BUILT, the binder, then `bindings.check`."""
+def check_rank(config_data: dict[str, object], provider_spec: str, binder_spec: str) -> dict[str, str]:
+    """On one rank: startup to MODEL_BUILT, the binder, then `bindings.check`. The provider is
+    resolved here, once per rank (a spawned rank gets the spec: a user's function need not pickle)."""
     import warnings
 
     from bindings import check
     from lifecycle.config import RunConfig
     from lifecycle.engine import Lifecycle
-    from lifecycle.megatron.user_providers import resolve_provider
+    from lifecycle.megatron.user_providers import Provider
     from states import State
 
     warnings.simplefilter("ignore")
     config = RunConfig.from_dict(config_data)
-    with Lifecycle(config, resolve_provider(provider_spec), tripwires="warn") as lc:
+    with Lifecycle(config, Provider.of(provider_spec), tripwires="warn") as lc:
         if binder_spec == "lifecycle":
             lc.advance_to(State.CALLBACKS_BOUND)
         else:
@@ -144,7 +152,7 @@ def check_rank(config_data: dict[str, Any], provider_spec: str, binder_spec: str
     return result
 
 
-def _clear_slots(holders: list[Any]) -> None:
+def _clear_slots(holders: list[object]) -> None:
     """Empty every callback slot on the given configs and on the configs of the given chunks."""
     from megatron.core.utils import get_model_config
 
@@ -157,7 +165,7 @@ def _clear_slots(holders: list[Any]) -> None:
                 setattr(config, slot, None)
 
 
-def binder(spec: str) -> Any:
+def binder(spec: str) -> Callable[..., object]:
     """The binding function `--binder` names."""
     if spec == "megatron-lm":
         return megatron_lm_binding
@@ -166,17 +174,28 @@ def binder(spec: str) -> Any:
     import importlib
 
     module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
+    found: Callable[..., object] = getattr(importlib.import_module(module), name)
+    return found
 
 
-def bridge_binding(model: list[Any], optimizer: Any, ddp_config: Any, provider_config: Any) -> None:
+def bridge_binding(
+    model: list[Module],
+    optimizer: MegatronOptimizer | None,
+    ddp_config: DistributedDataParallelConfig,
+    provider_config: TransformerConfig,
+) -> None:
     """What Megatron-Bridge's `setup()` does: its installer on `cfg.model`, the provider's config."""
     from megatron.bridge.training.setup import _update_model_config_funcs
 
     _update_model_config_funcs(model, provider_config, ddp_config, optimizer)
 
 
-def megatron_lm_binding(model: list[Any], optimizer: Any, ddp_config: Any, provider_config: Any) -> None:
+def megatron_lm_binding(
+    model: list[Module],
+    optimizer: MegatronOptimizer | None,
+    ddp_config: DistributedDataParallelConfig,
+    provider_config: TransformerConfig,
+) -> None:
     """The binding block of the installed Megatron-LM `train()`, as it is written there."""
     import inspect
 
@@ -189,10 +208,10 @@ def megatron_lm_binding(model: list[Any], optimizer: Any, ddp_config: Any, provi
 def run_train_block(
     lines: list[str],
     origin: str,
-    namespace: dict[str, Any],
-    model: list[Any],
-    optimizer: Any,
-    ddp_config: Any,
+    namespace: dict[str, object],
+    model: list[Module],
+    optimizer: MegatronOptimizer | None,
+    ddp_config: DistributedDataParallelConfig,
     align_grad_reduce: bool = True,
 ) -> None:
     """Run Megatron-LM's binding block, cut from `lines` (train()'s source), on

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,10 +18,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     grad.set_defaults(func=run_grad_sync)
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: Sequence[Mapping[str, object]]) -> str:
     """A plain-text table, one line per (case, binding); list values are per rank."""
     head = ("case", "binding", "finalizer calls", "increased", "decreased", "stayed", "owned grad", "replicas equal")
-    lines = [head]
+    lines: list[tuple[object, ...]] = [head]
     for row in rows:
         lines.append(
             (
@@ -31,7 +31,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 _ranks(row["increased"]),
                 _ranks(row["decreased"]),
                 _ranks(row["stayed"]),
-                _ranks(["/".join(f"{v:g}" for v in g) for g in row["owned_grad"]]),
+                _ranks(["/".join(f"{v:g}" for v in _items(g)) for g in _items(row["owned_grad"])]),
                 "yes" if row["replicas_identical"] else "no",
             )
         )
@@ -41,8 +41,15 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n(values per rank: rank 0 / rank 1)"
 
 
-def _ranks(values: list[Any]) -> str:
-    return " / ".join(str(v) for v in values)
+def _ranks(values: object) -> str:
+    return " / ".join(str(v) for v in _items(values))
+
+
+def _items(values: object) -> Iterable[object]:
+    """A row's per-rank values (a list in the experiment's rows)."""
+    if not isinstance(values, Iterable):
+        raise TypeError(f"expected per-rank values, got {values!r}")
+    return values
 
 
 def run_grad_sync(args: argparse.Namespace) -> int:

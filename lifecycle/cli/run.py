@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from lifecycle import launchers
-from lifecycle.cli._inputs import EXIT_INPUT, check_before_start, load, non_negative, say
+from lifecycle.cli._inputs import EXIT_INPUT, check_before_start, flag_values, load, non_negative, say
 from lifecycle.cli._launch import add_launch_options, launch, launch_problem, launch_world_size, wants_launch
 from lifecycle.megatron.user_providers import NAMES, spec_problem
 from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State, training_state
+
+if TYPE_CHECKING:
+    from lifecycle.config import RunConfig
+    from lifecycle.engine import Lifecycle
+    from lifecycle.megatron.user_providers import Provider
+
+Show = Callable[[str], None]
 
 EXIT_HELP = """exit status: 0 done; 1 a problem found by validation (the config does not fit together
 or with the world size being launched) or a rank failed; 2 bad command-line or config input (an
@@ -107,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     return _drive_rank(args, config)
 
 
-def _megatron_config(args: argparse.Namespace, launching: bool) -> Any:
+def _megatron_config(args: argparse.Namespace, launching: bool) -> RunConfig:
     """The RunConfig derived from a Megatron-LM YAML config (needs megatron-core>=0.17)."""
     from lifecycle.megatron_lm import require_megatron_training
 
@@ -118,12 +125,10 @@ def _megatron_config(args: argparse.Namespace, launching: bool) -> Any:
     world = launch_world_size(args) if launching else None
     world = world or launchers.world_size() or 1
     config = run_config_from_yaml(args.megatron_config, world_size=world, log_dir=args.log_dir)
-    overrides = [
-        *args.overrides,
-        *([f"plan={args.plan}"] if args.plan else []),
-        *(["logging.existing=overwrite"] if args.overwrite else []),
-    ]
-    return RunConfig.from_dict(config.to_dict(), overrides) if overrides else config
+    values = {k: v for k, v in flag_values(args).items() if k != "logging.log_dir"}  # placed above
+    if not (args.overrides or values):
+        return config
+    return RunConfig.from_dict(config.to_dict(), args.overrides, values=values)
 
 
 def _refuse(message: str) -> int:
@@ -131,9 +136,9 @@ def _refuse(message: str) -> int:
     return EXIT_INPUT
 
 
-def _drive_rank(args: argparse.Namespace, config: Any) -> int:
+def _drive_rank(args: argparse.Namespace, config: RunConfig) -> int:
     from lifecycle.errors import ConfigError, LifecycleError, ProviderError, StartupAborted
-    from lifecycle.megatron.user_providers import resolve_provider
+    from lifecycle.megatron.user_providers import Provider
     from lifecycle.runtime import adopt_launcher_identity, world_size_of
 
     if launchers.inside_torchrun():  # launched: end with the launcher
@@ -143,7 +148,7 @@ def _drive_rank(args: argparse.Namespace, config: Any) -> int:
     try:
         adopt_launcher_identity()
         world_size_of(config)
-        provider = resolve_provider(args.provider)
+        provider = Provider.of(args.provider)  # resolved once: the entry work takes it as it is
     except (ConfigError, ProviderError) as exc:
         return _refuse(str(exc))
     try:
@@ -156,7 +161,7 @@ def _drive_rank(args: argparse.Namespace, config: Any) -> int:
         return 1
 
 
-def _drive(args: argparse.Namespace, config: Any, provider: Any) -> int:
+def _drive(args: argparse.Namespace, config: RunConfig, provider: Provider) -> int:
     from lifecycle.engine import Lifecycle
 
     show = _printer()
@@ -175,7 +180,7 @@ def _drive(args: argparse.Namespace, config: Any, provider: Any) -> int:
     return 0
 
 
-def _train_and_save(lc: Any, steps: int, show: Any) -> None:
+def _train_and_save(lc: Lifecycle, steps: int, show: Show) -> None:
     """`steps` training steps (continuing from a loaded checkpoint's step), then `checkpoint.save`."""
     from lifecycle.megatron.checkpoint import save_after_steps
     from lifecycle.megatron.train import StepResult, checkpoint_step, train_steps
@@ -195,14 +200,14 @@ def _train_and_save(lc: Any, steps: int, show: Any) -> None:
         show(f"  saved checkpoint {saved}")
 
 
-def _show_imports(show: Any, imports: Any) -> None:
+def _show_imports(show: Show, imports: object) -> None:
     """The heavy imports VALIDATED ran on a thread beside validation (its time above includes them)."""
     if isinstance(imports, Mapping):
         modules = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in imports["modules"].items())
         show(f"    imports {imports['duration_s']:7.3f} s ({modules or 'already imported'}), beside validation")
 
 
-def _printer() -> Any:
+def _printer() -> Show:
     if launchers.rank():
         return lambda _msg: None
     from rich.console import Console

@@ -11,7 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from lifecycle.config import RunConfig
+    from lifecycle.simulate import Layout, RankReport, Simulation, SimulationResult
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_SAMPLE = 16
@@ -88,10 +94,11 @@ def _check_flags(args: argparse.Namespace) -> str | None:
     if args.log_dir:
         from lifecycle.log import check_log_dir
 
-        problem = check_log_dir(Path(args.log_dir))
+        log_dir = Path(args.log_dir)
+        problem = check_log_dir(log_dir)
         if problem:
             return f"--log-dir: {problem}"
-        if any(Path(args.log_dir).glob("rank-*.jsonl")):
+        if any(log_dir.glob("rank-*.jsonl")):
             return (
                 f"--log-dir {args.log_dir}: already holds rank logs, which the audit would mix with "
                 "this run's; choose an empty or new directory"
@@ -99,7 +106,7 @@ def _check_flags(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _load(args: argparse.Namespace) -> Any:
+def _load(args: argparse.Namespace) -> RunConfig:
     from lifecycle.config import RunConfig, refuse_repeated
 
     refuse_repeated(args.overrides)
@@ -114,7 +121,7 @@ def _explicit_ranks(args: argparse.Namespace, world: int) -> list[int] | None:
     return parse_ranks(args.ranks, world) if args.ranks else None
 
 
-def _simulate(args: argparse.Namespace, config: Any, world: int, explicit: list[int] | None) -> int:
+def _simulate(args: argparse.Namespace, config: RunConfig, world: int, explicit: list[int] | None) -> int:
     from lifecycle import ConfigError
     from lifecycle.simulate import Layout, Simulation, prepare, simulate
     from states import State
@@ -145,7 +152,7 @@ def _simulate(args: argparse.Namespace, config: Any, world: int, explicit: list[
     return EXIT_OK if result.ok else EXIT_PROBLEM
 
 
-def _choose(args: argparse.Namespace, layout: Any, explicit: list[int] | None) -> tuple[list[int], str]:
+def _choose(args: argparse.Namespace, layout: Layout, explicit: list[int] | None) -> tuple[list[int], str]:
     from lifecycle.simulate import format_ranks, sample_ranks
 
     if explicit is not None:
@@ -161,8 +168,8 @@ class _Progress:
 
     def __init__(self, total: int, *, enabled: bool) -> None:
         self.total, self.enabled, self.done = total, enabled, 0
-        self.bar: Any = None
-        self.task: Any = None
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
 
     def __enter__(self) -> _Progress:
         if self.enabled:
@@ -183,9 +190,9 @@ class _Progress:
             self.task = self.bar.add_task("ranks", total=self.total)
         return self
 
-    def __call__(self, _report: Any) -> None:
+    def __call__(self, _report: RankReport) -> None:
         self.done += 1
-        if self.bar is not None:
+        if self.bar is not None and self.task is not None:
             self.bar.advance(self.task)
 
     def __exit__(self, *exc: object) -> None:
@@ -198,7 +205,7 @@ def _usage(message: str) -> int:
     return EXIT_USAGE
 
 
-def _sizes(result: Any, layout: Any) -> str:
+def _sizes(result: SimulationResult, layout: Layout) -> str:
     p = result.simulation.config.parallel
     dp = layout.world // (p.tp * p.pp * p.cp)
     etp = f" ETP{p.etp}" if p.etp else ""
@@ -206,7 +213,7 @@ def _sizes(result: Any, layout: Any) -> str:
     return f"TP{p.tp} PP{p.pp}{vpp} CP{p.cp} EP{p.ep}{etp} DP{dp}"
 
 
-def as_text(result: Any, layout: Any) -> str:
+def as_text(result: SimulationResult, layout: Layout) -> str:
     """A header, one row per simulated rank, and where the logs went."""
     sim, reports = result.simulation, result.reports
     out = [
@@ -227,11 +234,11 @@ def as_text(result: Any, layout: Any) -> str:
     return "\n".join(out)
 
 
-def _params_header(sim: Any) -> str:
+def _params_header(sim: Simulation) -> str:
     return f" {'params':>9}" if sim.until.name == "MODEL_BUILT" else ""
 
 
-def _row(report: Any, *, params: bool) -> str:
+def _row(report: RankReport, *, params: bool) -> str:
     o = report.observed
     if o is None:
         return f"  {report.rank:>6} reached {report.state}: {report.error}"
@@ -253,7 +260,7 @@ def _row(report: Any, *, params: bool) -> str:
     )
 
 
-def as_json(result: Any, layout: Any) -> dict[str, Any]:
+def as_json(result: SimulationResult, layout: Layout) -> dict[str, object]:
     sim = result.simulation
     p = sim.config.parallel
     return {
@@ -279,7 +286,7 @@ def as_json(result: Any, layout: Any) -> dict[str, Any]:
     }
 
 
-def _rank_json(report: Any) -> dict[str, Any]:
+def _rank_json(report: RankReport) -> dict[str, object]:
     return {
         "rank": report.rank,
         "state": report.state,

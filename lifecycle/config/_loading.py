@@ -11,11 +11,18 @@ import difflib
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from lifecycle.errors import ConfigError
+
+if TYPE_CHECKING:
+    import yaml
+    from _typeshed import DataclassInstance
+
+_R = TypeVar("_R", bound="DataclassInstance")
+_K = TypeVar("_K")
 
 PRESETS = Path(__file__).resolve().parents[1] / "presets"
 # YAML 1.1 (PyYAML) reads `1e-3` as a string; a float field takes such strings as numbers.
@@ -42,7 +49,7 @@ def preset_path(name: str) -> Path:
     return path
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, object]:
     """The top-level mapping of a YAML config file."""
     import yaml
 
@@ -68,12 +75,12 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return plain(data)
 
 
-def _unique_keys_loader() -> Any:
+def _unique_keys_loader() -> type[yaml.SafeLoader]:
     """PyYAML's SafeLoader, refusing a key given twice in one mapping (PyYAML keeps the last)."""
     import yaml
 
     class UniqueKeys(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, object]:
             keys = [self.construct_object(k, deep=True) for k, _ in node.value]
             twice = sorted({str(k) for k in keys if keys.count(k) > 1})
             if twice:
@@ -85,23 +92,23 @@ def _unique_keys_loader() -> Any:
     return UniqueKeys
 
 
-def to_dict(obj: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def to_dict(obj: DataclassInstance | type[DataclassInstance]) -> dict[str, object]:
+    out: dict[str, object] = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         out[f.name] = to_dict(value) if dataclasses.is_dataclass(value) else value
     return out
 
 
-def plain(data: Mapping[str, Any]) -> dict[str, Any]:
+def plain(data: Mapping[_K, object]) -> dict[str, object]:
     return {str(k): (plain(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
 
 
-def build(cls: type[Any], data: Mapping[str, Any], where: str = "") -> Any:
+def build(cls: type[_R], data: Mapping[str, object], where: str = "") -> _R:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     problems: list[str] = []
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for key, value in data.items():
         path = f"{where}{key}"
         if key not in names:
@@ -117,7 +124,7 @@ def build(cls: type[Any], data: Mapping[str, Any], where: str = "") -> Any:
             try:
                 kwargs[key] = build(hint, value, path + ".")
             except ConfigError as exc:
-                problems.extend(exc.problems)
+                problems.extend(str(p) for p in exc.problems)
             continue
         value = _as_number(hint, value)
         error = _type_problem(hint, value)
@@ -125,7 +132,7 @@ def build(cls: type[Any], data: Mapping[str, Any], where: str = "") -> Any:
             problems.append(f"{path}: {error}")
         else:
             is_int = isinstance(value, int) and not isinstance(value, bool)
-            kwargs[key] = float(value) if _is_float(hint) and is_int else value
+            kwargs[key] = float(value) if is_int and _is_float(hint) and isinstance(value, int) else value
     if problems:
         raise ConfigError(
             "invalid config:\n  - " + "\n  - ".join(problems), field=where.rstrip(".") or None, problems=problems
@@ -133,18 +140,18 @@ def build(cls: type[Any], data: Mapping[str, Any], where: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _as_number(hint: Any, value: Any) -> Any:
+def _as_number(hint: object, value: object) -> object:
     """A numeric string (`1e-3`, which YAML 1.1 leaves a string) as a float where the field is one."""
     if isinstance(value, str) and _is_float(hint) and _NUMBER.fullmatch(value.strip()):
         return float(value)
     return value
 
 
-def _is_float(hint: Any) -> bool:
+def _is_float(hint: object) -> bool:
     return hint is float or float in typing.get_args(hint)
 
 
-def _type_problem(hint: Any, value: Any) -> str | None:
+def _type_problem(hint: object, value: object) -> str | None:
     origin = typing.get_origin(hint)
     if origin is Literal:
         choices = typing.get_args(hint)

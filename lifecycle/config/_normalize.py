@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, cast
 
 from lifecycle.config._records import RunConfig
 
@@ -23,11 +22,11 @@ class Normalization:
     """One rewrite: `field` was `given`, the run uses `used`, because `why`."""
 
     field: str
-    given: Any
-    used: Any
+    given: object
+    used: object
     why: str
 
-    def log_fields(self) -> dict[str, Any]:
+    def log_fields(self) -> dict[str, object]:
         """The fields of the `config_normalized` record."""
         return {"field": self.field, "given": self.given, "used": self.used, "why": self.why}
 
@@ -44,21 +43,16 @@ ALIGN_WITHOUT_VPP = (
 )
 
 
-def _replace(record: Any, **changes: Any) -> Any:
-    # mypy does not see the records' `_frozen` decorator alias as a dataclass
-    return dataclasses.replace(cast(Any, record), **changes)
-
-
 def normalize(config: RunConfig) -> tuple[RunConfig, tuple[Normalization, ...]]:
     """The config Megatron-LM would run for `config`, and every rewrite made to get there."""
     done: list[Normalization] = []
     parallel, ddp = config.parallel, config.ddp
     if parallel.vpp == 1:
         done.append(Normalization(field="parallel.vpp", given=1, used=None, why=VPP_ONE))
-        parallel = _replace(parallel, vpp=None)
+        parallel = dataclasses.replace(parallel, vpp=None)
     if parallel.vpp is None and ddp.align_param_gather and ddp.overlap_param_gather:
         done.append(Normalization(field="ddp.align_param_gather", given=True, used=False, why=ALIGN_WITHOUT_VPP))
-        ddp = _replace(ddp, align_param_gather=False)
+        ddp = dataclasses.replace(ddp, align_param_gather=False)
     if not done:
         return config, ()
-    return _replace(config, parallel=parallel, ddp=ddp), tuple(done)
+    return dataclasses.replace(config, parallel=parallel, ddp=ddp), tuple(done)

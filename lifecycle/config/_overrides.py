@@ -13,8 +13,8 @@ import dataclasses
 import re
 import types
 import typing
-from collections.abc import Iterable
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from lifecycle.errors import ConfigError
 
@@ -24,9 +24,9 @@ _BOOLS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "o
 _NULLS = ("", "null", "~", "none")
 
 
-def field_hint(cls: type[Any] | None, parts: list[str]) -> Any:
+def field_hint(cls: type | None, parts: list[str]) -> object:
     """The type of the field `parts` names in dataclass `cls`; None when there is no such field."""
-    hint: Any = cls
+    hint: object = cls
     for part in parts:
         if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
             return None
@@ -37,13 +37,13 @@ def field_hint(cls: type[Any] | None, parts: list[str]) -> Any:
     return hint
 
 
-def _options(hint: Any) -> tuple[Any, ...]:
+def _options(hint: object) -> tuple[object, ...]:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return typing.get_args(hint)
     return (hint,)
 
 
-def _typed(hint: Any, raw: str) -> Any:
+def _typed(hint: object, raw: str) -> object:
     """`raw` read as the type `hint` expects, or the text itself when it does not fit."""
     options = _options(hint)
     text = raw.strip()
@@ -62,7 +62,7 @@ def _typed(hint: Any, raw: str) -> Any:
     return text
 
 
-def _yaml(key: str, raw: str) -> Any:
+def _yaml(key: str, raw: str) -> object:
     """A value for a key that names no field (a section, or an unknown key `build` reports)."""
     import yaml
 
@@ -107,18 +107,31 @@ def refuse_repeated(overrides: Iterable[str]) -> None:
         seen[key] = raw
 
 
-def apply_overrides(data: dict[str, Any], overrides: Iterable[str], cls: type[Any] | None = None) -> dict[str, Any]:
+def _section(data: dict[str, object], key: str, item: str) -> dict[str, object]:
+    """The dict holding the field `key` names, sections made as needed; ConfigError for a non-section."""
+    node = data
+    for part in key.split(".")[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {item!r}: {part!r} is not a section", field=key, problems=[item])
+        node = child
+    return node
+
+
+def apply_overrides(data: dict[str, object], overrides: Iterable[str], cls: type | None = None) -> dict[str, object]:
     """`data` with each `KEY=VALUE` override applied in order, typed by `cls`'s field (see the module doc)."""
     for item in overrides:
         key, raw = _split(item)
-        node = data
         parts = key.split(".")
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"override {item!r}: {part!r} is not a section", field=key, problems=[item])
-            node = child
         hint = field_hint(cls, parts)
         leaf = hint is not None and not dataclasses.is_dataclass(hint)
-        node[parts[-1]] = _typed(hint, raw) if leaf else _yaml(key, raw)
+        _section(data, key, item)[parts[-1]] = _typed(hint, raw) if leaf else _yaml(key, raw)
+    return data
+
+
+def apply_values(data: dict[str, object], values: Mapping[str, object]) -> dict[str, object]:
+    """`data` with each dotted field set to its value as given: a typed value, never read as text
+    (`build` checks it against the field's type like any other)."""
+    for key, value in values.items():
+        _section(data, key, f"{key}={value!r}")[key.split(".")[-1]] = value
     return data

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from lifecycle.config._records import RunConfig
 
@@ -18,7 +18,7 @@ class Problem:
 
     check: str
     field: str
-    value: Any
+    value: object
     message: str
     fix: str
     kind: Kind = "intrinsic"
@@ -43,9 +43,9 @@ Check = Callable[[RunConfig], list[Problem]]
 EnvCheck = Callable[[RunConfig, Environment], list[Problem]]
 
 
-def intrinsic(check: str, field: str, value: Any, message: str, fix: str) -> Problem:
+def intrinsic(check: str, field: str, value: object, message: str, fix: str) -> Problem:
     return Problem(check=check, field=field, value=value, message=message, fix=fix)
 
 
-def environment(check: str, field: str, value: Any, message: str, fix: str) -> Problem:
+def environment(check: str, field: str, value: object, message: str, fix: str) -> Problem:
     return Problem(check=check, field=field, value=value, message=message, fix=fix, kind="environment")

@@ -10,17 +10,15 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 
 from lifecycle.config import _loading
-from lifecycle.config._overrides import apply_overrides
-
-_frozen = dataclass(frozen=True, slots=True, kw_only=True)
+from lifecycle.config._overrides import apply_overrides, apply_values
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelConfig:
     """The TransformerConfig fields a user sets, plus vocab and sequence settings."""
 
@@ -43,7 +41,7 @@ class ModelConfig:
     share_embeddings_and_output_weights: bool = True
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelConfig:
     """Parallel dimensions. `world_size`/`rank` default to the launcher's environment."""
 
@@ -70,7 +68,7 @@ class ParallelConfig:
         }
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DDPConfig:
     """Megatron DistributedDataParallelConfig fields."""
 
@@ -84,7 +82,7 @@ class DDPConfig:
     bucket_size: int | None = None
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OptimizerConfig:
     """Megatron OptimizerConfig fields."""
 
@@ -99,7 +97,7 @@ class OptimizerConfig:
     loss_scale: float | None = None
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TrainingConfig:
     """Batch and step settings."""
 
@@ -109,7 +107,7 @@ class TrainingConfig:
     seed: int = 1234
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TokenizerConfig:
     """`null`: megatron's synthetic tokenizer of `vocab_size`; `huggingface`: a local directory."""
 
@@ -119,7 +117,7 @@ class TokenizerConfig:
     build: bool = True
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointConfig:
     """Where checkpoints come from and go; `vocab_size` is the one a checkpoint restored."""
 
@@ -128,7 +126,7 @@ class CheckpointConfig:
     vocab_size: int | None = None
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoggingConfig:
     """The startup log directory and the writers a run asks for."""
 
@@ -142,7 +140,7 @@ class LoggingConfig:
     otel: str | None = None
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InferenceConfig:
     """Inference settings whose modes need optional packages."""
 
@@ -150,7 +148,7 @@ class InferenceConfig:
     static_kv_memory_pointers: bool = False
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StartupConfig:
     """Deadlines for the startup's collective parts (docs/failures.md)."""
 
@@ -158,7 +156,7 @@ class StartupConfig:
     """Bounds the rendezvous and each collective state; passed to the TCPStore and process groups."""
 
 
-@_frozen
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunConfig:
     """Everything a lifecycle needs. Build with `from_dict`, `from_yaml` or `preset`."""
 
@@ -177,28 +175,36 @@ class RunConfig:
     rehearsal: bool | None = None
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], overrides: Iterable[str] = ()) -> RunConfig:
+    def from_dict(
+        cls, data: Mapping[str, object], overrides: Iterable[str] = (), *, values: Mapping[str, object] | None = None
+    ) -> RunConfig:
         """Build from nested dicts; `overrides` are `"section.field=value"` strings, each value read
-        by its field's type (`_overrides`: a string field takes the text as written)."""
-        config: RunConfig = _loading.build(cls, apply_overrides(_loading.plain(data), overrides, cls))
-        return config
+        by its field's type (`_overrides`: a string field takes the text as written); then `values`,
+        dotted fields set to typed values as given (a CLI flag's value), never read as text."""
+        data = apply_overrides(_loading.plain(data), overrides, cls)
+        return _loading.build(cls, apply_values(data, values or {}))
 
     @classmethod
-    def from_yaml(cls, path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
-        """Read a YAML file of sections, then apply `overrides`."""
-        return cls.from_dict(_loading.read_yaml(Path(path)), overrides)
+    def from_yaml(
+        cls, path: str | Path, overrides: Iterable[str] = (), *, values: Mapping[str, object] | None = None
+    ) -> RunConfig:
+        """Read a YAML file of sections, then apply `overrides` and `values`."""
+        return cls.from_dict(_loading.read_yaml(Path(path)), overrides, values=values)
 
     @classmethod
-    def preset(cls, name: str, overrides: Iterable[str] = ()) -> RunConfig:
+    def preset(
+        cls, name: str, overrides: Iterable[str] = (), *, values: Mapping[str, object] | None = None
+    ) -> RunConfig:
         """A YAML preset shipped in `lifecycle/presets/`."""
-        return cls.from_yaml(_loading.preset_path(name), overrides)
+        return cls.from_yaml(_loading.preset_path(name), overrides, values=values)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
+        """Nested dicts of sections (dicts) and values."""
         return _loading.to_dict(self)
 
     def fingerprint(self) -> str:
         """SHA-256 of the canonical JSON form, without per-rank fields (`parallel.rank`), so every rank
         of one job has the same fingerprint and the audit can compare them."""
         data = self.to_dict()
-        data["parallel"].pop("rank", None)
+        data["parallel"] = {k: v for k, v in _loading.to_dict(self.parallel).items() if k != "rank"}
         return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()

@@ -15,23 +15,25 @@ from __future__ import annotations
 import copy
 import dataclasses
 import operator
-import typing
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from bindings import SLOTS
 from lifecycle.config._records import RunConfig
 from lifecycle.errors import ConfigMutated
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 # Written by bindings when callbacks are bound: drift there is expected, not a mutation.
 CALLBACK_FIELDS: frozenset[str] = frozenset(SLOTS)
 
-Drift = list[tuple[str, Any, Any]]
+Drift = list[tuple[str, object, object]]
 
 
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     """`{"a": {"b": 1}}` → `{"a.b": 1}`."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
@@ -41,12 +43,12 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> Drift:
+def diff(old: Mapping[str, object], new: Mapping[str, object]) -> Drift:
     """(dotted field, old, new) for every field that differs between two nested dicts."""
     return config_drift(flatten(old), flatten(new))
 
 
-def snapshot_config(obj: Any) -> dict[str, Any]:
+def snapshot_config(obj: object) -> dict[str, object]:
     """Every field of `obj` (RunConfig or any dataclass instance) and its value now."""
     if isinstance(obj, RunConfig):
         return flatten(obj.to_dict())
@@ -55,7 +57,7 @@ def snapshot_config(obj: Any) -> dict[str, Any]:
     raise TypeError(f"cannot snapshot a {type(obj).__name__}: pass a RunConfig or a dataclass")
 
 
-def config_drift(snapshot: Mapping[str, Any], current: Any, ignore: Iterable[str] = ()) -> Drift:
+def config_drift(snapshot: Mapping[str, object], current: object, ignore: Iterable[str] = ()) -> Drift:
     """`(field, old, new)` for every field whose value differs from `snapshot`, sorted by field."""
     now = current if isinstance(current, Mapping) else snapshot_config(current)
     skip = frozenset(ignore)
@@ -68,7 +70,9 @@ def config_drift(snapshot: Mapping[str, Any], current: Any, ignore: Iterable[str
     return out
 
 
-def require_unchanged(snapshot: Mapping[str, Any], current: Any, *, what: str, ignore: Iterable[str] = ()) -> None:
+def require_unchanged(
+    snapshot: Mapping[str, object], current: object, *, what: str, ignore: Iterable[str] = ()
+) -> None:
     """Raise ConfigMutated naming the first changed field (and listing all) if anything drifted."""
     drift = config_drift(snapshot, current, ignore)
     if not drift:
@@ -93,7 +97,7 @@ class Snapshot:
         self.config = config
         self.sections = tuple(
             (getattr(config, f.name), _getter(getattr(config, f.name)))
-            for f in dataclasses.fields(typing.cast(Any, config))
+            for f in dataclasses.fields(config)
             if dataclasses.is_dataclass(getattr(config, f.name))
         )
         self.values = tuple(get(section) for section, get in self.sections)
@@ -108,19 +112,19 @@ class Snapshot:
         return [] if same else config_drift(self.flat, self.config)
 
 
-def _getter(obj: Any) -> Any:
+def _getter(obj: DataclassInstance) -> Callable[[object], object]:
     names = [f.name for f in dataclasses.fields(obj)]
     get = operator.attrgetter(*names)
     return (lambda o: (get(o),)) if len(names) == 1 else get
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: object) -> object:
     if isinstance(value, (list, dict, set)):
         return copy.copy(value)
     return value
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     if a is b:
         return True
     if type(a) is not type(b):

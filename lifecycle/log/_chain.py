@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
 
 import orjson
 
@@ -21,13 +20,13 @@ _KEY_END = -SUFFIX + len(HASH_KEY)
 _sha256 = hashlib.sha256
 
 
-def record_hash(record: Mapping[str, Any]) -> str:
+def record_hash(record: Mapping[str, object]) -> str:
     """SHA-256 of a record's canonical JSON, `hash` excluded (the chain covers `prev_hash`)."""
     body = {k: v for k, v in record.items() if k != "hash"}
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
 
 
-def line_hash_matches(line: bytes, record: Mapping[str, Any], digest: str) -> bool:
+def line_hash_matches(line: bytes, record: Mapping[str, object], digest: str) -> bool:
     """Whether `digest` is the hash of the record on `line`: the writer's bytes hashed directly,
     else the record re-serialized."""
     as_written = line[-SUFFIX:_KEY_END] == HASH_KEY and line[-2:] == b'"}'
@@ -46,7 +45,7 @@ class ChainVerifier:
         self.prev = GENESIS
         self.seq = 0
 
-    def check(self, record: Mapping[str, Any], line: bytes | None = None) -> str | None:
+    def check(self, record: Mapping[str, object], line: bytes | None = None) -> str | None:
         """None when `record` is the next link of the chain, else why not."""
         digest = record.get("hash")
         problem: str | None = None

@@ -13,9 +13,8 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import Any
 
 import orjson
 import structlog
@@ -52,7 +51,7 @@ class _ChainWriter:
         self.seq = 0
         self.prev = GENESIS
         self.pending: list[bytes] = []
-        self.records: list[dict[str, Any]] = []
+        self.records: list[dict[str, object]] = []
         self.keep_records = False
         self.fd: int | None = None
         self.size = 0  # bytes in the file: a record cut short by a full disk is cut off again
@@ -63,11 +62,11 @@ class _ChainWriter:
         self.sinks: list[Callable[[bytes], None]] = []  # fed each record's line once it left (AuditLog.add_sink)
         self.sink_faults: list[str] = []
 
-    def chain(self, _logger: Any, _name: str, event_dict: Any) -> bytes:
+    def chain(self, _logger: object, _name: str, event_dict: MutableMapping[str, object]) -> bytes:
         event_dict["ts"] = self.clock()
         return self.link(event_dict)
 
-    def link(self, event_dict: dict[str, Any]) -> bytes:
+    def link(self, event_dict: MutableMapping[str, object]) -> bytes:
         event_dict["seq"] = self.seq
         event_dict["prev_hash"] = self.prev
         body = orjson.dumps(event_dict, option=orjson.OPT_SORT_KEYS, default=str)
@@ -165,20 +164,21 @@ class AuditLog:
         self._claimed: Path | None = None
         self._logger = self._make_logger()
 
-    def _make_logger(self) -> Any:
+    def _make_logger(self) -> structlog.BoundLogger:
         base = structlog.wrap_logger(
             self._writer,
             processors=[self._writer.chain],
             wrapper_class=structlog.BoundLogger,
             cache_logger_on_first_use=True,
         )
-        return base.bind(
+        bound: structlog.BoundLogger = base.bind(
             run_id=self.run_id,
             rank=self.rank,
             world_size=self.world_size,
             generation=self.generation,
             cycle=self.cycle,
         )
+        return bound
 
     def rebind(
         self,
@@ -195,7 +195,7 @@ class AuditLog:
         self.cycle = self.cycle if cycle is None else cycle
         self._logger = self._make_logger()
 
-    def emit(self, event: str, **fields: Any) -> None:
+    def emit(self, event: str, **fields: object) -> None:
         """Log one record (values redacted). Never raises for the file: see `fault`."""
         if event not in events.ALL:
             raise ValueError(f"unknown log event {event!r}: add it to lifecycle/events.py")
@@ -240,7 +240,7 @@ class AuditLog:
         return self._writer.unlogged, self._writer.lost
 
     @property
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[dict[str, object]]:
         """Records emitted so far (only when created with keep_records=True)."""
         return self._writer.records
 

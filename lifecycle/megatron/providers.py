@@ -14,9 +14,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
+    from megatron.core.transformer import ModuleSpec, TransformerConfig
+    from torch.nn import Module
+
     from lifecycle.config import RunConfig
 
 
@@ -36,13 +39,13 @@ class ModelProvider(Protocol):
 
     def __call__(
         self,
-        config: Any,
+        config: TransformerConfig,
         *,
         pre_process: bool,
         post_process: bool,
         vp_stage: int | None,
         inputs: ModelInputs,
-    ) -> Any: ...
+    ) -> Module: ...
 
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -69,7 +72,7 @@ def model_inputs(run: RunConfig, vocab_size: int | None) -> ModelInputs:
     )
 
 
-def transformer_config(run: RunConfig, *, cpu: bool | None = None, hybrid: bool = False) -> Any:
+def transformer_config(run: RunConfig, *, cpu: bool | None = None, hybrid: bool = False) -> TransformerConfig:
     """megatron's TransformerConfig for `run` (model, parallel and dtype fields).
 
     `hybrid`: the config of a HybridModel whose `*-` pattern has `model.num_layers` GPT blocks, so
@@ -111,7 +114,7 @@ _NO_FUSIONS = {
 """The fused kernels are off: they need CUDA (and some Apex/TE), and the CPU rehearsal runs without."""
 
 
-def _model_fields(run: RunConfig, hybrid: bool) -> dict[str, Any]:
+def _model_fields(run: RunConfig, hybrid: bool) -> dict[str, object]:
     model = run.model
     return {
         "num_layers": model.num_layers * (2 if hybrid else 1),
@@ -136,13 +139,13 @@ def builds_hybrid(provider: object) -> bool:
     return default and gpt_model_deprecated()
 
 
-def provider_config(run: RunConfig, provider: object) -> Any:
+def provider_config(run: RunConfig, provider: object) -> TransformerConfig:
     """The TransformerConfig the lifecycle gives `provider`: a hybrid one for a default provider
     that builds a HybridModel, the GPT-shaped one (`num_layers` blocks) for every other provider."""
     return transformer_config(run, hybrid=builds_hybrid(provider))
 
 
-def layer_spec(impl: str) -> Any:
+def layer_spec(impl: str) -> ModuleSpec:
     """The local (plain torch) GPT layer spec, or TE's where transformer-engine is installed."""
     if impl == "transformer_engine":
         from megatron.core.models.gpt.gpt_layer_specs import (
@@ -155,7 +158,7 @@ def layer_spec(impl: str) -> Any:
     return get_gpt_layer_local_spec()
 
 
-def _gpt(config: Any, pre: bool, post: bool, vp: int | None, inputs: ModelInputs) -> Any:
+def _gpt(config: TransformerConfig, pre: bool, post: bool, vp: int | None, inputs: ModelInputs) -> Module:
     """The default providers' model: a HybridModel of `*-` blocks when `config` is a hybrid one
     (`provider_config`), else a GPTModel."""
     if getattr(config, "is_hybrid_model", False):
@@ -177,16 +180,16 @@ def _gpt(config: Any, pre: bool, post: bool, vp: int | None, inputs: ModelInputs
 
 
 def gpt_provider(
-    config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: ModelInputs
-) -> Any:
+    config: TransformerConfig, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: ModelInputs
+) -> Module:
     """A tiny GPT (a HybridModel of `*-` blocks on megatron-core 0.19, a GPTModel before) that keeps
     the provider's config: `model.config is config`."""
     return _gpt(config, pre_process, post_process, vp_stage, inputs)
 
 
 def copying_provider(
-    config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: ModelInputs
-) -> Any:
+    config: TransformerConfig, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: ModelInputs
+) -> Module:
     """Deep-copies its config into the model, as canonical Nemotron Omni does.
 
     Callbacks bound to `config` would never reach the scheduler, which reads `model.config`.
@@ -199,7 +202,7 @@ def copying_provider(
 class GPTModelSpec:
     """A builder's model config: the transformer config nested, plus model-level fields."""
 
-    transformer: Any
+    transformer: TransformerConfig
     vocab_size: int
     seq_length: int
 
@@ -208,7 +211,7 @@ class GPTModelSpec:
 class HybridModelSpec:
     """A hybrid (Mamba-style) builder's model config with its own nested transformer config."""
 
-    transformer: Any
+    transformer: TransformerConfig
     hybrid_override_pattern: str
     vocab_size: int
     seq_length: int
@@ -223,13 +226,13 @@ class GPTBuilder:
 
     def __call__(
         self,
-        config: Any,
+        config: TransformerConfig,
         *,
         pre_process: bool,
         post_process: bool,
         vp_stage: int | None,
         inputs: ModelInputs,
-    ) -> Any:
+    ) -> Module:
         if self.spec is None or self.spec.transformer is not config:
             self.spec = GPTModelSpec(transformer=config, vocab_size=inputs.vocab_size, seq_length=inputs.seq_length)
         return _gpt(self.spec.transformer, pre_process, post_process, vp_stage, inputs)
@@ -248,17 +251,17 @@ class HybridBuilder:
     def __init__(self, pattern: str = "M*") -> None:
         self.pattern = pattern
         self.spec: HybridModelSpec | None = None
-        self._source: Any = None
+        self._source: TransformerConfig | None = None
 
     def __call__(
         self,
-        config: Any,
+        config: TransformerConfig,
         *,
         pre_process: bool,
         post_process: bool,
         vp_stage: int | None,
         inputs: ModelInputs,
-    ) -> Any:
+    ) -> Module:
         if self.spec is None or self._source is not config:
             self._source = config
             self.spec = HybridModelSpec(

@@ -9,6 +9,9 @@ Two shapes, told apart by signature:
 
 What a provider returns must be one `torch.nn.Module` per call (the lifecycle calls it once per
 virtual-pipeline chunk) whose config megatron can reach: `.config`, or through `.module`.
+
+`Provider.of(given)` resolves what a user gives (a name, a spec, a callable or None) once, into the
+callable in our shape and the name errors give it; the CLI builds it, the entry work takes it as is.
 """
 
 from __future__ import annotations
@@ -17,11 +20,18 @@ import importlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from lifecycle.errors import ProviderError
-from lifecycle.megatron.providers import PROVIDERS, GPTBuilder, HybridBuilder, ModelProvider
+from lifecycle.megatron.providers import PROVIDERS, GPTBuilder, HybridBuilder, ModelInputs, ModelProvider
+
+if TYPE_CHECKING:
+    from megatron.core.transformer import TransformerConfig
+    from torch.nn import Module
 
 BUILDERS: dict[str, type[GPTBuilder] | type[HybridBuilder]] = {
     "gpt-builder": GPTBuilder,
@@ -35,7 +45,7 @@ SHAPES = (
 )
 
 
-def _fail(message: str, provider: str, **context: Any) -> ProviderError:
+def _fail(message: str, provider: str, **context: object) -> ProviderError:
     return ProviderError(message, provider=provider, **context)
 
 
@@ -54,12 +64,13 @@ def spec_problem(spec: str) -> str | None:
     return None
 
 
-def load_provider(spec: str) -> Any:
+def load_provider(spec: str) -> Callable[..., object]:
     """The callable a spec names: a known name, `package.module:function` or `file.py:function`."""
     if spec in PROVIDERS:
         return PROVIDERS[spec]
     if spec in BUILDERS:
-        return BUILDERS[spec]()
+        builder: GPTBuilder | HybridBuilder = BUILDERS[spec]()
+        return builder
     problem = spec_problem(spec)
     if problem:
         raise _fail(problem, spec)
@@ -70,10 +81,11 @@ def load_provider(spec: str) -> Any:
         raise _fail(
             f"provider {spec!r}: {target} has no attribute {attr!r}; its callables: {', '.join(public) or 'none'}", spec
         )
-    return getattr(module, attr)
+    found: Callable[..., object] = getattr(module, attr)  # checked callable by `resolve_provider`
+    return found
 
 
-def _import_module(name: str, spec: str) -> Any:
+def _import_module(name: str, spec: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
@@ -84,7 +96,7 @@ def _import_module(name: str, spec: str) -> Any:
         ) from exc
 
 
-def _import_file(path: str, spec: str) -> Any:
+def _import_file(path: str, spec: str) -> ModuleType:
     resolved = Path(path).resolve()
     name = f"{_FILE_MODULE}{resolved.stem}_{abs(hash(str(resolved))):x}"
     if name in sys.modules:
@@ -102,9 +114,9 @@ def _import_file(path: str, spec: str) -> Any:
     return module
 
 
-def name_of(provider: Any) -> str:
+def name_of(provider: object) -> str:
     """module:qualname of a provider (its class for a callable instance)."""
-    if isinstance(provider, (MegatronLMProvider, NoInputsProvider)):
+    if isinstance(provider, (MegatronLMProvider, NoInputsProvider, Provider)):
         return provider.name
     target = provider if inspect.isfunction(provider) or inspect.ismethod(provider) else type(provider)
     module = getattr(target, "__module__", "?")
@@ -117,10 +129,18 @@ class MegatronLMProvider:
     """Calls a Megatron-LM-shaped `model_provider(pre_process, post_process[, vp_stage])` in our shape;
     the TransformerConfig the lifecycle built is not passed (the provider has its own)."""
 
-    def __init__(self, fn: Any, *, name: str, takes_vp_stage: bool) -> None:
+    def __init__(self, fn: Callable[..., Module], *, name: str, takes_vp_stage: bool) -> None:
         self.fn, self.name, self.takes_vp_stage = fn, name, takes_vp_stage
 
-    def __call__(self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any) -> Any:
+    def __call__(
+        self,
+        config: TransformerConfig,
+        *,
+        pre_process: bool,
+        post_process: bool,
+        vp_stage: int | None,
+        inputs: ModelInputs,
+    ) -> Module:
         if self.takes_vp_stage:
             return self.fn(pre_process=pre_process, post_process=post_process, vp_stage=vp_stage)
         return self.fn(pre_process=pre_process, post_process=post_process)
@@ -129,14 +149,22 @@ class MegatronLMProvider:
 class NoInputsProvider:
     """Calls `provider(config, *, pre_process, post_process, vp_stage)` (ours without `inputs`)."""
 
-    def __init__(self, fn: Any, *, name: str) -> None:
+    def __init__(self, fn: Callable[..., Module], *, name: str) -> None:
         self.fn, self.name = fn, name
 
-    def __call__(self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any) -> Any:
+    def __call__(
+        self,
+        config: TransformerConfig,
+        *,
+        pre_process: bool,
+        post_process: bool,
+        vp_stage: int | None,
+        inputs: ModelInputs,
+    ) -> Module:
         return self.fn(config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage)
 
 
-def adapt(fn: Any, name: str) -> ModelProvider:
+def adapt(fn: Callable[..., object], name: str) -> ModelProvider:
     """`fn` callable in our shape, whichever of the two shapes it has (found by signature)."""
     try:
         params = inspect.signature(fn).parameters
@@ -156,8 +184,11 @@ def adapt(fn: Any, name: str) -> ModelProvider:
     )
 
 
-def resolve_provider(provider: Any) -> ModelProvider:
-    """A provider callable, a name or spec (`module:function`, `file.py:function`), or None (gpt)."""
+def resolve_provider(provider: object) -> ModelProvider:
+    """A provider callable, a name or spec (`module:function`, `file.py:function`), None (gpt), or a
+    `Provider` resolved before (its callable, not resolved again)."""
+    if isinstance(provider, Provider):
+        return provider.call
     if provider is None:
         return PROVIDERS["gpt"]
     if isinstance(provider, str):
@@ -167,22 +198,50 @@ def resolve_provider(provider: Any) -> ModelProvider:
     return adapt(provider, name_of(provider))
 
 
-def display_name(provider: Any) -> str:
+def display_name(provider: object) -> str:
     """How errors name the provider the user gave: the spec string, or module:qualname."""
     if provider is None:
         return "gpt"
     return provider if isinstance(provider, str) else name_of(provider)
 
 
-def reachable_config(module: Any) -> Any:
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """A model provider resolved once: `call` in our shape, and `name`, how errors name it (the spec
+    the user wrote, or module:qualname). Callable as a `ModelProvider`."""
+
+    call: ModelProvider
+    name: str
+
+    @classmethod
+    def of(cls, given: object) -> Provider:
+        """`given` resolved (`resolve_provider`); a Provider is returned as it is."""
+        if isinstance(given, Provider):
+            return given
+        return cls(call=resolve_provider(given), name=display_name(given))
+
+    def __call__(
+        self,
+        config: TransformerConfig,
+        *,
+        pre_process: bool,
+        post_process: bool,
+        vp_stage: int | None,
+        inputs: ModelInputs,
+    ) -> Module:
+        return self.call(config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage, inputs=inputs)
+
+
+def reachable_config(module: object) -> object:
     """The config megatron's `get_model_config` would find: `.config`, else through `.module`."""
     seen = 0
     while not hasattr(module, "config") and hasattr(module, "module") and seen < 32:
-        module, seen = module.module, seen + 1
-    return getattr(module, "config", None)
+        module, seen = getattr(module, "module", None), seen + 1
+    config: object = getattr(module, "config", None)
+    return config
 
 
-def check_chunk(returned: Any, *, provider: str, chunk: int, stage: tuple[bool, bool, int | None]) -> Any:
+def check_chunk(returned: object, *, provider: str, chunk: int, stage: tuple[bool, bool, int | None]) -> Module:
     """`returned` when megatron can wrap it; else a ProviderError naming the provider, the chunk,
     what came back and the fix."""
     import torch
@@ -216,6 +275,6 @@ def check_chunk(returned: Any, *, provider: str, chunk: int, stage: tuple[bool, 
     return returned
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

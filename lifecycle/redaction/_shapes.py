@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 REDACTED = "<redacted>"
 _SECRET_PARTS = frozenset(
@@ -152,7 +151,7 @@ def redact_text(text: str) -> str:
 _PLAIN = frozenset({int, float, bool, type(None)})
 
 
-def redact(value: Any) -> Any:
+def redact(value: object) -> object:
     """A copy of nested dicts/lists with secret-looking keys' values replaced, and credentials
     inside strings (`redact_text`) removed."""
     if type(value) in _PLAIN:  # the common case in a record, checked first (isinstance on ABCs is slow)

@@ -13,7 +13,12 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from datetime import timedelta
+
+    from torch.distributed import Store
 
 PROCESS_GROUPS = ("init_process_group", "new_group")
 """`new_subgroups*` build theirs with `new_group`: counted there, once."""
@@ -56,7 +61,7 @@ STORE_OPS = (
 )
 """The operations of `torch.distributed.Store` that reach its server (`set_timeout` does not)."""
 NAMES = ("process_groups", "collectives", "store_ops")
-_KEPT: list[Any] = []
+_KEPT: list[Store] = []
 """The counting stores made, alive while their process groups may use them (one per simulated rank)."""
 
 
@@ -80,7 +85,7 @@ def counting() -> Iterator[Counts]:
     import torch.distributed as dist
 
     counts = Counts()
-    saved: dict[str, Callable[..., Any]] = {}
+    saved: dict[str, Callable[..., object]] = {}
     for kind, names in (("process_groups", PROCESS_GROUPS), ("collectives", COLLECTIVES)):
         for name in names:
             original = getattr(dist, name, None)
@@ -96,45 +101,47 @@ def counting() -> Iterator[Counts]:
             setattr(dist, name, original)
 
 
-def _counted(original: Callable[..., Any], counts: Counts, kind: str) -> Callable[..., Any]:
+def _counted(original: Callable[..., object], counts: Counts, kind: str) -> Callable[..., object]:
     @functools.wraps(original)
-    def counted(*args: Any, **kwargs: Any) -> Any:
+    def counted(*args: object, **kwargs: object) -> object:
         counts.add(kind)
         return original(*args, **kwargs)
 
     return counted
 
 
-def _store_counted(init: Callable[..., Any], counts: Counts) -> Callable[..., Any]:
+def _store_counted(init: Callable[..., object], counts: Counts) -> Callable[..., object]:
     """`init_process_group` with its `store=` wrapped by `counting_store`."""
 
     @functools.wraps(init)
-    def with_counted_store(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("store") is not None:
-            kwargs["store"] = counting_store(kwargs["store"], counts)
+    def with_counted_store(*args: object, **kwargs: object) -> object:
+        store = kwargs.get("store")
+        if store is not None:
+            kwargs["store"] = counting_store(store, counts)
         return init(*args, **kwargs)
 
     return with_counted_store
 
 
-def counting_store(inner: Any, counts: Counts) -> Any:
+def counting_store(inner: Store, counts: Counts) -> Store:
     """A `torch.distributed.Store` that counts each operation (`STORE_OPS`) and makes it on `inner`."""
     import torch.distributed as dist
 
-    def operation(name: str) -> Callable[..., Any]:
-        def counted(self: Any, *args: Any) -> Any:
+    def operation(name: str) -> Callable[..., object]:
+        def counted(self: Store, *args: object) -> object:
             counts.add("store_ops")
-            return getattr(inner, name)(*args)
+            method: Callable[..., object] = getattr(inner, name)
+            return method(*args)
 
         counted.__name__ = name
         return counted
 
-    def set_timeout(self: Any, timeout: Any) -> None:  # the trampoline has no default for it
+    def set_timeout(self: Store, timeout: timedelta) -> None:  # the trampoline has no default for it
         inner.set_timeout(timeout)
 
     cls = type(
         "CountingStore", (dist.Store,), {name: operation(name) for name in STORE_OPS} | {"set_timeout": set_timeout}
     )
-    store = cls()
+    store: Store = cls()
     _KEPT.append(store)  # torch holds only its C++ half: without this its Python methods would be gone
     return store

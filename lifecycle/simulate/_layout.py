@@ -11,9 +11,12 @@ import inspect
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lifecycle.config import ParallelConfig
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 COORDINATES = ("tp", "pp", "cp", "ep", "dp", "etp", "edp")
 GROUPS = ("tp", "pp", "cp", "dp", "ep", "embedding")
@@ -41,12 +44,12 @@ class Placement:
     ep_group: tuple[int, ...]
     embedding_group: tuple[int, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in dataclasses.fields(self)
         }
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """Coordinates, stage and embedding group, without the (long) group member lists."""
         out = {name: getattr(self, name) for name in ("rank", *COORDINATES, "first_stage", "last_stage")}
         out["embedding_group"] = list(self.embedding_group)
@@ -107,15 +110,26 @@ class Layout:
         self._embedding_ranks = ps.default_embedding_ranks
 
     def placement(self, rank: int) -> Placement:
-        fields: dict[str, Any] = {name: index.position[rank] for name, index in self._index.items()}
-        fields.update({f"{name}_group": self._index[name].members(rank) for name in GROUPS[:-1]})
-        embedding = tuple(self._embedding_ranks(list(fields["pp_group"])))
+        at = {name: index.position[rank] for name, index in self._index.items()}
+        group = {name: self._index[name].members(rank) for name in GROUPS[:-1]}
+        embedding = tuple(self._embedding_ranks(list(group["pp"])))
         return Placement(
             rank=rank,
-            first_stage=fields["pp"] == 0,
-            last_stage=fields["pp"] == self.pp_size - 1,
+            tp=at["tp"],
+            pp=at["pp"],
+            cp=at["cp"],
+            ep=at["ep"],
+            dp=at["dp"],
+            etp=at["etp"],
+            edp=at["edp"],
+            first_stage=at["pp"] == 0,
+            last_stage=at["pp"] == self.pp_size - 1,
+            tp_group=group["tp"],
+            pp_group=group["pp"],
+            cp_group=group["cp"],
+            dp_group=group["dp"],
+            ep_group=group["ep"],
             embedding_group=embedding if rank in embedding else (),
-            **fields,
         )
 
     def important_ranks(self) -> list[int]:
@@ -158,7 +172,7 @@ def observe(rank: int) -> Placement:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    def members(group: Any) -> tuple[int, ...]:
+    def members(group: ProcessGroup) -> tuple[int, ...]:
         return tuple(dist.get_process_group_ranks(group))
 
     embedding = members(ps.get_embedding_group()) if ps.is_rank_in_embedding_group(ignore_virtual=True) else ()

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig
 from lifecycle.errors import ConfigError, LifecycleError
@@ -32,15 +32,13 @@ from lifecycle.simulate._layout import Layout, Placement, observe
 from states import STARTUP_ORDER, State
 
 if TYPE_CHECKING:
+    from megatron.core.transformer import TransformerConfig
+    from torch.nn import Module
+
     from lifecycle.engine import Lifecycle
+    from lifecycle.megatron.providers import ModelInputs
 
 UNTIL = (State.DISTRIBUTED, State.MODEL_BUILT)
-_T = TypeVar("_T")
-
-
-def _replace(record: _T, **changes: Any) -> _T:
-    """`dataclasses.replace` for config records (mypy does not see config.py's `_frozen` alias)."""
-    return cast(_T, dataclasses.replace(cast(Any, record), **changes))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,8 +111,8 @@ def prepare(config: RunConfig, *, world_size: int | None = None, until: State = 
             field="until",
             problems=[until.name],
         )
-    parallel = _replace(config.parallel, rank=0, world_size=world_size or config.parallel.world_size)
-    simulated = _replace(config, backend="fake", parallel=parallel)
+    parallel = dataclasses.replace(config.parallel, rank=0, world_size=world_size or config.parallel.world_size)
+    simulated = dataclasses.replace(config, backend="fake", parallel=parallel)
     raise_for(validate(simulated, environment=False))
     if until is State.MODEL_BUILT:
         simulated = shrink(simulated)
@@ -138,19 +136,19 @@ def shrink(config: RunConfig) -> RunConfig:
             field="parallel.cp",
             problems=[p.cp],
         )
-    model = _replace(
+    model = dataclasses.replace(
         m,
         num_layers=p.pp * (p.vpp or 1),
         hidden_size=m.num_attention_heads * 8,
         ffn_hidden_size=math.lcm(p.tp, p.etp or p.tp) * 8,
         transformer_impl="local",
     )
-    parallel = _replace(p, sequence_parallel=False, tp_comm_overlap=False)
-    return _replace(config, model=model, parallel=parallel, plan="inference")
+    parallel = dataclasses.replace(p, sequence_parallel=False, tp_comm_overlap=False)
+    return dataclasses.replace(config, model=model, parallel=parallel, plan="inference")
 
 
 def at_rank(config: RunConfig, rank: int) -> RunConfig:
-    return _replace(config, parallel=_replace(config.parallel, rank=rank))
+    return dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, rank=rank))
 
 
 def simulate(
@@ -286,8 +284,8 @@ def warm_up(config: RunConfig) -> None:
 
 
 def shrunken_gpt_provider(
-    config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any
-) -> Any:
+    config: TransformerConfig, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: ModelInputs
+) -> Module:
     """A GPTModel on megatron's local layer spec, with MoE layers when the config has experts (so
     each rank builds `num_moe_experts / ep` local experts, as the real job would)."""
     from megatron.core.models.gpt import GPTModel
