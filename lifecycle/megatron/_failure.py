@@ -4,9 +4,12 @@ writer), and how a verdict names ranks. Used by the rank watch (ranks.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import orjson
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +35,6 @@ def rank_list(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
-def read_first(store: Any) -> Failure | None:
+def read_first(store: Store) -> Failure | None:
     """The first failure published in this job's store, or None."""
     return Failure.decode(store.get("first")) if store.check(["first"]) else None

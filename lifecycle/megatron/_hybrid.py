@@ -19,7 +19,16 @@ checkpoint's keys are a GPTModel's, layer for layer.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from megatron.core.models.hybrid.hybrid_block import HybridStackSubmodules
+    from megatron.core.models.hybrid.hybrid_model import HybridModel
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_layer import TransformerLayerSubmodules
+
+    from lifecycle.megatron.providers import ModelInputs
 
 GPT_BLOCK = "*-"
 """One GPT transformer block as hybrid layers: self-attention, then a dense MLP."""
@@ -35,13 +44,13 @@ def local_final_norm_stack() -> type:
     class LocalFinalNormStack(HybridStack):  # type: ignore[misc]
         def __init__(
             self,
-            config: Any,
-            submodules: Any,
+            config: TransformerConfig,
+            submodules: HybridStackSubmodules,
             *,
-            final_norm: Any,
+            final_norm: ModuleSpec | type,
             post_process: bool = True,
             post_layer_norm: bool = True,
-            **kwargs: Any,
+            **kwargs: object,
         ) -> None:
             super().__init__(config, submodules, post_process=post_process, post_layer_norm=False, **kwargs)
             self.post_layer_norm = post_layer_norm
@@ -56,14 +65,14 @@ def local_final_norm_stack() -> type:
     return LocalFinalNormStack
 
 
-def _keys(gpt: Any, prefix: str) -> dict[str, str]:
+def _keys(gpt: TransformerLayerSubmodules, prefix: str) -> dict[str, str]:
     """The local GPT layer's checkpoint names for its norm `prefix` (stored where TE's fused layers
     keep them, `self_attention.linear_qkv.layer_norm_*`, `mlp.linear_fc1.layer_norm_*`), so the
     hybrid layers store them as a GPTModel does (`_interop` loads a GPTModel checkpoint)."""
     return {k: v for k, v in gpt.sharded_state_dict_keys_map.items() if k == prefix}
 
 
-def local_stack_spec() -> Any:
+def local_stack_spec() -> ModuleSpec:
     """The hybrid stack spec of megatron's local GPT layer spec: `*` and `-` layers, local norms."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.hybrid.hybrid_block import HybridStackSubmodules
@@ -97,14 +106,14 @@ def local_stack_spec() -> Any:
     )
 
 
-def te_stack_spec() -> Any:
+def te_stack_spec() -> ModuleSpec:
     """The guide's own stack spec (Transformer Engine modules)."""
     from megatron.core.models.hybrid.hybrid_layer_specs import hybrid_stack_spec
 
     return hybrid_stack_spec
 
 
-def layer_pattern(config: Any) -> str:
+def layer_pattern(config: TransformerConfig) -> str:
     """The `*-` pattern of a hybrid config (`num_layers` counts symbols), one `|`-separated segment
     per pipeline stage and virtual stage, as HybridModel splits a pipeline by its pattern."""
     blocks = config.num_layers // len(GPT_BLOCK)
@@ -113,7 +122,7 @@ def layer_pattern(config: Any) -> str:
     return "|".join([GPT_BLOCK * (blocks // segments)] * segments)
 
 
-def hybrid_model(config: Any, pre: bool, post: bool, vp: int | None, inputs: Any) -> Any:
+def hybrid_model(config: TransformerConfig, pre: bool, post: bool, vp: int | None, inputs: ModelInputs) -> HybridModel:
     """A HybridModel with the GPTModel's embeddings (learned absolute positions) on `config`."""
     from megatron.core.models.hybrid.hybrid_model import HybridModel
 

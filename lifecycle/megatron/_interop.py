@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lifecycle.errors import ConfigError
+
+if TYPE_CHECKING:
+    from megatron.core.dist_checkpointing.mapping import ShardedStateDict
+    from megatron.core.transformer.module import MegatronModule
 
 GPT, HYBRID = "GPTModel", "HybridModel"
 _GPT_KEY = re.compile(r"(^|\.)decoder\.(layers\.(?!\d)|final_layernorm\.)")
@@ -42,13 +46,13 @@ def saved_by(path: Path) -> str | None:
     return None
 
 
-def _built(model: list[Any]) -> str:
+def _built(model: list[MegatronModule]) -> str:
     from megatron.core.utils import unwrap_model
 
     return type(unwrap_model(list(model))[0]).__name__
 
 
-def retarget(path: Path, field: str, model: list[Any], state: dict[str, Any]) -> str | None:
+def retarget(path: Path, field: str, model: list[MegatronModule], state: ShardedStateDict) -> str | None:
     """Point `state` (the sharded state dict of `model` and its optimizer) at the checkpoint under
     `path` when another model class saved it; the class it was saved by when so, else None. A
     HybridModel checkpoint for a GPTModel is a ConfigError naming both and the fix."""
@@ -67,7 +71,7 @@ def retarget(path: Path, field: str, model: list[Any], state: dict[str, Any]) ->
     return GPT
 
 
-def _translate(path: Path, field: str, model: list[Any], state: dict[str, Any]) -> None:
+def _translate(path: Path, field: str, model: list[MegatronModule], state: ShardedStateDict) -> None:
     """Rewrite the HybridModel's `state` onto the GPTModel keys of the checkpoint at `path`."""
     from lifecycle.megatron.compat import gpt_checkpoint_interop
 

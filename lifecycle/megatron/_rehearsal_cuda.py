@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -13,7 +12,7 @@ from torch.overrides import TorchFunctionMode
 _POSITIONAL_DEVICE_FUNCS = frozenset({torch.Tensor.to})
 
 
-def to_cpu_device(device: Any) -> Any:
+def to_cpu_device(device: object) -> object:
     """`"cuda"`, `"cuda:N"`, `torch.device("cuda", N)` and bare ints become `"cpu"`; others pass."""
     if isinstance(device, bool):
         return device
@@ -31,11 +30,11 @@ class CpuDeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is not ty
 
     def __torch_function__(
         self,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: Mapping[str, Any] | None = None,
-    ) -> Any:
+        func: Callable[..., object],
+        types: object,
+        args: tuple[object, ...] = (),
+        kwargs: Mapping[str, object] | None = None,
+    ) -> object:
         kw = dict(kwargs or {})
         if "device" in kw:
             kw["device"] = to_cpu_device(kw["device"])
@@ -44,17 +43,19 @@ class CpuDeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is not ty
         return func(*args, **kw)
 
 
-def tensor_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **_: Any) -> torch.Tensor:
+def tensor_cuda(self: torch.Tensor, device: object = None, non_blocking: bool = False, **_: object) -> torch.Tensor:
     """`Tensor.cuda()` in rehearsal: the tensor stays where it is (on CPU)."""
     return self
 
 
-def tensor_type_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+def tensor_type_wrapper(original: Callable[..., str | torch.Tensor]) -> Callable[..., str | torch.Tensor]:
     """`Tensor.type()` names `torch.cuda.*Tensor`; `type("torch.cuda.X")` converts on CPU."""
 
-    def tensor_type(self: torch.Tensor, dtype: Any = None, non_blocking: bool = False, **kw: Any) -> Any:
+    def tensor_type(
+        self: torch.Tensor, dtype: object = None, non_blocking: bool = False, **kw: object
+    ) -> str | torch.Tensor:
         if dtype is None:
-            name: str = original(self)
+            name = str(original(self))  # the type's name: `Tensor.type()` returns a str
             return name if name.startswith("torch.cuda.") else name.replace("torch.", "torch.cuda.", 1)
         if isinstance(dtype, str) and dtype.startswith("torch.cuda."):
             dtype = "torch." + dtype[len("torch.cuda.") :]
@@ -69,10 +70,10 @@ class Event:
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self.enable_timing = enable_timing
 
-    def record(self, stream: Any = None) -> None:
+    def record(self, stream: object = None) -> None:
         return None
 
-    def wait(self, stream: Any = None) -> None:
+    def wait(self, stream: object = None) -> None:
         return None
 
     def synchronize(self) -> None:
@@ -88,14 +89,14 @@ class Event:
 class Stream:
     """A `torch.cuda.Stream`: work on CPU is already ordered, so every method returns at once."""
 
-    def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
+    def __init__(self, device: object = None, priority: int = 0, **_: object) -> None:
         self.device = torch.device("cpu")
         self.priority = priority
 
-    def wait_stream(self, stream: Any) -> None:
+    def wait_stream(self, stream: object) -> None:
         return None
 
-    def wait_event(self, event: Any) -> None:
+    def wait_event(self, event: object) -> None:
         return None
 
     def record_event(self, event: Event | None = None) -> Event:
@@ -109,19 +110,19 @@ class Stream:
 
 
 @contextlib.contextmanager
-def _null_context(*_: Any, **__: Any) -> Iterator[None]:
+def _null_context(*_: object, **__: object) -> Iterator[None]:
     yield None
 
 
-def _nothing(*_: Any, **__: Any) -> None:
+def _nothing(*_: object, **__: object) -> None:
     return None
 
 
-def _cpu_get_rng_state(device: Any = "cuda") -> torch.Tensor:
+def _cpu_get_rng_state(device: object = "cuda") -> torch.Tensor:
     return torch.get_rng_state()
 
 
-def _cpu_set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+def _cpu_set_rng_state(new_state: torch.Tensor, device: object = "cuda") -> None:
     torch.set_rng_state(new_state)
 
 
@@ -129,17 +130,17 @@ def _cpu_manual_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def get_cpu_rng_state(device: Any = "cuda", clone: bool = False, graph_safe: bool = False) -> torch.Tensor:
+def get_cpu_rng_state(device: object = "cuda", clone: bool = False, graph_safe: bool = False) -> torch.Tensor:
     """megatron `_get_cuda_rng_state` on the CPU generator (`get_rng_state` already copies)."""
     return torch.get_rng_state()
 
 
-def set_cpu_rng_state(new_state: torch.Tensor, device: Any = -1, graph_safe: bool = False) -> None:
+def set_cpu_rng_state(new_state: torch.Tensor, device: object = -1, graph_safe: bool = False) -> None:
     """megatron `_set_cuda_rng_state` on the CPU generator."""
     torch.set_rng_state(new_state)
 
 
-def torch_cuda_stand_ins() -> dict[str, Any]:
+def torch_cuda_stand_ins() -> dict[str, object]:
     """Name → replacement for the `torch.cuda` attributes megatron-core calls on its CUDA paths."""
     nvtx = types.SimpleNamespace(range_push=_nothing, range_pop=_nothing, mark=_nothing, range=_null_context)
     return {

@@ -25,7 +25,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle.config import LATEST, iteration_dir, latest_step, partial_dir
 from lifecycle.errors import ConfigError
@@ -33,6 +33,10 @@ from lifecycle.launchers import restart_count
 from lifecycle.log import events
 
 if TYPE_CHECKING:
+    from megatron.core.dist_checkpointing.mapping import ShardedStateDict
+    from megatron.core.optimizer import MegatronOptimizer
+    from megatron.core.transformer.module import MegatronModule
+
     from lifecycle.config import RunConfig
     from lifecycle.megatron.steps import Driver
     from lifecycle.runtime import PhaseContext
@@ -75,7 +79,7 @@ def checkpoint_vocab_size(directory: str | None) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def _metadata() -> dict[str, Any]:
+def _metadata() -> dict[str, object]:
     """The sharded-state-dict metadata Megatron-LM passes (`_build_sharded_state_dict_metadata`)."""
     from megatron.core import parallel_state
 
@@ -87,19 +91,23 @@ def _metadata() -> dict[str, Any]:
     }
 
 
-def _sharded(model: list[Any], optimizer: Any, *, loading: bool) -> dict[str, Any]:
+def _sharded(model: list[MegatronModule], optimizer: MegatronOptimizer | None, *, loading: bool) -> ShardedStateDict:
     """Sharded state dicts of the unwrapped chunks (no DDP `module.` prefix) and the optimizer."""
     from megatron.core.utils import unwrap_model
 
     metadata = _metadata()
     chunks = unwrap_model(list(model))
-    state: dict[str, Any] = {f"model{i}": chunk.sharded_state_dict(metadata=metadata) for i, chunk in enumerate(chunks)}
+    state: ShardedStateDict = {
+        f"model{i}": chunk.sharded_state_dict(metadata=metadata) for i, chunk in enumerate(chunks)
+    }
     if optimizer is not None:
         state["optimizer"] = optimizer.sharded_state_dict(dict(state), is_loading=loading, metadata=metadata)
     return state
 
 
-def save_checkpoint(directory: str, step: int, model: list[Any], optimizer: Any, vocab_size: int | None) -> Path:
+def save_checkpoint(
+    directory: str, step: int, model: list[MegatronModule], optimizer: MegatronOptimizer | None, vocab_size: int | None
+) -> Path:
     """Save model and optimizer at `step` (a collective: every rank calls it); returns the path.
 
     Written under `partial_dir`, renamed into place by rank 0 once every rank has finished; the
@@ -144,14 +152,18 @@ def _publish(directory: Path, partial: Path, final: Path, step: int) -> None:
     os.replace(marker, directory / LATEST)
 
 
-def load_checkpoint(directory: str, field: str, model: list[Any], optimizer: Any) -> int:
+def load_checkpoint(
+    directory: str, field: str, model: list[MegatronModule], optimizer: MegatronOptimizer | None
+) -> int:
     """Load the latest checkpoint under `directory` into `model` (and `optimizer`); its step.
 
     A ConfigError naming `field` and the file when there is no complete checkpoint or it cannot be read."""
     return _load(directory, field, model, optimizer)[0]
 
 
-def _load(directory: str, field: str, model: list[Any], optimizer: Any) -> tuple[int, str | None]:
+def _load(
+    directory: str, field: str, model: list[MegatronModule], optimizer: MegatronOptimizer | None
+) -> tuple[int, str | None]:
     """`load_checkpoint`, and the model class the checkpoint was saved by when it was translated for
     this one (`_interop`: a GPTModel checkpoint into a HybridModel), else None."""
     from megatron.core import dist_checkpointing
@@ -207,7 +219,7 @@ def _process_restart() -> bool:
     return (restart_count() or 0) > 0
 
 
-def load_at_build(ctx: PhaseContext, model: list[Any], optimizer: Any) -> int:
+def load_at_build(ctx: PhaseContext, model: list[MegatronModule], optimizer: MegatronOptimizer | None) -> int:
     """MODEL_BUILT's load: the step the loaded checkpoint was saved at (0 for fresh weights)."""
     source = checkpoint_source(ctx.runtime.config, ctx.runtime.generation)
     if source is None:

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import functools
 import re
+import types
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as dist_version
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from megatron.core.tokenizers import MegatronTokenizer
 
 FLOOR = (0, 15, 3)
 """The oldest megatron-core tested (pyproject.toml's lower bound)."""
@@ -70,25 +74,25 @@ def gpt_model_deprecated(installed: tuple[int, ...] | None = None) -> bool:
     return at_least(0, 19, installed=installed)
 
 
-def gpt_checkpoint_interop(installed: tuple[int, ...] | None = None) -> Any:
+def gpt_checkpoint_interop(installed: tuple[int, ...] | None = None) -> types.ModuleType | None:
     """megatron-core's translator of a GPTModel checkpoint for a HybridModel
     (`dist_checkpointing.gpt_checkpoint_interop`, shipped with 0.19 beside GPTModel's deprecation);
     None on earlier releases, where the shipped providers still build GPTModel."""
     if not at_least(0, 19, installed=installed):
         return None
-    from megatron.core.dist_checkpointing import gpt_checkpoint_interop
+    import importlib
 
-    return gpt_checkpoint_interop
+    return importlib.import_module("megatron.core.dist_checkpointing.gpt_checkpoint_interop")
 
 
-def megatron_null_tokenizer(vocab_size: int) -> Any:
+def megatron_null_tokenizer(vocab_size: int) -> MegatronTokenizer:
     """megatron-core's own null tokenizer of `vocab_size` (imports `megatron.core.tokenizers`)."""
     from megatron.core.tokenizers import MegatronTokenizer
 
     return MegatronTokenizer.from_pretrained(metadata_path={"library": null_tokenizer_library()}, vocab_size=vocab_size)
 
 
-def mend_model_parallel_config(module: Any = None) -> None:
+def mend_model_parallel_config(module: types.ModuleType | None = None) -> None:
     """megatron-core 0.15's `ModelParallelConfig.__post_init__` calls `warnings.warn` (expert and
     tensor parallelism without sequence parallelism) in a module that never imports `warnings`,
     so building that config raises NameError instead of warning (0.16 imports it). Give the

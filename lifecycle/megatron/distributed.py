@@ -19,7 +19,7 @@ import time
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lifecycle import launchers
 from lifecycle.config import RunConfig
@@ -30,6 +30,9 @@ from lifecycle.megatron.ranks import WATCH, RankWatch
 from lifecycle.megatron.rehearsal import Rehearsal, is_active, start_rehearsal
 from lifecycle.runtime import PhaseContext, Runtime, rank_of, world_size_of
 from states import SideEffect
+
+if TYPE_CHECKING:
+    from torch.distributed import PrefixStore, Store
 
 
 def decide_rehearsal(flag: bool | None, cuda_available: bool) -> tuple[bool, str]:
@@ -99,7 +102,7 @@ def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -
     return dist.get_rank(), dist.get_world_size(), watch
 
 
-def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int) -> tuple[Any, RankWatch]:
+def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int) -> tuple[Store, RankWatch]:
     """The rendezvous store once every rank has checked in, and the started watcher."""
     import torch.distributed as dist
 
@@ -133,7 +136,7 @@ def _store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> Dist
     """A client rank never reached the store's host (rank 0, or torchrun's agent): log and explain."""
     where = "{}:{}".format(*launchers.rendezvous() or ("MASTER_ADDR", "MASTER_PORT"))
     host = "torchrun's agent" if agent else "rank 0"
-    fields: dict[str, Any] = {} if agent else {"missing": [0]}
+    fields: dict[str, object] = {} if agent else {"missing": [0]}
     ctx.emit(events.STATE_TIMEOUT, state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=timeout_s, **fields)
     return DistributedError(
         f"rendezvous timed out after {timeout_s:g} s: could not reach the store at {where} that {host} "
@@ -166,10 +169,10 @@ def _provided_store(ctx: PhaseContext) -> Any:
 # served. It must outlive `destroy_process_group`: re-creating it on the same port for a restart
 # lets a fast rank join the previous, still-closing store and read stale keys (gloo then connects
 # to ports that are gone, or hangs). Each initialization uses a fresh key prefix instead.
-_STORES: dict[tuple[str, int], list[Any]] = {}
+_STORES: dict[tuple[str, int], list[Any]] = {}  # Any: [the TCPStore, its initializations so far]
 
 
-def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> Any:
+def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> PrefixStore:
     """A PrefixStore over this process's long-lived TCPStore for MASTER_ADDR/MASTER_PORT (env://).
 
     Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) every rank is a client.

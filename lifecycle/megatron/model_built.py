@@ -11,7 +11,7 @@ Inference plans stop after building the model: no DDP wrapper, no optimizer.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle.config import snapshot_config
 from lifecycle.errors import ConfigError
@@ -22,7 +22,14 @@ from lifecycle.megatron.user_providers import check_chunk, display_name, resolve
 from states import Plan, SideEffect
 
 if TYPE_CHECKING:
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.optimizer import MegatronOptimizer
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.module import MegatronModule
+
     from lifecycle.config import RunConfig
+    from lifecycle.megatron.providers import ModelInputs
     from lifecycle.runtime import PhaseContext, Runtime
 
 
@@ -43,7 +50,7 @@ def chunk_stages() -> list[tuple[bool, bool, int | None]]:
     return [(ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage(), None)]
 
 
-def prepare_chunk(chunk: Any) -> Any:
+def prepare_chunk(chunk: MegatronModule) -> MegatronModule:
     """What megatron's `get_model` does to each chunk: a model type, TP defaults on params."""
     from megatron.core import tensor_parallel
     from megatron.core.enums import ModelType
@@ -55,7 +62,9 @@ def prepare_chunk(chunk: Any) -> Any:
     return chunk
 
 
-def build_chunks(provider: ModelProvider, config: Any, inputs: Any, name: str = "") -> list[Any]:
+def build_chunks(
+    provider: ModelProvider, config: TransformerConfig, inputs: ModelInputs, name: str = ""
+) -> list[MegatronModule]:
     """Call the provider once per chunk, in virtual-pipeline order; check each return value before
     megatron touches it (ProviderError)."""
     chunks = []
@@ -66,7 +75,7 @@ def build_chunks(provider: ModelProvider, config: Any, inputs: Any, name: str = 
     return chunks
 
 
-def megatron_ddp_config(run: RunConfig) -> Any:
+def megatron_ddp_config(run: RunConfig) -> DistributedDataParallelConfig:
     from megatron.core.distributed import DistributedDataParallelConfig
 
     ddp = run.ddp
@@ -81,7 +90,11 @@ def megatron_ddp_config(run: RunConfig) -> Any:
     )
 
 
-def wrap_ddp(chunks: list[Any], ddp_config: Any, pg_collection: Any = None) -> list[Any]:
+def wrap_ddp(
+    chunks: list[MegatronModule],
+    ddp_config: DistributedDataParallelConfig,
+    pg_collection: ProcessGroupCollection | None = None,
+) -> list[DistributedDataParallel]:
     """Wrap every chunk in megatron's DDP with the runtime config of chunk 0."""
     from megatron.core.distributed import DistributedDataParallel
     from megatron.core.transformer.module import Float16Module
@@ -103,7 +116,9 @@ def wrap_ddp(chunks: list[Any], ddp_config: Any, pg_collection: Any = None) -> l
     ]
 
 
-def build_optimizer(run: RunConfig, model: list[Any], pg_collection: Any = None) -> Any:
+def build_optimizer(
+    run: RunConfig, model: list[MegatronModule], pg_collection: ProcessGroupCollection | None = None
+) -> MegatronOptimizer:
     """megatron's optimizer (distributed when `ddp.use_distributed_optimizer`)."""
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.utils import get_model_config
@@ -131,7 +146,7 @@ def build_optimizer(run: RunConfig, model: list[Any], pg_collection: Any = None)
     return get_megatron_optimizer(config, model, use_gloo_process_groups=False, pg_collection=pg_collection)
 
 
-def init_te_user_buffers(run: RunConfig, model_config: Any) -> bool:
+def init_te_user_buffers(run: RunConfig, model_config: TransformerConfig) -> bool:
     """TE's TP-communication-overlap user buffers, from the *runtime* model config.
 
     Only reachable with CUDA and transformer-engine (validation refuses `tp_comm_overlap`
@@ -195,7 +210,9 @@ def enter(ctx: PhaseContext) -> Runtime:
     )
 
 
-def _train_or_eval(ctx: PhaseContext, chunks: list[Any]) -> tuple[list[Any], Any, Any]:
+def _train_or_eval(
+    ctx: PhaseContext, chunks: list[MegatronModule]
+) -> tuple[list[MegatronModule], MegatronOptimizer | None, DistributedDataParallelConfig | None]:
     """The chunks in eval mode for inference; else wrapped in DDP, with their optimizer."""
     if ctx.plan is Plan.INFERENCE:
         for chunk in chunks:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
@@ -41,6 +41,9 @@ from lifecycle.megatron._liveness import (
     store_closed,
 )
 from lifecycle.runtime import PhaseContext, signals
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 WATCH = "rank_watch"
 """The `Runtime.extras` key of this initialization's `RankWatch` (multi-rank gloo/nccl only)."""
@@ -69,12 +72,12 @@ class RankWatch:
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         *,
         rank: int,
         world_size: int,
         timeout_s: float,
-        watcher_store: Callable[[], Any] | None = None,
+        watcher_store: Callable[[], Store] | None = None,
         store_host: int | None = 0,
         poll_s: float = 0.5,
         grace_s: float = 3.0,
@@ -127,7 +130,7 @@ class RankWatch:
         return [r for r in range(self.world_size) if not self.store.check([f"checkin/{r}"])]
 
     # -- failures -----------------------------------------------------------------------------
-    def publish(self, failure: Failure, store: Any = None) -> None:
+    def publish(self, failure: Failure, store: Store | None = None) -> None:
         """Tell every rank that `failure.rank` failed. Best effort: the store may be gone with its host."""
         store = self.store if store is None else store
         try:
@@ -137,7 +140,7 @@ class RankWatch:
         except Exception:  # the store's host may be the rank that died
             return
 
-    def first_failure(self, store: Any = None) -> Failure | None:
+    def first_failure(self, store: Store | None = None) -> Failure | None:
         """The first failure any rank published, or None (also when the store cannot be reached)."""
         if self._store_gone:
             return None
@@ -228,7 +231,7 @@ class RankWatch:
         emit(events.PEER_FAILED, peer_rank=peer.rank, peer_state=peer.state, error=peer.error)
 
     def _timed_out(self, emit: Emit, trigger: str, state: str, missing: list[int] | None, *, rendezvous: bool) -> None:
-        fields: dict[str, Any] = {"missing": missing} if missing is not None else {}
+        fields: dict[str, object] = {"missing": missing} if missing is not None else {}
         emit(events.STATE_TIMEOUT, state=state, trigger=trigger, timeout_s=self.timeout_s, **fields)
         if not rendezvous:
             return
@@ -269,7 +272,7 @@ class RankWatch:
             if active is not None:
                 self._escalate(active, now)
 
-    def _find_gone_peers(self, store: Any, now: float) -> None:
+    def _find_gone_peers(self, store: Store, now: float) -> None:
         """A rank on this host whose process is gone without `done`: publish it (kind `lost`)."""
         for peer, pid in self._peers.items():
             if peer in self._finished or process_alive(pid):
@@ -287,7 +290,7 @@ class RankWatch:
                 self._noticed = (first, now)
             return
 
-    def _said_done(self, store: Any, peer: int) -> bool:
+    def _said_done(self, store: Store, peer: int) -> bool:
         if self._store_gone:
             return False
         try:
@@ -295,7 +298,7 @@ class RankWatch:
         except Exception:  # the store went with its host: the peer did not finish
             return False
 
-    def _state_of(self, store: Any, peer: int) -> str:
+    def _state_of(self, store: Store, peer: int) -> str:
         if self._store_gone:
             return "unknown"
         try:
@@ -303,7 +306,7 @@ class RankWatch:
         except Exception:
             return "unknown"
 
-    def _poll(self, store: Any, beats: dict[int, tuple[bytes, float]], now: float) -> None:
+    def _poll(self, store: Store, beats: dict[int, tuple[bytes, float]], now: float) -> None:
         store.add(f"alive/{self.rank}", 1)
         if self._noticed is None:
             failure = read_first(store)
@@ -312,7 +315,7 @@ class RankWatch:
         if self.rank == 0 and self._noticed is None:
             self._find_lost(store, beats, now)
 
-    def _find_lost(self, store: Any, beats: dict[int, tuple[bytes, float]], now: float) -> None:
+    def _find_lost(self, store: Store, beats: dict[int, tuple[bytes, float]], now: float) -> None:
         """Rank 0: publish, for the first peer whose heartbeat stood still `stale_s`, a `lost` failure."""
         peers = [r for r in range(self.world_size) if r != self.rank]
         values = store.multi_get([f"alive/{r}" for r in peers])  # every rank set its beat at check-in

@@ -21,18 +21,21 @@ import contextlib
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lifecycle.errors import RehearsalError
+
+if TYPE_CHECKING:
+    from lifecycle.megatron._rehearsal_cuda import CpuDeviceMode
 
 _MARK = "_lifecycle_rehearsal"
 
 
 @dataclass(frozen=True, slots=True)
 class _Patch:
-    owner: Any
+    owner: object
     name: str
-    original: Any
+    original: object
     had: bool
 
     @property
@@ -48,7 +51,7 @@ class Rehearsal:
     thread_id: int
     active: bool = True
     _patches: tuple[_Patch, ...] = field(default=(), repr=False)
-    _mode: Any = field(default=None, repr=False)
+    _mode: CpuDeviceMode | None = field(default=None, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -135,11 +138,11 @@ def _restore(patches: Sequence[_Patch]) -> None:
             delattr(patch.owner, patch.name)
 
 
-def _pop_mode(mode: Any) -> None:
+def _pop_mode(mode: CpuDeviceMode | None) -> None:
     from torch.overrides import _get_current_function_mode_stack
 
     stack = _get_current_function_mode_stack()
-    if not stack or stack[-1] is not mode:
+    if mode is None or not stack or stack[-1] is not mode:
         raise RehearsalError(
             "the CPU rehearsal's function mode is not the innermost one on this thread; "
             "exit function modes entered after the rehearsal before closing it",
@@ -147,7 +150,7 @@ def _pop_mode(mode: Any) -> None:
     mode.__exit__(None, None, None)
 
 
-def _replacements() -> list[tuple[Any, str, Any]]:
+def _replacements() -> list[tuple[object, str, object]]:
     import torch
     from megatron.core.tensor_parallel import random as mrandom
 
@@ -155,7 +158,7 @@ def _replacements() -> list[tuple[Any, str, Any]]:
 
     cuda_tensor = fake.tensor_cuda
     setattr(cuda_tensor, _MARK, True)
-    out: list[tuple[Any, str, Any]] = [
+    out: list[tuple[object, str, object]] = [
         (torch.Tensor, "cuda", cuda_tensor),
         (torch.Tensor, "type", fake.tensor_type_wrapper(torch.Tensor.type)),
     ]
@@ -167,7 +170,7 @@ def _replacements() -> list[tuple[Any, str, Any]]:
     return out
 
 
-def _device_mode_class() -> type[Any]:
+def _device_mode_class() -> type[CpuDeviceMode]:
     from lifecycle.megatron import _rehearsal_cuda as fake
 
     return fake.CpuDeviceMode

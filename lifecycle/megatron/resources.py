@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 from lifecycle.megatron.ranks import WATCH
 from lifecycle.runtime import Runtime
@@ -30,7 +29,7 @@ def resources(state: State, runtime: Runtime) -> list[tuple[str, Probe]]:
     return made(runtime) if made is not None else []
 
 
-def _dead(obj: Any) -> Probe:
+def _dead(obj: object) -> Probe:
     try:
         ref = weakref.ref(obj)
     except TypeError:  # not weak-referenceable: nothing to watch
@@ -45,7 +44,7 @@ def _services(runtime: Runtime) -> list[tuple[str, Probe]]:
     return out
 
 
-def _closed(writer: Any) -> Probe:
+def _closed(writer: object) -> Probe:
     try:
         ref = weakref.ref(writer)
     except TypeError:

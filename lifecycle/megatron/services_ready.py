@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lifecycle.config import RunConfig, TokenizerConfig
 from lifecycle.errors import ExtraNotInstalled
@@ -23,6 +23,9 @@ from lifecycle.megatron import compat
 from lifecycle.megatron.vocab import resolve_vocab_size
 from lifecycle.runtime import Closeable, PhaseContext, Runtime
 from states import SideEffect
+
+if TYPE_CHECKING:
+    from megatron.core.tokenizers import MegatronTokenizer
 
 HF_EXTRA = "pip install 'megatron-lifecycle[hf]'"
 
@@ -60,7 +63,7 @@ class NullTokenizer:
         return OrderedDict(library=self.library, vocab_size=str(self.size))
 
 
-def build_tokenizer(config: TokenizerConfig) -> Any:
+def build_tokenizer(config: TokenizerConfig) -> NullTokenizer | MegatronTokenizer:
     """The tokenizer for `config`: `NullTokenizer`, or megatron-core's for a HuggingFace directory."""
     if config.type == "null":
         return NullTokenizer(config.vocab_size)
@@ -78,9 +81,9 @@ def build_tokenizer(config: TokenizerConfig) -> Any:
     return MegatronTokenizer.from_pretrained(tokenizer_path=config.path, metadata_path={"library": "huggingface"})
 
 
-def build_writers(ctx: PhaseContext, config: RunConfig) -> dict[str, Any]:
+def build_writers(ctx: PhaseContext, config: RunConfig) -> dict[str, object]:
     """The writers and timers the config asks for: a TensorBoard writer, megatron's Timers."""
-    writers: dict[str, Any] = {}
+    writers: dict[str, object] = {}
     if config.logging.tensorboard_dir:
         from torch.utils.tensorboard import SummaryWriter
 
@@ -144,7 +147,7 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     return without_services(runtime)
 
 
-def without_services(runtime: Runtime, **changes: Any) -> Runtime:
+def without_services(runtime: Runtime, **changes: Any) -> Runtime:  # Any: each is a Runtime field, of its own type
     """`runtime` with nothing of SERVICES_READY left in it (tokenizer, vocab, writers), and `changes`."""
     return dataclasses.replace(
         runtime,

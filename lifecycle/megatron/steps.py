@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from bindings import BindingReport
 from lifecycle.errors import LifecycleError
@@ -39,7 +39,7 @@ class OverlapChunk(Protocol):
 
     def disable_forward_pre_hook(self, param_sync: bool = True) -> None: ...
     def enable_forward_pre_hook(self) -> None: ...
-    def start_param_sync(self, *unused: Any, force_sync: bool = False) -> None: ...
+    def start_param_sync(self, *unused: object, force_sync: bool = False) -> None: ...
 
 
 TRAINING_STATE = getattr(trains_in(Plan.TRAINING), "name", "")  # where the training plan trains
@@ -66,7 +66,7 @@ class Driver(Protocol):
     def target(self) -> State: ...
     @property
     def runtime(self) -> Runtime: ...
-    def record(self, event: str, **fields: Any) -> None: ...
+    def record(self, event: str, **fields: object) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,7 +118,7 @@ class Steps:
         self.gather = overlapped_gather(rt)
         self.defer_first_gather = defer_first_gather
         self.first_pending = True
-        self._paused: Any = None
+        self._paused: object = None  # the param_sync_func pause_param_sync took off
         self._deferred = False
         self._started: float | None = None
         self.last_step: int | None = None

@@ -8,12 +8,18 @@ bookkeeping (first-step gather, watchdog, `step_completed`, final parameter sync
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from lifecycle.errors import InvalidTransition
 from lifecycle.megatron.steps import TRAINING_STATE, Driver, StepResult, steps_for
 from lifecycle.runtime import Runtime
 from states import training_state
+
+if TYPE_CHECKING:
+    import torch
+    from megatron.core.transformer.module import MegatronModule
+
+    from lifecycle.config import RunConfig
 
 __all__ = ["Driver", "StepResult", "checkpoint_step", "forward_step", "synthetic_batches", "train_steps"]
 
@@ -24,7 +30,7 @@ class DDPChunk(Protocol):
     def zero_grad_buffer(self) -> None: ...
 
 
-def synthetic_batches(config: Any, vocab: int, seed: int, skip: int = 0) -> Iterator[dict[str, Any]]:
+def synthetic_batches(config: RunConfig, vocab: int, seed: int, skip: int = 0) -> Iterator[dict[str, torch.Tensor]]:
     """Seeded synthetic micro-batches, what `train_steps` trains on (a hand-written loop that wants
     the same numbers uses them too); `skip` drops the first ones (a run resumed from a checkpoint
     sees the batches an uninterrupted run would)."""
@@ -47,13 +53,15 @@ def synthetic_batches(config: Any, vocab: int, seed: int, skip: int = 0) -> Iter
         }
 
 
-def forward_step(data_iterator: Iterator[dict[str, Any]], chunk: Any) -> tuple[Any, Callable[..., Any]]:
+def forward_step(
+    data_iterator: Iterator[dict[str, torch.Tensor]], chunk: MegatronModule
+) -> tuple[torch.Tensor, Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, torch.Tensor]]]]:
     """The `forward_step_func` `train_steps` hands megatron's schedule: a GPT chunk on the next of
     `synthetic_batches`, its loss averaged over the loss mask (reported as `lm loss`)."""
     batch = next(data_iterator)
     output = chunk(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"])
 
-    def loss_func(output_tensor: Any) -> tuple[Any, dict[str, Any]]:
+    def loss_func(output_tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         losses = output_tensor.float()
         mask = batch["loss_mask"]
         loss = (losses * mask).sum() / mask.sum()
@@ -63,7 +71,12 @@ def forward_step(data_iterator: Iterator[dict[str, Any]], chunk: Any) -> tuple[A
     return output, loss_func
 
 
-def _step(rt: Runtime, model: list[DDPChunk], data: list[Iterator[dict[str, Any]]], schedule: Any) -> float | None:
+def _step(
+    rt: Runtime,
+    model: list[DDPChunk],
+    data: list[Iterator[dict[str, torch.Tensor]]],
+    schedule: Callable[..., list[dict[str, torch.Tensor]]],
+) -> float | None:
     """One forward/backward through megatron's schedule and one optimizer step; the mean loss."""
     config = rt.config
     for chunk in model:

@@ -11,7 +11,7 @@ loads neither torch nor megatron.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from lifecycle.errors import ExtraNotInstalled
 
@@ -52,7 +52,7 @@ def require_megatron_training() -> None:
 require_megatron_training()
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Callable[..., object]:
     if name == "pretrain":
         from lifecycle.megatron_lm.driver import pretrain
 

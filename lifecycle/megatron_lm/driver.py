@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lifecycle.engine import Lifecycle, TripwirePolicy
 from lifecycle.megatron_lm.entry import (
@@ -20,30 +20,41 @@ from lifecycle.megatron_lm.entry import (
 from lifecycle.resilience import cycle_and_store, injectable
 from lifecycle.runtime import Options
 
+if TYPE_CHECKING:
+    from argparse import Namespace
+
+    from megatron.core.enums import ModelType
+    from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator
+    from megatron.core.process_groups_config import MultiModuleProcessGroupCollection, ProcessGroupCollection
+    from megatron.training.config.container import PretrainConfigContainer
+    from torch.distributed import Store
+
+    from lifecycle.megatron_lm.entry import TrainResult
+
 LOG_DIR_ENV = "LIFECYCLE_LOG_DIR"
 
 
 @injectable
 def pretrain(
-    cfg_container: Any,
-    train_valid_test_dataset_provider: Any,
-    model_type: Any,
-    forward_step_func: Any,
-    model_provider: Any = None,
-    process_non_loss_data_func: Any = None,
-    get_embedding_ranks: Any = None,
-    get_position_embedding_ranks: Any = None,
-    non_loss_data_func: Any = None,
-    store: Any = None,
-    inprocess_call_wrapper: Any = None,
-    p2p_communicator: Any = None,
-    pg_collection: Any = None,
+    cfg_container: PretrainConfigContainer,
+    train_valid_test_dataset_provider: Callable[..., object],
+    model_type: ModelType,
+    forward_step_func: Callable[..., object],
+    model_provider: object = None,
+    process_non_loss_data_func: Callable[..., object] | None = None,
+    get_embedding_ranks: Callable[..., list[int]] | None = None,
+    get_position_embedding_ranks: Callable[..., list[int]] | None = None,
+    non_loss_data_func: Callable[..., object] | None = None,
+    store: Store | None = None,
+    inprocess_call_wrapper: object = None,
+    p2p_communicator: P2PCommunicator | None = None,
+    pg_collection: ProcessGroupCollection | MultiModuleProcessGroupCollection | None = None,
     skip_model_parallel_init: bool = False,
     *,
     log_dir: str | Path | None = None,
     tripwires: TripwirePolicy = "raise",
     options: Options | Mapping[str, object] | None = None,
-) -> dict[str, Any]:
+) -> TrainResult:
     """Megatron-LM's `pretrain`, started by the lifecycle: same arguments, same training.
 
     The startup runs as the lifecycle's states, each doing its work with Megatron-LM's own function
@@ -61,7 +72,7 @@ def pretrain(
     return _start_and_train(call, cycle, log_dir=log_dir, tripwires=tripwires, options=options)
 
 
-def _call(arguments: Mapping[str, Any]) -> MegatronLMCall:
+def _call(arguments: Mapping[str, Any]) -> MegatronLMCall:  # Any: pretrain's locals(), each of its field's type
     """The call's record: the arguments Megatron-LM's signature names, and Megatron-LM's args."""
     args, validated = _megatron_args(arguments["cfg_container"])
     derived = ("args", "args_validated", "extras")
@@ -76,7 +87,7 @@ def _start_and_train(
     log_dir: str | Path | None,
     tripwires: TripwirePolicy,
     options: Options | Mapping[str, object] | None,
-) -> dict[str, Any]:
+) -> TrainResult:
     """The lifecycle's startup to its plan's target (in restart cycle `cycle`), then `train()`."""
     where = log_dir if log_dir is not None else os.environ.get(LOG_DIR_ENV)
     config = run_config(call.args, log_dir=None if where is None else str(where))
@@ -89,7 +100,7 @@ def _start_and_train(
         return run_training(lc, call)
 
 
-def _megatron_args(cfg_container: Any) -> tuple[Any, bool]:
+def _megatron_args(cfg_container: PretrainConfigContainer) -> tuple[Namespace, bool]:
     """(Megatron-LM's arguments, validated?): the script's, or derived from the container."""
     from megatron.training import global_vars
 

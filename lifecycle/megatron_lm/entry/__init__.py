@@ -11,13 +11,14 @@ from lifecycle.megatron_lm.entry._derive import args_from_container, disagreemen
 from lifecycle.megatron_lm.entry._phases import MegatronLMCall, MegatronLMPhases
 from lifecycle.megatron_lm.entry._providers import KeywordProvider, problem
 from lifecycle.megatron_lm.entry._quiet import quiet_library_loggers
-from lifecycle.megatron_lm.entry._train import run_training
+from lifecycle.megatron_lm.entry._train import TrainResult, run_training
 
 __all__ = [
     "SLOTS",
     "KeywordProvider",
     "MegatronLMCall",
     "MegatronLMPhases",
+    "TrainResult",
     "args_from_container",
     "bound_once",
     "cuda_as_cpu",

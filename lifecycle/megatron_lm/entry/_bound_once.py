@@ -12,14 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lifecycle.errors import BindingError
+
+if TYPE_CHECKING:
+    from megatron.core.transformer import TransformerConfig
 
 SLOTS = ("finalize_model_grads_func", "grad_scale_func", "no_sync_func", "grad_sync_func", "param_sync_func")
 
 
-def same(a: Any, b: Any) -> bool:
+def same(a: object, b: object) -> bool:
     """Two slot values bind the same callables (bound methods compare by owner and function)."""
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
@@ -27,16 +30,16 @@ def same(a: Any, b: Any) -> bool:
 
 
 @contextmanager
-def bound_once(config: Any) -> Iterator[list[str]]:
+def bound_once(config: TransformerConfig) -> Iterator[list[str]]:
     """While the block runs, `config`'s callback slots take no second binding; yields the slots
     whose second binding was dropped, in order."""
-    base: Any = type(config)
+    base: Any = type(config)  # Any: megatron's config class, whose unbound methods are called with `self`
     dropped: list[str] = []
     # What train() reads back of a slot it is still writing: unbound (None) for its check that
     # no_sync_func is unset, then its own one-element list until it writes the single callable.
-    views: dict[str, Any] = {"no_sync_func": None} if getattr(config, "no_sync_func", None) is not None else {}
+    views: dict[str, object] = {"no_sync_func": None} if getattr(config, "no_sync_func", None) is not None else {}
 
-    def __setattr__(self: Any, name: str, value: Any) -> None:
+    def __setattr__(self: TransformerConfig, name: str, value: object) -> None:
         if (
             name not in SLOTS
             or value is None
@@ -44,12 +47,12 @@ def bound_once(config: Any) -> Iterator[list[str]]:
         ):
             base.__setattr__(self, name, value)
 
-    def __getattribute__(self: Any, name: str) -> Any:
+    def __getattribute__(self: TransformerConfig, name: str) -> object:
         if name in views:
             return views[name]
         return base.__getattribute__(self, name)
 
-    namespace: dict[str, Any] = {"__setattr__": __setattr__, "__module__": base.__module__}
+    namespace: dict[str, object] = {"__setattr__": __setattr__, "__module__": base.__module__}
     if any(getattr(config, s, None) is not None for s in SLOTS[2:]):  # only then can train() read them back
         namespace["__getattribute__"] = __getattribute__
     config.__class__ = type(base.__name__, (base,), namespace)
@@ -59,7 +62,7 @@ def bound_once(config: Any) -> Iterator[list[str]]:
         object.__setattr__(config, "__class__", base)
 
 
-def _goes_through(name: str, value: Any, current: Any, views: dict[str, Any], dropped: list[str]) -> bool:
+def _goes_through(name: str, value: object, current: object, views: dict[str, object], dropped: list[str]) -> bool:
     """Whether a binding write of `value` to slot `name`, which holds `current`, goes through: a
     second binding is dropped (recorded in `dropped`), train()'s one-element list of the bound
     callable is shown back from `views`, a different callable over a bound one is refused."""
@@ -79,7 +82,7 @@ def _goes_through(name: str, value: Any, current: Any, views: dict[str, Any], dr
     return True
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     """A slot value named by its functions (never a model's repr)."""
     entries = value if isinstance(value, list) else [value]
     names = [getattr(e, "__qualname__", type(e).__name__) for e in entries]

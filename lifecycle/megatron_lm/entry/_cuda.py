@@ -22,7 +22,10 @@ from __future__ import annotations
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _compiled_helpers() -> None:
@@ -30,26 +33,26 @@ def _compiled_helpers() -> None:
     from megatron.core.datasets import helpers_cpp  # noqa: F401
 
 
-def _properties(device: Any = None) -> Any:
+def _properties(device: object = None) -> types.SimpleNamespace:
     return types.SimpleNamespace(major=9, minor=0, name="cpu-rehearsal", total_memory=0, multi_processor_count=1)
 
 
-def _unpinned(self: Any, *_: Any, **__: Any) -> Any:
+def _unpinned(self: torch.Tensor, *_: object, **__: object) -> torch.Tensor:
     """`Tensor.pin_memory()` (the data loader pins when CUDA is available): nothing to pin on CPU."""
     return self
 
 
-def _zero(*_: Any, **__: Any) -> int:
+def _zero(*_: object, **__: object) -> int:
     return 0
 
 
-def extra_patches() -> list[tuple[Any, str, Any]]:
+def extra_patches() -> list[tuple[object, str, object]]:
     """(owner, attribute, stand-in) for what `megatron.training` reads beyond the rehearsal's patches."""
     import torch
     import torch._dynamo.config as dynamo_config
     from megatron.core.datasets import utils as dataset_utils
 
-    out: list[tuple[Any, str, Any]] = [
+    out: list[tuple[object, str, object]] = [
         (torch.cuda, "is_available", lambda: True),
         (torch.cuda, "device_count", lambda: 1),
         (torch.cuda, "set_device", lambda device: None),
@@ -72,9 +75,9 @@ class Patched:
     """Attributes replaced by `install`; `restore` puts them back, newest first. Idempotent."""
 
     def __init__(self) -> None:
-        self._saved: list[tuple[Any, str, Any, bool]] = []
+        self._saved: list[tuple[object, str, object, bool]] = []
 
-    def install(self, patches: list[tuple[Any, str, Any]]) -> Patched:
+    def install(self, patches: list[tuple[object, str, object]]) -> Patched:
         for owner, name, value in patches:
             self._saved.append((owner, name, getattr(owner, name, None), hasattr(owner, name)))
             setattr(owner, name, value)

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from argparse import Namespace
 from dataclasses import fields, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lifecycle import launchers
 from lifecycle.config import Problem, RunConfig
+
+if TYPE_CHECKING:
+    from megatron.training.config.container import PretrainConfigContainer
 
 # Sections of the container whose fields are named as Megatron-LM's arguments are.
 SECTIONS = (
@@ -58,11 +61,11 @@ CHECKED = (
 DERIVED_BY_VALIDATE_ARGS = ("start_weight_decay", "end_weight_decay")
 
 
-def container_items(container: Any) -> dict[str, tuple[str, Any]]:
+def container_items(container: PretrainConfigContainer) -> dict[str, tuple[str, object]]:
     """argument name -> (container path, value) for every dataclass field of the container's sections."""
-    items: dict[str, tuple[str, Any]] = {}
+    items: dict[str, tuple[str, object]] = {}
     for section in SECTIONS:
-        part: Any = container
+        part: object = container
         for name in section.split("."):
             part = getattr(part, name, None)
         if part is None or not is_dataclass(part):
@@ -77,7 +80,7 @@ def container_items(container: Any) -> dict[str, tuple[str, Any]]:
     return items
 
 
-def disagreements(container: Any, args: Namespace) -> list[Problem]:
+def disagreements(container: PretrainConfigContainer, args: Namespace) -> list[Problem]:
     """The model-defining fields where the container and Megatron-LM's arguments differ."""
     items = container_items(container)
     problems = []
@@ -99,7 +102,7 @@ def disagreements(container: Any, args: Namespace) -> list[Problem]:
     return problems
 
 
-def args_from_container(container: Any) -> Namespace:
+def args_from_container(container: PretrainConfigContainer) -> Namespace:
     """Megatron-LM's arguments for a container built without them (YAML, dict): the parser's
     defaults, overridden by every container field of the same name. Not yet validated."""
     import argparse
@@ -125,7 +128,7 @@ def _dtype(args: Namespace) -> str:
     return "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "fp32"
 
 
-def _model(args: Namespace) -> dict[str, Any]:
+def _model(args: Namespace) -> dict[str, object]:
     return {
         "num_layers": args.num_layers,
         "hidden_size": args.hidden_size,
@@ -147,7 +150,7 @@ def _model(args: Namespace) -> dict[str, Any]:
     }
 
 
-def _parallel(args: Namespace) -> dict[str, Any]:
+def _parallel(args: Namespace) -> dict[str, object]:
     return {
         "tp": args.tensor_model_parallel_size,
         "pp": args.pipeline_model_parallel_size,
@@ -160,7 +163,7 @@ def _parallel(args: Namespace) -> dict[str, Any]:
     }
 
 
-def _ddp(args: Namespace) -> dict[str, Any]:
+def _ddp(args: Namespace) -> dict[str, object]:
     return {
         "overlap_grad_reduce": args.overlap_grad_reduce,
         "overlap_param_gather": args.overlap_param_gather,
@@ -173,7 +176,7 @@ def _ddp(args: Namespace) -> dict[str, Any]:
     }
 
 
-def _optimizer(args: Namespace) -> dict[str, Any]:
+def _optimizer(args: Namespace) -> dict[str, object]:
     return {
         "optimizer": "sgd" if args.optimizer == "sgd" else "adam",
         "lr": args.lr,

@@ -5,11 +5,17 @@ reproduce Megatron-LM's losses)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from argparse import Namespace
+from typing import TYPE_CHECKING
 
 from lifecycle.log import events
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
+
+if TYPE_CHECKING:
+    from megatron.core.process_groups_config import MultiModuleProcessGroupCollection, ProcessGroupCollection
+
+    from lifecycle.megatron_lm.entry._phases import MegatronLMCall
 
 
 class CpuStandIns:
@@ -33,7 +39,7 @@ class CpuStandIns:
             self.rehearsal.close()
 
 
-def _rerun_state_machine(args: Any) -> None:
+def _rerun_state_machine(args: Namespace) -> None:
     """`initialize_megatron`'s rerun state machine, with its RNG-tracker save and restore."""
     from megatron.core import tensor_parallel
     from megatron.core.rerun_state_machine import (
@@ -43,10 +49,10 @@ def _rerun_state_machine(args: Any) -> None:
         initialize_rerun_state_machine,
     )
 
-    def state_save_func() -> dict[str, Any]:
+    def state_save_func() -> dict[str, object]:
         return {"rng_tracker_states": tensor_parallel.get_cuda_rng_tracker().get_states()}
 
-    def state_restore_func(state_dict: dict[str, Any]) -> None:
+    def state_restore_func(state_dict: dict[str, object]) -> None:
         if state_dict["rng_tracker_states"]:
             tensor_parallel.get_cuda_rng_tracker().set_states(state_dict["rng_tracker_states"])
 
@@ -62,7 +68,7 @@ def _rerun_state_machine(args: Any) -> None:
     )
 
 
-def _seed(ctx: PhaseContext, call: Any) -> None:
+def _seed(ctx: PhaseContext, call: MegatronLMCall) -> None:
     from megatron.training import initialize as mi
 
     args, groups = call.args, call.pg_collection
@@ -81,7 +87,7 @@ def _seed(ctx: PhaseContext, call: Any) -> None:
     )
 
 
-def _groups(ctx: PhaseContext, call: Any) -> Any:
+def _groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
     """Process group and parallel state: Megatron-LM's `_initialize_distributed`."""
     import torch.distributed as dist
     from megatron.training import initialize as mi
@@ -97,7 +103,7 @@ def _groups(ctx: PhaseContext, call: Any) -> Any:
     ctx.set_rank(rank=dist.get_rank(), world_size=dist.get_world_size())
 
 
-def initialize(ctx: PhaseContext, call: Any) -> Runtime:
+def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
     """Rehearsal (without CUDA), rerun state machine, groups, seeds, autoresume, dataset helper,
     TP communicators, JIT warm-up; a failure part-way undoes what was created."""
     import torch
@@ -129,7 +135,9 @@ def initialize(ctx: PhaseContext, call: Any) -> Runtime:
     )
 
 
-def _initialize_megatron(ctx: PhaseContext, call: Any) -> Any:
+def _initialize_megatron(
+    ctx: PhaseContext, call: MegatronLMCall
+) -> ProcessGroupCollection | MultiModuleProcessGroupCollection:
     """`initialize_megatron`'s steps, then `pretrain`'s JIT warm-up; returns the process groups."""
     from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.training import initialize as mi
@@ -146,7 +154,7 @@ def _initialize_megatron(ctx: PhaseContext, call: Any) -> Any:
     return call.pg_collection or ProcessGroupCollection.use_mpu_process_groups()
 
 
-def _emit_initialized(ctx: PhaseContext, args: Any) -> None:
+def _emit_initialized(ctx: PhaseContext, args: Namespace) -> None:
     """The DISTRIBUTED_INITIALIZED record: the parallel sizes and this rank's place in each group."""
     from megatron.core import parallel_state as ps
 

@@ -18,10 +18,11 @@
 from __future__ import annotations
 
 import dataclasses
+from argparse import Namespace
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lifecycle.config import normalize, raise_for, snapshot_config, validate
 from lifecycle.log import events, redact
@@ -32,25 +33,37 @@ from lifecycle.megatron_lm.entry._distributed import initialize
 from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
 from states import STARTUP_ORDER, SideEffect, State
 
+if TYPE_CHECKING:
+    from megatron.core.enums import ModelType
+    from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator
+    from megatron.core.process_groups_config import MultiModuleProcessGroupCollection, ProcessGroupCollection
+    from megatron.training.config.container import PretrainConfigContainer
+    from torch.distributed import Store
+
+    from lifecycle.config import Problem
+    from lifecycle.megatron.providers import ModelInputs
+
 
 @dataclass(kw_only=True)
 class MegatronLMCall:
     """The arguments of one `pretrain(...)` call, as Megatron-LM's signature names them."""
 
-    cfg_container: Any
-    train_valid_test_dataset_provider: Any
-    model_type: Any
-    forward_step_func: Any
-    model_provider: Any = None
-    process_non_loss_data_func: Any = None
-    get_embedding_ranks: Any = None
-    get_position_embedding_ranks: Any = None
-    non_loss_data_func: Any = None
-    store: Any = None
-    p2p_communicator: Any = None
-    pg_collection: Any = None
+    cfg_container: PretrainConfigContainer
+    train_valid_test_dataset_provider: Callable[..., object]
+    model_type: ModelType
+    forward_step_func: Callable[..., object]
+    model_provider: object = None
+    """Any shape `_providers.problem` accepts (checked at VALIDATED), or None."""
+    process_non_loss_data_func: Callable[..., object] | None = None
+    get_embedding_ranks: Callable[..., list[int]] | None = None
+    get_position_embedding_ranks: Callable[..., list[int]] | None = None
+    non_loss_data_func: Callable[..., object] | None = None
+    store: Store | None = None
+    p2p_communicator: P2PCommunicator | None = None
+    pg_collection: ProcessGroupCollection | MultiModuleProcessGroupCollection | None = None
     skip_model_parallel_init: bool = False
-    args: Any = None
+    args: Namespace = field(default_factory=Namespace)
+    """Megatron-LM's arguments (`driver._megatron_args`)."""
     args_validated: bool = False
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -214,7 +227,7 @@ def _destroying_rerun_state(ctx: PhaseContext, release: Entry) -> Runtime:
             destroy_rerun_state_machine()
 
 
-def _keyword_provider(call: MegatronLMCall, rt: Runtime) -> Any:
+def _keyword_provider(call: MegatronLMCall, rt: Runtime) -> _providers.KeywordProvider | None:
     """The user's model provider, called by keyword with what it asks for; None without one."""
     if call.model_provider is None:
         return None
@@ -225,13 +238,13 @@ def _keyword_provider(call: MegatronLMCall, rt: Runtime) -> Any:
     )
 
 
-def _inputs(rt: Runtime) -> Any:
+def _inputs(rt: Runtime) -> ModelInputs:
     from lifecycle.megatron.providers import model_inputs
 
     return model_inputs(rt.config, rt.vocab_size)
 
 
-def _megatron_validation(args: Any) -> list[Any]:
+def _megatron_validation(args: Namespace) -> list[Problem]:
     """Megatron-LM's `validate_args` on args derived from a container; its assertion as a Problem."""
     from megatron.training.arguments import validate_args
 

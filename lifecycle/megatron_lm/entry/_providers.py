@@ -11,9 +11,18 @@ reported with its name and file:line.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, cast
 
 from lifecycle.errors import ProviderError
+
+if TYPE_CHECKING:
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.module import MegatronModule
+    from megatron.training.models.base import ModelBuilder, ModelConfig
+
+    from lifecycle.megatron.providers import ModelInputs
 
 KEYWORDS = ("pre_process", "post_process", "vp_stage", "config", "pg_collection")
 INSTEAD = (
@@ -22,7 +31,7 @@ INSTEAD = (
 )
 
 
-def where(obj: Any) -> str:
+def where(obj: object) -> str:
     """file:line where `obj` (or its class) was defined, or its module when that is unknown."""
     target = obj if inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isclass(obj) else type(obj)
     target = getattr(target, "func", target)  # functools.partial
@@ -35,14 +44,14 @@ def where(obj: Any) -> str:
         return getattr(target, "__module__", "?") or "?"
 
 
-def name(obj: Any) -> str:
+def name(obj: object) -> str:
     target = getattr(obj, "func", obj)
     if not (inspect.isfunction(target) or inspect.ismethod(target)):
         target = type(target)
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
 
 
-def _kind(obj: Any) -> str | None:
+def _kind(obj: object) -> str | None:
     """How to call `obj`: builder, model_config, bridge, lifecycle, keyword; None if unusable."""
     try:
         from megatron.training.models.base import ModelBuilder, ModelConfig
@@ -67,7 +76,7 @@ def _kind(obj: Any) -> str | None:
     return None
 
 
-def problem(obj: Any) -> str | None:
+def problem(obj: object) -> str | None:
     """Why `obj` cannot be a model provider (≤ 300 characters), or None when it can (or is None)."""
     if obj is None or _kind(obj) is not None:
         return None
@@ -78,10 +87,18 @@ def problem(obj: Any) -> str | None:
     return message[:300]
 
 
+class _Bridge(Protocol):
+    """A Megatron-Bridge-shaped provider: `.provide(...)` builds the model."""
+
+    def provide(self, *args: object, **kwargs: object) -> MegatronModule: ...
+
+
 class KeywordProvider:
     """Any accepted shape, callable as Megatron-LM's `get_model` calls a provider."""
 
-    def __init__(self, obj: Any, *, transformer_config: Any = None, inputs: Any = None) -> None:
+    def __init__(
+        self, obj: object, *, transformer_config: TransformerConfig | None = None, inputs: ModelInputs | None = None
+    ) -> None:
         self.obj, self.kind = obj, _kind(obj)
         self.transformer_config, self.inputs = transformer_config, inputs
         self.name = name(obj)
@@ -91,9 +108,9 @@ class KeywordProvider:
         pre_process: bool = True,
         post_process: bool = True,
         vp_stage: int | None = None,
-        config: Any = None,
-        pg_collection: Any = None,
-    ) -> Any:
+        config: TransformerConfig | None = None,
+        pg_collection: ProcessGroupCollection | None = None,
+    ) -> MegatronModule:
         given = {
             "pre_process": pre_process,
             "post_process": post_process,
@@ -111,21 +128,24 @@ class KeywordProvider:
                 provider=self.name,
             ) from exc
 
-    def _call(self, given: dict[str, Any]) -> Any:
+    def _call(self, given: dict[str, object]) -> MegatronModule:
+        """Call `self.obj` as its kind (`_kind`, which checked the shape each cast names)."""
         obj, stage = self.obj, {k: given[k] for k in ("pre_process", "post_process", "vp_stage")}
         if self.kind == "builder":
-            return obj.build_model(given["pg_collection"], **stage)
+            return cast("ModelBuilder", obj).build_model(given["pg_collection"], **stage)
         if self.kind == "model_config":
-            return obj.get_builder_cls()(obj).build_model(given["pg_collection"], **stage)
+            model_config = cast("ModelConfig", obj)
+            return model_config.get_builder_cls()(model_config).build_model(given["pg_collection"], **stage)
         if self.kind == "bridge":
-            return _by_keyword(obj.provide, given)
+            return _by_keyword(cast(_Bridge, obj).provide, given)
+        provider = cast("Callable[..., MegatronModule]", obj)
         if self.kind == "lifecycle":
             config = given["config"] if given["config"] is not None else self.transformer_config
-            return obj(config, inputs=self.inputs, **stage)
-        return _by_keyword(obj, given)
+            return provider(config, inputs=self.inputs, **stage)
+        return _by_keyword(provider, given)
 
 
-def _by_keyword(fn: Any, given: dict[str, Any]) -> Any:
+def _by_keyword(fn: Callable[..., MegatronModule], given: dict[str, object]) -> MegatronModule:
     """Call `fn` with the keywords its signature takes (all of them with **kwargs)."""
     params = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):

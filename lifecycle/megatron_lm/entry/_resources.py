@@ -14,13 +14,17 @@ Each probe is true once its resource is gone; it keeps no strong reference to it
 from __future__ import annotations
 
 import dataclasses
+import types
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lifecycle.megatron.services_ready import without_services
 from lifecycle.runtime import Entry, PhaseContext, Runtime
 from states import State
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 Probe = Callable[[], bool]
 CREATED = "megatron_lm_globals"
@@ -69,13 +73,13 @@ def _services(runtime: Runtime) -> list[tuple[str, Probe]]:
     return out
 
 
-def _unset(module: Any, var: str, value: Any) -> Probe:
+def _unset(module: types.ModuleType, var: str, value: object) -> Probe:
     """Gone once `module.var` no longer holds `value` (compared by id: the probe holds no reference)."""
     ident = id(value)
     return lambda: id(getattr(module, var, None)) != ident
 
 
-def _writer_closed(writer: Any) -> Probe:
+def _writer_closed(writer: SummaryWriter) -> Probe:
     """A SummaryWriter is closed once it holds no file writers (or is freed)."""
     ref = weakref.ref(writer)
 

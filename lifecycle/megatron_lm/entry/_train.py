@@ -8,15 +8,30 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from lifecycle.megatron.steps import Driver, steps_for
 from lifecycle.megatron_lm.entry._bound_once import bound_once
 from lifecycle.megatron_lm.entry._resources import SCHEDULER
 
+if TYPE_CHECKING:
+    from bindings import SchedulerConfig
+    from lifecycle.megatron_lm.entry._phases import MegatronLMCall
+    from lifecycle.runtime import ModelChunk
 
-def data_iterators(call: Any, chunks: int) -> tuple[Any, Any, Any]:
-    """Megatron-LM's train/valid/test iterators (one per virtual-pipeline chunk when it has them)."""
+
+class TrainResult(TypedDict):
+    """What `pretrain` returns: the last iteration, the per-step losses, and the callback slots
+    whose second binding by `train()` was dropped."""
+
+    iteration: int
+    losses: list[float | None]
+    second_binding_dropped: list[str]
+
+
+def data_iterators(call: MegatronLMCall, chunks: int) -> tuple[object, object, object]:
+    """Megatron-LM's train/valid/test iterators (one per virtual-pipeline chunk when it has them);
+    only Megatron-LM reads them."""
     import inspect
 
     from megatron.training import get_args
@@ -28,7 +43,7 @@ def data_iterators(call: Any, chunks: int) -> tuple[Any, Any, Any]:
         return train, valid, test
     if "vp_stage" not in inspect.signature(provider).parameters:
         raise TypeError("vp_stage must be a kwarg in train_valid_test_dataset_provider with virtual pipelines")
-    out: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+    out: tuple[list[object], list[object], list[object]] = ([], [], [])
     for stage in range(chunks):
         bound = functools.partial(provider, vp_stage=stage)
         bound.is_distributed = getattr(provider, "is_distributed", False)  # type: ignore[attr-defined]  # Megatron-LM's marker
@@ -48,7 +63,7 @@ def watched_steps(lc: Driver, first: int) -> Iterator[list[float | None]]:
     counter = iter(range(first + 1, 1 << 62))
 
     @functools.wraps(original)
-    def train_step(*args: Any, **kwargs: Any) -> Any:
+    def train_step(*args: object, **kwargs: object) -> object:
         step = next(counter)
         book.begin(step)
         try:
@@ -68,7 +83,7 @@ def watched_steps(lc: Driver, first: int) -> Iterator[list[float | None]]:
         training.train_step = original
 
 
-def run_training(lc: Driver, call: Any) -> dict[str, Any]:
+def run_training(lc: Driver, call: MegatronLMCall) -> TrainResult:
     """Iterators, `train()`, the final save, validation and test, as `pretrain` does them."""
     from megatron.training import get_args
     from megatron.training import training as t
@@ -108,7 +123,14 @@ def run_training(lc: Driver, call: Any) -> dict[str, Any]:
     return {"iteration": iteration, "losses": losses, "second_binding_dropped": list(dropped)}
 
 
-def _evaluate(call: Any, model: list[Any], iteration: int, valid_it: Any, test_it: Any, config: Any) -> None:
+def _evaluate(
+    call: MegatronLMCall,
+    model: list[ModelChunk],
+    iteration: int,
+    valid_it: object,
+    test_it: object,
+    config: SchedulerConfig | None,
+) -> None:
     from megatron.training import get_args
     from megatron.training.training import evaluate_and_print_results
 
