@@ -19,12 +19,15 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from lifecycle.errors import ConfigError
 from lifecycle.resilience._nvrx import CallWrapperSlot
 
-F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    from torch.distributed import Store
+
+F = TypeVar("F", bound=Callable[..., object])
 PARAM = "inprocess_call_wrapper"
 PREFIX = "megatron-lifecycle/cycle-{cycle}"
 
@@ -49,7 +52,7 @@ def _refuse(problem: str, field: str) -> ConfigError:
     return ConfigError(problem, field=field, problems=[problem])
 
 
-def cycle_and_store(call_wrapper: Any, store: Any) -> tuple[int | None, Any]:
+def cycle_and_store(call_wrapper: object, store: Store | None) -> tuple[int | None, Store | None]:
     """(restart cycle, the store to rendezvous on) for `pretrain(store=, inprocess_call_wrapper=)`;
     (None, store) without a wrapper."""
     if call_wrapper is None:
@@ -75,10 +78,10 @@ def cycle_and_store(call_wrapper: Any, store: Any) -> tuple[int | None, Any]:
     return cycle, dist.PrefixStore(PREFIX.format(cycle=cycle), own_client(base))
 
 
-_CLIENTS: dict[tuple[str, int], Any] = {}
+_CLIENTS: dict[tuple[str, int], Store] = {}
 
 
-def own_client(base: Any) -> Any:
+def own_client(base: Store) -> Store:
     """A connection of our own to the wrapper's store (one per process, kept across cycles): the
     wrapper's monitor thread waits on its own connection 0.2 s at a time, and each rendezvous
     operation sent on that connection queued behind it (measured: DISTRIBUTED 2 s against 0.4 s

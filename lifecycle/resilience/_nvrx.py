@@ -14,7 +14,12 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
+
+T = TypeVar("T")
 
 MONITOR_S = 0.2
 """How often the wrapper's monitor thread looks for a fault (`monitor_thread_interval`), and how
@@ -23,7 +28,7 @@ REACTION_S = 2 * (MONITOR_S + MONITOR_S)
 """Twice the longest the wrapper takes to tell every rank to restart after a fault is recorded."""
 
 
-def wrap(fn: Callable[[Any], Any], *, max_cycles: int, port: int | None, timeout_s: float) -> Callable[[], Any]:
+def wrap(fn: Callable[[CallWrapper], T], *, max_cycles: int, port: int | None, timeout_s: float) -> Callable[[], T]:
     """`fn(call_wrapper)` under an `inprocess.Wrapper` on CPU/gloo: restarted in place, on every rank,
     after a fault on any rank, up to `max_cycles` calls in all."""
     from nvidia_resiliency_ext import inprocess
@@ -51,7 +56,7 @@ def wrap(fn: Callable[[Any], Any], *, max_cycles: int, port: int | None, timeout
         heartbeat_interval=timedelta(seconds=0.5),
     )
 
-    def call(call_wrapper: Any = None) -> Any:
+    def call(call_wrapper: CallWrapper) -> T:
         return fn(call_wrapper)
 
     # nvrx finds the parameter by its annotation, which must be the class itself (not a string)
@@ -80,11 +85,20 @@ class CallWrapperSlot(metaclass=_CallWrapperMeta):
     (`param_utils.check_type`, 0.4.1 and later)."""
 
 
-def iteration(call_wrapper: Any) -> int:
+class CallWrapper(Protocol):
+    """What the lifecycle reads of nvrx's `inprocess.CallWrapper` (0.4.1 and later)."""
+
+    @property
+    def iteration(self) -> int: ...
+    @property
+    def base_store(self) -> Store: ...
+
+
+def iteration(call_wrapper: CallWrapper) -> int:
     return int(call_wrapper.iteration)
 
 
-def base_store(call_wrapper: Any) -> Any:
+def base_store(call_wrapper: CallWrapper) -> Store:
     return call_wrapper.base_store
 
 

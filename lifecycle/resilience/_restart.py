@@ -14,13 +14,14 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import orjson
 
-from lifecycle.engine import Lifecycle
+from lifecycle.config import RunConfig
+from lifecycle.engine import Lifecycle, TripwirePolicy
 from lifecycle.errors import ConfigError
 from lifecycle.megatron.distributed import STORE, decide_rehearsal
 from lifecycle.megatron.resources import hook_counts
@@ -29,7 +30,13 @@ from lifecycle.resilience import _nvrx
 from lifecycle.resilience._call import cycle_and_store
 from lifecycle.resilience._compat import installed_problem
 from lifecycle.resilience._sockets import CycleSockets
-from states import State
+from lifecycle.runtime import Options
+from states import Plan, State
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
+
+    from lifecycle.runtime import PhaseSet
 
 T = TypeVar("T")
 _CAUSE = "megatron-lifecycle/cause/{cycle}"
@@ -47,16 +54,24 @@ class InProcessRestart:
 
     def __init__(
         self,
-        config: Any,
-        provider: Any = None,
+        config: RunConfig,
+        provider: object = None,
         log_dir: str | Path | None = None,
         *,
         max_cycles: int = 10,
         port: int | None = None,
-        **lifecycle: Any,
+        plan: Plan | str | None = None,
+        phases: PhaseSet | None = None,
+        tripwires: TripwirePolicy = "raise",
+        options: Options | Mapping[str, object] | None = None,
+        run_id: str | None = None,
     ) -> None:
+        """`Lifecycle`'s arguments, and the wrapper's: at most `max_cycles`
+        calls, its store on `port`."""
         refuse_incompatible(installed_problem())  # before anything imports megatron.core
-        self.lc = Lifecycle(config, provider, log_dir, **lifecycle)
+        self.lc = Lifecycle(
+            config, provider, log_dir, plan=plan, phases=phases, tripwires=tripwires, options=options, run_id=run_id
+        )
         self.max_cycles = max_cycles
         self.port = port
         self.cycles = 0
@@ -96,7 +111,7 @@ class InProcessRestart:
         with cpu_rehearsal():
             yield
 
-    def _cycle(self, train: Callable[[Lifecycle], T], call_wrapper: Any) -> T:
+    def _cycle(self, train: Callable[[Lifecycle], T], call_wrapper: _nvrx.CallWrapper) -> T:
         lc, cycle = self.lc, _nvrx.iteration(call_wrapper)
         store = _nvrx.base_store(call_wrapper)
         _, prefixed = cycle_and_store(call_wrapper, None)
@@ -126,7 +141,7 @@ class InProcessRestart:
             self._abort(store, cycle, exc, sockets)
             raise
 
-    def _abort(self, store: Any, cycle: int, exc: BaseException, sockets: CycleSockets) -> None:
+    def _abort(self, store: Store, cycle: int, exc: BaseException, sockets: CycleSockets) -> None:
         """The rank that failed first publishes why (before the wrapper learns of the fault), and
         every rank clears the frames of the failed call, which hold the model and what training
         started (a dataloader's workers end as their iterator goes). `REACTION_S` later, once the
@@ -141,7 +156,7 @@ class InProcessRestart:
         _clear_frames(exc)
         self._cutting = sockets.cut_later(_nvrx.REACTION_S)
 
-    def _end(self, store: Any, cycle: int) -> dict[str, Any]:
+    def _end(self, store: Store, cycle: int) -> dict[str, object]:
         """Log the end of `cycle` (who caused it) and release what it made, back to VALIDATED; the
         cause the first failed rank published."""
         lc = self.lc
@@ -169,14 +184,14 @@ def _clear_frames(exc: BaseException) -> None:
         pending += [current.__cause__, current.__context__]
 
 
-def _publish(store: Any, cycle: int, rank: int, exc: BaseException) -> None:
+def _publish(store: Store, cycle: int, rank: int, exc: BaseException) -> None:
     """The first rank to fail in `cycle` says so on the wrapper's store (first writer wins)."""
     value = orjson.dumps({"rank": rank, "error": f"{type(exc).__name__}: {exc}"[:500], "ts": time.time()})
     with contextlib.suppress(Exception):
         store.compare_set(_CAUSE.format(cycle=cycle), "", value)
 
 
-def _read_cause(store: Any, cycle: int) -> dict[str, Any]:
+def _read_cause(store: Store, cycle: int) -> dict[str, object]:
     """What the rank that failed first in `cycle` published; {} when none did (a lost rank, a timeout)."""
     key = _CAUSE.format(cycle=cycle)
     with contextlib.suppress(Exception):
