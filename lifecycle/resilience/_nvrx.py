@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-MONITOR_S = 0.2
+MONITOR_S = 0.1
 """How often the wrapper's monitor thread looks for a fault (`monitor_thread_interval`), and how
 long it waits for concurrent faults before aborting (`last_call_wait`)."""
 REACTION_S = 2 * (MONITOR_S + MONITOR_S)

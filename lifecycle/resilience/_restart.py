@@ -10,6 +10,7 @@ a per-cycle prefix. MODEL_BUILT loads the latest checkpoint under `checkpoint.sa
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import threading
 import time
@@ -81,8 +82,9 @@ class InProcessRestart:
         """Validate once, then call `train` under the wrapper; shut the lifecycle down at the end."""
         lc = self.lc
         try:
-            with self._rehearsal():
+            with self._rehearsal(), _frozen_heap():
                 lc.advance_to(State.VALIDATED)
+                gc.freeze()
                 call = _nvrx.wrap(
                     lambda cw: self._cycle(train, cw),
                     max_cycles=self.max_cycles,
@@ -165,6 +167,18 @@ class InProcessRestart:
         if lc.state is not State.VALIDATED:
             lc.restart()
         return cause
+
+
+@contextlib.contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """What exists once VALIDATED has imported torch and megatron (most of the process's objects)
+    is frozen out of the collector's walks: the wrapper collects until nothing is left after each
+    fault (`while gc.collect()`) and the ledger's check collects once, each a walk of the whole heap
+    otherwise. Objects made later (each cycle's model) are collected as before; unfrozen at the end."""
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _clear_frames(exc: BaseException) -> None:
