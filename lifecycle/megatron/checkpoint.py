@@ -45,10 +45,13 @@ __all__ = [
     "LATEST",
     "checkpoint_source",
     "checkpoint_vocab_size",
+    "damaged_file",
     "iteration_dir",
     "latest_step",
     "load_at_build",
     "load_checkpoint",
+    "load_failure_reason",
+    "publish_save",
     "save_after_steps",
     "save_checkpoint",
 ]
@@ -132,13 +135,16 @@ def save_checkpoint(
             shutil.rmtree(partial, ignore_errors=True)
         raise
     if rank0:
-        _publish(Path(directory), partial, final, step)
+        publish_save(Path(directory), partial, final, step)
     dist.barrier()
     return final
 
 
-def _publish(directory: Path, partial: Path, final: Path, step: int) -> None:
-    """Rename the finished save into place, then point the marker at it (each step atomic)."""
+def publish_save(directory: Path, partial: Path, final: Path, step: int) -> None:
+    """Publish a save of `step` that every rank finished writing into `partial`: rename it into place
+    as `final` (a save of the same step already there moves aside first, then goes), then point the
+    `latest` marker under `directory` at it. Each step is atomic, so a reader (a restart, another job)
+    sees the previous complete checkpoint or this one, never a half-written save."""
     if final.exists():  # saving a step again: the old copy moves aside first, then goes
         old = directory / f".{final.name}.old"
         shutil.rmtree(old, ignore_errors=True)
@@ -190,10 +196,10 @@ def _load(
         if optimizer is not None and "optimizer" in loaded:
             optimizer.load_state_dict(loaded["optimizer"])
     except _read_errors() as exc:
-        damaged = _damaged_file(path)
+        damaged = damaged_file(path)
         where = f"{path.name}/{damaged.name}" if damaged else path.name
         raise ConfigError(
-            f"{field}={directory!r}: {path.name} cannot be loaded ({where}: {_reason(exc, path)}); "
+            f"{field}={directory!r}: {path.name} cannot be loaded ({where}: {load_failure_reason(exc, path)}); "
             f"the checkpoint is corrupt or was saved for another model or parallel layout; point {field} "
             "at a complete checkpoint of this model, or remove it",
             field=field,
@@ -254,8 +260,9 @@ def save_after_steps(lc: Driver, step: int) -> Path | None:
     return path
 
 
-def _damaged_file(path: Path) -> Path | None:
-    """The first of the checkpoint's index files that cannot be read back (metadata.json as JSON,
+def damaged_file(path: Path) -> Path | None:
+    """Which file of the checkpoint at `path` (an iteration directory) to blame when it cannot be
+    loaded: the first of its index files that cannot be read back (metadata.json as JSON,
     torch's `.metadata` and `common.pt` as pickles); None when they all read (the shards are then
     the damaged part, and the error names them when it can)."""
     import json
@@ -279,9 +286,11 @@ def _damaged_file(path: Path) -> Path | None:
     return None
 
 
-def _reason(exc: BaseException, path: Path) -> str:
-    """The first line of the error, the file it names when it names one under `path`, and for
-    torch's per-rank CheckpointException the ranks that failed."""
+def load_failure_reason(exc: BaseException, path: Path) -> str:
+    """Why the checkpoint at `path` could not be loaded, in one line for the ConfigError a refused
+    load raises: the error's type and the first line of its message (at most 300 characters), the
+    file it names when it names one under `path`, and for torch's per-rank CheckpointException the
+    ranks that failed."""
     failures = getattr(exc, "failures", None)
     if isinstance(failures, dict):
         kinds = sorted({type(f[0] if isinstance(f, tuple) else f).__name__ for f in failures.values()})

@@ -24,8 +24,10 @@ CEILING = (0, 20)
 """The first megatron-core minor release not yet tested (pyproject.toml's upper bound)."""
 
 
-def _parse(text: str) -> tuple[int, ...]:
-    """'0.19.2' → (0, 19, 2); pre-release and local tails ('rc1', '+cu12') are ignored."""
+def parse_version(text: str) -> tuple[int, ...]:
+    """A megatron-core version string as the numbers every question here compares: '0.19.2' →
+    (0, 19, 2); pre-release and local tails ('0.17.0rc1', '0.18.1+cu12.9') are ignored, so a build
+    of a release answers as that release."""
     return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
 
 
@@ -33,7 +35,7 @@ def _parse(text: str) -> tuple[int, ...]:
 def megatron_core_version() -> tuple[int, ...]:
     """The installed megatron-core as numbers; (0,) when it is not installed."""
     try:
-        return _parse(dist_version("megatron-core"))
+        return parse_version(dist_version("megatron-core"))
     except PackageNotFoundError:
         return (0,)
 

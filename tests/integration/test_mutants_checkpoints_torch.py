@@ -1,4 +1,4 @@
-"""Which index file of a checkpoint that cannot be loaded is named as the damaged one (`_damaged_file`:
+"""Which index file of a checkpoint that cannot be loaded is named as the damaged one (`damaged_file`:
 metadata.json as JSON, torch's `.metadata` and `common.pt` as pickles), on real torch and without
 megatron. Pinned down for scripts/mutation (`megatron.checkpoint`); the corrupt-checkpoint test of
 tests/integration/test_checkpoints.py runs it end to end on 2 ranks. torch is imported inside the
@@ -10,7 +10,7 @@ import argparse
 import pickle
 from pathlib import Path
 
-from lifecycle.megatron.checkpoint import _damaged_file
+from lifecycle.megatron.checkpoint import damaged_file
 
 
 def _complete(path: Path) -> Path:
@@ -24,8 +24,8 @@ def _complete(path: Path) -> Path:
 
 
 def test_a_checkpoint_whose_index_files_all_read_back_names_none(tmp_path: Path) -> None:
-    assert _damaged_file(_complete(tmp_path / "ok")) is None
-    assert _damaged_file(tmp_path / "empty") is None  # no index file at all: nothing to name
+    assert damaged_file(_complete(tmp_path / "ok")) is None
+    assert damaged_file(tmp_path / "empty") is None  # no index file at all: nothing to name
 
 
 def test_a_megatron_lm_checkpoint_whose_common_state_holds_its_args_is_not_named_damaged(tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def test_a_megatron_lm_checkpoint_whose_common_state_holds_its_args_is_not_named
     torch.save(
         {"args": argparse.Namespace(lr=1e-3, tensor_model_parallel_size=1), "iteration": 3}, path / "common.pt"
     )  # Megatron-LM keeps its argparse Namespace in the common state
-    assert _damaged_file(path) is None
+    assert damaged_file(path) is None
 
 
 def test_the_first_index_file_that_does_not_read_back_is_named(tmp_path: Path) -> None:
@@ -46,15 +46,15 @@ def test_the_first_index_file_that_does_not_read_back_is_named(tmp_path: Path) -
     ):
         path = _complete(tmp_path / name.strip("."))
         (path / name).write_bytes(garbage)
-        assert _damaged_file(path) == path / name
+        assert damaged_file(path) == path / name
     both = _complete(tmp_path / "both")
     (both / ".metadata").write_bytes(b"x")
     (both / "common.pt").write_bytes(b"y")
-    assert _damaged_file(both) == both / ".metadata"
+    assert damaged_file(both) == both / ".metadata"
 
 
 def test_a_missing_index_file_is_skipped_not_named(tmp_path: Path) -> None:
     path = _complete(tmp_path / "ck")
     (path / "metadata.json").unlink()
     (path / "common.pt").write_bytes(b"y")
-    assert _damaged_file(path) == path / "common.pt"
+    assert damaged_file(path) == path / "common.pt"

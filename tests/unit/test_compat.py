@@ -12,7 +12,7 @@ from lifecycle.megatron import compat
     [("0.19.2", (0, 19, 2)), ("0.15.3", (0, 15, 3)), ("0.17.0rc1", (0, 17, 0)), ("0.18.1+cu12.9", (0, 18, 1))],
 )
 def test_versions_are_compared_as_numbers(text: str, parsed: tuple[int, ...]) -> None:
-    assert compat._parse(text) == parsed
+    assert compat.parse_version(text) == parsed
 
 
 @pytest.mark.parametrize(

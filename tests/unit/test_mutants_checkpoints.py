@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from lifecycle.config import LATEST, RunConfig, checkpoint_problem, iteration_dir, latest_step, partial_dir
-from lifecycle.megatron.checkpoint import _publish, _reason, checkpoint_source, load_at_build, save_after_steps
+from lifecycle.megatron.checkpoint import (
+    checkpoint_source,
+    load_at_build,
+    load_failure_reason,
+    publish_save,
+    save_after_steps,
+)
 
 
 def _saved(directory: Path, step: int, *, complete: bool = True, marker: str | None = None) -> Path:
@@ -127,7 +133,7 @@ def test_publishing_renames_the_finished_save_into_place_then_points_the_marker_
     partial = partial_dir(tmp_path, 3)
     partial.mkdir()
     (partial / "shard").write_text("new")
-    _publish(tmp_path, partial, iteration_dir(tmp_path, 3), 3)
+    publish_save(tmp_path, partial, iteration_dir(tmp_path, 3), 3)
     assert (iteration_dir(tmp_path, 3) / "shard").read_text() == "new"
     assert (tmp_path / LATEST).read_text() == "3\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000003", LATEST]
@@ -142,7 +148,7 @@ def test_saving_a_step_again_replaces_the_old_copy_and_leaves_nothing_aside(tmp_
     partial = partial_dir(tmp_path, 3)
     partial.mkdir()
     (partial / "shard").write_text("new")
-    _publish(tmp_path, partial, iteration_dir(tmp_path, 3), 3)
+    publish_save(tmp_path, partial, iteration_dir(tmp_path, 3), 3)
     assert (iteration_dir(tmp_path, 3) / "shard").read_text() == "new"
     assert not (iteration_dir(tmp_path, 3) / "metadata.json").exists()  # nothing of the old copy
     assert (tmp_path / LATEST).read_text() == "3\n"
@@ -153,7 +159,7 @@ def test_saving_a_step_again_needs_no_copy_left_aside_before(tmp_path: Path) -> 
     _saved(tmp_path, 3)
     partial = partial_dir(tmp_path, 3)
     partial.mkdir()
-    _publish(tmp_path, partial, iteration_dir(tmp_path, 3), 3)
+    publish_save(tmp_path, partial, iteration_dir(tmp_path, 3), 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000003", LATEST]
     assert list(iteration_dir(tmp_path, 3).iterdir()) == []  # the new, empty save
 
@@ -166,17 +172,20 @@ class CheckpointFailed(BaseException):
 
 def test_a_load_error_is_described_by_its_first_line_its_file_and_the_ranks_that_failed(tmp_path: Path) -> None:
     failures = {1: (ValueError("v"), "traceback"), 0: KeyError("k"), 2: KeyError("k2")}
-    assert _reason(CheckpointFailed(failures), tmp_path) == "CheckpointFailed on ranks [0, 1, 2]: KeyError, ValueError"
+    assert (
+        load_failure_reason(CheckpointFailed(failures), tmp_path)
+        == "CheckpointFailed on ranks [0, 1, 2]: KeyError, ValueError"
+    )
     inside = FileNotFoundError(2, "No such file", str(tmp_path / "common.pt"))
-    assert _reason(inside, tmp_path) == f"FileNotFoundError in {tmp_path / 'common.pt'}: {inside}"
+    assert load_failure_reason(inside, tmp_path) == f"FileNotFoundError in {tmp_path / 'common.pt'}: {inside}"
     outside = FileNotFoundError(2, "No such file", "/elsewhere/x")
-    assert _reason(outside, tmp_path) == f"FileNotFoundError: {outside}"
-    assert _reason(RuntimeError("first\nsecond"), tmp_path) == "RuntimeError: first"
-    assert _reason(RuntimeError("x" * 400), tmp_path) == "RuntimeError: " + "x" * 300
-    assert _reason(RuntimeError(), tmp_path) == "RuntimeError: "
+    assert load_failure_reason(outside, tmp_path) == f"FileNotFoundError: {outside}"
+    assert load_failure_reason(RuntimeError("first\nsecond"), tmp_path) == "RuntimeError: first"
+    assert load_failure_reason(RuntimeError("x" * 400), tmp_path) == "RuntimeError: " + "x" * 300
+    assert load_failure_reason(RuntimeError(), tmp_path) == "RuntimeError: "
     numbered = OSError(5, "I/O error")
     numbered.filename = 5  # type: ignore[assignment]
-    assert _reason(numbered, tmp_path) == f"OSError: {numbered}"
+    assert load_failure_reason(numbered, tmp_path) == f"OSError: {numbered}"
 
 
 def test_fresh_weights_load_nothing_and_a_run_without_save_saves_nothing(tmp_path: Path) -> None:
