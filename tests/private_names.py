@@ -28,20 +28,9 @@ _DOTTED = re.compile(r"^(states|bindings|lifecycle)(\.\w+)+$")
 # (yet). Paths relative to the repository; values are the private names each file may reach.
 WHITE_BOX: dict[str, set[str]] = {
     # Mutation tests (issue 26) of the failure paths' decisions, called directly (scripts/mutation.toml):
-    # the signal trap and the exit hook of Lifecycle's failure handling, the log-directory policy's
-    # steps (ChainEnd stays private: scripts/mutation.toml's equivalences rest on no one outside the
-    # package building or writing one), the ledger, the rank watch's state of one peer, the
-    # rendezvous's unreachable-store verdict and its per-process stores.
+    # the signal trap and the exit hook of Lifecycle's failure handling, the ledger, the rank watch's
+    # state of one peer, the rendezvous's unreachable-store verdict and its per-process stores.
     "tests/unit/test_mutants_failures.py": {"lifecycle.engine._failures", "lifecycle.engine._failures.SignalTrap"},
-    "tests/unit/test_mutants_files.py": {
-        "lifecycle.log._files",
-        "lifecycle.log._files.ChainEnd",
-        "lifecycle.log._files.first_run_id",
-        "lifecycle.log._files.inspect_log",
-        "lifecycle.log._files.other_run",
-        "lifecycle.log._files.own_file_problem",
-        "lifecycle.log._files.removable_ranks",
-    },
     "tests/unit/test_mutants_ledger.py": {
         "lifecycle.engine._ledger",
         "lifecycle.engine._ledger.Entry",

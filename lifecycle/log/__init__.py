@@ -1,5 +1,6 @@
 """The per-rank startup log: event names, the hash-chained writer, its chain verifier, redaction,
-and the log directory policy (`logging.existing`).
+and the log directory policy (`logging.existing`): whether a file is one of our logs and where its
+chain ends (`inspect_log`, `ChainEnd`), which run a directory holds, and what `--overwrite` removes.
 
 The writer (`AuditLog`) and every reader (`lifecycle audit`, `lifecycle.testing.check_log`) share
 one chain definition (`_chain`). Imports neither torch nor megatron.
@@ -9,7 +10,18 @@ from __future__ import annotations
 
 from lifecycle.log import events
 from lifecycle.log._chain import GENESIS, SUFFIX, ChainVerifier, line_hash_matches, record_hash
-from lifecycle.log._files import EXISTING_POLICIES, check_log_dir, existing_policy_problem, rank_file
+from lifecycle.log._files import (
+    EXISTING_POLICIES,
+    ChainEnd,
+    check_log_dir,
+    existing_policy_problem,
+    first_run_id,
+    inspect_log,
+    other_run,
+    own_file_problem,
+    rank_file,
+    removable_ranks,
+)
 from lifecycle.log._lock import LOCK_NAME
 from lifecycle.log._redact import REDACTED, is_secret_key, redact, redact_text
 from lifecycle.log._writer import AuditLog
@@ -21,14 +33,20 @@ __all__ = [
     "REDACTED",
     "SUFFIX",
     "AuditLog",
+    "ChainEnd",
     "ChainVerifier",
     "check_log_dir",
     "events",
     "existing_policy_problem",
+    "first_run_id",
+    "inspect_log",
     "is_secret_key",
     "line_hash_matches",
+    "other_run",
+    "own_file_problem",
     "rank_file",
     "record_hash",
     "redact",
     "redact_text",
+    "removable_ranks",
 ]

@@ -1,5 +1,6 @@
-"""The log directory's policy decided directly (lifecycle.log._files): which files are our logs,
-where a chain ends, which run a directory holds, and the exact set of files `--overwrite` removes.
+"""The log directory's policy decided directly (lifecycle.log's `inspect_log` and the rest): which
+files are our logs, where a chain ends, which run a directory holds, and the exact set of files
+`--overwrite` removes.
 Real files, real symbolic links, hard links and FIFOs; tests/unit/test_log_dir_owned.py shows the
 same rules through a Lifecycle end to end.
 """
@@ -13,8 +14,18 @@ from pathlib import Path
 import orjson
 import pytest
 
-from lifecycle.log import GENESIS, check_log_dir, existing_policy_problem, rank_file
-from lifecycle.log._files import ChainEnd, first_run_id, inspect_log, other_run, own_file_problem, removable_ranks
+from lifecycle.log import (
+    GENESIS,
+    ChainEnd,
+    check_log_dir,
+    existing_policy_problem,
+    first_run_id,
+    inspect_log,
+    other_run,
+    own_file_problem,
+    rank_file,
+    removable_ranks,
+)
 
 OUTSIDE = b"precious\n"
 
@@ -82,6 +93,17 @@ def test_no_file_is_none_and_an_empty_file_is_a_fresh_chain_of_that_inode(tmp_pa
     assert ChainEnd() == ChainEnd(
         seq=0, prev=GENESIS, attempts=0, truncated=0, complete=0, run_id=None, ident=None, chained=True
     )
+
+
+def test_a_chain_end_is_a_value_built_by_field_name_that_no_one_can_change() -> None:
+    """What `inspect_log` returns is what the writer continues from: a caller holding one cannot
+    move it, and its fields are named (their order is no promise)."""
+    end = ChainEnd(seq=4, prev="h3")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        end.seq = 5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        ChainEnd(4, "h3")  # type: ignore[misc]
+    assert (end.seq, end.prev) == (4, "h3")
 
 
 def test_a_log_continues_after_its_last_record_counting_its_attempts(tmp_path: Path) -> None:
