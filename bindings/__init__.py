@@ -4,6 +4,9 @@
 megatron's schedules read), verifies, and returns a frozen `BindingReport`; `unbind_callbacks`
 clears them. `check(model, ddp_config, optimizer)` judges a binding anyone made, by the same rules
 (`_rules.py`); `guard_first_step(model)` checks, in any loop, that training steps finalize once.
+Their parts, for a scheduler config you already hold (no megatron needed): `check_config`,
+`inspect_slots`, `judge_slot`, `describe_slot`, `reachable_configs`, `model_chunks`,
+`unwrap_finalizer`; `guard_config`, `scale_owner`.
 Importing this package imports neither torch nor megatron.
 """
 
@@ -17,9 +20,18 @@ from bindings._bind import (
     resume_param_sync,
     unbind_callbacks,
 )
+from bindings._check import (
+    check_config,
+    describe_slot,
+    inspect_slots,
+    judge_slot,
+    model_chunks,
+    reachable_configs,
+    unwrap_finalizer,
+)
 from bindings._entry import check, guard_first_step, guard_forward_step
 from bindings._errors import BindingConflict, BindingError, FinalizerNotCalled
-from bindings._guard import FirstStepGuard
+from bindings._guard import FirstStepGuard, guard_config, scale_owner
 from bindings._protocol import SLOTS, Policy, SchedulerConfig
 from bindings._report import BindingReport
 from bindings._rules import per_chunk, sources
@@ -50,13 +62,22 @@ __all__ = [
     "Verdict",
     "bind_callbacks",
     "check",
+    "check_config",
+    "describe_slot",
+    "guard_config",
     "guard_first_step",
     "guard_forward_step",
+    "inspect_slots",
     "install",
+    "judge_slot",
+    "model_chunks",
     "pause_param_sync",
     "per_chunk",
     "planned",
+    "reachable_configs",
     "resume_param_sync",
+    "scale_owner",
     "sources",
     "unbind_callbacks",
+    "unwrap_finalizer",
 ]

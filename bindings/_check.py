@@ -22,8 +22,9 @@ _MAX_DEPTH = 8
 
 
 def unwrap_finalizer(value: object) -> object:
-    """The function under a finalizer's wrappers: `CountingFinalizer`/guard counters (`.fn`),
-    `functools.partial` (`.func`), `functools.wraps` (`__wrapped__`)."""
+    """The function under a finalizer's wrappers, to compare with megatron's `finalize_model_grads`:
+    `CountingFinalizer`/guard counters (`.fn`), `functools.partial` (`.func`), `functools.wraps`
+    (`__wrapped__`), up to 8 deep."""
     for _ in range(_MAX_DEPTH):
         inner = getattr(value, "fn", None) or getattr(value, "func", None)
         inner = inner or getattr(value, "__wrapped__", None)
@@ -33,12 +34,13 @@ def unwrap_finalizer(value: object) -> object:
     return value
 
 
-def describe(value: object) -> str:
-    """A slot's value in words: `nothing`, `Owner.method at 0x..`, a function's name, a list."""
+def describe_slot(value: object) -> str:
+    """A slot's value in words, as a `SlotCheck.found` says it: `nothing`, `Owner.method at 0x..`, a
+    function's name, `Wrapper(function)` for a wrapped finalizer, a list of these."""
     if value is None:
         return "nothing"
     if isinstance(value, list):
-        return "[" + ", ".join(describe(v) for v in value) + "]"
+        return "[" + ", ".join(describe_slot(v) for v in value) + "]"
     owner = getattr(value, "__self__", None)
     name = getattr(value, "__name__", None)
     if owner is not None and name is not None and not isinstance(owner, ModuleType):
@@ -69,8 +71,13 @@ def _judge_scale(value: object, optimizer: object) -> Verdict:
     return "stale" if type(owner) is type(optimizer) else "wrong"
 
 
-def judge(source: str | None, value: object, chunks: Sequence[object], optimizer: object, finalizer: object) -> Verdict:
-    """One slot's verdict. `source` is what the rules ask for (None: nothing)."""
+def judge_slot(
+    source: str | None, value: object, chunks: Sequence[object], optimizer: object, finalizer: object
+) -> Verdict:
+    """One slot's verdict ("ok", "missing", "stale", "wrong") for `value`, what the slot holds.
+    `source` is what the rules ask for (`sources(...)[slot]`; None: nothing); `chunks`, the model's
+    chunks; `optimizer`, the one `scale_loss` must belong to (None: any); `finalizer`, megatron's
+    `finalize_model_grads`. Stale: a bound method of a chunk or optimizer that is gone."""
     if source is None:
         if value is None:
             return "ok"
@@ -106,21 +113,22 @@ def inspect_slots(
     finalizer: object = None,
     others: Sequence[tuple[object, str]] = (),
 ) -> CheckReport:
-    """The report for `scheduler` (the config the schedule reads) against `wanted` (the rules'
-    sources by slot). `others`: other configs reachable from the model, each with where it was
-    found; `finalizer`: megatron's `finalize_model_grads`."""
+    """`check_config`'s report against sources you choose: `scheduler` (the config the schedule
+    reads) judged slot by slot against `wanted` (the rules' sources by slot, as `sources` gives).
+    `others`: other configs reachable from the model, each with where it was found
+    (`reachable_configs`); `finalizer`: megatron's `finalize_model_grads`."""
     seen = tuple(_seen(config, where) for config, where in others if config is not scheduler)
     checks = []
     for slot in SLOTS:
         value = getattr(scheduler, slot, None)
-        verdict = judge(wanted.get(slot), value, chunks, optimizer, finalizer)
+        verdict = judge_slot(wanted.get(slot), value, chunks, optimizer, finalizer)
         elsewhere = tuple(s.label() for s in seen if slot in s.slots) if verdict != "ok" else ()
         checks.append(
             SlotCheck(
                 slot=slot,
                 verdict=verdict,
                 expected=_expected(wanted.get(slot), len(chunks)),
-                found=describe(value),
+                found=describe_slot(value),
                 elsewhere=elsewhere,
             )
         )
@@ -143,8 +151,9 @@ def _is_config(obj: object) -> bool:
 
 
 def reachable_configs(chunks: Sequence[object], provider_config: object = None) -> list[tuple[object, str]]:
-    """Every distinct config (an object with the scheduler's slots) reachable from the chunks'
-    wrappers (`.module` chains, `.config`) and their submodules, and the provider's config."""
+    """Every distinct config (an object with all five of the scheduler's slots) reachable from the
+    chunks' wrappers (`.module` chains, `.config`) and their submodules, and the provider's config,
+    each with where it was found ("chunk 0.module.config"): where else callbacks may have been set."""
     found: dict[int, tuple[object, str]] = {}
 
     def add(config: object, where: str) -> None:
@@ -166,8 +175,9 @@ def reachable_configs(chunks: Sequence[object], provider_config: object = None) 
     return list(found.values())
 
 
-def chunk_list(model: object) -> list[object]:
-    """`model` as a non-empty list of chunks, else a BindingError naming what to pass."""
+def model_chunks(model: object) -> list[object]:
+    """`model` as a non-empty list of chunks (what `check` and `guard_first_step` take), else a
+    BindingError naming what to pass (`check(model)`, not `check(model[0])`)."""
     if not isinstance(model, (list, tuple)) or not model:
         raise BindingError(
             f"model is {'an empty list' if isinstance(model, (list, tuple)) else type(model).__name__}"
@@ -178,7 +188,7 @@ def chunk_list(model: object) -> list[object]:
     return list(model)
 
 
-def judge_binding(
+def check_config(
     scheduler: SchedulerConfig,
     chunks: Sequence[object],
     *,
@@ -189,8 +199,9 @@ def judge_binding(
     finalizer: object = None,
     chunk_config_ids: tuple[str, ...] = (),
 ) -> CheckReport:
-    """`bindings.check` once megatron has named the scheduler's config, `finalizer` (its
-    `finalize_model_grads`) and each chunk's config."""
+    """`bindings.check` on a scheduler config you already hold, without megatron: `scheduler` (the
+    config megatron's schedules read for `chunks`), `finalizer` (megatron's `finalize_model_grads`),
+    `chunk_config_ids` (each chunk's config id, for the report). The other arguments are `check`'s."""
     if ddp_config is None:
         ddp_config = getattr(chunks[0], "ddp_config", None)
     if align_grad_reduce is None and not hasattr(ddp_config, "align_grad_reduce"):

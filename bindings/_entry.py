@@ -1,14 +1,14 @@
 """The entry points that ask megatron where the scheduler's config is: `check`, `guard_first_step`,
-`guard_forward_step`. Everything they decide is in `_check.py` and `_guard.py`; megatron is imported
-inside the functions."""
+`guard_forward_step`. Everything they decide is in `_check.py` and `_guard.py` (public as
+`check_config` and `guard_config`); megatron is imported inside the functions."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from bindings._check import chunk_list, judge_binding
-from bindings._guard import FirstStepGuard, SteppingOptimizer, arm
+from bindings._check import check_config, model_chunks
+from bindings._guard import FirstStepGuard, SteppingOptimizer, guard_config
 from bindings._verdict import CheckReport
 from bindings._watchdog import Emit
 
@@ -34,8 +34,8 @@ def check(
     from megatron.core.distributed import finalize_model_grads
     from megatron.core.utils import get_model_config
 
-    chunks = chunk_list(model)
-    return judge_binding(
+    chunks = model_chunks(model)
+    return check_config(
         get_model_config(chunks[0]),
         chunks,
         ddp_config=ddp_config,
@@ -57,7 +57,7 @@ def guard_first_step(
     """
     from megatron.core.utils import get_model_config
 
-    return arm(get_model_config(chunk_list(model)[0]), optimizer, steps=steps, emit=emit)
+    return guard_config(get_model_config(model_chunks(model)[0]), optimizer, steps=steps, emit=emit)
 
 
 def guard_forward_step(
@@ -74,7 +74,7 @@ def guard_forward_step(
     def forward_step(data_iterator: object, model: object, *args: object, **kwargs: object) -> T:
         if not guards and torch.is_grad_enabled():
             config = get_model_config(model)
-            guards.append(arm(config, steps=steps, emit=emit, require_optimizer=True))
+            guards.append(guard_config(config, steps=steps, emit=emit, require_optimizer=True))
         return forward_step_func(data_iterator, model, *args, **kwargs)
 
     forward_step.guard = guards  # type: ignore[attr-defined]  # the armed guard, for callers

@@ -165,11 +165,12 @@ def _message(calls: int, step: int, config: GuardedConfig) -> str:
 
 
 def scale_owner(config: object) -> SteppingOptimizer | None:
-    """The object whose `scale_loss` the config's `grad_scale_func` is (the optimizer), or None."""
+    """The optimizer a binding put on `config`: the object whose `scale_loss` its `grad_scale_func`
+    is, or None when the slot is empty or holds a plain function."""
     return getattr(getattr(config, "grad_scale_func", None), "__self__", None)
 
 
-def arm(
+def guard_config(
     config: GuardedConfig,
     optimizer: SteppingOptimizer | None = None,
     *,
@@ -177,7 +178,8 @@ def arm(
     emit: Emit | None = None,
     require_optimizer: bool = False,
 ) -> FirstStepGuard:
-    """A guard on `config` (the scheduler's), its optimizer defaulting to `scale_owner(config)`.
+    """`guard_first_step` on a scheduler config you already hold (no megatron needed): a
+    `FirstStepGuard` on `config`, its optimizer defaulting to `scale_owner(config)`.
 
     `require_optimizer`: refuse a config whose `grad_scale_func` is empty, which every binding
     installs beside the finalizer, so nothing was bound there.

@@ -58,20 +58,6 @@ WHITE_BOX: dict[str, set[str]] = {
     "tests/unit/audit/test_audit_cli.py": {"lifecycle.audit._audit", "lifecycle.log._chain"},
     "tests/unit/audit/test_audit_hostile.py": {"lifecycle.audit._audit"},
     "tests/unit/test_mutants_chain.py": {"lifecycle.audit._audit"},
-    # Unit tests of the bindings' and guards' own helpers.
-    "tests/unit/test_bindings_check.py": {
-        "bindings._check",
-        "bindings._check.chunk_list",
-        "bindings._check.describe",
-        "bindings._check.inspect_slots",
-        "bindings._check.judge",
-        "bindings._check.judge_binding",
-        "bindings._check.reachable_configs",
-        "bindings._check.unwrap_finalizer",
-        "bindings._guard",
-        "bindings._guard.arm",
-        "bindings._guard.scale_owner",
-    },
     # Fault injection inside entry work that has no hook: `lifecycle run` takes no phases, so a
     # provider module wraps the real CALLBACKS_BOUND phase (Ctrl-C during shutdown); a rank is killed
     # just before DISTRIBUTED initializes megatron's parallel state.

@@ -21,9 +21,17 @@ from bindings import (
     CountingFinalizer,
     FirstStepGuard,
     SlotCheck,
+    check_config,
+    describe_slot,
+    guard_config,
+    inspect_slots,
+    judge_slot,
+    model_chunks,
+    reachable_configs,
+    scale_owner,
     sources,
+    unwrap_finalizer,
 )
-from bindings._check import describe, inspect_slots, judge, reachable_configs, unwrap_finalizer
 from lifecycle.errors import BindingError, FinalizerNotCalled
 
 
@@ -65,7 +73,7 @@ class Optimizer:
 
 
 def finalize_model_grads(model: Any, num_tokens: Any = None, pg_collection: Any = None) -> None:
-    """Stands for megatron's function; `judge` compares by identity."""
+    """Stands for megatron's function; `judge_slot` compares by identity."""
 
 
 ALL = DDP(overlap_grad_reduce=True, overlap_param_gather=True, align_param_gather=True)
@@ -215,15 +223,15 @@ def test_scale_loss_of_another_kind_of_object_or_a_plain_function_is_wrong() -> 
         def scale_loss(self, loss: Any) -> Any:
             return loss
 
-    assert judge("scale_loss", Other().scale_loss, chunks, opt, None) == "wrong"
-    assert judge("scale_loss", opt.step, chunks, opt, None) == "wrong"
-    assert judge("scale_loss", Other().scale_loss, chunks, None, None) == "ok"
-    assert judge("scale_loss", lambda loss: loss, chunks, None, None) == "wrong"
+    assert judge_slot("scale_loss", Other().scale_loss, chunks, opt, None) == "wrong"
+    assert judge_slot("scale_loss", opt.step, chunks, opt, None) == "wrong"
+    assert judge_slot("scale_loss", Other().scale_loss, chunks, None, None) == "ok"
+    assert judge_slot("scale_loss", lambda loss: loss, chunks, None, None) == "wrong"
 
 
 def test_a_finalizer_that_is_not_megatrons_is_wrong() -> None:
-    assert judge("finalize_model_grads", print, [Chunk()], None, finalize_model_grads) == "wrong"
-    assert judge("finalize_model_grads", None, [Chunk()], None, finalize_model_grads) == "missing"
+    assert judge_slot("finalize_model_grads", print, [Chunk()], None, finalize_model_grads) == "wrong"
+    assert judge_slot("finalize_model_grads", None, [Chunk()], None, finalize_model_grads) == "missing"
 
 
 def test_the_report_renders_one_line_per_slot_and_is_frozen_and_picklable() -> None:
@@ -258,11 +266,11 @@ def test_a_slot_check_line_says_where_else_the_callable_was_set() -> None:
 
 def test_describe_names_owners_lists_and_wrappers() -> None:
     chunk, opt = Chunk(), Optimizer()
-    assert describe(None) == "nothing"
-    assert describe(chunk.no_sync) == f"Chunk.no_sync at {hex(id(chunk))}"
-    assert describe([chunk.no_sync, opt.scale_loss]).startswith("[Chunk.no_sync at ")
-    assert describe(CountingFinalizer(finalize_model_grads)) == "CountingFinalizer(finalize_model_grads)"
-    assert describe(finalize_model_grads) == "finalize_model_grads"
+    assert describe_slot(None) == "nothing"
+    assert describe_slot(chunk.no_sync) == f"Chunk.no_sync at {hex(id(chunk))}"
+    assert describe_slot([chunk.no_sync, opt.scale_loss]).startswith("[Chunk.no_sync at ")
+    assert describe_slot(CountingFinalizer(finalize_model_grads)) == "CountingFinalizer(finalize_model_grads)"
+    assert describe_slot(finalize_model_grads) == "finalize_model_grads"
 
 
 def test_configs_are_found_through_wrappers_submodules_and_the_provider() -> None:
@@ -356,12 +364,10 @@ def test_the_guard_logs_through_python_logging_without_emit(caplog: pytest.LogCa
 
 
 def test_the_ddp_config_defaults_to_the_first_chunks_and_an_empty_grad_sync_reads_as_no_align() -> None:
-    from bindings._check import judge_binding
-
     chunks, opt = [Chunk(), Chunk()], Optimizer()
     chunks[0].ddp_config = DDP(overlap_grad_reduce=True)  # type: ignore[attr-defined]
     config = bound(chunks, opt, DDP(overlap_grad_reduce=True))
-    report = judge_binding(
+    report = check_config(
         config,
         chunks,
         optimizer=opt,
@@ -372,20 +378,18 @@ def test_the_ddp_config_defaults_to_the_first_chunks_and_an_empty_grad_sync_read
     assert report.verdict == "ok" and report.chunk_config_ids == ("0xa", "0xb")
     assert report.provider_config_id == hex(id(config))
     config.grad_sync_func = None  # as bound with align_grad_reduce=False
-    assert judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads).verdict == "ok"
-    strict = judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads, align_grad_reduce=True)
+    assert check_config(config, chunks, optimizer=opt, finalizer=finalize_model_grads).verdict == "ok"
+    strict = check_config(config, chunks, optimizer=opt, finalizer=finalize_model_grads, align_grad_reduce=True)
     assert [s.slot for s in strict.bad] == ["grad_sync_func"] and strict.verdict == "missing"
     config.no_sync_func = None
-    assert judge_binding(config, chunks, optimizer=opt, finalizer=finalize_model_grads).verdict == "missing"
-    plain = judge_binding(
+    assert check_config(config, chunks, optimizer=opt, finalizer=finalize_model_grads).verdict == "missing"
+    plain = check_config(
         bound(chunks, opt, DDP()), chunks, ddp_config=DDP(), optimizer=opt, finalizer=finalize_model_grads
     )
     assert plain.verdict == "ok"
 
 
 def test_a_ddp_config_that_carries_align_grad_reduce_is_obeyed() -> None:
-    from bindings._check import judge_binding
-
     @dataclass
     class LoopDDP(DDP):
         align_grad_reduce: bool = True
@@ -393,7 +397,7 @@ def test_a_ddp_config_that_carries_align_grad_reduce_is_obeyed() -> None:
     chunks, opt = [Chunk()], Optimizer()
     config = bound(chunks, opt, DDP(overlap_grad_reduce=True))
     config.grad_sync_func = None
-    report = judge_binding(
+    report = check_config(
         config, chunks, ddp_config=LoopDDP(overlap_grad_reduce=True), optimizer=opt, finalizer=finalize_model_grads
     )
     assert report.slot("grad_sync_func").verdict == "missing"
@@ -401,13 +405,11 @@ def test_a_ddp_config_that_carries_align_grad_reduce_is_obeyed() -> None:
 
 @pytest.mark.parametrize("model", [Chunk(), [], (), None])
 def test_anything_but_a_non_empty_list_of_chunks_is_refused(model: Any) -> None:
-    from bindings._check import chunk_list
-
     with pytest.raises(BindingError, match="not a list of model chunks") as info:
-        chunk_list(model)
+        model_chunks(model)
     empty = isinstance(model, (list, tuple))
     assert ("an empty list" in str(info.value)) is empty
-    assert chunk_list((c := Chunk(),)) == [c]
+    assert model_chunks((c := Chunk(),)) == [c]
 
 
 def test_one_bad_slot_names_no_other() -> None:
@@ -423,29 +425,25 @@ def test_one_bad_slot_names_no_other() -> None:
 
 
 def test_armed_from_a_config_the_optimizer_is_the_owner_of_grad_scale_func() -> None:
-    from bindings._guard import arm, scale_owner
-
     opt = Optimizer()
     config = Config(finalize_model_grads_func=finalize_model_grads, grad_scale_func=opt.scale_loss)
     assert scale_owner(config) is opt and scale_owner(Config()) is None
-    guard = arm(config, emit=lambda e, **f: None, require_optimizer=True)
+    guard = guard_config(config, emit=lambda e, **f: None, require_optimizer=True)
     assert "step" in vars(opt)
     config.finalize_model_grads_func([])
     opt.step()
     assert not guard.armed and opt.steps == 1
     other = Optimizer()
-    arm(config, other, emit=lambda e, **f: None)
+    guard_config(config, other, emit=lambda e, **f: None)
     assert "step" in vars(other) and "step" not in vars(opt)
 
 
 def test_arming_on_a_config_nobody_bound_is_refused_when_an_optimizer_is_required() -> None:
-    from bindings._guard import arm
-
     config = Config()
     with pytest.raises(BindingError, match="has no grad_scale_func") as info:
-        arm(config, require_optimizer=True)
+        guard_config(config, require_optimizer=True)
     assert info.value.slot == "grad_scale_func" and info.value.config_id == hex(id(config))
-    guard = arm(config)
+    guard = guard_config(config)
     with pytest.raises(FinalizerNotCalled):
         guard.after_step()
 
