@@ -53,11 +53,6 @@ WHITE_BOX: dict[str, set[str]] = {
         "lifecycle.audit._feed._decode",
         "lifecycle.audit._handlers",
     },
-    # The worker pool and the per-input log limit, replaced to test the fallbacks and the cap cheaply;
-    # the chain function, replaced to show the audit never re-serializes a record.
-    "tests/unit/audit/test_audit_cli.py": {"lifecycle.audit._audit", "lifecycle.log._chain"},
-    "tests/unit/audit/test_audit_hostile.py": {"lifecycle.audit._audit"},
-    "tests/unit/test_mutants_chain.py": {"lifecycle.audit._audit"},
     # Fault injection inside entry work that has no hook: `lifecycle run` takes no phases, so a
     # provider module wraps the real CALLBACKS_BOUND phase (Ctrl-C during shutdown); a rank is killed
     # just before DISTRIBUTED initializes megatron's parallel state.

@@ -8,7 +8,7 @@ import gc
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent import futures  # futures.ProcessPoolExecutor looked up per audit: tests take it away
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
@@ -24,6 +24,8 @@ from lifecycle.errors import LogUnreadable
 EXIT_CLEAN, EXIT_VIOLATION, EXIT_UNREADABLE = 0, 1, 2
 PARALLEL_FROM = 256
 MAX_LOGS_PER_INPUT = 1 << 17
+"""How many logs one input (a file, stdin) may start before the audit refuses it as unreadable:
+the audit keeps a summary per log, so a stream of endless log heads must not grow it unbounded."""
 _EMPTY = "the log is empty (0 records): truncated to nothing, or its rank died before writing a record"
 
 
@@ -71,15 +73,18 @@ def audit(
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
     jobs: int | None = None,
+    max_logs_per_input: int = MAX_LOGS_PER_INPUT,
 ) -> AuditResult:
     """Audit the logs under `paths` (files, directories, FIFOs or "-" for stdin).
 
     `jobs` processes read the files (default: one per CPU, up to 8, from PARALLEL_FROM files on);
-    the result does not depend on it. Raises ValueError for an unknown or empty rule name.
+    the result does not depend on it. An input that starts more than `max_logs_per_input` logs is
+    refused (an error of the result, exit code 2). Raises ValueError for an unknown or empty rule
+    name.
     """
     rules = enabled(select, ignore)
     with no_gc():
-        return _audit(paths, rules, jobs, None)[0]
+        return _audit(paths, rules, jobs, None, max_logs_per_input)[0]
 
 
 def audit_tapped(
@@ -91,7 +96,7 @@ def audit_tapped(
     """`audit(paths, jobs=jobs)`, with `tap(input name)` given each batch of each input's records as
     the audit decodes them (see `Tap`); the taps are returned (from the reading processes too)."""
     with no_gc():
-        return _audit(paths, enabled((), ()), jobs, tap)
+        return _audit(paths, enabled((), ()), jobs, tap, MAX_LOGS_PER_INPUT)
 
 
 def _audit(
@@ -99,9 +104,10 @@ def _audit(
     rules: frozenset[str],
     jobs: int | None,
     tap: Callable[[str], Tap] | None,
+    limit: int,
 ) -> tuple[AuditResult, list[Tap]]:
     found = discover(paths)
-    read = _read_all(found.inputs, jobs, tap)
+    read = _read_all(found.inputs, jobs, tap, limit)
     errors = [*found.errors, *read.errors]
     records = sum(s.records for s in read.streams)
     notes = read.notes + read.empty if records else read.notes
@@ -137,14 +143,14 @@ def _no_records(paths: Sequence[str], inputs: Sequence[Input]) -> LogUnreadable:
     )
 
 
-def _read_all(inputs: Sequence[Input], jobs: int | None, tap: Callable[[str], Tap] | None) -> _Read:
+def _read_all(inputs: Sequence[Input], jobs: int | None, tap: Callable[[str], Tap] | None, limit: int) -> _Read:
     workers = _workers(jobs, inputs)
     if workers > 1:
         try:
-            return _read_parallel(inputs, workers, tap)
+            return _read_parallel(inputs, workers, tap, limit)
         except (OSError, BrokenProcessPool):  # no processes to be had here: read them all ourselves
             pass
-    return _read_files(inputs, MAX_LOGS_PER_INPUT, tap)
+    return _read_files(inputs, limit, tap)
 
 
 def default_workers(paths: Sequence[str]) -> int:
@@ -190,7 +196,7 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _read_parallel(inputs: Sequence[Input], workers: int, tap: Callable[[str], Tap] | None) -> _Read:
+def _read_parallel(inputs: Sequence[Input], workers: int, tap: Callable[[str], Tap] | None, limit: int) -> _Read:
     """Inputs split into contiguous chunks, read by this process and `workers - 1` others; results
     kept in input order. This process reads its share itself rather than wait idle."""
     chunks = workers * 4
@@ -199,9 +205,9 @@ def _read_parallel(inputs: Sequence[Input], workers: int, tap: Callable[[str], T
     own = len(parts) // workers
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     read = _Read()
-    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context(method)) as pool:
-        others = [pool.submit(_read_files, part, MAX_LOGS_PER_INPUT, tap) for part in parts[own:]]
-        mine = [_read_files(part, MAX_LOGS_PER_INPUT, tap) for part in parts[:own]]
+    with futures.ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context(method)) as pool:
+        others = [pool.submit(_read_files, part, limit, tap) for part in parts[own:]]
+        mine = [_read_files(part, limit, tap) for part in parts[:own]]
         for part in [*mine, *(f.result() for f in others)]:
             read.extend(part)
     return read

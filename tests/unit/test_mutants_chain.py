@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
-from lifecycle.audit import AuditResult, audit
+from lifecycle.audit import MAX_LOGS_PER_INPUT, AuditResult, audit
 from lifecycle.log import GENESIS, AuditLog, ChainVerifier, line_hash_matches, record_hash
 from lifecycle.log import events as ev
 from states import State
@@ -64,10 +64,10 @@ def la009(result: AuditResult) -> list[str]:
     return [f.message for f in result.findings if f.rule == "LA009"]
 
 
-def audit_file(path: Path, lines: list[bytes]) -> AuditResult:
+def audit_file(path: Path, lines: list[bytes], max_logs: int = MAX_LOGS_PER_INPUT) -> AuditResult:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"".join(line + b"\n" for line in lines))
-    return audit([str(path)], jobs=1)
+    return audit([str(path)], jobs=1, max_logs_per_input=max_logs)
 
 
 # -- the writer ------------------------------------------------------------------------------
@@ -344,15 +344,10 @@ def test_a_record_whose_prev_hash_is_not_a_string_is_reported_not_a_crash(log: P
     assert any("no hash chain" in m for m in messages)
 
 
-def test_an_input_may_start_exactly_as_many_logs_as_the_limit(
-    log: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import lifecycle.audit._audit as audit_module
-
-    monkeypatch.setattr(audit_module, "MAX_LOGS_PER_INPUT", 3)
+def test_an_input_may_start_exactly_as_many_logs_as_the_limit(log: Path, tmp_path: Path) -> None:
     head = lines_of(log)[:1]
-    assert not audit_file(tmp_path / "three.jsonl", head * 3).errors
-    refused = audit_file(tmp_path / "four.jsonl", head * 4).errors
+    assert not audit_file(tmp_path / "three.jsonl", head * 3, max_logs=3).errors
+    refused = audit_file(tmp_path / "four.jsonl", head * 4, max_logs=3).errors
     assert refused and "more than 3 logs start in this one input" in str(refused[0])
 
 

@@ -195,12 +195,12 @@ def test_the_text_report_lists_a_few_findings_per_rule_then_the_other_ranks(tmp_
 
 
 def test_without_worker_processes_the_files_are_read_in_this_one(faulty: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import lifecycle.audit._audit as audit_module
+    import concurrent.futures
 
     def no_processes(*_args: object, **_kwargs: object) -> None:
         raise OSError("fork: Resource temporarily unavailable")
 
-    monkeypatch.setattr(audit_module, "ProcessPoolExecutor", no_processes)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_processes)
     assert audit([str(faulty)], jobs=2).findings == audit([str(faulty)], jobs=1).findings
 
 
@@ -208,18 +208,21 @@ def test_the_writers_bytes_are_hashed_as_laid_out_without_re_serializing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """AuditLog appends `,"hash":"<hex>"}` to the sorted-keys body it hashed: the audit hashes the
-    line minus that suffix plus `}` and never needs record_hash for an engine's log."""
-    import lifecycle.log._chain as chain_module  # the one chain check the writer and the audit share
-
-    def refuse(record: object) -> str:
-        raise AssertionError("re-serialized a record the writer laid out")
-
-    monkeypatch.setattr(chain_module, "record_hash", refuse)
+    line minus that suffix plus `}` and never needs record_hash (the record's sorted-keys JSON made
+    again) for an engine's log."""
     lc = engine_rank(tmp_path)
     lc.advance_to(State.CALLBACKS_BOUND)
     lc.rebuild()
     lc.restart()
     lc.advance_to(State.CALLBACKS_BOUND)
     lc.shutdown()
+    dumps = orjson.dumps
+
+    def refuse_sorted(obj: object, default: object = None, option: int | None = None) -> bytes:
+        if option is not None and option & orjson.OPT_SORT_KEYS:
+            raise AssertionError("re-serialized a record the writer laid out")
+        return dumps(obj, default, option)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(orjson, "dumps", refuse_sorted)
     result = audit([str(tmp_path)], jobs=1)
     assert (result.exit_code, result.findings) == (0, ())

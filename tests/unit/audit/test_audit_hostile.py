@@ -150,16 +150,11 @@ def test_a_huge_world_size_is_reported_without_listing_every_rank(tmp_path: Path
     assert finding.rule == "LA014" and "1-999999999999 (999999999999 ranks)" in finding.message
 
 
-def test_an_input_that_starts_too_many_logs_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import lifecycle.audit._audit as audit_module
-
-    monkeypatch.setattr(audit_module, "MAX_LOGS_PER_INPUT", 20)
+def test_an_input_that_starts_too_many_logs_is_refused(tmp_path: Path) -> None:
     one = write_events(tmp_path / "one", clean_events()[:1]).read_bytes()
     (tmp_path / "rank-00000.jsonl").write_bytes(one * 25)
-    code, _, err = run_cli(capsys, str(tmp_path / "rank-00000.jsonl"))
-    assert code == 2 and "more than 20 logs start in this one input" in err
+    result = audit([str(tmp_path / "rank-00000.jsonl")], jobs=1, max_logs_per_input=20)
+    assert result.exit_code == 2 and "more than 20 logs start in this one input" in str(result.errors[0])
 
 
 def test_a_log_missing_its_head_is_reported_with_its_rank(good: Path, tmp_path: Path) -> None:
