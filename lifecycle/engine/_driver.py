@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lifecycle.config import RunConfig
 from lifecycle.engine import _tripwires, _warnings
@@ -41,6 +41,9 @@ from states import (
     find,
     forward_trigger,
 )
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 __all__ = ["Lifecycle", "TripwirePolicy"]
 
@@ -257,9 +260,10 @@ class Lifecycle:
         self.shutdown()
 
     # -- the ledger and restart cycles (lifecycle.resilience) -------------------------------------
-    def provide(self, **extras: object) -> None:
-        """Hand objects to the entry work through `runtime.extras` (the restart's rendezvous store)."""
-        self._cycles.provide(**extras)
+    def provide(self, *, rendezvous_store: Store | None) -> None:
+        """Hand DISTRIBUTED a store to rendezvous on (`Runtime.rendezvous_store`: the restart wrapper's
+        store for this cycle) instead of MASTER_ADDR/MASTER_PORT; None: the next one uses those again."""
+        self._cycles.provide(rendezvous_store=rendezvous_store)
 
     @property
     def cycle(self) -> int:

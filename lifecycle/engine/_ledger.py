@@ -25,6 +25,8 @@ from lifecycle.log import events
 from states import State, Trigger
 
 if TYPE_CHECKING:
+    from torch.distributed import Store
+
     from lifecycle.engine._shared import Shared
 
 Probe = Callable[[], bool]
@@ -74,10 +76,10 @@ class Cycles:
         self.shared = shared
         self.ledger = Ledger()
 
-    def provide(self, **extras: object) -> None:
-        """Hand objects to the entry work through `runtime.extras` (the restart's rendezvous store)."""
+    def provide(self, *, rendezvous_store: Store | None) -> None:
+        """Hand the entry work a store to rendezvous on (`Runtime.rendezvous_store`; None: no more)."""
         shared = self.shared
-        shared.runtime = dataclasses.replace(shared.runtime, extras={**shared.runtime.extras, **extras})
+        shared.runtime = dataclasses.replace(shared.runtime, rendezvous_store=rendezvous_store)
 
     def begin(self, cycle: int) -> None:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""

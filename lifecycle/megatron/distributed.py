@@ -26,9 +26,9 @@ from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
 from lifecycle.megatron._liveness import is_timeout
-from lifecycle.megatron.ranks import WATCH, RankWatch
+from lifecycle.megatron.ranks import RankWatch
 from lifecycle.megatron.rehearsal import Rehearsal, is_active, start_rehearsal
-from lifecycle.runtime import PhaseContext, Runtime, rank_of, world_size_of
+from lifecycle.runtime import Closeable, PhaseContext, Runtime, rank_of, world_size_of
 from states import SideEffect
 
 if TYPE_CHECKING:
@@ -145,24 +145,20 @@ def _store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> Dist
     )
 
 
-STORE = "rendezvous_store"
-
-
 def _stay(_code: int) -> None:
     """The watcher's exit under an in-process restart wrapper: the wrapper aborts and restarts."""
 
 
-"""The `Runtime.extras` key of a store someone else hosts (`lifecycle.resilience`: the restart
-wrapper's store for this cycle); DISTRIBUTED rendezvouses on it instead of MASTER_ADDR/MASTER_PORT."""
-
-
-def _provided_store(ctx: PhaseContext) -> Any:
+def _provided_store(ctx: PhaseContext) -> Store | None:
+    """`Runtime.rendezvous_store` (`Lifecycle.provide`: the restart wrapper's store for this cycle),
+    under this generation's prefix; None: rendezvous on MASTER_ADDR/MASTER_PORT."""
     import torch.distributed as dist
 
-    store = ctx.runtime.extras.get(STORE)
+    store = ctx.runtime.rendezvous_store
     if store is None:
         return None
-    return dist.PrefixStore(f"megatron-lifecycle/generation-{ctx.runtime.generation}", store)
+    prefixed: Store = dist.PrefixStore(f"megatron-lifecycle/generation-{ctx.runtime.generation}", store)
+    return prefixed
 
 
 # The TCPStore each process keeps per MASTER_ADDR:MASTER_PORT, and how many process groups it has
@@ -259,7 +255,7 @@ def _seed(ctx: PhaseContext, config: RunConfig, pp_rank: int) -> int:
     return seed
 
 
-def _undo(rehearsal: Rehearsal | None, *, barrier: AbstractContextManager[None] | None = None) -> None:
+def _undo(rehearsal: Closeable | None, *, barrier: AbstractContextManager[None] | None = None) -> None:
     """Destroy what this phase created (it refuses to start when anything already existed); with
     `barrier` (the watch it runs under), wait for every rank first."""
     import torch.distributed as dist
@@ -344,7 +340,7 @@ def enter(ctx: PhaseContext) -> Runtime:
         backend=config.backend,
         pg_collection=groups,
         rehearsal=rehearsal,
-        extras={**ctx.runtime.extras, WATCH: watch} if watch is not None else ctx.runtime.extras,
+        rank_watch=watch,
     )
 
 
@@ -373,19 +369,19 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     (or, worse, pair with a collective of) a rank that failed; destroying the group closes its
     sockets at once. A failed rank therefore never waits on its peers to shut down.
     """
-    watch = runtime.extras.get(WATCH)
-    failed = isinstance(watch, RankWatch) and (watch.failed or watch.peer_failure() is not None)
+    watch = runtime.rank_watch
+    failed = watch is not None and (watch.failed or watch.peer_failure() is not None)
     barrier: AbstractContextManager[None] | None = nullcontext()
-    if isinstance(watch, RankWatch):
+    if watch is not None:
         barrier = None if failed else watch.phase(ctx, "SHUT_DOWN")
-    rehearsal: Any = runtime.rehearsal
+    rehearsal = runtime.rehearsal
     try:
         if runtime.distributed:
             _undo(rehearsal, barrier=barrier)
         elif rehearsal is not None:
             rehearsal.close()
     finally:
-        if isinstance(watch, RankWatch):
+        if watch is not None:
             watch.stop()
     return dataclasses.replace(
         runtime,
@@ -395,5 +391,5 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
         backend=None,
         pg_collection=None,
         rehearsal=None,
-        extras={k: v for k, v in runtime.extras.items() if k != WATCH},
+        rank_watch=None,
     )
