@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig
 from lifecycle.engine import _tripwires, _warnings
@@ -56,7 +56,7 @@ class Lifecycle:
     def __init__(
         self,
         config: RunConfig,
-        provider: Any = None,
+        provider: object = None,
         log_dir: str | Path | None = None,
         *,
         plan: Plan | str | None = None,
@@ -107,7 +107,7 @@ class Lifecycle:
         return self._shared.plan
 
     @property
-    def provider(self) -> Any:
+    def provider(self) -> object:
         return self._shared.provider
 
     @property
@@ -132,7 +132,7 @@ class Lifecycle:
         return self._shared.log.run_id
 
     @property
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[dict[str, object]]:
         """Every record logged so far, when created with `options=Options(keep_records=True)`."""
         return self._shared.log.records
 
@@ -147,7 +147,7 @@ class Lifecycle:
         """Why the log file stopped taking records (they went to stderr since), or None."""
         return self._shared.log.fault
 
-    def record(self, event: str, **fields: Any) -> None:
+    def record(self, event: str, **fields: object) -> None:
         """Add a record to this rank's startup log (training code logs `step_completed` this way).
         Never raises because of the log: a write failure moves the lifecycle to FAILED instead."""
         with self._shared.lock:
@@ -278,12 +278,12 @@ class Lifecycle:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
         self._cycles.begin(cycle)
 
-    def cycle_trained(self, **fields: Any) -> None:
+    def cycle_trained(self, **fields: object) -> None:
         """Log `cycle_started` once the cycle is at its target and training starts: the ledger now
         (`STATE:resource`), the config fingerprint, and the caller's fields."""
         self._cycles.trained(**fields)
 
-    def end_cycle(self, **fields: Any) -> None:
+    def end_cycle(self, **fields: object) -> None:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
         self._cycles.ended(**fields)
 
@@ -383,7 +383,7 @@ class Lifecycle:
 
     def _completed(self, trigger: Trigger, source: State, duration: float) -> None:
         shared = self._shared
-        fields: dict[str, Any] = {}
+        fields: dict[str, object] = {}
         if trigger is Trigger.FAIL:
             fields["reason"] = self._failures.reason
         shared.log.emit(

@@ -18,7 +18,7 @@ import dataclasses
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle.errors import ResourceLeak
 from lifecycle.log import events
@@ -85,7 +85,7 @@ class Cycles:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
         self.shared.log.rebind(cycle=cycle)
 
-    def trained(self, **fields: Any) -> None:
+    def trained(self, **fields: object) -> None:
         """Log `cycle_started`: the ledger now (`STATE:resource`), the config fingerprint, `fields`."""
         self.shared.log.emit(
             events.CYCLE_STARTED,
@@ -94,7 +94,7 @@ class Cycles:
             **fields,
         )
 
-    def ended(self, **fields: Any) -> None:
+    def ended(self, **fields: object) -> None:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
         self.shared.log.emit(events.CYCLE_ENDED, state=self.shared.state.name, **fields)
 
