@@ -19,7 +19,7 @@ import time
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle import launchers
 from lifecycle.config import RunConfig
@@ -32,7 +32,7 @@ from lifecycle.runtime import Closeable, PhaseContext, Runtime, rank_of, world_s
 from states import SideEffect
 
 if TYPE_CHECKING:
-    from torch.distributed import PrefixStore, Store
+    from torch.distributed import PrefixStore, Store, TCPStore
 
 
 def decide_rehearsal(flag: bool | None, cuda_available: bool) -> tuple[bool, str]:
@@ -165,7 +165,8 @@ def _provided_store(ctx: PhaseContext) -> Store | None:
 # served. It must outlive `destroy_process_group`: re-creating it on the same port for a restart
 # lets a fast rank join the previous, still-closing store and read stale keys (gloo then connects
 # to ports that are gone, or hangs). Each initialization uses a fresh key prefix instead.
-_STORES: dict[tuple[str, int], list[Any]] = {}  # Any: [the TCPStore, its initializations so far]
+_STORES: dict[tuple[str, int], tuple[TCPStore, int]] = {}
+"""(MASTER_ADDR, MASTER_PORT) -> (its TCPStore, how many initializations it served)."""
 
 
 def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> PrefixStore:
@@ -178,7 +179,9 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> Pr
 
     addr, port = launchers.rendezvous() or _no_rendezvous()
     entry = _STORES.get((addr, port))
-    if entry is None:
+    if entry is not None:
+        store, served = entry
+    else:
         agent = launchers.agent_store()
         master = rank == 0 and not agent
         if not master:
@@ -191,12 +194,13 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> Pr
             wait_for_workers=False,
             timeout=timedelta(seconds=timeout_s),
         )
-        entry = _STORES[(addr, port)] = [store, 0]
-    entry[1] += 1
-    entry[0].set_timeout(timedelta(seconds=timeout_s))
+        served = 0
+    served += 1
+    _STORES[(addr, port)] = (store, served)
+    store.set_timeout(timedelta(seconds=timeout_s))
     # torchrun's agent store outlives a restart of the workers (--max-restarts): each attempt its keys
     attempt = launchers.restart_count() or 0
-    return dist.PrefixStore(f"megatron-lifecycle/attempt-{attempt}/init-{entry[1]}", entry[0])
+    return dist.PrefixStore(f"megatron-lifecycle/attempt-{attempt}/init-{served}", store)
 
 
 def _no_rendezvous() -> tuple[str, int]:
