@@ -44,7 +44,6 @@ from states import (
 
 if TYPE_CHECKING:
     from torch.distributed import Store
-
 __all__ = ["Lifecycle", "TripwirePolicy"]
 
 _FORWARD = frozenset(forward_trigger(dest) for dest in STARTUP_ORDER[1:])
@@ -261,8 +260,7 @@ class Lifecycle:
 
     # -- the ledger and restart cycles (lifecycle.resilience) -------------------------------------
     def provide(self, *, rendezvous_store: Store | None) -> None:
-        """Hand DISTRIBUTED a store to rendezvous on (`Runtime.rendezvous_store`: the restart wrapper's
-        store for this cycle) instead of MASTER_ADDR/MASTER_PORT; None: the next one uses those again."""
+        """Hand DISTRIBUTED a store to rendezvous on instead of MASTER_ADDR (`Runtime.rendezvous_store`)."""
         self._cycles.provide(rendezvous_store=rendezvous_store)
 
     @property
@@ -279,8 +277,7 @@ class Lifecycle:
         self._cycles.begin(cycle)
 
     def cycle_trained(self, **fields: object) -> None:
-        """Log `cycle_started` once the cycle is at its target and training starts: the ledger now
-        (`STATE:resource`), the config fingerprint, and the caller's fields."""
+        """Log `cycle_started` as training starts: the ledger now, the config fingerprint, the caller's fields."""
         self._cycles.trained(**fields)
 
     def end_cycle(self, **fields: object) -> None:
