@@ -13,7 +13,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -25,8 +25,11 @@ from lifecycle.log import ChainVerifier, events
 from lifecycle.runtime import Options, PhaseSet
 from states import STARTUP_ORDER, TABLE, State, Trigger, find, releases
 
+if TYPE_CHECKING:
+    from hypothesis.stateful import RuleBasedStateMachine
 
-def read_log(path: Path) -> list[dict[str, Any]]:
+
+def read_log(path: Path) -> list[dict[str, object]]:
     with open(path, "rb") as handle:
         return [orjson.loads(line) for line in handle if line.strip()]
 
@@ -43,7 +46,7 @@ def reachable_states() -> frozenset[State]:
     return frozenset(seen)
 
 
-def check_log(records: Iterable[Mapping[str, Any]]) -> list[str]:
+def check_log(records: Iterable[Mapping[str, object]]) -> list[str]:
     """Problems with one rank's records: hash chain, path through the table, ordering rules (those
     of `states.ORDERING` a log can show, as `lifecycle.audit.LOG_ORDERING` reads them)."""
     problems: list[str] = []
@@ -53,7 +56,8 @@ def check_log(records: Iterable[Mapping[str, Any]]) -> list[str]:
     for i, rec in enumerate(records):
         if chain.check(rec) is not None:
             problems.append(f"record {i}: hash chain broken")
-        event = rec.get("event") or ""
+        event = rec.get("event")
+        event = event if isinstance(event, str) else ""
         for rule in LOG_ORDERING.get(event, ()):
             if rule.needs not in held and rule.applies(rec):
                 problems.append(f"record {i}: {rule.what(rec)} before {rule.needs.name}")
@@ -65,9 +69,9 @@ def check_log(records: Iterable[Mapping[str, Any]]) -> list[str]:
     return problems
 
 
-def _followed(i: int, rec: Mapping[str, Any], state: str, problems: list[str]) -> str:
+def _followed(i: int, rec: Mapping[str, object], state: str, problems: list[str]) -> str:
     """The state a `transition_completed` record moves to; a problem when the table has no such step."""
-    row = find(State[rec["source"]], Trigger(rec["trigger"]))
+    row = find(State[str(rec["source"])], Trigger(rec["trigger"]))
     if rec["source"] != state or row is None or row.dest.name != rec["dest"]:
         problems.append(f"record {i}: {rec['source']} -{rec['trigger']}-> {rec['dest']} is not a table path")
     return str(rec["dest"])
@@ -109,10 +113,10 @@ def check_written_log(lc: Lifecycle) -> None:
 
 def lifecycle_state_machine(
     config: RunConfig | None = None,
-    provider: Any = None,
+    provider: object = None,
     phases_factory: Callable[[], PhaseSet] = InProcessPhases,
     tripwires: TripwirePolicy = "raise",
-) -> Any:
+) -> type[RuleBasedStateMachine]:
     """A Hypothesis RuleBasedStateMachine class driving a fresh Lifecycle per example."""
     from hypothesis import strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -149,7 +153,7 @@ def lifecycle_state_machine(
 
 
 def _fresh(
-    config: RunConfig, provider: Any, phases_factory: Callable[[], PhaseSet], tripwires: TripwirePolicy
+    config: RunConfig, provider: object, phases_factory: Callable[[], PhaseSet], tripwires: TripwirePolicy
 ) -> tuple[tempfile.TemporaryDirectory[str], Lifecycle]:
     """One example's lifecycle, keeping its records, with its own temporary log directory."""
     where = tempfile.TemporaryDirectory(prefix="lifecycle-fuzz-")

@@ -172,7 +172,7 @@ def _drive(args: argparse.Namespace, config: RunConfig, provider: Provider) -> i
             started = time.perf_counter()
             lc.advance_to(dest)
             show(f"  ✓ {dest.name:<16} {time.perf_counter() - started:7.3f} s")
-            _show_imports(show, lc.runtime.extras.get("imports") if dest is State.VALIDATED else None)
+            _show_imports(show, lc.runtime.imports if dest is State.VALIDATED else None)
         if lc.state is training_state(lc.target):
             _train_and_save(lc, steps, show)
         log_path = lc.log_path

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from lifecycle.runtime import Options, Runtime
 from states import Plan, SideEffect, Trigger
@@ -17,17 +16,17 @@ class Context:
 
     runtime: Runtime
     trigger: Trigger
-    provider: Any
+    provider: object
     plan: Plan
     options: Options
     declare: Callable[[SideEffect, Runtime], None]
-    record: Callable[[str, dict[str, Any]], None]
+    record: Callable[[str, dict[str, object]], None]
     rank_known: Callable[[int, int], None]
 
     def side_effect(self, kind: SideEffect) -> None:
         self.declare(kind, self.runtime)
 
-    def emit(self, event: str, **fields: Any) -> None:
+    def emit(self, event: str, **fields: object) -> None:
         self.record(event, fields)
 
     def set_rank(self, *, rank: int, world_size: int) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig
 from lifecycle.engine import _tripwires, _warnings
@@ -42,6 +42,8 @@ from states import (
     forward_trigger,
 )
 
+if TYPE_CHECKING:
+    from torch.distributed import Store
 __all__ = ["Lifecycle", "TripwirePolicy"]
 
 _FORWARD = frozenset(forward_trigger(dest) for dest in STARTUP_ORDER[1:])
@@ -53,7 +55,7 @@ class Lifecycle:
     def __init__(
         self,
         config: RunConfig,
-        provider: Any = None,
+        provider: object = None,
         log_dir: str | Path | None = None,
         *,
         plan: Plan | str | None = None,
@@ -104,7 +106,7 @@ class Lifecycle:
         return self._shared.plan
 
     @property
-    def provider(self) -> Any:
+    def provider(self) -> object:
         return self._shared.provider
 
     @property
@@ -129,7 +131,7 @@ class Lifecycle:
         return self._shared.log.run_id
 
     @property
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[dict[str, object]]:
         """Every record logged so far, when created with `options=Options(keep_records=True)`."""
         return self._shared.log.records
 
@@ -144,7 +146,7 @@ class Lifecycle:
         """Why the log file stopped taking records (they went to stderr since), or None."""
         return self._shared.log.fault
 
-    def record(self, event: str, **fields: Any) -> None:
+    def record(self, event: str, **fields: object) -> None:
         """Add a record to this rank's startup log (training code logs `step_completed` this way).
         Never raises because of the log: a write failure moves the lifecycle to FAILED instead."""
         with self._shared.lock:
@@ -257,9 +259,9 @@ class Lifecycle:
         self.shutdown()
 
     # -- the ledger and restart cycles (lifecycle.resilience) -------------------------------------
-    def provide(self, **extras: object) -> None:
-        """Hand objects to the entry work through `runtime.extras` (the restart's rendezvous store)."""
-        self._cycles.provide(**extras)
+    def provide(self, *, rendezvous_store: Store | None) -> None:
+        """Hand DISTRIBUTED a store to rendezvous on instead of MASTER_ADDR (`Runtime.rendezvous_store`)."""
+        self._cycles.provide(rendezvous_store=rendezvous_store)
 
     @property
     def cycle(self) -> int:
@@ -274,12 +276,11 @@ class Lifecycle:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
         self._cycles.begin(cycle)
 
-    def cycle_trained(self, **fields: Any) -> None:
-        """Log `cycle_started` once the cycle is at its target and training starts: the ledger now
-        (`STATE:resource`), the config fingerprint, and the caller's fields."""
+    def cycle_trained(self, **fields: object) -> None:
+        """Log `cycle_started` as training starts: the ledger now, the config fingerprint, the caller's fields."""
         self._cycles.trained(**fields)
 
-    def end_cycle(self, **fields: Any) -> None:
+    def end_cycle(self, **fields: object) -> None:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
         self._cycles.ended(**fields)
 
@@ -379,7 +380,7 @@ class Lifecycle:
 
     def _completed(self, trigger: Trigger, source: State, duration: float) -> None:
         shared = self._shared
-        fields: dict[str, Any] = {}
+        fields: dict[str, object] = {}
         if trigger is Trigger.FAIL:
             fields["reason"] = self._failures.reason
         shared.log.emit(

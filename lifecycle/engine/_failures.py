@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from lifecycle.errors import LifecycleError, PhaseFailed, RehearsalError, StartupAborted
 from lifecycle.log import check_log_dir, events, redact_text
@@ -28,11 +28,23 @@ if TYPE_CHECKING:
     from lifecycle.runtime import Runtime
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_OPEN: weakref.WeakSet[Any] = weakref.WeakSet()
+Handler = Callable[[int, FrameType | None], object]
+"""A Python signal handler (`signal.signal`'s)."""
+
+
+class _Open(Protocol):
+    """What the exit hook uses of a lifecycle."""
+
+    @property
+    def state(self) -> State: ...
+    def shutdown(self) -> object: ...
+
+
+_OPEN: weakref.WeakSet[_Open] = weakref.WeakSet()
 """Every lifecycle not yet shut down in this process: `_shut_down_at_exit` releases them."""
 
 
-def track(lifecycle: Any) -> None:
+def track(lifecycle: _Open) -> None:
     """Shut `lifecycle` down at interpreter exit if nobody did (a script that returns, a thread
     that ended with it open): its process group, parallel state and rehearsal are released."""
     _OPEN.add(lifecycle)
@@ -52,9 +64,9 @@ class SignalTrap:
     in native code, cannot run them. The previous handlers come back when the startup ends, fails
     or is shut down."""
 
-    def __init__(self, on_signal: Any, on_blocked: Any) -> None:
+    def __init__(self, on_signal: Handler, on_blocked: Callable[[int, float], object]) -> None:
         self.on_signal = on_signal
-        self.previous: dict[int, Any] = {}
+        self.previous: dict[int, Handler | int | None] = {}
         self.watch = SignalWatch(_SIGNALS, on_blocked, owns=self._owns)
 
     def _owns(self, signum: int) -> bool:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle.errors import GuardRejected, InvalidTransition
 from lifecycle.log import events
 from states import Facts, Guard, State, Transition, Trigger, allowed_triggers, rule
 
 if TYPE_CHECKING:
+    from transitions import EventData
+
     from lifecycle.engine._shared import Shared
 
 
@@ -32,10 +34,10 @@ class Guards:
         finally:
             self._now = None
 
-    def condition(self, row: Transition) -> Callable[[Any], bool]:
+    def condition(self, row: Transition) -> Callable[[EventData | None], bool]:
         """The machine's condition for `row`: True, or the first refusing guard raises."""
 
-        def condition(_event: Any) -> bool:
+        def condition(_event: EventData | None) -> bool:
             facts = self._now or self.facts(row.trigger, row.dest)
             for guard in row.guards:
                 if not guard(facts):

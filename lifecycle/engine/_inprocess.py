@@ -11,17 +11,22 @@ from __future__ import annotations
 import copy
 import dataclasses
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from bindings import BindingReport, install
 from lifecycle.log import events
 from lifecycle.runtime import PhaseContext, Phases, Runtime
 from states import SideEffect, State
 
+if TYPE_CHECKING:
+    import torch
+
 SLOTS = ("finalize_model_grads_func", "grad_scale_func")
+Slot = Callable[..., object] | list[Callable[..., object]] | None
+"""What a scheduler callback slot holds: a callable, one per model chunk, or nothing."""
 
 
 @dataclass
@@ -29,18 +34,18 @@ class SimConfig:
     """Stands in for a TransformerConfig: the attributes bindings write."""
 
     num_layers: int = 2
-    finalize_model_grads_func: Any = None
-    grad_scale_func: Any = None
-    no_sync_func: Any = None
-    grad_sync_func: Any = None
-    param_sync_func: Any = None
+    finalize_model_grads_func: Slot = None
+    grad_scale_func: Slot = None
+    no_sync_func: Slot = None
+    grad_sync_func: Slot = None
+    param_sync_func: Slot = None
 
 
 @dataclass
 class SimChunk:
     config: SimConfig = field(default_factory=SimConfig)
 
-    def parameters(self) -> Iterator[Any]:
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
         return iter(())
 
 
@@ -56,7 +61,7 @@ class SimOptimizer:
     def zero_grad(self) -> None:
         return None
 
-    def scale_loss(self, loss: Any) -> Any:
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         return loss
 
 
@@ -65,7 +70,7 @@ def copying_provider(config: SimConfig, *, pre_process: bool, post_process: bool
     return SimChunk(config=copy.copy(config))
 
 
-def _finalize(*_args: Any, **_kwargs: Any) -> None:
+def _finalize(*_args: object, **_kwargs: object) -> None:
     return None
 
 
@@ -156,6 +161,8 @@ class _Model(_Phase):
     def build(self, ctx: PhaseContext) -> Runtime:
         ctx.side_effect(SideEffect.MODEL)
         provider = ctx.provider or copying_provider
+        if not callable(provider):
+            raise TypeError(f"provider {provider!r} is not callable")
         provider_config = SimConfig(num_layers=ctx.runtime.config.model.num_layers)
         chunks = tuple(provider(provider_config, pre_process=True, post_process=True, vp_stage=None) for _ in range(1))
         ctx.emit(

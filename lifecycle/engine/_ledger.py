@@ -18,13 +18,15 @@ import dataclasses
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle.errors import ResourceLeak
 from lifecycle.log import events
 from states import State, Trigger
 
 if TYPE_CHECKING:
+    from torch.distributed import Store
+
     from lifecycle.engine._shared import Shared
 
 Probe = Callable[[], bool]
@@ -74,16 +76,16 @@ class Cycles:
         self.shared = shared
         self.ledger = Ledger()
 
-    def provide(self, **extras: object) -> None:
-        """Hand objects to the entry work through `runtime.extras` (the restart's rendezvous store)."""
+    def provide(self, *, rendezvous_store: Store | None) -> None:
+        """Hand the entry work a store to rendezvous on (`Runtime.rendezvous_store`; None: no more)."""
         shared = self.shared
-        shared.runtime = dataclasses.replace(shared.runtime, extras={**shared.runtime.extras, **extras})
+        shared.runtime = dataclasses.replace(shared.runtime, rendezvous_store=rendezvous_store)
 
     def begin(self, cycle: int) -> None:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
         self.shared.log.rebind(cycle=cycle)
 
-    def trained(self, **fields: Any) -> None:
+    def trained(self, **fields: object) -> None:
         """Log `cycle_started`: the ledger now (`STATE:resource`), the config fingerprint, `fields`."""
         self.shared.log.emit(
             events.CYCLE_STARTED,
@@ -92,7 +94,7 @@ class Cycles:
             **fields,
         )
 
-    def ended(self, **fields: Any) -> None:
+    def ended(self, **fields: object) -> None:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
         self.shared.log.emit(events.CYCLE_ENDED, state=self.shared.state.name, **fields)
 

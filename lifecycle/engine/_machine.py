@@ -6,11 +6,14 @@ Conditions raise `GuardRejected` instead of returning False, so a refused trigge
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from transitions.extensions import LockedMachine
 
 from states import STARTUP_ORDER, TABLE, State, Transition
+
+if TYPE_CHECKING:
+    from transitions import EventData
 
 
 class MachineModel:
@@ -22,7 +25,7 @@ class MachineModel:
 def build_machine(
     model: MachineModel,
     *,
-    on_guard: Callable[[Transition], Callable[[Any], bool]],
+    on_guard: Callable[[Transition], Callable[[EventData | None], bool]],
     table: tuple[Transition, ...] = TABLE,
 ) -> LockedMachine:
     """A thread-safe machine over `model` with exactly the table's rows (no auto transitions)."""

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from lifecycle.config import RunConfig
 from lifecycle.engine._machine import MachineModel
@@ -30,7 +30,7 @@ TripwirePolicy = Literal["raise", "warn", "off"]
 class Shared:
     config: RunConfig
     plan: Plan
-    provider: Any
+    provider: object
     """The model provider as the user gave it: the entry work resolves it (megatron/user_providers.py)."""
     options: Options
     policy: TripwirePolicy
@@ -52,7 +52,7 @@ class Shared:
 
 def make_shared(
     config: RunConfig,
-    provider: Any,
+    provider: object,
     log_dir: str | Path | None,
     *,
     plan: Plan | str | None,

@@ -16,8 +16,9 @@ import importlib.util
 import sys
 import threading
 import weakref
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Protocol
 
 from states import SideEffect
 
@@ -37,6 +38,8 @@ TARGETS: tuple[tuple[str, str, SideEffect], ...] = (
 
 
 _TARGET_MODULES = frozenset(modname for modname, _, _ in TARGETS)
+Wrapped = Callable[..., object]
+"""A patched torch/megatron function, or the tripwire that wraps it (arguments passed through)."""
 
 
 class _ImportHook(importlib.abc.MetaPathFinder):
@@ -45,7 +48,9 @@ class _ImportHook(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
         self.busy: set[str] = set()
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in _TARGET_MODULES or fullname in self.busy:
             return None
         self.busy.add(fullname)
@@ -58,7 +63,7 @@ class _ImportHook(importlib.abc.MetaPathFinder):
             return spec
         exec_module = loader.exec_module
 
-        def exec_then_patch(module: Any) -> None:
+        def exec_then_patch(module: ModuleType) -> None:
             exec_module(module)
             refresh(force=True)
 
@@ -74,10 +79,10 @@ class Owner(Protocol):
 class _Registry:
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.owner: weakref.ref[Any] | None = None
+        self.owner: weakref.ref[Owner] | None = None
         # (module name, attribute) -> (module, original, wrapper)
-        self.patches: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
-        self.originals: dict[int, Any] = {}
+        self.patches: dict[tuple[str, str], tuple[ModuleType, Wrapped, Wrapped]] = {}
+        self.originals: dict[int, Wrapped] = {}
         self.hook = _ImportHook()
         self.modules_seen = -1
 
@@ -85,13 +90,13 @@ class _Registry:
         owner: Owner | None = self.owner() if self.owner is not None else None
         return owner
 
-    def wrapper_for(self, original: Callable[..., Any], target: str, kind: SideEffect) -> Any:
+    def wrapper_for(self, original: Wrapped, target: str, kind: SideEffect) -> Wrapped:
         known = self.originals.get(id(original))
         if known is not None:
             return known
 
         @functools.wraps(original)
-        def tripwire(*args: Any, **kwargs: Any) -> Any:
+        def tripwire(*args: object, **kwargs: object) -> object:
             owner = REGISTRY.current()
             if owner is not None:
                 owner.tripwire(kind, target)

@@ -23,10 +23,14 @@ import sys
 import threading
 import warnings
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from lifecycle.log import events, redact_text
+
+if TYPE_CHECKING:
+    from lifecycle.log import AuditLog
 
 LIBRARY_LOGGERS = ("megatron", "transitions", "torch.distributed.checkpoint", "torch.utils.cpp_extension")
 """Loggers whose records go to the startup log instead of the console (torch's cpp_extension says
@@ -38,7 +42,7 @@ class _Recorder(Protocol):
     """What the capture uses of a lifecycle's shared record (`engine/_shared.py`)."""
 
     lock: threading.RLock
-    log: Any  # the lifecycle's AuditLog: its `emit`
+    log: AuditLog
 
 
 def _module_of(filename: str) -> str:
@@ -62,8 +66,8 @@ class WarningCapture:
         self._console = console
         self._seen: set[tuple[str, str, str]] = set()
         self._count = 0
-        self._queue: deque[dict[str, Any]] = deque()
-        self._previous_show: Any = None
+        self._queue: deque[dict[str, object]] = deque()
+        self._previous_show: Callable[..., None] = warnings.showwarning
         self._loggers: list[tuple[logging.Logger, bool, logging.Handler]] = []
         self._installed = False
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle.config import Snapshot
 from lifecycle.engine._context import Context
@@ -75,7 +75,7 @@ class EntryWork:
         elif trigger is Trigger.FAIL:
             self._failures.phases_failed(shared.state)
 
-    def emit_from_phase(self, event: str, fields: dict[str, Any]) -> None:
+    def emit_from_phase(self, event: str, fields: dict[str, object]) -> None:
         if event == events.CONFIG_VALIDATED:
             self.phase_logged_validation = True
         self.shared.log.emit(event, **fields)

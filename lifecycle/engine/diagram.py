@@ -9,10 +9,14 @@ docs/state-diagram.md, kept equal to it by a test.
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lifecycle.errors import ExtraNotInstalled
 from states import STARTUP_ORDER, TABLE, State, Transition
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 TITLE = "megatron-lifecycle startup"
 FORMATS = ("mermaid", "dot", "svg", "markdown")
@@ -132,7 +136,7 @@ def svg() -> str:
     return _save(figure, "svg")
 
 
-def _save(figure: Any, fmt: str) -> str:
+def _save(figure: Figure, fmt: str) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
     return buffer.getvalue().decode() if fmt == "svg" else buffer.getvalue().hex()
@@ -153,7 +157,7 @@ def _grouped() -> dict[tuple[str, str], list[str]]:
     return grouped
 
 
-def _arrow(ax: Any, pos: dict[str, tuple[float, float]], source: str, dest: str, labels: list[str]) -> None:
+def _arrow(ax: Axes, pos: dict[str, tuple[float, float]], source: str, dest: str, labels: list[str]) -> None:
     from matplotlib.patches import FancyArrowPatch
 
     (x0, y0), (x1, y1) = pos[source], pos[dest]

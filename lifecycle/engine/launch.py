@@ -14,12 +14,16 @@ import signal
 import socket
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from multiprocessing.queues import SimpleQueue
+from typing import TypeVar, cast
 
 from lifecycle.errors import RankFailed
 from lifecycle.launchers import torchrun_env
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+T = TypeVar("T")
+Reply = tuple[int, bool, object]
+"""What a rank sends back: (rank, ok, what `fn` returned, or the error text)."""
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> bool:
@@ -40,7 +44,9 @@ def free_port() -> int:
         return port
 
 
-def _worker(fn: Callable[..., Any], rank: int, nproc: int, port: int, args: Sequence[Any], queue: Any) -> None:
+def _worker(
+    fn: Callable[..., object], rank: int, nproc: int, port: int, args: Sequence[object], queue: SimpleQueue[Reply]
+) -> None:
     os.environ.update(torchrun_env(rank=rank, world_size=nproc, master_addr="127.0.0.1", master_port=port))
     try:
         queue.put((rank, True, fn(*args)))
@@ -48,15 +54,15 @@ def _worker(fn: Callable[..., Any], rank: int, nproc: int, port: int, args: Sequ
         queue.put((rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
 
 
-def run_ranks(fn: Callable[..., Any], nproc: int, *args: Any, timeout_s: float = 600.0) -> list[Any]:
+def run_ranks(fn: Callable[..., T], nproc: int, *args: object, timeout_s: float = 600.0) -> list[T]:
     """Call `fn(*args)` on ranks 0..nproc-1 in fresh processes; return results ordered by rank."""
     ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
+    queue: SimpleQueue[Reply] = ctx.SimpleQueue()
     port = free_port()
     procs = [ctx.Process(target=_worker, args=(fn, r, nproc, port, args, queue)) for r in range(nproc)]
     for proc in procs:
         proc.start()
-    results: dict[int, Any] = {}
+    results: dict[int, T] = {}
     errors: dict[int, str] = {}
     import time
 
@@ -64,7 +70,10 @@ def run_ranks(fn: Callable[..., Any], nproc: int, *args: Any, timeout_s: float =
     while len(results) + len(errors) < nproc:
         if not queue.empty():
             rank, ok, value = queue.get()
-            (results if ok else errors)[rank] = value
+            if ok:
+                results[rank] = cast(T, value)  # what `fn` returned on that rank, pickled across
+            else:
+                errors[rank] = str(value)
             continue
         dead = [i for i, p in enumerate(procs) if not p.is_alive() and p.exitcode not in (0, None)]
         if dead and queue.empty():

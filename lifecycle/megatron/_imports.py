@@ -25,7 +25,7 @@ from types import MappingProxyType
 from lifecycle.config import RunConfig, normalize, validate
 from lifecycle.errors import LifecycleError
 from lifecycle.log import events
-from lifecycle.runtime import PhaseContext, Runtime
+from lifecycle.runtime import Imports, PhaseContext, Runtime
 from states import PLAN_TARGETS, Plan, State
 
 TORCH = ("torch", "torch.distributed")
@@ -154,13 +154,12 @@ def validate_while_importing(
         runtime = enter(ctx)
     finally:
         report = job.join()
-        fields = {
-            "modules": dict(report.modules),
-            "started_ts": report.started_ts,
-            "duration_s": report.duration_s,
-            "waited_s": report.waited_s,
-            "failed": dict(report.failed),
-        }
+        fields = Imports(
+            modules=dict(report.modules),
+            started_ts=report.started_ts,
+            duration_s=report.duration_s,
+            waited_s=report.waited_s,
+            failed=dict(report.failed),
+        )
         ctx.emit(events.IMPORTS, **fields)
-    # for `lifecycle run`'s summary, which reads it as a plain mapping
-    return dataclasses.replace(runtime, extras=MappingProxyType({**runtime.extras, "imports": fields}))
+    return dataclasses.replace(runtime, imports=fields)  # for `lifecycle run`'s summary

@@ -9,7 +9,6 @@ They import torch and megatron inside their functions, so importing them stays c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from lifecycle.config import CALLBACK_FIELDS, config_drift
 from lifecycle.megatron import callbacks_bound, distributed, model_built, services_ready, validated
@@ -59,16 +58,16 @@ class MegatronPhases(Phases):
 
     def failed(self, runtime: Runtime, state: str, reason: str) -> None:
         """The lifecycle moved to FAILED: tell the other ranks (and skip the closing barrier)."""
-        mark_failed(runtime.extras, state, reason)
+        mark_failed(runtime.rank_watch, state, reason)
 
     def resources(self, state: State, runtime: Runtime) -> list[tuple[str, Callable[[], bool]]]:
         """What `state`'s entry work made, with a probe each (the engine's ledger)."""
         return resources(state, runtime)
 
-    def drift(self, runtime: Runtime) -> list[tuple[str, Any, Any]]:
+    def drift(self, runtime: Runtime) -> list[tuple[str, object, object]]:
         """Fields of the model's TransformerConfig changed since MODEL_BUILT (callback slots excepted)."""
-        snapshot = runtime.extras.get("transformer_config_snapshot")
-        if not isinstance(snapshot, dict) or runtime.transformer_config is None:
+        snapshot = runtime.transformer_config_snapshot
+        if snapshot is None or runtime.transformer_config is None:
             return []
         changes = config_drift(snapshot, runtime.transformer_config, ignore=CALLBACK_FIELDS)
         return [(f"transformer_config.{name}", old, new) for name, old, new in changes]

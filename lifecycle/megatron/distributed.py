@@ -19,20 +19,20 @@ import time
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle import launchers
 from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
 from lifecycle.megatron._liveness import is_timeout
-from lifecycle.megatron.ranks import WATCH, RankWatch
+from lifecycle.megatron.ranks import RankWatch
 from lifecycle.megatron.rehearsal import Rehearsal, is_active, start_rehearsal
-from lifecycle.runtime import PhaseContext, Runtime, rank_of, world_size_of
+from lifecycle.runtime import Closeable, PhaseContext, Runtime, rank_of, world_size_of
 from states import SideEffect
 
 if TYPE_CHECKING:
-    from torch.distributed import PrefixStore, Store
+    from torch.distributed import PrefixStore, Store, TCPStore
 
 
 def decide_rehearsal(flag: bool | None, cuda_available: bool) -> tuple[bool, str]:
@@ -145,31 +145,28 @@ def _store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> Dist
     )
 
 
-STORE = "rendezvous_store"
-
-
 def _stay(_code: int) -> None:
     """The watcher's exit under an in-process restart wrapper: the wrapper aborts and restarts."""
 
 
-"""The `Runtime.extras` key of a store someone else hosts (`lifecycle.resilience`: the restart
-wrapper's store for this cycle); DISTRIBUTED rendezvouses on it instead of MASTER_ADDR/MASTER_PORT."""
-
-
-def _provided_store(ctx: PhaseContext) -> Any:
+def _provided_store(ctx: PhaseContext) -> Store | None:
+    """`Runtime.rendezvous_store` (`Lifecycle.provide`: the restart wrapper's store for this cycle),
+    under this generation's prefix; None: rendezvous on MASTER_ADDR/MASTER_PORT."""
     import torch.distributed as dist
 
-    store = ctx.runtime.extras.get(STORE)
+    store = ctx.runtime.rendezvous_store
     if store is None:
         return None
-    return dist.PrefixStore(f"megatron-lifecycle/generation-{ctx.runtime.generation}", store)
+    prefixed: Store = dist.PrefixStore(f"megatron-lifecycle/generation-{ctx.runtime.generation}", store)
+    return prefixed
 
 
 # The TCPStore each process keeps per MASTER_ADDR:MASTER_PORT, and how many process groups it has
 # served. It must outlive `destroy_process_group`: re-creating it on the same port for a restart
 # lets a fast rank join the previous, still-closing store and read stale keys (gloo then connects
 # to ports that are gone, or hangs). Each initialization uses a fresh key prefix instead.
-_STORES: dict[tuple[str, int], list[Any]] = {}  # Any: [the TCPStore, its initializations so far]
+_STORES: dict[tuple[str, int], tuple[TCPStore, int]] = {}
+"""(MASTER_ADDR, MASTER_PORT) -> (its TCPStore, how many initializations it served)."""
 
 
 def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> PrefixStore:
@@ -182,7 +179,9 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> Pr
 
     addr, port = launchers.rendezvous() or _no_rendezvous()
     entry = _STORES.get((addr, port))
-    if entry is None:
+    if entry is not None:
+        store, served = entry
+    else:
         agent = launchers.agent_store()
         master = rank == 0 and not agent
         if not master:
@@ -195,12 +194,13 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> Pr
             wait_for_workers=False,
             timeout=timedelta(seconds=timeout_s),
         )
-        entry = _STORES[(addr, port)] = [store, 0]
-    entry[1] += 1
-    entry[0].set_timeout(timedelta(seconds=timeout_s))
+        served = 0
+    served += 1
+    _STORES[(addr, port)] = (store, served)
+    store.set_timeout(timedelta(seconds=timeout_s))
     # torchrun's agent store outlives a restart of the workers (--max-restarts): each attempt its keys
     attempt = launchers.restart_count() or 0
-    return dist.PrefixStore(f"megatron-lifecycle/attempt-{attempt}/init-{entry[1]}", entry[0])
+    return dist.PrefixStore(f"megatron-lifecycle/attempt-{attempt}/init-{served}", store)
 
 
 def _no_rendezvous() -> tuple[str, int]:
@@ -259,7 +259,7 @@ def _seed(ctx: PhaseContext, config: RunConfig, pp_rank: int) -> int:
     return seed
 
 
-def _undo(rehearsal: Rehearsal | None, *, barrier: AbstractContextManager[None] | None = None) -> None:
+def _undo(rehearsal: Closeable | None, *, barrier: AbstractContextManager[None] | None = None) -> None:
     """Destroy what this phase created (it refuses to start when anything already existed); with
     `barrier` (the watch it runs under), wait for every rank first."""
     import torch.distributed as dist
@@ -344,7 +344,7 @@ def enter(ctx: PhaseContext) -> Runtime:
         backend=config.backend,
         pg_collection=groups,
         rehearsal=rehearsal,
-        extras={**ctx.runtime.extras, WATCH: watch} if watch is not None else ctx.runtime.extras,
+        rank_watch=watch,
     )
 
 
@@ -373,19 +373,19 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     (or, worse, pair with a collective of) a rank that failed; destroying the group closes its
     sockets at once. A failed rank therefore never waits on its peers to shut down.
     """
-    watch = runtime.extras.get(WATCH)
-    failed = isinstance(watch, RankWatch) and (watch.failed or watch.peer_failure() is not None)
+    watch = runtime.rank_watch
+    failed = watch is not None and (watch.failed or watch.peer_failure() is not None)
     barrier: AbstractContextManager[None] | None = nullcontext()
-    if isinstance(watch, RankWatch):
+    if watch is not None:
         barrier = None if failed else watch.phase(ctx, "SHUT_DOWN")
-    rehearsal: Any = runtime.rehearsal
+    rehearsal = runtime.rehearsal
     try:
         if runtime.distributed:
             _undo(rehearsal, barrier=barrier)
         elif rehearsal is not None:
             rehearsal.close()
     finally:
-        if isinstance(watch, RankWatch):
+        if watch is not None:
             watch.stop()
     return dataclasses.replace(
         runtime,
@@ -395,5 +395,5 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
         backend=None,
         pg_collection=None,
         rehearsal=None,
-        extras={k: v for k, v in runtime.extras.items() if k != WATCH},
+        rank_watch=None,
     )

@@ -195,10 +195,6 @@ def enter(ctx: PhaseContext) -> Runtime:
         provider_config_id=hex(id(config)),
         optimizer=optimizer is not None,
     )
-    extras = dict(rt.extras)
-    extras["te_user_buffers"] = te_buffers
-    extras["checkpoint_step"] = step
-    extras["transformer_config_snapshot"] = snapshot_config(runtime_config)
     return dataclasses.replace(
         rt,
         transformer_config=runtime_config,
@@ -206,7 +202,9 @@ def enter(ctx: PhaseContext) -> Runtime:
         model=tuple(model),
         optimizer=optimizer,
         ddp_config=ddp_config,
-        extras=extras,
+        te_user_buffers=te_buffers,
+        checkpoint_step=step,
+        transformer_config_snapshot=snapshot_config(runtime_config),
     )
 
 
@@ -226,12 +224,10 @@ def _train_or_eval(
 
 def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     """Drop the model, optimizer and configs (TE user buffers too). Tolerates partial state."""
-    if runtime.extras.get("te_user_buffers"):
+    if runtime.te_user_buffers:
         from transformer_engine.pytorch import module as te_module
 
         te_module.base.destroy_ub()
-    dropped = ("te_user_buffers", "transformer_config_snapshot", "checkpoint_step")
-    extras = {k: v for k, v in runtime.extras.items() if k not in dropped}
     return dataclasses.replace(
         runtime,
         model=None,
@@ -239,5 +235,7 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
         ddp_config=None,
         transformer_config=None,
         provider_config=None,
-        extras=extras,
+        te_user_buffers=False,
+        transformer_config_snapshot=None,
+        checkpoint_step=None,
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,13 +40,10 @@ from lifecycle.megatron._liveness import (
     process_alive,
     store_closed,
 )
-from lifecycle.runtime import PhaseContext, signals
+from lifecycle.runtime import PhaseContext, Watch, signals
 
 if TYPE_CHECKING:
     from torch.distributed import Store
-
-WATCH = "rank_watch"
-"""The `Runtime.extras` key of this initialization's `RankWatch` (multi-rank gloo/nccl only)."""
 
 EXIT_CODE = 75
 """The exit status of a process the watcher ends (EX_TEMPFAIL: a peer failed or a deadline passed)."""
@@ -359,23 +356,21 @@ class RankWatch:
 
 
 def watched(ctx: PhaseContext, state: str) -> AbstractContextManager[None]:
-    """`RankWatch.phase` when DISTRIBUTED started a watch for this job, else nothing."""
-    watch = ctx.runtime.extras.get(WATCH)
-    return watch.phase(ctx, state) if isinstance(watch, RankWatch) else nullcontext()
+    """`RankWatch.phase` when DISTRIBUTED started a watch for this job (`Runtime.rank_watch`), else nothing."""
+    watch = ctx.runtime.rank_watch
+    return watch.phase(ctx, state) if watch is not None else nullcontext()
 
 
-def watched_step(extras: Mapping[str, object], emit: Emit, step: int) -> AbstractContextManager[None]:
-    """A training step (after startup) under the failure broadcast, without the state deadline:
-    its collectives time out after `startup.timeout_s` by themselves."""
-    watch = extras.get(WATCH)
-    if not isinstance(watch, RankWatch):
+def watched_step(watch: Watch | None, emit: Emit, step: int) -> AbstractContextManager[None]:
+    """A training step (after startup) under the failure broadcast of `watch` (`Runtime.rank_watch`),
+    without the state deadline: its collectives time out after `startup.timeout_s` by themselves."""
+    if watch is None:
         return nullcontext()
     return watch.watching(emit, f"step {step}", "CALLBACKS_BOUND", deadline=False)
 
 
-def mark_failed(extras: Mapping[str, object], state: str, reason: str) -> None:
-    """Tell this job's watch (if any) that the lifecycle failed: see `RankWatch.mark_failed`."""
-    watch = extras.get(WATCH)
-    if isinstance(watch, RankWatch):
+def mark_failed(watch: Watch | None, state: str, reason: str) -> None:
+    """Tell this job's watch (`Runtime.rank_watch`, if any) that the lifecycle failed: see `RankWatch.mark_failed`."""
+    if watch is not None:
         with suppress(Exception):
             watch.mark_failed(state, reason)

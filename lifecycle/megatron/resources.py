@@ -10,7 +10,6 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from lifecycle.megatron.ranks import WATCH
 from lifecycle.runtime import Runtime
 from lifecycle.runtime.signals import WATCH_THREAD
 from states import State
@@ -68,8 +67,7 @@ def _distributed(runtime: Runtime) -> list[tuple[str, Probe]]:
         ("RNG tracker states", lambda: not get_cuda_rng_tracker().get_states()),
         ("process group objects (their gloo sockets)", _groups_gone(_process_groups())),
     ]
-    watch = runtime.extras.get(WATCH)
-    thread = getattr(watch, "_thread", None)
+    thread = getattr(runtime.rank_watch, "_thread", None)
     if isinstance(thread, threading.Thread):
         out.append(("rank watch thread", lambda: not thread.is_alive()))
     if runtime.rehearsal is not None:

@@ -202,7 +202,7 @@ class Steps:
     def watched(self, step: int) -> AbstractContextManager[None]:
         """Step `step` under the failure broadcast of a multi-rank job (ranks.py): a failure here is
         published, and a rank left waiting in a collective for a failed peer stops."""
-        return watched_step(self._lc.runtime.extras, self._lc.record, step)
+        return watched_step(self._lc.runtime.rank_watch, self._lc.record, step)
 
     def sync_params(self, reason: str = "after_last_step") -> bool:
         """Force every chunk's parameter all-gather now (Megatron-LM's `force_param_sync`).

@@ -99,8 +99,7 @@ def _step(
 
 def checkpoint_step(rt: Runtime) -> int:
     """The step of the checkpoint MODEL_BUILT loaded (0 for fresh weights): training continues after it."""
-    step = rt.extras.get("checkpoint_step")
-    return step if isinstance(step, int) else 0
+    return rt.checkpoint_step or 0
 
 
 def _model_to_train(lc: Driver) -> list[DDPChunk]:

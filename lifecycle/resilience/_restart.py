@@ -24,7 +24,7 @@ import orjson
 from lifecycle.config import RunConfig
 from lifecycle.engine import Lifecycle, TripwirePolicy
 from lifecycle.errors import ConfigError
-from lifecycle.megatron.distributed import STORE, decide_rehearsal
+from lifecycle.megatron.distributed import decide_rehearsal
 from lifecycle.megatron.resources import hook_counts
 from lifecycle.megatron.train import checkpoint_step
 from lifecycle.resilience import _nvrx
@@ -97,7 +97,7 @@ class InProcessRestart:
         finally:
             if lc.state is not State.SHUT_DOWN:
                 lc.shutdown()
-            lc.provide(**{STORE: None})  # the wrapper's store (and its port) can go
+            lc.provide(rendezvous_store=None)  # the wrapper's store (and its port) can go
 
     @contextlib.contextmanager
     def _rehearsal(self) -> Iterator[None]:
@@ -127,7 +127,7 @@ class InProcessRestart:
             fault = self._end(store, cycle - 1) if cycle > 0 else {}
             self.cycles = cycle + 1
             lc.begin_cycle(cycle)
-            lc.provide(**{STORE: prefixed})
+            lc.provide(rendezvous_store=prefixed)
             lc.advance_to(lc.target)  # the plan's target, where it trains
             fault_ts = fault.get("ts")
             lc.cycle_trained(

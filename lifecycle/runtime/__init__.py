@@ -17,18 +17,21 @@ from lifecycle.runtime._identity import (
 from lifecycle.runtime._phases import Around, Entry, Phase, Phases, PhaseSet, Work
 from lifecycle.runtime._protocol import (
     Closeable,
+    Imports,
     ModelChunk,
     Optimizer,
     Options,
     PhaseContext,
     Runtime,
     Tokenizer,
+    Watch,
 )
 
 __all__ = [
     "Around",
     "Closeable",
     "Entry",
+    "Imports",
     "ModelChunk",
     "Optimizer",
     "Options",
@@ -38,6 +41,7 @@ __all__ = [
     "Phases",
     "Runtime",
     "Tokenizer",
+    "Watch",
     "Work",
     "adopt_launcher_identity",
     "adopt_slurm_identity",

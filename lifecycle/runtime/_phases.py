@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from lifecycle.errors import ConfigError
 from lifecycle.runtime._protocol import PhaseContext, Runtime
@@ -30,7 +30,7 @@ class PhaseSet(Protocol):
 
     def phase_for(self, state: State) -> Phase | None: ...
 
-    def drift(self, runtime: Runtime) -> list[tuple[str, Any, Any]]:
+    def drift(self, runtime: Runtime) -> list[tuple[str, object, object]]:
         """Fields of objects built from the validated config that changed since (empty if none)."""
 
 
@@ -108,6 +108,6 @@ class Phases:
     def phase_for(self, state: State) -> Phase | None:
         return self._by_state.get(state)
 
-    def drift(self, runtime: Runtime) -> list[tuple[str, Any, Any]]:
+    def drift(self, runtime: Runtime) -> list[tuple[str, object, object]]:
         """Nothing built here is checked for drift unless a subclass says how."""
         return []

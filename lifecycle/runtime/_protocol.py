@@ -1,23 +1,34 @@
 """The entry-work protocol: what each state's phase receives (`PhaseContext`) and returns (`Runtime`).
 
 Each state's phase (`_phases.py`) is called inside the owning transition and returns the next
-`Runtime` (derived with `dataclasses.replace`). Megatron's own classes
-cannot be named here (this layer imports neither torch nor megatron), so the fields are typed by
-the Protocols below: what the engine and the training loop use of those objects.
+`Runtime` (derived with `dataclasses.replace`). This layer imports neither torch nor megatron at
+run time (nor `lifecycle.megatron`, a layer above), so the fields are typed by the Protocols below
+(what the engine, the phases and the training loop use of those objects), or by megatron's and
+torch's classes named for the type checker only (`TYPE_CHECKING`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypedDict, runtime_checkable
 
 from bindings import BindingReport, Policy, SchedulerConfig
 from lifecycle.errors import ConfigError
 from states import Plan, SideEffect, Trigger
 
 if TYPE_CHECKING:
+    import torch
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.timers import Timers
+    from megatron.core.transformer import TransformerConfig
+    from torch.distributed import Store
+    from torch.utils.tensorboard import SummaryWriter
+
     from lifecycle.config import RunConfig
 
 
@@ -31,15 +42,15 @@ class Tokenizer(Protocol):
 class ModelChunk(Protocol):
     """One model chunk (a `MegatronModule`, usually wrapped in megatron's DDP)."""
 
-    def parameters(self) -> Iterator[Any]: ...
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
 
 
 class Optimizer(Protocol):
     """What training and binding use of megatron's optimizer."""
 
-    def step(self) -> Any: ...
-    def zero_grad(self) -> Any: ...
-    def scale_loss(self, loss: Any) -> Any: ...
+    def step(self) -> object: ...
+    def zero_grad(self) -> object: ...
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor: ...
 
 
 @runtime_checkable
@@ -47,6 +58,32 @@ class Closeable(Protocol):
     """Something a release must close (the CPU rehearsal)."""
 
     def close(self) -> None: ...
+
+
+class Watch(Protocol):
+    """The deadlines and failure broadcast of a multi-rank job (`lifecycle.megatron.ranks.RankWatch`):
+    what the phases, the step loop and the release use of it."""
+
+    failed: bool
+    """This rank failed (or the lifecycle did): the closing barrier is skipped."""
+
+    def phase(self, ctx: PhaseContext, state: str) -> AbstractContextManager[None]: ...
+    def watching(
+        self, emit: Callable[..., None], trigger: str, state: str, *, deadline: bool = True
+    ) -> AbstractContextManager[None]: ...
+    def peer_failure(self) -> object | None: ...
+    def mark_failed(self, state: str, reason: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+class Imports(TypedDict):
+    """VALIDATED's heavy imports, as its `imports` record logs them (`lifecycle run` shows them)."""
+
+    modules: dict[str, float]
+    started_ts: float
+    duration_s: float
+    waited_s: float
+    failed: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,20 +97,41 @@ class Runtime:
     tokenizer: Tokenizer | None = None
     vocab_size: int | None = None
     vocab_source: str | None = None
-    writers: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    writers: Mapping[str, SummaryWriter | Timers] = field(default_factory=lambda: MappingProxyType({}))
+    """SERVICES_READY's writers by name: "tensorboard" (a `SummaryWriter`), "timers" (megatron's)."""
     distributed: bool = False
     rank: int = 0
     world_size: int = 1
     backend: str | None = None
-    pg_collection: object | None = None
+    pg_collection: ProcessGroupCollection | None = None
+    rank_watch: Watch | None = None
+    """DISTRIBUTED's rank watch (multi-rank gloo/nccl only)."""
+    rendezvous_store: Store | None = None
+    """A store someone else hosts (`Lifecycle.provide`: the restart wrapper's store for this cycle);
+    DISTRIBUTED rendezvouses on it instead of MASTER_ADDR/MASTER_PORT."""
     transformer_config: SchedulerConfig | None = None
-    provider_config: object | None = None
+    provider_config: TransformerConfig | None = None
+    """The config MODEL_BUILT gave the provider (a provider may copy it into the model)."""
     model: tuple[ModelChunk, ...] | None = None
     optimizer: Optimizer | None = None
-    ddp_config: object | None = None
+    ddp_config: DistributedDataParallelConfig | None = None
+    transformer_config_snapshot: Mapping[str, object] | None = None
+    """Every field of the model's TransformerConfig when MODEL_BUILT built it (for `drift`)."""
+    checkpoint_step: int | None = None
+    """The step of the checkpoint MODEL_BUILT loaded (0 for fresh weights)."""
+    te_user_buffers: bool = False
+    """MODEL_BUILT initialized transformer-engine's user buffers (its release destroys them)."""
+    scheduler: OptimizerParamScheduler | None = None
+    """The Megatron-LM drop-in's optimizer parameter scheduler, built with the optimizer at MODEL_BUILT."""
+    megatron_lm_globals: bool = False
+    """The Megatron-LM drop-in's SERVICES_READY set Megatron-LM's global variables (they are ours)."""
     binding: BindingReport | None = None
     rehearsal: Closeable | None = None
+    imports: Imports | None = None
+    """VALIDATED's heavy imports, for `lifecycle run`'s summary."""
     extras: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    """The extension slot for states added outside the project (docs/extending.md): their objects
+    by name. The project's own code never uses it: what its phases make has a typed field above."""
 
     @property
     def validated(self) -> bool:
@@ -119,7 +177,7 @@ class PhaseContext(Protocol):
     @property
     def runtime(self) -> Runtime: ...
     @property
-    def provider(self) -> Any: ...
+    def provider(self) -> object: ...
     @property
     def plan(self) -> Plan: ...
     @property
@@ -130,7 +188,7 @@ class PhaseContext(Protocol):
     def side_effect(self, kind: SideEffect) -> None:
         """Declare a side effect; raises unless the active transition owns it and VALIDATED passed."""
 
-    def emit(self, event: str, **fields: Any) -> None:
+    def emit(self, event: str, **fields: object) -> None:
         """Write a startup-log record (event names from lifecycle/log/events.py)."""
 
     def set_rank(self, *, rank: int, world_size: int) -> None:

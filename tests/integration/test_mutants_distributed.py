@@ -57,7 +57,7 @@ def _observe(env: dict[str, str]) -> dict[str, Any]:
                 "dp": _backend_timeout(ps.get_data_parallel_group()),
                 "tp": _backend_timeout(ps.get_tensor_model_parallel_group()),
                 "dp_gloo": _backend_timeout(ps.get_data_parallel_group_gloo()),
-                "watched": "rank_watch" in runtime.extras,
+                "watched": runtime.rank_watch is not None,
             }
             stores = list(distributed._STORES.values())
             seen["store"] = stores[-1][0].timeout if "MASTER_ADDR" in env else None
@@ -185,13 +185,13 @@ def _store_config(timeout_s: float = 10.0) -> RunConfig:
     return RunConfig.preset("tiny-gpt", [f"startup.timeout_s={timeout_s}"])
 
 
-def _checked_in(rank: int, world: int, **extras: Any) -> tuple[Any, Any, RecordingContext]:
+def _checked_in(rank: int, world: int, provided: Any = None) -> tuple[Any, Any, RecordingContext]:
     import dataclasses
 
     from lifecycle.megatron.distributed import _checked_in_store
 
     ctx = RecordingContext.for_config(_store_config(), trigger=Trigger.INIT_DISTRIBUTED)
-    ctx.runtime = dataclasses.replace(ctx.runtime, extras=extras)
+    ctx.runtime = dataclasses.replace(ctx.runtime, rendezvous_store=provided)
     store, watch = _checked_in_store(ctx, ctx.runtime.config, rank, world)
     return store, watch, ctx
 
@@ -243,7 +243,7 @@ def test_a_client_whose_host_never_listens_times_out_naming_rank_0(rendezvous: t
     from lifecycle.megatron.distributed import _checked_in_store
 
     ctx = RecordingContext.for_config(_store_config(1.0), trigger=Trigger.INIT_DISTRIBUTED)
-    ctx.runtime = dataclasses.replace(ctx.runtime, extras={})
+    ctx.runtime = dataclasses.replace(ctx.runtime, rendezvous_store=None)
     with pytest.raises(DistributedError, match=r"store at 127\.0\.0\.1:\d+ that rank 0 hosts; missing: rank 0") as e:
         _checked_in_store(ctx, ctx.runtime.config, 1, 2)
     assert isinstance(e.value.__cause__, TimeoutError)
@@ -260,7 +260,7 @@ def test_the_watcher_knows_who_hosts_the_store_and_whether_it_may_end_the_proces
     if how == "agent":
         monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
     # an in-process restart wrapper's store: the process must live on to be restarted in place
-    _, watch, _ = _checked_in(0, 1, **({distributed.STORE: host} if how == "provided" else {}))
+    _, watch, _ = _checked_in(0, 1, host if how == "provided" else None)
     try:
         assert watch.store_host == (None if how == "agent" else 0)
         assert watch._exit is (distributed._stay if how == "provided" else os._exit)

@@ -6,6 +6,7 @@ real megatron resources through restarts.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -154,8 +155,12 @@ def test_a_cycle_numbers_every_later_record_and_logs_its_start_and_end(make_lc: 
     assert (ended["state"], ended["cause_rank"], ended["cause"], ended["cycle"]) == ("DISTRIBUTED", 1, "peer died", 3)
 
 
-def test_provided_objects_reach_the_entry_work_beside_the_existing_extras(make_lc: Any) -> None:
+def test_a_provided_store_reaches_the_entry_work_beside_what_the_runtime_holds(make_lc: Any) -> None:
     lc = make_lc()
-    lc.provide(store="the store")
-    lc.provide(other=2)
-    assert lc.runtime.extras["store"] == "the store" and lc.runtime.extras["other"] == 2
+    lc.advance_to(State.VALIDATED)
+    before = lc.runtime
+    lc.provide(rendezvous_store="the store")
+    assert lc.runtime.rendezvous_store == "the store"
+    assert lc.runtime == dataclasses.replace(before, rendezvous_store="the store")
+    lc.provide(rendezvous_store=None)
+    assert lc.runtime.rendezvous_store is None and lc.runtime.fingerprint == before.fingerprint

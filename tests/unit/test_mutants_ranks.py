@@ -19,7 +19,6 @@ from lifecycle.errors import DistributedError
 from lifecycle.megatron import host_key
 from lifecycle.megatron.ranks import (
     EXIT_CODE,
-    WATCH,
     Failure,
     RankWatch,
     _Active,
@@ -74,10 +73,10 @@ def first(store: MemoryStore) -> Failure | None:
 
 
 class Ctx:
-    def __init__(self, extras: dict[str, Any] | None = None) -> None:
+    def __init__(self, watch: RankWatch | None = None) -> None:
         self.emitted = Emitted()
         self.trigger = SimpleNamespace(value="init_distributed")
-        self.runtime = SimpleNamespace(extras=extras or {})
+        self.runtime = SimpleNamespace(rank_watch=watch)
 
     def emit(self, event: str, **fields: Any) -> None:
         self.emitted(event, **fields)
@@ -629,31 +628,31 @@ def test_stopping_marks_this_rank_done_so_no_rank_takes_its_silence_for_a_loss()
 
 # -- the module's entry points -------------------------------------------------------------------------
 def test_without_a_watch_the_entry_points_do_nothing() -> None:
-    ctx = Ctx({WATCH: "not a watch"})
-    with watched(ctx, "MODEL_BUILT"), watched_step(ctx.runtime.extras, ctx.emit, 3):  # type: ignore[arg-type]
-        pass
-    mark_failed({}, "MODEL_BUILT", "x")
+    ctx = Ctx(None)
+    with watched(ctx, "MODEL_BUILT"), watched_step(ctx.runtime.rank_watch, ctx.emit, 3):  # type: ignore[arg-type]
+        assert not ctx.emitted
+    mark_failed(None, "MODEL_BUILT", "x")
 
 
 def test_the_entry_points_reach_the_jobs_watch() -> None:
     store = MemoryStore()
     watch = make(store, rank=1)
-    ctx = Ctx({WATCH: watch})
+    ctx = Ctx(watch)
     with watched(ctx, "MODEL_BUILT"):  # type: ignore[arg-type]
         assert watch._active is not None and (watch._active.trigger, watch._active.deadline) == (
             "init_distributed",
             True,
         )
-    with watched_step(ctx.runtime.extras, ctx.emit, 7):
+    with watched_step(ctx.runtime.rank_watch, ctx.emit, 7):
         assert watch._active is not None
         assert (watch._active.trigger, watch._active.state, watch._active.deadline) == (
             "step 7",
             "CALLBACKS_BOUND",
             False,
         )
-    mark_failed(ctx.runtime.extras, "CALLBACKS_BOUND", "user loop")
+    mark_failed(ctx.runtime.rank_watch, "CALLBACKS_BOUND", "user loop")
     assert watch.failed and first(store) == Failure(
         rank=1, state="CALLBACKS_BOUND", error="user loop", kind="exception"
     )
     store.fail_with = CLOSED
-    mark_failed(ctx.runtime.extras, "CALLBACKS_BOUND", "again")  # never raises
+    mark_failed(ctx.runtime.rank_watch, "CALLBACKS_BOUND", "again")  # never raises

@@ -17,7 +17,7 @@ import pytest
 from bindings import BindingReport, CountingFinalizer, FinalizerNotCalled, FirstStepWatchdog
 from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError, LifecycleError
-from lifecycle.megatron.ranks import WATCH, RankWatch
+from lifecycle.megatron.ranks import RankWatch
 from lifecycle.megatron.steps import StepHandle, StepResult, Steps, StepsSlot, overlapped_gather, steps_for
 from lifecycle.runtime import Runtime
 from states import State
@@ -91,7 +91,7 @@ def _driver(
     chunks: int = 2,
     binding: Any = None,
     hook: bool = True,
-    extras: dict[str, object] | None = None,
+    watch: RankWatch | None = None,
     sync_error: Exception | None = None,
 ) -> tuple[Driver, list[Any]]:
     calls: list[tuple[Any, ...]] = []
@@ -101,7 +101,7 @@ def _driver(
         config=config,
         model=model or None,
         binding=binding,  # type: ignore[arg-type]
-        extras=MappingProxyType(extras or {}),
+        rank_watch=watch,
     )
     return Driver(runtime), calls
 
@@ -261,7 +261,7 @@ class Store(dict):  # type: ignore[type-arg]
 @pytest.mark.parametrize(("ended", "trigger"), [(None, "step 0"), (5, "step 5")])
 def test_a_sync_that_times_out_in_a_multi_rank_job_names_the_last_step(ended: int | None, trigger: str) -> None:
     watch = RankWatch(Store(), rank=0, world_size=2, timeout_s=5)
-    lc, _ = _driver(extras={WATCH: watch}, sync_error=TimeoutError("all-gather timed out"))
+    lc, _ = _driver(watch=watch, sync_error=TimeoutError("all-gather timed out"))
     steps = Steps(lc, defer_first_gather=False)
     if ended is not None:
         steps.end(ended)

@@ -173,7 +173,7 @@ def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
 
 def _created(rt: Runtime) -> Runtime:
     """`rt` marked as holding Megatron-LM's global variables made here (SERVICES_READY releases them)."""
-    return dataclasses.replace(rt, extras={**rt.extras, _resources.CREATED: True})
+    return dataclasses.replace(rt, megatron_lm_globals=True)
 
 
 def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
@@ -198,12 +198,6 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         provider_config_id=hex(id(config)),
         optimizer=optimizer is not None,
     )
-    extras = {
-        **rt.extras,
-        _resources.SCHEDULER: scheduler,
-        "transformer_config_snapshot": snapshot_config(config),
-        "checkpoint_step": int(getattr(call.args, "iteration", 0) or 0),
-    }
     return dataclasses.replace(
         rt,
         transformer_config=config,
@@ -211,7 +205,9 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         model=tuple(model),
         optimizer=optimizer,
         ddp_config=call.cfg_container.ddp,
-        extras=extras,
+        scheduler=scheduler,
+        transformer_config_snapshot=snapshot_config(config),
+        checkpoint_step=int(getattr(call.args, "iteration", 0) or 0),
     )
 
 

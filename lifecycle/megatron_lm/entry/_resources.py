@@ -27,10 +27,6 @@ if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
 Probe = Callable[[], bool]
-CREATED = "megatron_lm_globals"
-"""`runtime.extras` key: SERVICES_READY's `set_global_variables` ran here (the globals are ours)."""
-SCHEDULER = "scheduler"
-"""`runtime.extras` key: MODEL_BUILT's optimizer parameter scheduler."""
 GLOBALS = {
     "_GLOBAL_ARGS": "Megatron-LM args",
     "_GLOBAL_TOKENIZER": "Megatron-LM tokenizer",
@@ -52,7 +48,7 @@ def resources(state: State, runtime: Runtime) -> list[tuple[str, Probe]]:
 
 
 def _services(runtime: Runtime) -> list[tuple[str, Probe]]:
-    if not runtime.extras.get(CREATED):
+    if not runtime.megatron_lm_globals:
         return []
     from megatron.core import num_microbatches_calculator as calculator
     from megatron.training import global_vars
@@ -104,7 +100,7 @@ def _distributed(runtime: Runtime) -> list[tuple[str, Probe]]:
 
 
 def _model(runtime: Runtime) -> list[tuple[str, Probe]]:
-    scheduler = runtime.extras.get(SCHEDULER)
+    scheduler = runtime.scheduler
     if scheduler is None:
         return []
     ref = weakref.ref(scheduler)
@@ -115,9 +111,9 @@ def release_services(ctx: PhaseContext) -> Runtime:
     """SERVICES_READY's release: Megatron-LM's global variables when they are ours; the script's
     are left as found. Tolerates a partly built runtime."""
     runtime = ctx.runtime
-    if runtime.extras.get(CREATED):
+    if runtime.megatron_lm_globals:
         release_globals()
-    return without_services(runtime, extras={k: v for k, v in runtime.extras.items() if k != CREATED})
+    return without_services(runtime, megatron_lm_globals=False)
 
 
 def release_globals() -> None:
@@ -142,4 +138,4 @@ def release_globals() -> None:
 def dropping_scheduler(ctx: PhaseContext, release: Entry) -> Runtime:
     """MODEL_BUILT's release, and the scheduler built with the optimizer (it holds the optimizer)."""
     runtime = release(ctx)
-    return dataclasses.replace(runtime, extras={k: v for k, v in runtime.extras.items() if k != SCHEDULER})
+    return dataclasses.replace(runtime, scheduler=None)

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, TypedDict
 
 from lifecycle.megatron.steps import Driver, steps_for
 from lifecycle.megatron_lm.entry._bound_once import bound_once
-from lifecycle.megatron_lm.entry._resources import SCHEDULER
 
 if TYPE_CHECKING:
     from bindings import SchedulerConfig
@@ -90,7 +89,7 @@ def run_training(lc: Driver, call: MegatronLMCall) -> TrainResult:
 
     rt, args, cfg = lc.runtime, get_args(), call.cfg_container
     model, optimizer = list(rt.model or ()), rt.optimizer
-    scheduler, ckpt = rt.extras.get(SCHEDULER), call.extras.setdefault("ckpt", {})
+    scheduler, ckpt = rt.scheduler, call.extras.setdefault("ckpt", {})
     config = rt.transformer_config
     train_it, valid_it, test_it = data_iterators(call, len(model))
     iteration, flops = args.iteration, args.num_floating_point_operations_so_far
