@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig, TokenizerConfig
 from lifecycle.errors import ExtraNotInstalled
@@ -147,8 +147,8 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     return without_services(runtime)
 
 
-def without_services(runtime: Runtime, **changes: Any) -> Runtime:  # Any: each is a Runtime field, of its own type
-    """`runtime` with nothing of SERVICES_READY left in it (tokenizer, vocab, writers), and `changes`."""
+def without_services(runtime: Runtime) -> Runtime:
+    """`runtime` with nothing of SERVICES_READY left in it (tokenizer, vocab, writers)."""
     return dataclasses.replace(
         runtime,
         services_ready=False,
@@ -156,5 +156,4 @@ def without_services(runtime: Runtime, **changes: Any) -> Runtime:  # Any: each 
         vocab_size=None,
         vocab_source=None,
         writers=MappingProxyType({}),
-        **changes,
     )

@@ -22,7 +22,7 @@ from argparse import Namespace
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle.config import normalize, raise_for, snapshot_config, validate
 from lifecycle.log import events, redact
@@ -65,7 +65,8 @@ class MegatronLMCall:
     args: Namespace = field(default_factory=Namespace)
     """Megatron-LM's arguments (`driver._megatron_args`)."""
     args_validated: bool = False
-    extras: dict[str, Any] = field(default_factory=dict)
+    checkpointing_context: dict[str, object] = field(default_factory=dict)
+    """Megatron-LM's `checkpointing_context`: one per call, filled by its checkpoint save and load."""
 
 
 class MegatronLMPhases(MegatronPhases):
@@ -186,7 +187,7 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     model, optimizer, scheduler = setup_model_and_optimizer(
         call.model_type,
         model_provider_func=provider,
-        checkpointing_context=call.extras.setdefault("ckpt", {}),
+        checkpointing_context=call.checkpointing_context,
         cfg_container=call.cfg_container,
         pg_collection=rt.pg_collection,
     )

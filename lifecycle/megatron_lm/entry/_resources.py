@@ -113,7 +113,7 @@ def release_services(ctx: PhaseContext) -> Runtime:
     runtime = ctx.runtime
     if runtime.megatron_lm_globals:
         release_globals()
-    return without_services(runtime, megatron_lm_globals=False)
+    return dataclasses.replace(without_services(runtime), megatron_lm_globals=False)
 
 
 def release_globals() -> None:

@@ -89,7 +89,7 @@ def run_training(lc: Driver, call: MegatronLMCall) -> TrainResult:
 
     rt, args, cfg = lc.runtime, get_args(), call.cfg_container
     model, optimizer = list(rt.model or ()), rt.optimizer
-    scheduler, ckpt = rt.scheduler, call.extras.setdefault("ckpt", {})
+    scheduler, ckpt = rt.scheduler, call.checkpointing_context
     config = rt.transformer_config
     train_it, valid_it, test_it = data_iterators(call, len(model))
     iteration, flops = args.iteration, args.num_floating_point_operations_so_far
