@@ -75,7 +75,7 @@ def pretrain(
 def _call(arguments: Mapping[str, Any]) -> MegatronLMCall:  # Any: pretrain's locals(), each of its field's type
     """The call's record: the arguments Megatron-LM's signature names, and Megatron-LM's args."""
     args, validated = _megatron_args(arguments["cfg_container"])
-    derived = ("args", "args_validated", "extras")
+    derived = ("args", "args_validated", "checkpointing_context")
     given = {f.name: arguments[f.name] for f in dataclasses.fields(MegatronLMCall) if f.name not in derived}
     return MegatronLMCall(**given, args=args, args_validated=validated)
 
