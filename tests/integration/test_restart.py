@@ -94,14 +94,16 @@ def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> N
         for cycle, counts in enumerate(later, 1):
             # hooks, callbacks, process groups, ledger entries, threads, child processes (the
             # dataloader worker of each cycle's training): exactly the first cycle's;
-            # descriptors: never more than the first cycle's (measured: 207, 192, 128, ... on one
-            # rank: sockets of the aborted groups still closing; the first cycle also opens what a
-            # process opens once)
+            # descriptors: at most one or two more than the first cycle's at any one moment (the
+            # wrapper's and the aborted groups' sockets close asynchronously: measured 122 then
+            # 123 on one rank; before the heap was frozen 207, 192, 128, ...), and no growth over
+            # the cycles (a leak of even one descriptor per cycle adds 3 between cycles 1 and 4)
             assert {k: v for k, v in counts.items() if k != "fds"} == {k: v for k, v in first.items() if k != "fds"}, (
                 rank,
                 cycle,
             )
-            assert counts["fds"] <= first["fds"], (rank, cycle, counts, first)
+            assert counts["fds"] <= first["fds"] + 2, (rank, cycle, counts, first)
+        assert later[-1]["fds"] <= later[0]["fds"] + 1, (rank, [c["fds"] for c in [first, *later]])
     records = _log_records(cases[0]["leaks"]["log_dir"])
     assert not [r for r in records if r["event"] == "resource_leaked"]
     for record in (r for r in records if r["event"] == "cycle_started"):
