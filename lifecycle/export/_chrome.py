@@ -70,10 +70,9 @@ class Counter(TypedDict):
     args: dict[str, object]
 
 
-class FlowStart(TypedDict):
-    """`s`: a flow's start, on the root cause."""
+class _Flow(TypedDict):
+    """What a flow's two ends share: the flow's id, where it is drawn, and when."""
 
-    ph: Literal["s"]
     id: int
     pid: int
     tid: int
@@ -82,17 +81,17 @@ class FlowStart(TypedDict):
     ts: int
 
 
-class FlowEnd(TypedDict):
+class FlowStart(_Flow):
+    """`s`: a flow's start, on the root cause."""
+
+    ph: Literal["s"]
+
+
+class FlowEnd(_Flow):
     """`f`: a flow's end on a victim, bound to the enclosing slice (`bp: e`)."""
 
     ph: Literal["f"]
     bp: Literal["e"]
-    id: int
-    pid: int
-    tid: int
-    cat: str
-    name: str
-    ts: int
 
 
 Event = Metadata | Slice | Instant | Counter | FlowStart | FlowEnd
