@@ -29,6 +29,7 @@ from states._guards import (
     requiring,
     rule,
     services_are_ready,
+    unmet,
 )
 from states._ordering import (
     BINDING_NEEDS_A_MODEL,
@@ -79,4 +80,5 @@ __all__ = [
     "services_are_ready",
     "training_state",
     "trains_in",
+    "unmet",
 ]

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from states._enums import PLAN_TARGETS, STARTUP_ORDER, Plan, State, Trigger
+from states._enums import PLAN_TARGETS, STARTUP_ORDER, Plan, SideEffect, State, Trigger
 from states._ordering import (
     BINDING_NEEDS_A_MODEL,
     DISTRIBUTED_NEEDS_SERVICES,
     MODEL_NEEDS_DISTRIBUTED,
+    ORDERING,
     SIDE_EFFECTS_NEED_VALIDATION,
     Ordering,
 )
@@ -77,6 +78,12 @@ config_is_validated = requiring(SIDE_EFFECTS_NEED_VALIDATION)
 services_are_ready = requiring(DISTRIBUTED_NEEDS_SERVICES)
 distributed_is_initialized = requiring(MODEL_NEEDS_DISTRIBUTED)
 model_is_built = requiring(BINDING_NEEDS_A_MODEL)
+
+
+def unmet(kind: SideEffect, facts: Facts) -> Ordering | None:
+    """The first ordering rule (in `ORDERING`'s order: validation first) that a side effect of `kind`
+    breaks on `facts`, or None: what the engine's side-effect rules read."""
+    return next((o for o in ORDERING if kind in o.kinds and not facts.has(o.needs)), None)
 
 
 def plan_reaches_destination(facts: Facts) -> bool:

@@ -4,7 +4,9 @@ Each rule says that the work of one startup state (`needs`) exists before a kind
 made. Three readers, none of which spells a condition again:
 
 - the engine, through the guard each rule makes (`states._guards.requiring`), placed on the table's
-  rows (`TABLE`); the guard's name and its rule's `says` are what a refusal reports;
+  rows (`TABLE`); the guard's name and its rule's `says` are what a refusal reports; and through its
+  side-effect rules, which refuse a declared side effect or a tripwire call whose rule is unmet now
+  (`states.unmet`; a side effect before VALIDATED is `SideEffectBeforeValidation`);
 - `lifecycle audit`, which flags a rule that has an `id` (its audit rule, `RuleId`) in a log;
 - the fuzzer's `lifecycle.testing.check_log`, which reports every rule with an `id` in records.
 

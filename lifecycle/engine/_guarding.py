@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from transitions import EventData
 
     from lifecycle.engine._shared import Shared
+    from lifecycle.runtime import Runtime
 
 
 class Guards:
@@ -80,16 +81,20 @@ class Guards:
         )
 
     def facts(self, trigger: Trigger, dest: State) -> Facts:
-        shared = self.shared
-        rt = shared.runtime
-        return Facts(
-            state=shared.state,
-            trigger=trigger,
-            dest=dest,
-            plan=shared.plan,
-            config_validated=rt.validated,
-            services_ready=rt.services_ready,
-            distributed=rt.distributed,
-            model_built=rt.model is not None,
-            generation=rt.generation,
-        )
+        return facts_of(self.shared, trigger, dest=dest)
+
+
+def facts_of(shared: Shared, trigger: Trigger, *, dest: State | None = None, runtime: Runtime | None = None) -> Facts:
+    """The facts of now: `runtime` (the lifecycle's by default) says which states' work exists."""
+    rt = runtime or shared.runtime
+    return Facts(
+        state=shared.state,
+        trigger=trigger,
+        dest=dest,
+        plan=shared.plan,
+        config_validated=rt.validated,
+        services_ready=rt.services_ready,
+        distributed=rt.distributed,
+        model_built=rt.model is not None,
+        generation=rt.generation,
+    )

@@ -1,13 +1,15 @@
 """Side-effect rules of a lifecycle: declared side effects and tripwire calls, checked against their
-owning transition (`states.SIDE_EFFECT_OWNERS`)."""
+owning transition (`states.SIDE_EFFECT_OWNERS`) and the ordering rules (`states.ORDERING`, read
+through `states.unmet`: the same rules the guards, the audit and `testing.check_log` read)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lifecycle.engine._guarding import facts_of
 from lifecycle.errors import SideEffectBeforeValidation, SideEffectError, TripwireViolation
 from lifecycle.log import events
-from states import SIDE_EFFECT_OWNERS, SideEffect
+from states import SIDE_EFFECT_OWNERS, SIDE_EFFECTS_NEED_VALIDATION, Ordering, SideEffect, unmet
 
 if TYPE_CHECKING:
     from lifecycle.engine._shared import Shared
@@ -25,18 +27,21 @@ class SideEffectRules:
         """A phase's declared side effect: logged when the running transition owns it, else refused."""
         owner = SIDE_EFFECT_OWNERS[kind]
         shared = self.shared
-        rt = runtime or shared.runtime
         active = shared.active
-        if rt.validated and active is owner:
+        broken = self._broken(kind, runtime)
+        if broken is None and active is owner:
             shared.log.emit(events.SIDE_EFFECT, kind=kind.value, trigger=owner.value)
             return
-        if not rt.validated:
+        error: type[SideEffectError] = SideEffectError
+        if broken is SIDE_EFFECTS_NEED_VALIDATION:
             reason = f"{kind.value} before VALIDATED: call validate() first; it belongs to {owner.value}()"
-            error: type[SideEffectError] = SideEffectBeforeValidation
-        else:
+            error = SideEffectBeforeValidation
+        elif active is not owner:
             where = f"during {active.value}()" if active else "between transitions"
             reason = f"{kind.value} {where}: it belongs to {owner.value}()"
-            error = SideEffectError
+        else:
+            assert broken is not None
+            reason = f"{kind.value} before {broken.needs.name}: {broken.says}"
         shared.log.emit(
             events.SIDE_EFFECT_REFUSED,
             kind=kind.value,
@@ -51,7 +56,7 @@ class SideEffectRules:
         """A patched library call (`target`) of `kind`: logged when allowed now, else a violation."""
         owner = SIDE_EFFECT_OWNERS[kind]
         shared = self.shared
-        if shared.active is owner and shared.runtime.validated:
+        if shared.active is owner and self._broken(kind) is None:
             shared.log.emit(events.SIDE_EFFECT, kind=kind.value, trigger=owner.value)
             return
         active = shared.active.value if shared.active else None
@@ -76,3 +81,7 @@ class SideEffectRules:
                 state=shared.state,
                 trigger=active,
             )
+
+    def _broken(self, kind: SideEffect, runtime: Runtime | None = None) -> Ordering | None:
+        """The ordering rule a side effect of `kind` would break now (`runtime`: the entry work's)."""
+        return unmet(kind, facts_of(self.shared, SIDE_EFFECT_OWNERS[kind], runtime=runtime))

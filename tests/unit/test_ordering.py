@@ -15,6 +15,9 @@ import pytest
 from lifecycle.audit import LOG_ORDERING, SHOWN_BY, RuleId
 from lifecycle.log import events
 from states import (
+    BINDING_NEEDS_A_MODEL,
+    DISTRIBUTED_NEEDS_SERVICES,
+    MODEL_NEEDS_DISTRIBUTED,
     ORDERING,
     SIDE_EFFECT_OWNERS,
     SIDE_EFFECTS_NEED_VALIDATION,
@@ -28,6 +31,7 @@ from states import (
     made_in,
     requiring,
     rule,
+    unmet,
 )
 from tests.child_python import last_json_of
 
@@ -149,3 +153,51 @@ def test_a_rule_changed_in_states_changes_the_guard_the_audit_and_check_log(tmp_
     first = message.split("'")[1]  # the first side effect's kind
     assert there["check_log"] and all(p.endswith(" before MODEL_BUILT") for p in there["check_log"])
     assert there["check_log"][0].split(": ", 1)[1] == f"side effect {first} before MODEL_BUILT"
+
+
+# -- the engine's side-effect rules read the same rules ------------------------------------------------
+
+MODEL_RULE = "    kinds=frozenset({SideEffect.MODEL}),\n"
+WIDENED = "    kinds=frozenset({SideEffect.MODEL, SideEffect.TOKENIZER}),\n"
+
+SIDE_EFFECT_CHILD = """
+import json
+from lifecycle import InProcessPhases, Lifecycle, RunConfig
+from lifecycle.errors import SideEffectError
+lc = Lifecycle(RunConfig(), log_dir=__import__("sys").argv[1], phases=InProcessPhases(), tripwires="off")
+lc.validate()
+try:
+    lc.start_services()
+    out = None
+except SideEffectError as refused:
+    out = [type(refused).__name__, str(refused).split(" The lifecycle")[0]]
+lc.shutdown()
+print(json.dumps(out))
+"""
+
+
+def test_a_kind_added_to_a_rule_in_states_is_refused_by_the_engines_side_effect_rules(tmp_path: Path) -> None:
+    """MODEL_NEEDS_DISTRIBUTED widened to the tokenizer, in a copy of `states/` only: its guard is
+    unchanged (start_services passes it), but the tokenizer that start_services declares is refused
+    by the engine's side-effect rules, naming the rule: they read `states.ORDERING` (`states.unmet`)."""
+    assert last_json_of(SIDE_EFFECT_CHILD, str(tmp_path / "here"), first_on_path=ROOT) is None
+    copy = tmp_path / "states"
+    shutil.copytree(ROOT / "states", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (copy / "_ordering.py").read_text()
+    assert text.count(MODEL_RULE) == 1, "states/_ordering.py changed: update this test's edit"
+    (copy / "_ordering.py").write_text(text.replace(MODEL_RULE, WIDENED))
+    there = last_json_of(SIDE_EFFECT_CHILD, str(tmp_path / "there"), first_on_path=tmp_path)
+    says = next(o.says for o in ORDERING if o.guard == "distributed_is_initialized")
+    assert there == ["SideEffectError", f"refused: tokenizer before DISTRIBUTED: {says}"]
+
+
+def test_unmet_names_the_first_rule_a_side_effect_breaks_validation_first() -> None:
+    nothing = Facts(state=State.CONFIGURED, trigger=Trigger.VALIDATE)
+    assert unmet(SideEffect.MODEL, nothing) is SIDE_EFFECTS_NEED_VALIDATION
+    validated = dataclasses.replace(nothing, config_validated=True)
+    assert unmet(SideEffect.TOKENIZER, validated) is None
+    assert unmet(SideEffect.RNG, validated) is DISTRIBUTED_NEEDS_SERVICES
+    assert unmet(SideEffect.MODEL, dataclasses.replace(validated, services_ready=True)) is MODEL_NEEDS_DISTRIBUTED
+    everything = dataclasses.replace(validated, services_ready=True, distributed=True, model_built=True)
+    assert all(unmet(kind, everything) is None for kind in SideEffect)
+    assert unmet(SideEffect.CALLBACKS, dataclasses.replace(everything, model_built=False)) is BINDING_NEEDS_A_MODEL
