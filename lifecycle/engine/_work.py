@@ -13,6 +13,7 @@ from lifecycle.config import Snapshot
 from lifecycle.engine._context import Context
 from lifecycle.errors import ConfigError, ConfigMutated
 from lifecycle.log import check_log_dir, events, redact, redact_text
+from lifecycle.runtime.frames import drop_frame_locals
 from states import STARTUP_ORDER, TABLE, Plan, SideEffect, State, Trigger, entered_by, kept_by
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ class EntryWork:
         ResourceLeak, since the next cycle would stack on it. A shutdown does not: it can run while
         a failed entry work's frames still hold what they built (a log write failing inside it), and
         the process is leaving. The errors the lifecycle holds drop their frames' locals first."""
-        _drop_frame_locals(self.pending_error, getattr(self.shared.log, "fault", None))
+        drop_frame_locals(self.pending_error, getattr(self.shared.log, "fault", None))
         try:
             self._cycles.check_released(RELEASE_KEEP[trigger])
         except Exception:
@@ -211,21 +212,6 @@ class EntryWork:
             validated=old,
             current=new,
         )
-
-
-def _drop_frame_locals(*errors: BaseException | None) -> None:
-    """Clear the local variables of every frame in these errors' tracebacks (and their causes)."""
-    import traceback
-
-    seen: set[int] = set()
-    todo = [e for e in errors if e is not None]
-    while todo:
-        error = todo.pop()
-        if id(error) in seen:
-            continue
-        seen.add(id(error))
-        traceback.clear_frames(error.__traceback__)
-        todo += [e for e in (error.__cause__, error.__context__) if e is not None]
 
 
 def default_phases() -> PhaseSet:

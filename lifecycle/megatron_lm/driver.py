@@ -19,6 +19,7 @@ from lifecycle.megatron_lm.entry import (
 )
 from lifecycle.resilience import cycle_and_store, injectable
 from lifecycle.runtime import Options
+from lifecycle.runtime.frames import drop_frame_locals
 
 if TYPE_CHECKING:
     from argparse import Namespace
@@ -97,7 +98,11 @@ def _start_and_train(
         if cycle is not None:
             lc.begin_cycle(cycle)
         lc.advance_to(lc.target)  # the plan's target, where it trains
-        return run_training(lc, call)
+        try:
+            return run_training(lc, call)
+        except BaseException as exc:  # train()'s frames hold the model: let go before the releases
+            drop_frame_locals(exc)
+            raise
 
 
 def _megatron_args(cfg_container: PretrainConfigContainer) -> tuple[Namespace, bool]:

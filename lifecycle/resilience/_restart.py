@@ -14,7 +14,6 @@ import gc
 import os
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -32,6 +31,7 @@ from lifecycle.resilience._call import cycle_and_store
 from lifecycle.resilience._compat import installed_problem
 from lifecycle.resilience._sockets import CycleSockets
 from lifecycle.runtime import Options
+from lifecycle.runtime.frames import drop_frame_locals
 from states import Plan, State
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ class InProcessRestart:
         the next cycle's `restart()` proves everything is gone."""
         if not _nvrx.is_restart_request(exc):
             _publish(store, cycle, self.lc.runtime.rank, exc)
-        _clear_frames(exc)
+        drop_frame_locals(exc, tracebacks=True)  # the wrapper keeps it; its frames hold the model
         self._cutting = sockets.cut_later(_nvrx.REACTION_S)
 
     def _end(self, store: Store, cycle: int) -> dict[str, object]:
@@ -179,23 +179,6 @@ def _frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def _clear_frames(exc: BaseException) -> None:
-    """Clear the finished frames of `exc` and of every exception chained to it, and drop their
-    tracebacks (the wrapper keeps the exception; a gloo error chained under RankShouldRestart holds
-    the model through its frames, and a frame suspended where the wrapper's asynchronous
-    RankShouldRestart landed, e.g. in a context manager's generator, can only be let go)."""
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        traceback.clear_frames(current.__traceback__)
-        current.__traceback__ = None  # a suspended generator's frame cannot be cleared: let it go
-        pending += [current.__cause__, current.__context__]
 
 
 def _publish(store: Store, cycle: int, rank: int, exc: BaseException) -> None:

@@ -292,3 +292,26 @@ def _ledger_of(call: Any) -> dict[str, Any]:
         "remaining": remaining,
         "script_args_kept": global_vars._GLOBAL_ARGS is call.args,
     }
+
+
+def run_with_fault(log_dir: str, step: int) -> dict[str, Any]:
+    """The example script with the lifecycle's pretrain, DP=2, whose forward step raises on rank 1
+    at training step `step` (1-based); what `pretrain` raised on this rank, if anything."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import pretrain_gpt_tiny as script
+
+    original = script.forward_step
+
+    def forward_step(data_iterator: Any, model: Any) -> Any:
+        from megatron.training import get_args
+
+        if os.environ["RANK"] == "1" and get_args().curr_iteration == step - 1:
+            raise RuntimeError(f"injected fault on rank 1 at step {step}")
+        return original(data_iterator, model)
+
+    script.forward_step = forward_step  # main() passes the module's forward_step to pretrain
+    try:
+        run("lifecycle", 1, log_dir)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"error": None}

@@ -1,19 +1,29 @@
 """DISTRIBUTED with Megatron-LM's functions, in `initialize_megatron`'s order, then the JIT warm-up
 that `pretrain` runs right after it (it draws random numbers: the same draws in the same order
-reproduce Megatron-LM's losses)."""
+reproduce Megatron-LM's losses).
+
+Once Megatron-LM's `_initialize_distributed` has made the process group, a multi-rank job gets the
+lifecycle's rank watch on its store (`lifecycle.megatron.ranks`, as the lifecycle's own DISTRIBUTED
+starts it): the rest of startup and every `train_step` run under the failure broadcast, so a rank
+that fails is named on every rank (`peer_failed`) and no rank waits for it past the grace."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from argparse import Namespace
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
+from lifecycle import launchers
 from lifecycle.log import events
+from lifecycle.megatron.ranks import RankWatch
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
 
 if TYPE_CHECKING:
     from megatron.core.process_groups_config import MultiModuleProcessGroupCollection, ProcessGroupCollection
+    from torch.distributed import Store
 
     from lifecycle.megatron_lm.entry._phases import MegatronLMCall
 
@@ -117,10 +127,13 @@ def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
     if on:
         ctx.side_effect(SideEffect.CUDA_DEVICE)
     stand_ins = CpuStandIns() if on else None
+    watch: list[RankWatch] = []
     try:
         ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
-        groups = _initialize_megatron(ctx, call)
+        groups = _initialize_megatron(ctx, call, watch)
     except BaseException:
+        for started in watch:
+            started.stop()
         _undo(stand_ins)
         raise
     _emit_initialized(ctx, args)
@@ -132,26 +145,65 @@ def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
         backend=args.distributed_backend,
         pg_collection=groups,
         rehearsal=stand_ins,
+        rank_watch=watch[0] if watch else None,
     )
 
 
 def _initialize_megatron(
-    ctx: PhaseContext, call: MegatronLMCall
+    ctx: PhaseContext, call: MegatronLMCall, watch: list[RankWatch]
 ) -> ProcessGroupCollection | MultiModuleProcessGroupCollection:
-    """`initialize_megatron`'s steps, then `pretrain`'s JIT warm-up; returns the process groups."""
+    """`initialize_megatron`'s steps, then `pretrain`'s JIT warm-up; returns the process groups.
+    The rank watch it starts (a multi-rank job) goes into `watch`, for the caller to stop."""
     from megatron.core.process_groups_config import ProcessGroupCollection
+
+    _rerun_state_machine(call.args)
+    _groups(ctx, call)
+    watch.extend(_watch(ctx, call))
+    with watch[0].phase(ctx, "DISTRIBUTED") if watch else nullcontext():
+        _after_groups(ctx, call)
+    return call.pg_collection or ProcessGroupCollection.use_mpu_process_groups()
+
+
+def _watch(ctx: PhaseContext, call: MegatronLMCall) -> list[RankWatch]:
+    """The rank watch of a multi-rank job, checked in and started on the process group's store, under
+    this generation's prefix; none for one rank or a fake process group. Under a restart wrapper
+    (`store=`) the watcher never ends the process: the wrapper restarts it in place."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    if dist.get_world_size() == 1 or call.args.fake_process_group:
+        return []
+    base: Store = distributed_c10d._get_default_store()
+    store = dist.PrefixStore(f"megatron-lifecycle/ranks/generation-{ctx.runtime.generation}", base)
+    watch = RankWatch(
+        store,
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        timeout_s=ctx.runtime.config.startup.timeout_s,
+        watcher_store=store.clone,
+        store_host=None if launchers.agent_store() else 0,
+        exit_process=_stay if call.store is not None else os._exit,
+    )
+    watch.check_in(ctx)
+    watch.start()
+    return [watch]
+
+
+def _stay(_code: int) -> None:
+    """The watcher's exit under an in-process restart wrapper: the wrapper aborts and restarts."""
+
+
+def _after_groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
+    """Seeds, autoresume, the dataset helper, TP communicators and the JIT warm-up."""
     from megatron.training import initialize as mi
 
     args = call.args
-    _rerun_state_machine(args)
-    _groups(ctx, call)
     _seed(ctx, call)
     mi._init_autoresume()
     mi._compile_dependencies()
     if args.tp_comm_overlap:
         mi._initialize_tp_communicators()
     mi.set_jit_fusion_options(tp_size=args.tensor_model_parallel_size)
-    return call.pg_collection or ProcessGroupCollection.use_mpu_process_groups()
 
 
 def _emit_initialized(ctx: PhaseContext, args: Namespace) -> None:

@@ -13,6 +13,9 @@
 - MODEL_BUILT: `setup_model_and_optimizer` (model from the container's ModelConfig or the provider
   called by keyword, DDP, optimizer, scheduler, checkpoint load).
 - CALLBACKS_BOUND: the lifecycle's `bindings`, verified (lifecycle.megatron.callbacks_bound).
+
+From DISTRIBUTED on, a multi-rank job's entry work runs under the rank watch that DISTRIBUTED
+starts (`_distributed.py`), as the lifecycle's own phases do.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from lifecycle.config import normalize, raise_for, snapshot_config, validate
 from lifecycle.log import events, redact
 from lifecycle.megatron import MegatronPhases
 from lifecycle.megatron import callbacks_bound as lifecycle_binding
+from lifecycle.megatron.ranks import watched
 from lifecycle.megatron_lm.entry import _derive, _providers, _resources
 from lifecycle.megatron_lm.entry._distributed import initialize
 from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
@@ -93,6 +97,8 @@ class MegatronLMPhases(MegatronPhases):
             self.register(state, Work(enter, own.get(state, inner.release)))
         self.around(State.DISTRIBUTED, release=_destroying_rerun_state)
         self.around(State.MODEL_BUILT, release=_resources.dropping_scheduler)
+        for watched_state in (State.MODEL_BUILT, State.CALLBACKS_BOUND):
+            self.around(watched_state, enter=partial(_watched, watched_state))
 
     def resources(self, state: State, runtime: Runtime) -> list[tuple[str, Callable[[], bool]]]:
         """What `state`'s work made: the real phases' resources (SERVICES_READY's writers are
@@ -210,6 +216,12 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         transformer_config_snapshot=snapshot_config(config),
         checkpoint_step=int(getattr(call.args, "iteration", 0) or 0),
     )
+
+
+def _watched(state: State, ctx: PhaseContext, enter: Entry) -> Runtime:
+    """`state`'s entry work under the rank watch DISTRIBUTED started, as the real phases run it."""
+    with watched(ctx, state.name):
+        return enter(ctx)
 
 
 def _destroying_rerun_state(ctx: PhaseContext, release: Entry) -> Runtime:

@@ -66,7 +66,8 @@ def watched_steps(lc: Driver, first: int) -> Iterator[list[float | None]]:
         step = next(counter)
         book.begin(step)
         try:
-            out = original(*args, **kwargs)
+            with book.watched(step):  # a failure on any rank ends every rank's wait for it
+                out = original(*args, **kwargs)
         except BaseException:
             book.abort(step)
             raise
