@@ -30,7 +30,6 @@ WHITE_BOX: dict[str, set[str]] = {
     # Mutation tests (issue 26) of the failure paths' decisions, called directly (scripts/mutation.toml):
     # the signal trap and the exit hook of Lifecycle's failure handling, the ledger, the rank watch's
     # state of one peer, the rendezvous's unreachable-store verdict and its per-process stores.
-    "tests/unit/test_mutants_ranks.py": {"lifecycle.megatron.ranks._Active"},
     "tests/unit/test_mutants_rendezvous.py": {"lifecycle.megatron.distributed._store_unreachable"},
     "tests/integration/test_mutants_distributed.py": {
         "lifecycle.megatron.distributed._STORES",
