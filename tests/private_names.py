@@ -36,9 +36,6 @@ WHITE_BOX: dict[str, set[str]] = {
         "lifecycle.audit._feed._decode",
         "lifecycle.audit._handlers",
     },
-    # Fault injection inside entry work that has no hook: `lifecycle run` takes no phases, so a
-    # provider module wraps the real CALLBACKS_BOUND phase (Ctrl-C during shutdown).
-    "tests/integration/test_shutdown_anywhere.py": {"lifecycle.megatron._phases"},
 }
 
 
