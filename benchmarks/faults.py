@@ -158,7 +158,7 @@ def _kill_before_parallel_state(fault_file: Path) -> None:
         fault_file.write_text(repr(time.time()))
         os.kill(os.getpid(), signal.SIGKILL)
 
-    distributed._init_parallel_state = kill  # type: ignore[assignment]  # fault injection point
+    distributed.init_parallel_state = kill  # type: ignore[assignment]  # fault injection point
 
 
 def _step_fault(case: str, rank: int, fault_file: Path) -> Any:

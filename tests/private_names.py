@@ -5,7 +5,7 @@ the packages, so the private-module contract (tests/contracts.py, `scanned` in p
 reads tests/, benchmarks/ and examples/ with `ast` through this module, and so does
 tests/unit/test_public_names.py. A reach-in is an import, a dotted string
 (`monkeypatch.setattr("lifecycle.x._y.z", ...)`), an attribute or a `setattr`/`getattr` on a name
-an import bound (`distributed._STORES`), or any of these in Python source held in a string (a
+an import bound (`distributed._provided_store`), or any of these in Python source held in a string (a
 child's script, a provider file). One not in `WHITE_BOX` breaks the contract; so does an entry of
 `WHITE_BOX` that no file needs any more, so the list only shrinks. A new test that needs a private
 name asks for a public one (export it from the package's `__init__`).
@@ -25,42 +25,9 @@ NOT_SCANNED = ("tests/private_names.py", "tests/unit/test_public_names.py")
 _DOTTED = re.compile(r"^(states|bindings|lifecycle)(\.\w+)+$")
 
 # White-box tests that replace or read a module's internals, each with why it has no public name
-# (yet). Paths relative to the repository; values are the private names each file may reach.
-WHITE_BOX: dict[str, set[str]] = {
-    # Mutation tests (issue 26) of the failure paths' decisions, called directly (scripts/mutation.toml):
-    # the signal trap and the exit hook of Lifecycle's failure handling, the ledger, the rank watch's
-    # state of one peer, the rendezvous's unreachable-store verdict and its per-process stores.
-    "tests/unit/test_mutants_failures.py": {"lifecycle.engine._failures", "lifecycle.engine._failures.SignalTrap"},
-    "tests/unit/test_mutants_ledger.py": {
-        "lifecycle.engine._ledger",
-        "lifecycle.engine._ledger.Entry",
-        "lifecycle.engine._ledger.Ledger",
-    },
-    "tests/unit/test_mutants_ranks.py": {"lifecycle.megatron.ranks._Active"},
-    "tests/unit/test_mutants_rendezvous.py": {"lifecycle.megatron.distributed._store_unreachable"},
-    "tests/integration/test_mutants_distributed.py": {
-        "lifecycle.megatron.distributed._STORES",
-        # the check-in: which failed rendezvous blames the host, and the watcher it starts (the
-        # exit `_stay` under a restart wrapper); the process group's start that stops it on failure
-        "lifecycle.megatron.distributed._checked_in_store",
-        "lifecycle.megatron.distributed._init_process_group",
-        "lifecycle.megatron.distributed._stay",
-    },
-    # The batch reader checked against its own parts, which are no user's API: every field a per-event
-    # handler reads is one its typed record declares (HANDLERS/READS, the decoder, its record types),
-    # and a clean log goes through the fast path in one run (`_apply` counted).
-    "tests/unit/audit/test_audit_batch.py": {
-        "lifecycle.audit._feed",
-        "lifecycle.audit._feed._TYPES",
-        "lifecycle.audit._feed._decode",
-        "lifecycle.audit._handlers",
-    },
-    # Fault injection inside entry work that has no hook: `lifecycle run` takes no phases, so a
-    # provider module wraps the real CALLBACKS_BOUND phase (Ctrl-C during shutdown); a rank is killed
-    # just before DISTRIBUTED initializes megatron's parallel state.
-    "tests/integration/test_shutdown_anywhere.py": {"lifecycle.megatron._phases"},
-    "benchmarks/faults.py": {"lifecycle.megatron.distributed._init_parallel_state"},
-}
+# (yet). Paths relative to the repository; values are the private names each file may reach. Empty
+# since issue 21 gave each of them a public name: keep it so.
+WHITE_BOX: dict[str, set[str]] = {}
 
 
 def _private(name: str) -> bool:

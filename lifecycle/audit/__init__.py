@@ -1,6 +1,9 @@
 """`lifecycle audit`: read per-rank startup logs, check the rules, find where startup time went.
 
 Streams: memory grows with the number of ranks, not of records. Imports neither torch nor megatron.
+The batch reader's parts are public for the checks that hold it to the record-by-record audit:
+`HANDLERS` (one per event), the fields each reads (`READS`), the typed records it decodes
+(`RECORD_TYPES`, `decode_typed`), and a `Tap`'s `applied` hook, told of each run it applies at once.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from lifecycle.audit._audit import (
 )
 from lifecycle.audit._cause import RootCause, Victim, root_causes
 from lifecycle.audit._cycles import Attempt, attempts, diff
-from lifecycle.audit._feed import Tap
+from lifecycle.audit._feed import RECORD_TYPES, Tap, decode_typed
+from lifecycle.audit._handlers import HANDLERS, READS
 from lifecycle.audit._ordering import LOG_ORDERING, SHOWN_BY, LogOrdering
 from lifecycle.audit._plot import plot
 from lifecycle.audit._rank import RankAudit
@@ -40,8 +44,11 @@ __all__ = [
     "EXIT_CLEAN",
     "EXIT_UNREADABLE",
     "EXIT_VIOLATION",
+    "HANDLERS",
     "LOG_ORDERING",
     "MAX_LOGS_PER_INPUT",
+    "READS",
+    "RECORD_TYPES",
     "RULES",
     "SHOWN_BY",
     "Attempt",
@@ -67,6 +74,7 @@ __all__ = [
     "blame",
     "counts",
     "critical_chain",
+    "decode_typed",
     "default_workers",
     "diff",
     "enabled",

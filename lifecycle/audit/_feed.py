@@ -95,22 +95,25 @@ def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], .
     )
 
 
-_TYPES = _types({})
+RECORD_TYPES = _types({})
 """One record type per event, as the batch path decodes it: the envelope, typed (checked in C),
 and the fields its handler reads (`READS`), any JSON value; `event` is its tag, `get` reads a field
 as `dict.get` would (None when absent). Fields in sorted order, as the writer sorts keys: msgspec
 finds each key at the next field."""
-_decode = msgspec.json.Decoder(Union[_TYPES]).decode  # noqa: UP007 - a union built at runtime
+decode_typed = msgspec.json.Decoder(Union[RECORD_TYPES]).decode  # noqa: UP007 - a union built at runtime
+"""A line as the batch path decodes it: a record of `RECORD_TYPES` (msgspec raises on one that is not)."""
 Tap = Callable[[list[bytes], Sequence[object]], None]
 """Called with each batch's lines and their records (typed, or orjson dicts) before the audit reads
 them: what the export keeps of the records it would otherwise decode again. A plain audit has none.
 A tap declares in its `reads` attribute ({event: field names}) the fields it reads, beyond the
-handlers', on the records it is given typed (`rec.get(name)`: None when absent)."""
+handlers', on the records it is given typed (`rec.get(name)`: None when absent). A tap with an
+`applied(start, end)` method is told of each run of records, input lines [start, end), that the
+batch path applies at once; every other record is checked on its own (`RankAudit.feed`)."""
 
 
 @functools.cache
 def _decoder(reads: tuple[tuple[str, tuple[str, ...]], ...]) -> Callable[[bytes], _Typed]:
-    return msgspec.json.Decoder(Union[_types(dict(reads))]).decode if reads else _decode  # noqa: UP007
+    return msgspec.json.Decoder(Union[_types(dict(reads))]).decode if reads else decode_typed  # noqa: UP007
 
 
 def _tap_decoder(tap: Tap) -> Callable[[bytes], _Typed]:
@@ -124,7 +127,7 @@ _STEP = events.STEP_COMPLETED
 class Feeder:
     """Reads one input: `feed(lines)`; the ranks' audits it found are in `streams`, unfinished."""
 
-    __slots__ = ("cur", "decode", "name", "router", "streams", "tap")
+    __slots__ = ("applied", "cur", "decode", "name", "router", "streams", "tap")
 
     def __init__(self, name: str, limit: int, tap: Tap | None = None) -> None:
         self.name = name
@@ -132,7 +135,8 @@ class Feeder:
         self.router = _Router(name, self.streams, limit)
         self.cur: RankAudit | None = None
         self.tap = tap
-        self.decode = _decode if tap is None else _tap_decoder(tap)
+        self.decode = decode_typed if tap is None else _tap_decoder(tap)
+        self.applied: Callable[[int, int], object] | None = getattr(tap, "applied", None)
 
     def feed(self, lines: Lines) -> None:
         for first, batch in lines:
@@ -189,6 +193,8 @@ class Feeder:
             )
             end = self._run(i, recs[i], head, digests[i], breaks, n)
             if end > i and self.cur is not None:
+                if self.applied is not None:
+                    self.applied(first + i, first + end)
                 _apply(self.cur, first, i, end, recs, cols, digests)
                 i = end
             else:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from lifecycle.engine import _failures
 from lifecycle.engine._driver import Lifecycle, TripwirePolicy
+from lifecycle.engine._failures import SignalTrap, shut_down_open, track
 from lifecycle.engine._inprocess import InProcessPhases, SimChunk, SimConfig, copying_provider
+from lifecycle.engine._ledger import Ledger, LedgerEntry
 from lifecycle.engine._machine import MachineModel, build_raw_machine
 from lifecycle.engine._tripwires import TARGETS as TRIPWIRE_TARGETS
 from lifecycle.engine._tripwires import patched_targets
@@ -25,8 +27,11 @@ def open_lifecycles() -> list[Lifecycle]:
 __all__ = [
     "TRIPWIRE_TARGETS",
     "InProcessPhases",
+    "Ledger",
+    "LedgerEntry",
     "Lifecycle",
     "MachineModel",
+    "SignalTrap",
     "SimChunk",
     "SimConfig",
     "TripwirePolicy",
@@ -35,4 +40,6 @@ __all__ = [
     "open_lifecycles",
     "patched_targets",
     "quiet_library_loggers",
+    "shut_down_open",
+    "track",
 ]

@@ -41,7 +41,7 @@ class _Open(Protocol):
 
 
 _OPEN: weakref.WeakSet[_Open] = weakref.WeakSet()
-"""Every lifecycle not yet shut down in this process: `_shut_down_at_exit` releases them."""
+"""Every lifecycle not yet shut down in this process: `shut_down_open` releases them."""
 
 
 def track(lifecycle: _Open) -> None:
@@ -51,7 +51,9 @@ def track(lifecycle: _Open) -> None:
 
 
 @atexit.register
-def _shut_down_at_exit() -> None:
+def shut_down_open() -> None:
+    """Shut down every tracked lifecycle not shut down yet, swallowing what each raises: what
+    interpreter exit runs (registered with `atexit`)."""
     for lifecycle in list(_OPEN):
         if lifecycle.state is not State.SHUT_DOWN:
             with contextlib.suppress(BaseException):  # exiting anyway: release what can be released

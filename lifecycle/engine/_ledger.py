@@ -34,7 +34,9 @@ Probe = Callable[[], bool]
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class LedgerEntry:
+    """One thing `state` made, by `name`, and the probe that says whether it is gone."""
+
     state: State
     name: str
     gone: Probe
@@ -44,15 +46,15 @@ class Ledger:
     """Entries in creation order; `survivors(keep)` probes, newest first, those of states after `keep`."""
 
     def __init__(self) -> None:
-        self.entries: list[Entry] = []
+        self.entries: list[LedgerEntry] = []
 
     def register(self, state: State, name: str, gone: Probe) -> None:
-        self.entries.append(Entry(state, name, gone))
+        self.entries.append(LedgerEntry(state, name, gone))
 
     def names(self) -> list[tuple[str, str]]:
         return [(e.state.name, e.name) for e in self.entries]
 
-    def survivors(self, keep: State) -> list[Entry]:
+    def survivors(self, keep: State) -> list[LedgerEntry]:
         """Walk back over the entries of states after `keep`, drop them, return those still alive."""
         leaving = [e for e in self.entries if e.state.startup_index > keep.startup_index]
         self.entries = [e for e in self.entries if e.state.startup_index <= keep.startup_index]
@@ -62,7 +64,7 @@ class Ledger:
         return [e for e in reversed(leaving) if not _gone(e)]
 
 
-def _gone(entry: Entry) -> bool:
+def _gone(entry: LedgerEntry) -> bool:
     try:
         return bool(entry.gone())
     except Exception:  # a probe that cannot look (its module torn down) cannot prove a leak

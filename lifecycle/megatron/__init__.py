@@ -10,9 +10,10 @@ from __future__ import annotations
 from lifecycle.megatron._hybrid import layer_pattern, local_stack_spec
 from lifecycle.megatron._imports import ImportJob
 from lifecycle.megatron._liveness import host_key, process_alive, store_closed
-from lifecycle.megatron._phases import MegatronPhases
+from lifecycle.megatron._phases import PHASES, MegatronPhases
 
 __all__ = [
+    "PHASES",
     "ImportJob",
     "MegatronPhases",
     "host_key",

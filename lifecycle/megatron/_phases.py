@@ -47,7 +47,9 @@ PHASES: dict[State, Phase] = {
     State.MODEL_BUILT: Work(_watched(State.MODEL_BUILT, model_built.enter), _undo(model_built.release)),
     State.CALLBACKS_BOUND: Work(_watched(State.CALLBACKS_BOUND, callbacks_bound.enter), _undo(callbacks_bound.release)),
 }
-"""The real phase of each state, as each `MegatronPhases` registers it."""
+"""The real phase of each state, as each `MegatronPhases` registers it when made (`lifecycle.megatron.PHASES`).
+Wrapping one here (`Around`) before the lifecycle is made reaches entry work that takes no phases from its
+caller, as `lifecycle run` does: how a provider module injects a fault into a real state."""
 
 
 class MegatronPhases(Phases):

@@ -73,7 +73,8 @@ def refuse_if_initialized() -> None:
         )
 
 
-def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -> tuple[int, int, RankWatch | None]:
+def init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -> tuple[int, int, RankWatch | None]:
+    """The process group (fake, lone, or on the checked-in store): rank, world size, the started watch or None."""
     import torch
     import torch.distributed as dist
 
@@ -92,7 +93,7 @@ def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -
     if world == 1 and launchers.rendezvous() is None:
         dist.init_process_group(config.backend, store=dist.HashStore(), rank=rank, world_size=world, timeout=timeout)
         return dist.get_rank(), dist.get_world_size(), None
-    store, watch = _checked_in_store(ctx, config, rank, world)
+    store, watch = checked_in_store(ctx, config, rank, world)
     try:
         with watch.phase(ctx, "DISTRIBUTED"):
             dist.init_process_group(config.backend, store=store, rank=rank, world_size=world, timeout=timeout)
@@ -102,7 +103,7 @@ def _init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) -
     return dist.get_rank(), dist.get_world_size(), watch
 
 
-def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int) -> tuple[Store, RankWatch]:
+def checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int) -> tuple[Store, RankWatch]:
     """The rendezvous store once every rank has checked in, and the started watcher."""
     import torch.distributed as dist
 
@@ -114,7 +115,7 @@ def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: in
     except Exception as exc:
         if (rank == 0 and not agent) or not is_timeout(exc):
             raise
-        raise _store_unreachable(ctx, timeout_s, agent) from exc
+        raise store_unreachable(ctx, timeout_s, agent) from exc
     ranks = dist.PrefixStore("ranks", store)
     # Under an in-process restart wrapper (it provides the store) the process must live on to be
     # restarted in place: the watcher still logs and publishes, but never ends the process.
@@ -125,14 +126,14 @@ def _checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: in
         timeout_s=timeout_s,
         watcher_store=ranks.clone,
         store_host=None if agent else 0,  # its own connection
-        exit_process=_stay if provided is not None else os._exit,
+        exit_process=stay_alive if provided is not None else os._exit,
     )
     watch.check_in(ctx)
     watch.start()
     return store, watch
 
 
-def _store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> DistributedError:
+def store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> DistributedError:
     """A client rank never reached the store's host (rank 0, or torchrun's agent): log and explain."""
     where = "{}:{}".format(*launchers.rendezvous() or ("MASTER_ADDR", "MASTER_PORT"))
     host = "torchrun's agent" if agent else "rank 0"
@@ -145,7 +146,7 @@ def _store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> Dist
     )
 
 
-def _stay(_code: int) -> None:
+def stay_alive(_code: int) -> None:
     """The watcher's exit under an in-process restart wrapper: the wrapper aborts and restarts."""
 
 
@@ -161,12 +162,11 @@ def _provided_store(ctx: PhaseContext) -> Store | None:
     return prefixed
 
 
-# The TCPStore each process keeps per MASTER_ADDR:MASTER_PORT, and how many process groups it has
-# served. It must outlive `destroy_process_group`: re-creating it on the same port for a restart
-# lets a fast rank join the previous, still-closing store and read stale keys (gloo then connects
-# to ports that are gone, or hangs). Each initialization uses a fresh key prefix instead.
-_STORES: dict[tuple[str, int], tuple[TCPStore, int]] = {}
-"""(MASTER_ADDR, MASTER_PORT) -> (its TCPStore, how many initializations it served)."""
+STORES: dict[tuple[str, int], tuple[TCPStore, int]] = {}
+"""(MASTER_ADDR, MASTER_PORT) -> (the TCPStore this process keeps for it, how many initializations it
+served). It must outlive `destroy_process_group`: re-creating it on the same port for a restart lets a
+fast rank join the previous, still-closing store and read stale keys (gloo then connects to ports that
+are gone, or hangs). Each initialization uses a fresh key prefix instead. Only `rendezvous_store` adds to it."""
 
 
 def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> PrefixStore:
@@ -178,7 +178,7 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> Pr
     import torch.distributed as dist
 
     addr, port = launchers.rendezvous() or _no_rendezvous()
-    entry = _STORES.get((addr, port))
+    entry = STORES.get((addr, port))
     if entry is not None:
         store, served = entry
     else:
@@ -196,7 +196,7 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float = 600.0) -> Pr
         )
         served = 0
     served += 1
-    _STORES[(addr, port)] = (store, served)
+    STORES[(addr, port)] = (store, served)
     store.set_timeout(timedelta(seconds=timeout_s))
     # torchrun's agent store outlives a restart of the workers (--max-restarts): each attempt its keys
     attempt = launchers.restart_count() or 0
@@ -227,7 +227,8 @@ def await_store_host(addr: str, port: int, timeout_s: float) -> None:
             time.sleep(0.2)
 
 
-def _init_parallel_state(ctx: PhaseContext, config: RunConfig) -> dict[str, int]:
+def init_parallel_state(ctx: PhaseContext, config: RunConfig) -> dict[str, int]:
+    """megatron's parallel state as `parallel` sizes it; this rank's tp, pp, cp, ep and dp ranks."""
     from megatron.core import parallel_state as ps
 
     par = config.parallel
@@ -324,10 +325,10 @@ def enter(ctx: PhaseContext) -> Runtime:
     watch: RankWatch | None = None
     try:
         ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
-        rank, world, watch = _init_process_group(ctx, config, real_cuda=not on)
+        rank, world, watch = init_process_group(ctx, config, real_cuda=not on)
         ctx.set_rank(rank=rank, world_size=world)
         with watch.phase(ctx, "DISTRIBUTED") if watch is not None else nullcontext():
-            coords = _init_parallel_state(ctx, config)
+            coords = init_parallel_state(ctx, config)
             _seed(ctx, config, coords["pp"])
             groups = ProcessGroupCollection.use_mpu_process_groups()
     except BaseException:

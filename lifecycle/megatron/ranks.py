@@ -53,9 +53,10 @@ Emit = Callable[..., None]
 
 
 @dataclass(frozen=True, slots=True)
-class _Active:
+class ActiveWork:
     """What the main thread is doing under the watch: the state, how to log, since when, and whether the watcher
-    enforces `timeout_s` on it (collective states; a training step relies on its collectives' own timeout)."""
+    enforces `timeout_s` on it (collective states; a training step relies on its collectives' own timeout).
+    `RankWatch.watching` makes one; the watcher only reads it."""
 
     emit: Emit
     trigger: str
@@ -89,7 +90,7 @@ class RankWatch:
         self._watcher_store = watcher_store
         self._exit = exit_process
         self._lock = threading.Lock()
-        self._active: _Active | None = None
+        self._active: ActiveWork | None = None
         self._noticed: tuple[Failure, float] | None = None
         self._peers: dict[int, int] = {}  # rank -> pid of the other ranks on this host
         self._finished: set[int] = set()
@@ -176,7 +177,7 @@ class RankWatch:
         this rank is a victim, logs `peer_failed` naming it, and raises `DistributedError`.
         """
         with self._lock:
-            self._active = _Active(emit, trigger, state, time.monotonic(), deadline)
+            self._active = ActiveWork(emit, trigger, state, time.monotonic(), deadline)
         with suppress(Exception):  # what a lost rank was doing, for the failure rank 0 publishes
             if not self._store_gone:
                 self.store.set(f"state/{self.rank}", state.encode())
@@ -336,7 +337,7 @@ class RankWatch:
             error = f"the rendezvous store it hosts stopped answering for {silent_s:.0f} s ({exc})"
             self._noticed = (Failure(rank=self.store_host, state="unknown", error=error, kind="lost"), now)
 
-    def _escalate(self, active: _Active, now: float) -> None:
+    def _escalate(self, active: ActiveWork, now: float) -> None:
         """End a process whose main thread stayed blocked past the grace or the deadline (unless it got a
         signal). A `lost` peer gets a shorter grace: no process is left to close the collective's sockets."""
         noticed = self._noticed

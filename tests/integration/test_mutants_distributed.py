@@ -59,7 +59,7 @@ def _observe(env: dict[str, str]) -> dict[str, Any]:
                 "dp_gloo": _backend_timeout(ps.get_data_parallel_group_gloo()),
                 "watched": runtime.rank_watch is not None,
             }
-            stores = list(distributed._STORES.values())
+            stores = list(distributed.STORES.values())
             seen["store"] = stores[-1][0].timeout if "MASTER_ADDR" in env else None
         finally:
             distributed.release(ctx, runtime)
@@ -113,7 +113,7 @@ def rendezvous(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, int]]:
     monkeypatch.setenv("MASTER_ADDR", where[0])
     monkeypatch.setenv("MASTER_PORT", str(where[1]))
     yield where
-    distributed._STORES.pop(where, None)
+    distributed.STORES.pop(where, None)
 
 
 def _host(where: tuple[str, int], world: int = 2) -> Any:
@@ -124,11 +124,11 @@ def _host(where: tuple[str, int], world: int = 2) -> Any:
 
 
 def test_each_initialization_gets_its_own_prefix_on_one_long_lived_store(rendezvous: tuple[str, int]) -> None:
-    from lifecycle.megatron.distributed import _STORES, rendezvous_store
+    from lifecycle.megatron.distributed import STORES, rendezvous_store
 
     rendezvous_store(0, 1, 10.0).set("k", "first")
     rendezvous_store(0, 1, 10.0).set("k", "second")
-    (raw, served), *others = [entry for key, entry in _STORES.items() if key == rendezvous]
+    (raw, served), *others = [entry for key, entry in STORES.items() if key == rendezvous]
     assert not others and served == 2
     assert [raw.check([PREFIX.format(0, n)]) for n in range(4)] == [False, True, True, False]
     assert [raw.get(PREFIX.format(0, n)) for n in (1, 2)] == [b"first", b"second"]
@@ -138,20 +138,20 @@ def test_each_initialization_gets_its_own_prefix_on_one_long_lived_store(rendezv
 def test_each_attempt_of_torchruns_agent_gets_its_own_keys(
     rendezvous: tuple[str, int], monkeypatch: pytest.MonkeyPatch, count: str, attempt: int
 ) -> None:
-    from lifecycle.megatron.distributed import _STORES, rendezvous_store
+    from lifecycle.megatron.distributed import STORES, rendezvous_store
 
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", count)
     rendezvous_store(0, 1, 10.0).set("k", "v")
-    assert _STORES[rendezvous][0].get(PREFIX.format(attempt, 1)) == b"v"
+    assert STORES[rendezvous][0].get(PREFIX.format(attempt, 1)) == b"v"
 
 
 def test_the_store_waits_ten_minutes_unless_told_otherwise(rendezvous: tuple[str, int]) -> None:
-    from lifecycle.megatron.distributed import _STORES, rendezvous_store
+    from lifecycle.megatron.distributed import STORES, rendezvous_store
 
     rendezvous_store(0, 2)
-    assert _STORES[rendezvous][0].timeout == timedelta(seconds=600)
+    assert STORES[rendezvous][0].timeout == timedelta(seconds=600)
     rendezvous_store(0, 2, 12.0)
-    assert _STORES[rendezvous][0].timeout == timedelta(seconds=12)
+    assert STORES[rendezvous][0].timeout == timedelta(seconds=12)
 
 
 def test_rank_0_hosts_the_store_without_waiting_for_the_others(rendezvous: tuple[str, int]) -> None:
@@ -188,11 +188,11 @@ def _store_config(timeout_s: float = 10.0) -> RunConfig:
 def _checked_in(rank: int, world: int, provided: Any = None) -> tuple[Any, Any, RecordingContext]:
     import dataclasses
 
-    from lifecycle.megatron.distributed import _checked_in_store
+    from lifecycle.megatron.distributed import checked_in_store
 
     ctx = RecordingContext.for_config(_store_config(), trigger=Trigger.INIT_DISTRIBUTED)
     ctx.runtime = dataclasses.replace(ctx.runtime, rendezvous_store=provided)
-    store, watch = _checked_in_store(ctx, ctx.runtime.config, rank, world)
+    store, watch = checked_in_store(ctx, ctx.runtime.config, rank, world)
     return store, watch, ctx
 
 
@@ -240,12 +240,12 @@ def test_a_client_whose_host_never_listens_times_out_naming_rank_0(rendezvous: t
     import dataclasses
 
     from lifecycle.errors import DistributedError
-    from lifecycle.megatron.distributed import _checked_in_store
+    from lifecycle.megatron.distributed import checked_in_store
 
     ctx = RecordingContext.for_config(_store_config(1.0), trigger=Trigger.INIT_DISTRIBUTED)
     ctx.runtime = dataclasses.replace(ctx.runtime, rendezvous_store=None)
     with pytest.raises(DistributedError, match=r"store at 127\.0\.0\.1:\d+ that rank 0 hosts; missing: rank 0") as e:
-        _checked_in_store(ctx, ctx.runtime.config, 1, 2)
+        checked_in_store(ctx, ctx.runtime.config, 1, 2)
     assert isinstance(e.value.__cause__, TimeoutError)
     assert ctx.events() == ["state_timeout"]
 
@@ -263,7 +263,7 @@ def test_the_watcher_knows_who_hosts_the_store_and_whether_it_may_end_the_proces
     _, watch, _ = _checked_in(0, 1, host if how == "provided" else None)
     try:
         assert watch.store_host == (None if how == "agent" else 0)
-        assert watch._exit is (distributed._stay if how == "provided" else os._exit)
+        assert watch._exit is (distributed.stay_alive if how == "provided" else os._exit)
     finally:
         watch.stop()
 
@@ -273,13 +273,13 @@ def test_a_process_group_that_fails_to_start_stops_the_watcher(rendezvous: tuple
 
     import torch.distributed as dist
 
-    from lifecycle.megatron.distributed import _init_process_group
+    from lifecycle.megatron.distributed import init_process_group
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # someone else's
     try:
         ctx = RecordingContext.for_config(_store_config(), trigger=Trigger.INIT_DISTRIBUTED)
         with pytest.raises(ValueError, match="twice"):
-            _init_process_group(ctx, ctx.runtime.config, real_cuda=False)
+            init_process_group(ctx, ctx.runtime.config, real_cuda=False)
     finally:
         dist.destroy_process_group()
     assert [t.name for t in threading.enumerate() if t.name == "lifecycle-rank-watch"] == []
@@ -288,12 +288,12 @@ def test_a_process_group_that_fails_to_start_stops_the_watcher(rendezvous: tuple
 def test_the_fake_backend_simulates_the_configured_rank_without_a_store() -> None:
     import torch.distributed as dist
 
-    from lifecycle.megatron.distributed import _init_process_group
+    from lifecycle.megatron.distributed import init_process_group
 
     config = RunConfig.preset("tiny-gpt", ["backend=fake", "parallel.rank=1", "parallel.world_size=4"])
     ctx = RecordingContext.for_config(config, trigger=Trigger.INIT_DISTRIBUTED)
     try:
-        assert _init_process_group(ctx, config, real_cuda=False) == (1, 4, None)
+        assert init_process_group(ctx, config, real_cuda=False) == (1, 4, None)
         assert dist.get_backend() == "fake"
     finally:
         dist.destroy_process_group()

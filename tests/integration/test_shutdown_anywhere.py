@@ -52,7 +52,7 @@ INTERRUPTING_PROVIDER = """
 import os
 import signal
 
-from lifecycle.megatron import _phases
+from lifecycle.megatron import PHASES
 from lifecycle.megatron.providers import PROVIDERS
 from lifecycle.runtime import Around
 from states import State
@@ -63,8 +63,7 @@ def release_after_ctrl_c(ctx, release):
     return release(ctx)
 
 
-_phases.PHASES[State.CALLBACKS_BOUND] = Around(_phases.PHASES[State.CALLBACKS_BOUND],
-                                               on_release=release_after_ctrl_c)
+PHASES[State.CALLBACKS_BOUND] = Around(PHASES[State.CALLBACKS_BOUND], on_release=release_after_ctrl_c)
 
 
 def provider(config, **kwargs):

@@ -25,8 +25,7 @@ from lifecycle import (
     Runtime,
     StartupAborted,
 )
-from lifecycle.engine import _failures
-from lifecycle.engine._failures import SignalTrap
+from lifecycle.engine import SignalTrap, shut_down_open, track
 from states import State
 
 SECRET = "hf_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6"  # the shape of a Hugging Face token
@@ -358,8 +357,8 @@ def test_lifecycles_left_open_are_shut_down_at_exit_and_their_errors_swallowed(m
 
     items = [Open(State.DISTRIBUTED, KeyboardInterrupt()), Open(State.FAILED, RuntimeError()), Open(State.SHUT_DOWN)]
     for item in items:
-        _failures.track(item)
-    _failures._shut_down_at_exit()
+        track(item)
+    shut_down_open()
     assert lc.state is State.SHUT_DOWN and sorted(calls) == ["DISTRIBUTED", "FAILED"]
 
 

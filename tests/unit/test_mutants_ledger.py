@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lifecycle import InProcessPhases, ResourceLeak, Runtime
-from lifecycle.engine._ledger import Entry, Ledger
+from lifecycle.engine import Ledger, LedgerEntry
 from states import State
 
 ORDER = (State.SERVICES_READY, State.DISTRIBUTED, State.MODEL_BUILT, State.CALLBACKS_BOUND)
@@ -83,7 +83,7 @@ def test_a_probe_that_cannot_look_proves_no_leak() -> None:
 
 
 def test_entries_are_fixed_values() -> None:
-    entry = Entry(State.MODEL_BUILT, "model", lambda: True)
+    entry = LedgerEntry(State.MODEL_BUILT, "model", lambda: True)
     with pytest.raises(AttributeError):
         entry.name = "other"  # type: ignore[misc]
 

@@ -19,9 +19,9 @@ from lifecycle.errors import DistributedError
 from lifecycle.megatron import host_key
 from lifecycle.megatron.ranks import (
     EXIT_CODE,
+    ActiveWork,
     Failure,
     RankWatch,
-    _Active,
     mark_failed,
     rank_list,
     watched,
@@ -564,8 +564,8 @@ def test_a_failure_noticed_before_the_store_went_is_kept() -> None:
 
 
 # -- the watcher: ending a blocked main thread ---------------------------------------------------------
-def active(emitted: Emitted, started: float, *, deadline: bool = True) -> _Active:
-    return _Active(emitted, "build_model", "MODEL_BUILT", started, deadline)
+def active(emitted: Emitted, started: float, *, deadline: bool = True) -> ActiveWork:
+    return ActiveWork(emitted, "build_model", "MODEL_BUILT", started, deadline)
 
 
 @pytest.mark.parametrize(("kind", "grace"), [("exception", 3.0), ("timeout", 3.0), ("lost", 1.0)])

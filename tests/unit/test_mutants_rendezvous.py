@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lifecycle.errors import DistributedError
-from lifecycle.megatron.distributed import _store_unreachable, await_store_host
+from lifecycle.megatron.distributed import await_store_host, store_unreachable
 
 
 class Ctx:
@@ -58,7 +58,7 @@ def test_a_client_that_never_reached_the_store_logs_a_timeout_and_names_its_host
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.7")
     monkeypatch.setenv("MASTER_PORT", "29500")
     ctx = Ctx()
-    error = _store_unreachable(ctx, 45.0, agent)  # type: ignore[arg-type]
+    error = store_unreachable(ctx, 45.0, agent)  # type: ignore[arg-type]
     assert isinstance(error, DistributedError) and error.field == "startup.timeout_s"
     assert str(error) == (
         f"rendezvous timed out after 45 s: could not reach the store at 10.0.0.7:29500 that {host} "

@@ -12,16 +12,16 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lifecycle.audit import RankAudit, _feed, _handlers, audit
-from lifecycle.audit._feed import _TYPES, _decode
+from lifecycle.audit import HANDLERS, READS, RECORD_TYPES, RankAudit, audit, audit_tapped, decode_typed
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import GENESIS
 
@@ -298,6 +298,19 @@ def test_steps_at_the_end_of_a_log_are_counted(tmp_path: Path) -> None:
     assert [f.message.split(" training")[0] for f in result.findings if f.rule == "LA031"] == ["3"]
 
 
+class Runs:
+    """A tap that keeps the runs of records (input lines [start, end)) the batch path applies at once."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[int, int]] = []
+
+    def __call__(self, lines: list[bytes], recs: Sequence[object]) -> None:
+        return None
+
+    def applied(self, start: int, end: int) -> None:
+        self.runs.append((start, end))
+
+
 @pytest.mark.parametrize("text", ["T", "naïve ☃"], ids=["ascii-typed", "utf8-orjson"])
 @pytest.mark.parametrize("shape", ["files", "concatenated", "interleaved"])
 def test_clean_logs_never_take_the_record_by_record_path(
@@ -327,12 +340,8 @@ def test_clean_logs_never_take_the_record_by_record_path(
     calls: list[int] = []
     feed = RankAudit.feed
     monkeypatch.setattr(RankAudit, "feed", lambda self, *a: (calls.append(a[2]), feed(self, *a)))
-    runs: list[tuple[int, int]] = []
-    apply = _feed._apply
-    monkeypatch.setattr(
-        _feed, "_apply", lambda cur, first, i, end, *a: (runs.append((i, end)), apply(cur, first, i, end, *a))
-    )
-    result = audit([str(logs if shape == "files" else joined)], jobs=1)
+    result, taps = audit_tapped([str(logs if shape == "files" else joined)], lambda _name: Runs(), jobs=1)
+    runs = [run for tap in taps for run in cast(Runs, tap).runs]
     assert not result.findings and not result.errors and len(result.ranks) == 3
     assert result.records == 3 * len(events) and calls == []
     # each log is one run of records, unless its ranks are interleaved: then every record is one
@@ -426,13 +435,13 @@ def test_a_refusal_in_a_run_that_starts_mid_batch_counts_the_records_read(tmp_pa
 def test_every_field_a_handler_reads_is_declared_for_the_batch_reader() -> None:
     """A handler that read an undeclared field would raise AttributeError on the batch path: this
     finds such a read (and a field declared but no longer read) before any log does."""
-    for event, handler in _handlers.HANDLERS.items():
-        assert _fields_read(handler) - {"event"} == set(_handlers.READS[event]), event
+    for event, handler in HANDLERS.items():
+        assert _fields_read(handler) - {"event"} == set(READS[event]), event
 
 
 def _fields_read(fn: Any, seen: frozenset[str] = frozenset()) -> set[str]:
     """String keys `fn` reads from `rec`: rec.get("k"), rec["k"], a helper called with rec and "k",
-    a loop over a tuple of keys; helpers of `_handlers` called with rec, followed."""
+    a loop over a tuple of keys; helpers called with rec (functions of `fn`'s own module), followed."""
     tree = ast.parse(inspect.getsource(fn).lstrip())
     keys: set[str] = set()
     for node in ast.walk(tree):
@@ -445,7 +454,7 @@ def _fields_read(fn: Any, seen: frozenset[str] = frozenset()) -> set[str]:
             key = node.args[at + 1] if at + 1 < len(node.args) else None
             keys |= {key.value} if isinstance(key, ast.Constant) and isinstance(key.value, str) else set()
             name = node.func.id if isinstance(node.func, ast.Name) else None
-            helper = getattr(_handlers, name, None) if name else None
+            helper = fn.__globals__.get(name) if name else None
             if helper is not None and inspect.isfunction(helper) and name not in seen:
                 keys |= _fields_read(helper, seen | {name})
         if (
@@ -460,8 +469,6 @@ def _fields_read(fn: Any, seen: frozenset[str] = frozenset()) -> set[str]:
             keys.add(node.args[0].value)
         if isinstance(node, ast.For | ast.comprehension) and isinstance(node.iter, ast.Tuple):
             keys |= {e.value for e in node.iter.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-    if fn is _handlers._trigger:
-        keys.add("trigger")
     return keys
 
 
@@ -473,11 +480,11 @@ def test_a_typed_record_refuses_a_field_its_handler_did_not_declare() -> None:
         + b"0" * 64
         + b'","rank":0,"run_id":"r","seq":1,"trigger":"validate","ts":1.0,"world_size":1}'
     )
-    rec = _decode(line)
+    rec = decode_typed(line)
     assert rec.get("trigger") == "validate" and rec.get("event") == "transition_started"
     with pytest.raises(AttributeError):
         rec.get("dest")
-    assert len(_TYPES) == len({t.__struct_config__.tag for t in _TYPES})
+    assert len(RECORD_TYPES) == len({t.__struct_config__.tag for t in RECORD_TYPES})
 
 
 @pytest.mark.parametrize("text", [b"\xff", b"\xc0\xaf", b"\xed\xa0\x80"])
