@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from lifecycle import launchers
 from lifecycle.log import events
+from lifecycle.megatron.distributed import stay_alive
 from lifecycle.megatron.ranks import RankWatch
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
@@ -182,15 +183,11 @@ def _watch(ctx: PhaseContext, call: MegatronLMCall) -> list[RankWatch]:
         timeout_s=ctx.runtime.config.startup.timeout_s,
         watcher_store=store.clone,
         store_host=None if launchers.agent_store() else 0,
-        exit_process=_stay if call.store is not None else os._exit,
+        exit_process=stay_alive if call.store is not None else os._exit,
     )
     watch.check_in(ctx)
     watch.start()
     return [watch]
-
-
-def _stay(_code: int) -> None:
-    """The watcher's exit under an in-process restart wrapper: the wrapper aborts and restarts."""
 
 
 def _after_groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
