@@ -295,8 +295,9 @@ def _ledger_of(call: Any) -> dict[str, Any]:
 
 
 def run_with_fault(log_dir: str, step: int) -> dict[str, Any]:
-    """The example script with the lifecycle's pretrain, DP=2, whose forward step raises on rank 1
-    at training step `step` (1-based); what `pretrain` raised on this rank, if anything."""
+    """The example script with the lifecycle's pretrain, DP=2, a 2-minute collective timeout, whose
+    forward step raises on rank 1 at training step `step` (1-based); what `pretrain` raised on this
+    rank, if anything."""
     sys.path.insert(0, str(ROOT / "examples"))
     import pretrain_gpt_tiny as script
 
@@ -311,7 +312,7 @@ def run_with_fault(log_dir: str, step: int) -> dict[str, Any]:
 
     script.forward_step = forward_step  # main() passes the module's forward_step to pretrain
     try:
-        run("lifecycle", 1, log_dir)
+        run("lifecycle", 1, log_dir, ("--distributed-timeout-minutes", "2"))
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     return {"error": None}

@@ -2,7 +2,8 @@
 starts the lifecycle's rank watch on Megatron-LM's process-group store, and each `train_step` runs
 under its failure broadcast. Rank 1's forward step raises at step 3 of 5 (2 gloo ranks, DP=2); rank
 0, left in that step's collectives, stops waiting for it, logs `peer_failed` naming rank 1, and the
-audit names rank 1 as the root cause and rank 0 as its victim."""
+audit names rank 1 as the root cause and rank 0 as its victim. The watch's state deadline
+(`startup.timeout_s`) is Megatron-LM's `--distributed-timeout-minutes`."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ def test_a_rank_failing_in_a_drop_in_train_step_is_named_on_every_rank_and_by_th
     [failed] = [r for r in one if r["event"] == "transition_completed" and r["dest"] == "FAILED"]
     assert failed["reason"] == "RuntimeError: injected fault on rank 1 at step 3", failed
     zero = records(logs, 0)
+    validated = next(r for r in zero if r["event"] == "config_validated")
+    assert validated["config"]["startup"]["timeout_s"] == 120  # the watch's deadline: Megatron-LM's own
     peers = [r for r in zero if r["event"] == "peer_failed"]
     assert peers and {r["peer_rank"] for r in peers} == {1}, ([r["event"] for r in zero], outcome)
     assert "injected fault on rank 1" in peers[0]["error"]

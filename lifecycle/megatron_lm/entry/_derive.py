@@ -222,6 +222,8 @@ def run_config(args: Namespace, *, log_dir: str | None = None) -> RunConfig:
             },
             "checkpoint": {"load": args.load, "save": args.save},
             "logging": {"log_dir": log_dir, "tensorboard_dir": args.tensorboard_dir},
+            # the rank watch's state deadline: Megatron-LM's own collective timeout
+            "startup": {"timeout_s": float(getattr(args, "distributed_timeout_minutes", 10)) * 60},
             "backend": "gloo" if args.distributed_backend == "gloo" else "nccl",
             "plan": "training",
         }
