@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,30 @@ def _signal_mask_left_as_found() -> Iterator[None]:
     yield
     after = signal.pthread_sigmask(signal.SIG_SETMASK, before)
     assert after == before, f"the test left signals blocked: {sorted(signal.Signals(s).name for s in after - before)}"
+
+
+@pytest.fixture(autouse=True)
+def _no_closed_wakeup_fd_left_set() -> Iterator[None]:
+    """A test (or the lifecycles it leaves open, shut down by the fixture below, which tears down
+    first) that leaves the wakeup fd set to a closed fd loses every later test's signal bytes, and a
+    later signal watch whose pipe reuses that number fed itself (the unit suite's flaky failure). It
+    fails here, and the fd set before the test is put back."""
+    import signal
+
+    before = signal.set_wakeup_fd(-1)
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(before)
+    yield
+    after = signal.set_wakeup_fd(-1)
+    closed = False
+    if after != -1:
+        try:
+            os.fstat(after)
+        except OSError:
+            closed = True
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(after if not closed else before)
+    assert not closed, f"the test left the wakeup fd set to {after}, a closed fd"
 
 
 @pytest.fixture(autouse=True)

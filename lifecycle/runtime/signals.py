@@ -118,6 +118,8 @@ class SignalWatch:
             os.close(read)
             os.close(write)
             return
+        if self._previous == write:  # a closed fd left set (its owner never reset it), now our pipe's
+            self._previous = -1
         self._write, self._received, self._taken = write, None, False
         self._took_since = dict(_TOOK)
         # Forward to the fd set before this watch; when that is an armed watch's own pipe (a lifecycle
@@ -131,18 +133,24 @@ class SignalWatch:
         self._thread.start()
 
     def disarm(self) -> None:
-        """Give the wakeup fd back to whoever had it; the reader ends (main thread only)."""
+        """Give the wakeup fd back to whoever had it; the reader ends (main thread only).
+
+        Watches disarmed out of order (two lifecycles shut down in the order they started): one
+        armed over this one holds the fd and gets this one's `_previous` to give back in its turn,
+        so no fd is left set that is closed (a closed fd set as the wakeup fd loses every signal,
+        and a pipe that later reuses its number would feed itself)."""
         if not self.armed or threading.current_thread() is not threading.main_thread():
             return
-        with contextlib.suppress(ValueError, OSError):
-            current = signal.set_wakeup_fd(self._previous)
-            if current != self._write:  # someone set theirs after this watch armed: it stays
-                signal.set_wakeup_fd(current)
+        over = next((w for w in _ARMED if w is not self and w._previous == self._write), None)
+        if over is not None:
+            over._previous = self._previous
+        else:
+            _give_back(self._previous, self._write)
+            for outer in _ARMED:
+                if outer._write == self._previous:  # the fd is that watch's again, from now
+                    outer._took_since = dict(_TOOK)
         with contextlib.suppress(ValueError):
             _ARMED.remove(self)
-        for outer in _ARMED:
-            if outer._write == self._previous:  # the fd is that watch's again, from now
-                outer._took_since = dict(_TOOK)
         write, self._write = self._write, -1
         os.close(write)  # the reader sees the end of the pipe and ends: no thread outlives the startup
         if self._thread is not None:
@@ -196,3 +204,15 @@ class SignalWatch:
                 return
             time.sleep(POLL_S)
             polls += 1
+
+
+def _give_back(previous: int, mine: int) -> None:
+    """The wakeup fd back to `previous` (none when that fd is closed now), unless someone else set
+    theirs after `mine` (asyncio, started later): it stays."""
+    with contextlib.suppress(ValueError, OSError):
+        try:
+            current = signal.set_wakeup_fd(previous)
+        except (ValueError, OSError):  # closed meanwhile by whoever set it
+            current = signal.set_wakeup_fd(-1)
+        if current != mine:
+            signal.set_wakeup_fd(current)

@@ -426,3 +426,68 @@ def test_when_the_fd_comes_back_to_an_outer_watch_only_signals_taken_after_that_
         inner.disarm()
         outer.disarm()
     assert [s for s, _ in outer_blocked.calls] == [TERM] and inner_blocked.calls == []
+
+
+# -- a wakeup fd left set to a closed fd -------------------------------------------------------------
+
+
+def _wakeup_fd() -> int:
+    current = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(current)
+    return current
+
+
+def test_watches_disarmed_in_the_order_they_armed_give_back_the_fd_set_before_both(handlers: list[int]) -> None:
+    """Two lifecycles shut down in the order they started: the first watch's disarm leaves the fd
+    with the second, which then gives back the one set before both, not the first's closed pipe
+    (a closed fd left set loses every signal; a pipe reusing its number would feed itself)."""
+    before = signal.set_wakeup_fd(-1)
+    first, second = SignalWatch([TERM], Recorder()), SignalWatch([TERM], Recorder())
+    try:
+        first.arm()
+        second.arm()
+        first.disarm()
+        second.disarm()
+        assert _wakeup_fd() == -1, "the fd set before both is back"
+    finally:
+        first.disarm()
+        second.disarm()
+        signal.set_wakeup_fd(before)
+
+
+def test_a_closed_wakeup_fd_whose_number_a_watch_reuses_is_neither_forwarded_to_nor_given_back(
+    handlers: list[int],
+) -> None:
+    """A wakeup fd its owner closed without resetting (here: the order above, before the fix) whose
+    number the next watch's pipe reuses: the watch must not forward to its own pipe (it would read
+    its own bytes back, and take a signal an inner watch's handler took as its own, then never
+    report the next one nobody took: the unit suite's flaky failure), nor give that number back."""
+    from lifecycle.runtime.signals import took
+
+    before = signal.set_wakeup_fd(-1)
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write)
+    os.close(read)
+    os.close(write)  # closed, still set
+    outer_blocked, inner_blocked = Recorder(), Recorder()
+    outer = SignalWatch([TERM], outer_blocked, grace_s=0.3)
+    inner = SignalWatch([TERM], inner_blocked, grace_s=60)
+    try:
+        outer.arm()
+        assert _wakeup_fd() == write, "precondition: the watch's pipe reuses the closed fd's number"
+        inner.arm()
+        signal.signal(TERM, lambda signum, _frame: (handlers.append(signum), inner.taken(), took(signum)))
+        os.kill(os.getpid(), TERM)
+        assert _until(lambda: bool(handlers))
+        inner.disarm()
+        signal.signal(TERM, lambda signum, _frame: handlers.append(signum))  # records, takes nothing
+        os.kill(os.getpid(), TERM)
+        assert outer_blocked.called.wait(10), "the outer watch reports the signal nobody took"
+        outer.disarm()
+        assert _wakeup_fd() == -1, "the closed fd's number is not given back"
+    finally:
+        inner.disarm()
+        outer.disarm()
+        signal.set_wakeup_fd(before)
+    assert [s for s, _ in outer_blocked.calls] == [TERM] and inner_blocked.calls == []
