@@ -407,25 +407,31 @@ def test_a_signal_another_handler_took_is_not_pending_and_never_reported(handler
 def test_when_the_fd_comes_back_to_an_outer_watch_only_signals_taken_after_that_count(handlers: list[int]) -> None:
     """A signal the inner watch's handler took (`took`) before the inner one disarmed must not make the
     outer watch, once the fd is its again, call a later signal that nobody takes 'taken'."""
-    from lifecycle.runtime.signals import took
-
     outer_blocked, inner_blocked = Recorder(), Recorder()
     outer = SignalWatch([TERM], outer_blocked, grace_s=0.3)
     inner = SignalWatch([TERM], inner_blocked, grace_s=60)
     outer.arm()
     try:
-        inner.arm()
-        signal.signal(TERM, lambda signum, _frame: (handlers.append(signum), inner.taken(), took(signum)))
-        os.kill(os.getpid(), TERM)
-        assert _until(lambda: bool(handlers))
-        inner.disarm()
-        signal.signal(TERM, lambda signum, _frame: handlers.append(signum))  # records, takes nothing
-        os.kill(os.getpid(), TERM)
-        assert outer_blocked.called.wait(10), "the outer watch reports the signal nobody took"
+        _taken_inside_then_by_nobody(handlers, inner, outer_blocked)
     finally:
         inner.disarm()
         outer.disarm()
     assert [s for s, _ in outer_blocked.calls] == [TERM] and inner_blocked.calls == []
+
+
+def _taken_inside_then_by_nobody(handlers: list[int], inner: SignalWatch, outer_blocked: Recorder) -> None:
+    """`inner` armed over the outer watch; its handler takes a SIGTERM (`took`); `inner` disarms; a
+    second SIGTERM that nobody takes is reported by the outer watch, whose fd it is again."""
+    from lifecycle.runtime.signals import took
+
+    inner.arm()
+    signal.signal(TERM, lambda signum, _frame: (handlers.append(signum), inner.taken(), took(signum)))
+    os.kill(os.getpid(), TERM)
+    assert _until(lambda: bool(handlers))
+    inner.disarm()
+    signal.signal(TERM, lambda signum, _frame: handlers.append(signum))  # records, takes nothing
+    os.kill(os.getpid(), TERM)
+    assert outer_blocked.called.wait(10), "the outer watch reports the signal nobody took"
 
 
 # -- a wakeup fd left set to a closed fd -------------------------------------------------------------
@@ -462,8 +468,6 @@ def test_a_closed_wakeup_fd_whose_number_a_watch_reuses_is_neither_forwarded_to_
     number the next watch's pipe reuses: the watch must not forward to its own pipe (it would read
     its own bytes back, and take a signal an inner watch's handler took as its own, then never
     report the next one nobody took: the unit suite's flaky failure), nor give that number back."""
-    from lifecycle.runtime.signals import took
-
     before = signal.set_wakeup_fd(-1)
     read, write = os.pipe()
     os.set_blocking(write, False)
@@ -476,14 +480,7 @@ def test_a_closed_wakeup_fd_whose_number_a_watch_reuses_is_neither_forwarded_to_
     try:
         outer.arm()
         assert _wakeup_fd() == write, "precondition: the watch's pipe reuses the closed fd's number"
-        inner.arm()
-        signal.signal(TERM, lambda signum, _frame: (handlers.append(signum), inner.taken(), took(signum)))
-        os.kill(os.getpid(), TERM)
-        assert _until(lambda: bool(handlers))
-        inner.disarm()
-        signal.signal(TERM, lambda signum, _frame: handlers.append(signum))  # records, takes nothing
-        os.kill(os.getpid(), TERM)
-        assert outer_blocked.called.wait(10), "the outer watch reports the signal nobody took"
+        _taken_inside_then_by_nobody(handlers, inner, outer_blocked)
         outer.disarm()
         assert _wakeup_fd() == -1, "the closed fd's number is not given back"
     finally:
@@ -491,3 +488,48 @@ def test_a_closed_wakeup_fd_whose_number_a_watch_reuses_is_neither_forwarded_to_
         outer.disarm()
         signal.set_wakeup_fd(before)
     assert [s for s, _ in outer_blocked.calls] == [TERM] and inner_blocked.calls == []
+
+
+def test_out_of_order_a_reused_fd_number_is_not_given_back(handlers: list[int]) -> None:
+    """As above, but before the second watch disarms a new pipe (open, non-blocking: a valid wakeup
+    fd) reuses the first watch's fd number: the second gives back the fd set before both, not that
+    unrelated pipe (the first watch handed its own `previous` over when it disarmed)."""
+    before = signal.set_wakeup_fd(-1)
+    first, second = SignalWatch([TERM], Recorder()), SignalWatch([TERM], Recorder())
+    read = write = -1
+    try:
+        first.arm()
+        firsts = _wakeup_fd()
+        second.arm()
+        first.disarm()
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        assert write == firsts, "precondition: the new pipe reuses the first watch's fd number"
+        second.disarm()
+        assert _wakeup_fd() == -1, "the fd set before both is back, not the unrelated pipe"
+    finally:
+        first.disarm()
+        second.disarm()
+        signal.set_wakeup_fd(before)
+        for fd in (read, write):
+            if fd != -1:
+                os.close(fd)
+
+
+def test_a_later_fd_closed_by_its_owner_is_not_given_back(handlers: list[int]) -> None:
+    """A wakeup fd set before the watch armed (asyncio's) whose owner closed it meanwhile: the watch
+    gives back none, instead of leaving its own pipe, closed, set."""
+    before = signal.set_wakeup_fd(-1)
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write)
+    watch = SignalWatch([TERM], Recorder())
+    try:
+        watch.arm()
+        os.close(read)
+        os.close(write)  # its owner is gone
+        watch.disarm()
+        assert _wakeup_fd() == -1, "none given back, and the watch's own closed pipe not left set"
+    finally:
+        watch.disarm()
+        signal.set_wakeup_fd(before)
