@@ -7,6 +7,7 @@ restart/rebuild in lifecycle/engine/_driver.py; only public API, so they survive
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -248,3 +249,27 @@ def test_a_release_that_fails_at_shutdown_is_recorded_with_no_duration(make_lc) 
         lc.shutdown()
     [failed] = events_of(lc, "transition_failed")
     assert failed["duration_s"] == 0.0
+
+
+def test_reaching_the_target_gives_the_signal_handlers_back_and_only_failed_records_a_reason(
+    make_lc, tmp_path: Path
+) -> None:
+    """After the target state a signal is the training loop's (docs/failures.md): the lifecycle's
+    SIGTERM handler is gone. A failed transition's record says why (`reason`); no other one has it."""
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    lc = make_lc()
+    lc.advance_to(State.CALLBACKS_BOUND)
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert all("reason" not in r for r in events_of(lc, "transition_completed"))
+
+    def fails(ctx: PhaseContext, enter: Entry) -> Runtime:
+        raise RuntimeError("the provider broke")
+
+    failing = make_lc(phases=InProcessPhases().around(State.MODEL_BUILT, enter=fails), log_dir=tmp_path / "failing")
+    with pytest.raises(PhaseFailed):
+        failing.advance_to(State.CALLBACKS_BOUND)
+    done = events_of(failing, "transition_completed")
+    assert [r["dest"] for r in done if "reason" in r] == ["FAILED"]
+    assert done[-1]["reason"] == "build_model: RuntimeError"  # where and what (the message may hold a secret)

@@ -228,3 +228,15 @@ def test_the_config_is_found_directly_or_through_up_to_32_modules() -> None:
     looped = SimpleNamespace()
     looped.module = looped
     assert reachable_config(looped) is None
+
+
+def test_a_provider_is_resolved_once_named_as_given_and_frozen() -> None:
+    import dataclasses
+
+    from lifecycle.megatron.user_providers import Provider
+
+    resolved = Provider.of("gpt")
+    assert resolved.name == "gpt" and resolved.call is resolve_provider("gpt")
+    assert Provider.of(resolved) is resolved, "a Provider is used as it is, not resolved again"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        resolved.name = "other"  # type: ignore[misc]
