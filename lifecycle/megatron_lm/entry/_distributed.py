@@ -128,13 +128,10 @@ def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
     if on:
         ctx.side_effect(SideEffect.CUDA_DEVICE)
     stand_ins = CpuStandIns() if on else None
-    watch: list[RankWatch] = []
     try:
         ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
-        groups = _initialize_megatron(ctx, call, watch)
+        groups, watch = _initialize_megatron(ctx, call)
     except BaseException:
-        for started in watch:
-            started.stop()
         _undo(stand_ins)
         raise
     _emit_initialized(ctx, args)
@@ -146,26 +143,31 @@ def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
         backend=args.distributed_backend,
         pg_collection=groups,
         rehearsal=stand_ins,
-        rank_watch=watch[0] if watch else None,
+        rank_watch=watch,
     )
 
 
 def _initialize_megatron(
-    ctx: PhaseContext, call: MegatronLMCall, watch: list[RankWatch]
-) -> ProcessGroupCollection | MultiModuleProcessGroupCollection:
-    """`initialize_megatron`'s steps, then `pretrain`'s JIT warm-up; returns the process groups.
-    The rank watch it starts (a multi-rank job) goes into `watch`, for the caller to stop."""
+    ctx: PhaseContext, call: MegatronLMCall
+) -> tuple[ProcessGroupCollection | MultiModuleProcessGroupCollection, RankWatch | None]:
+    """`initialize_megatron`'s steps, then `pretrain`'s JIT warm-up; the process groups, and the rank
+    watch of a multi-rank job (stopped here if what follows it fails)."""
     from megatron.core.process_groups_config import ProcessGroupCollection
 
     _rerun_state_machine(call.args)
     _groups(ctx, call)
-    watch.extend(_watch(ctx, call))
-    with watch[0].phase(ctx, "DISTRIBUTED") if watch else nullcontext():
-        _after_groups(ctx, call)
-    return call.pg_collection or ProcessGroupCollection.use_mpu_process_groups()
+    watch = _watch(ctx, call)
+    try:
+        with watch.phase(ctx, "DISTRIBUTED") if watch is not None else nullcontext():
+            _after_groups(ctx, call)
+    except BaseException:
+        if watch is not None:
+            watch.stop()
+        raise
+    return call.pg_collection or ProcessGroupCollection.use_mpu_process_groups(), watch
 
 
-def _watch(ctx: PhaseContext, call: MegatronLMCall) -> list[RankWatch]:
+def _watch(ctx: PhaseContext, call: MegatronLMCall) -> RankWatch | None:
     """The rank watch of a multi-rank job, checked in and started on the process group's store, under
     this generation's prefix; none for one rank or a fake process group. Under a restart wrapper
     (`store=`) the watcher never ends the process: the wrapper restarts it in place."""
@@ -173,7 +175,7 @@ def _watch(ctx: PhaseContext, call: MegatronLMCall) -> list[RankWatch]:
     from torch.distributed import distributed_c10d
 
     if dist.get_world_size() == 1 or call.args.fake_process_group:
-        return []
+        return None
     base: Store = distributed_c10d._get_default_store()
     store = dist.PrefixStore(f"megatron-lifecycle/ranks/generation-{ctx.runtime.generation}", base)
     watch = RankWatch(
@@ -187,7 +189,7 @@ def _watch(ctx: PhaseContext, call: MegatronLMCall) -> list[RankWatch]:
     )
     watch.check_in(ctx)
     watch.start()
-    return [watch]
+    return watch
 
 
 def _after_groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
