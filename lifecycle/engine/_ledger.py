@@ -79,9 +79,12 @@ class Cycles:
         self.ledger = Ledger()
 
     def provide(self, *, rendezvous_store: Store | None) -> None:
-        """Hand the entry work a store to rendezvous on (`Runtime.rendezvous_store`; None: no more)."""
+        """Hand the entry work a store to rendezvous on (`Runtime.rendezvous_store`; None: no more),
+        in this generation (`Runtime.rendezvous_generation`)."""
         shared = self.shared
-        shared.runtime = dataclasses.replace(shared.runtime, rendezvous_store=rendezvous_store)
+        shared.runtime = dataclasses.replace(
+            shared.runtime, rendezvous_store=rendezvous_store, rendezvous_generation=shared.runtime.generation
+        )
 
     def begin(self, cycle: int) -> None:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""

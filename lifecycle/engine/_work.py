@@ -171,9 +171,9 @@ class EntryWork:
 
     def _next_generation(self, runtime: Runtime) -> Runtime:
         """`runtime` in the generation after this lifecycle's, which later records carry. A restart
-        whose release failed counts too: the generation names the job's rendezvous keys, and every
-        rank restarts the same number of times whether its own release failed or not (a rank that
-        did not count it rendezvoused under other keys than its peers, until the deadline)."""
+        whose release failed counts too: it began a new generation. Ranks may still differ in
+        generation (one restarted by a wrapper while at VALIDATED makes one restart fewer), so
+        rendezvous keys never name it (`Runtime.rendezvous_generation`)."""
         runtime = dataclasses.replace(runtime, generation=self.shared.runtime.generation + 1)
         self.shared.log.rebind(generation=runtime.generation)
         self.shared.log.emit(events.GENERATION_STARTED, reason="restart")

@@ -151,15 +151,14 @@ def stay_alive(_code: int) -> None:
 
 
 def _provided_store(ctx: PhaseContext) -> Store | None:
-    """`Runtime.rendezvous_store` (`Lifecycle.provide`: the restart wrapper's store for this cycle),
-    under this generation's prefix; None: rendezvous on MASTER_ADDR/MASTER_PORT."""
+    """`Runtime.rendezvous_store` (the restart wrapper's for this cycle) under a prefix counting the
+    restarts since it was provided (`Runtime.rendezvous_generation`); None: use MASTER_ADDR/PORT."""
     import torch.distributed as dist
 
-    store = ctx.runtime.rendezvous_store
-    if store is None:
+    runtime, since = ctx.runtime, ctx.runtime.generation - ctx.runtime.rendezvous_generation
+    if runtime.rendezvous_store is None:
         return None
-    prefixed: Store = dist.PrefixStore(f"megatron-lifecycle/generation-{ctx.runtime.generation}", store)
-    return prefixed
+    return dist.PrefixStore(f"megatron-lifecycle/rendezvous-{since}", runtime.rendezvous_store)
 
 
 STORES: dict[tuple[str, int], tuple[TCPStore, int]] = {}

@@ -109,6 +109,10 @@ class Runtime:
     rendezvous_store: Store | None = None
     """A store someone else hosts (`Lifecycle.provide`: the restart wrapper's store for this cycle);
     DISTRIBUTED rendezvouses on it instead of MASTER_ADDR/MASTER_PORT."""
+    rendezvous_generation: int = 0
+    """The generation `Lifecycle.provide` handed `rendezvous_store` in. DISTRIBUTED's keys on it are
+    prefixed by the restarts since: 0 under the restart wrapper, which provides each cycle's store
+    anew, whatever restarts a rank made before (they differ between ranks: measured)."""
     transformer_config: SchedulerConfig | None = None
     provider_config: TransformerConfig | None = None
     """The config MODEL_BUILT gave the provider (a provider may copy it into the model)."""

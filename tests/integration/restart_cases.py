@@ -120,7 +120,12 @@ def run_case(root: str, name: str, fault_cycles: int, fault_step: int, port_offs
 
 def release_fails(root: str) -> dict[str, Any]:
     """Rank 1 raises at step 3 of cycle 0; then its first restart's release of SERVICES_READY raises
-    (after releasing): that is cycle 1's fault, published like a training fault, and cycle 2 finishes."""
+    (after releasing): that is cycle 1's fault, published like a training fault, and cycle 2 finishes.
+    Rank 0, slower, is still at VALIDATED when the wrapper restarts it out of cycle 1: it has then
+    restarted once less than rank 1 (seen on a loaded machine, where the ranks then rendezvoused
+    under different keys in every cycle until the wrapper gave up)."""
+    import time
+
     import torch
 
     from lifecycle.megatron import MegatronPhases
@@ -140,6 +145,15 @@ def release_fails(root: str) -> dict[str, Any]:
     phases = MegatronPhases().around(State.SERVICES_READY, release=release)
     port = int(os.environ["MASTER_PORT"]) + 4
     restart = InProcessRestart(config(root, "release"), "gpt", port=port, max_cycles=4, phases=phases)
+    begin_cycle = restart.lc.begin_cycle
+
+    def held_at_validated(cycle: int) -> None:
+        if os.environ["RANK"] == "0" and cycle == 1:
+            for _ in range(2000):  # short sleeps: the wrapper's RankShouldRestart lands between them
+                time.sleep(0.01)
+        begin_cycle(cycle)
+
+    restart.lc.begin_cycle = held_at_validated  # type: ignore[method-assign]
     result = restart.run(train(1, 3))
     return {**result, "cycles": restart.cycles, "log_dir": f"{root}/release/logs"}
 

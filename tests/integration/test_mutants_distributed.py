@@ -268,6 +268,30 @@ def test_the_watcher_knows_who_hosts_the_store_and_whether_it_may_end_the_proces
         watch.stop()
 
 
+@pytest.mark.parametrize(("generation", "provided_in", "since"), [(2, 2, 0), (1, 1, 0), (3, 1, 2)])
+def test_a_provided_stores_keys_count_the_restarts_since_it_was_provided_not_the_generation(
+    rendezvous: tuple[str, int], generation: int, provided_in: int, since: int
+) -> None:
+    """Under the restart wrapper a rank that was restarted while still at VALIDATED has one restart
+    fewer than its peers: the cycle's store, provided anew in each cycle, must get the same keys on
+    both (with the generation in them, the ranks waited for each other until the deadline)."""
+    import dataclasses
+
+    from lifecycle.megatron.distributed import checked_in_store
+
+    host = _host(rendezvous, world=1)
+    ctx = RecordingContext.for_config(_store_config(), trigger=Trigger.INIT_DISTRIBUTED)
+    ctx.runtime = dataclasses.replace(
+        ctx.runtime, rendezvous_store=host, generation=generation, rendezvous_generation=provided_in
+    )
+    store, watch = checked_in_store(ctx, ctx.runtime.config, 0, 1)
+    try:
+        store.set("k", "v")
+        assert host.get(f"megatron-lifecycle/rendezvous-{since}/k") == b"v"
+    finally:
+        watch.stop()
+
+
 def test_a_process_group_that_fails_to_start_stops_the_watcher(rendezvous: tuple[str, int]) -> None:
     import threading
 

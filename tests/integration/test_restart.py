@@ -135,7 +135,9 @@ def test_a_release_that_misses_a_resource_raises_resource_leak(
 
 def test_a_release_that_fails_in_restart_is_that_cycles_fault_named_by_the_next(cases: list[dict[str, Any]]) -> None:
     """Rank 1's restart() raises in its release: the wrapper restarts every rank again, and cycle 1's
-    end names rank 1 and the release's error (not an unnamed fault or a deadline)."""
+    end names rank 1 and the release's error (not an unnamed fault or a deadline). Rank 0 was
+    restarted out of cycle 1 still at VALIDATED, so it made one restart fewer than rank 1: the ranks
+    still meet in cycle 2 (keyed by their generations, they waited for each other until the deadline)."""
     for rank, case in enumerate(cases):
         assert (case["release"]["cycles"], case["release"]["start"]) == (3, 2), rank
         assert case["release"]["weights"] == case["plain"]["weights"], rank
@@ -144,3 +146,8 @@ def test_a_release_that_fails_in_restart_is_that_cycles_fault_named_by_the_next(
     for rank in (0, 1):
         assert causes[(rank, 0)][0] == 1 and "injected fault at step 3" in causes[(rank, 0)][1]
         assert causes[(rank, 1)][0] == 1 and "injected release fault in restart" in causes[(rank, 1)][1], causes
+    states = {(r["rank"], r["cycle"]): r["state"] for r in ended}
+    assert (states[(0, 1)], states[(1, 1)]) == ("VALIDATED", "FAILED"), states
+    started = [r for r in _log_records(cases[0]["release"]["log_dir"]) if r["event"] == "cycle_started"]
+    generations = {r["rank"]: r["generation"] for r in started if r["cycle"] == 2}
+    assert generations == {0: 1, 1: 2}, generations

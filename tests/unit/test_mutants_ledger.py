@@ -164,3 +164,16 @@ def test_a_provided_store_reaches_the_entry_work_beside_what_the_runtime_holds(m
     assert lc.runtime == dataclasses.replace(before, rendezvous_store="the store")
     lc.provide(rendezvous_store=None)
     assert lc.runtime.rendezvous_store is None and lc.runtime.fingerprint == before.fingerprint
+
+
+def test_a_provided_store_remembers_the_generation_it_was_provided_in(make_lc: Any) -> None:
+    lc = make_lc()
+    lc.advance_to(State.VALIDATED)
+    lc.provide(rendezvous_store="first")
+    assert (lc.runtime.generation, lc.runtime.rendezvous_generation) == (0, 0)
+    for _ in range(2):
+        lc.advance_to(State.SERVICES_READY)
+        lc.restart()
+    assert (lc.runtime.generation, lc.runtime.rendezvous_generation) == (2, 0)  # kept: the same store
+    lc.provide(rendezvous_store="second")
+    assert (lc.runtime.generation, lc.runtime.rendezvous_generation) == (2, 2)
