@@ -76,6 +76,8 @@ def train(fault_cycles: int, fault_step: int, steps: int = 6) -> Any:
     `fault_cycles` cycles."""
 
     def run(lc: Any) -> dict[str, Any]:
+        import torch.distributed
+
         from lifecycle.megatron.checkpoint import save_after_steps
         from lifecycle.megatron.train import checkpoint_step, train_steps
 
@@ -90,6 +92,9 @@ def train(fault_cycles: int, fault_step: int, steps: int = 6) -> Any:
                 save_after_steps(lc, 2)
             if lc.cycle < fault_cycles and result.step == fault_step:
                 PER_CYCLE.append(counts(lc))
+                # every rank has counted before rank 1 raises: a rank that counted after the fault
+                # found its process groups already aborted by the wrapper (seen on a loaded machine)
+                torch.distributed.barrier()
                 if lc.runtime.rank == 1:
                     raise RuntimeError(f"injected fault at step {fault_step} in cycle {lc.cycle}")
 
@@ -121,9 +126,10 @@ def run_case(root: str, name: str, fault_cycles: int, fault_step: int, port_offs
 def release_fails(root: str) -> dict[str, Any]:
     """Rank 1 raises at step 3 of cycle 0; then its first restart's release of SERVICES_READY raises
     (after releasing): that is cycle 1's fault, published like a training fault, and cycle 2 finishes.
-    Rank 0, slower, is still at VALIDATED when the wrapper restarts it out of cycle 1: it has then
-    restarted once less than rank 1 (seen on a loaded machine, where the ranks then rendezvoused
-    under different keys in every cycle until the wrapper gave up)."""
+    Rank 1's release raises only once rank 0 is back at VALIDATED and held there, so the wrapper
+    restarts rank 0 out of cycle 1 at VALIDATED: it has then restarted once less than rank 1 (seen on
+    a loaded machine, where the ranks then rendezvoused under different keys in every cycle until
+    the wrapper gave up)."""
     import time
 
     import torch
@@ -134,11 +140,16 @@ def release_fails(root: str) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     failed: list[int] = []
+    held = Path(root, "release", "rank 0 held at VALIDATED")
 
     def release(ctx: Any, inner: Any) -> Any:
         runtime = inner(ctx)
         if os.environ["RANK"] == "1" and ctx.trigger is Trigger.RESTART and not failed:
             failed.append(1)
+            for _ in range(6000):
+                if held.exists():
+                    break
+                time.sleep(0.01)
             raise RuntimeError("injected release fault in restart")
         return runtime
 
@@ -148,8 +159,9 @@ def release_fails(root: str) -> dict[str, Any]:
     begin_cycle = restart.lc.begin_cycle
 
     def held_at_validated(cycle: int) -> None:
-        if os.environ["RANK"] == "0" and cycle == 1:
-            for _ in range(2000):  # short sleeps: the wrapper's RankShouldRestart lands between them
+        if os.environ["RANK"] == "0" and cycle == 1 and not held.exists():  # not again in its `except`
+            held.touch()
+            for _ in range(6000):  # short sleeps: the wrapper's RankShouldRestart lands between them
                 time.sleep(0.01)
         begin_cycle(cycle)
 
