@@ -127,6 +127,7 @@ def checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int
         watcher_store=ranks.clone,
         store_host=None if agent else 0,  # its own connection
         exit_process=stay_alive if provided is not None else os._exit,
+        interruptible=provided is not None,
     )
     watch.check_in(ctx)
     watch.start()
@@ -390,8 +391,8 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     return dataclasses.replace(
         runtime,
         distributed=False,
-        rank=0,
-        world_size=1,
+        rank=rank_of(runtime.config),  # the launcher's, as before: a restart's next failure names it
+        world_size=world_size_of(runtime.config),
         backend=None,
         pg_collection=None,
         rehearsal=None,

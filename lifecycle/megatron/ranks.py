@@ -80,8 +80,12 @@ class RankWatch:
         poll_s: float = 0.5,
         grace_s: float = 3.0,
         exit_process: Callable[[int], object] = os._exit,
+        interruptible: bool = False,
     ) -> None:
+        """`interruptible`: under an in-process restart wrapper, whose restart request is raised
+        between bytecodes: the check-in then waits in short steps, not one wait in the store."""
         self.store, self.rank, self.world_size, self.timeout_s = store, rank, world_size, timeout_s
+        self.interruptible = interruptible
         self.poll_s, self.grace_s, self.store_host = poll_s, grace_s, store_host
         self.stale_s = max(5.0, min(8.0, timeout_s / 4))
         """A rank whose heartbeat stood still this long is lost (rank 0's watcher checks)."""
@@ -108,7 +112,7 @@ class RankWatch:
         if int(self.store.add("arrived", 1)) >= self.world_size:
             self.store.set("all_arrived", b"1")
         try:
-            self.store.wait(["all_arrived"], timedelta(seconds=self.timeout_s))
+            self._wait_all_arrived()
         except Exception as exc:
             if not is_timeout(exc):
                 raise
@@ -122,6 +126,20 @@ class RankWatch:
             ) from exc
         here = int(self.store.add(host_key(), 0))  # every rank here has written its entry by now
         self._peers = local_pids(self.store.multi_get([f"{host_key()}/{n}" for n in range(1, here + 1)]), self.rank)
+
+    def _wait_all_arrived(self) -> None:
+        """Until every rank has checked in, at most `timeout_s`. Interruptible: polled, 1 ms at first
+        and doubling to 0.1 s, so the wrapper's restart request lands within 0.1 s (in one wait in
+        the store it landed only at the deadline, `startup.timeout_s`: measured)."""
+        if not self.interruptible:
+            self.store.wait(["all_arrived"], timedelta(seconds=self.timeout_s))
+            return
+        deadline, pause = time.monotonic() + self.timeout_s, 0.001
+        while not self.store.check(["all_arrived"]):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"not every rank checked in within {self.timeout_s:g} s")
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(2 * pause, 0.1)
 
     def missing(self) -> list[int]:
         """Ranks that have not checked in (one `check` per rank: `multi_get` would block on them)."""

@@ -87,8 +87,17 @@ def dropin_with_given_wrapper(log_dir: str) -> dict[str, Any]:
 
     import torch.distributed as dist
 
+    from lifecycle.megatron.ranks import RankWatch
     from lifecycle.megatron_lm import pretrain
 
+    interruptible: list[bool] = []  # each rank watch's: the wrapper's restart request must land
+    init = RankWatch.__init__
+
+    def recorded(self: RankWatch, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        interruptible.append(self.interruptible)
+
+    RankWatch.__init__ = recorded  # type: ignore[method-assign]
     rank = int(os.environ["RANK"])
     store = dist.TCPStore(
         "127.0.0.1", int(os.environ["MASTER_PORT"]) + 1, 2, is_master=rank == 0, timeout=timedelta(seconds=60)
@@ -101,4 +110,5 @@ def dropin_with_given_wrapper(log_dir: str) -> dict[str, Any]:
         pretrain=partial(pretrain, log_dir=log_dir, store=store, inprocess_call_wrapper=GivenWrapper(4)),
         extra_argv=["--train-iters", "2"],
     )
-    return {"iteration": result.get("iteration"), "prefixed": store.num_keys()}
+    RankWatch.__init__ = init  # type: ignore[method-assign]
+    return {"iteration": result.get("iteration"), "prefixed": store.num_keys(), "interruptible": interruptible}

@@ -124,12 +124,16 @@ def run_case(root: str, name: str, fault_cycles: int, fault_step: int, port_offs
 
 
 def release_fails(root: str) -> dict[str, Any]:
-    """Rank 1 raises at step 3 of cycle 0; then its first restart's release of SERVICES_READY raises
-    (after releasing): that is cycle 1's fault, published like a training fault, and cycle 2 finishes.
-    Rank 1's release raises only once rank 0 is back at VALIDATED and held there, so the wrapper
-    restarts rank 0 out of cycle 1 at VALIDATED: it has then restarted once less than rank 1 (seen on
-    a loaded machine, where the ranks then rendezvoused under different keys in every cycle until
-    the wrapper gave up)."""
+    """Faults during restarts, each on rank 1, each restarting every rank again:
+    - cycle 0: rank 1 raises at step 3 of its training;
+    - cycle 1: its restart's release of SERVICES_READY raises (after releasing), once rank 0 is
+      back at VALIDATED and held there: the wrapper restarts rank 0 out of cycle 1 at VALIDATED, so
+      rank 0 has restarted once less than rank 1 (seen on a loaded machine, where the ranks then
+      rendezvoused under different keys in every cycle until the wrapper gave up);
+    - cycle 2: its SERVICES_READY raises once rank 0 waits in DISTRIBUTED's check-in for it: rank 0
+      takes the wrapper's restart request there (in one wait in the store it landed only at
+      `startup.timeout_s`);
+    - cycle 3 resumes from the checkpoint of cycle 0 and finishes."""
     import time
 
     import torch
@@ -139,27 +143,46 @@ def release_fails(root: str) -> dict[str, Any]:
     from states import State, Trigger
 
     torch.set_num_threads(1)
-    failed: list[int] = []
+    rank = int(os.environ["RANK"])
+    injected: set[str] = set()
     held = Path(root, "release", "rank 0 held at VALIDATED")
+    checking_in = Path(root, "release", "rank 0 checks in in cycle 2")
+
+    def wait_for(path: Path) -> None:
+        for _ in range(6000):
+            if path.exists():
+                return
+            time.sleep(0.01)
 
     def release(ctx: Any, inner: Any) -> Any:
         runtime = inner(ctx)
-        if os.environ["RANK"] == "1" and ctx.trigger is Trigger.RESTART and not failed:
-            failed.append(1)
-            for _ in range(6000):
-                if held.exists():
-                    break
-                time.sleep(0.01)
+        if rank == 1 and ctx.trigger is Trigger.RESTART and "release" not in injected:
+            injected.add("release")
+            wait_for(held)
             raise RuntimeError("injected release fault in restart")
         return runtime
 
-    phases = MegatronPhases().around(State.SERVICES_READY, release=release)
+    def services(ctx: Any, inner: Any) -> Any:
+        if rank == 1 and restart.lc.cycle == 2 and "services" not in injected:
+            injected.add("services")
+            wait_for(checking_in)
+            time.sleep(0.5)  # rank 0 is inside the check-in's wait by now
+            raise RuntimeError("injected SERVICES_READY fault in cycle 2")
+        return inner(ctx)
+
+    def distributed(ctx: Any, inner: Any) -> Any:
+        if rank == 0 and restart.lc.cycle == 2:
+            checking_in.touch()
+        return inner(ctx)
+
+    phases = MegatronPhases().around(State.SERVICES_READY, enter=services, release=release)
+    phases = phases.around(State.DISTRIBUTED, enter=distributed)
     port = int(os.environ["MASTER_PORT"]) + 4
-    restart = InProcessRestart(config(root, "release"), "gpt", port=port, max_cycles=4, phases=phases)
+    restart = InProcessRestart(config(root, "release"), "gpt", port=port, max_cycles=5, phases=phases)
     begin_cycle = restart.lc.begin_cycle
 
     def held_at_validated(cycle: int) -> None:
-        if os.environ["RANK"] == "0" and cycle == 1 and not held.exists():  # not again in its `except`
+        if rank == 0 and cycle == 1 and not held.exists():  # not again in its `except`
             held.touch()
             for _ in range(6000):  # short sleeps: the wrapper's RankShouldRestart lands between them
                 time.sleep(0.01)

@@ -177,10 +177,11 @@ def _ctx(timeout_s: float) -> RecordingContext:
     return RecordingContext.for_config(config, trigger=Trigger.INIT_DISTRIBUTED)
 
 
-def test_check_in_times_out_naming_every_rank_that_did_not_arrive() -> None:
+@pytest.mark.parametrize("interruptible", [False, True])
+def test_check_in_times_out_naming_every_rank_that_did_not_arrive(interruptible: bool) -> None:
     store, ctx = _store(4), _ctx(1.0)
     RankWatch(store, rank=2, world_size=4, timeout_s=1.0).store.set("checkin/2", b"1")
-    watch = RankWatch(store, rank=0, world_size=4, timeout_s=1.0)
+    watch = RankWatch(store, rank=0, world_size=4, timeout_s=1.0, interruptible=interruptible)
     started = time.monotonic()
     with pytest.raises(DistributedError, match=r"after 1 s: 2 of 4 ranks arrived; missing: ranks 1, 3\."):
         watch.check_in(ctx)
@@ -190,6 +191,54 @@ def test_check_in_times_out_naming_every_rank_that_did_not_arrive() -> None:
     ]
     first = watch.first_failure()
     assert first is not None and (first.rank, first.kind) == (0, "timeout")
+
+
+class _RestartRequest(BaseException):
+    """What an in-process restart wrapper raises into the main thread (nvidia-resiliency-ext's
+    RankShouldRestart, by `PyThreadState_SetAsyncExc`: it lands between bytecodes)."""
+
+
+def _request_restart(thread_id: int, after_s: float) -> threading.Thread:
+    import ctypes
+
+    def request() -> None:
+        time.sleep(after_s)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(_RestartRequest))
+
+    thread = threading.Thread(target=request)
+    thread.start()
+    return thread
+
+
+def test_under_a_restart_wrapper_the_check_in_takes_the_restart_request_long_before_the_deadline() -> None:
+    """A peer failed before it checked in (its release, SERVICES_READY): the wrapper restarts every
+    rank. Waiting in one store call, the request landed only at the deadline (600 s by default)."""
+    store, ctx = _store(2), _ctx(20.0)
+    watch = RankWatch(store, rank=0, world_size=2, timeout_s=20.0, interruptible=True)
+    requester = _request_restart(threading.get_ident(), 0.3)
+    started = time.monotonic()
+    with pytest.raises(_RestartRequest):
+        watch.check_in(ctx)
+    waited = time.monotonic() - started
+    requester.join()
+    assert waited < 10, waited  # not the 20 s deadline
+    assert ctx.emitted == []  # no state_timeout: nothing timed out
+
+
+@pytest.mark.parametrize("interruptible", [False, True])
+def test_the_check_in_ends_when_the_last_rank_arrives(interruptible: bool) -> None:
+    import torch.distributed as dist
+
+    store, ctx = _store(2), _ctx(20.0)
+    watch = RankWatch(store, rank=0, world_size=2, timeout_s=20.0, interruptible=interruptible)
+    other = dist.TCPStore("127.0.0.1", store.port, 2, is_master=False)  # rank 1's own connection
+    late = threading.Timer(0.3, RankWatch(other, rank=1, world_size=2, timeout_s=20.0).check_in, [_ctx(20.0)])
+    late.start()
+    started = time.monotonic()
+    watch.check_in(ctx)
+    waited = time.monotonic() - started
+    late.join()
+    assert watch.missing() == [] and waited < 10 and ctx.emitted == []
 
 
 def test_a_failure_inside_a_watched_state_is_published_once_and_the_first_one_wins() -> None:

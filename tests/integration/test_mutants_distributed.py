@@ -264,6 +264,7 @@ def test_the_watcher_knows_who_hosts_the_store_and_whether_it_may_end_the_proces
     try:
         assert watch.store_host == (None if how == "agent" else 0)
         assert watch._exit is (distributed.stay_alive if how == "provided" else os._exit)
+        assert watch.interruptible is (how == "provided")  # the wrapper's restart request must land
     finally:
         watch.stop()
 
@@ -322,3 +323,18 @@ def test_the_fake_backend_simulates_the_configured_rank_without_a_store() -> Non
     finally:
         dist.destroy_process_group()
     assert [str(s) for s in ctx.side_effects] == ["SideEffect.PROCESS_GROUP"]
+
+
+def test_the_release_gives_back_the_launchers_rank_and_world_size() -> None:
+    """A restart cycle's next failure before DISTRIBUTED (its SERVICES_READY, say) is published
+    under `runtime.rank`: it must still be this process's rank, not 0 (the cause then named rank 0)."""
+    from lifecycle.megatron import distributed, services_ready, validated
+
+    config = RunConfig.preset("tiny-gpt", ["backend=fake", "parallel.rank=3", "parallel.world_size=4"])
+    ctx = RecordingContext.for_config(config)
+    ctx.advance(validated.enter(ctx), Trigger.START_SERVICES)
+    ctx.advance(services_ready.enter(ctx), Trigger.INIT_DISTRIBUTED)
+    runtime = distributed.enter(ctx)
+    assert (runtime.rank, runtime.world_size, runtime.distributed) == (3, 4, True)
+    released = distributed.release(ctx, runtime)
+    assert (released.rank, released.world_size, released.distributed) == (3, 4, False)

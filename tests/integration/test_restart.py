@@ -133,21 +133,29 @@ def test_a_release_that_misses_a_resource_raises_resource_leak(
         assert {(r["resource"], r["state"]) for r in result["leaked"]} >= {(resource, state)}
 
 
-def test_a_release_that_fails_in_restart_is_that_cycles_fault_named_by_the_next(cases: list[dict[str, Any]]) -> None:
-    """Rank 1's restart() raises in its release: the wrapper restarts every rank again, and cycle 1's
-    end names rank 1 and the release's error (not an unnamed fault or a deadline). Rank 0 was
-    restarted out of cycle 1 still at VALIDATED, so it made one restart fewer than rank 1: the ranks
-    still meet in cycle 2 (keyed by their generations, they waited for each other until the deadline)."""
+def test_faults_during_restarts_are_each_named_by_the_next_cycle_and_every_rank_meets_again(
+    cases: list[dict[str, Any]],
+) -> None:
+    """After rank 1's fault in training, its restart() raises in its release (cycle 1), then its
+    SERVICES_READY raises (cycle 2): each time the wrapper restarts every rank again, and the cycle's
+    end names rank 1 and the error (not an unnamed fault or a deadline), and cycle 3 finishes.
+    - Rank 0 was restarted out of cycle 1 still at VALIDATED, so it made one restart fewer than
+      rank 1: the ranks still meet in cycle 2 (keyed by their generations, they waited for each
+      other until the deadline, every cycle).
+    - Rank 0 waited in DISTRIBUTED's check-in for rank 1 in cycle 2 and took the wrapper's restart
+      request there at once (waiting in one store call, it took it at `startup.timeout_s`, 30 s)."""
     for rank, case in enumerate(cases):
-        assert (case["release"]["cycles"], case["release"]["start"]) == (3, 2), rank
+        assert (case["release"]["cycles"], case["release"]["start"]) == (4, 2), rank
         assert case["release"]["weights"] == case["plain"]["weights"], rank
-    ended = [r for r in _log_records(cases[0]["release"]["log_dir"]) if r["event"] == "cycle_ended"]
-    causes = {(r["rank"], r["cycle"]): (r["cause_rank"], r["cause"]) for r in ended}
+    records = _log_records(cases[0]["release"]["log_dir"])
+    ended = {(r["rank"], r["cycle"]): r for r in records if r["event"] == "cycle_ended"}
     for rank in (0, 1):
-        assert causes[(rank, 0)][0] == 1 and "injected fault at step 3" in causes[(rank, 0)][1]
-        assert causes[(rank, 1)][0] == 1 and "injected release fault in restart" in causes[(rank, 1)][1], causes
-    states = {(r["rank"], r["cycle"]): r["state"] for r in ended}
-    assert (states[(0, 1)], states[(1, 1)]) == ("VALIDATED", "FAILED"), states
-    started = [r for r in _log_records(cases[0]["release"]["log_dir"]) if r["event"] == "cycle_started"]
-    generations = {r["rank"]: r["generation"] for r in started if r["cycle"] == 2}
-    assert generations == {0: 1, 1: 2}, generations
+        for cycle, error in enumerate(
+            ("injected fault at step 3", "injected release fault in restart", "injected SERVICES_READY fault")
+        ):
+            assert ended[(rank, cycle)]["cause_rank"] == 1 and error in ended[(rank, cycle)]["cause"], ended
+    assert (ended[(0, 1)]["state"], ended[(1, 1)]["state"]) == ("VALIDATED", "FAILED")
+    assert (ended[(0, 2)]["generation"], ended[(1, 2)]["generation"]) == (1, 2)  # and they met in cycle 2
+    in_cycle_2 = [r for r in records if r["rank"] == 0 and r["cycle"] == 2 and r["event"] == "transition_failed"]
+    assert [r["trigger"] for r in in_cycle_2] == ["init_distributed"], in_cycle_2
+    assert ended[(0, 2)]["ts"] - ended[(0, 2)]["fault_ts"] < 10, ended[(0, 2)]  # not the 30 s deadline

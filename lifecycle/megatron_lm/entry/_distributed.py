@@ -186,6 +186,7 @@ def _watch(ctx: PhaseContext, call: MegatronLMCall) -> RankWatch | None:
         watcher_store=store.clone,
         store_host=None if launchers.agent_store() else 0,
         exit_process=stay_alive if call.store is not None else os._exit,
+        interruptible=call.store is not None,
     )
     watch.check_in(ctx)
     watch.start()
