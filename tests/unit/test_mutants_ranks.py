@@ -186,6 +186,73 @@ def test_a_rendezvous_that_fails_otherwise_is_not_called_a_timeout() -> None:
     assert ctx.emitted == [] and first(store) is None
 
 
+class Polled(MemoryStore):
+    """A store that an interruptible check-in must poll (`check`), never wait in; the last rank
+    arrives at the `arrives_at`-th poll (never: None)."""
+
+    def __init__(self, arrives_at: int | None) -> None:
+        super().__init__()
+        self.arrives_at, self.polls = arrives_at, 0
+
+    def check(self, keys: list[str]) -> bool:
+        if keys == ["all_arrived"]:
+            self.polls += 1
+            if self.polls == self.arrives_at:
+                self.set("all_arrived", b"1")
+        return super().check(keys)
+
+    def wait(self, keys: list[str], _timeout: Any = None) -> None:
+        raise AssertionError("an interruptible check-in waited in the store")
+
+
+class Clock:
+    """`time.monotonic` and `time.sleep` for the check-in: each sleep moves the clock on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now, self.sleeps = 1000.0, list[float]()
+        monkeypatch.setattr("time.monotonic", lambda: self.now)
+        monkeypatch.setattr("time.sleep", self.sleep)
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(round(seconds, 6))
+        self.now += seconds
+
+
+def interruptible(store: MemoryStore, *, timeout_s: float = 24.0) -> RankWatch:
+    return RankWatch(store, rank=0, world_size=2, timeout_s=timeout_s, poll_s=0.5, interruptible=True)
+
+
+def test_an_interruptible_check_in_polls_from_1_ms_doubling_to_a_tenth_of_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a restart wrapper the restart request lands between bytecodes: never one long wait."""
+    clock, store = Clock(monkeypatch), Polled(arrives_at=10)
+    watch = interruptible(store)
+    assert watch.interruptible and not make().interruptible
+    watch.check_in(Ctx())  # type: ignore[arg-type]
+    assert store.polls == 10
+    assert clock.sleeps == [0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.1, 0.1]
+
+
+def test_an_interruptible_check_in_that_arrives_at_once_does_not_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock, store = Clock(monkeypatch), Polled(arrives_at=1)
+    interruptible(store).check_in(Ctx())  # type: ignore[arg-type]
+    assert (store.polls, clock.sleeps) == (1, [])
+
+
+def test_an_interruptible_check_in_times_out_at_its_deadline_naming_the_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock, store = Clock(monkeypatch), Polled(arrives_at=None)
+    ctx = Ctx()
+    with pytest.raises(DistributedError, match=r"after 0.5 s: 1 of 2 ranks arrived; missing: rank 1\.") as caught:
+        interruptible(store, timeout_s=0.5).check_in(ctx)  # type: ignore[arg-type]
+    assert isinstance(caught.value.__cause__, TimeoutError)
+    assert "within 0.5 s" in str(caught.value.__cause__)
+    assert clock.sleeps[-1] < 0.1 and round(sum(clock.sleeps), 6) == 0.5  # the last sleep ends at the deadline
+    assert clock.now == pytest.approx(1000.5) and [e for e, _ in ctx.emitted] == ["state_timeout"]
+
+
 # -- publishing and reading failures -------------------------------------------------------------------
 def test_the_first_published_failure_wins_and_each_rank_keeps_its_own() -> None:
     store = MemoryStore()
