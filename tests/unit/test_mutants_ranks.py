@@ -214,6 +214,8 @@ class Clock:
         monkeypatch.setattr("time.sleep", self.sleep)
 
     def sleep(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("sleep length must be non-negative")  # as time.sleep
         self.sleeps.append(round(seconds, 6))
         self.now += seconds
 
@@ -251,6 +253,18 @@ def test_an_interruptible_check_in_times_out_at_its_deadline_naming_the_missing(
     assert "within 0.5 s" in str(caught.value.__cause__)
     assert clock.sleeps[-1] < 0.1 and round(sum(clock.sleeps), 6) == 0.5  # the last sleep ends at the deadline
     assert clock.now == pytest.approx(1000.5) and [e for e, _ in ctx.emitted] == ["state_timeout"]
+
+
+def test_an_interruptible_check_in_whose_deadline_passes_just_before_it_sleeps_does_not_sleep_a_negative_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The deadline is checked, then the time left is read again for the sleep: it may have run out."""
+    clock, store = Clock(monkeypatch), Polled(arrives_at=None)
+    readings = iter([1000.0, 1000.49, 1000.51, 1000.51])  # the deadline, its check, the sleep's, the next check
+    monkeypatch.setattr("time.monotonic", lambda: next(readings))
+    with pytest.raises(DistributedError, match="after 0.5 s"):
+        interruptible(store, timeout_s=0.5).check_in(Ctx())  # type: ignore[arg-type]
+    assert clock.sleeps == [0.0]
 
 
 # -- publishing and reading failures -------------------------------------------------------------------
