@@ -152,13 +152,13 @@ def stay_alive(_code: int) -> None:
 
 
 def _provided_store(ctx: PhaseContext) -> Store | None:
-    """`Runtime.rendezvous_store` (the restart wrapper's for this cycle) under a prefix counting the
-    restarts since it was provided (`Runtime.rendezvous_generation`); None: use MASTER_ADDR/PORT."""
+    """`Runtime.rendezvous_store` (the restart wrapper's for this cycle) under a prefix that no
+    earlier rendezvous on it used (`Runtime.rendezvous_generation`); None: use MASTER_ADDR/PORT."""
     import torch.distributed as dist
 
-    runtime, since = ctx.runtime, ctx.runtime.generation - ctx.runtime.rendezvous_generation
-    if runtime.rendezvous_store is None:
+    if (runtime := ctx.runtime).rendezvous_store is None:
         return None
+    since = runtime.generation - runtime.rendezvous_generation  # restarts since it was provided
     return dist.PrefixStore(f"megatron-lifecycle/rendezvous-{since}", runtime.rendezvous_store)
 
 
