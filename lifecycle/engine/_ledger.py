@@ -4,7 +4,10 @@ After a forward transition's entry work, the phases name what that state created
 (`PhaseSet.resources(state, runtime)`, optional: the light in-process phases have none), each with
 a probe that says whether it is gone. A release (rebuild, restart, shutdown) walks the entries of
 the states it leaves backwards, newest first, and probes each: a survivor is logged
-(`resource_leaked`) and raised as `ResourceLeak` naming the resource and its state.
+(`resource_leaked`) and raised as `ResourceLeak` naming the resource and its state. Phases whose
+resources end in other threads and processes (`PhaseSet.settle_s`: a worker process exiting, a
+gloo work unwinding after the wrapper's abort) have their survivors probed again for that long
+before a rebuild or restart calls them leaks; one that ends meanwhile is logged `resource_lingered`.
 
 A cycle is one in-process restart attempt (`lifecycle.resilience`): `begin_cycle` puts its number on
 every later record (the `cycle` envelope field); `cycle_trained` logs `cycle_started` once training
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -43,10 +47,16 @@ class LedgerEntry:
 
 
 class Ledger:
-    """Entries in creation order; `survivors(keep)` probes, newest first, those of states after `keep`."""
+    """Entries in creation order; `survivors(keep)` probes, newest first, those of states after `keep`.
+    `clock` and `sleep` time the probing again of survivors (`settle_s`)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.entries: list[LedgerEntry] = []
+        self.lingered: list[tuple[LedgerEntry, float]] = []
+        """What the last `survivors` found alive at first and gone later, with the seconds it took."""
+        self._clock, self._sleep = clock, sleep
 
     def register(self, state: State, name: str, gone: Probe) -> None:
         self.entries.append(LedgerEntry(state, name, gone))
@@ -54,14 +64,29 @@ class Ledger:
     def names(self) -> list[tuple[str, str]]:
         return [(e.state.name, e.name) for e in self.entries]
 
-    def survivors(self, keep: State) -> list[LedgerEntry]:
-        """Walk back over the entries of states after `keep`, drop them, return those still alive."""
+    def survivors(self, keep: State, settle_s: float = 0.0) -> list[LedgerEntry]:
+        """Walk back over the entries of states after `keep`, drop them, return those still alive
+        after `settle_s` seconds of probing them again (a pause of 10 ms, doubling to 0.25 s)."""
         leaving = [e for e in self.entries if e.state.startup_index > keep.startup_index]
         self.entries = [e for e in self.entries if e.state.startup_index <= keep.startup_index]
+        self.lingered = []
         if not leaving:
             return []
         gc.collect()  # what only a reference cycle still holds is gone, not leaked
-        return [e for e in reversed(leaving) if not _gone(e)]
+        alive = [e for e in reversed(leaving) if not _gone(e)]
+        start, pause = self._clock(), 0.01
+        while alive and (left := start + settle_s - self._clock()) > 0:
+            self._sleep(min(pause, left))
+            pause = min(2 * pause, 0.25)
+            gc.collect()
+            waited, still = self._clock() - start, []
+            for entry in alive:
+                if _gone(entry):
+                    self.lingered.append((entry, waited))
+                else:
+                    still.append(entry)
+            alive = still
+        return alive
 
 
 def _gone(entry: LedgerEntry) -> bool:
@@ -111,9 +136,16 @@ class Cycles:
         for name, gone in probes(dest, self.shared.runtime):
             self.ledger.register(dest, name, gone)
 
-    def check_released(self, keep: State) -> None:
-        """Probe what the states after `keep` made: a survivor is logged and raised (ResourceLeak)."""
-        survivors = self.ledger.survivors(keep)
+    def check_released(self, keep: State, *, settle: bool = True) -> None:
+        """Probe what the states after `keep` made: a survivor is logged and raised (ResourceLeak).
+        With `settle`, survivors are probed again for the phases' `settle_s` (none for a shutdown:
+        the process is leaving, and a signal's grace is short)."""
+        settle_s = float(getattr(self.shared.phases, "settle_s", 0.0)) if settle else 0.0
+        survivors = self.ledger.survivors(keep, settle_s)
+        for entry, waited in self.ledger.lingered:
+            self.shared.log.emit(
+                events.RESOURCE_LINGERED, resource=entry.name, state=entry.state.name, lingered_s=round(waited, 3)
+            )
         for entry in survivors:
             self.shared.log.emit(events.RESOURCE_LEAKED, resource=entry.name, state=entry.state.name)
         if survivors:

@@ -46,6 +46,7 @@ WARNING: Final = "warning"
 CYCLE_STARTED: Final = "cycle_started"
 CYCLE_ENDED: Final = "cycle_ended"
 RESOURCE_LEAKED: Final = "resource_leaked"
+RESOURCE_LINGERED: Final = "resource_lingered"
 
 ALL: Final[frozenset[str]] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

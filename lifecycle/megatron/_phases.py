@@ -14,7 +14,7 @@ from lifecycle.config import CALLBACK_FIELDS, config_drift
 from lifecycle.megatron import callbacks_bound, distributed, model_built, services_ready, validated
 from lifecycle.megatron._imports import validate_while_importing
 from lifecycle.megatron.ranks import mark_failed, watched
-from lifecycle.megatron.resources import resources
+from lifecycle.megatron.resources import SETTLE_S, resources
 from lifecycle.runtime import Phase, PhaseContext, Phases, Runtime, Work
 from states import State
 
@@ -54,6 +54,9 @@ caller, as `lifecycle run` does: how a provider module injects a fault into a re
 
 class MegatronPhases(Phases):
     """The real phases: one module per state (`PHASES`), registered for it."""
+
+    settle_s: float = SETTLE_S
+    """Seconds the ledger probes a release's survivors again before calling them leaks."""
 
     def __init__(self) -> None:
         super().__init__(PHASES)

@@ -9,12 +9,21 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
+from typing import Final
 
 from lifecycle.runtime import Runtime
 from lifecycle.runtime.signals import WATCH_THREAD
 from states import State
 
 Probe = Callable[[], bool]
+
+SETTLE_S: Final = 5.0
+"""How long a rebuild's or restart's survivors are probed again before the ledger calls them leaks
+(`MegatronPhases.settle_s`). What these probes watch can end in another thread or process after
+the release returns: a dataloader worker exiting, a gloo work still unwinding from the restart
+wrapper's abort with a Python callback that holds its process group. CI's five-restart test once
+saw such a leak on its loaded 2-core machine, gone by the next cycle (not reproduced here in 14 runs
+under load, so which resource it was is not known)."""
 
 
 def resources(state: State, runtime: Runtime) -> list[tuple[str, Probe]]:

@@ -160,9 +160,9 @@ class InProcessRestart:
         once, the peer's gloo error raced it, and where it landed in a `__del__`, a model chunk or
         a dataloader worker was left alive: measured.) The wrapper aborts the process groups, and
         the next cycle's `restart()` proves everything is gone."""
+        self._failed = exc  # first: the wrapper's request can land while the cause is published
         if not _nvrx.is_restart_request(exc):
             _publish(store, cycle, self.lc.runtime.rank, exc)
-        self._failed = exc
         self._cutting = sockets.cut_later(_nvrx.REACTION_S)
 
     def _let_go(self) -> None:

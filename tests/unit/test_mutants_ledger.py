@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -82,6 +85,53 @@ def test_a_probe_that_cannot_look_proves_no_leak() -> None:
     assert [e.name for e in ledger.survivors(State.VALIDATED)] == ["counted"]
 
 
+class FakeTime:
+    """A clock that only `sleep` moves; it records each pause."""
+
+    def __init__(self) -> None:
+        self.now, self.pauses = 100.0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+def test_survivors_are_probed_again_for_settle_s_and_those_that_end_meanwhile_are_lingered() -> None:
+    fake = FakeTime()
+    ledger, probes = Ledger(clock=fake.clock, sleep=fake.sleep), {"slow": 0, "stuck": 0, "quick": 0}
+
+    def probe(name: str, gone_at: float) -> Any:
+        def gone() -> bool:
+            probes[name] += 1
+            return fake.now >= gone_at
+
+        return gone
+
+    ledger.register(State.MODEL_BUILT, "stuck", probe("stuck", float("inf")))
+    ledger.register(State.MODEL_BUILT, "slow", probe("slow", 100.05))
+    ledger.register(State.CALLBACKS_BOUND, "quick", probe("quick", 0.0))
+    assert [e.name for e in ledger.survivors(State.DISTRIBUTED, 1.0)] == ["stuck"]
+    # 10 ms doubling to 0.25 s, the last pause cut to end exactly at settle_s
+    assert fake.pauses == pytest.approx([0.01, 0.02, 0.04, 0.08, 0.16, 0.25, 0.25, 0.19])
+    assert fake.now == pytest.approx(101.0)
+    [(entry, waited)] = ledger.lingered
+    assert entry.name == "slow" and waited == pytest.approx(0.07)  # gone at its fourth probe (after 10 + 20 + 40 ms)
+    assert probes == {"quick": 1, "slow": 4, "stuck": 9}, "each survivor probed once per pause, the gone never again"
+
+
+def test_without_settle_s_nothing_waits_and_a_later_release_forgets_the_lingered() -> None:
+    fake = FakeTime()
+    ledger = Ledger(clock=fake.clock, sleep=fake.sleep)
+    ledger.register(State.MODEL_BUILT, "stuck", lambda: False)
+    assert [e.name for e in ledger.survivors(State.DISTRIBUTED)] == ["stuck"] and fake.pauses == []
+    ledger.register(State.MODEL_BUILT, "quick", lambda: True)
+    ledger.lingered = [(LedgerEntry(State.MODEL_BUILT, "old", lambda: True), 1.0)]
+    assert ledger.survivors(State.DISTRIBUTED, 5.0) == [] and fake.pauses == [] and ledger.lingered == []
+
+
 def test_entries_are_fixed_values() -> None:
     entry = LedgerEntry(State.MODEL_BUILT, "model", lambda: True)
     with pytest.raises(AttributeError):
@@ -131,6 +181,48 @@ def test_a_resource_that_survives_its_release_is_logged_and_raised_naming_it_and
         "model_built a (MODEL_BUILT); the release of CALLBACKS_BOUND must destroy callbacks_bound b"
     )
     assert (caught.value.resource, caught.value.state) == ("callbacks_bound b", "CALLBACKS_BOUND")
+
+
+class Settling(Resourceful):
+    """Its releases leave `model_built a` alive until a timer thread ends it `delay_s` later (a worker
+    process exiting), or never (`delay_s` None); the ledger waits `settle_s` for survivors."""
+
+    def __init__(self, settle_s: float, delay_s: float | None) -> None:
+        super().__init__("model_built a")
+        self.settle_s, self.delay_s = settle_s, delay_s
+
+    def _released(self, state: State, ctx: Any, release: Any) -> Runtime:
+        runtime = super()._released(state, ctx, release)
+        if state is State.MODEL_BUILT and self.delay_s is not None:
+            timer = threading.Timer(self.delay_s, self.alive.discard, ("model_built a",))
+            timer.daemon = True
+            timer.start()
+        return runtime
+
+
+def test_a_resource_that_ends_within_the_phases_settle_s_is_lingered_not_leaked(make_lc: Any) -> None:
+    lc = make_lc(phases=Settling(settle_s=30.0, delay_s=0.2))
+    lc.advance_to(State.CALLBACKS_BOUND)
+    lc.rebuild()
+    assert events_of(lc, "resource_leaked") == []
+    [lingered] = events_of(lc, "resource_lingered")
+    assert (lingered["resource"], lingered["state"]) == ("model_built a", "MODEL_BUILT")
+    assert 0.2 <= lingered["lingered_s"] < 30.0
+
+
+def test_a_survivor_of_settle_s_is_a_leak_and_a_shutdown_does_not_wait_for_it(make_lc: Any, tmp_path: Path) -> None:
+    lc = make_lc(phases=Settling(settle_s=0.3, delay_s=None))
+    lc.advance_to(State.CALLBACKS_BOUND)
+    started = time.monotonic()
+    with pytest.raises(ResourceLeak, match=r"model_built a \(MODEL_BUILT\)"):
+        lc.restart()
+    assert time.monotonic() - started >= 0.3
+    lc.shutdown()
+    lc = make_lc(phases=Settling(settle_s=600.0, delay_s=None), log_dir=tmp_path / "shutdown")  # 600 s: would hang
+    lc.advance_to(State.CALLBACKS_BOUND)
+    lc.shutdown()
+    assert [(r["resource"], r["state"]) for r in events_of(lc, "resource_leaked")] == [("model_built a", "MODEL_BUILT")]
+    assert events_of(lc, "resource_lingered") == []
 
 
 # -- restart cycles ------------------------------------------------------------------------------------

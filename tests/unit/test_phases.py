@@ -63,3 +63,14 @@ def test_a_wrapped_phase_runs_around_the_registered_one_and_releases_through_it(
     assert lc.runtime.distributed and seen == ["before init_distributed"]
     lc.restart()
     assert not lc.runtime.distributed and seen == ["before init_distributed", "release"]
+
+
+def test_the_real_phases_give_their_survivors_time_to_end_and_the_in_process_ones_none() -> None:
+    """Megatron's resources end in other threads and processes (a worker exiting, a gloo work
+    unwinding after an abort): the ledger probes them again for `settle_s` before a leak."""
+    from lifecycle.megatron.resources import SETTLE_S
+    from lifecycle.megatron_lm.entry import MegatronLMPhases
+
+    assert MegatronPhases.settle_s == SETTLE_S == 5.0
+    assert MegatronLMPhases.settle_s == SETTLE_S
+    assert getattr(InProcessPhases(), "settle_s", 0.0) == 0.0
