@@ -47,11 +47,11 @@ class LedgerEntry:
 
 
 class Ledger:
-    """Entries in creation order; `survivors(keep)` probes, newest first, those of states after `keep`.
+    """Entries in creation order; `survivors(keep, settle_s)` probes, newest first, those of states after `keep`.
     `clock` and `sleep` time the probing again of survivors (`settle_s`)."""
 
     def __init__(
-        self, *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+        self, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
     ) -> None:
         self.entries: list[LedgerEntry] = []
         self.lingered: list[tuple[LedgerEntry, float]] = []
@@ -64,7 +64,7 @@ class Ledger:
     def names(self) -> list[tuple[str, str]]:
         return [(e.state.name, e.name) for e in self.entries]
 
-    def survivors(self, keep: State, settle_s: float = 0.0) -> list[LedgerEntry]:
+    def survivors(self, keep: State, settle_s: float) -> list[LedgerEntry]:
         """Walk back over the entries of states after `keep`, drop them, return those still alive
         after `settle_s` seconds of probing them again (a pause of 10 ms, doubling to 0.25 s)."""
         leaving = [e for e in self.entries if e.state.startup_index > keep.startup_index]
@@ -136,7 +136,7 @@ class Cycles:
         for name, gone in probes(dest, self.shared.runtime):
             self.ledger.register(dest, name, gone)
 
-    def check_released(self, keep: State, *, settle: bool = True) -> None:
+    def check_released(self, keep: State, settle: bool) -> None:
         """Probe what the states after `keep` made: a survivor is logged and raised (ResourceLeak).
         With `settle`, survivors are probed again for the phases' `settle_s` (none for a shutdown:
         the process is leaving, and a signal's grace is short)."""
@@ -144,7 +144,7 @@ class Cycles:
         survivors = self.ledger.survivors(keep, settle_s)
         for entry, waited in self.ledger.lingered:
             self.shared.log.emit(
-                events.RESOURCE_LINGERED, resource=entry.name, state=entry.state.name, lingered_s=round(waited, 3)
+                events.RESOURCE_LINGERED, resource=entry.name, state=entry.state.name, lingered_s=waited
             )
         for entry in survivors:
             self.shared.log.emit(events.RESOURCE_LEAKED, resource=entry.name, state=entry.state.name)

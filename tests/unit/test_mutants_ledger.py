@@ -67,11 +67,11 @@ def test_a_release_probes_only_the_states_it_leaves_newest_first_and_forgets_the
     ledger.register(State.MODEL_BUILT, "model", probe("model", False))
     ledger.register(State.MODEL_BUILT, "optimizer", probe("optimizer", True))
     ledger.register(State.CALLBACKS_BOUND, "hooks", probe("hooks", False))
-    assert [e.name for e in ledger.survivors(State.DISTRIBUTED)] == ["hooks", "model"]
+    assert [e.name for e in ledger.survivors(State.DISTRIBUTED, 0.0)] == ["hooks", "model"]
     assert probed == ["hooks", "optimizer", "model"], "the group DISTRIBUTED keeps is not probed"
     assert ledger.names() == [("DISTRIBUTED", "group")]
-    assert ledger.survivors(State.DISTRIBUTED) == [] and probed == ["hooks", "optimizer", "model"]
-    assert [e.name for e in ledger.survivors(State.VALIDATED)] == ["group"] and ledger.names() == []
+    assert ledger.survivors(State.DISTRIBUTED, 0.0) == [] and probed == ["hooks", "optimizer", "model"]
+    assert [e.name for e in ledger.survivors(State.VALIDATED, 0.0)] == ["group"] and ledger.names() == []
 
 
 def test_a_probe_that_cannot_look_proves_no_leak() -> None:
@@ -82,7 +82,7 @@ def test_a_probe_that_cannot_look_proves_no_leak() -> None:
 
     ledger.register(State.MODEL_BUILT, "model", broken)
     ledger.register(State.MODEL_BUILT, "counted", lambda: 0)  # type: ignore[arg-type,return-value]
-    assert [e.name for e in ledger.survivors(State.VALIDATED)] == ["counted"]
+    assert [e.name for e in ledger.survivors(State.VALIDATED, 0.0)] == ["counted"]
 
 
 class FakeTime:
@@ -101,7 +101,7 @@ class FakeTime:
 
 def test_survivors_are_probed_again_for_settle_s_and_those_that_end_meanwhile_are_lingered() -> None:
     fake = FakeTime()
-    ledger, probes = Ledger(clock=fake.clock, sleep=fake.sleep), {"slow": 0, "stuck": 0, "quick": 0}
+    ledger, probes = Ledger(fake.clock, fake.sleep), {"slow": 0, "stuck": 0, "quick": 0}
 
     def probe(name: str, gone_at: float) -> Any:
         def gone() -> bool:
@@ -124,9 +124,9 @@ def test_survivors_are_probed_again_for_settle_s_and_those_that_end_meanwhile_ar
 
 def test_without_settle_s_nothing_waits_and_a_later_release_forgets_the_lingered() -> None:
     fake = FakeTime()
-    ledger = Ledger(clock=fake.clock, sleep=fake.sleep)
+    ledger = Ledger(fake.clock, fake.sleep)
     ledger.register(State.MODEL_BUILT, "stuck", lambda: False)
-    assert [e.name for e in ledger.survivors(State.DISTRIBUTED)] == ["stuck"] and fake.pauses == []
+    assert [e.name for e in ledger.survivors(State.DISTRIBUTED, 0.0)] == ["stuck"] and fake.pauses == []
     ledger.register(State.MODEL_BUILT, "quick", lambda: True)
     ledger.lingered = [(LedgerEntry(State.MODEL_BUILT, "old", lambda: True), 1.0)]
     assert ledger.survivors(State.DISTRIBUTED, 5.0) == [] and fake.pauses == [] and ledger.lingered == []
@@ -185,11 +185,14 @@ def test_a_resource_that_survives_its_release_is_logged_and_raised_naming_it_and
 
 class Settling(Resourceful):
     """Its releases leave `model_built a` alive until a timer thread ends it `delay_s` later (a worker
-    process exiting), or never (`delay_s` None); the ledger waits `settle_s` for survivors."""
+    process), or never (`delay_s` None); the ledger waits `settle_s` for survivors (None: the
+    phases say nothing, as the in-process ones)."""
 
-    def __init__(self, settle_s: float, delay_s: float | None) -> None:
+    def __init__(self, settle_s: float | None, delay_s: float | None) -> None:
         super().__init__("model_built a")
-        self.settle_s, self.delay_s = settle_s, delay_s
+        self.delay_s = delay_s
+        if settle_s is not None:
+            self.settle_s = settle_s
 
     def _released(self, state: State, ctx: Any, release: Any) -> Runtime:
         runtime = super()._released(state, ctx, release)
@@ -207,7 +210,7 @@ def test_a_resource_that_ends_within_the_phases_settle_s_is_lingered_not_leaked(
     assert events_of(lc, "resource_leaked") == []
     [lingered] = events_of(lc, "resource_lingered")
     assert (lingered["resource"], lingered["state"]) == ("model_built a", "MODEL_BUILT")
-    assert 0.2 <= lingered["lingered_s"] < 30.0
+    assert 0.0 < lingered["lingered_s"] < 30.0  # from the first probe, which comes after the timer started
 
 
 def test_a_survivor_of_settle_s_is_a_leak_and_a_shutdown_does_not_wait_for_it(make_lc: Any, tmp_path: Path) -> None:
@@ -218,10 +221,19 @@ def test_a_survivor_of_settle_s_is_a_leak_and_a_shutdown_does_not_wait_for_it(ma
         lc.restart()
     assert time.monotonic() - started >= 0.3
     lc.shutdown()
-    lc = make_lc(phases=Settling(settle_s=600.0, delay_s=None), log_dir=tmp_path / "shutdown")  # 600 s: would hang
+    # a shutdown probes once: what ends 0.2 s later is still logged (600 s of waiting would hang)
+    lc = make_lc(phases=Settling(settle_s=600.0, delay_s=0.2), log_dir=tmp_path / "shutdown")
     lc.advance_to(State.CALLBACKS_BOUND)
     lc.shutdown()
     assert [(r["resource"], r["state"]) for r in events_of(lc, "resource_leaked")] == [("model_built a", "MODEL_BUILT")]
+    assert events_of(lc, "resource_lingered") == []
+
+
+def test_phases_that_name_no_settle_s_are_probed_once(make_lc: Any) -> None:
+    lc = make_lc(phases=Settling(settle_s=None, delay_s=0.2))
+    lc.advance_to(State.CALLBACKS_BOUND)
+    with pytest.raises(ResourceLeak, match=r"model_built a \(MODEL_BUILT\)"):
+        lc.rebuild()
     assert events_of(lc, "resource_lingered") == []
 
 
