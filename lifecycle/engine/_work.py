@@ -183,9 +183,10 @@ class EntryWork:
         """The ledger's check, once neither the runtime nor the phase context holds what was released.
         A survivor is logged (`resource_leaked`) in every case; a rebuild or restart also raises
         ResourceLeak, since the next cycle would stack on it, once the phases' `settle_s` has passed
-        without the survivor ending (it is probed again meanwhile). A shutdown does not wait or raise: it can run while
-        a failed entry work's frames still hold what they built (a log write failing inside it), and
-        the process is leaving. The errors the lifecycle holds drop their frames' locals first."""
+        without the survivor ending (it is probed again meanwhile). A shutdown neither waits nor
+        raises: it can run while a failed entry work's frames still hold what they built (a log
+        write failing inside it), and the process is leaving. The errors the lifecycle holds drop
+        their frames' locals first."""
         drop_frame_locals(self.pending_error, getattr(self.shared.log, "fault", None))
         try:
             self._cycles.check_released(RELEASE_KEEP[trigger], settle=trigger is not Trigger.SHUTDOWN)
