@@ -372,3 +372,25 @@ def test_a_replayed_first_record_after_a_log_is_a_break_in_that_log_not_a_new_on
     result = audit_file(tmp_path / "rank-00000.jsonl", [*lines, replayed])
     assert len(result.ranks) == 1
     assert la009(result) == [f"seq 0 follows seq {len(lines) - 1}: records were removed, inserted or reordered"]
+
+
+def test_open_continues_a_log_only_when_it_can_and_overwrite_replaces_one_it_cannot(tmp_path: Path) -> None:
+    """`AuditLog.open(overwrite=False)` claims the directory to append: a rank file that does not end
+    in a chained record is refused (open returns None, the refusal is the log's fault, the file
+    untouched); `overwrite=True` claims it to overwrite and replaces it."""
+    content = b'{"event":"lifecycle_started","run_id":"run-old"}\n{"no": "chain"}\n'
+    path = tmp_path / "rank-00000.jsonl"
+    path.write_bytes(content)
+    appending = AuditLog(run_id="run-new", rank=0, world_size=1)
+    assert appending.open(tmp_path) is None
+    assert isinstance(appending.fault, PermissionError)
+    assert str(appending.fault).startswith(
+        f"log_dir {str(tmp_path)!r}: rank-00000.jsonl does not end with a hash-chained"
+    )
+    assert path.read_bytes() == content
+    appending.close()
+    overwriting = AuditLog(run_id="run-new", rank=0, world_size=1)
+    assert overwriting.open(tmp_path, overwrite=True) == path and overwriting.fault is None
+    overwriting.emit(ev.STEP_COMPLETED, step=1)
+    overwriting.close()
+    assert [orjson.loads(line)["run_id"] for line in lines_of(path)] == ["run-new"]

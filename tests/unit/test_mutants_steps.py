@@ -7,6 +7,7 @@ with the distributed optimizer on 2 ranks."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import weakref
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -280,6 +281,13 @@ def test_each_binding_has_its_own_bookkeeping_and_deferral_is_chosen_before_the_
     lc.runtime = dataclasses.replace(lc.runtime, binding=_report(Target()))
     second = steps_for(lc)
     assert second is not first and second.first_pending and second.defer_first_gather is True
+    # released (a restart back to VALIDATED): the step book's binding is gone with the runtime's,
+    # so the old book is not reused, and a new one is refused below CALLBACKS_BOUND
+    lc.runtime, lc.state = dataclasses.replace(lc.runtime, binding=None), State.VALIDATED
+    gc.collect()
+    assert second.binding is None
+    with pytest.raises(LifecycleError, match=r"it is VALIDATED\. Call lc.advance_to"):
+        steps_for(lc)
 
 
 def test_the_step_records_are_frozen_and_built_with_keywords() -> None:
