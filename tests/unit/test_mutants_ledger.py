@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -184,57 +183,60 @@ def test_a_resource_that_survives_its_release_is_logged_and_raised_naming_it_and
 
 
 class Settling(Resourceful):
-    """Its releases leave `model_built a` alive until a timer thread ends it `delay_s` later (a worker
-    process), or never (`delay_s` None); the ledger waits `settle_s` for survivors (None: the
-    phases say nothing, as the in-process ones)."""
+    """Its releases leave `model_built a` alive until its probe has been asked `probes` times (a
+    worker process that exits a little after its release), or for good (`probes` None); the ledger
+    probes survivors again for `settle_s` (None: the phases say nothing, as the in-process ones)."""
 
-    def __init__(self, settle_s: float | None, delay_s: float | None) -> None:
+    def __init__(self, settle_s: float | None, probes: int | None) -> None:
         super().__init__("model_built a")
-        self.delay_s = delay_s
+        self.probes, self.asked = probes, 0
         if settle_s is not None:
             self.settle_s = settle_s
 
-    def _released(self, state: State, ctx: Any, release: Any) -> Runtime:
-        runtime = super()._released(state, ctx, release)
-        if state is State.MODEL_BUILT and self.delay_s is not None:
-            timer = threading.Timer(self.delay_s, self.alive.discard, ("model_built a",))
-            timer.daemon = True
-            timer.start()
-        return runtime
+    def resources(self, state: State, runtime: Runtime) -> list[tuple[str, Any]]:
+        made = super().resources(state, runtime)
+        return [(name, self._lingering if name == "model_built a" else gone) for name, gone in made]
+
+    def _lingering(self) -> bool:
+        self.asked += 1
+        return self.probes is not None and self.asked >= self.probes
 
 
 def test_a_resource_that_ends_within_the_phases_settle_s_is_lingered_not_leaked(make_lc: Any) -> None:
-    lc = make_lc(phases=Settling(settle_s=30.0, delay_s=0.2))
+    phases = Settling(settle_s=30.0, probes=3)
+    lc = make_lc(phases=phases)
     lc.advance_to(State.CALLBACKS_BOUND)
     lc.rebuild()
-    assert events_of(lc, "resource_leaked") == []
+    assert events_of(lc, "resource_leaked") == [] and phases.asked == 3
     [lingered] = events_of(lc, "resource_lingered")
     assert (lingered["resource"], lingered["state"]) == ("model_built a", "MODEL_BUILT")
-    assert 0.0 < lingered["lingered_s"] < 30.0  # from the first probe, which comes after the timer started
+    assert 0.0 < lingered["lingered_s"] < 30.0  # two pauses: 10 ms and 20 ms, and two collections
 
 
 def test_a_survivor_of_settle_s_is_a_leak_and_a_shutdown_does_not_wait_for_it(make_lc: Any, tmp_path: Path) -> None:
-    lc = make_lc(phases=Settling(settle_s=0.3, delay_s=None))
+    lc = make_lc(phases=Settling(settle_s=0.3, probes=None))
     lc.advance_to(State.CALLBACKS_BOUND)
     started = time.monotonic()
     with pytest.raises(ResourceLeak, match=r"model_built a \(MODEL_BUILT\)"):
         lc.restart()
     assert time.monotonic() - started >= 0.3
     lc.shutdown()
-    # a shutdown probes once: what ends 0.2 s later is still logged (600 s of waiting would hang)
-    lc = make_lc(phases=Settling(settle_s=600.0, delay_s=0.2), log_dir=tmp_path / "shutdown")
+    # a shutdown probes once: what its second probe would find gone is logged (600 s would hang)
+    phases = Settling(settle_s=600.0, probes=2)
+    lc = make_lc(phases=phases, log_dir=tmp_path / "shutdown")
     lc.advance_to(State.CALLBACKS_BOUND)
     lc.shutdown()
     assert [(r["resource"], r["state"]) for r in events_of(lc, "resource_leaked")] == [("model_built a", "MODEL_BUILT")]
-    assert events_of(lc, "resource_lingered") == []
+    assert events_of(lc, "resource_lingered") == [] and phases.asked == 1
 
 
 def test_phases_that_name_no_settle_s_are_probed_once(make_lc: Any) -> None:
-    lc = make_lc(phases=Settling(settle_s=None, delay_s=0.2))
+    phases = Settling(settle_s=None, probes=2)
+    lc = make_lc(phases=phases)
     lc.advance_to(State.CALLBACKS_BOUND)
     with pytest.raises(ResourceLeak, match=r"model_built a \(MODEL_BUILT\)"):
         lc.rebuild()
-    assert events_of(lc, "resource_lingered") == []
+    assert events_of(lc, "resource_lingered") == [] and phases.asked == 1
 
 
 # -- restart cycles ------------------------------------------------------------------------------------
