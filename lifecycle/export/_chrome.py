@@ -14,13 +14,15 @@ from typing import Literal, TypedDict
 
 import orjson
 
-from lifecycle.audit import Failure, Segment, no_gc
+from lifecycle.audit import Failure, Segment, no_gc, starts_with, write_output
 from lifecycle.export._details import Mark
 from lifecycle.export._model import RankTrace, Trace
 from lifecycle.log import events
 
 STATES_TID, IMPORTS_TID, MARKS_TID = 1, 2, 3
 FLOW_CATEGORY = "root_cause"
+OURS = starts_with(b'{"traceEvents":')
+"""A Chrome trace we wrote (gunzipped when gzipped): the only file `write_chrome` replaces."""
 
 
 class Metadata(TypedDict):
@@ -134,14 +136,14 @@ def chrome_document(trace: Trace) -> Document:
 
 
 def write_chrome(trace: Trace, output: str | Path) -> Path:
-    """Write the trace to `output`; a `.gz` suffix gzips it."""
+    """Write the trace to `output` (`write_output`: whole or not at all, and only over a trace we
+    wrote); a `.gz` suffix gzips it."""
     path = Path(output)
     with no_gc():
         data = orjson.dumps(chrome_document(trace))
     if path.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6, mtime=0)
-    path.write_bytes(data)
-    return path
+    return write_output(path, data, ours=OURS)
 
 
 def _us(ts: float, t0: float) -> int:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from lifecycle.audit import Failure, Segment, no_gc
+from lifecycle.audit import Failure, Segment, no_gc, starts_with, write_output
 from lifecycle.errors import ExtraNotInstalled
 from lifecycle.export._details import Attempt, Mark
 from lifecycle.export._encode import encode
@@ -40,6 +40,8 @@ MEGATRON_SPANS = {
     State.MODEL_BUILT.name: "model_init",
 }
 """States that do the work of a Megatron-LM startup span: the span carries `megatron.span`."""
+OURS = starts_with(b'{"resourceSpans":')
+"""OTLP JSON we wrote (a document, or `--follow`'s lines): the only file written over or appended to."""
 
 
 def sdk() -> type[TracerProvider]:
@@ -240,9 +242,8 @@ def _ns(ts: float) -> int:
 
 
 def write_otlp(trace: Trace, output: str | Path) -> Path:
-    """Write the startup's spans to `output` as OTLP JSON."""
-    path = Path(output)
+    """Write the startup's spans to `output` as OTLP JSON (`write_output`: whole or not at all, and
+    only over OTLP JSON we wrote)."""
     with no_gc():
         data = orjson.dumps(encode(spans(trace)))
-    path.write_bytes(data)
-    return path
+    return write_output(output, data, ours=OURS)
