@@ -146,8 +146,20 @@ def write_chrome(trace: Trace, output: str | Path) -> Path:
     return write_output(path, data, ours=OURS)
 
 
+_INT64 = (1 << 63) - 1
+
+
+def micros(seconds: float) -> int:
+    """Whole microseconds, held to what a 64-bit integer holds: an impossible timestamp (LA022)
+    gives a trace with a useless time, never one orjson cannot write."""
+    us = seconds * 1e6
+    if us != us:  # NaN: an infinite time minus an infinite t0
+        return 0
+    return _INT64 if us >= _INT64 else -_INT64 if us <= -_INT64 else round(us)
+
+
 def _us(ts: float, t0: float) -> int:
-    return round((ts - t0) * 1e6)
+    return micros(ts - t0)
 
 
 def _rank_events(rank: RankTrace, t0: float) -> list[Event]:
@@ -188,7 +200,7 @@ def _segment(rank: RankTrace, seg: Segment, attempt: int, pid: int, t0: float) -
         "name": seg.state,
         "cat": "import" if imports else "state",
         "ts": _us(seg.start, t0),
-        "dur": round(seg.duration * 1e6),
+        "dur": micros(seg.duration),
         "args": args,
     }
 
@@ -203,7 +215,7 @@ def _unfinished(unfinished: tuple[str, float, float], pid: int, t0: float) -> Sl
         "name": f"{trigger} (not completed)",
         "cat": "state",
         "ts": _us(start, t0),
-        "dur": round(max(0.0, end - start) * 1e6),
+        "dur": micros(max(0.0, end - start)),
         "args": {"trigger": trigger, "completed": False},
     }
 

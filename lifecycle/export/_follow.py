@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from lifecycle.audit import Appender
-from lifecycle.export._otlp import MEGATRON_SPANS, OURS, ROOT, SCOPE, sdk
+from lifecycle.export._otlp import MEGATRON_SPANS, OURS, ROOT, SCOPE, nanos, sdk
 from lifecycle.log import events
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ def _int(value: object) -> int:
 def _apply(tracer: Tracer, rank: _Rank, rec: Mapping[str, object], ts: float) -> None:
     from opentelemetry import trace as api
 
-    event, ns = rec.get("event"), round(ts * 1e9)
+    event, ns = rec.get("event"), nanos(ts)
     if event == events.LIFECYCLE_STARTED or (rank.root is None and not rank.done):
         _close(rank, ns, error=None)
         rank.done = False

@@ -177,7 +177,7 @@ def _write(
             "generation": 0,
             **fields,
             "event": event,
-            "ts": 100.0 + i // 2,
+            "ts": 1.7e9 + i // 2,
         }
         for i, (event, fields) in enumerate(events)
     ]
