@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import resource
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -48,10 +49,17 @@ def fill(disk: Path, *, leave: int = 0) -> None:
         os.truncate(filler, max(0, filler.stat().st_size - leave))
 
 
-def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    """`lifecycle ARGV` in its own process: what a user sees on both streams."""
+def cli(*argv: str, file_size_limit: int | None = None) -> subprocess.CompletedProcess[str]:
+    """`lifecycle ARGV` in its own process: what a user sees on both streams; with `file_size_limit`, no file it
+    writes may grow past that many bytes (RLIMIT_FSIZE: a write past it fails, as on a full disk)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "lifecycle", *argv], capture_output=True, text=True, env=env)
+
+    def limit() -> None:
+        if file_size_limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
+    command = [sys.executable, "-m", "lifecycle", *argv]
+    return subprocess.run(command, capture_output=True, text=True, env=env, preexec_fn=limit)
 
 
 def one_line(capsys: pytest.CaptureFixture[str], *words: str) -> str:
@@ -143,6 +151,36 @@ def test_follow_on_a_full_disk_is_one_line_and_exit_2_with_whole_lines_before_it
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "No space left on device" in done.stderr, done.stderr
     lines = out.read_bytes().split(b"\n") if out.exists() else [b""]
+    assert lines[-1] == b"" and all(orjson.loads(line) for line in lines[:-1])  # no line cut in the middle
+
+
+def test_a_write_past_the_file_size_limit_leaves_the_earlier_files_whole_without_a_root_or_a_tmpfs(
+    tmp_path: Path, failed_logs: Path
+) -> None:
+    report, trace = tmp_path / "report.html", tmp_path / "trace.json.gz"
+    assert main(["report", str(failed_logs), "-o", str(report)]) == 0
+    before = report.read_bytes()
+    for argv in (["report", "-o", str(report)], ["export", "-o", str(trace)]):
+        done = cli(*argv, str(failed_logs), file_size_limit=512)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "File too large" in done.stderr, done.stderr
+    assert report.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]  # no 0-byte trace, no temporary file
+    pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
+    live = tmp_path / "live.jsonl"
+    done = cli(
+        "export",
+        "--follow",
+        "--format",
+        "otlp-json",
+        str(failed_logs),
+        "-o",
+        str(live),
+        "--idle-timeout",
+        "0",
+        file_size_limit=4096,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "File too large" in done.stderr, done.stderr
+    lines = live.read_bytes().split(b"\n") if live.exists() else [b""]
     assert lines[-1] == b"" and all(orjson.loads(line) for line in lines[:-1])  # no line cut in the middle
 
 
