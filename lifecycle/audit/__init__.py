@@ -24,7 +24,7 @@ from lifecycle.audit._cycles import Attempt, attempts, diff
 from lifecycle.audit._feed import RECORD_TYPES, Tap, decode_typed
 from lifecycle.audit._handlers import HANDLERS, READS
 from lifecycle.audit._ordering import LOG_ORDERING, SHOWN_BY, LogOrdering
-from lifecycle.audit._output import Appender, Ours, starts_with, write_output
+from lifecycle.audit._output import Appender, write_output
 from lifecycle.audit._plot import plot
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure, Finding, Segment
@@ -59,7 +59,6 @@ __all__ = [
     "Failure",
     "Finding",
     "LogOrdering",
-    "Ours",
     "RankAudit",
     "RankBlame",
     "RootCause",
@@ -87,7 +86,6 @@ __all__ = [
     "rank_blame",
     "resolve",
     "root_causes",
-    "starts_with",
     "stragglers",
     "text",
     "write_output",

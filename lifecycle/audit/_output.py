@@ -28,11 +28,6 @@ Ours = Callable[[bytes], bool]
 followed by its last 64 KiB (where a PDF keeps its metadata)."""
 
 
-def starts_with(*prefixes: bytes) -> Ours:
-    """`Ours` for outputs that begin with one of `prefixes`."""
-    return lambda head: head.startswith(prefixes)
-
-
 def _refused(why: str, code: int = errno.EEXIST) -> OSError:
     return OSError(code, f"{why}; an output is never followed, nor replaced unless we wrote it: {_FIX}")
 

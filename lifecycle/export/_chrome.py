@@ -14,15 +14,18 @@ from typing import Literal, TypedDict
 
 import orjson
 
-from lifecycle.audit import Failure, Segment, no_gc, starts_with, write_output
+from lifecycle.audit import Failure, Segment, no_gc, write_output
 from lifecycle.export._details import Mark
 from lifecycle.export._model import RankTrace, Trace
 from lifecycle.log import events
 
 STATES_TID, IMPORTS_TID, MARKS_TID = 1, 2, 3
 FLOW_CATEGORY = "root_cause"
-OURS = starts_with(b'{"traceEvents":')
-"""A Chrome trace we wrote (gunzipped when gzipped): the only file `write_chrome` replaces."""
+
+
+def ours(head: bytes) -> bool:
+    """A Chrome trace we wrote (gunzipped when gzipped): the only file `write_chrome` replaces."""
+    return head.startswith(b'{"traceEvents":')
 
 
 class Metadata(TypedDict):
@@ -143,7 +146,7 @@ def write_chrome(trace: Trace, output: str | Path) -> Path:
         data = orjson.dumps(chrome_document(trace))
     if path.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6, mtime=0)
-    return write_output(path, data, ours=OURS)
+    return write_output(path, data, ours=ours)
 
 
 _INT64 = (1 << 63) - 1

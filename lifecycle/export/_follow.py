@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from lifecycle.audit import Appender
-from lifecycle.export._otlp import MEGATRON_SPANS, OURS, ROOT, SCOPE, nanos, sdk
+from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, nanos, ours, sdk
 from lifecycle.log import events
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def follow(
     from lifecycle.export._sdk import LineExporter
 
     ranks: dict[Path, _Rank] = {}
-    with Appender(output, ours=OURS) as sink:
+    with Appender(output, ours=ours) as sink:
         exporter = LineExporter(sink)
         tracer = _tracers(provider, exporter)
         last_change = time.monotonic()

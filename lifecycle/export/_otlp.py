@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from lifecycle.audit import Failure, Segment, no_gc, starts_with, write_output
+from lifecycle.audit import Failure, Segment, no_gc, write_output
 from lifecycle.errors import ExtraNotInstalled
 from lifecycle.export._details import Attempt, Mark
 from lifecycle.export._encode import encode
@@ -40,8 +40,11 @@ MEGATRON_SPANS = {
     State.MODEL_BUILT.name: "model_init",
 }
 """States that do the work of a Megatron-LM startup span: the span carries `megatron.span`."""
-OURS = starts_with(b'{"resourceSpans":')
-"""OTLP JSON we wrote (a document, or `--follow`'s lines): the only file written over or appended to."""
+
+
+def ours(head: bytes) -> bool:
+    """OTLP JSON we wrote (a document, or `--follow`'s lines): the only file written over or appended to."""
+    return head.startswith(b'{"resourceSpans":')
 
 
 def sdk() -> type[TracerProvider]:
@@ -252,4 +255,4 @@ def write_otlp(trace: Trace, output: str | Path) -> Path:
     only over OTLP JSON we wrote)."""
     with no_gc():
         data = orjson.dumps(encode(spans(trace)))
-    return write_output(output, data, ours=OURS)
+    return write_output(output, data, ours=ours)
