@@ -40,6 +40,11 @@ _CREATOR = "megatron-lifecycle plot"
 _MAGIC = (b"\x89PNG", b"<?xml", b"%PDF")
 
 
+class PlotNotWritten(OSError, ValueError):
+    """The image could not be written (not ours to replace, a full disk): an OSError, and a ValueError
+    too, which `lifecycle plot` reports in one line with exit status 2."""
+
+
 def ours(sample: bytes) -> bool:
     """An image `plot` wrote (its metadata names us): the only file `plot` replaces."""
     return sample.startswith(_MAGIC) and _CREATOR.encode() in sample
@@ -65,7 +70,10 @@ def plot(ranks: Sequence[RankAudit], output: str | Path, *, max_ranks: int = 64)
     figure.tight_layout()
     image = io.BytesIO()
     figure.savefig(image, format=fmt, metadata={"Software" if fmt == "png" else "Creator": _CREATOR})
-    return write_output(path, image.getvalue(), ours=ours)
+    try:
+        return write_output(path, image.getvalue(), ours=ours)
+    except OSError as exc:
+        raise PlotNotWritten(exc.errno, exc.strerror or str(exc), str(path)) from exc
 
 
 def _figure() -> Figure:

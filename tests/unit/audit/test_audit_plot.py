@@ -83,3 +83,13 @@ def test_a_plot_replaces_its_own_image_but_never_a_link_or_a_file_it_did_not_wri
         with pytest.raises(OSError, match="choose another path"):
             plot(ranks, target)
     assert photo.read_bytes() == b"\x89PNG\r\n\x1a\nsomeone else's"
+
+
+def test_a_plot_it_cannot_write_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_run(tmp_path / "logs", 2, steps=1)
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(b"someone else's")
+    assert main(["plot", str(tmp_path / "logs"), "-o", str(photo)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not an output we wrote" in err and str(photo) in err, err
+    assert photo.read_bytes() == b"someone else's"
