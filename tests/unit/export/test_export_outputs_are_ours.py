@@ -210,3 +210,23 @@ def test_an_http_url_or_a_path_is_a_good_rules_url(tmp_path: Path, failed_logs: 
     for url in ("https://example.org/rules/", "http://wiki/rules/", "../rules/"):
         assert main(["report", str(failed_logs), "-o", str(tmp_path / "r.html"), "--rules-url", url]) == 0
         assert url.encode() in (tmp_path / "r.html").read_bytes()
+
+
+def test_an_empty_file_is_taken_its_mode_kept_and_a_fifo_or_another_gzip_is_refused(
+    tmp_path: Path, failed_logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.json.gz"
+    trace.touch()  # what a failed export of an older version left: nothing to lose
+    assert main(["export", str(failed_logs), "-o", str(trace)]) == 0
+    trace.chmod(0o640)
+    assert main(["export", str(failed_logs), "-o", str(trace)]) == 0
+    assert trace.stat().st_mode & 0o777 == 0o640
+    other = tmp_path / "other.json.gz"
+    other.write_bytes(gzip.compress(b'{"mine": true}'))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    capsys.readouterr()
+    for target, why in ((other, "not an output we wrote"), (fifo, "not a regular file")):
+        assert main(["export", str(failed_logs), "-o", str(target)]) == 2
+        one_line(capsys, why)
+    assert gzip.decompress(other.read_bytes()) == b'{"mine": true}'
