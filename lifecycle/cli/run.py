@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from lifecycle import launchers
 from lifecycle.cli._inputs import EXIT_INPUT, check_before_start, flag_values, load, non_negative, say
 from lifecycle.cli._launch import add_launch_options, launch, launch_problem, launch_world_size, wants_launch
-from lifecycle.megatron.user_providers import NAMES, spec_problem
+from lifecycle.cli._specs import provider_problem
+from lifecycle.megatron.user_providers import NAMES
 from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State, training_state
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     for pattern in _QUIET:
         warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
     launching = wants_launch(args)
-    problem = launch_problem(args) or spec_problem(args.provider)
+    problem = launch_problem(args) or provider_problem(args.provider)
     if problem:
         return _refuse(problem)
     from lifecycle.errors import LifecycleError

@@ -71,3 +71,15 @@ def test_an_invalid_config_fails_at_validated_with_every_problem_named_and_exit_
 def test_a_misspelt_override_exits_2_naming_the_nearest_key() -> None:
     run = lifecycle("run", "--preset", "tiny-gpt", "--set", "parallel.tpp=2")
     assert run.returncode == 2 and "did you mean 'parallel.tp'" in run.stderr
+
+
+def test_a_provider_its_module_does_not_define_is_refused_in_one_line_before_the_launch(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    spec = "tests.integration.hostile_callables:no_such_provider"
+    run = lifecycle("run", "--nproc", "2", "--provider", spec, "--log-dir", str(logs))
+    assert (run.returncode, run.stdout) == (2, ""), run.stderr[-3000:]
+    assert run.stderr == (
+        f"lifecycle run: --provider {spec!r}: tests.integration.hostile_callables defines no 'no_such_provider'; "
+        "its top-level names: annotations, exits_zero, hangs, os, sys, time\n"
+    )
+    assert not logs.exists()  # no rank started
