@@ -42,9 +42,10 @@ if TYPE_CHECKING:
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 EXIT_BOUND = 124
 """The exit status of a rank whose user callable overran its bound (`bounded`; as timeout(1))."""
-SETTLE_S = 10.0
-"""After a rank failed, how long the others have to end by themselves (each rank's watch ends it a
-few seconds after a peer's failure, logging `peer_failed`) before the owner stops them."""
+SETTLE_S = 15.0
+"""After a rank failed, how long the others have to end by themselves before the owner stops them:
+each rank's watch ends it a few seconds after a peer's failure, logging `peer_failed` (a peer that
+published nothing is found lost after `stale_s`, 8 s, and ended `grace_s`, 3 s, later)."""
 KILL_AFTER_S = 5.0
 """How long a rank the owner stopped with SIGTERM has to release before SIGKILL."""
 TAIL_CHARS = 4000
