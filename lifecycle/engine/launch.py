@@ -146,6 +146,7 @@ def run_ranks(fn: Callable[..., T], nproc: int, *args: object, timeout_s: float 
     ctx = mp.get_context("spawn")
     port, outputs = free_port(), Path(tempfile.mkdtemp(prefix="lifecycle-ranks-"))
     ranks: list[_Rank] = []
+    previous = _exit_on_sigterm()
     try:
         for r in range(nproc):
             receive, send = ctx.Pipe(duplex=False)
@@ -156,6 +157,8 @@ def run_ranks(fn: Callable[..., T], nproc: int, *args: object, timeout_s: float 
             ranks.append(_Rank(r, proc, receive, out))
         results, errors, details = _collect(ranks, timeout_s)
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         _stop(ranks)
         shutil.rmtree(outputs, ignore_errors=True)
     if errors:
@@ -167,6 +170,20 @@ def run_ranks(fn: Callable[..., T], nproc: int, *args: object, timeout_s: float 
             output=details,
         )
     return [cast(T, results[r]) for r in range(nproc)]  # what `fn` returned on that rank, pickled across
+
+
+def _exit_on_sigterm() -> signal.Handlers | Callable[..., object] | int | None:
+    """On the main thread, SIGTERM while the ranks run ends this process as SIGTERM's default would
+    (exit 143), but through `run_ranks`' cleanup: its ranks stopped, its files removed. The handler
+    it replaced, or None off the main thread (the ranks still die with this process then)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous: signal.Handlers | Callable[..., object] | int | None = signal.signal(signal.SIGTERM, stop)
+    return previous if previous is not None else signal.SIG_DFL
 
 
 def _collect(ranks: list[_Rank], timeout_s: float) -> tuple[dict[int, object], dict[int, str], dict[int, str]]:

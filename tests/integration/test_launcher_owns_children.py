@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -224,6 +225,7 @@ def test_check_binding_stopped_or_killed_takes_both_its_rank_processes_with_it(
             return len(ranks) == 2 and all("waiting for a licence" in _printed(p) for p in ranks)
 
         _wait_for(waiting, owner, 120)
+        outputs = Path(os.readlink(f"/proc/{ranks[0]}/fd/2")).parent  # the owner's files of its ranks' output
         owner.send_signal(sig)
         owner.communicate(timeout=60)
         killed = time.monotonic()
@@ -237,3 +239,7 @@ def test_check_binding_stopped_or_killed_takes_both_its_rank_processes_with_it(
         if owner.poll() is None:
             owner.kill()
     assert left == [], f"rank processes outlived check-binding's {sig.name}"
+    if sig is signal.SIGTERM:  # a SIGKILLed owner cannot clean up; one stopped by SIGTERM does
+        assert (owner.returncode, outputs.exists()) == (128 + signal.SIGTERM, False)
+    else:
+        shutil.rmtree(outputs, ignore_errors=True)
