@@ -91,9 +91,22 @@ def report(problems: list[Problem], *, launch_world: int | None) -> int | None:
     return None
 
 
+RANK_CHECKS = frozenset({"launcher"})
+"""Environment checks that depend on the rank's own launcher variables: run on each rank only."""
+
+
 def check_before_start(config: RunConfig, launch_world: int | None) -> int | None:
-    """The intrinsic checks, with the world size about to launch; an exit status or None."""
+    """The intrinsic checks, with the world size about to launch; before a launch also the checks of
+    this machine that do not depend on the rank (CUDA, optional packages such as Apex/TE for the
+    distributed optimizer's checkpoints, paths, the log directory), so that a problem every rank
+    would find is printed once and nothing is launched. An exit status or None."""
     from lifecycle.config import validate
 
     checked = with_world_size(config, launch_world)
-    return report(validate(checked, environment=False), launch_world=launch_world)
+    status = report(validate(checked, environment=False), launch_world=launch_world)
+    if status is not None or launch_world is None:
+        return status
+    from lifecycle.config import probe_environment
+
+    problems = validate(checked, environment=probe_environment(checked))  # imports torch, for CUDA
+    return report([p for p in problems if p.check not in RANK_CHECKS], launch_world=launch_world)

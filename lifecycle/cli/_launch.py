@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from contextlib import suppress
 from types import FrameType
+from typing import IO, TextIO
 
 # (our option, torchrun's option): passed through when given.
 PASS_THROUGH = (
@@ -25,6 +28,8 @@ PASS_THROUGH = (
     ("--max-restarts", "--max-restarts"),
 )
 LAUNCH_ONLY = ("--nproc", *(ours for ours, _ in PASS_THROUGH))
+LAUNCHED = "LIFECYCLE_LAUNCHED"
+"""Set in the ranks `lifecycle run --nproc` launches: what the launcher said before, they do not repeat."""
 
 
 def add_launch_options(p: argparse.ArgumentParser) -> None:
@@ -104,7 +109,7 @@ def launch_env(args: argparse.Namespace) -> dict[str, str]:
     across nodes without one, the ranks derive it from the shared rendezvous address)."""
     from lifecycle.runtime import new_run_id
 
-    env = dict(os.environ)
+    env = {**os.environ, LAUNCHED: "1"}
     if not env.get("LIFECYCLE_RUN_ID"):
         if args.rdzv_id:
             env["LIFECYCLE_RUN_ID"] = args.rdzv_id
@@ -126,9 +131,91 @@ def launch(args: argparse.Namespace) -> int:
 
     port = None if args.rdzv_endpoint else free_port()
     torchrun = subprocess.Popen(
-        torchrun_command(args, port), env=launch_env(args), start_new_session=True, preexec_fn=die_with_parent
-    )  # prctl must run in the child
-    return wait_forwarding(torchrun)
+        torchrun_command(args, port),
+        env=launch_env(args),
+        start_new_session=True,
+        preexec_fn=die_with_parent,  # prctl must run in the child
+        stderr=subprocess.PIPE,
+    )
+    assert torchrun.stderr is not None  # stderr=PIPE
+    report = TorchrunReport(sys.stderr)
+    copier = threading.Thread(target=report.copy, args=(torchrun.stderr,), name="lifecycle-torchrun-stderr")
+    copier.start()
+    status = wait_forwarding(torchrun)
+    copier.join()
+    summary = report.summary(args.log_dir)
+    if status != 0 and summary:
+        print(f"lifecycle run: {summary}", file=sys.stderr, flush=True)
+    return status
+
+
+_ELASTIC_FAILED = re.compile(r"^[EWI]\d{4} .*torch/distributed/elastic/.*\] failed \(exitcode: ")
+_FIELD = re.compile(r"^\s*(rank|exitcode)\s*: (-?\d+)")
+
+
+class TorchrunReport:
+    """Copies torchrun's stderr (its ranks' lines among it) to `out`, without torchrun's own failure
+    report: the traceback ending in `ChildFailedError` and its table, and the agent's
+    `failed (exitcode: N)` line. `summary()` says the same in one line: which rank exited how."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.held: list[str] = []  # a traceback being read: shown unless it is torchrun's own
+        self.failures: list[tuple[int, int]] = []  # (rank, exit code) from the report
+        self.in_report = self.root_seen = False
+
+    def copy(self, stream: IO[bytes]) -> None:
+        for raw in stream:
+            self.line(raw.decode(errors="replace"))
+        self._flush()
+
+    def line(self, text: str) -> None:
+        if self.in_report:
+            self._read_report(text)
+        elif self.held:
+            if text.startswith("torch.distributed.elastic.multiprocessing.errors.ChildFailedError"):
+                self.held, self.in_report = [], True
+            elif text[:1].isspace() or text.startswith("Traceback"):
+                self.held.append(text)
+            else:  # another error's traceback ends here: not torchrun's report
+                self.held.append(text)
+                self._flush()
+        elif text.startswith("Traceback (most recent call last):"):
+            self.held.append(text)
+        elif not _ELASTIC_FAILED.match(text):
+            self.out.write(text)
+            self.out.flush()
+
+    def _read_report(self, text: str) -> None:
+        field = _FIELD.match(text)
+        if field and field.group(1) == "rank":
+            self.failures.append((int(field.group(2)), 0))
+        elif field and self.failures:
+            self.failures[-1] = (self.failures[-1][0], int(field.group(2)))
+        if text.startswith("Root Cause"):
+            self.root_seen = True
+        elif text.startswith("=") and self.root_seen:
+            self.in_report = False
+
+    def _flush(self) -> None:
+        self.out.write("".join(self.held))
+        self.out.flush()
+        self.held = []
+
+    def summary(self, log_dir: str | None) -> str | None:
+        """One line for torchrun's report: each failed rank and its exit; None when there was none."""
+        if not self.failures:
+            return None
+        seen = dict(sorted(set(self.failures)))
+        ranks = ", ".join(f"rank {r} {_ended(code)}" for r, code in seen.items())
+        audit = f"`lifecycle audit {log_dir}` names the cause" if log_dir else "each rank's own line is above"
+        return f"the launch failed: {ranks} ({audit})"
+
+
+def _ended(code: int) -> str:
+    if code < 0 and -code in signal.valid_signals():
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited {code}"
 
 
 def wait_forwarding(child: subprocess.Popen[bytes]) -> int:

@@ -15,10 +15,12 @@ import sys
 import textwrap
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from lifecycle.cli._inputs import EXIT_INPUT
-from lifecycle.megatron.user_providers import NAMES, spec_problem
+from lifecycle.cli._specs import callable_problem, provider_problem
+from lifecycle.megatron.user_providers import NAMES
+from lifecycle.redaction import redact_text
 
 if TYPE_CHECKING:  # megatron's objects a binder receives
     from megatron.core.distributed import DistributedDataParallelConfig
@@ -26,12 +28,18 @@ if TYPE_CHECKING:  # megatron's objects a binder receives
     from megatron.core.transformer import TransformerConfig
     from torch.nn import Module
 
+    from lifecycle.config import RunConfig
+    from lifecycle.megatron.providers import ModelProvider
+    from lifecycle.megatron.user_providers import Provider
+
 BINDERS = ("lifecycle", "megatron-lm", "bridge")
 EXIT_HELP = """exit status: 0 every rank's binding is ok; 1 a slot is missing, wrong or stale on some
 rank (or a rank failed); 2 bad command-line or config input, or a binder that is not installed."""
 # The binding block of Megatron-LM's train(): from this comment to the finalizer's assignment.
 TRAIN_BLOCK = ("# Setup some training config params.", "config.finalize_model_grads_func = finalize_model_grads")
 NPROC = 2
+RANKS_S = 300.0
+"""Beyond the bounded stages, how long the ranks may take in all (imports, a loaded machine)."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,7 +78,7 @@ def _refuse(message: str) -> int:
 
 
 def binder_problem(spec: str) -> str | None:
-    """Why `--binder` cannot be used here, in one line, or None."""
+    """Why `--binder` cannot be used here, in one line, or None (its module is found and read, not run)."""
     if spec in BINDERS:
         module = {"megatron-lm": "megatron.training", "bridge": "megatron.bridge"}.get(spec)
         import importlib.util
@@ -87,14 +95,14 @@ def binder_problem(spec: str) -> str | None:
             f"--binder {spec!r} is neither {', '.join(BINDERS)} nor package.module:function; "
             "write e.g. --binder mypkg.setup:bind"
         )
-    return None
+    return callable_problem("--binder", spec)
 
 
 def run(args: argparse.Namespace) -> int:
     """parse → check input → 2 ranks build, bind, check → print."""
     from lifecycle.errors import LifecycleError
 
-    problem = spec_problem(args.provider) or binder_problem(args.binder)
+    problem = provider_problem(args.provider) or binder_problem(args.binder)
     if problem:
         return _refuse(problem)
     from lifecycle.config import RunConfig, refuse_repeated
@@ -105,12 +113,18 @@ def run(args: argparse.Namespace) -> int:
     except LifecycleError as exc:
         return _refuse(str(exc))
     from lifecycle.engine.launch import run_ranks
+    from lifecycle.errors import RankFailed
 
-    try:
-        ranks = run_ranks(check_rank, NPROC, config.to_dict(), args.provider, args.binder)
-    except LifecycleError as exc:
-        print(f"lifecycle check-binding: {exc}", file=sys.stderr)
+    try:  # every stage of a rank is bounded by startup.timeout_s: the whole by all of them, and more
+        ranks = run_ranks(
+            check_rank, NPROC, config.to_dict(), args.provider, args.binder, timeout_s=RANKS_S + 8 * timeout_s(config)
+        )
+    except RankFailed as exc:
+        for rank, line in sorted(exc.context["errors"].items()):  # type: ignore[attr-defined]  # a dict by run_ranks
+            print(f"lifecycle check-binding: rank {rank} failed: {redact_text(line)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the ranks got it too, and the owner stopped them
+        return 128 + 2
     for rank, result in enumerate(ranks):
         print(f"rank {rank}: {result['text']}")
     return 0 if all(r["verdict"] == "ok" for r in ranks) else 1
@@ -124,12 +138,13 @@ def check_rank(config_data: dict[str, object], provider_spec: str, binder_spec: 
     from bindings import check
     from lifecycle.config import RunConfig
     from lifecycle.engine import Lifecycle
-    from lifecycle.megatron.user_providers import Provider
+    from lifecycle.engine.launch import bounded
     from states import State
 
     warnings.simplefilter("ignore")
     config = RunConfig.from_dict(config_data)
-    with Lifecycle(config, Provider.of(provider_spec), tripwires="warn") as lc:
+    provider = bounded_provider(provider_spec, timeout_s(config))
+    with Lifecycle(config, provider, tripwires="warn") as lc:
         if binder_spec == "lifecycle":
             lc.advance_to(State.CALLBACKS_BOUND)
         else:
@@ -137,7 +152,12 @@ def check_rank(config_data: dict[str, object], provider_spec: str, binder_spec: 
         rt = lc.runtime
         model = list(rt.model or ())
         if binder_spec != "lifecycle":
-            binder(binder_spec)(model, rt.optimizer, rt.ddp_config, rt.provider_config)
+            bind = bounded(
+                binder, what=f"importing binder {binder_spec}", state="MODEL_BUILT", timeout_s=timeout_s(config)
+            )
+            bounded(bind(binder_spec), what=f"binder {binder_spec}", state="MODEL_BUILT", timeout_s=timeout_s(config))(
+                model, rt.optimizer, rt.ddp_config, rt.provider_config
+            )
         report = check(
             model,
             rt.ddp_config,
@@ -150,6 +170,20 @@ def check_rank(config_data: dict[str, object], provider_spec: str, binder_spec: 
             _clear_slots([rt.provider_config, *model])  # let the lifecycle's release free them
         del rt, model, report
     return result
+
+
+def timeout_s(config: RunConfig) -> float:
+    return float(config.startup.timeout_s)
+
+
+def bounded_provider(spec: str, limit_s: float) -> Provider:
+    """The provider `spec` names, its import and each call bounded by `limit_s` (`bounded`)."""
+    from lifecycle.engine.launch import bounded
+    from lifecycle.megatron.user_providers import Provider
+
+    found = bounded(Provider.of, what=f"importing provider {spec}", state="CONFIGURED", timeout_s=limit_s)(spec)
+    call = bounded(found.call, what=f"provider {found.name}", state="DISTRIBUTED → MODEL_BUILT", timeout_s=limit_s)
+    return Provider(call=cast("ModelProvider", call), name=found.name)
 
 
 def _clear_slots(holders: list[object]) -> None:

@@ -11,14 +11,23 @@ pass through. `torchrun --nproc-per-node N -m lifecycle run ...`, `srun lifecycl
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from lifecycle import launchers
 from lifecycle.cli._inputs import EXIT_INPUT, check_before_start, flag_values, load, non_negative, say
-from lifecycle.cli._launch import add_launch_options, launch, launch_problem, launch_world_size, wants_launch
-from lifecycle.megatron.user_providers import NAMES, spec_problem
+from lifecycle.cli._launch import (
+    LAUNCHED,
+    add_launch_options,
+    launch,
+    launch_problem,
+    launch_world_size,
+    wants_launch,
+)
+from lifecycle.cli._specs import provider_problem
+from lifecycle.megatron.user_providers import NAMES
 from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State, training_state
 
 if TYPE_CHECKING:
@@ -80,6 +89,12 @@ def _add_sources(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a Megatron-LM YAML config (PretrainConfigContainer.to_yaml); the RunConfig is derived from it",
     )
+    p.add_argument(
+        "--allow-targets",
+        action="store_true",
+        help="with --megatron-config: let Megatron-LM's allowlist decide the _target_s outside megatron's "
+        "config classes (default: refuse them; loading one runs it)",
+    )
 
 
 # megatron-core's import-time notices about optional packages a CPU rehearsal does not use.
@@ -97,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
     for pattern in _QUIET:
         warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
     launching = wants_launch(args)
-    problem = launch_problem(args) or spec_problem(args.provider)
+    problem = launch_problem(args) or provider_problem(args.provider)
+    if args.allow_targets and not args.megatron_config:
+        problem = "--allow-targets applies to --megatron-config FILE only; drop it, or give the Megatron-LM YAML"
     if problem:
         return _refuse(problem)
     from lifecycle.errors import LifecycleError
@@ -124,11 +141,40 @@ def _megatron_config(args: argparse.Namespace, launching: bool) -> RunConfig:
 
     world = launch_world_size(args) if launching else None
     world = world or launchers.world_size() or 1
-    config = run_config_from_yaml(args.megatron_config, world_size=world, log_dir=args.log_dir)
+    config = run_config_from_yaml(
+        args.megatron_config, world_size=world, log_dir=args.log_dir, allow_targets=args.allow_targets
+    )
     values = {k: v for k, v in flag_values(args).items() if k != "logging.log_dir"}  # placed above
     if not (args.overrides or values):
         return config
-    return RunConfig.from_dict(config.to_dict(), args.overrides, values=values)
+    changed = RunConfig.from_dict(config.to_dict(), args.overrides, values=values)
+    if launching or not (launchers.rank() or os.environ.get(LAUNCHED)):  # said once: by our launcher, or rank 0
+        for line in overridden(config, changed, args.overrides, args.megatron_config):
+            say(line)
+    return changed
+
+
+def overridden(derived: RunConfig, changed: RunConfig, overrides: list[str], source: str) -> list[str]:
+    """One line per `--set` that changed a value derived from the Megatron-LM YAML."""
+    before, after = _flat(derived.to_dict()), _flat(changed.to_dict())
+    lines = []
+    for override in overrides:
+        key = override.partition("=")[0].strip()
+        if key in before and before[key] != after.get(key):
+            lines.append(
+                f"--set {key}={after.get(key)!r} overrides {key} = {before[key]!r} from --megatron-config {source}"
+            )
+    return lines
+
+
+def _flat(data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    flat: dict[str, object] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _refuse(message: str) -> int:

@@ -1,40 +1,70 @@
-"""Run a function on N local ranks (spawned processes, env:// rendezvous), collect each rank's result.
+"""The one owner of the processes that run ranks: start N local ranks (spawned, env:// rendezvous),
+collect each rank's result, and never leave one behind.
 
-Used by multi-rank tests and by `lifecycle experiment`; `lifecycle run --nproc` uses torchrun.
-The function must be importable (module level) and its result picklable. Also: `die_with_parent`,
-how a launched process makes sure it does not outlive the process that launched it.
+Used by `lifecycle check-binding`, `lifecycle experiment` and multi-rank tests; `lifecycle run
+--nproc` uses torchrun, owned the same way (`die_with_parent`, `cli/_launch.py`). The owner:
+
+- takes its ranks with it: each rank dies with it (`die_with_parent`: even a SIGKILLed owner's ranks
+  get SIGTERM from the kernel), and when `run_ranks` ends in any way (a failure, a timeout, Ctrl-C)
+  it stops the ranks still running (SIGTERM, then SIGKILL `KILL_AFTER_S` later);
+- treats a rank that ends without a result, with any exit status (`os._exit(0)` included), as failed
+  at once, with the last lines it printed (each rank's stdout and stderr go to a file of the owner's);
+- bounds the user's callables inside a rank (`bounded`): one that does not return within
+  `startup.timeout_s` ends its rank with one line naming it and the state.
+
+The function must be importable (module level) and its result picklable.
 """
 
 from __future__ import annotations
 
 import ctypes
-import multiprocessing as mp
 import os
+import shutil
 import signal
 import socket
+import sys
+import tempfile
+import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
-from multiprocessing.queues import SimpleQueue
-from typing import TypeVar, cast
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from lifecycle.errors import RankFailed
 from lifecycle.launchers import torchrun_env
 
+if TYPE_CHECKING:
+    from multiprocessing.context import SpawnProcess
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+EXIT_BOUND = 124
+"""The exit status of a rank whose user callable overran its bound (`bounded`; as timeout(1))."""
+SETTLE_S = 15.0
+"""After a rank failed, how long the others have to end by themselves before the owner stops them:
+each rank's watch ends it a few seconds after a peer's failure, logging `peer_failed` (a peer that
+published nothing is found lost after `stale_s`, 8 s, and ended `grace_s`, 3 s, later)."""
+KILL_AFTER_S = 5.0
+"""How long a rank the owner stopped with SIGTERM has to release before SIGKILL."""
+TAIL_CHARS = 4000
 T = TypeVar("T")
-Reply = tuple[int, bool, object]
-"""What a rank sends back: (rank, ok, what `fn` returned, or the error text)."""
 
 
-def die_with_parent(signum: int = signal.SIGTERM) -> bool:
+def die_with_parent(signum: int = signal.SIGTERM, *, parent: int | None = None) -> bool:
     """Have the kernel send `signum` to this process when the thread that started it exits (Linux
     `prctl(PR_SET_PDEATHSIG)`): a launcher killed even by SIGKILL takes what it launched with it.
-    False where the platform has no such call."""
+    With `parent` (its pid), a parent already gone before the call is caught too: the signal is sent
+    at once. False where the platform has no such call."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)) == 0
+        armed = int(libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)) == 0
     except (OSError, AttributeError):  # not Linux
         return False
+    if armed and parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), signum)
+    return armed
 
 
 def free_port() -> int:
@@ -44,50 +74,204 @@ def free_port() -> int:
         return port
 
 
+def bounded(fn: Callable[..., T], *, what: str, state: str, timeout_s: float) -> Callable[..., T]:
+    """`fn`, ended if a call does not return within `timeout_s`: the rank prints one line naming
+    `what` (e.g. "binder mypkg:bind"), the bound and `state`, and exits `EXIT_BOUND` at once. A call
+    blocked in native code cannot be interrupted, so the rank ends; its owner reports the line."""
+
+    def call(*args: object, **kwargs: object) -> T:
+        def overran() -> None:
+            rank = os.environ.get("RANK", "0")
+            print(
+                f"lifecycle: rank {rank}: {what} did not return within startup.timeout_s = {timeout_s:g} s in "
+                f"{state}; find what it waits for, or raise startup.timeout_s",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(EXIT_BOUND)
+
+        timer = threading.Timer(timeout_s, overran)
+        timer.daemon = True
+        timer.start()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            timer.cancel()
+            timer.join()
+
+    return call
+
+
+@dataclass(frozen=True, slots=True)
+class _Rank:
+    """One rank the owner started: its process, the read end of its reply pipe, its output file."""
+
+    rank: int
+    process: SpawnProcess
+    reply: Connection
+    output: Path
+
+
 def _worker(
-    fn: Callable[..., object], rank: int, nproc: int, port: int, args: Sequence[object], queue: SimpleQueue[Reply]
+    fn: Callable[..., object],
+    rank: int,
+    nproc: int,
+    port: int,
+    args: Sequence[object],
+    reply: Connection,
+    parent: int,
+    output: str,
 ) -> None:
+    die_with_parent(parent=parent)
+    with open(output, "ab", buffering=0) as out:  # the owner reads it back when this rank fails
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
     os.environ.update(torchrun_env(rank=rank, world_size=nproc, master_addr="127.0.0.1", master_port=port))
     try:
-        queue.put((rank, True, fn(*args)))
-    except BaseException as exc:  # the parent reports it with the rank
-        queue.put((rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        result = (True, fn(*args))
+    except BaseException as exc:  # the owner reports it with the rank
+        result = (False, (f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    reply.send(result)
+    reply.close()
 
 
 def run_ranks(fn: Callable[..., T], nproc: int, *args: object, timeout_s: float = 600.0) -> list[T]:
-    """Call `fn(*args)` on ranks 0..nproc-1 in fresh processes; return results ordered by rank."""
-    ctx = mp.get_context("spawn")
-    queue: SimpleQueue[Reply] = ctx.SimpleQueue()
-    port = free_port()
-    procs = [ctx.Process(target=_worker, args=(fn, r, nproc, port, args, queue)) for r in range(nproc)]
-    for proc in procs:
-        proc.start()
-    results: dict[int, T] = {}
-    errors: dict[int, str] = {}
-    import time
+    """Call `fn(*args)` on ranks 0..nproc-1 in fresh processes; return results ordered by rank.
 
+    Raises `RankFailed` when a rank raised, ended without a result, or did not finish within
+    `timeout_s`: `errors` maps each failed rank to one line, `output` to its traceback or the last
+    lines it printed. No rank outlives the call."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    port, outputs = free_port(), Path(tempfile.mkdtemp(prefix="lifecycle-ranks-"))
+    ranks: list[_Rank] = []
+    previous = _exit_on_sigterm()
+    try:
+        for r in range(nproc):
+            receive, send = ctx.Pipe(duplex=False)
+            out = outputs / f"rank-{r:05d}.out"
+            proc = ctx.Process(target=_worker, args=(fn, r, nproc, port, args, send, os.getpid(), str(out)))
+            proc.start()
+            send.close()
+            ranks.append(_Rank(r, proc, receive, out))
+        results, errors, details = _collect(ranks, timeout_s)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        _stop(ranks)
+        shutil.rmtree(outputs, ignore_errors=True)
+    if errors:
+        first = min(errors)
+        raise RankFailed(
+            f"rank {first} failed: {errors[first]}\n{details.get(first, '')}".rstrip(),
+            rank=first,
+            errors=errors,
+            output=details,
+        )
+    return [cast(T, results[r]) for r in range(nproc)]  # what `fn` returned on that rank, pickled across
+
+
+def _exit_on_sigterm() -> signal.Handlers | Callable[..., object] | int | None:
+    """On the main thread, SIGTERM while the ranks run ends this process as SIGTERM's default would
+    (exit 143), but through `run_ranks`' cleanup: its ranks stopped, its files removed. The handler
+    it replaced, or None off the main thread (the ranks still die with this process then)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous: signal.Handlers | Callable[..., object] | int | None = signal.signal(signal.SIGTERM, stop)
+    return previous if previous is not None else signal.SIG_DFL
+
+
+def _collect(ranks: list[_Rank], timeout_s: float) -> tuple[dict[int, object], dict[int, str], dict[int, str]]:
+    """Wait for every rank's reply or end: (results, one line per failed rank, its longer text)."""
+    from multiprocessing.connection import wait
+
+    results: dict[int, object] = {}
+    errors: dict[int, str] = {}
+    details: dict[int, str] = {}
     deadline = time.monotonic() + timeout_s
-    while len(results) + len(errors) < nproc:
-        if not queue.empty():
-            rank, ok, value = queue.get()
+    settle: float | None = None  # when the others stop waiting for a failed rank's peers
+    pending = {r.rank: r for r in ranks}
+    while pending:
+        now = time.monotonic()
+        limit = min(deadline, settle) if settle is not None else deadline
+        if now >= limit:
+            why = f"timed out after {timeout_s:g} s" if now >= deadline else f"stopped after rank {min(errors)} failed"
+            for r in pending:
+                errors[r] = why
+            break
+        ready = wait([x for r in pending.values() for x in (r.reply, r.process.sentinel)], timeout=limit - now)
+        for rank in [r for r in pending.values() if r.reply in ready or r.process.sentinel in ready]:
+            outcome = _outcome(rank)
+            if outcome is None:  # still running, nothing said yet
+                continue
+            del pending[rank.rank]
+            ok, value = outcome
             if ok:
-                results[rank] = cast(T, value)  # what `fn` returned on that rank, pickled across
+                results[rank.rank] = value
             else:
-                errors[rank] = str(value)
-            continue
-        dead = [i for i, p in enumerate(procs) if not p.is_alive() and p.exitcode not in (0, None)]
-        if dead and queue.empty():
-            errors.update({i: f"exited with code {procs[i].exitcode}" for i in dead if i not in errors})
-            break
-        if time.monotonic() > deadline:
-            errors.update({i: "timed out" for i in range(nproc) if i not in results and i not in errors})
-            break
-        time.sleep(0.01)
-    for proc in procs:
-        proc.join(timeout=5 if not errors else 1)
+                errors[rank.rank], details[rank.rank] = cast(tuple[str, str], value)
+                settle = settle if settle is not None else time.monotonic() + SETTLE_S
+    return results, errors, details
+
+
+def _outcome(rank: _Rank) -> tuple[bool, object] | None:
+    """(ok, result or (line, details)) once `rank` replied and ended; a rank that ended without a
+    reply failed, with the last lines it printed. None while it runs."""
+    reply: tuple[bool, object] | None = None
+    if rank.reply.poll():
+        try:
+            reply = rank.reply.recv()
+        except (EOFError, OSError):
+            reply = None
+    if reply is not None:
+        rank.process.join(KILL_AFTER_S)  # it only closes its pipe and returns
+        return (True, reply[1]) if reply[0] else (False, _one_line(cast(tuple[str, str], reply[1])))
+    if rank.process.exitcode is None and rank.process.is_alive():
+        return None
+    rank.process.join()
+    printed = _tail(rank.output)
+    last = next((line.strip() for line in reversed(printed.splitlines()) if line.strip()), "")
+    code = rank.process.exitcode
+    if code == EXIT_BOUND and last.startswith("lifecycle: "):
+        return False, (last.split(": ", 2)[-1], printed)
+    ended = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited {code}"
+    if code is not None and -code in signal.valid_signals():
+        ended = f"was killed by {signal.Signals(-code).name}"
+    said = f"; it last printed: {last[:300]}" if last else "; it printed nothing"
+    return False, (f"{ended} without a result{said}", printed)
+
+
+def _one_line(error: tuple[str, str]) -> tuple[str, str]:
+    """A rank's error as (its first line, the traceback)."""
+    line, trace = error
+    lines = [x.strip() for x in line.splitlines() if x.strip()]
+    return ("; ".join(lines)[:500] or "raised", trace)
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - TAIL_CHARS))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _stop(ranks: list[_Rank]) -> None:
+    """End every rank still running: SIGTERM (each releases and logs `startup_aborted`), then SIGKILL."""
+    alive = [r.process for r in ranks if r.process.is_alive()]
+    for proc in alive:
+        proc.terminate()
+    end = time.monotonic() + KILL_AFTER_S
+    for proc in alive:
+        proc.join(max(0.0, end - time.monotonic()))
         if proc.is_alive():
             proc.kill()
-    if errors:
-        rank = min(errors)
-        raise RankFailed(f"rank {rank} failed: {errors[rank]}", rank=rank, errors=errors)
-    return [results[r] for r in range(nproc)]
+            proc.join()
+    for r in ranks:
+        r.reply.close()

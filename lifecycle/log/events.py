@@ -47,6 +47,7 @@ CYCLE_STARTED: Final = "cycle_started"
 CYCLE_ENDED: Final = "cycle_ended"
 RESOURCE_LEAKED: Final = "resource_leaked"
 RESOURCE_LINGERED: Final = "resource_lingered"
+RESTARTS_EXHAUSTED: Final = "restarts_exhausted"
 
 ALL: Final[frozenset[str]] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

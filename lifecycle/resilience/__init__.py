@@ -11,13 +11,14 @@ from __future__ import annotations
 from lifecycle.resilience._call import cycle_and_store, injectable
 from lifecycle.resilience._compat import installed_problem, megatron_nvrx_minimum, pair_problem
 from lifecycle.resilience._nvrx import CallWrapperSlot
-from lifecycle.resilience._restart import InProcessRestart, refuse_incompatible
+from lifecycle.resilience._restart import InProcessRestart, RestartsExhausted, refuse_incompatible
 from lifecycle.resilience._sockets import CycleSockets
 
 __all__ = [
     "CallWrapperSlot",
     "CycleSockets",
     "InProcessRestart",
+    "RestartsExhausted",
     "cycle_and_store",
     "injectable",
     "installed_problem",

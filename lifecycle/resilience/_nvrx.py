@@ -28,9 +28,12 @@ REACTION_S = 2 * (MONITOR_S + MONITOR_S)
 """Twice the longest the wrapper takes to tell every rank to restart after a fault is recorded."""
 
 
-def wrap(fn: Callable[[CallWrapper], T], *, max_cycles: int, port: int | None, timeout_s: float) -> Callable[[], T]:
+def wrap(
+    fn: Callable[[CallWrapper], T], *, max_cycles: int, min_world_size: int, port: int | None, timeout_s: float
+) -> Callable[[], T]:
     """`fn(call_wrapper)` under an `inprocess.Wrapper` on CPU/gloo: restarted in place, on every rank,
-    after a fault on any rank, up to `max_cycles` calls in all."""
+    after a fault on any rank, up to `max_cycles` calls in all, and only while at least
+    `min_world_size` ranks are there (nvrx's own default, 1, lets a survivor train alone)."""
     from nvidia_resiliency_ext import inprocess
     from nvidia_resiliency_ext.inprocess.abort import AbortTorchDistributed
     from nvidia_resiliency_ext.inprocess.initialize import RetryController
@@ -41,7 +44,9 @@ def wrap(fn: Callable[[CallWrapper], T], *, max_cycles: int, port: int | None, t
     soft = timedelta(seconds=timeout_s * 3)
     wrapper = inprocess.Wrapper(
         store_kwargs={"port": port} if port is not None else {},
-        initialize=RetryController(max_iterations=max_cycles),
+        initialize=RetryController(
+            max_iterations=max_cycles, min_world_size=min_world_size, min_active_world_size=min_world_size
+        ),
         abort=AbortTorchDistributed(),
         health_check=None,
         soft_timeout=soft,
@@ -115,3 +120,11 @@ def is_restart_request(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def is_restart_abort(exc: BaseException) -> bool:
+    """True for the exception the wrapper raises when it gives up (`RestartAbort`: the cycles are
+    spent, or fewer ranks than `min_world_size` are left)."""
+    from nvidia_resiliency_ext.inprocess.exception import RestartAbort
+
+    return isinstance(exc, RestartAbort)

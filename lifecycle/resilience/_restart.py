@@ -23,16 +23,18 @@ import orjson
 from lifecycle.config import RunConfig
 from lifecycle.engine import Lifecycle, TripwirePolicy
 from lifecycle.errors import ConfigError
+from lifecycle.log import events
 from lifecycle.megatron.distributed import decide_rehearsal
 from lifecycle.megatron.resources import hook_counts
 from lifecycle.megatron.train import checkpoint_step
+from lifecycle.redaction import redact_text
 from lifecycle.resilience import _nvrx
 from lifecycle.resilience._call import cycle_and_store, own_client
 from lifecycle.resilience._compat import installed_problem
 from lifecycle.resilience._sockets import CycleSockets
-from lifecycle.runtime import Options
+from lifecycle.runtime import Options, world_size_of
 from lifecycle.runtime.frames import drop_frame_locals
-from states import Plan, State
+from states import LifecycleError, Plan, State
 
 if TYPE_CHECKING:
     from torch.distributed import Store
@@ -47,6 +49,12 @@ def refuse_incompatible(problem: str | None) -> None:
     """ConfigError (one line naming both versions) for a `pair_problem`; nothing for None."""
     if problem is not None:
         raise ConfigError(problem, field="resilience", problems=[problem])
+
+
+class RestartsExhausted(LifecycleError, RuntimeError):
+    """The restart wrapper gave up: every cycle allowed failed, or fewer ranks than `min_world_size`
+    were left. `cycles`, `cause_rank` and `cause` say how many and the last fault; the log has the
+    same in `restarts_exhausted`."""
 
 
 class InProcessRestart:
@@ -66,14 +74,19 @@ class InProcessRestart:
         tripwires: TripwirePolicy = "raise",
         options: Options | Mapping[str, object] | None = None,
         run_id: str | None = None,
+        min_world_size: int | None = None,
     ) -> None:
-        """`Lifecycle`'s arguments, and the wrapper's: at most `max_cycles`
-        calls, its store on `port`."""
+        """`Lifecycle`'s arguments, and the wrapper's: at most `max_cycles` calls, its store on
+        `port`, and at least `min_world_size` ranks in every cycle (default: every rank launched;
+        a smaller number lets the job go on with fewer ranks after one is lost)."""
         refuse_incompatible(installed_problem())  # before anything imports megatron.core
         self.lc = Lifecycle(
             config, provider, log_dir, plan=plan, phases=phases, tripwires=tripwires, options=options, run_id=run_id
         )
         self.max_cycles = max_cycles
+        self.min_world_size = min_world_size
+        self.last_cause: dict[str, object] = {}
+        """Who failed in the last cycle that failed, and why (`rank`, `error`), as this rank knows it."""
         self.port = port
         self.cycles = 0
         self._cutting: threading.Timer | None = None
@@ -88,13 +101,20 @@ class InProcessRestart:
             with self._rehearsal(), _frozen_heap():
                 lc.advance_to(State.VALIDATED)
                 gc.freeze()
+                floor = self._floor(world_size_of(lc.runtime.config))
                 call = _nvrx.wrap(
                     lambda cw: self._cycle(train, cw),
                     max_cycles=self.max_cycles,
+                    min_world_size=floor,
                     port=self.port,
                     timeout_s=lc.runtime.config.startup.timeout_s,
                 )
-                result: T = call()
+                try:
+                    result: T = call()
+                except BaseException as exc:
+                    if not _nvrx.is_restart_abort(exc):
+                        raise
+                    raise self._exhausted(exc, floor) from None
                 lc.shutdown()
                 return result
         finally:
@@ -102,6 +122,45 @@ class InProcessRestart:
             if lc.state is not State.SHUT_DOWN:
                 lc.shutdown()
             lc.provide(rendezvous_store=None)  # the wrapper's store (and its port) can go
+
+    def _floor(self, world: int) -> int:
+        """The fewest ranks a cycle may have: `min_world_size`, checked, or every rank launched."""
+        wanted = world if self.min_world_size is None else self.min_world_size
+        if not 1 <= wanted <= world:
+            raise ConfigError(
+                f"min_world_size={wanted} must be in 1..{world}, the launched world size; leave it out to "
+                "keep the job whole",
+                field="min_world_size",
+                problems=[],
+            )
+        return wanted
+
+    def _exhausted(self, exc: BaseException, floor: int) -> RestartsExhausted:
+        """Log `restarts_exhausted` (the cycles, the last cause) and say in one line why the wrapper
+        gave up and which fault it was."""
+        cause = self.last_cause
+        spent = self.cycles >= self.max_cycles
+        self.lc.record(
+            events.RESTARTS_EXHAUSTED,
+            cycles=self.cycles,
+            max_cycles=self.max_cycles,
+            min_world_size=floor,
+            cause_rank=cause.get("rank"),
+            cause=cause.get("error"),
+            reason="max_cycles" if spent else "min_world_size",
+        )
+        fault = f"rank {cause['rank']}: {cause.get('error')}" if "rank" in cause else "not published (a lost rank?)"
+        why = (
+            f"all {self.cycles} cycles (max_cycles={self.max_cycles}) failed"
+            if spent
+            else f"fewer than min_world_size={floor} ranks are left ({str(exc).strip()})"
+        )
+        return RestartsExhausted(
+            redact_text(f"in-process restart gave up: {why}; the last fault was on {fault}"),
+            cycles=self.cycles,
+            cause_rank=cause.get("rank"),
+            cause=cause.get("error"),
+        )
 
     @contextlib.contextmanager
     def _rehearsal(self) -> Iterator[None]:
@@ -161,8 +220,12 @@ class InProcessRestart:
         a dataloader worker was left alive: measured.) The wrapper aborts the process groups, and
         the next cycle's `restart()` proves everything is gone."""
         self._failed = exc  # first: the wrapper's request can land while the cause is published
-        if not _nvrx.is_restart_request(exc):
+        own = {} if _nvrx.is_restart_request(exc) else {"rank": self.lc.runtime.rank, "error": _error(exc)}
+        if own:
             _publish(store, cycle, self.lc.runtime.rank, exc)
+        # the first failure published, which a peer's own error (peer_failed) or the wrapper's
+        # request came after: what the storm's end names
+        self.last_cause = _read_cause(store, cycle) or own
         self._cutting = sockets.cut_later(_nvrx.REACTION_S)
 
     def _let_go(self) -> None:
@@ -199,9 +262,13 @@ def _frozen_heap() -> Iterator[None]:
 
 def _publish(store: Store, cycle: int, rank: int, exc: BaseException) -> None:
     """The first rank to fail in `cycle` says so on the wrapper's store (first writer wins)."""
-    value = orjson.dumps({"rank": rank, "error": f"{type(exc).__name__}: {exc}"[:500], "ts": time.time()})
+    value = orjson.dumps({"rank": rank, "error": _error(exc), "ts": time.time()})
     with contextlib.suppress(Exception):
         store.compare_set(_CAUSE.format(cycle=cycle), "", value)
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
 
 
 def _read_cause(store: Store, cycle: int) -> dict[str, object]:

@@ -243,9 +243,38 @@ def _records(lc: Any) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in Path(path).read_bytes().splitlines()] if path else []
 
 
+def storm(root: str) -> dict[str, Any]:
+    """Rank 1 raises at step 1 in every cycle: the wrapper gives up after `max_cycles` (2)."""
+    import torch
+
+    from lifecycle.resilience import InProcessRestart, RestartsExhausted
+
+    torch.set_num_threads(1)
+    port = int(os.environ["MASTER_PORT"]) + 5
+    restart = InProcessRestart(config(root, "storm"), "gpt", port=port, max_cycles=2)
+    try:
+        restart.run(train(99, 1))
+    except RestartsExhausted as exc:
+        return {"error": str(exc), "cycles": restart.cycles, "log_dir": f"{root}/storm/logs"}
+    return {"error": None, "cycles": restart.cycles, "log_dir": f"{root}/storm/logs"}
+
+
+def more_ranks_than_launched(root: str) -> str:
+    """`min_world_size` above the launched world size (2): refused before the first cycle."""
+    from lifecycle.errors import ConfigError
+    from lifecycle.resilience import InProcessRestart
+
+    port = int(os.environ["MASTER_PORT"]) + 6
+    try:
+        InProcessRestart(config(root, "floor"), "gpt", port=port, min_world_size=3).run(train(0, 1))
+    except ConfigError as exc:
+        return str(exc)
+    return "ran"
+
+
 def restart_group(root: str) -> dict[str, Any]:
-    """The uninterrupted run, the run where rank 1 fails at step 3, five restarts in one process,
-    and the two sabotaged releases."""
+    """The uninterrupted run, the run where rank 1 fails at step 3, a restart storm, five restarts in
+    one process, and the two sabotaged releases."""
     out = {
         "plain": run_case(root, "plain", 0, 3, 1),
         "restart": run_case(root, "restart", 1, 3, 2),
@@ -257,4 +286,6 @@ def restart_group(root: str) -> dict[str, Any]:
         out["sabotage_workers"] = sabotaged(root, "workers")
         out["sabotage_group"] = sabotaged(root, "group")
         out["release"] = release_fails(root)
+    out["storm"] = storm(root)  # after the others: they keep their order (and their ports' timing)
+    out["min_world_size_3"] = more_ranks_than_launched(root)
     return out

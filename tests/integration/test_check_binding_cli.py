@@ -3,6 +3,8 @@ bound by the named binder, each rank's report printed; the exit status says whet
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.child_python import run_lifecycle
@@ -56,3 +58,50 @@ def test_megatron_lms_own_binding_on_a_copying_provider_is_ok_where_megatron_tra
         return
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("binding check: ok") == 2
+
+
+def test_a_binder_or_provider_that_names_nothing_is_refused_in_one_line_before_any_rank_starts() -> None:
+    cases = {
+        ("--binder", "tests.integration.hostile_callables:no_such_binder"): (
+            "--binder 'tests.integration.hostile_callables:no_such_binder': tests.integration.hostile_callables "
+            "defines no 'no_such_binder'; its top-level names: annotations, exits_zero, hangs, os, sys, time"
+        ),
+        ("--binder", "no_such_package.setup:bind"): (
+            "--binder 'no_such_package.setup:bind': no module 'no_such_package.setup' on the path; put its package "
+            "on PYTHONPATH or give path/to/file.py:FUNCTION"
+        ),
+        ("--provider", "tests.integration.hostile_callables:no_such_provider"): (
+            "--provider 'tests.integration.hostile_callables:no_such_provider': tests.integration.hostile_callables "
+            "defines no 'no_such_provider'; its top-level names: annotations, exits_zero, hangs, os, sys, time"
+        ),
+    }
+    for (flag, spec), line in cases.items():
+        done = lifecycle("check-binding", "--provider", "copying", flag, spec)
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        assert done.stderr == f"lifecycle check-binding: {line}\n"
+
+
+def test_a_provider_that_exits_0_on_import_fails_each_rank_at_once_with_what_it_printed(tmp_path: Path) -> None:
+    provider = tmp_path / "quits.py"
+    provider.write_text(
+        "import os, sys\nprint('licence server unreachable', file=sys.stderr, flush=True)\nos._exit(0)\n"
+        "def model_provider(pre_process=True, post_process=True): ...\n"
+    )
+    done = lifecycle("check-binding", "--provider", f"{provider}:model_provider")
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr.splitlines() == [
+        f"lifecycle check-binding: rank {r} failed: exited 0 without a result; it last printed: "
+        "licence server unreachable"
+        for r in (0, 1)
+    ]
+
+
+def test_a_hanging_binder_is_ended_at_startup_timeout_s_with_one_line_per_rank_naming_it() -> None:
+    spec = "tests.integration.hostile_callables:hangs"
+    done = lifecycle("check-binding", "--provider", "copying", "--binder", spec, "--set", "startup.timeout_s=20")
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr.splitlines() == [
+        f"lifecycle check-binding: rank {r} failed: binder {spec} did not return within startup.timeout_s = 20 s "
+        "in MODEL_BUILT; find what it waits for, or raise startup.timeout_s"
+        for r in (0, 1)
+    ]

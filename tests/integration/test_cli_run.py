@@ -71,3 +71,62 @@ def test_an_invalid_config_fails_at_validated_with_every_problem_named_and_exit_
 def test_a_misspelt_override_exits_2_naming_the_nearest_key() -> None:
     run = lifecycle("run", "--preset", "tiny-gpt", "--set", "parallel.tpp=2")
     assert run.returncode == 2 and "did you mean 'parallel.tp'" in run.stderr
+
+
+def test_a_provider_its_module_does_not_define_is_refused_in_one_line_before_the_launch(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    spec = "tests.integration.hostile_callables:no_such_provider"
+    run = lifecycle("run", "--nproc", "2", "--provider", spec, "--log-dir", str(logs))
+    assert (run.returncode, run.stdout) == (2, ""), run.stderr[-3000:]
+    assert run.stderr == (
+        f"lifecycle run: --provider {spec!r}: tests.integration.hostile_callables defines no 'no_such_provider'; "
+        "its top-level names: annotations, exits_zero, hangs, os, sys, time\n"
+    )
+    assert not logs.exists()  # no rank started
+
+
+def test_a_rank_failure_under_nproc_2_ends_with_the_ranks_own_lines_not_torchruns_traceback(tmp_path: Path) -> None:
+    provider = tmp_path / "fails_on_rank_1.py"
+    provider.write_text(
+        "import os\n"
+        "from lifecycle.megatron.providers import PROVIDERS\n"
+        "def provider(config, *, pre_process, post_process, vp_stage, inputs):\n"
+        "    if os.environ['RANK'] == '1':\n"
+        "        raise RuntimeError('injected: rank 1 cannot build')\n"
+        "    return PROVIDERS['gpt'](config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage,"
+        " inputs=inputs)\n"
+    )
+    logs = tmp_path / "logs"
+    run = lifecycle("run", "--nproc", "2", "--steps", "0", "--provider", f"{provider}:provider", "--log-dir", str(logs))
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "ChildFailedError" not in run.stderr, run.stderr[-3000:]
+    assert "lifecycle run: rank 1 failed: PhaseFailed: build_model failed in DISTRIBUTED: RuntimeError: injected" in (
+        run.stderr
+    )
+    [summary] = [line for line in run.stderr.splitlines() if line.startswith("lifecycle run: the launch failed: ")]
+    assert "rank 1 " in summary and summary.endswith(f"(`lifecycle audit {logs}` names the cause)"), summary
+
+
+def test_the_distributed_optimizer_saving_without_apex_or_te_is_refused_once_and_nothing_launched(
+    tmp_path: Path,
+) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("apex") or importlib.util.find_spec("transformer_engine"):
+        pytest.skip("Apex or Transformer Engine is installed: the distributed optimizer's checkpoints work")
+    logs = tmp_path / "logs"
+    run = lifecycle(
+        "run",
+        "--nproc",
+        "2",
+        "--set",
+        "ddp.use_distributed_optimizer=true",
+        "--set",
+        f"checkpoint.save={tmp_path / 'ckpt'}",
+        "--log-dir",
+        str(logs),
+    )
+    assert (run.returncode, run.stdout) == (1, ""), run.stderr[-3000:]
+    assert run.stderr.startswith("lifecycle run: the config has 1 problem(s) for a 2-rank launch; nothing was launched")
+    assert run.stderr.count("the distributed optimizer's checkpoints need Apex or Transformer Engine") == 1
+    assert not logs.exists()  # no rank started

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -174,3 +175,71 @@ def test_sigint_to_the_launcher_while_rank_0_is_blocked_on_a_stopped_peer_is_log
     assert "blocked_s" in blocked, "rank 0 was waiting for the stopped rank 1"
     assert f"lifecycle: rank 0: startup aborted by SIGINT in state {blocked['state']}" in err
     _aborted_by(files[1].name, _records(files[1]), signal.SIGINT, err)  # released, or blocked in turn
+
+
+def _rank_processes_of(owner: int) -> list[int]:
+    """The spawned rank processes `owner` started (not multiprocessing's resource tracker)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if _parent(int(entry.name)) == owner and b"spawn_main" in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except (OSError, ValueError):  # it ended meanwhile
+                continue
+    return found
+
+
+def _printed(pid: int) -> str:
+    """What `pid` has written to its stderr, when that is a file."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/fd/2")).read_text()
+    except (OSError, ValueError):
+        return ""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_check_binding_stopped_or_killed_takes_both_its_rank_processes_with_it(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Both ranks wait forever in the provider's import (default startup.timeout_s, 600 s) when the
+    command gets the signal."""
+    provider = tmp_path / "waits.py"
+    provider.write_text(
+        "import sys, time\nprint('waiting for a licence', file=sys.stderr, flush=True)\ntime.sleep(3600)\n"
+        "def model_provider(pre_process=True, post_process=True): ...\n"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-m", "lifecycle", "check-binding", "--provider", f"{provider}:model_provider"],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ranks: list[int] = []
+    try:
+
+        def waiting() -> bool:
+            ranks[:] = _rank_processes_of(owner.pid)
+            return len(ranks) == 2 and all("waiting for a licence" in _printed(p) for p in ranks)
+
+        _wait_for(waiting, owner, 120)
+        outputs = Path(os.readlink(f"/proc/{ranks[0]}/fd/2")).parent  # the owner's files of its ranks' output
+        owner.send_signal(sig)
+        owner.communicate(timeout=60)
+        killed = time.monotonic()
+        while any(process_alive(p) for p in ranks) and time.monotonic() - killed < 60:
+            time.sleep(0.1)
+        left = [p for p in ranks if process_alive(p)]
+    finally:
+        for pid in ranks:
+            if process_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if owner.poll() is None:
+            owner.kill()
+    assert left == [], f"rank processes outlived check-binding's {sig.name}"
+    if sig is signal.SIGTERM:  # a SIGKILLed owner cannot clean up; one stopped by SIGTERM does
+        assert (owner.returncode, outputs.exists()) == (128 + signal.SIGTERM, False)
+    else:
+        shutil.rmtree(outputs, ignore_errors=True)

@@ -85,6 +85,32 @@ def test_the_audit_names_rank_1_as_the_cause_of_cycle_0_and_cycle_1_is_clean(cas
     assert diff(result.ranks, 0, 1) == ["cycles 0 and 1: no difference"]
 
 
+def test_a_restart_storm_ends_in_restarts_exhausted_and_one_line_naming_the_fault(cases: list[dict[str, Any]]) -> None:
+    fault = "rank 1: RuntimeError: injected fault at step 1 in cycle 1"
+    for rank, case in enumerate(cases):
+        assert case["storm"]["cycles"] == 2, rank
+        assert case["storm"]["error"] == (
+            f"in-process restart gave up: all 2 cycles (max_cycles=2) failed; the last fault was on {fault}"
+        ), rank
+    records = _log_records(cases[0]["storm"]["log_dir"])
+    exhausted = sorted(
+        (r["rank"], r["cycle"], r["cycles"], r["reason"], r["cause_rank"], r["cause"])
+        for r in records
+        if r["event"] == "restarts_exhausted"
+    )
+    cause = "RuntimeError: injected fault at step 1 in cycle 1"
+    assert exhausted == [(0, 1, 2, "max_cycles", 1, cause), (1, 1, 2, "max_cycles", 1, cause)]
+
+
+def test_a_min_world_size_above_the_launched_world_size_is_refused_before_the_first_cycle(
+    cases: list[dict[str, Any]],
+) -> None:
+    for rank, case in enumerate(cases):
+        assert case["min_world_size_3"] == (
+            "min_world_size=3 must be in 1..2, the launched world size; leave it out to keep the job whole"
+        ), rank
+
+
 def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> None:
     for rank, case in enumerate(cases):
         leaks = case["leaks"]

@@ -20,7 +20,7 @@ def test_a_binder_that_is_neither_a_known_one_nor_module_function_is_refused(
 
 def test_known_binders_and_module_functions_pass_the_input_check() -> None:
     assert binder_problem("lifecycle") is None
-    assert binder_problem("mypkg.setup:bind") is None
+    assert binder_problem("tests.integration.foreign_binders:bridge") is None
 
 
 def test_a_bad_provider_is_refused_before_any_rank_starts(capsys: pytest.CaptureFixture[str]) -> None:

@@ -230,20 +230,26 @@ def run_config(args: Namespace, *, log_dir: str | None = None) -> RunConfig:
     )
 
 
-def run_config_from_yaml(path: str, *, world_size: int = 1, log_dir: str | None = None) -> RunConfig:
+def run_config_from_yaml(
+    path: str, *, world_size: int = 1, log_dir: str | None = None, allow_targets: bool = False
+) -> RunConfig:
     """The RunConfig of a Megatron-LM YAML config (`PretrainConfigContainer.to_yaml`'s format) for a
-    job of `world_size` ranks: its arguments derived and checked by Megatron-LM's `validate_args`."""
-    from megatron.training.arguments import validate_args
-    from megatron.training.config import PretrainConfigContainer
-
+    job of `world_size` ranks: its arguments derived and checked by Megatron-LM's `validate_args`.
+    The file is read as data first (`_yaml.py`: its size, aliases and `_target_`s checked before
+    megatron is imported; `allow_targets` leaves the targets to Megatron-LM's allowlist)."""
     from lifecycle.errors import ConfigError
+    from lifecycle.megatron_lm.entry._yaml import load_container
 
     try:
-        container = PretrainConfigContainer.from_yaml(path)
+        container = load_container(path, allow_targets=allow_targets)  # megatron imported once it is checked
+    except ConfigError:
+        raise
     except Exception as exc:
         raise ConfigError(
             f"--megatron-config {path}: not a Megatron-LM PretrainConfigContainer YAML: {exc}", field="megatron_config"
         ) from exc
+    from megatron.training.arguments import validate_args
+
     args = args_from_container(container)
     args.world_size = world_size
     try:
