@@ -2,12 +2,14 @@
 
 Each chosen rank runs the real engine on torch's fake process-group backend, one after another;
 where megatron placed it is checked against `RankGenerator` computed without any process group.
+`count_groups` counts the process groups one rank of the job creates and joins.
 Imports neither torch nor megatron; its functions do when they run.
 """
 
 from __future__ import annotations
 
 from lifecycle.simulate._counting import counting
+from lifecycle.simulate._groups import GroupCount, count_groups
 from lifecycle.simulate._layout import (
     COORDINATES,
     GROUPS,
@@ -36,12 +38,14 @@ __all__ = [
     "COORDINATES",
     "GROUPS",
     "UNTIL",
+    "GroupCount",
     "Layout",
     "Placement",
     "RankReport",
     "Simulation",
     "SimulationResult",
     "at_rank",
+    "count_groups",
     "counting",
     "format_ranks",
     "observe",
