@@ -24,6 +24,7 @@ from lifecycle.audit._cycles import Attempt, attempts, diff
 from lifecycle.audit._feed import RECORD_TYPES, Tap, decode_typed
 from lifecycle.audit._handlers import HANDLERS, READS
 from lifecycle.audit._ordering import LOG_ORDERING, SHOWN_BY, LogOrdering
+from lifecycle.audit._output import Appender, write_output
 from lifecycle.audit._plot import plot
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure, Finding, Segment
@@ -51,6 +52,7 @@ __all__ = [
     "RECORD_TYPES",
     "RULES",
     "SHOWN_BY",
+    "Appender",
     "Attempt",
     "AuditResult",
     "ChainLink",
@@ -86,4 +88,5 @@ __all__ = [
     "root_causes",
     "stragglers",
     "text",
+    "write_output",
 ]

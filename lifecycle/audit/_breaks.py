@@ -1,7 +1,7 @@
 """The batch reader's chain checks on whole columns: which records of a batch do not continue the one
 before them unchanged (hash, previous hash, consecutive `seq`, one envelope, a clock that does not go
-backwards, a known event). `_feed` applies the runs between the breaks found here; each break goes to
-`RankAudit.feed`, which checks it in full.
+backwards, a timestamp between 2000 and 2100, a known event). `_feed` applies the runs between the
+breaks found here; each break goes to `RankAudit.feed`, which checks it in full.
 
 The columns are those of `_feed._records`: seq, prev_hash, hash, generation, rank, run_id,
 world_size, ts, event. Each holds any JSON value: `seq` and `ts` are compared as numbers, and a value
@@ -15,6 +15,7 @@ from itertools import compress, count, islice, repeat
 from operator import add, eq, le, ne, not_
 from typing import cast, overload
 
+from lifecycle.audit._records import EARLIEST_TS, LATEST_TS
 from lifecycle.log import events
 
 _EVENTS = events.ALL
@@ -57,7 +58,8 @@ def typed_clean(cols: tuple[Column, ...], joined: str) -> bool:
 
 
 def _in_order(cols: Sequence[Column]) -> bool:
-    """Consecutive `seq`s, one envelope and a clock that does not go backwards, on whole columns."""
+    """Consecutive `seq`s, one envelope and a clock that does not go backwards nor leave 2000-2100
+    (its first and last times: the others lie between them), on whole columns."""
     _, _, _, gens, ranks, runs, sizes, _, _ = cols
     seqs, tss = _numbers(cols)
     n = len(seqs)
@@ -68,6 +70,8 @@ def _in_order(cols: Sequence[Column]) -> bool:
         and runs.count(runs[0]) == n
         and sizes.count(sizes[0]) == n
         and all(map(le, tss, islice(tss, 1, None)))
+        and tss[0] >= EARLIEST_TS
+        and tss[-1] < LATEST_TS
     )
 
 
@@ -121,11 +125,16 @@ def _pairwise(cols: Sequence[Column], digests: list[str]) -> list[int]:
             map(eq, seqs[1:], map(add, seqs[:-1], repeat(1))),
             *same,
             map(le, tss[:-1], tss[1:]),
+            map(_possible, tss[1:]),
             map(_EVENTS.__contains__, evs[1:]),
             strict=True,
         ),
     )
     return list(compress(count(1), map(not_, ok)))
+
+
+def _possible(ts: float) -> bool:
+    return EARLIEST_TS <= ts < LATEST_TS
 
 
 def _continues(before: Column, head: Column, prev: str, digest: str) -> bool:
@@ -141,6 +150,7 @@ def _continues(before: Column, head: Column, prev: str, digest: str) -> bool:
             and head[3:7] == before[3:7]
             and type(ts) is float
             and ts >= before_ts
+            and EARLIEST_TS <= ts < LATEST_TS
             and head[8] in _EVENTS
         )
     except TypeError:

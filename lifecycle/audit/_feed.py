@@ -32,7 +32,7 @@ from lifecycle.audit._fields import Record
 from lifecycle.audit._handlers import HANDLERS, READS, WANTED
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import Lines
-from lifecycle.audit._records import unreadable
+from lifecycle.audit._records import EARLIEST_TS, LATEST_TS, unreadable
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import GENESIS, SUFFIX, events
 
@@ -211,6 +211,7 @@ class Feeder:
             stored != digest
             or type(seq) is not int
             or type(ts) is not float
+            or not EARLIEST_TS <= ts < LATEST_TS
             or type(event) is not str
             or event not in _EVENTS
         ):

@@ -287,6 +287,18 @@ WARNINGS_CAP = 32
 """Distinct warnings kept per rank; more are not listed (the log keeps them all)."""
 
 
+@reads("resource", "state")
+def resource_leaked(audit: RankState, rec: Record, ts: float) -> None:
+    """A survivor of a release, logged by the ledger; at a shutdown, after its `lifecycle_shutdown`."""
+    resource, state = str(rec.get("resource"))[:120], str(rec.get("state"))[:40]
+    after = "the lifecycle's shutdown" if audit.shut else "its release"
+    audit.flag(
+        RuleId.RESOURCE_LEAKED,
+        f"{resource!r}, made by {state}, was still alive after {after}: something still holds it; "
+        f"the release of {state} must destroy it",
+    )
+
+
 @reads("category", "message", "module")
 def warning(audit: RankState, rec: Record, ts: float) -> None:
     key = (_str(audit, rec, "category"), _str(audit, rec, "module"), _str(audit, rec, "message"))
@@ -333,6 +345,7 @@ HANDLERS: dict[str, Handler] = {
     events.RANK_SIMULATED: rank_simulated,
     events.IMPORTS: imports,
     events.WARNING: warning,
+    events.RESOURCE_LEAKED: resource_leaked,
     events.CYCLE_STARTED: _cycles.cycle_started,
     events.CYCLE_ENDED: _cycles.cycle_ended,
 }

@@ -8,10 +8,12 @@ individually below.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lifecycle.audit._output import write_output
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._timing import stragglers
 from lifecycle.errors import ExtraNotInstalled
@@ -34,10 +36,23 @@ _COLORS = {
     State.SHUT_DOWN.name: "#bab0ac",
 }  # a startup state's colour by its place
 _MAX_OUTLIERS = 24
+_CREATOR = "megatron-lifecycle plot"
+_MAGIC = (b"\x89PNG", b"<?xml", b"%PDF")
+
+
+class PlotNotWritten(OSError, ValueError):
+    """The image could not be written (not ours to replace, a full disk): an OSError, and a ValueError
+    too, which `lifecycle plot` reports in one line with exit status 2."""
+
+
+def ours(sample: bytes) -> bool:
+    """An image `plot` wrote (its metadata names us): the only file `plot` replaces."""
+    return sample.startswith(_MAGIC) and _CREATOR.encode() in sample
 
 
 def plot(ranks: Sequence[RankAudit], output: str | Path, *, max_ranks: int = 64) -> Path:
-    """Draw the timeline of `ranks` to `output` (.png, .svg or .pdf); returns the path written."""
+    """Draw the timeline of `ranks` to `output` (.png, .svg or .pdf); returns the path written. The
+    file is written whole or not at all, and only over an image `plot` wrote (`write_output`)."""
     path = Path(output)
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
@@ -53,8 +68,12 @@ def plot(ranks: Sequence[RankAudit], output: str | Path, *, max_ranks: int = 64)
         height = _aggregated(figure, timed, t0)
     figure.set_size_inches(12, max(3.0, 0.8 + 0.28 * height))
     figure.tight_layout()
-    figure.savefig(path, format=fmt)
-    return path
+    image = io.BytesIO()
+    figure.savefig(image, format=fmt, metadata={"Software" if fmt == "png" else "Creator": _CREATOR})
+    try:
+        return write_output(path, image.getvalue(), ours=ours)
+    except OSError as exc:
+        raise PlotNotWritten(exc.errno, exc.strerror or str(exc), str(path)) from exc
 
 
 def _figure() -> Figure:

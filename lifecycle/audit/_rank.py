@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from lifecycle.audit import _steps
 from lifecycle.audit._handlers import HANDLERS
 from lifecycle.audit._reader import file_rank
-from lifecycle.audit._records import Failure, unreadable
+from lifecycle.audit._records import EARLIEST_TS, LATEST_TS, MAX_STEP_BACK_S, Failure, unreadable
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
 from lifecycle.log import events, line_hash_matches
@@ -82,9 +82,22 @@ class RankAudit(RankState):
         self.world_size = ws
 
     def _clock(self, ts: float, seq: object, event: str) -> None:
+        if not EARLIEST_TS <= ts < LATEST_TS:
+            self.flag(
+                RuleId.IMPOSSIBLE_TIMESTAMP,
+                f"record seq {seq} ({event[:40]}) has ts {ts!r}, not between 2000 and 2100 in Unix seconds: "
+                "the node's clock was not set, or the log was edited; this rank's times are unreliable",
+            )
         if self.last_ts is None:
             self.first_ts = ts
         elif ts < self.last_ts:
+            if ts < self.last_ts - MAX_STEP_BACK_S and EARLIEST_TS <= ts < LATEST_TS:
+                self.flag(
+                    RuleId.IMPOSSIBLE_TIMESTAMP,
+                    f"record seq {seq} ({event[:40]}) is {self.last_ts - ts:.6f} s earlier than the record "
+                    f"before it, more than the {MAX_STEP_BACK_S:.0f} s a clock adjustment steps back: the clock "
+                    "was reset, or the log was edited; this rank's durations are unreliable",
+                )
             self.flag(
                 RuleId.TIME_WENT_BACKWARDS,
                 f"record seq {seq} ({event[:40]}) is {self.last_ts - ts:.6f} s earlier than the "

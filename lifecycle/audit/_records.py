@@ -11,6 +11,12 @@ CAUSE_KINDS = ("failed", "died", "timeout")
 """Failures a rank can cause on its own, in the order that breaks a tie between equal timestamps."""
 VICTIM_KINDS = ("aborted", "peer_failed")
 """Failures that happen to a rank because of another one: a signal from the launcher, a peer's error."""
+EARLIEST_TS = 946_684_800.0
+"""2000-01-01T00:00:00Z: a record's `ts` before it is impossible (LA022)."""
+LATEST_TS = 4_102_444_800.0
+"""2100-01-01T00:00:00Z: a record's `ts` from it on is impossible (LA022)."""
+MAX_STEP_BACK_S = 60.0
+"""A clock step back by more than this within one log is impossible (LA022), not a clock adjustment (LA017)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -53,6 +53,8 @@ class RuleId:
     FILE_RANK_MISMATCH: Final = "LA019"
     NOT_A_REGULAR_FILE: Final = "LA020"
     INCOMPLETE: Final = "LA021"
+    IMPOSSIBLE_TIMESTAMP: Final = "LA022"
+    RESOURCE_LEAKED: Final = "LA023"
     STEP_WITHOUT_BINDING: Final = "LA030"
     FIRST_STEP_UNCHECKED: Final = "LA031"
 
@@ -152,6 +154,17 @@ RULES: tuple[Rule, ...] = (
         id=RuleId.INCOMPLETE,
         slug="incomplete",
         summary="a log ends without a shutdown or a failure record after reaching its plan's target",
+    ),
+    Rule(
+        id=RuleId.IMPOSSIBLE_TIMESTAMP,
+        slug="impossible-timestamp",
+        summary="a record's timestamp is before 2000 or after 2100, or more than a minute earlier than the "
+        "record before it in the same log",
+    ),
+    Rule(
+        id=RuleId.RESOURCE_LEAKED,
+        slug="resource-leaked",
+        summary="a resource a state made was still alive after its release (rebuild, restart or shutdown)",
     ),
     Rule(
         id=RuleId.STEP_WITHOUT_BINDING,

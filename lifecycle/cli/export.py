@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 FORMATS = ("chrome", "otlp-json")
@@ -27,12 +28,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument(
         "--idle-timeout",
-        type=float,
+        type=seconds,
         default=300.0,
         metavar="S",
         help="with --follow: stop after S seconds with no new record (default 300)",
     )
     parser.set_defaults(func=run)
+
+
+def seconds(text: str) -> float:
+    """argparse type for `--idle-timeout`: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; write e.g. --idle-timeout 300") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must be a finite number of seconds, 0 or more; write e.g. --idle-timeout 300"
+        )
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
         except ExtraNotInstalled as exc:
             print(f"lifecycle export: {exc}", file=sys.stderr)
             return EXIT_UNREADABLE
-        print(f"wrote {count} spans to {args.output}")
+        except OSError as exc:
+            return cannot_write(args.output, exc)
+        print(f"wrote {count} spans to {printable(str(args.output))}")
         return 0
     try:
         trace = load(args.paths)
@@ -58,7 +74,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"lifecycle export: {printable(str(exc))}", file=sys.stderr)
         return EXIT_UNREADABLE
     except OSError as exc:
-        print(f"lifecycle export: cannot write {args.output!r}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_UNREADABLE
-    print(f"wrote {path} ({len(trace.ranks)} ranks, {args.format})")
+        return cannot_write(args.output, exc)
+    print(f"wrote {printable(str(path))} ({len(trace.ranks)} ranks, {args.format})")
     return 0
+
+
+def cannot_write(output: str, exc: OSError, command: str = "export") -> int:
+    """One line on stderr: the output that was not written, and why (a full disk, a link, not ours)."""
+    from lifecycle.audit import EXIT_UNREADABLE, printable
+
+    print(f"lifecycle {command}: cannot write {printable(repr(output))}: {exc.strerror or exc}", file=sys.stderr)
+    return EXIT_UNREADABLE

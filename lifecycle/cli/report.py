@@ -18,12 +18,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--rules-url",
         default="docs/rules/",
+        type=rules_url,
         metavar="URL",
         help="where the rule pages are: links go to URL + LA0NN.md (default: docs/rules/)",
     )
     parser.add_argument(
         "--per-rank-up-to",
-        type=int,
+        type=count,
         default=64,
         metavar="N",
         help="one row per rank up to N ranks; above it, ranks grouped by timing and outliers",
@@ -31,8 +32,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run)
 
 
+def count(text: str) -> int:
+    """argparse type for `--per-rank-up-to`: an integer, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; write e.g. --per-rank-up-to 64") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 or more; write e.g. --per-rank-up-to 64")
+    return value
+
+
+def rules_url(text: str) -> str:
+    """argparse type for `--rules-url`: an http(s) URL or a path (the page links to it)."""
+    from lifecycle.export import rules_url_problem
+
+    problem = rules_url_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
     from lifecycle.audit import EXIT_UNREADABLE, printable
+    from lifecycle.cli.export import cannot_write
     from lifecycle.errors import LogUnreadable
     from lifecycle.export import load, write_report
 
@@ -43,7 +66,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"lifecycle report: {printable(str(exc))}", file=sys.stderr)
         return EXIT_UNREADABLE
     except OSError as exc:
-        print(f"lifecycle report: cannot write {args.output!r}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_UNREADABLE
-    print(f"wrote {path} ({len(trace.ranks)} ranks)")
+        return cannot_write(args.output, exc, "report")
+    print(f"wrote {printable(str(path))} ({len(trace.ranks)} ranks)")
     return 0

@@ -16,7 +16,7 @@ from lifecycle.export._live import LiveSpans, live_spans
 from lifecycle.export._live import attach as attach_live_spans
 from lifecycle.export._model import Cycle, RankTrace, Trace, load
 from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, spans, write_otlp
-from lifecycle.export._report import RULES_URL, render, report_data, write_report
+from lifecycle.export._report import RULES_URL, render, report_data, rules_url_problem, write_report
 from lifecycle.export._rows import Row, rows
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "render",
     "report_data",
     "rows",
+    "rules_url_problem",
     "spans",
     "write_chrome",
     "write_otlp",

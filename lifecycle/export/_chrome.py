@@ -14,13 +14,18 @@ from typing import Literal, TypedDict
 
 import orjson
 
-from lifecycle.audit import Failure, Segment, no_gc
+from lifecycle.audit import Failure, Segment, no_gc, write_output
 from lifecycle.export._details import Mark
 from lifecycle.export._model import RankTrace, Trace
 from lifecycle.log import events
 
 STATES_TID, IMPORTS_TID, MARKS_TID = 1, 2, 3
 FLOW_CATEGORY = "root_cause"
+
+
+def ours(head: bytes) -> bool:
+    """A Chrome trace we wrote (gunzipped when gzipped): the only file `write_chrome` replaces."""
+    return head.startswith(b'{"traceEvents":')
 
 
 class Metadata(TypedDict):
@@ -134,18 +139,30 @@ def chrome_document(trace: Trace) -> Document:
 
 
 def write_chrome(trace: Trace, output: str | Path) -> Path:
-    """Write the trace to `output`; a `.gz` suffix gzips it."""
+    """Write the trace to `output` (`write_output`: whole or not at all, and only over a trace we
+    wrote); a `.gz` suffix gzips it."""
     path = Path(output)
     with no_gc():
         data = orjson.dumps(chrome_document(trace))
     if path.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6, mtime=0)
-    path.write_bytes(data)
-    return path
+    return write_output(path, data, ours=ours)
+
+
+_INT64 = (1 << 63) - 1
+
+
+def micros(seconds: float) -> int:
+    """Whole microseconds, held to what a 64-bit integer holds: an impossible timestamp (LA022)
+    gives a trace with a useless time, never one orjson cannot write."""
+    us = seconds * 1e6
+    if us != us:  # NaN: an infinite time minus an infinite t0
+        return 0
+    return _INT64 if us >= _INT64 else -_INT64 if us <= -_INT64 else round(us)
 
 
 def _us(ts: float, t0: float) -> int:
-    return round((ts - t0) * 1e6)
+    return micros(ts - t0)
 
 
 def _rank_events(rank: RankTrace, t0: float) -> list[Event]:
@@ -186,7 +203,7 @@ def _segment(rank: RankTrace, seg: Segment, attempt: int, pid: int, t0: float) -
         "name": seg.state,
         "cat": "import" if imports else "state",
         "ts": _us(seg.start, t0),
-        "dur": round(seg.duration * 1e6),
+        "dur": micros(seg.duration),
         "args": args,
     }
 
@@ -201,7 +218,7 @@ def _unfinished(unfinished: tuple[str, float, float], pid: int, t0: float) -> Sl
         "name": f"{trigger} (not completed)",
         "cat": "state",
         "ts": _us(start, t0),
-        "dur": round(max(0.0, end - start) * 1e6),
+        "dur": micros(max(0.0, end - start)),
         "args": {"trigger": trigger, "completed": False},
     }
 

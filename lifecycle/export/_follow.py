@@ -5,6 +5,8 @@ opentelemetry-sdk, ends a state's span as soon as its `transition_completed` (or
 written, and a rank's `megatron.startup` root span when the rank shuts down or fails. Each span is
 written at once as one OTLP JSON request per line (JSON Lines, as the OpenTelemetry Collector's
 file exporter writes them). The records are not checked here: `lifecycle audit` does that after.
+The output is appended to only when it is OTLP JSON we wrote (`lifecycle.audit.Appender`); a
+failed write (a full disk) ends the following with that OSError, the lines before it whole.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, sdk
+from lifecycle.audit import Appender
+from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, nanos, ours, sdk
 from lifecycle.log import events
 
 if TYPE_CHECKING:
@@ -54,12 +57,13 @@ def follow(
     stop: Callable[[], object] | None = None,
 ) -> int:
     """Follow `log_dir` until every rank of the world size is done (shut down or failed) or nothing was written
-    for `idle_timeout_s`; `stop()` returning True ends it early. Returns the spans written."""
+    for `idle_timeout_s`; `stop()` returning True ends it early. Returns the spans written. Raises
+    OSError when `output` is not ours to append to, or a write fails."""
     provider = sdk()
     from lifecycle.export._sdk import LineExporter
 
     ranks: dict[Path, _Rank] = {}
-    with open(output, "ab") as sink:
+    with Appender(output, ours=ours) as sink:
         exporter = LineExporter(sink)
         tracer = _tracers(provider, exporter)
         last_change = time.monotonic()
@@ -69,12 +73,16 @@ def follow(
             changed, world = _read_pass(Path(log_dir), ranks, tracer, world)
             now = time.monotonic()
             last_change = now if changed else last_change
+            if exporter.error is not None:
+                raise exporter.error
             finished = len(ranks) >= world > 0 and all(r.done for r in ranks.values())
             if finished or now - last_change > idle_timeout_s or stopping:
                 break
             time.sleep(poll_s)
         for rank in ranks.values():  # what never ended: closed now, as far as the log went
             _close(rank, time.time_ns(), error="the log stops here")
+    if exporter.error is not None:
+        raise exporter.error
     return exporter.count
 
 
@@ -141,7 +149,7 @@ def _int(value: object) -> int:
 def _apply(tracer: Tracer, rank: _Rank, rec: Mapping[str, object], ts: float) -> None:
     from opentelemetry import trace as api
 
-    event, ns = rec.get("event"), round(ts * 1e9)
+    event, ns = rec.get("event"), nanos(ts)
     if event == events.LIFECYCLE_STARTED or (rank.root is None and not rank.done):
         _close(rank, ns, error=None)
         rank.done = False

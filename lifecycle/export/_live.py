@@ -108,14 +108,14 @@ class LiveSpans:
         self._attempt = attempt
         _otlp.seed(self._ids, self._audit.run_id, self._audit.rank or 0, attempt)
         self._start = self._end = ts
-        self._root = self._tracer.start_span(_otlp.ROOT, start_time=_otlp._ns(self._start))
+        self._root = self._tracer.start_span(_otlp.ROOT, start_time=_otlp.nanos(self._start))
 
     def _write_segments(self, root: Span) -> None:
         for seg in self._audit.segments[self._done :]:
             self._end = max(self._end, seg.end)
             child = _otlp.child_span(self._tracer, root, seg, self._audit.counts)
             self._place(root, [(seg.start, seg.end, child)])
-            child.end(end_time=_otlp._ns(seg.end))
+            child.end(end_time=_otlp.nanos(seg.end))
         self._done = len(self._audit.segments)
 
     def _place(self, root: Span, children: list[tuple[float, float, Span]], *, last: bool = False) -> None:

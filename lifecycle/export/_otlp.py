@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from lifecycle.audit import Failure, Segment, no_gc
+from lifecycle.audit import Failure, Segment, no_gc, write_output
 from lifecycle.errors import ExtraNotInstalled
 from lifecycle.export._details import Attempt, Mark
 from lifecycle.export._encode import encode
@@ -40,6 +40,11 @@ MEGATRON_SPANS = {
     State.MODEL_BUILT.name: "model_init",
 }
 """States that do the work of a Megatron-LM startup span: the span carries `megatron.span`."""
+
+
+def ours(head: bytes) -> bool:
+    """OTLP JSON we wrote (a document, or `--follow`'s lines): the only file written over or appended to."""
+    return head.startswith(b'{"resourceSpans":')
 
 
 def sdk() -> type[TracerProvider]:
@@ -128,7 +133,7 @@ def _rank_spans(tracer: Tracer, ids: Ids, rank: RankTrace, attempt: int, segment
     ends = [s.end for s in segments] + ([unfinished[2]] if unfinished else [])
     start = started.ts if started is not None else min((s.start for s in segments), default=trace.t0)
     end = max(ends, default=start)
-    root = tracer.start_span(ROOT, start_time=_ns(start), attributes=root_attributes(rank, attempt, started))
+    root = tracer.start_span(ROOT, start_time=nanos(start), attributes=root_attributes(rank, attempt, started))
     children = [(seg.start, seg.end, child_span(tracer, root, seg, rank.counts)) for seg in segments]
     if unfinished is not None:
         children.append((unfinished[1], unfinished[2], unfinished_span(tracer, root, unfinished[0], unfinished[1])))
@@ -150,7 +155,7 @@ def child_span(tracer: Tracer, root: Span, seg: Segment, counts: dict[str, dict[
     attributes.update({f"lifecycle.{k}": v for k, v in counts.get(seg.state, {}).items()})
     name = "imports" if seg.state == events.IMPORTS else seg.state
     return tracer.start_span(
-        name, context=api.set_span_in_context(root), start_time=_ns(seg.start), attributes=attributes
+        name, context=api.set_span_in_context(root), start_time=nanos(seg.start), attributes=attributes
     )
 
 
@@ -161,7 +166,7 @@ def unfinished_span(tracer: Tracer, root: Span, trigger: str, begin: float) -> S
     return tracer.start_span(
         f"{trigger} (not completed)",
         context=api.set_span_in_context(root),
-        start_time=_ns(begin),
+        start_time=nanos(begin),
         attributes={"lifecycle.trigger": trigger, "lifecycle.completed": False},
     )
 
@@ -175,10 +180,10 @@ def finish(
     for _, stop, child in children:
         if failure is not None and child is children[-1][2] and unfinished:
             child.set_status(Status(StatusCode.ERROR, failure.message[:500]))
-        child.end(end_time=_ns(stop))
+        child.end(end_time=nanos(stop))
     if failure is not None:
         root.set_status(Status(StatusCode.ERROR, failure.message[:500]))
-    root.end(end_time=_ns(max(end, failure.ts or end) if failure is not None else end))
+    root.end(end_time=nanos(max(end, failure.ts or end) if failure is not None else end))
 
 
 def root_attributes(rank: RankTrace, attempt: int, started: Attempt | None) -> dict[str, AttributeValue]:
@@ -232,17 +237,22 @@ def place_events(
                 if v is not None
             }
         )
-        holder.add_event(mark.event, attributes=attributes, timestamp=_ns(mark.ts))
+        holder.add_event(mark.event, attributes=attributes, timestamp=nanos(mark.ts))
 
 
-def _ns(ts: float) -> int:
-    return round(ts * 1e9)
+_UINT63 = (1 << 63) - 1
+
+
+def nanos(ts: float) -> int:
+    """Unix nanoseconds, held to 0 .. 2**63 - 1 (OTLP's times are unsigned 64-bit, the SDK's signed):
+    an impossible timestamp (LA022) gives a span at a useless time, never an error."""
+    ns = ts * 1e9
+    return 0 if not ns > 0 else _UINT63 if ns >= _UINT63 else round(ns)
 
 
 def write_otlp(trace: Trace, output: str | Path) -> Path:
-    """Write the startup's spans to `output` as OTLP JSON."""
-    path = Path(output)
+    """Write the startup's spans to `output` as OTLP JSON (`write_output`: whole or not at all, and
+    only over OTLP JSON we wrote)."""
     with no_gc():
         data = orjson.dumps(encode(spans(trace)))
-    path.write_bytes(data)
-    return path
+    return write_output(output, data, ours=ours)

@@ -11,10 +11,11 @@ from collections.abc import Mapping, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import NotRequired, TypedDict
+from urllib.parse import urlsplit
 
 import orjson
 
-from lifecycle.audit import RULES, Finding, RootCause, StateBlame, blame, no_gc, stragglers
+from lifecycle.audit import RULES, Finding, RootCause, StateBlame, blame, no_gc, stragglers, write_output
 from lifecycle.export._model import Cycle, RankTrace, Trace
 from lifecycle.export._rows import Row, rows
 from lifecycle.log import events
@@ -23,6 +24,12 @@ from states import STARTUP_ORDER, State
 RULES_URL = "docs/rules/"
 _STATES = [events.IMPORTS] + [s.name for s in STARTUP_ORDER[1:]] + [State.FAILED.name, State.SHUT_DOWN.name]
 _PLACEHOLDER = b"/*LIFECYCLE_DATA*/null"
+_TITLE = b"<title>megatron-lifecycle startup report</title>"
+
+
+def ours(head: bytes) -> bool:
+    """A report we wrote: the only file `write_report` replaces."""
+    return head.startswith(b"<!DOCTYPE html>") and _TITLE in head
 
 
 class RowData(TypedDict):
@@ -61,8 +68,24 @@ class ReportData(TypedDict):
     stragglers: list[dict[str, object]]
 
 
+def rules_url_problem(url: str) -> str | None:
+    """Why `url` cannot be where the rule pages are (the page links to it), or None: an http(s) URL
+    or a path (no scheme), without spaces or control characters (browsers drop them, which can
+    make `java\tscript:` a scheme)."""
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        return f"{url!r} holds a space or a control character: give an http(s) URL or a path, e.g. docs/rules/"
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in ("", "http", "https"):
+        return f"{url!r} is a {scheme}: URL; give an http(s) URL or a path, e.g. docs/rules/"
+    return None
+
+
 def report_data(trace: Trace, *, rules_url: str = RULES_URL, per_rank_up_to: int = 64) -> ReportData:
-    """What the page shows, as plain JSON values; times in seconds since the run's first record."""
+    """What the page shows, as plain JSON values; times in seconds since the run's first record.
+    Raises ValueError for a `rules_url` that is not an http(s) URL or a path."""
+    problem = rules_url_problem(rules_url)
+    if problem is not None:
+        raise ValueError(f"rules_url {problem}")
     audits = [r.audit for r in trace.ranks]
     timeline = rows(trace, per_rank_up_to=per_rank_up_to)
     return {
@@ -187,9 +210,8 @@ def render(data: Mapping[str, object]) -> bytes:
 
 
 def write_report(trace: Trace, output: str | Path, *, rules_url: str = RULES_URL, per_rank_up_to: int = 64) -> Path:
-    """Write the HTML report of `trace` to `output`."""
-    path = Path(output)
+    """Write the HTML report of `trace` to `output` (`write_output`: whole or not at all, and only
+    over a report we wrote)."""
     with no_gc():
         data = render(report_data(trace, rules_url=rules_url, per_rank_up_to=per_rank_up_to))
-    path.write_bytes(data)
-    return path
+    return write_output(output, data, ours=ours)

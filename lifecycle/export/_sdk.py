@@ -4,7 +4,7 @@ functions that need these import this module, after `_otlp.sdk()` found the SDK 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import IO
+from typing import Protocol
 
 import orjson
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -38,15 +38,29 @@ class Collector(SpanProcessor):
         self.spans.append(span)
 
 
-class LineExporter(SpanExporter):
-    """A SpanExporter that writes each batch to `sink` as one OTLP JSON line and flushes it."""
+class Sink(Protocol):
+    """Where the lines go: each `write` whole, or an OSError (`lifecycle.audit.Appender`)."""
 
-    def __init__(self, sink: IO[bytes]) -> None:
+    def write(self, data: bytes) -> None: ...
+
+
+class LineExporter(SpanExporter):
+    """A SpanExporter that writes each batch to `sink` as one OTLP JSON line. A failed write (a full
+    disk) is kept in `error`, not raised into the SDK (which would print its traceback), and ends
+    the writing: the caller reports it."""
+
+    def __init__(self, sink: Sink) -> None:
         self.sink = sink
         self.count = 0
+        self.error: OSError | None = None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.sink.write(orjson.dumps(encode(spans)) + b"\n")
-        self.sink.flush()
+        if self.error is not None:
+            return SpanExportResult.FAILURE
+        try:
+            self.sink.write(orjson.dumps(encode(spans)) + b"\n")
+        except OSError as exc:
+            self.error = exc
+            return SpanExportResult.FAILURE
         self.count += len(spans)
         return SpanExportResult.SUCCESS

@@ -36,5 +36,7 @@ def rank_list(ranks: list[int]) -> str:
 
 
 def read_first(store: Store) -> Failure | None:
-    """The first failure published in this job's store, or None."""
-    return Failure.decode(store.get("first")) if store.check(["first"]) else None
+    """The first failure published in this job's store, or None (`first` is made empty, before any
+    failure, by the last rank to check in: a node leader's poll reads it with one `multi_get`)."""
+    raw = store.get("first") if store.check(["first"]) else b""
+    return Failure.decode(raw) if raw else None

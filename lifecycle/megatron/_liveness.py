@@ -14,9 +14,10 @@ import socket
 HOST = socket.gethostname()
 
 
-def host_key() -> str:
-    """The store key counting this host's ranks; `<key>/<n>` holds the n-th one's `rank:pid`."""
-    return f"host/{HOST}"
+def host_key(node: str = HOST) -> str:
+    """The store key counting a node's ranks (this host's by default); `<key>/<n>` holds the n-th
+    one's `rank:pid` (the first one's, the node's leader, `rank:pid:nonce:index`)."""
+    return f"host/{node}"
 
 
 def identity(rank: int) -> bytes:
@@ -28,7 +29,8 @@ def local_pids(entries: list[bytes], rank: int) -> dict[int, int]:
     """The other ranks on this host (from its `rank:pid` entries), with their pids."""
     out: dict[int, int] = {}
     for raw in entries:
-        peer, _, pid = raw.decode(errors="replace").partition(":")
+        peer, _, rest = raw.decode(errors="replace").partition(":")
+        pid = rest.partition(":")[0]
         if peer.isdigit() and pid.isdigit() and int(peer) != rank:
             out[int(peer)] = int(pid)
     return out

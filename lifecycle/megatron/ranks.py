@@ -2,18 +2,23 @@
 
 Keys, under this initialization's rendezvous prefix and `ranks/`:
     checkin/<rank>   each rank, before `init_process_group`
-    host/<name>[/n]  a count of the ranks on host <name>, and the n-th one's `rank:pid` (check-in)
-    arrived          a counter; the rank that brings it to world_size sets `all_arrived`
+    host/<node>[/n]  a count of the ranks on node <node>, and the n-th one's `rank:pid`; the first one
+                     leads the node, and its entry is `rank:pid:nonce:index` (the node-local board's
+                     name, and the node's index in the ring)
+    nodes            a counter: each node leader's index
+    node/<index>     the node's `leader rank:name`; beat/<index> its heartbeat, `seq:state` ("done" at its end)
+    arrived          a counter; the rank that brings it to world_size makes `first` (empty) and sets `all_arrived`
     failure/<rank>   what a failed rank publishes: {rank, state, error, kind}
     first            the first failure published (`compare_set`: the first writer wins)
 
-A watcher thread polls `first` on its own store connection (the main thread's may be blocked), checks that the ranks
-on its host exist (`_liveness.py`) and the store's host answers; it watches the collective states, each training step
-and the shutdown's closing barrier. gloo on torch 2.13 cannot abort a collective in flight (`_abort_process_group`,
-`abort()`, `set_timeout`: tried). So a victim leaves a blocked collective when the failed rank destroys its process
-group (its sockets close: the op raises at once), when the collective's timeout (`startup.timeout_s`) expires, or
-`grace_s` after the watcher saw the failure or the deadline passed, because the watcher writes `peer_failed` /
-`state_timeout` and ends the process (`EXIT_CODE`), unless it got SIGTERM/SIGINT (`runtime/signals.py` ends it).
+The store's host sees O(nodes) operations, not O(ranks) (docs/failures.md#the-rank-watch-at-scale): each
+node's leader owns its one watch connection and, every `interval_s`, beats and reads `first` and the next
+node's beat (`_ring.py`); the other ranks talk only to the node-local board (`_board.py`). Every watcher
+checks, each `poll_s`, that the ranks of its node exist (`_node.py`), ends its main thread's work past
+its grace or deadline, and leaves it to SIGTERM/SIGINT when one came (`runtime/signals.py`). gloo cannot
+abort a collective in flight (torch 2.13: tried), so a victim leaves one when the failed rank's sockets
+close, at the collective's timeout, or `grace_s` after the watcher saw the failure: it logs `peer_failed`
+or `state_timeout` and ends the process (`EXIT_CODE`).
 """
 
 from __future__ import annotations
@@ -22,47 +27,30 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
-from dataclasses import dataclass
-from datetime import timedelta
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import TYPE_CHECKING
 
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
-from lifecycle.megatron._failure import Failure, rank_list, read_first  # Failure, rank_list: public here too
-from lifecycle.megatron._liveness import (
-    connection_lost,
-    host_key,
-    identity,
-    is_timeout,
-    kind_of,
-    local_pids,
-    process_alive,
-    store_closed,
-)
-from lifecycle.runtime import PhaseContext, Watch, signals
+from lifecycle.megatron import _checkin
+from lifecycle.megatron._failure import Failure, rank_list, read_first
+from lifecycle.megatron._liveness import HOST, connection_lost, is_timeout, kind_of, store_closed
+from lifecycle.megatron._node import Node
+from lifecycle.megatron._ring import HOST_OPS_PER_S as HOST_OPS_PER_S  # public here too
+from lifecycle.megatron._ring import Ring as Ring  # a leader's round, public here too
+from lifecycle.megatron._ring import node_stale_s, round_s
+from lifecycle.megatron._watched import ActiveWork as ActiveWork  # the phases' ways in, public here too
+from lifecycle.megatron._watched import Emit
+from lifecycle.megatron._watched import mark_failed as mark_failed
+from lifecycle.megatron._watched import watched as watched
+from lifecycle.megatron._watched import watched_step as watched_step
+from lifecycle.runtime import PhaseContext, signals
 
 if TYPE_CHECKING:
     from torch.distributed import Store
 
 EXIT_CODE = 75
 """The exit status of a process the watcher ends (EX_TEMPFAIL: a peer failed or a deadline passed)."""
-
-
-Emit = Callable[..., None]
-
-
-@dataclass(frozen=True, slots=True)
-class ActiveWork:
-    """What the main thread is doing under the watch: the state, how to log, since when, and whether the watcher
-    enforces `timeout_s` on it (collective states; a training step relies on its collectives' own timeout).
-    `RankWatch.watching` makes one; the watcher only reads it."""
-
-    emit: Emit
-    trigger: str
-    state: str
-    started: float
-    deadline: bool
 
 
 class RankWatch:
@@ -81,80 +69,101 @@ class RankWatch:
         grace_s: float = 3.0,
         exit_process: Callable[[int], object] = os._exit,
         interruptible: bool = False,
+        node: str | None = None,
+        board_dir: str | None = None,
     ) -> None:
-        """`interruptible`: under an in-process restart wrapper, whose restart request is raised
-        between bytecodes: the check-in then waits in short steps, not one wait in the store."""
+        """`interruptible`: under an in-process restart wrapper (its restart request is raised between
+        bytecodes): the check-in waits in short steps. `node`: this rank's node (the host by default);
+        `board_dir`: where the node-local board lives (the temp directory by default)."""
         self.store, self.rank, self.world_size, self.timeout_s = store, rank, world_size, timeout_s
-        self.interruptible = interruptible
+        self.interruptible, self.node, self._board_dir = interruptible, HOST if node is None else node, board_dir
         self.poll_s, self.grace_s, self.store_host = poll_s, grace_s, store_host
         self.stale_s = max(5.0, min(8.0, timeout_s / 4))
-        """A rank whose heartbeat stood still this long is lost (rank 0's watcher checks)."""
+        """A rank (or node) whose heartbeat stood still this long is lost."""
         self.lost_s = max(1.0, 2 * poll_s)
         """A store whose host closed the connection this long is gone with its host."""
-        self._watcher_store = watcher_store
-        self._exit = exit_process
-        self._lock = threading.Lock()
+        self.interval_s, self.node_stale_s = poll_s, self.stale_s
+        """How often a node's leader talks to the store; how long a node may be silent (`join_node`)."""
+        self._watcher_store, self._exit, self._lock = watcher_store, exit_process, threading.Lock()
         self._active: ActiveWork | None = None
+        self._state = "DISTRIBUTED"  # what the main thread's work is in (the board shows it)
         self._noticed: tuple[Failure, float] | None = None
-        self._peers: dict[int, int] = {}  # rank -> pid of the other ranks on this host
-        self._finished: set[int] = set()
-        self._store_gone = False
-        self._stop = threading.Event()
+        self._store_gone, self.failed, self._stop = False, False, threading.Event()
         self._thread: threading.Thread | None = None
-        self.failed = False
+        self._node = Node(peers={}, leader=None, board=None)  # what `join_node` learns
+        self._own_index: int | None = None  # this rank's node index, when it leads the node
+        self._connection: Store | None = None  # the watch connection (`_watch_store`)
+        self._ring: Ring | None = None  # a leader's round at the store, once joined
+        self._next_round = 0.0
+        self._failing_since: float | None = None  # since when the store has not answered
+
+    @property
+    def leader(self) -> bool:
+        """This rank talks to the store for its node (also: before `join_node`, or without a board)."""
+        return self._node.leads(self.rank)
+
+    @property
+    def verdict_s(self) -> float:  # the wait for a lost peer's verdict: the silence, two rounds, three polls
+        return self.node_stale_s + 2 * self.interval_s + 3 * self.poll_s
+
+    @property
+    def nodes(self) -> int:  # after `join_node` (1 before)
+        return self._node.nodes
 
     # -- check-in -----------------------------------------------------------------------------
     def check_in(self, ctx: PhaseContext) -> None:
         """Register this rank and wait until all have; on the deadline log `state_timeout` and raise."""
-        self.store.add(f"alive/{self.rank}", 1)
-        self.store.set(f"{host_key()}/{int(self.store.add(host_key(), 1))}", identity(self.rank))
-        self.store.set(f"checkin/{self.rank}", b"1")
-        if int(self.store.add("arrived", 1)) >= self.world_size:
-            self.store.set("all_arrived", b"1")
+        self.register()
         try:
-            self._wait_all_arrived()
+            self.await_all()
         except Exception as exc:
             if not is_timeout(exc):
                 raise
-            missing = self.missing()
-            self._timed_out(ctx.emit, ctx.trigger.value, "DISTRIBUTED", missing, rendezvous=True)
-            raise DistributedError(
-                f"rendezvous timed out after {self.timeout_s:g} s: {self.world_size - len(missing)} of "
-                f"{self.world_size} ranks arrived; missing: {rank_list(missing)}. Start the missing "
-                "ranks, or raise startup.timeout_s if they are slow to start",
-                field="startup.timeout_s",
-            ) from exc
-        here = int(self.store.add(host_key(), 0))  # every rank here has written its entry by now
-        self._peers = local_pids(self.store.multi_get([f"{host_key()}/{n}" for n in range(1, here + 1)]), self.rank)
+            raise self._rendezvous_timed_out(ctx) from exc
+        self.join_node()
 
-    def _wait_all_arrived(self) -> None:
-        """Until every rank has checked in, at most `timeout_s`. Interruptible: polled, 1 ms at first
-        and doubling to 0.1 s, so the wrapper's restart request lands within 0.1 s (in one wait in
-        the store it landed only at the deadline, `startup.timeout_s`: measured)."""
-        if not self.interruptible:
-            self.store.wait(["all_arrived"], timedelta(seconds=self.timeout_s))
-            return
-        deadline, pause = time.monotonic() + self.timeout_s, 0.001
-        while not self.store.check(["all_arrived"]):
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"not every rank checked in within {self.timeout_s:g} s")
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(2 * pause, 0.1)
+    def register(self) -> None:
+        """This rank's check-in writes (`_checkin.register`); the first on its node leads it."""
+        self._own_index = _checkin.register(self.store, self.rank, self.world_size, self.node)
 
-    def missing(self) -> list[int]:
-        """Ranks that have not checked in (one `check` per rank: `multi_get` would block on them)."""
-        return [r for r in range(self.world_size) if not self.store.check([f"checkin/{r}"])]
+    def await_all(self) -> None:
+        """Until every rank has checked in, at most `timeout_s` (polled when `interruptible`)."""
+        _checkin.await_all(self.store, self.timeout_s, interruptible=self.interruptible)
+
+    def join_node(self) -> None:
+        """After every rank checked in: this node's ranks, leader, board, the node count and the round."""
+        self._node = _checkin.join(self.store, self.rank, self.node, board_dir=self._board_dir)
+        self.interval_s = round_s(self._node.nodes, self.poll_s)
+        self.node_stale_s = node_stale_s(self._node.nodes, self.poll_s, self.stale_s)
+        if self._own_index is not None:
+            self._ring = Ring(self._own_index, self._node.nodes, poll_s=self.poll_s, stale_s=self.stale_s)
+
+    def _rendezvous_timed_out(self, ctx: PhaseContext) -> DistributedError:
+        """Log `state_timeout`; the first rank of each node names the missing ranks (the others count them)."""
+        if self._own_index is None:
+            ctx.emit(events.STATE_TIMEOUT, state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=self.timeout_s)
+            return _checkin.timed_out(self.world_size, self.timeout_s, arrived=int(self.store.add("arrived", 0)))
+        missing = self.missing()
+        self._timed_out(ctx.emit, ctx.trigger.value, "DISTRIBUTED", missing, rendezvous=True)
+        return _checkin.timed_out(self.world_size, self.timeout_s, missing=missing)
+
+    def missing(self) -> list[int]:  # ranks not checked in (about 2·m·log2(N) operations for m of N)
+        return _checkin.missing(self.store, self.world_size)
 
     # -- failures -----------------------------------------------------------------------------
     def publish(self, failure: Failure, store: Store | None = None) -> None:
-        """Tell every rank that `failure.rank` failed. Best effort: the store may be gone with its host."""
+        """Tell every rank that `failure.rank` failed (the first published wins, and goes on this node's
+        board). Best effort: the store may be gone with its host."""
         store = self.store if store is None else store
         try:
             raw = failure.encode()
             store.set(f"failure/{failure.rank}", raw)
-            store.compare_set("first", b"", raw)
+            first = store.compare_set("first", b"", raw)
         except Exception:  # the store's host may be the rank that died
-            return
+            first = failure.encode()
+        if self._node.board is not None:
+            with suppress(Exception):
+                self._node.board.post(Failure.decode(first or failure.encode()))
 
     def first_failure(self, store: Store | None = None) -> Failure | None:
         """The first failure any rank published, or None (also when the store cannot be reached)."""
@@ -166,11 +175,18 @@ class RankWatch:
             return None
 
     def peer_failure(self) -> Failure | None:
-        """The first failure published by another rank, or the one the watcher noticed (a peer on
-        this host that is gone, or the store's host gone with the store), or None."""
-        failure = self.first_failure()
-        if failure is not None and failure.rank != self.rank:
-            return failure
+        """The first failure published by another rank (read in the store by a node's leader, on the
+        board by the others), or the one the watcher noticed (a peer on this node that is gone, a node
+        gone silent, or the store's host gone with the store), or None."""
+        if self.leader:
+            failure = self.first_failure()
+            if failure is not None and failure.rank != self.rank:
+                return failure
+        if self._node.board is not None:
+            with suppress(Exception):
+                posted = self._node.board.first()
+                if posted is not None and posted.rank != self.rank:
+                    return posted
         noticed = self._noticed
         return noticed[0] if noticed is not None and noticed[0].rank != self.rank else None
 
@@ -181,7 +197,13 @@ class RankWatch:
         if not published and self.peer_failure() is None:
             self.publish(Failure(rank=self.rank, state=state, error=reason, kind="exception"))
 
-    # -- the main thread's collective phases ------------------------------------------------------
+    def _notice(self, failure: Failure, now: float) -> None:
+        """The watcher learned of a peer's failure: keep it, and put it on the node's board."""
+        self._noticed = (failure, now)
+        if self._node.board is not None:
+            with suppress(Exception):
+                self._node.board.post(failure)
+
     def phase(self, ctx: PhaseContext, state: str) -> AbstractContextManager[None]:
         """Run a collective state's entry work under the deadline and the failure broadcast."""
         return self.watching(ctx.emit, ctx.trigger.value, state)
@@ -192,13 +214,12 @@ class RankWatch:
         the watcher's `timeout_s` backstop); `emit` logs, `trigger` names the work in `state_timeout`.
 
         A failure here is published (exception, signal, timeout), unless a peer failed first: then
-        this rank is a victim, logs `peer_failed` naming it, and raises `DistributedError`.
+        this rank is a victim, logs `peer_failed` naming it, and raises `DistributedError`. The state
+        reaches the node's board at the watcher's next beat (what a lost rank was doing); no store write.
         """
         with self._lock:
             self._active = ActiveWork(emit, trigger, state, time.monotonic(), deadline)
-        with suppress(Exception):  # what a lost rank was doing, for the failure rank 0 publishes
-            if not self._store_gone:
-                self.store.set(f"state/{self.rank}", state.encode())
+            self._state = state
         try:
             yield
         except BaseException as exc:
@@ -218,7 +239,7 @@ class RankWatch:
             return exc  # a wrapper's control flow (nvidia-resiliency-ext's RankShouldRestart), passed on
         peer = self.peer_failure()
         if peer is None and connection_lost(exc):  # a peer died: wait for the verdict naming it
-            peer = self._await_peer_failure(self.stale_s + 3 * self.poll_s)
+            peer = self._await_peer_failure(self.verdict_s)
         if peer is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
             self._peer_failed(emit, peer)
             return DistributedError(
@@ -260,90 +281,92 @@ class RankWatch:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the watcher and mark this rank done, so no rank takes its silence for a loss."""
+        """Stop the watcher; mark the node's beat (a leader) and this rank's on the board done: no loss."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.poll_s + 5)
         self._thread = None
         with suppress(Exception):
-            self.store.set(f"alive/{self.rank}", b"done")
+            if self._ring is not None and not self._store_gone:
+                self._ring.done(self._connection or self.store)
+        with suppress(Exception):
+            if self._node.board is not None:
+                self._node.board.leave()
+        self._connection = None
 
     def _watch(self) -> None:
-        store = self._watcher_store() if self._watcher_store is not None else self.store
-        beats: dict[int, tuple[bytes, float]] = {}
-        failing_since: float | None = None
         while not self._stop.wait(self.poll_s):
-            now = time.monotonic()
-            if self._noticed is None:
-                self._find_gone_peers(store, now)
-            if not self._store_gone:
-                try:
-                    self._poll(store, beats, now)
-                    failing_since = None
-                except Exception as exc:  # the store's host is slow or gone
-                    failing_since = now if failing_since is None else failing_since
-                    self._store_lost(exc, now - failing_since, now)
-            with self._lock:
-                active = self._active
-            if active is not None:
-                self._escalate(active, now)
+            self.tick(time.monotonic())
 
-    def _find_gone_peers(self, store: Store, now: float) -> None:
-        """A rank on this host whose process is gone without `done`: publish it (kind `lost`)."""
-        for peer, pid in self._peers.items():
-            if peer in self._finished or process_alive(pid):
-                continue
-            if self._said_done(store, peer):
-                self._finished.add(peer)
-                continue
-            first = self.first_failure(store)
-            if first is None:
-                state = self._state_of(store, peer)
-                error = f"its process (pid {pid}) is gone without a failure record: killed or crashed"
-                first = Failure(rank=peer, state=state, error=error, kind="lost")
-                self.publish(first, store)
-            if first.rank != self.rank:
-                self._noticed = (first, now)
-            return
-
-    def _said_done(self, store: Store, peer: int) -> bool:
-        if self._store_gone:
-            return False
-        try:
-            return bool(store.check([f"alive/{peer}"]) and store.get(f"alive/{peer}") == b"done")
-        except Exception:  # the store went with its host: the peer did not finish
-            return False
-
-    def _state_of(self, store: Store, peer: int) -> str:
-        if self._store_gone:
-            return "unknown"
-        try:
-            return store.get(f"state/{peer}").decode() if store.check([f"state/{peer}"]) else "unknown"
-        except Exception:
-            return "unknown"
-
-    def _poll(self, store: Store, beats: dict[int, tuple[bytes, float]], now: float) -> None:
-        store.add(f"alive/{self.rank}", 1)
+    def tick(self, now: float) -> None:
+        """One round of the watcher at monotonic time `now` (its thread calls it every `poll_s`): beat on
+        the board, look for gone peers on this node, read the board (not leading) or, every
+        `interval_s`, the store (leading), and end the main thread's work if it must end."""
+        if self._node.board is not None:
+            with suppress(OSError):
+                self._node.board.beat(self._state)
         if self._noticed is None:
-            failure = read_first(store)
-            if failure is not None and failure.rank != self.rank:
-                self._noticed = (failure, now)
-        if self.rank == 0 and self._noticed is None:
-            self._find_lost(store, beats, now)
+            self._find_gone_peers(now)
+        if self._noticed is None and not self.leader and self._node.board is not None:
+            with suppress(Exception):
+                posted = self._node.board.first()
+                if posted is not None and posted.rank != self.rank:
+                    self._noticed = (posted, now)
+        if self.leader and not self._store_gone and now >= self._next_round:
+            self._store_round(now)
+        with self._lock:
+            active = self._active
+        if active is not None:
+            self._escalate(active, now)
 
-    def _find_lost(self, store: Store, beats: dict[int, tuple[bytes, float]], now: float) -> None:
-        """Rank 0: publish, for the first peer whose heartbeat stood still `stale_s`, a `lost` failure."""
-        peers = [r for r in range(self.world_size) if r != self.rank]
-        values = store.multi_get([f"alive/{r}" for r in peers])  # every rank set its beat at check-in
-        for peer, value in zip(peers, values, strict=True):
-            last = beats.get(peer)
-            if value == b"done" or last is None or last[0] != value:
-                beats[peer] = (value, now)
-            elif now - last[1] >= self.stale_s:
-                state = self._state_of(store, peer)
-                error = f"no heartbeat for {now - last[1]:.0f} s: the process died or stopped responding"
-                self.publish(Failure(rank=peer, state=state, error=error, kind="lost"), store)
-                return
+    def _store_round(self, now: float) -> None:
+        try:
+            self._poll(self._watch_store(), now)
+            self._failing_since = None
+            self._next_round = now + self.interval_s
+        except Exception as exc:  # the store's host is slow or gone: ask again at the next poll
+            self._failing_since = now if self._failing_since is None else self._failing_since
+            self._store_lost(exc, now - self._failing_since, now)
+            self._next_round = now + self.poll_s
+
+    def _watch_store(self) -> Store:
+        """The leader's watch connection (the main thread's may be blocked), opened at first use."""
+        if self._connection is None:
+            self._connection = self._watcher_store() if self._watcher_store is not None else self.store
+        return self._connection
+
+    def _find_gone_peers(self, now: float) -> None:
+        """A rank of this node gone (or silent `stale_s`) unfinished: the leader publishes it (`lost`); the
+        others notice a gone leader here only (no connection to spare): the ring names it at the store."""
+        gone = self._node.gone_peer(self.stale_s)
+        if gone is None:
+            return
+        lost = Failure(rank=gone[0], state=self._node.state_of(gone[0]), error=gone[1], kind="lost")
+        if not self.leader:
+            if self._node.leader is not None and gone[0] == self._node.leader.rank:
+                self._notice(lost, now)
+            return
+        store = self._watch_store()
+        first = self.first_failure(store)
+        if first is None:
+            self.publish(lost, store)
+            first = self.first_failure(store) or lost
+        if first.rank != self.rank:
+            self._notice(first, now)
+
+    def _poll(self, store: Store, now: float) -> None:
+        """A leader's round (`Ring.round`): what it read of `first`, and a next node gone silent, are noticed."""
+        if self._ring is None:  # not joined to a node (a watch without check-in): `first` only
+            raw, lost = (store.get("first") if store.check(["first"]) else b""), None
+        else:
+            raw, lost = self._ring.round(store, self._state, now)
+        if lost is not None and self._noticed is None:
+            self.publish(lost, store)
+            raw = store.get("first")
+        if raw and self._noticed is None:
+            failure = Failure.decode(raw)
+            if failure.rank != self.rank:
+                self._notice(failure, now)
 
     def _store_lost(self, exc: BaseException, silent_s: float, now: float) -> None:
         """The store failed for `silent_s`: a closed connection after `lost_s` (its host is gone), any
@@ -353,7 +376,7 @@ class RankWatch:
         self._store_gone = True
         if self._noticed is None and self.store_host not in (None, self.rank):
             error = f"the rendezvous store it hosts stopped answering for {silent_s:.0f} s ({exc})"
-            self._noticed = (Failure(rank=self.store_host, state="unknown", error=error, kind="lost"), now)
+            self._notice(Failure(rank=self.store_host, state="unknown", error=error, kind="lost"), now)
 
     def _escalate(self, active: ActiveWork, now: float) -> None:
         """End a process whose main thread stayed blocked past the grace or the deadline (unless it got a
@@ -371,25 +394,7 @@ class RankWatch:
         else:
             return
         self._stop.set()  # once: the process is ending
+        if self._node.board is not None:
+            with suppress(Exception):
+                self._node.board.leave(done=False)
         self._exit(EXIT_CODE)
-
-
-def watched(ctx: PhaseContext, state: str) -> AbstractContextManager[None]:
-    """`RankWatch.phase` when DISTRIBUTED started a watch for this job (`Runtime.rank_watch`), else nothing."""
-    watch = ctx.runtime.rank_watch
-    return watch.phase(ctx, state) if watch is not None else nullcontext()
-
-
-def watched_step(watch: Watch | None, emit: Emit, step: int) -> AbstractContextManager[None]:
-    """A training step (after startup) under the failure broadcast of `watch` (`Runtime.rank_watch`),
-    without the state deadline: its collectives time out after `startup.timeout_s` by themselves."""
-    if watch is None:
-        return nullcontext()
-    return watch.watching(emit, f"step {step}", "CALLBACKS_BOUND", deadline=False)
-
-
-def mark_failed(watch: Watch | None, state: str, reason: str) -> None:
-    """Tell this job's watch (`Runtime.rank_watch`, if any) that the lifecycle failed: see `RankWatch.mark_failed`."""
-    if watch is not None:
-        with suppress(Exception):
-            watch.mark_failed(state, reason)

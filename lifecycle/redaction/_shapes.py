@@ -21,6 +21,7 @@ _SECRET_PARTS = frozenset(
         "auth",
         "authorization",
         "privatekey",
+        "cookie",
     }
 )
 _SEP = r"[_\-.]?"
@@ -88,6 +89,16 @@ class Shape:
         return (match[self.keep] if self.keep else "") + REDACTED
 
 
+_HEADER = (
+    r"(?<![\w\-])(?P<header>Set-Cookie|Cookie|Proxy-Authorization|Authorization)(?P<q>[\"'])?[ \t]*:[ \t]*(?(q)[\"'])"
+    r"(?!(?:Bearer|Basic|Token)\s)(?=[^\s\"'])"
+)
+"""An HTTP header whose whole value is a credential (a cookie's pairs, a `Digest` authorization), also as a
+mapping's quoted key and value (`{'Cookie': '...'}`, JSON); a `Bearer|Basic|Token` value is left to that shape."""
+_HEADER_VALUE = r"(?(q)[^\r\n\"']+|[^\r\n]+)"
+"""The header's value: up to the closing quote, else to the end of the line."""
+
+
 def _shape(name: str, pattern: str, keep: str = "", when: str = "", flags: int = 0, value: str = "") -> Shape:
     return Shape(name, re.compile(pattern, flags), keep, when, re.compile(value) if value else None)
 
@@ -101,15 +112,16 @@ SHAPES: tuple[Shape, ...] = (
     _shape("url_userinfo", r"(?P<lead>[A-Za-z][A-Za-z0-9+.\-]*://)[^/@\s?#]+(?=@)", keep="lead"),
     _shape("scp_userinfo", r"(?P<lead>(?<![\w/:.\-])[\w.\-]+:)[^\s@/:]+(?=@[\w.\-]+:)", keep="lead"),
     _shape("query_parameter", r"(?P<lead>[?&#;](?P<name>[A-Za-z0-9_.\-]+)=)[^&#\s;\"']+", keep="lead", when="name"),
-    _shape(
+    _shape(  # a scheme's credential (`Bearer x`), or a credential header's whole value, whatever its scheme
         "authorization_header",
-        r"(?P<lead>\b(?:Bearer|Basic|Token)\s+)[A-Za-z0-9._~+/\-]{6,}=*",
+        rf"(?P<lead>{_HEADER}|\b(?:Bearer|Basic|Token)\s+)(?(header){_HEADER_VALUE}|[A-Za-z0-9._~+/\-]{{6,}}=*)",
         keep="lead",
         flags=re.I,
     ),
-    _shape(
+    _shape(  # `password=x`, `private-key: x`, and a command line's `--password x` / `--password=x`
         "secret_assignment",
-        r"(?<![\w\-.])(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)[\"']?\s*[=:]\s*[\"']?",
+        r"(?<![\w\-.])(?P<dash>--?)?(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)"
+        r"(?(dash)(?:[ \t]+(?!-)|=)|[\"']?\s*[=:]\s*[\"']?)",
         when="name",
         value=r"(?!<redacted>|(?i:bearer|basic|token)\s)[^\s\"'&,;]+",
     ),
@@ -125,7 +137,7 @@ SHAPES: tuple[Shape, ...] = (
 # A cheap first look: text with none of these cannot hold anything a shape matches.
 _MAYBE = re.compile(
     r"@|=|hf_|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|AIza|sk-|AKIA|ASIA|eyJ|PRIVATE KEY"
-    r"|(?i:bearer|basic|token|passw|pwd|secret|credential|api.?key|private|auth)"
+    r"|(?i:bearer|basic|token|passw|pwd|secret|credential|api.?key|private|auth|cookie)"
 )
 # The log writer's look at a record's compact JSON, which holds no space of its own: every shape
 # that the token prefixes do not find needs a space, an `@` or a `=` (a `name: value`, a header, a

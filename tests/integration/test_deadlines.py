@@ -158,7 +158,7 @@ def test_a_rank_stopped_at_step_2_is_declared_lost_by_its_heartbeat_and_the_othe
     result = run_case("stop_at_step_2", 600.0, tmp_path)
     peer = result.events(0, "peer_failed")
     assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "CALLBACKS_BOUND")]
-    assert "no heartbeat" in peer[0]["error"]
+    assert "stood still" in peer[0]["error"]  # its watcher's beat on the node's board
     assert result.returncode[0] == EXIT_CODE  # blocked in an all-reduce with a live, silent peer
     assert _exit_after_fault(result, 0) <= 8.0 + 1.0 + 10.0  # stale_s + the lost grace, under load
 
@@ -252,12 +252,34 @@ def test_a_failure_inside_a_watched_state_is_published_once_and_the_first_one_wi
     assert rank1.failed and rank1.peer_failure() is None
 
 
-def test_rank_0_publishes_a_lost_peer_whose_heartbeat_stops_and_ends_its_blocked_state() -> None:
+def test_a_node_whose_heartbeat_stops_is_published_lost_by_the_node_before_it_which_ends_its_blocked_state(
+    tmp_path: Path,
+) -> None:
+    """Rank 1, alone on node b, checked in and then never beat again (its node lost): node a's leader,
+    which watches node b in the ring, names it after `stale_s`, on a real TCPStore."""
+    import torch.distributed as dist
+
     store, ctx = _store(2), _ctx(20.0)
     exits: list[int] = []
-    watch = RankWatch(store, rank=0, world_size=2, timeout_s=20.0, poll_s=0.1, grace_s=0.5, exit_process=exits.append)
-    store.add("alive/1", 1)  # rank 1 checked in, then never beat again
-    store.set("state/1", b"DISTRIBUTED")
+    other = dist.TCPStore("127.0.0.1", store.port, 2, is_master=False)
+    RankWatch(other, rank=1, world_size=2, timeout_s=20.0, node="b", board_dir=str(tmp_path)).register()
+
+    def connect() -> dist.TCPStore:
+        return dist.TCPStore("127.0.0.1", store.port, 2, is_master=False)
+
+    watch = RankWatch(
+        store,
+        rank=0,
+        world_size=2,
+        timeout_s=20.0,
+        poll_s=0.1,
+        grace_s=0.5,
+        exit_process=exits.append,
+        node="a",
+        board_dir=str(tmp_path),
+        watcher_store=connect,
+    )
+    watch.check_in(ctx)
     watch.start()
     blocked = threading.Event()
     with watch.phase(ctx, "DISTRIBUTED"):
@@ -268,7 +290,8 @@ def test_rank_0_publishes_a_lost_peer_whose_heartbeat_stops_and_ends_its_blocked
     assert exits == [EXIT_CODE]
     assert ctx.emitted[0][0] == "peer_failed"
     assert (ctx.emitted[0][1]["peer_rank"], ctx.emitted[0][1]["peer_state"]) == (1, "DISTRIBUTED")
-    assert store.get("alive/0") == b"done"
+    assert "its node b sent no heartbeat" in ctx.emitted[0][1]["error"]
+    assert store.get("beat/2") == b"done"  # node a (index 2: node b checked in first)
 
 
 def test_a_collective_state_that_runs_out_of_time_logs_state_timeout_and_fails_naming_the_setting() -> None:

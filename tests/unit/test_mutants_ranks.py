@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from lifecycle.errors import DistributedError
-from lifecycle.megatron import host_key
 from lifecycle.megatron.ranks import (
     EXIT_CODE,
     ActiveWork,
@@ -117,30 +116,6 @@ def test_a_failure_goes_through_the_store_unchanged() -> None:
 
 
 # -- check-in ------------------------------------------------------------------------------------------
-def test_the_last_rank_to_check_in_opens_the_gate_and_learns_its_neighbours_on_this_host() -> None:
-    store = MemoryStore()
-    store.set("arrived", b"2")
-    store.set(f"{host_key()}/{store.add(host_key(), 1)}", b"1:4242")
-    store.set(f"{host_key()}/{store.add(host_key(), 1)}", b"0:777")
-    watch = make(store, rank=2)
-    watch.check_in(Ctx())  # type: ignore[arg-type]
-    assert store.data["all_arrived"] == b"1" and store.data["checkin/2"] == b"1" and store.data["alive/2"] == b"1"
-    assert store.data[f"{host_key()}/3"] == f"2:{os.getpid()}".encode()
-    assert watch._peers == {1: 4242, 0: 777}
-
-
-class LateNeighbour(MemoryStore):
-    """Rank 1, on this host too, checks in while this rank waits for the others."""
-
-    def wait(self, keys: list[str], _timeout: Any = None) -> None:
-        self.set(f"{host_key()}/{self.add(host_key(), 1)}", b"1:4242")
-
-
-def test_a_neighbour_that_checks_in_after_this_rank_is_known_too() -> None:
-    store = LateNeighbour()
-    watch = make(store, rank=0, world=2)
-    watch.check_in(Ctx())  # type: ignore[arg-type]
-    assert watch._peers == {1: 4242}
 
 
 def test_a_rank_that_is_not_the_last_does_not_open_the_gate() -> None:
@@ -318,24 +293,6 @@ def test_a_lifecycle_that_fails_twice_publishes_its_first_reason_only() -> None:
 
 
 # -- a failure inside a watched phase ------------------------------------------------------------------
-def test_a_watched_phase_says_what_this_rank_does_and_what_the_watcher_may_end() -> None:
-    store = MemoryStore()
-    watch, emitted = make(store, rank=1), Emitted()
-    with watch.watching(emitted, "build_model", "MODEL_BUILT"):
-        active = watch._active
-        assert active is not None and (active.trigger, active.state, active.deadline) == (
-            "build_model",
-            "MODEL_BUILT",
-            True,
-        )
-        assert store.data["state/1"] == b"MODEL_BUILT"
-    assert watch._active is None and not watch.failed
-    with watch.watching(emitted, "step 3", "CALLBACKS_BOUND", deadline=False):
-        assert watch._active is not None and watch._active.deadline is False
-    watch._store_gone = True
-    with watch.watching(emitted, "shutdown", "SHUT_DOWN"):
-        assert store.data["state/1"] == b"CALLBACKS_BOUND", "a store that is gone is not written"
-    assert emitted == []
 
 
 def test_a_store_that_fails_does_not_keep_a_phase_from_running() -> None:
@@ -410,8 +367,8 @@ def test_a_connection_lost_mid_collective_waits_for_the_verdict_that_names_the_d
     watch._await_peer_failure = verdict  # type: ignore[method-assign]
     with pytest.raises(DistributedError, match="rank 2 failed"), watch.watching(emitted, "build_model", "MODEL_BUILT"):
         raise RuntimeError("gloo: Connection closed by peer")
-    # rank 0 publishes the verdict `stale_s` after the last heartbeat; a few polls more to read it
-    assert limits == [pytest.approx(watch.stale_s + 3 * watch.poll_s)]
+    # the ring publishes the verdict `node_stale_s` after the last beat; two rounds and a few polls to read it
+    assert limits == [pytest.approx(watch.node_stale_s + 2 * watch.interval_s + 3 * watch.poll_s)]
     assert [e for e, _ in emitted] == ["peer_failed"]
     with pytest.raises(ValueError), watch.watching(emitted, "build_model", "MODEL_BUILT"):
         raise ValueError("not a lost connection")
@@ -466,152 +423,6 @@ def test_a_watcher_left_running_never_keeps_the_process_alive() -> None:
         [sys.executable, "-c", WATCH_LEFT_RUNNING], env=env, capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 0 and done.stdout == "started\n"
-
-
-# -- the watcher: peers on this host -------------------------------------------------------------------
-def test_a_peer_on_this_host_that_finished_is_never_taken_for_lost(gone: int) -> None:
-    store = MemoryStore()
-    store.set("alive/1", b"done")
-    watch = make(store)
-    watch._peers = {1: gone}
-    watch._find_gone_peers(store, 10.0)
-    watch._find_gone_peers(store, 20.0)
-    assert watch._finished == {1} and watch._noticed is None and first(store) is None
-
-
-def test_a_peer_on_this_host_gone_without_done_is_published_lost_in_the_state_it_was_in(gone: int) -> None:
-    store = MemoryStore()
-    store.set("alive/2", b"17")
-    store.set("state/2", b"MODEL_BUILT")
-    watch = make(store)
-    watch._peers = {1: os.getpid(), 2: gone}
-    watch._find_gone_peers(store, 10.0)
-    lost = Failure(
-        rank=2,
-        state="MODEL_BUILT",
-        kind="lost",
-        error=f"its process (pid {gone}) is gone without a failure record: killed or crashed",
-    )
-    assert first(store) == lost and watch._noticed == (lost, 10.0)
-
-
-def test_after_a_finished_peer_the_next_gone_peer_is_still_found(gone: int) -> None:
-    store = MemoryStore()
-    store.set("alive/1", b"done")
-    watch = make(store)
-    watch._peers = {1: gone, 3: gone}
-    watch._find_gone_peers(store, 5.0)
-    assert watch._finished == {1} and watch._noticed is not None and watch._noticed[0].rank == 3
-    assert watch._noticed[0].state == "unknown"
-
-
-def test_only_the_first_gone_peer_is_published(gone: int) -> None:
-    store = MemoryStore()
-    watch = make(store, rank=1)
-    watch._peers = {0: gone, 2: gone}
-    watch._find_gone_peers(store, 5.0)
-    assert first(store) is not None and first(store).rank == 0 and "failure/2" not in store.data  # type: ignore[union-attr]
-
-
-def test_a_gone_peer_after_a_published_failure_points_at_that_failure(gone: int) -> None:
-    store = MemoryStore()
-    store.set("first", failure(3).encode())
-    watch = make(store)
-    watch._peers = {1: gone}
-    watch._find_gone_peers(store, 5.0)
-    assert watch._noticed == (failure(3), 5.0) and "failure/1" not in store.data
-    own = MemoryStore()
-    own.set("first", failure(0).encode())
-    watch = make(own)
-    watch._peers = {1: gone}
-    watch._find_gone_peers(own, 5.0)
-    assert watch._noticed is None, "this rank's own failure is no peer's"
-
-
-def test_with_the_store_gone_a_dead_peer_counts_as_not_finished_and_its_state_unknown(gone: int) -> None:
-    store = MemoryStore()
-    store.set("alive/1", b"done")
-    store.set("state/1", b"MODEL_BUILT")
-    watch = make(store)
-    assert watch._said_done(store, 1) and watch._state_of(store, 1) == "MODEL_BUILT"
-    assert not watch._said_done(store, 2) and watch._state_of(store, 2) == "unknown"
-    store.set("alive/2", b"9")
-    assert not watch._said_done(store, 2)
-    watch._store_gone = True
-    assert not watch._said_done(store, 1) and watch._state_of(store, 1) == "unknown"
-    watch._store_gone = False
-    store.fail_with = CLOSED
-    assert not watch._said_done(store, 1) and watch._state_of(store, 1) == "unknown"
-
-
-# -- the watcher: heartbeats (rank 0) ------------------------------------------------------------------
-def beats_of(store: MemoryStore, world: int) -> None:
-    for rank in range(world):
-        store.set(f"alive/{rank}", b"1")
-
-
-def test_a_heartbeat_that_stands_still_for_stale_s_is_a_lost_rank() -> None:
-    store = MemoryStore()
-    beats_of(store, 3)
-    store.set("state/2", b"MODEL_BUILT")
-    watch, beats = make(store), {}  # stale_s 6 s
-    watch._poll(store, beats, 100.0)
-    assert store.data["alive/0"] == b"2" and set(beats) == {1, 2}
-    store.set("alive/1", b"2")
-    watch._poll(store, beats, 105.9)
-    assert first(store) is None
-    store.set("alive/1", b"3")
-    watch._poll(store, beats, 106.0)  # rank 2 silent exactly stale_s
-    assert first(store) == Failure(
-        rank=2, state="MODEL_BUILT", kind="lost", error="no heartbeat for 6 s: the process died or stopped responding"
-    )
-
-
-def test_a_rank_that_said_done_is_never_lost_however_long_it_stays_quiet() -> None:
-    store = MemoryStore()
-    beats_of(store, 2)
-    store.set("alive/1", b"done")
-    watch, beats = make(store, world=2), {}
-    for now in (0.0, 10.0, 100.0, 1000.0):
-        watch._find_lost(store, beats, now)
-    assert first(store) is None
-
-
-def test_only_the_first_stale_rank_is_published_and_never_this_one() -> None:
-    store = MemoryStore()
-    beats_of(store, 3)
-    watch, beats = make(store), {}
-    watch._find_lost(store, beats, 0.0)
-    watch._find_lost(store, beats, 50.0)
-    assert first(store) is not None and first(store).rank == 1 and "failure/2" not in store.data  # type: ignore[union-attr]
-    assert set(beats) == {1, 2}
-
-
-def test_only_rank_0_judges_heartbeats_and_a_noticed_failure_stops_it() -> None:
-    store = MemoryStore()
-    beats_of(store, 3)
-    beats: dict[int, tuple[bytes, float]] = {}
-    make(store, rank=1)._poll(store, beats, 0.0)
-    assert beats == {} and store.data["alive/1"] == b"2"
-    watch = make(store)
-    watch._noticed = (failure(2), 0.0)
-    watch._poll(store, beats, 0.0)
-    assert beats == {}
-
-
-def test_the_watcher_notices_a_peers_published_failure_but_not_its_own() -> None:
-    store = MemoryStore()
-    beats_of(store, 3)
-    store.set("first", failure(1).encode())
-    watch = make(store, rank=1)
-    watch._poll(store, {}, 3.0)
-    assert watch._noticed is None
-    watch = make(store, rank=2)
-    watch._poll(store, {}, 3.0)
-    assert watch._noticed == (failure(1), 3.0)
-    store.set("first", failure(0).encode())
-    watch._poll(store, {}, 4.0)
-    assert watch._noticed == (failure(1), 3.0), "the first one noticed stays"
 
 
 # -- the watcher: the store's host ---------------------------------------------------------------------
@@ -692,19 +503,6 @@ def test_a_phase_past_its_deadline_and_grace_is_a_state_timeout_and_ends_the_pro
     assert first(store) == Failure(
         rank=1, state="MODEL_BUILT", error="MODEL_BUILT still running after 20 s", kind="timeout"
     )
-
-
-def test_stopping_marks_this_rank_done_so_no_rank_takes_its_silence_for_a_loss() -> None:
-    store = MemoryStore()
-    watch = make(store, rank=2)
-    watch.start()
-    thread = watch._thread
-    assert thread is not None and thread.is_alive()
-    watch.stop()
-    assert not thread.is_alive() and watch._thread is None, "stop() returns once the watcher has ended"
-    assert store.data["alive/2"] == b"done" and watch._stop.is_set()
-    store.fail_with = CLOSED
-    make(store).stop()  # a store that is gone: nothing to mark, nothing raised
 
 
 # -- the module's entry points -------------------------------------------------------------------------

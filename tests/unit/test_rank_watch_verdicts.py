@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lifecycle.errors import DistributedError
-from lifecycle.megatron import host_key, process_alive, store_closed
+from lifecycle.megatron import process_alive, store_closed
 from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch
 
 
@@ -71,11 +72,6 @@ def _dead_pid() -> int:
     return child.pid
 
 
-def _on_this_host(store: MemoryStore, rank: int, pid: int) -> None:
-    """What rank `rank` (process `pid`) wrote at its check-in on this host."""
-    store.set(f"{host_key()}/{store.add(host_key(), 1)}", f"{rank}:{pid}".encode())
-
-
 def _watch(store: MemoryStore, rank: int, exits: list[int], *, host: int | None = 0) -> RankWatch:
     return RankWatch(
         store,
@@ -104,13 +100,25 @@ def test_a_zombie_or_reaped_process_is_not_alive_and_a_running_one_is() -> None:
     assert process_alive(os.getpid())
 
 
-def test_a_peer_on_this_host_killed_outright_is_published_as_lost_and_ends_a_blocked_step() -> None:
+def _node_of_two(store: MemoryStore, exits: list[int], board: Path) -> tuple[RankWatch, RankWatch]:
+    """Rank 0, which leads its node and whose watcher thread runs, and rank 1 on the same node."""
+    watch = RankWatch(
+        store, rank=0, world_size=2, timeout_s=600.0, poll_s=0.05, exit_process=exits.append, board_dir=str(board)
+    )
+    peer = RankWatch(store, rank=1, world_size=2, timeout_s=600.0, board_dir=str(board))
+    for one in (watch, peer):
+        one.register()
+    for one in (watch, peer):
+        one.check_in(_Ctx())
+    return watch, peer
+
+
+def test_a_peer_on_this_host_killed_outright_is_published_as_lost_and_ends_a_blocked_step(tmp_path: Path) -> None:
     store, exits, emitted = MemoryStore(), [], Emitted()
-    store.set("alive/1", b"3")
-    store.set("state/1", b"CALLBACKS_BOUND")
-    _on_this_host(store, 1, _dead_pid())
-    watch = _watch(store, 0, exits)
-    watch.check_in(_Ctx())  # reads the rank:pid of every rank on this host: rank 1 runs here
+    watch, peer = _node_of_two(store, exits, tmp_path)
+    with peer.watching(Emitted(), "step 2", "CALLBACKS_BOUND", deadline=False):
+        peer.tick(time.monotonic())  # what its board says it does
+    watch._node.peers[1] = _dead_pid()  # then it is killed outright
     watch.start()
     started = time.monotonic()
     with watch.watching(emitted, "step 2", "CALLBACKS_BOUND", deadline=False):
@@ -123,16 +131,16 @@ def test_a_peer_on_this_host_killed_outright_is_published_as_lost_and_ends_a_blo
     assert [(e, f["peer_rank"]) for e, f in emitted] == [("peer_failed", 1)]
 
 
-def test_a_peer_that_said_done_before_its_process_ended_is_not_lost() -> None:
+def test_a_peer_that_said_done_before_its_process_ended_is_not_lost(tmp_path: Path) -> None:
     store, exits = MemoryStore(), []
-    store.set("alive/1", b"done")
-    _on_this_host(store, 1, _dead_pid())
-    watch = _watch(store, 0, exits)
-    watch.check_in(_Ctx())
+    watch, peer = _node_of_two(store, exits, tmp_path)
+    peer.tick(time.monotonic())
+    peer.stop()
+    watch._node.peers[1] = _dead_pid()
     watch.start()
     time.sleep(0.5)
     watch.stop()
-    assert "first" not in store.data and watch.peer_failure() is None and exits == []
+    assert store.data["first"] == b"" and watch.peer_failure() is None and exits == []
 
 
 def test_a_store_whose_host_closed_the_connection_names_the_host_within_a_second_or_two() -> None:

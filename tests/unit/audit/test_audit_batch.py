@@ -110,6 +110,8 @@ DAMAGE = (
     "bad_hash",
     "str_ts",
     "unknown_event",
+    "far_future",
+    "unset_clock",
     "type_generation",
     "type_rank",
     "type_world_size",
@@ -142,6 +144,11 @@ def _damage_records(records: list[dict[str, Any]], damage: str, at: int) -> None
         records[at]["ts"] = 1.0
     elif damage == "int_ts":
         records[at]["ts"] = 100 + at
+    elif damage == "far_future":  # after 2100 (LA022)
+        records[at]["ts"] = 5e9
+    elif damage == "unset_clock":  # from `at` on, a clock that runs in order but in 1970 (LA022 on each record)
+        for n, rec in enumerate(records[at:]):
+            rec["ts"] = 500.0 + n
     elif damage in ("world_size", "rank", "run_id"):
         records[at][damage] = 9 if damage != "run_id" else "other"
     elif damage.startswith("type_"):  # a field of the envelope with the wrong type: refused, on every path
@@ -177,7 +184,7 @@ def _write(
             "generation": 0,
             **fields,
             "event": event,
-            "ts": 100.0 + i // 2,
+            "ts": 1.7e9 + i // 2,
         }
         for i, (event, fields) in enumerate(events)
     ]

@@ -151,7 +151,7 @@ def test_the_benchmark_writer_produces_exactly_the_audit_log_format(tmp_path: Pa
     from lifecycle.log import AuditLog
 
     w = ChainWriter("r", 0, 1)
-    rank_records(w, 1.0, steps=1)
+    rank_records(w, 1.7e9, steps=1)
     log = AuditLog(run_id="r", rank=0, world_size=1, keep_records=True)
     for line in w.lines:
         rec = orjson.loads(line)

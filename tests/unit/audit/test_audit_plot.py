@@ -65,3 +65,31 @@ def test_unreadable_logs_are_not_plotted(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["plot", str(tmp_path), "-o", str(tmp_path / "x.png")]) == 2
     assert not (tmp_path / "x.png").exists()
     assert audit([str(tmp_path)]).exit_code == 2
+
+
+def test_a_plot_replaces_its_own_image_but_never_a_link_or_a_file_it_did_not_write(tmp_path: Path) -> None:
+    from lifecycle.audit import plot
+
+    write_run(tmp_path / "logs", 2, steps=1)
+    ranks = audit([str(tmp_path / "logs")]).ranks
+    for suffix in ("png", "svg", "pdf"):
+        out = tmp_path / f"startup.{suffix}"
+        plot(ranks, out)
+        plot(ranks, out)  # its own image: replaced
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(b"\x89PNG\r\n\x1a\nsomeone else's")
+    (tmp_path / "link.svg").symlink_to(photo)
+    for target in (photo, tmp_path / "link.svg"):
+        with pytest.raises(OSError, match="choose another path"):
+            plot(ranks, target)
+    assert photo.read_bytes() == b"\x89PNG\r\n\x1a\nsomeone else's"
+
+
+def test_a_plot_it_cannot_write_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_run(tmp_path / "logs", 2, steps=1)
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(b"someone else's")
+    assert main(["plot", str(tmp_path / "logs"), "-o", str(photo)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not an output we wrote" in err and str(photo) in err, err
+    assert photo.read_bytes() == b"someone else's"

@@ -1,0 +1,108 @@
+"""The rank watch's check-in (ranks.py): each rank's writes, the wait for all, and what a rank then
+learns of its node. Keys as ranks.py lists them; every function here is a few store operations per rank
+(register: 4, a node's first rank 3 more, the last rank 2 more; the wait: 1; join: 3), once per initialization."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from lifecycle.errors import DistributedError
+from lifecycle.megatron._board import Board, board_root
+from lifecycle.megatron._failure import rank_list
+from lifecycle.megatron._liveness import host_key, identity, local_pids
+from lifecycle.megatron._node import Node, NodeLeader
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
+
+
+def register(store: Store, rank: int, world_size: int, node: str) -> int | None:
+    """This rank's check-in writes; the first on its node leads it (draws the board's name and its
+    ring index, and writes its first beat): its index, else None. The last to arrive makes `first`
+    (empty, so a leader's `multi_get` never blocks on it) and opens the gate."""
+    key = host_key(node)
+    n = int(store.add(key, 1))
+    entry, index = identity(rank), None
+    if n == 1:
+        index = int(store.add("nodes", 1))
+        store.set(f"node/{index}", f"{rank}:{node}".encode())
+        store.set(f"beat/{index}", b"0:DISTRIBUTED")
+        entry = NodeLeader(rank=rank, pid=os.getpid(), nonce=secrets.token_hex(8), index=index).entry()
+    store.set(f"{key}/{n}", entry)
+    store.set(f"checkin/{rank}", b"1")
+    if int(store.add("arrived", 1)) >= world_size:
+        store.compare_set("first", b"", b"")
+        store.set("all_arrived", b"1")
+    return index
+
+
+def await_all(store: Store, timeout_s: float, *, interruptible: bool) -> None:
+    """Until every rank has checked in, at most `timeout_s`. Interruptible: polled, 1 ms at first
+    and doubling to 0.1 s, so the wrapper's restart request lands within 0.1 s (in one wait in
+    the store it landed only at the deadline, `startup.timeout_s`: measured)."""
+    if not interruptible:
+        store.wait(["all_arrived"], timedelta(seconds=timeout_s))
+        return
+    deadline, pause = time.monotonic() + timeout_s, 0.001
+    while not store.check(["all_arrived"]):
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"not every rank checked in within {timeout_s:g} s")
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(2 * pause, 0.1)
+
+
+def join(store: Store, rank: int, node: str, *, board_dir: str | None) -> Node:
+    """After every rank checked in: this node's ranks and their pids, its leader and board (none when
+    the board cannot be made: the rank then talks to the store itself), and the node count."""
+    key = host_key(node)
+    here = int(store.add(key, 0))  # every rank here has written its entry by now
+    entries = store.multi_get([f"{key}/{n}" for n in range(1, here + 1)])
+    leader = NodeLeader.parse(entries[0]) if entries else None
+    board = None
+    if leader is not None:
+        try:
+            board = Board(board_root(board_dir), leader.nonce, rank)
+        except OSError:
+            board = None
+    nodes = int(store.add("nodes", 0))
+    peers = local_pids(entries, rank) if board is not None else {}  # without a board: a node of its own
+    return Node(peers=peers, leader=leader, board=board, nodes=nodes)
+
+
+def missing(store: Store, world_size: int) -> list[int]:
+    """Ranks that have not checked in: halves of the rank range asked with one `check` each, so m
+    missing of N cost about 2·m·log2(N) operations (`multi_get` would block on them)."""
+    out: list[int] = []
+    spans = [(0, world_size)]
+    while spans:
+        lo, hi = spans.pop()
+        if store.check([f"checkin/{r}" for r in range(lo, hi)]):
+            continue
+        if hi - lo == 1:
+            out.append(lo)
+        else:
+            mid = (lo + hi) // 2
+            spans += [(mid, hi), (lo, mid)]
+    return out
+
+
+def timed_out(
+    world_size: int, timeout_s: float, *, missing: list[int] | None = None, arrived: int = 0
+) -> DistributedError:
+    """The rendezvous's timeout: naming the `missing` ranks (a node's first rank), else counting the `arrived`."""
+    if missing is None:
+        return DistributedError(
+            f"rendezvous timed out after {timeout_s:g} s: {arrived} of {world_size} ranks arrived (the first "
+            "rank of this node names the missing ones). Start the missing ranks, or raise startup.timeout_s "
+            "if they are slow to start",
+            field="startup.timeout_s",
+        )
+    return DistributedError(
+        f"rendezvous timed out after {timeout_s:g} s: {world_size - len(missing)} of {world_size} ranks arrived; "
+        f"missing: {rank_list(missing)}. Start the missing ranks, or raise startup.timeout_s if they are slow to start",
+        field="startup.timeout_s",
+    )

@@ -1,0 +1,271 @@
+"""The rank watch at scale (docs/failures.md#the-rank-watch-at-scale): one rank of each node talks to the
+store, the others only to their node's board (real files), and the store's host sees two operations a
+round per node. On a store in memory with the clock passed in, and real processes for the dead ones."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from lifecycle.megatron import host_key
+from lifecycle.megatron.ranks import EXIT_CODE, HOST_OPS_PER_S, Failure, RankWatch
+from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
+
+
+class Counting(MemoryStore):
+    """A store in memory that counts the operations made on it, by kind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("add", "set", "get", "check", "multi_get", "compare_set", "wait"):
+            object.__getattribute__(self, "ops")[name] += 1
+        return object.__getattribute__(self, name)
+
+
+class Ctx:
+    def __init__(self) -> None:
+        self.emitted = Emitted()
+        self.trigger = SimpleNamespace(value="init_distributed")
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self.emitted(event, **fields)
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def job(
+    store: MemoryStore, tmp_path: Path, layout: dict[str, list[int]], *, timeout_s: float = 24.0
+) -> dict[int, RankWatch]:
+    """Every rank of `layout` (node -> its ranks, first one first) checked in and joined, in this process."""
+    world = sum(len(ranks) for ranks in layout.values())
+    watches = {
+        rank: RankWatch(
+            store, rank=rank, world_size=world, timeout_s=timeout_s, poll_s=0.1, node=node, board_dir=str(tmp_path)
+        )
+        for node, ranks in layout.items()
+        for rank in ranks
+    }
+    for watch in watches.values():
+        watch.register()
+    for watch in watches.values():
+        watch.await_all()
+        watch.join_node()
+    return watches
+
+
+def with_pid(store: MemoryStore, node: str, rank: int, pid: int) -> None:
+    """Rank `rank`'s check-in entry on `node` says it runs as process `pid` (a dead one, say)."""
+    key = host_key(node)
+    for n in range(1, int(store.data[key]) + 1):
+        parts = store.data[f"{key}/{n}"].decode().split(":")
+        if parts[0] == str(rank):
+            store.data[f"{key}/{n}"] = ":".join([parts[0], str(pid), *parts[2:]]).encode()
+
+
+def first(store: MemoryStore) -> Failure | None:
+    raw = store.data.get("first", b"")
+    return Failure.decode(raw) if raw else None
+
+
+def test_the_first_rank_of_each_node_leads_it_and_the_others_share_its_board(tmp_path: Path) -> None:
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0, 1, 2], "b": [3, 4]})
+    assert [r for r, watch in w.items() if watch.leader] == [0, 3]
+    assert w[0].nodes == 2 and w[3].nodes == 2
+    assert w[1]._node.board is not None and w[0]._node.board is not None
+    assert w[1]._node.board.path == w[2]._node.board.path == w[0]._node.board.path
+    assert w[3]._node.board is not None and w[3]._node.board.path != w[0]._node.board.path
+    assert w[1]._node.peers == {0: os.getpid(), 2: os.getpid()}
+    assert store.data["first"] == b"" and store.data["all_arrived"] == b"1"
+
+
+def test_ranks_that_do_not_lead_their_node_never_touch_the_store_while_all_is_well(tmp_path: Path) -> None:
+    store = Counting()
+    w = job(store, tmp_path, {"a": [0, 1, 2, 3]})
+    store.ops.clear()
+    for now in range(100, 200):
+        for rank in (1, 2, 3):
+            w[rank].tick(float(now))
+    assert sum(store.ops.values()) == 0
+
+
+def test_a_leader_makes_two_operations_a_round_and_a_round_lasts_interval_s(tmp_path: Path) -> None:
+    store = Counting()
+    w = job(store, tmp_path, {"a": [0, 1], "b": [2, 3]})
+    store.ops.clear()
+    for step in range(100):  # 10 s of polls every 0.1 s; the round is poll_s (2 nodes)
+        for rank in (0, 1, 2, 3):
+            w[rank].tick(100.0 + step * 0.1)
+    assert w[0].interval_s == w[2].interval_s == 0.1
+    assert dict(store.ops) == {"set": 200, "multi_get": 200} and first(store) is None
+
+
+def test_the_round_grows_with_the_nodes_so_the_host_sees_at_most_host_ops_per_s() -> None:
+    from lifecycle.megatron.ranks import Ring
+
+    for nodes in (1, 2, 512, 1_500, 16_384, 131_072):
+        ring = Ring(1, nodes, poll_s=0.5, stale_s=6.0)
+        assert 2 * nodes / ring.interval_s <= max(HOST_OPS_PER_S, 2 * nodes / 0.5)
+        assert ring.stale_s >= 3 * ring.interval_s
+    assert Ring(1, 16_384, poll_s=0.5, stale_s=6.0).interval_s == pytest.approx(5.461, abs=1e-3)
+    assert Ring(1, 2, poll_s=0.5, stale_s=6.0).interval_s == 0.5
+    assert Ring(1, 1, poll_s=0.5, stale_s=6.0).successor is None and Ring(3, 3, poll_s=0.5, stale_s=6.0).successor == 1
+
+
+def test_a_failure_the_leader_reads_in_the_store_reaches_its_node_through_the_board(tmp_path: Path) -> None:
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0, 1, 2], "b": [3]})
+    w[3].publish(Failure(rank=3, state="MODEL_BUILT", error="ValueError: x", kind="exception"))
+    w[1].tick(100.0)
+    assert w[1].peer_failure() is None, "a rank that does not lead reads its board, not the store"
+    w[0].tick(100.0)  # the leader reads `first` and posts it
+    w[2].tick(100.0)
+    for rank in (0, 1, 2):
+        noticed = w[rank].peer_failure()
+        assert noticed is not None and (noticed.rank, noticed.state) == (3, "MODEL_BUILT")
+
+
+def test_a_blocked_rank_that_does_not_lead_is_ended_by_what_its_board_says(tmp_path: Path) -> None:
+    store, exits, emitted = MemoryStore(), [], Emitted()
+    w = job(store, tmp_path, {"a": [0, 1], "b": [2]})
+    w[1]._exit = exits.append
+    w[2].publish(Failure(rank=2, state="CALLBACKS_BOUND", error="RuntimeError: y", kind="exception"))
+    w[0].tick(100.0)
+    with w[1].watching(emitted, "step 4", "CALLBACKS_BOUND", deadline=False):
+        w[1].tick(time.monotonic())
+        w[1].tick(time.monotonic() + 3.0)
+    assert exits == [EXIT_CODE] and [(e, f["peer_rank"]) for e, f in emitted] == [("peer_failed", 2)]
+
+
+def test_a_rank_killed_on_a_node_is_published_by_its_leader_in_the_state_its_board_shows(tmp_path: Path) -> None:
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0, 1, 2]})
+    with w[2].watching(Emitted(), "build_model", "MODEL_BUILT"):
+        w[2].tick(100.0)  # its beat says MODEL_BUILT
+    w[2]._stop.set()
+    gone = dead_pid()
+    with_pid(store, "a", 2, gone)
+    for watch in w.values():
+        watch._node.peers.update({2: gone} if watch.rank != 2 else {})
+    w[1].tick(101.0)
+    assert first(store) is None, "only the leader publishes for its node"
+    w[0].tick(101.0)
+    lost = first(store)
+    assert lost is not None and (lost.rank, lost.state, lost.kind) == (2, "MODEL_BUILT", "lost")
+    assert f"its process (pid {gone}) is gone" in lost.error
+    w[1].tick(102.0)
+    assert w[1].peer_failure() == lost
+
+
+def test_with_the_leader_gone_the_others_of_its_node_know_at_once_and_leave_the_store_to_the_ring(
+    tmp_path: Path,
+) -> None:
+    """No rank but the leader has a connection to spare: the node before this one names it at the store."""
+    store = Counting()
+    w = job(store, tmp_path, {"a": [0, 1, 2], "b": [3]})
+    gone = dead_pid()
+    for rank in (1, 2):
+        w[rank]._node.peers[0] = gone
+        leader = w[rank]._node.leader
+        assert leader is not None
+        object.__setattr__(w[rank]._node, "leader", type(leader)(rank=0, pid=gone, nonce=leader.nonce, index=1))
+    store.ops.clear()
+    w[1].tick(100.0)
+    w[2].tick(100.0)
+    assert sum(store.ops.values()) == 0 and first(store) is None
+    for rank in (1, 2):
+        noticed = w[rank].peer_failure()
+        assert noticed is not None and (noticed.rank, noticed.kind) == (0, "lost")
+    for now in (100.0, 101.0, 108.0):
+        w[3].tick(now)  # node b watches node a, whose leader is gone (its beat stands still)
+    lost = first(store)
+    assert lost is not None and (lost.rank, lost.kind) == (0, "lost") and "its node a sent no heartbeat" in lost.error
+
+
+def test_a_rank_whose_watcher_stands_still_for_stale_s_is_lost_though_its_process_exists(tmp_path: Path) -> None:
+    """SIGSTOP, or a process hung with the GIL held: its pid is there, its beat is not."""
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0, 1]})
+    w[1].tick(100.0)
+    board = w[1]._node.board
+    assert board is not None
+    beat = board.path / "beat-1"
+    past = time.time() - w[0].stale_s - 1
+    os.utime(beat, (past, past))
+    w[0].tick(100.0)
+    lost = first(store)
+    assert lost is not None and (lost.rank, lost.kind) == (1, "lost") and "stood still" in lost.error
+
+
+def test_a_rank_that_stopped_its_watch_is_never_lost_and_the_last_one_out_removes_the_board(tmp_path: Path) -> None:
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0, 1, 2]})
+    for watch in w.values():
+        watch.tick(100.0)
+    board = w[0]._node.board
+    assert board is not None and sorted(p.name for p in board.path.iterdir()) == ["beat-0", "beat-1", "beat-2"]
+    w[2].stop()
+    gone = dead_pid()
+    w[0]._node.peers[2] = gone
+    w[0].tick(101.0)
+    assert first(store) is None and 2 in w[0]._node.finished
+    w[0].stop()
+    assert store.data["beat/1"] == b"done"
+    w[1].stop()
+    assert not board.path.exists()
+
+
+def test_a_node_whose_beat_stands_still_is_published_lost_by_the_node_before_it(tmp_path: Path) -> None:
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0, 1], "b": [2, 3], "c": [4]}, timeout_s=24.0)  # stale_s 6 s
+    for now in (100.0, 101.0, 105.9):
+        w[0].tick(now)  # node a watches node b, whose leader never beats
+    assert first(store) is None
+    w[0].tick(107.0)
+    lost = first(store)
+    assert lost is not None and (lost.rank, lost.state, lost.kind) == (2, "DISTRIBUTED", "lost")
+    assert "its node b sent no heartbeat for 7 s" in lost.error
+
+
+def test_a_node_that_said_done_is_never_lost_however_long_it_stays_quiet(tmp_path: Path) -> None:
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0], "b": [1]})
+    w[1].stop()
+    for now in (0.0, 10.0, 100.0, 1000.0):
+        w[0].tick(now)
+    assert first(store) is None
+
+
+def test_the_last_rank_to_check_in_makes_first_empty_so_no_poll_blocks_on_it() -> None:
+    store = MemoryStore()
+    store.set("arrived", b"1")
+    RankWatch(store, rank=1, world_size=3, timeout_s=24.0).register()
+    assert "first" not in store.data and "all_arrived" not in store.data
+    RankWatch(store, rank=2, world_size=3, timeout_s=24.0).register()
+    assert store.data["first"] == b"" and store.data["all_arrived"] == b"1"
+    store.data["first"] = Failure(rank=0, state="X", error="e", kind="exception").encode()
+    store.set("arrived", b"2")
+    RankWatch(store, rank=3, world_size=3, timeout_s=24.0).register()
+    assert first(store) == Failure(rank=0, state="X", error="e", kind="exception"), "a failure is never wiped"
+
+
+def test_check_in_costs_a_few_operations_per_rank_and_per_node(tmp_path: Path) -> None:
+    store = Counting()
+    job(store, tmp_path, {f"n{i}": list(range(8 * i, 8 * i + 8)) for i in range(4)})
+    ops = sum(store.ops.values())
+    assert ops == 32 * (4 + 1 + 3) + 4 * 3 + 2  # register, wait, join; a leader's; the last rank's
