@@ -14,6 +14,7 @@ loops that build every group's rank list, `megatron_s`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +39,8 @@ class GroupCount:
     distributed_s: float
     member_s: float
     non_member_s: float
+    state_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Wall seconds of each state the rank entered (VALIDATED's without megatron's first import)."""
 
     @property
     def megatron_s(self) -> float:
@@ -136,11 +139,12 @@ def count_groups(config: RunConfig, *, world_size: int | None = None, rank: int 
     backend, recording every group constructor call; then shut it down. ConfigError when the config
     is invalid (as `prepare` raises it)."""
     from lifecycle.engine import Lifecycle
-    from lifecycle.simulate._simulation import at_rank, prepare
+    from lifecycle.simulate._simulation import at_rank, prepare, warm_up
     from states import STARTUP_ORDER, State
 
     simulated = prepare(config, world_size=world_size)
     world = simulated.parallel.world_size or 1
+    warm_up(simulated)  # the tokenizer module's first import is not SERVICES_READY's time
     lc = Lifecycle(
         at_rank(simulated, rank),
         None,
@@ -148,13 +152,17 @@ def count_groups(config: RunConfig, *, world_size: int | None = None, rank: int 
         run_id="sim-groups",
         options={"environment_checks": False, "capture_warnings": False},
     )
+    state_s: dict[str, float] = {}
     try:
         for state in STARTUP_ORDER[1 : STARTUP_ORDER.index(State.DISTRIBUTED)]:
+            wall = time.perf_counter()
             lc.advance_to(state)
+            state_s[state.name] = time.perf_counter() - wall
         with _recording(rank) as recorder:
-            started = time.process_time()
+            started, wall = time.process_time(), time.perf_counter()
             lc.advance_to(State.DISTRIBUTED)
             seconds = time.process_time() - started
+            state_s[State.DISTRIBUTED.name] = time.perf_counter() - wall
     finally:
         lc.shutdown()
     return GroupCount(
@@ -167,4 +175,5 @@ def count_groups(config: RunConfig, *, world_size: int | None = None, rank: int 
         distributed_s=seconds,
         member_s=recorder.member_s,
         non_member_s=recorder.non_member_s,
+        state_s=state_s,
     )
