@@ -180,7 +180,7 @@ def _tiny_run(tmp: str, ranks: int) -> dict[str, float]:
 def plan_check(sizes: list[int]) -> None:
     """Measure tiny-gpt alone (the constants), then at each size; print the plan's prediction beside."""
     from lifecycle import RunConfig
-    from lifecycle.simulate import PlanConstants, PlanCounts, count_groups, measure_store_rtt_s, predict
+    from lifecycle.simulate import PlanConstants, PlanCounts, count_groups, count_watch, measure_store_rtt_s, predict
 
     with tempfile.TemporaryDirectory() as tmp:
         alone = _tiny_run(tmp, 1)
@@ -197,7 +197,9 @@ def plan_check(sizes: list[int]) -> None:
             model_s=alone["MODEL_BUILT"],
             step_s=alone["first step"],
         )
-        counts = PlanCounts(groups_created=groups.created, groups_joined=groups.member, checkin_ops_per_rank=10)
+        watch = count_watch(n, n, intervals=1)
+        checkin = (watch.phases["check_in"].total + watch.phases["join"].total) / n
+        counts = PlanCounts(groups_created=groups.created, groups_joined=groups.member, checkin_ops_per_rank=checkin)
         plan = predict(constants, counts, ranks=n, ranks_per_node=n, cores_per_node=os.cpu_count() or 1)
         predicted = dict(plan.phases)
         predicted["DISTRIBUTED"] = predicted.pop("rendezvous") + predicted.pop("groups")

@@ -261,13 +261,14 @@ def _model_s(config: RunConfig, world: int) -> float:
 
 
 def checkin_ops_per_rank(ranks_per_node: int) -> float:
-    """Store operations a rank makes at check-in, counted by running the real rank watch of a job of
-    four nodes (the check-in of a rank does not depend on the job's size: `count_watch` shows it)."""
+    """Store operations a rank makes at check-in and join (with its leader's first round), counted
+    by running the real rank watch of a job of four nodes (a rank's do not depend on the job's size:
+    `lifecycle simulate --scale` shows it at any size)."""
     from lifecycle.simulate._scale import count_watch
 
     ranks = 4 * ranks_per_node
     watch = count_watch(ranks, ranks_per_node, intervals=1)
-    return watch.phases["check_in"].total / ranks
+    return (watch.phases["check_in"].total + watch.phases["join"].total) / ranks
 
 
 def startup_plan(
