@@ -120,6 +120,7 @@ def _check_flags(args: argparse.Namespace) -> str | None:
             ("--all", args.all),
             ("--log-dir", args.log_dir),
             ("--until", args.until != "DISTRIBUTED"),
+            ("--jobs", args.jobs != 1),
         ):
             if given:
                 return f"{flag}: {mode} covers every rank of the job at once; drop {flag}, or drop {mode}"

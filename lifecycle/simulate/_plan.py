@@ -145,8 +145,8 @@ def _assumptions(core_a_rank: bool) -> tuple[str, ...]:
         + "; CPU-bound phases slow down by ranks a node / cores a node beyond that",
         "all ranks start at once: launch skew and a slow node's lateness are not modelled",
         "imports read a warm page cache; a shared file system at scale is not modelled",
-        f"the store's host serves {HOST_OPS_PER_S:,.0f} ops/s whatever the connection count "
-        "(measured by benchmarks/store.py at up to 4,096 connections on this machine)",
+        f"the store's host serves {HOST_OPS_PER_S:,.0f} ops/s whatever the connection count (one "
+        "TCPStore served that to 512 connections on this 2-core machine under load: issue 32's figure)",
         f"torch's own init_process_group costs {TORCH_CONNECT_OPS} store ops a rank (not counted)",
         "group creation costs on the job's backend what it costs on the fake backend (communicators "
         "created lazily, no eager NCCL init); the first step then bootstraps each joined group's "
