@@ -3,8 +3,9 @@ same store sees while N simulated ranks watch each other.
 
     python benchmarks/store.py [--ranks 256,1024,4096] [--procs 8] [--repeats 3] [--window 4] [--fresh-up-to 1024]
 
-One process hosts a TCPStore (the libuv backend, torchrun's). `--procs` worker processes (at nice 19:
-the simulated ranks' own CPU would be on other machines) hold the simulated ranks, 8 a node, as real
+One process hosts a TCPStore (the libuv backend, torchrun's). `--procs` worker processes (on the
+CPUs other than the host's and the timed client's: the ranks' own CPU would be on other machines)
+hold the simulated ranks, 8 a node, as real
 client connections: each rank's `RankWatch` (lifecycle/megatron/ranks.py) on its own connection, and
 one watch connection a node, which its leader's watch opens (made ahead, in parallel: a TCPStore
 connection takes 0.1-0.2 s here). The node boards are in one temporary directory. Each worker
@@ -136,7 +137,6 @@ def work(port: int, ranks: range, world: int, board: str, control: Control, me: 
     import warnings
 
     warnings.filterwarnings("ignore")
-    os.nice(19)  # the simulated ranks' own CPU (their board's files) would be on other machines: it yields here
     _pin(ranks=True)
     from lifecycle.megatron.ranks import RankWatch
 
