@@ -11,6 +11,13 @@ repeat's median), the peak resident memory of a process that has simulated one r
 it grows over the following ranks. Targets: < 1 s and < 500 MB a rank. `--all` then times
 `lifecycle simulate --preset gpt-4096 --all` once, end to end (about 17 minutes of CPU), and
 the audit of its 4,096 logs.
+
+    python benchmarks/simulate.py --plan-check [--sizes 2,4,8]
+
+checks the model of `lifecycle simulate --plan` here: it runs `lifecycle run --preset tiny-gpt
+--steps 1` alone (one rank: the constants), then on 2, 4 and 8 ranks (`--nproc`), and prints per
+phase the critical path measured from the startup logs (the last rank to finish each phase) beside
+the plan's prediction for that size on this machine's cores, and their ratio (target: within ±25 %).
 """
 
 from __future__ import annotations
@@ -134,8 +141,84 @@ def _median_of_medians(runs: list[dict[str, Any]], variant: str, kind: str) -> f
     return float(statistics.median(statistics.median(r[variant][kind]) for r in runs))
 
 
+PLAN_PHASES = ("imports", "VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "first step")
+
+
+def _critical_path(log_dir: str) -> dict[str, float]:
+    """Per phase: the last rank's end of it minus the last rank's end of the phase before."""
+    import orjson
+
+    ends: dict[str, list[float]] = {}
+    for path in Path(log_dir).glob("rank-*.jsonl"):
+        for line in path.read_bytes().splitlines():
+            r = orjson.loads(line)
+            event = r["event"]
+            name = {"lifecycle_started": "start", "imports": "imports"}.get(event)
+            if event == "transition_completed" and r.get("dest") in PLAN_PHASES:
+                name = r["dest"]
+            if event == "step_completed" and r.get("step") == 1:
+                name = "first step"
+            if name is not None:
+                ends.setdefault(name, []).append(r["ts"])
+    last = {name: max(values) for name, values in ends.items()}
+    out, before = {}, last["start"]
+    for name in PLAN_PHASES:
+        out[name] = last[name] - before
+        before = last[name]
+    return out
+
+
+def _tiny_run(tmp: str, ranks: int) -> dict[str, float]:
+    logs = f"{tmp}/tiny-{ranks}"
+    command = [sys.executable, "-m", "lifecycle", "run", "--preset", "tiny-gpt", "--steps", "1", "--log-dir", logs]
+    if ranks > 1:
+        command += ["--nproc", str(ranks)]
+    subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True, timeout=900)
+    return _critical_path(logs)
+
+
+def plan_check(sizes: list[int]) -> None:
+    """Measure tiny-gpt alone (the constants), then at each size; print the plan's prediction beside."""
+    from lifecycle import RunConfig
+    from lifecycle.simulate import PlanConstants, PlanCounts, count_groups, count_watch, measure_store_rtt_s, predict
+
+    with tempfile.TemporaryDirectory() as tmp:
+        alone = _tiny_run(tmp, 1)
+        measured = {n: _tiny_run(tmp, n) for n in sizes}
+    config = RunConfig.preset("tiny-gpt")
+    for n in sizes:
+        groups = count_groups(config, world_size=n)
+        constants = PlanConstants(
+            import_s=alone["imports"],
+            store_rtt_s=measure_store_rtt_s(),
+            group_call_s=groups.distributed_s / max(1, groups.created),
+            validated_s=alone["VALIDATED"],
+            services_s=alone["SERVICES_READY"],
+            model_s=alone["MODEL_BUILT"],
+            step_s=alone["first step"],
+        )
+        watch = count_watch(n, n, intervals=1)
+        checkin = (watch.phases["check_in"].total + watch.phases["join"].total) / n
+        counts = PlanCounts(groups_created=groups.created, groups_joined=groups.member, checkin_ops_per_rank=checkin)
+        plan = predict(constants, counts, ranks=n, ranks_per_node=n, cores_per_node=os.cpu_count() or 1)
+        predicted = dict(plan.phases)
+        predicted["DISTRIBUTED"] = predicted.pop("rendezvous") + predicted.pop("groups")
+        print(f"tiny-gpt on {n} ranks, one node of {os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f}):")
+        for name in PLAN_PHASES:
+            got, want = measured[n][name], predicted[name]
+            print(f"  {name:<15} measured {got:8.3f} s  predicted {want:8.3f} s  ratio {want / got if got else 0:5.2f}")
+        print(f"  {'total':<15} measured {sum(measured[n].values()):8.3f} s  predicted {plan.total_s:8.3f} s")
+
+
 def main() -> None:
     from lifecycle.engine.launch import run_ranks
+
+    if "--plan-check" in sys.argv:
+        check = argparse.ArgumentParser()
+        check.add_argument("--plan-check", action="store_true")
+        check.add_argument("--sizes", default="2,4,8")
+        plan_check([int(n) for n in check.parse_args().sizes.split(",")])
+        return
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)

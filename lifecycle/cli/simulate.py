@@ -4,6 +4,10 @@ Validates the job's config once, then drives each chosen rank to DISTRIBUTED (or
 shrunken model of the same layout) through the real engine, one after another, and checks where
 megatron placed it against `RankGenerator`. Exit status: 0 every rank agrees, 1 the config is
 invalid or a rank failed or disagrees, 2 a command-line flag is wrong. See docs/simulate.md.
+
+`--scale` instead counts what the whole job asks of its store host (the rank watch of every rank,
+run against a counting store) and how many process groups a rank creates; `--plan` predicts the
+startup's critical path per state from constants measured on this machine.
 """
 
 from __future__ import annotations
@@ -61,6 +65,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--log-dir", help="write each rank's startup log here (for `lifecycle audit`)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="processes simulating ranks (default: 1)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--scale",
+        action="store_true",
+        help="count the store traffic of the rank watch at every rank, and the process groups of a rank",
+    )
+    mode.add_argument("--plan", action="store_true", help="predict the startup's critical path per state")
+    p.add_argument(
+        "--ranks-per-node", type=int, default=8, metavar="K", help="ranks a node, for --scale and --plan (default: 8)"
+    )
     p.set_defaults(func=run)
 
 
@@ -80,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     world = args.world_size or config.parallel.world_size
     if world is None:
         return _usage("--world-size: the config sets no parallel.world_size; pass --world-size N")
+    if args.scale or args.plan:
+        return _whole_job(args, config, world)
     try:
         explicit = _explicit_ranks(args, world)
     except ValueError as exc:
@@ -88,9 +104,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_flags(args: argparse.Namespace) -> str | None:
-    for flag, value in (("--world-size", args.world_size), ("--sample", args.sample), ("--jobs", args.jobs)):
+    for flag, value in (
+        ("--world-size", args.world_size),
+        ("--sample", args.sample),
+        ("--jobs", args.jobs),
+        ("--ranks-per-node", args.ranks_per_node),
+    ):
         if value is not None and value < 1:
             return f"{flag} {value}: must be at least 1"
+    if args.scale or args.plan:
+        mode = "--scale" if args.scale else "--plan"
+        for flag, given in (
+            ("--ranks", args.ranks),
+            ("--sample", args.sample),
+            ("--all", args.all),
+            ("--log-dir", args.log_dir),
+            ("--until", args.until != "DISTRIBUTED"),
+            ("--jobs", args.jobs != 1),
+        ):
+            if given:
+                return f"{flag}: {mode} covers every rank of the job at once; drop {flag}, or drop {mode}"
     if args.log_dir:
         from lifecycle.log import check_log_dir
 
@@ -150,6 +183,40 @@ def _simulate(args: argparse.Namespace, config: RunConfig, world: int, explicit:
     else:
         print(as_text(result, layout))
     return EXIT_OK if result.ok else EXIT_PROBLEM
+
+
+def _whole_job(args: argparse.Namespace, config: RunConfig, world: int) -> int:
+    """`--scale` or `--plan`: the whole job at once."""
+    from lifecycle import ConfigError
+
+    if world % args.ranks_per_node:
+        return _usage(f"--ranks-per-node {args.ranks_per_node}: must divide the {world} ranks; pass e.g. 8")
+    try:
+        text, data = _scale(args, config, world) if args.scale else _plan(args, config, world)
+    except ConfigError as exc:
+        print(f"lifecycle simulate: {exc}\nnothing was counted", file=sys.stderr)
+        return EXIT_PROBLEM
+    if args.format == "json":
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(text)
+    return EXIT_OK
+
+
+def _scale(args: argparse.Namespace, config: RunConfig, world: int) -> tuple[str, dict[str, object]]:
+    from lifecycle.simulate import scale_report, scale_text
+
+    report = scale_report(config, world_size=world, ranks_per_node=args.ranks_per_node)
+    return scale_text(report), report.to_json()
+
+
+def _plan(args: argparse.Namespace, config: RunConfig, world: int) -> tuple[str, dict[str, object]]:
+    from lifecycle.simulate import plan_text, startup_plan
+
+    plan = startup_plan(config, world_size=world, ranks_per_node=args.ranks_per_node)
+    return plan_text(plan), plan.to_json()
 
 
 def _choose(args: argparse.Namespace, layout: Layout, explicit: list[int] | None) -> tuple[list[int], str]:

@@ -2,12 +2,15 @@
 
 Each chosen rank runs the real engine on torch's fake process-group backend, one after another;
 where megatron placed it is checked against `RankGenerator` computed without any process group.
-Imports neither torch nor megatron; its functions do when they run.
+`--scale` counts what the whole job asks of its store host (`scale_report`: the real rank watch of
+every rank against a counting store, `StoreHost`) and the process groups a rank creates
+(`count_groups`). Imports neither torch nor megatron; its functions do when they run.
 """
 
 from __future__ import annotations
 
 from lifecycle.simulate._counting import counting
+from lifecycle.simulate._groups import GroupCount, count_groups
 from lifecycle.simulate._layout import (
     COORDINATES,
     GROUPS,
@@ -17,6 +20,21 @@ from lifecycle.simulate._layout import (
     observe,
     parse_ranks,
     sample_ranks,
+)
+from lifecycle.simulate._plan import (
+    Plan,
+    PlanConstants,
+    PlanCounts,
+    measure_store_rtt_s,
+    plan_text,
+    predict,
+    startup_plan,
+)
+from lifecycle.simulate._scale import (
+    ScaleReport,
+    count_watch,
+    scale_report,
+    scale_text,
 )
 from lifecycle.simulate._simulation import (
     UNTIL,
@@ -31,26 +49,42 @@ from lifecycle.simulate._simulation import (
     simulate_rank,
     warm_up,
 )
+from lifecycle.simulate._store import CountingStore, StoreHost
 
 __all__ = [
     "COORDINATES",
     "GROUPS",
     "UNTIL",
+    "CountingStore",
+    "GroupCount",
     "Layout",
     "Placement",
+    "Plan",
+    "PlanConstants",
+    "PlanCounts",
     "RankReport",
+    "ScaleReport",
     "Simulation",
     "SimulationResult",
+    "StoreHost",
     "at_rank",
+    "count_groups",
+    "count_watch",
     "counting",
     "format_ranks",
+    "measure_store_rtt_s",
     "observe",
     "parse_ranks",
+    "plan_text",
+    "predict",
     "prepare",
     "sample_ranks",
+    "scale_report",
+    "scale_text",
     "shrink",
     "shrunken_gpt_provider",
     "simulate",
     "simulate_rank",
+    "startup_plan",
     "warm_up",
 ]

@@ -1,0 +1,299 @@
+"""The scale report of `lifecycle simulate --scale`: what a job of N ranks asks of its store host and
+how many process groups each rank creates, counted by running the real code, not by a formula.
+
+- The rank watch: N real `RankWatch` objects (lifecycle/megatron/ranks.py), `ranks_per_node` to a
+  node, each on its own connection to one counting in-memory store (`StoreHost`), the node-local
+  boards in a temporary directory (on /dev/shm where there is one, as on a node's tmpfs). Phases:
+  - check_in: every rank registers, then every rank waits for all (`register`, `await_all`);
+  - join: every rank joins its node (`join_node`), then one round of every watch's `tick` (a
+    leader's first round at the store, which opens its watch connection);
+  - steady: `intervals` more rounds on a simulated clock, one a `interval_s` (a leader's round is
+    due at each: the host's load is the same as with a tick every `poll_s`); the host's operations
+    in it divided by its length are `watch_store_ops_per_s`;
+  - stop: every watch stops.
+  Within a round the ranks of a node tick together, the leader last, so its look at its node-mates'
+  heartbeats (file times, wall clock) sees them fresh. A watch that publishes a failure or tries to
+  end its process in a simulation where no rank fails raises `WatchEndedProcess`.
+- Above `full_nodes` nodes (a tick costs about 0.4 ms of CPU here, mostly the look at the node's
+  other ranks: 131,072 ranks a round would take a minute), every rank still registers and waits
+  (check_in, counted in full), but join, steady and stop run for `sample_nodes` whole nodes spread
+  over the job, and their host figures are multiplied by nodes / `sample_nodes` (`sampled` in the
+  JSON says so). The watch's round depends on the job's node count, which the sampled leaders read
+  from the store as every leader would.
+- Process groups: one rank driven to DISTRIBUTED through the engine on the fake backend, megatron's
+  `initialize_model_parallel` with every `new_group` call recorded (`count_groups`).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lifecycle.config import RunConfig
+from lifecycle.simulate._groups import GroupCount, count_groups
+from lifecycle.simulate._store import StoreHost, Tally
+
+if TYPE_CHECKING:
+    from lifecycle.megatron.ranks import RankWatch
+
+PHASES = ("check_in", "join", "steady", "stop")
+FULL_NODES = 2048
+SAMPLE_NODES = 1024
+
+
+class WatchEndedProcess(RuntimeError):
+    """A simulated watch found a failure where no rank fails: a bug in the watch or the simulation."""
+
+
+def _no_exit(code: int) -> None:
+    raise WatchEndedProcess(f"a simulated rank watch tried to end its process (exit {code}) with no rank failed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchCount:
+    """What the store host served the rank watch of `ranks` ranks on `nodes` nodes, per phase; the
+    phases after check_in counted on `sampled_nodes` nodes and multiplied by `scale`."""
+
+    ranks: int
+    nodes: int
+    leaders: int
+    interval_s: float
+    poll_s: float
+    window_s: float
+    connections: float
+    sampled_nodes: int
+    phases: dict[str, Tally]
+
+    @property
+    def scale(self) -> float:
+        return self.nodes / self.sampled_nodes
+
+    def factor(self, phase: str) -> float:
+        return 1.0 if phase == "check_in" else self.scale
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.phases["steady"].total * self.scale / self.window_s
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "leaders": self.leaders,
+            "interval_s": round(self.interval_s, 4),
+            "poll_s": self.poll_s,
+            "steady_window_s": round(self.window_s, 4),
+            "sampled": None
+            if self.sampled_nodes == self.nodes
+            else {
+                "nodes": self.sampled_nodes,
+                "ranks": self.sampled_nodes * self.ranks // self.nodes,
+                "scale": self.scale,
+            },
+        }
+        counted = self.sampled_nodes * self.ranks // self.nodes
+        for name in PHASES:
+            tally = self.phases[name]
+            ranks = self.ranks if name == "check_in" else counted
+            if name == "steady":
+                out["steady_second"] = _phase_json(tally, ranks, self.window_s, self.scale)
+            else:
+                out[name] = _phase_json(tally, ranks, 1.0, self.factor(name))
+        return out
+
+
+def _phase_json(tally: Tally, ranks: int, per: float, scale: float) -> dict[str, object]:
+    """The host's counts of one phase (× `scale`, / `per` seconds), and per rank (of the `ranks` counted)."""
+
+    def host(value: float) -> float:
+        return round(value * scale / per, 3)
+
+    rank_ops, rank_bytes = tally.rank_ops.values(), tally.rank_bytes.values()
+    return {
+        "host": {
+            "ops": host(tally.total),
+            "ops_by_kind": {kind: host(n) for kind, n in sorted(tally.ops.items())},
+            "keys": host(tally.keys),
+            "bytes": host(tally.bytes),
+            "connections_opened": round(tally.connections * scale),
+        },
+        "per_rank": {
+            "ranks_with_ops": round(len(tally.rank_ops) * scale),
+            "ops_max": round(max(rank_ops, default=0) / per, 3),
+            "ops_mean": round(sum(rank_ops) / ranks / per, 3),
+            "bytes_max": round(max(rank_bytes, default=0) / per, 3),
+            "bytes_mean": round(sum(rank_bytes) / ranks / per, 3),
+            "connections_max": max(tally.rank_connections.values(), default=0),
+        },
+    }
+
+
+def _sample(nodes: int, full_nodes: int, sample_nodes: int) -> list[int]:
+    """The nodes driven past check-in: all, or `sample_nodes` spread evenly over the job."""
+    if nodes <= full_nodes:
+        return list(range(nodes))
+    return sorted({n * nodes // sample_nodes for n in range(sample_nodes)})
+
+
+def count_watch(
+    ranks: int,
+    ranks_per_node: int = 8,
+    *,
+    timeout_s: float = 600.0,
+    poll_s: float = 0.5,
+    intervals: int = 2,
+    full_nodes: int = FULL_NODES,
+    sample_nodes: int = SAMPLE_NODES,
+) -> WatchCount:
+    """Run the real rank watch of a `ranks`-rank job against a counting store (see the module)."""
+    from lifecycle.megatron.ranks import RankWatch
+
+    host = StoreHost("check_in")
+    nodes = -(-ranks // ranks_per_node)
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="lifecycle-scale-", dir=shm) as board:
+        watches = []
+        for rank in range(ranks):
+            store = host.connect(rank)
+            watches.append(
+                RankWatch(
+                    store,
+                    rank=rank,
+                    world_size=ranks,
+                    timeout_s=timeout_s,
+                    watcher_store=store.clone,
+                    poll_s=poll_s,
+                    exit_process=_no_exit,
+                    node=f"node{rank // ranks_per_node}",
+                    board_dir=board,
+                )
+            )
+        for watch in watches:
+            watch.register()
+        for watch in watches:
+            watch.await_all()
+        sampled = _sample(nodes, full_nodes, sample_nodes)
+        by_node = [
+            sorted(watches[n * ranks_per_node : (n + 1) * ranks_per_node], key=lambda w: w.rank) for n in sampled
+        ]
+        host.begin("join")
+        for node in by_node:
+            for watch in node:
+                watch.join_node()
+        by_node = [sorted(node, key=lambda w: w.leader) for node in by_node]  # the leader ticks last
+        interval = max(w.interval_s for node in by_node for w in node)
+        now = time.monotonic()
+        _round(by_node, now)
+        host.begin("steady")
+        for n in range(1, intervals + 1):
+            _round(by_node, now + n * interval)
+        host.begin("stop")
+        for node in by_node:
+            for watch in node:
+                watch.stop()
+        if host.data.get("first"):
+            raise WatchEndedProcess(f"a simulated rank watch published a failure: {host.data['first'][:200]!r}")
+    scale = nodes / len(sampled)
+    return WatchCount(
+        ranks=ranks,
+        nodes=nodes,
+        leaders=round(sum(1 for node in by_node for w in node if w.leader) * scale),
+        interval_s=interval,
+        poll_s=poll_s,
+        window_s=intervals * interval,
+        connections=host.phases["check_in"].connections + host.phases["join"].connections * scale,
+        sampled_nodes=len(sampled),
+        phases={name: host.phases.get(name, Tally()) for name in PHASES},
+    )
+
+
+def _round(by_node: list[list[RankWatch]], now: float) -> None:
+    """One tick of every driven watch at `now`, node by node."""
+    for node in by_node:
+        for watch in node:
+            watch.tick(now)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScaleReport:
+    """`lifecycle simulate --scale`: the rank watch's store traffic and one rank's process groups."""
+
+    ranks: int
+    ranks_per_node: int
+    watch: WatchCount
+    groups: GroupCount | None
+    cpu_s: float
+    peak_rss_mb: float
+
+    @property
+    def nodes(self) -> int:
+        return self.watch.nodes
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ranks": self.ranks,
+            "nodes": self.nodes,
+            "ranks_per_node": self.ranks_per_node,
+            "watch_store_ops_per_s": round(self.watch.ops_per_s, 1),
+            "store_connections": round(self.watch.connections),
+            "groups_per_rank": None if self.groups is None else self.groups.created,
+            "groups_joined_per_rank": None if self.groups is None else self.groups.member,
+            "watch": self.watch.to_json(),
+            "groups": None if self.groups is None else self.groups.to_json(),
+            "cpu_s": round(self.cpu_s, 1),
+            "peak_rss_mb": round(self.peak_rss_mb),
+        }
+
+
+def scale_report(config: RunConfig, *, world_size: int, ranks_per_node: int = 8, groups: bool = True) -> ScaleReport:
+    """Count the watch's store traffic and (with `groups`) one rank's process groups for `config` at
+    `world_size` ranks. ConfigError when the config is invalid at that size."""
+    started = time.process_time()
+    group_count = count_groups(config, world_size=world_size) if groups else None
+    watch = count_watch(world_size, ranks_per_node, timeout_s=config.startup.timeout_s)
+    return ScaleReport(
+        ranks=world_size,
+        ranks_per_node=ranks_per_node,
+        watch=watch,
+        groups=group_count,
+        cpu_s=time.process_time() - started,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
+
+
+def scale_text(report: ScaleReport) -> str:
+    """The scale report for a terminal: the headline figures, then the watch's phases."""
+    w = report.watch
+    out = [
+        f"{report.ranks:,} ranks on {report.nodes:,} nodes ({report.ranks_per_node} a node): counted in "
+        f"{report.cpu_s:.1f} s CPU, peak {report.peak_rss_mb:,.0f} MB",
+        f"rank watch: {w.leaders:,} node leaders at the store every {w.interval_s:g} s (the others on their "
+        f"node's board); {w.ops_per_s:,.0f} store ops/s at the host; {w.connections:,.0f} store connections",
+    ]
+    if w.sampled_nodes != w.nodes:
+        out.append(
+            f"  (every rank's check-in counted; join, steady and stop counted on {w.sampled_nodes:,} whole nodes "
+            f"spread over the job and multiplied by {w.scale:g})"
+        )
+    g = report.groups
+    if g is not None:
+        out.append(
+            f"process groups: each rank calls new_group {g.created:,} times and joins {g.member} of them "
+            f"(DISTRIBUTED {g.distributed_s:.1f} s CPU: megatron's rank lists {g.megatron_s:.1f} s, "
+            f"non-member new_group calls {g.non_member_s:.1f} s, which use_local_synchronization would skip)"
+        )
+    out.append(f"  {'phase':<14} {'host ops':>12} {'keys':>12} {'bytes':>14} {'conns':>8} {'ops/rank max':>13}")
+    for name in PHASES:
+        t = w.phases[name]
+        per = (w.window_s if name == "steady" else 1.0) / w.factor(name)
+        label = "steady (a s)" if name == "steady" else name
+        busiest = max(t.rank_ops.values(), default=0) * w.factor(name) / per
+        out.append(
+            f"  {label:<14} {t.total / per:>12,.0f} {t.keys / per:>12,.0f} {t.bytes / per:>14,.0f} "
+            f"{t.connections * w.factor(name):>8,.0f} {busiest:>13,.1f}"
+        )
+        kinds = ", ".join(f"{k} {n / per:,.0f}" for k, n in sorted(t.ops.items()))
+        out.append(f"  {'':<14} {kinds}")
+    return "\n".join(out)

@@ -1,0 +1,50 @@
+"""`lifecycle simulate --scale`: the whole job's store traffic (the real rank watch of every rank
+against a counting store) and a rank's process groups (megatron's real group creation on the fake
+backend), as a user reads them; and the flags it refuses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = str(Path(sys.executable).parent)
+
+
+def lifecycle(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": f"{BIN}:/usr/bin:/bin"},
+    )
+
+
+def test_the_scale_report_gives_the_store_load_connections_and_groups_of_the_whole_job() -> None:
+    run = lifecycle("simulate", "--preset", "gpt-4096", "--world-size", "512", "--scale", "--format", "json")
+
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert (report["ranks"], report["nodes"]) == (512, 64)
+    assert report["store_connections"] == 512 + 64  # a connection a rank, a watch connection a node
+    assert report["watch"]["steady_second"]["per_rank"]["ranks_with_ops"] == 64  # the node leaders only
+    assert 0 < report["watch_store_ops_per_s"] == report["watch"]["steady_second"]["host"]["ops"]
+    groups = report["groups"]
+    assert report["groups_per_rank"] == groups["created"] > 512  # a call for every group of the job
+    assert report["groups_joined_per_rank"] == groups["with_local_synchronization"] == len(groups["by_kind"])
+    assert set(report["watch"]) >= {"check_in", "join", "steady_second", "stop"}
+
+
+def test_the_scale_report_refuses_a_rank_selection_and_a_node_size_that_does_not_divide_the_job() -> None:
+    selection = lifecycle("simulate", "--preset", "gpt-4096", "--scale", "--ranks", "0,1")
+    uneven = lifecycle("simulate", "--preset", "gpt-4096", "--scale", "--ranks-per-node", "3")
+
+    assert selection.returncode == uneven.returncode == 2
+    assert selection.stderr.strip().splitlines() == [
+        "lifecycle simulate: --ranks: --scale covers every rank of the job at once; drop --ranks, or drop --scale"
+    ]
+    assert "--ranks-per-node 3: must divide the 4096 ranks" in uneven.stderr

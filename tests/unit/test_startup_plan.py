@@ -1,0 +1,55 @@
+"""The startup plan (`lifecycle simulate --plan`): every phase of the critical path predicted from named
+constants and counts, with its formula and the assumptions it rests on."""
+
+from __future__ import annotations
+
+from lifecycle.simulate import Plan, PlanConstants, PlanCounts, plan_text, predict
+
+CONSTANTS = PlanConstants(
+    import_s=7.0,
+    store_rtt_s=60e-6,
+    group_call_s=40e-6,
+    validated_s=0.01,
+    services_s=0.001,
+    model_s=0.3,
+)
+
+
+def plan_at(ranks: int, created: int, *, cores_per_node: int | None = None) -> Plan:
+    counts = PlanCounts(groups_created=created, groups_joined=20, checkin_ops_per_rank=6.0)
+    return predict(CONSTANTS, counts, ranks=ranks, ranks_per_node=8, cores_per_node=cores_per_node)
+
+
+def test_the_plan_names_every_phase_its_formula_and_its_assumptions() -> None:
+    plan = plan_at(4096, 15_693)
+
+    assert list(plan.phases) == [
+        "imports",
+        "VALIDATED",
+        "SERVICES_READY",
+        "rendezvous",
+        "groups",
+        "MODEL_BUILT",
+        "first step",
+    ]
+    assert plan.formulas.keys() == plan.phases.keys()
+    assert any("launch skew" in a for a in plan.assumptions) and any("store ops" in a for a in plan.assumptions)
+    text = plan_text(plan)
+    assert "15,693 new_group calls" in text and "assumptions:" in text
+    assert plan.to_json()["total_s"] == round(plan.total_s, 3)
+
+
+def test_the_store_bound_phases_grow_with_the_job_and_the_rest_do_not() -> None:
+    small, large = plan_at(4096, 15_693), plan_at(131_072, 490_861)
+
+    assert large.phases["rendezvous"] > 30 * small.phases["rendezvous"]  # the host serves every rank's check-in
+    assert large.phases["groups"] > 30 * small.phases["groups"]  # O(world) new_group calls on every rank
+    assert large.phases["imports"] == small.phases["imports"]
+    assert large.phases["MODEL_BUILT"] == small.phases["MODEL_BUILT"]
+
+
+def test_ranks_sharing_too_few_cores_slow_the_cpu_bound_phases() -> None:
+    own, shared = plan_at(8, 100), plan_at(8, 100, cores_per_node=2)
+
+    assert shared.phases["imports"] == 4 * own.phases["imports"]
+    assert shared.phases["rendezvous"] == own.phases["rendezvous"]
