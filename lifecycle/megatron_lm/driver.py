@@ -92,17 +92,18 @@ def _start_and_train(
     """The lifecycle's startup to its plan's target (in restart cycle `cycle`), then `train()`."""
     where = log_dir if log_dir is not None else os.environ.get(LOG_DIR_ENV)
     config = run_config(call.args, log_dir=None if where is None else str(where))
-    with Lifecycle(
-        config, provider=call.model_provider, phases=MegatronLMPhases(call), tripwires=tripwires, options=options
-    ) as lc:
+    phases = MegatronLMPhases(call)
+    with Lifecycle(config, provider=call.model_provider, phases=phases, tripwires=tripwires, options=options) as lc:
         if cycle is not None:
             lc.begin_cycle(cycle)
         lc.advance_to(lc.target)  # the plan's target, where it trains
         try:
-            return run_training(lc, call)
+            result = run_training(lc, call)
         except BaseException as exc:  # train()'s frames hold the model: let go before the releases
             drop_frame_locals(exc)
             raise
+        phases.hand_over()  # returns as Megatron-LM's does: its process group, parallel state, globals up
+        return result
 
 
 def _megatron_args(cfg_container: PretrainConfigContainer) -> tuple[Namespace, bool]:

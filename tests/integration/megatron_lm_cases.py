@@ -69,6 +69,7 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
 
         with cuda_as_cpu():
             script.main(pretrain=pretrain, extra_argv=argv)
+            out["after"] = after_return()
         return out
     from functools import partial
 
@@ -81,7 +82,47 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
     arguments.get_device_arch_version = lambda: 9
 
     out["result"] = script.main(pretrain=partial(dropin, log_dir=log_dir), extra_argv=argv)
+    out["after"] = after_return()
+    out["own"] = lifecycle_resources()
     return out
+
+
+def after_return() -> dict[str, Any]:
+    """What a script sees once `pretrain` has returned (it logs with the rank, reads its args), then
+    the script's own teardown: parallel state and process group destroyed."""
+    import torch.distributed as dist
+    from megatron.core import mpu
+    from megatron.training import get_args
+
+    seen = {
+        "initialized": dist.is_initialized(),
+        "rank": dist.get_rank(),
+        "world": dist.get_world_size(),
+        "dp_rank": mpu.get_data_parallel_rank(),
+        "dp": mpu.get_data_parallel_world_size(),
+        "tp": mpu.get_tensor_model_parallel_world_size(),
+        "train_iters": get_args().train_iters,
+    }
+    dist.barrier()  # a collective on the default group still works
+    mpu.destroy_model_parallel()
+    dist.destroy_process_group()
+    seen["destroyed"] = not dist.is_initialized()
+    return seen
+
+
+def lifecycle_resources() -> dict[str, Any]:
+    """What of the lifecycle's own is left in this process: its threads, the CPU stand-ins."""
+    import threading
+
+    import torch
+
+    from lifecycle.megatron.rehearsal import is_active
+
+    return {
+        "threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("lifecycle")),
+        "rehearsal": is_active(),
+        "cuda_available": bool(torch.cuda.is_available()),
+    }
 
 
 def _one_rank_call(provider: Any = None) -> Any:
