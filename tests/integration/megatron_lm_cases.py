@@ -52,6 +52,36 @@ def _record(out: dict[str, Any]) -> None:
     training.train_step = train_step
 
 
+class Counting:
+    """A script's own wrapper of a callback (a profiler's, a straggler detector's): counts its calls."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.n = inner, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.n += 1
+        return self.inner(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # the lifecycle's finalizer's `calls` reads through
+        return getattr(self.inner, name)
+
+
+def rewrap_finalizer(script: Any, out: dict[str, Any]) -> None:
+    """The script's forward step, which at its first call wraps `config.finalize_model_grads_func`
+    (during `train()`, after train() bound it) with `Counting`; its count lands in `out`."""
+    original = script.forward_step
+
+    def forward_step(data_iterator: Any, model: Any) -> Any:
+        from megatron.core.utils import get_model_config
+
+        config = get_model_config(model)
+        if "rewrapped" not in out:
+            out["rewrapped"] = config.finalize_model_grads_func = Counting(config.finalize_model_grads_func)
+        return original(data_iterator, model)
+
+    script.forward_step = forward_step  # main() passes the module's forward_step to pretrain
+
+
 def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """The example script with `which` pretrain ("megatron" or "lifecycle"), TP=`tp`, 2 ranks."""
     os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # what Megatron-LM asks of TP > 1 runs
@@ -61,6 +91,7 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
 
     out: dict[str, Any] = {"losses": [], "finalizer_calls": []}
     _record(out)
+    rewrap_finalizer(script, out)
     argv = ["--tensor-model-parallel-size", str(tp), *extra]
     if which == "megatron":
         from megatron.training import pretrain
@@ -70,6 +101,7 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
         with cuda_as_cpu():
             script.main(pretrain=pretrain, extra_argv=argv)
             out["after"] = after_return()
+        out["rewrapped"] = out["rewrapped"].n
         return out
     from functools import partial
 
@@ -84,6 +116,7 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
     out["result"] = script.main(pretrain=partial(dropin, log_dir=log_dir), extra_argv=argv)
     out["after"] = after_return()
     out["own"] = lifecycle_resources()
+    out["rewrapped"] = out["rewrapped"].n
     return out
 
 

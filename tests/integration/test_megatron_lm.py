@@ -120,6 +120,19 @@ def test_after_pretrain_returns_the_lifecycle_has_released_its_own_and_handed_ov
         assert not [r for r in recs if r["event"] == "resource_leaked"]
 
 
+def test_a_scripts_own_rewrap_of_the_finalizer_during_train_sees_what_it_sees_under_megatron_lm(
+    runs: dict[str, Any],
+) -> None:
+    for rank, (mine, theirs) in enumerate(zip(runs["lifecycle"], runs["megatron"], strict=True)):
+        assert theirs["rewrapped"] == 5  # wrapped in step 1's forward step, before its finalizer ran
+        assert mine["rewrapped"] == theirs["rewrapped"]
+        replaced = [r for r in records(runs["logs"], rank) if r["event"] == "callback_replaced"]
+        assert [(r["slot"], r["was"], r["now"]) for r in replaced] == [
+            ("finalize_model_grads_func", "CountingFinalizer", "Counting")
+        ]
+        assert replaced[0]["writer"] == "tests.integration.megatron_lm_cases:forward_step"
+
+
 @pytest.fixture(scope="module")
 def misordered() -> dict[str, Any]:
     return run_ranks(megatron_lm_cases.misordered, 1, timeout_s=300)[0]
