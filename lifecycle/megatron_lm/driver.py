@@ -65,7 +65,10 @@ def pretrain(
     `$LIFECYCLE_LOG_DIR`. Under nvidia-resiliency-ext's `inprocess.Wrapper` the wrapper injects
     `inprocess_call_wrapper`; each call rendezvouses on `store` prefixed with its iteration, and its
     records carry that restart cycle (docs/restart.md#megatron-lms-pretrain). Returns the last
-    iteration, the per-step losses, and the slots whose second binding by `train()` was dropped.
+    iteration, the per-step losses, and the slots whose second binding by `train()` was dropped,
+    with what Megatron-LM's `pretrain` leaves up still up (process group, parallel state, global
+    args) and the lifecycle's own resources released (docs/adopting.md). A bad argument is refused
+    at the call (ConfigError naming it).
     """
     refuse_bad_arguments(locals())  # at once, naming the argument: before any import or side effect
     cycle, store = cycle_and_store(inprocess_call_wrapper, store)  # a wrong one is refused before any work
