@@ -70,8 +70,9 @@ def pretrain(
     args) and the lifecycle's own resources released (docs/adopting.md). A bad argument is refused
     at the call (ConfigError naming it).
     """
-    refuse_bad_arguments(locals())  # at once, naming the argument: before any import or side effect
+    given = dict(locals())
     cycle, store = cycle_and_store(inprocess_call_wrapper, store)  # a wrong one is refused before any work
+    refuse_bad_arguments(given)  # at once, naming the argument: before any side effect
     quiet_library_loggers()
     call = _call(locals())  # the arguments as given, `store` as resolved for this cycle
     return _start_and_train(call, cycle, log_dir=log_dir, tripwires=tripwires, options=options)

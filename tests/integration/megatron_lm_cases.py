@@ -53,13 +53,15 @@ def _record(out: dict[str, Any]) -> None:
 
 
 class Counting:
-    """A script's own wrapper of a callback (a profiler's, a straggler detector's): counts its calls."""
+    """A script's own wrapper of a callback (a profiler's, a straggler detector's): counts its calls
+    in `out[key]` (so that what holds the count holds no reference to the callback)."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.n = inner, 0
+    def __init__(self, inner: Any, out: dict[str, Any], key: str) -> None:
+        self.inner, self.out, self.key = inner, out, key
+        out[key] = 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.n += 1
+        self.out[self.key] += 1
         return self.inner(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # the lifecycle's finalizer's `calls` reads through
@@ -76,7 +78,7 @@ def rewrap_finalizer(script: Any, out: dict[str, Any]) -> None:
 
         config = get_model_config(model)
         if "rewrapped" not in out:
-            out["rewrapped"] = config.finalize_model_grads_func = Counting(config.finalize_model_grads_func)
+            config.finalize_model_grads_func = Counting(config.finalize_model_grads_func, out, "rewrapped")
         return original(data_iterator, model)
 
     script.forward_step = forward_step  # main() passes the module's forward_step to pretrain
@@ -101,7 +103,6 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
         with cuda_as_cpu():
             script.main(pretrain=pretrain, extra_argv=argv)
             out["after"] = after_return()
-        out["rewrapped"] = out["rewrapped"].n
         return out
     from functools import partial
 
@@ -116,7 +117,6 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
     out["result"] = script.main(pretrain=partial(dropin, log_dir=log_dir), extra_argv=argv)
     out["after"] = after_return()
     out["own"] = lifecycle_resources()
-    out["rewrapped"] = out["rewrapped"].n
     return out
 
 

@@ -65,14 +65,14 @@ def _record(out: dict[str, Any]) -> None:
 
     def train_step(forward_step_func: Any, data_iterator: Any, model: Any, *rest: Any, **kw: Any) -> Any:
         config = get_model_config(model[0])
-        if "counter" not in out:
-            out["counter"] = config.finalize_model_grads_func = Counting(config.finalize_model_grads_func)
-        before = out["counter"].n
+        if "rewrapped" not in out:
+            config.finalize_model_grads_func = Counting(config.finalize_model_grads_func, out, "rewrapped")
+        before = out["rewrapped"]
         result = original(forward_step_func, data_iterator, model, *rest, **kw)
         loss = result[0].get("lm loss") if result[0] else None
         out["losses"].append(None if loss is None else float(loss))
         out["grad_norms"].append(None if result[5] is None else float(result[5]))
-        out["finalizer_calls"].append(out["counter"].n - before)
+        out["finalizer_calls"].append(out["rewrapped"] - before)
         return result
 
     train_step.recorded = original  # type: ignore[attr-defined]  # the next run wraps the original
@@ -129,5 +129,4 @@ def run(which: str, tp: int, modules: str, log_dir: str) -> dict[str, Any]:
         exec(code, namespace)
         out["after"] = after_return()
         out["own"] = lifecycle_resources()
-    out["rewrapped"] = out.pop("counter").n
     return out

@@ -10,7 +10,10 @@ until its binding write has been dropped.
 
 Every other write (a script, a profiler or a straggler detector wrapping
 `config.finalize_model_grads_func` during `train()`) goes through exactly as under Megatron-LM,
-and is reported to `replaced(slot, was, now, writer)` for the log.
+and is reported to `replaced(slot, was, now, writer)` for the log. When `train()` raises, each slot
+such a write still holds gets back what it replaced, so that CALLBACKS_BOUND's release unbinds the
+lifecycle's callback there too (a wrapper left in a config the script keeps would hold it, and
+through it the process groups the release destroys).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ def bound_once(config: TransformerConfig, replaced: Replaced = _nothing) -> Iter
     else go through, each reported to `replaced`."""
     base: Any = type(config)  # Any: megatron's config class, whose unbound methods are called with `self`
     dropped: list[str] = []
+    foreign: dict[str, object] = {}  # slot -> what the first write not train()'s replaced
+    foreign_now: dict[str, object] = {}  # slot -> what the last such write put there
     # What train() reads back of a slot it is still writing: unbound (None) for its check that
     # no_sync_func is unset, then its own one-element list until it writes the single callable.
     views: dict[str, object] = {"no_sync_func": None} if getattr(config, "no_sync_func", None) is not None else {}
@@ -67,6 +72,8 @@ def bound_once(config: TransformerConfig, replaced: Replaced = _nothing) -> Iter
             was = base.__getattribute__(self, name)
             views.pop(name, None)
             base.__setattr__(self, name, value)
+            foreign.setdefault(name, was)
+            foreign_now[name] = value
             replaced(name, was, value, f"{module}:{writer.f_code.co_name}")
             return
         if value is None or _goes_through(name, value, base.__getattribute__(self, name), views, dropped):
@@ -83,8 +90,15 @@ def bound_once(config: TransformerConfig, replaced: Replaced = _nothing) -> Iter
     config.__class__ = type(base.__name__, (base,), namespace)
     try:
         yield dropped
+    except BaseException:
+        for name, was in foreign.items():
+            if base.__getattribute__(config, name) is foreign_now[name]:
+                base.__setattr__(config, name, was)
+        raise
     finally:
         object.__setattr__(config, "__class__", base)
+        foreign.clear()
+        foreign_now.clear()
 
 
 def _goes_through(name: str, value: object, current: object, views: dict[str, object], dropped: list[str]) -> bool:
