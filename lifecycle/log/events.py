@@ -48,6 +48,8 @@ CYCLE_ENDED: Final = "cycle_ended"
 RESOURCE_LEAKED: Final = "resource_leaked"
 RESOURCE_LINGERED: Final = "resource_lingered"
 RESTARTS_EXHAUSTED: Final = "restarts_exhausted"
+RESOURCES_HANDED_OVER: Final = "resources_handed_over"
+CALLBACK_REPLACED: Final = "callback_replaced"
 
 ALL: Final[frozenset[str]] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

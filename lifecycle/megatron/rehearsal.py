@@ -8,7 +8,13 @@ Inside `cpu_rehearsal()` (or between `start_rehearsal()` and `Rehearsal.close()`
   (megatron's optimizers check those strings);
 - `torch.cuda` functions megatron calls (`current_device`, `synchronize`, streams, events, RNG
   state, `nvtx`, ...) are CPU stand-ins, and megatron's `tensor_parallel.random` CUDA RNG state
-  helpers read and write the CPU generator.
+  helpers read and write the CPU generator;
+- nothing a library does after taking the accelerator as present reaches the CUDA driver: every
+  `torch.accelerator` function that would (the current device, its streams, memory, capability,
+  synchronize) answers as the `torch.cuda` stand-ins do, `Tensor.pin_memory()` returns the tensor
+  and factory functions' `pin_memory=True` is dropped (pinned memory exists only for a GPU). torch's
+  `DataLoader` with workers and `pin_memory=True` asks `torch.accelerator.current_device_index()`
+  and starts a pinning thread that sets the device and pins each batch: both run on CPU.
 
 Function modes are per-thread: the device rewriting applies only on the thread that started the
 rehearsal, while the attribute patches are process-wide. A rehearsal must be closed on the thread
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -163,6 +169,9 @@ def _replacements() -> list[tuple[object, str, object]]:
         (torch.Tensor, "type", fake.tensor_type_wrapper(torch.Tensor.type)),
     ]
     out += [(torch.cuda, name, value) for name, value in fake.torch_cuda_stand_ins().items()]
+    if hasattr(torch, "accelerator"):  # torch >= 2.6
+        out += [(torch.accelerator, name, value) for name, value in _accelerator_stand_ins().items()]
+    out.append((torch.Tensor, "pin_memory", _unpinned))
     out += [
         (mrandom, "_get_cuda_rng_state", fake.get_cpu_rng_state),
         (mrandom, "_set_cuda_rng_state", fake.set_cpu_rng_state),
@@ -171,6 +180,79 @@ def _replacements() -> list[tuple[object, str, object]]:
 
 
 def _device_mode_class() -> type[CpuDeviceMode]:
+    """The device-rewriting mode, also dropping factory functions' `pin_memory=True`."""
+    global _UNPINNING_MODE
+    if _UNPINNING_MODE is None:
+        from lifecycle.megatron import _rehearsal_cuda as fake
+
+        class UnpinningCpuDeviceMode(fake.CpuDeviceMode):
+            def __torch_function__(
+                self,
+                func: Callable[..., object],
+                types: object,
+                args: tuple[object, ...] = (),
+                kwargs: Mapping[str, object] | None = None,
+            ) -> object:
+                if kwargs and kwargs.get("pin_memory"):
+                    kwargs = {**kwargs, "pin_memory": False}
+                return super().__torch_function__(func, types, args, kwargs)
+
+        _UNPINNING_MODE = UnpinningCpuDeviceMode
+    return _UNPINNING_MODE
+
+
+_UNPINNING_MODE: type[CpuDeviceMode] | None = None
+
+
+def _unpinned(self: object, *_: object, **__: object) -> object:
+    """`Tensor.pin_memory()`: pinned memory is for copies to a GPU; on CPU the tensor itself."""
+    return self
+
+
+def _accelerator_stand_ins() -> dict[str, object]:
+    """`torch.accelerator`'s functions that reach the device, answering as the `torch.cuda` stand-ins
+    do (device 0, one device when `torch.cuda.device_count` says so, no memory, nothing to wait
+    for). `is_available` and `current_accelerator` are left as they are: they read no driver, and
+    `is_available` follows `torch.cuda.is_available`."""
+    import contextlib
+
+    import torch
+
     from lifecycle.megatron import _rehearsal_cuda as fake
 
-    return fake.CpuDeviceMode
+    def nothing(*_: object, **__: object) -> None:
+        return None
+
+    def zero(*_: object, **__: object) -> int:
+        return 0
+
+    @contextlib.contextmanager
+    def device_index(device: object, /) -> Iterator[None]:
+        yield None
+
+    def capability(device: object = None, /) -> dict[str, object]:
+        return {"supported_dtypes": {torch.float32, torch.float16, torch.bfloat16, torch.float64}}
+
+    stand_ins: dict[str, object] = {
+        "current_device_index": zero,
+        "current_device_idx": zero,
+        "set_device_index": nothing,
+        "set_device_idx": nothing,
+        "device_count": lambda: torch.cuda.device_count(),
+        "device_index": device_index,
+        "get_device_capability": capability,
+        "current_stream": lambda device=None, /: fake.Stream(),
+        "set_stream": nothing,
+        "synchronize": nothing,
+        "empty_cache": nothing,
+        "empty_host_cache": nothing,
+        "get_memory_info": lambda device=None, /: (0, 0),
+        "memory_allocated": zero,
+        "max_memory_allocated": zero,
+        "memory_reserved": zero,
+        "max_memory_reserved": zero,
+        "memory_stats": lambda device=None, /: {},
+        "reset_accumulated_memory_stats": nothing,
+        "reset_peak_memory_stats": nothing,
+    }
+    return {name: value for name, value in stand_ins.items() if hasattr(torch.accelerator, name)}

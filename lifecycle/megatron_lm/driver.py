@@ -65,12 +65,85 @@ def pretrain(
     `$LIFECYCLE_LOG_DIR`. Under nvidia-resiliency-ext's `inprocess.Wrapper` the wrapper injects
     `inprocess_call_wrapper`; each call rendezvouses on `store` prefixed with its iteration, and its
     records carry that restart cycle (docs/restart.md#megatron-lms-pretrain). Returns the last
-    iteration, the per-step losses, and the slots whose second binding by `train()` was dropped.
+    iteration, the per-step losses, and the slots whose second binding by `train()` was dropped,
+    with what Megatron-LM's `pretrain` leaves up still up (process group, parallel state, global
+    args) and the lifecycle's own resources released (docs/adopting.md). A bad argument is refused
+    at the call (ConfigError naming it).
     """
+    given = dict(locals())
     cycle, store = cycle_and_store(inprocess_call_wrapper, store)  # a wrong one is refused before any work
+    refuse_bad_arguments(given)  # at once, naming the argument: before any side effect
     quiet_library_loggers()
     call = _call(locals())  # the arguments as given, `store` as resolved for this cycle
     return _start_and_train(call, cycle, log_dir=log_dir, tripwires=tripwires, options=options)
+
+
+CALLABLES = (
+    "train_valid_test_dataset_provider",
+    "forward_step_func",
+    "process_non_loss_data_func",
+    "get_embedding_ranks",
+    "get_position_embedding_ranks",
+    "non_loss_data_func",
+)
+"""`pretrain`'s arguments that are functions (the first two required, the others None or a function)."""
+
+
+def refuse_bad_arguments(arguments: Mapping[str, object]) -> None:
+    """Raise ConfigError naming the first argument of `pretrain` that cannot be what Megatron-LM's
+    signature takes, with the fix, before any work (Megatron-LM itself fails on it 20-30 s in)."""
+    from megatron.core.enums import ModelType
+    from megatron.training.config.container import PretrainConfigContainer
+
+    container = arguments["cfg_container"]
+    if not isinstance(container, PretrainConfigContainer):
+        old = " (Megatron-LM before 0.17 took the dataset provider first)" if callable(container) else ""
+        _refuse(
+            "cfg_container",
+            f"expected a megatron.training PretrainConfigContainer, got {_kind(container)}{old}",
+            "build it with pretrain_cfg_container_from_args(args, ...) and pass it first",
+        )
+    for name in CALLABLES:
+        value = arguments[name]
+        required = name in CALLABLES[:2]
+        if not callable(value) and (required or value is not None):
+            _refuse(
+                name, f"expected a function, got {_kind(value)}", "pass a function" + ("" if required else " or None")
+            )
+    if not isinstance(arguments["model_type"], ModelType):
+        _refuse(
+            "model_type",
+            f"expected a megatron.core.enums.ModelType, got {_kind(arguments['model_type'])}",
+            "pass ModelType.encoder_or_decoder",
+        )
+    store = arguments["store"]
+    if store is not None:
+        from torch.distributed import Store
+
+        if not isinstance(store, Store):
+            _refuse("store", f"expected a torch.distributed.Store, got {_kind(store)}", "pass a Store or None")
+    if not isinstance(arguments["skip_model_parallel_init"], bool):
+        _refuse(
+            "skip_model_parallel_init",
+            f"expected True or False, got {_kind(arguments['skip_model_parallel_init'])}",
+            "pass a bool",
+        )
+    log_dir = arguments["log_dir"]
+    if log_dir is not None and not isinstance(log_dir, (str, Path)):
+        _refuse("log_dir", f"expected a path, got {_kind(log_dir)}", "pass a str or pathlib.Path, or None")
+
+
+def _kind(value: object) -> str:
+    """What was passed, by type (and name for a function or class), never its repr."""
+    name = getattr(value, "__qualname__", None)
+    return f"{type(value).__name__} {name}" if isinstance(name, str) else type(value).__name__
+
+
+def _refuse(field: str, problem: str, fix: str) -> None:
+    from lifecycle.errors import ConfigError
+
+    message = f"pretrain: {field}: {problem}; {fix}"
+    raise ConfigError(message, field=field, problems=[message])
 
 
 def _call(arguments: Mapping[str, Any]) -> MegatronLMCall:  # Any: pretrain's locals(), each of its field's type
@@ -92,17 +165,18 @@ def _start_and_train(
     """The lifecycle's startup to its plan's target (in restart cycle `cycle`), then `train()`."""
     where = log_dir if log_dir is not None else os.environ.get(LOG_DIR_ENV)
     config = run_config(call.args, log_dir=None if where is None else str(where))
-    with Lifecycle(
-        config, provider=call.model_provider, phases=MegatronLMPhases(call), tripwires=tripwires, options=options
-    ) as lc:
+    phases = MegatronLMPhases(call)
+    with Lifecycle(config, provider=call.model_provider, phases=phases, tripwires=tripwires, options=options) as lc:
         if cycle is not None:
             lc.begin_cycle(cycle)
         lc.advance_to(lc.target)  # the plan's target, where it trains
         try:
-            return run_training(lc, call)
+            result = run_training(lc, call)
         except BaseException as exc:  # train()'s frames hold the model: let go before the releases
             drop_frame_locals(exc)
             raise
+        phases.hand_over()  # returns as Megatron-LM's does: its process group, parallel state, globals up
+        return result
 
 
 def _megatron_args(cfg_container: PretrainConfigContainer) -> tuple[Namespace, bool]:

@@ -52,6 +52,38 @@ def _record(out: dict[str, Any]) -> None:
     training.train_step = train_step
 
 
+class Counting:
+    """A script's own wrapper of a callback (a profiler's, a straggler detector's): counts its calls
+    in `out[key]` (so that what holds the count holds no reference to the callback)."""
+
+    def __init__(self, inner: Any, out: dict[str, Any], key: str) -> None:
+        self.inner, self.out, self.key = inner, out, key
+        out[key] = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.out[self.key] += 1
+        return self.inner(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # the lifecycle's finalizer's `calls` reads through
+        return getattr(self.inner, name)
+
+
+def rewrap_finalizer(script: Any, out: dict[str, Any]) -> None:
+    """The script's forward step, which at its first call wraps `config.finalize_model_grads_func`
+    (during `train()`, after train() bound it) with `Counting`; its count lands in `out`."""
+    original = script.forward_step
+
+    def forward_step(data_iterator: Any, model: Any) -> Any:
+        from megatron.core.utils import get_model_config
+
+        config = get_model_config(model)
+        if "rewrapped" not in out:
+            config.finalize_model_grads_func = Counting(config.finalize_model_grads_func, out, "rewrapped")
+        return original(data_iterator, model)
+
+    script.forward_step = forward_step  # main() passes the module's forward_step to pretrain
+
+
 def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """The example script with `which` pretrain ("megatron" or "lifecycle"), TP=`tp`, 2 ranks."""
     os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # what Megatron-LM asks of TP > 1 runs
@@ -61,6 +93,7 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
 
     out: dict[str, Any] = {"losses": [], "finalizer_calls": []}
     _record(out)
+    rewrap_finalizer(script, out)
     argv = ["--tensor-model-parallel-size", str(tp), *extra]
     if which == "megatron":
         from megatron.training import pretrain
@@ -69,6 +102,7 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
 
         with cuda_as_cpu():
             script.main(pretrain=pretrain, extra_argv=argv)
+            out["after"] = after_return()
         return out
     from functools import partial
 
@@ -81,7 +115,47 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
     arguments.get_device_arch_version = lambda: 9
 
     out["result"] = script.main(pretrain=partial(dropin, log_dir=log_dir), extra_argv=argv)
+    out["after"] = after_return()
+    out["own"] = lifecycle_resources()
     return out
+
+
+def after_return() -> dict[str, Any]:
+    """What a script sees once `pretrain` has returned (it logs with the rank, reads its args), then
+    the script's own teardown: parallel state and process group destroyed."""
+    import torch.distributed as dist
+    from megatron.core import mpu
+    from megatron.training import get_args
+
+    seen = {
+        "initialized": dist.is_initialized(),
+        "rank": dist.get_rank(),
+        "world": dist.get_world_size(),
+        "dp_rank": mpu.get_data_parallel_rank(),
+        "dp": mpu.get_data_parallel_world_size(),
+        "tp": mpu.get_tensor_model_parallel_world_size(),
+        "train_iters": get_args().train_iters,
+    }
+    dist.barrier()  # a collective on the default group still works
+    mpu.destroy_model_parallel()
+    dist.destroy_process_group()
+    seen["destroyed"] = not dist.is_initialized()
+    return seen
+
+
+def lifecycle_resources() -> dict[str, Any]:
+    """What of the lifecycle's own is left in this process: its threads, the CPU stand-ins."""
+    import threading
+
+    import torch
+
+    from lifecycle.megatron.rehearsal import is_active
+
+    return {
+        "threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("lifecycle")),
+        "rehearsal": is_active(),
+        "cuda_available": bool(torch.cuda.is_available()),
+    }
 
 
 def _one_rank_call(provider: Any = None) -> Any:

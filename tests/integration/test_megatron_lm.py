@@ -101,6 +101,38 @@ def test_train_does_not_bind_a_second_time_and_finalizes_once_per_step(runs: dic
         assert mine["finalizer_calls"] == [1, 2, 3, 4, 5]
 
 
+def test_after_pretrain_returns_the_process_group_parallel_state_and_args_are_up_as_under_megatron_lm(
+    runs: dict[str, Any],
+) -> None:
+    for rank, (mine, theirs) in enumerate(zip(runs["lifecycle"], runs["megatron"], strict=True)):
+        assert theirs["after"]["initialized"] is True and theirs["after"]["rank"] == rank
+        assert mine["after"] == theirs["after"]  # then the script's own destroy_process_group ends them
+
+
+def test_after_pretrain_returns_the_lifecycle_has_released_its_own_and_handed_over_megatron_lms(
+    runs: dict[str, Any],
+) -> None:
+    for rank, mine in enumerate(runs["lifecycle"]):
+        assert mine["own"] == {"threads": [], "rehearsal": False, "cuda_available": False}
+        recs = records(runs["logs"], rank)
+        handed = {r["state"]: r["resources"] for r in recs if r["event"] == "resources_handed_over"}
+        assert "process group" in handed["DISTRIBUTED"] and "Megatron-LM args" in handed["SERVICES_READY"]
+        assert not [r for r in recs if r["event"] == "resource_leaked"]
+
+
+def test_a_scripts_own_rewrap_of_the_finalizer_during_train_sees_what_it_sees_under_megatron_lm(
+    runs: dict[str, Any],
+) -> None:
+    for rank, (mine, theirs) in enumerate(zip(runs["lifecycle"], runs["megatron"], strict=True)):
+        assert theirs["rewrapped"] == 5  # wrapped in step 1's forward step, before its finalizer ran
+        assert mine["rewrapped"] == theirs["rewrapped"]
+        replaced = [r for r in records(runs["logs"], rank) if r["event"] == "callback_replaced"]
+        assert [(r["slot"], r["was"], r["now"]) for r in replaced] == [
+            ("finalize_model_grads_func", "CountingFinalizer", "Counting")
+        ]
+        assert replaced[0]["writer"] == "tests.integration.megatron_lm_cases:forward_step"
+
+
 @pytest.fixture(scope="module")
 def misordered() -> dict[str, Any]:
     return run_ranks(megatron_lm_cases.misordered, 1, timeout_s=300)[0]

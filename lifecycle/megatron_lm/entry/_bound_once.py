@@ -1,16 +1,27 @@
 """Megatron-LM's `train()` binds the scheduler callbacks itself; after CALLBACKS_BOUND it must not
 bind them a second time. `bound_once(config)` makes that so while `train()` runs, without editing
-`train()`: the model's TransformerConfig gets a subclass whose writes to a callback slot that would
-put back what the slot already holds (a second binding) are dropped and recorded; a write of a
-*different* callable is refused (the lifecycle bound something other than what Megatron-LM would);
-`None` and restoring writes (train_step's pause of `param_sync_func`) go through. `train()`'s own
-check that `no_sync_func` is unbound sees None, and its one-element list for one chunk reads back
-as written, until its binding write has been dropped.
+`train()`: the model's TransformerConfig gets a subclass that looks at each write to a callback
+slot made by Megatron-LM's training module (`train()`, `train_step`). Such a write that would put
+back what the slot already holds (a second binding) is dropped and recorded; one of a *different*
+callable is refused (the lifecycle bound something other than what Megatron-LM would); `None` and
+restoring writes (train_step's pause of `param_sync_func`) go through. `train()`'s own check that
+`no_sync_func` is unbound sees None, and its one-element list for one chunk reads back as written,
+until its binding write has been dropped.
+
+Every other write (a script, a profiler or a straggler detector wrapping
+`config.finalize_model_grads_func` during `train()`) goes through exactly as under Megatron-LM,
+and is reported to `replaced(slot, was, now, writer)` for the log. When `train()` raises, each slot
+such a write still holds gets back what it replaced, so that CALLBACKS_BOUND's release unbinds the
+lifecycle's callback there too (a wrapper left in a config the script keeps would hold it, and
+through it the process groups the release destroys).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import sys
+import types
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +31,11 @@ if TYPE_CHECKING:
     from megatron.core.transformer import TransformerConfig
 
 SLOTS = ("finalize_model_grads_func", "grad_scale_func", "no_sync_func", "grad_sync_func", "param_sync_func")
+TRAINING = "megatron.training.training"
+"""The module whose writes are `train()`'s own binding (`train`, `train_step`)."""
+
+Replaced = Callable[[str, object, object, str], None]
+"""`replaced(slot, what was there, what replaced it, the writer as module:function)`."""
 
 
 def same(a: object, b: object) -> bool:
@@ -29,22 +45,38 @@ def same(a: object, b: object) -> bool:
     return a is b or (a is not None and b is not None and a == b)
 
 
+def _nothing(slot: str, was: object, now: object, writer: str) -> None:
+    return None
+
+
 @contextmanager
-def bound_once(config: TransformerConfig) -> Iterator[list[str]]:
-    """While the block runs, `config`'s callback slots take no second binding; yields the slots
-    whose second binding was dropped, in order."""
+def bound_once(config: TransformerConfig, replaced: Replaced = _nothing) -> Iterator[list[str]]:
+    """While the block runs, `config`'s callback slots take no second binding from Megatron-LM's
+    training module; yields the slots whose second binding was dropped, in order. Writes by anyone
+    else go through, each reported to `replaced`."""
     base: Any = type(config)  # Any: megatron's config class, whose unbound methods are called with `self`
     dropped: list[str] = []
+    foreign: dict[str, object] = {}  # slot -> what the first write not train()'s replaced
+    foreign_now: dict[str, object] = {}  # slot -> what the last such write put there
     # What train() reads back of a slot it is still writing: unbound (None) for its check that
     # no_sync_func is unset, then its own one-element list until it writes the single callable.
     views: dict[str, object] = {"no_sync_func": None} if getattr(config, "no_sync_func", None) is not None else {}
 
     def __setattr__(self: TransformerConfig, name: str, value: object) -> None:
-        if (
-            name not in SLOTS
-            or value is None
-            or _goes_through(name, value, base.__getattribute__(self, name), views, dropped)
-        ):
+        if name not in SLOTS:
+            base.__setattr__(self, name, value)
+            return
+        writer = sys._getframe(1)
+        module = str(writer.f_globals.get("__name__", "?"))
+        if module != TRAINING:  # not train()'s binding: as under Megatron-LM, and logged
+            was = base.__getattribute__(self, name)
+            views.pop(name, None)
+            base.__setattr__(self, name, value)
+            foreign.setdefault(name, was)
+            foreign_now[name] = value
+            replaced(name, was, value, f"{module}:{writer.f_code.co_name}")
+            return
+        if value is None or _goes_through(name, value, base.__getattribute__(self, name), views, dropped):
             base.__setattr__(self, name, value)
 
     def __getattribute__(self: TransformerConfig, name: str) -> object:
@@ -58,8 +90,15 @@ def bound_once(config: TransformerConfig) -> Iterator[list[str]]:
     config.__class__ = type(base.__name__, (base,), namespace)
     try:
         yield dropped
+    except BaseException:
+        for name, was in foreign.items():
+            if base.__getattribute__(config, name) is foreign_now[name]:
+                base.__setattr__(config, name, was)
+        raise
     finally:
         object.__setattr__(config, "__class__", base)
+        foreign.clear()
+        foreign_now.clear()
 
 
 def _goes_through(name: str, value: object, current: object, views: dict[str, object], dropped: list[str]) -> bool:
@@ -75,15 +114,24 @@ def _goes_through(name: str, value: object, current: object, views: dict[str, ob
         return False
     if current is not None:
         raise BindingError(
-            f"Megatron-LM's train() would bind {name} to {_short(value)} but the lifecycle bound "
-            f"{_short(current)}; the binding does not match Megatron-LM's, report it",
+            f"Megatron-LM's train() would bind {name} to {short(value)} but the lifecycle bound "
+            f"{short(current)}; the binding does not match Megatron-LM's, report it",
             state="CALLBACKS_BOUND",
         )
     return True
 
 
-def _short(value: object) -> str:
-    """A slot value named by its functions (never a model's repr)."""
+def short(value: object) -> str:
+    """A slot value named by its functions (never a model's repr): a function or method by its
+    qualified name, a partial by its function's, any other callable by its type."""
     entries = value if isinstance(value, list) else [value]
-    names = [getattr(e, "__qualname__", type(e).__name__) for e in entries]
+    names = [_name(e) for e in entries]
     return f"[{', '.join(names)}]" if isinstance(value, list) else names[0]
+
+
+def _name(entry: object) -> str:
+    if isinstance(entry, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+        return entry.__qualname__
+    if isinstance(entry, functools.partial):
+        return f"partial({_name(entry.func)})"
+    return "None" if entry is None else type(entry).__qualname__

@@ -11,8 +11,10 @@ the CUDA RNG. `megatron.training` also reads:
   TP > 1);
 - megatron's fused functions are `torch.compile`d at import, and compiling reads the CUDA driver:
   compilation is off (`torch._dynamo.config.disable`), so they run eagerly, the same arithmetic;
-  so is torch's optimizers' graph-capture check (it reads the CUDA stream); the data loader's
-  pinning of memory is a no-op;
+  so is torch's optimizers' graph-capture check (it reads the CUDA stream);
+- with `is_available()` true, torch's data loader pins memory (`--num-workers` > 0: a pinning
+  thread on `torch.accelerator`'s current device): the rehearsal stands in for both, and
+  `get_device_capability` says what `get_device_properties` says;
 - `compile_helpers()` runs `make` for the dataset helper; the wheel ships the compiled helper and
   no Makefile, so the stand-in imports the compiled one instead.
 """
@@ -22,10 +24,6 @@ from __future__ import annotations
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import torch
 
 
 def _compiled_helpers() -> None:
@@ -35,11 +33,6 @@ def _compiled_helpers() -> None:
 
 def _properties(device: object = None) -> types.SimpleNamespace:
     return types.SimpleNamespace(major=9, minor=0, name="cpu-rehearsal", total_memory=0, multi_processor_count=1)
-
-
-def _unpinned(self: torch.Tensor, *_: object, **__: object) -> torch.Tensor:
-    """`Tensor.pin_memory()` (the data loader pins when CUDA is available): nothing to pin on CPU."""
-    return self
 
 
 def _zero(*_: object, **__: object) -> int:
@@ -63,7 +56,7 @@ def extra_patches() -> list[tuple[object, str, object]]:
         (torch.cuda, "max_memory_reserved", _zero),
         (torch.cuda, "reset_peak_memory_stats", lambda *a, **k: None),
         (torch.cuda, "is_current_stream_capturing", lambda: False),
-        (torch.Tensor, "pin_memory", _unpinned),
+        (torch.cuda, "get_device_capability", lambda device=None: (9, 0)),
         (torch.optim.Optimizer, "_accelerator_graph_capture_health_check", lambda self: None),
         (dataset_utils, "compile_helpers", _compiled_helpers),
         (dynamo_config, "disable", True),

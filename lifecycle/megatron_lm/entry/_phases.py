@@ -34,6 +34,7 @@ from lifecycle.megatron import callbacks_bound as lifecycle_binding
 from lifecycle.megatron.ranks import watched
 from lifecycle.megatron_lm.entry import _derive, _providers, _resources
 from lifecycle.megatron_lm.entry._distributed import initialize
+from lifecycle.megatron_lm.entry._handover import HandOver, releasing_distributed, releasing_services
 from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
 from states import STARTUP_ORDER, SideEffect, State
 
@@ -78,7 +79,8 @@ class MegatronLMPhases(MegatronPhases):
     are the real phases' (they undo what these built the same way), DISTRIBUTED's also destroying
     the rerun state machine and MODEL_BUILT's also dropping the scheduler; SERVICES_READY's unsets
     Megatron-LM's global variables when they were made here (`_resources.py`, which also names
-    what these make for the ledger)."""
+    what these make for the ledger). Once `hand_over()` is called (`pretrain` trained), the
+    shutdown leaves up what Megatron-LM's `pretrain` leaves up (`_handover.py`)."""
 
     def __init__(self, call: MegatronLMCall) -> None:
         super().__init__()
@@ -97,6 +99,10 @@ class MegatronLMPhases(MegatronPhases):
             self.register(state, Work(enter, own.get(state, inner.release)))
         self.around(State.DISTRIBUTED, release=_destroying_rerun_state)
         self.around(State.MODEL_BUILT, release=_resources.dropping_scheduler)
+        self.hand_over = HandOver()
+        """Called once `pretrain` has trained: what Megatron-LM's leaves up stays up (`_handover.py`)."""
+        self.around(State.DISTRIBUTED, release=partial(releasing_distributed, self.hand_over))
+        self.around(State.SERVICES_READY, release=partial(releasing_services, self.hand_over))
         for watched_state in (State.MODEL_BUILT, State.CALLBACKS_BOUND):
             self.around(watched_state, enter=partial(_watched, watched_state))
 
@@ -104,7 +110,7 @@ class MegatronLMPhases(MegatronPhases):
         """What `state`'s work made: the real phases' resources (SERVICES_READY's writers are
         Megatron-LM's global variables, named with the others), and Megatron-LM's own."""
         real = super().resources(state, runtime) if state is not State.SERVICES_READY else []
-        return [*real, *_resources.resources(state, runtime)]
+        return self.hand_over.probes(state, [*real, *_resources.resources(state, runtime)])
 
 
 def _validate(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypedDict
 
+from lifecycle.log import events
 from lifecycle.megatron.steps import Driver, steps_for
-from lifecycle.megatron_lm.entry._bound_once import bound_once
+from lifecycle.megatron_lm.entry._bound_once import bound_once, short
 
 if TYPE_CHECKING:
     from bindings import SchedulerConfig
@@ -98,7 +99,10 @@ def run_training(lc: Driver, call: MegatronLMCall) -> TrainResult:
     losses: list[float | None] = []
     if not cfg.validation.skip_train and args.do_train and (args.train_iters or 0) > 0:
         args.curr_iteration = 0
-        with bound_once(config) as dropped, watched_steps(lc, args.iteration) as losses:
+        with (
+            bound_once(config, functools.partial(_replaced, lc)) as dropped,
+            watched_steps(lc, args.iteration) as losses,
+        ):
             iteration, flops = t.train(
                 call.forward_step_func,
                 model,
@@ -121,6 +125,11 @@ def run_training(lc: Driver, call: MegatronLMCall) -> TrainResult:
     _evaluate(call, model, iteration, valid_it, test_it, config)
     t.maybe_finalize_async_save(blocking=True, terminate=True)
     return {"iteration": iteration, "losses": losses, "second_binding_dropped": list(dropped)}
+
+
+def _replaced(lc: Driver, slot: str, was: object, now: object, writer: str) -> None:
+    """A write to a callback slot during `train()` that is not `train()`'s own binding: logged."""
+    lc.record(events.CALLBACK_REPLACED, slot=slot, was=short(was), now=short(now), writer=writer)
 
 
 def _evaluate(
