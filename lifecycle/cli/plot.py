@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lifecycle.redaction import redact_text
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("plot", help="draw the startup timeline of every rank (needs matplotlib)")
@@ -33,5 +35,5 @@ def run(args: argparse.Namespace) -> int:
     except (ExtraNotInstalled, ValueError) as exc:
         print(f"lifecycle plot: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
-    print(f"wrote {path}")
+    print(f"wrote {redact_text(str(path))}")
     return 0

@@ -28,6 +28,7 @@ from lifecycle.cli._launch import (
 )
 from lifecycle.cli._specs import provider_problem
 from lifecycle.megatron.user_providers import NAMES
+from lifecycle.redaction import redact_text
 from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State, training_state
 
 if TYPE_CHECKING:
@@ -259,4 +260,4 @@ def _printer() -> Show:
     from rich.console import Console
 
     console = Console(stderr=False, highlight=False, soft_wrap=True)  # paths stay whole, one per line
-    return console.print
+    return lambda msg: console.print(redact_text(msg))  # a path may hold a password= (docs/failures.md#credentials)

@@ -47,6 +47,13 @@ def test_a_log_dir_with_hash_and_tilde_is_that_path_and_secrets_reach_neither_st
         assert "hunter22" not in text and HF not in text
 
 
+def test_a_password_in_the_log_dir_of_a_run_that_succeeds_is_redacted_on_stdout_too(tmp_path: Path) -> None:
+    done = run("--log-dir", str(tmp_path / "password=hunter23" / "logs"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "done; startup log:" in done.stdout and "<redacted>" in done.stdout
+    assert "hunter23" not in done.stdout and "hunter23" not in done.stderr
+
+
 def test_a_symlinked_rank_file_is_refused_by_name_and_its_target_is_untouched(tmp_path: Path) -> None:
     outside, logs = tmp_path / "outside.txt", tmp_path / "logs"
     outside.write_bytes(b"line 1\nunfinished")

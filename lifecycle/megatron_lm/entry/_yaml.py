@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lifecycle.errors import ConfigError
 
@@ -51,7 +51,7 @@ def _refuse(path: str, what: str, field: str = "megatron_config") -> ConfigError
     return ConfigError(f"{FLAG} {path}: {what}", field=field)
 
 
-def read_config_data(path: str, *, allow_targets: bool = False) -> dict[str, Any]:
+def read_config_data(path: str, *, allow_targets: bool = False) -> dict[str, object]:
     """The file's YAML as plain data, checked (module docstring); megatron is not imported."""
     data = _parse(path, _read(path))
     nodes, references = _count(data)
@@ -86,7 +86,7 @@ def load_container(path: str, *, allow_targets: bool = False) -> PretrainConfigC
     return container
 
 
-def _lenient() -> Any:
+def _lenient() -> object:
     """Megatron-LM's `from_yaml` default: keys the container does not know are dropped."""
     from megatron.training.config.instantiate_utils import InstantiationMode
 
@@ -123,7 +123,7 @@ def _parse(path: str, text: bytes) -> object:
 
         aliases = 0
 
-        def compose_node(self, parent: Any, index: Any) -> Any:
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
             if self.check_event(yaml.AliasEvent):
                 self.aliases += 1
                 if self.aliases > MAX_REFERENCES:
