@@ -3,8 +3,8 @@ and print `bindings.check`'s report for each rank.
 
 Binders: `lifecycle` (this project's CALLBACKS_BOUND), `megatron-lm` (the binding block of
 Megatron-LM's `train()`, from the installed `megatron.training`), `bridge` (Megatron-Bridge's
-`_update_model_config_funcs`, from the installed `megatron.bridge`, given the provider's config as
-Bridge's `setup()` does), or your own `package.module:function` called as
+`_update_model_config_funcs`, compiled from the installed `megatron.bridge`'s text without importing it
+(its import needs Transformer Engine), given the provider's config as Bridge's `setup()` does), or your own `package.module:function` called as
 `binder(model, optimizer, ddp_config, provider_config)`.
 """
 
@@ -219,9 +219,40 @@ def bridge_binding(
     provider_config: TransformerConfig,
 ) -> None:
     """What Megatron-Bridge's `setup()` does: its installer on `cfg.model`, the provider's config."""
-    from megatron.bridge.training.setup import _update_model_config_funcs
+    _bridge_installer()(model, provider_config, ddp_config, optimizer)
 
-    _update_model_config_funcs(model, provider_config, ddp_config, optimizer)
+
+def _bridge_installer() -> Callable[..., None]:
+    """`_update_model_config_funcs` of the installed Megatron-Bridge, compiled alone from its file's
+    text: importing `megatron.bridge.training.setup` imports Transformer Engine (0.3 to 0.6.2), which a
+    CPU machine lacks. Its names are megatron-core's; annotations stay unevaluated."""
+    import __future__
+
+    import ast
+    import importlib.util
+    from functools import partial
+    from pathlib import Path
+    from typing import Optional
+
+    from megatron.core.distributed import DistributedDataParallel, finalize_model_grads
+    from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
+
+    spec = importlib.util.find_spec("megatron.bridge")  # finds the package, runs none of it
+    path = Path(next(iter(spec.submodule_search_locations or []))) / "training" / "setup.py" if spec else None
+    if path is None or not path.is_file():
+        raise FileNotFoundError("megatron.bridge's training/setup.py is not installed: pip install megatron-bridge")
+    tree = ast.parse(path.read_text(), str(path))
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_update_model_config_funcs")
+    namespace: dict[str, object] = {
+        "partial": partial,
+        "Optional": Optional,
+        "DistributedDataParallel": DistributedDataParallel,
+        "megatron_FSDP": FullyShardedDataParallel,
+        "finalize_model_grads": finalize_model_grads,
+    }
+    code = compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec", __future__.annotations.compiler_flag)
+    exec(code, namespace)  # Bridge's own function, as it is written in the installed file
+    return cast("Callable[..., None]", namespace["_update_model_config_funcs"])
 
 
 def megatron_lm_binding(

@@ -105,3 +105,40 @@ def test_a_hanging_binder_is_ended_at_startup_timeout_s_with_one_line_per_rank_n
         "in MODEL_BUILT; find what it waits for, or raise startup.timeout_s"
         for r in (0, 1)
     ]
+
+
+BRIDGE_0_6_2 = Path(__file__).resolve().parents[1] / "fixtures" / "megatron_bridge_0.6.2_training_setup.py.txt"
+BRIDGE_0_6_2_RECORD_SHA256 = "-NKuGQONgUdbrzqQrjQSc6g9Iwj4ZZq4G4coFXXQyPE"
+"""`megatron/bridge/training/setup.py` in megatron_bridge-0.6.2-py3-none-any.whl's RECORD."""
+
+
+def test_binder_bridge_takes_the_installed_bridge_0_6_2_from_its_text_and_names_the_missing_finalizer(
+    tmp_path: Path,
+) -> None:
+    """Megatron-Bridge 0.6.2 laid out as its wheel installs it, whose package imports fail as they do
+    without Transformer Engine: `--binder bridge` runs none of it, only its installer's own text."""
+    import subprocess
+    import sys
+
+    from tests.child_python import ROOT
+    from tests.integration.foreign_binders import record_sha256
+
+    assert record_sha256(BRIDGE_0_6_2) == BRIDGE_0_6_2_RECORD_SHA256
+    package = tmp_path / "megatron" / "bridge"
+    (package / "training").mkdir(parents=True)
+    for init in (package / "__init__.py", package / "training" / "__init__.py"):
+        init.write_text("raise ImportError('No module named transformer_engine')\n")
+    (package / "training" / "setup.py").write_bytes(BRIDGE_0_6_2.read_bytes())
+    done = subprocess.run(
+        [sys.executable, "-m", "lifecycle", "check-binding", "--provider", "copying", "--binder", "bridge"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    heads = [line for line in done.stdout.splitlines() if line.startswith("rank ")]
+    assert len(heads) == 2 and all("binding check: missing" in h for h in heads)
+    finalizer = [line for line in done.stdout.splitlines() if line.strip().startswith("finalize_model_grads_func")]
+    assert len(finalizer) == 2 and all("missing" in line and "(provider config)" in line for line in finalizer)
