@@ -299,6 +299,21 @@ def resource_leaked(audit: RankState, rec: Record, ts: float) -> None:
     )
 
 
+@reads("slot", "was", "now", "writer")
+def callback_replaced(audit: RankState, rec: Record, ts: float) -> None:
+    """A write to a callback slot during Megatron-LM's `train()` by someone else than `train()` (the
+    drop-in lets it through, as Megatron-LM does): the scheduler still reaches a finalizer unless the
+    write left `finalize_model_grads_func` unbound."""
+    if rec.get("slot") != "finalize_model_grads_func" or rec.get("now") != "None":
+        return
+    writer, was = str(rec.get("writer"))[:120], str(rec.get("was"))[:120]
+    audit.flag(
+        RuleId.FINALIZER_UNBOUND,
+        f"{writer} set finalize_model_grads_func to None (it was {was}) during train(): the scheduler skips "
+        "gradient finalization from then on; wrap the finalizer instead of clearing it",
+    )
+
+
 @reads("category", "message", "module")
 def warning(audit: RankState, rec: Record, ts: float) -> None:
     key = (_str(audit, rec, "category"), _str(audit, rec, "module"), _str(audit, rec, "message"))
@@ -346,6 +361,7 @@ HANDLERS: dict[str, Handler] = {
     events.IMPORTS: imports,
     events.WARNING: warning,
     events.RESOURCE_LEAKED: resource_leaked,
+    events.CALLBACK_REPLACED: callback_replaced,
     events.CYCLE_STARTED: _cycles.cycle_started,
     events.CYCLE_ENDED: _cycles.cycle_ended,
 }

@@ -55,6 +55,7 @@ class RuleId:
     INCOMPLETE: Final = "LA021"
     IMPOSSIBLE_TIMESTAMP: Final = "LA022"
     RESOURCE_LEAKED: Final = "LA023"
+    FINALIZER_UNBOUND: Final = "LA024"
     STEP_WITHOUT_BINDING: Final = "LA030"
     FIRST_STEP_UNCHECKED: Final = "LA031"
 
@@ -165,6 +166,12 @@ RULES: tuple[Rule, ...] = (
         id=RuleId.RESOURCE_LEAKED,
         slug="resource-leaked",
         summary="a resource a state made was still alive after its release (rebuild, restart or shutdown)",
+    ),
+    Rule(
+        id=RuleId.FINALIZER_UNBOUND,
+        slug="finalizer-unbound",
+        summary="a script's write during Megatron-LM's train() left finalize_model_grads_func unbound: the "
+        "scheduler no longer finalizes gradients",
     ),
     Rule(
         id=RuleId.STEP_WITHOUT_BINDING,
