@@ -34,6 +34,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_job_flags(p)
+    _add_rank_flags(p)
+    _add_output_flags(p)
+    _add_mode_flags(p)
+    p.set_defaults(func=run)
+
+
+def _add_job_flags(p: argparse.ArgumentParser) -> None:
+    """Which job: a preset or a config file, its world size, and overrides."""
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--preset", help="a shipped preset, e.g. gpt-4096")
     src.add_argument("--config", help="a RunConfig YAML file")
@@ -46,6 +55,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="KEY=VALUE",
         help="override a config field, e.g. --set parallel.ep=16 (repeatable)",
     )
+
+
+def _add_rank_flags(p: argparse.ArgumentParser) -> None:
+    """Which ranks to simulate, and how far."""
     pick = p.add_mutually_exclusive_group()
     pick.add_argument("--ranks", help="ranks to simulate: 0,37,4095 or ranges 0-7")
     pick.add_argument(
@@ -62,9 +75,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="DISTRIBUTED",
         help="DISTRIBUTED: process groups; MODEL_BUILT: also a shrunken model of the same layout",
     )
+
+
+def _add_output_flags(p: argparse.ArgumentParser) -> None:
+    """Where the results and logs go, and how many processes make them."""
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--log-dir", help="write each rank's startup log here (for `lifecycle audit`)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="processes simulating ranks (default: 1)")
+
+
+def _add_mode_flags(p: argparse.ArgumentParser) -> None:
+    """`--scale` and `--plan`: the whole job at once instead of chosen ranks."""
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
         "--scale",
@@ -75,7 +96,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--ranks-per-node", type=int, default=8, metavar="K", help="ranks a node, for --scale and --plan (default: 8)"
     )
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,8 +19,12 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig
+
+if TYPE_CHECKING:
+    from lifecycle.engine import Lifecycle
 
 GROUP_CONSTRUCTORS = ("new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group")
 
@@ -140,7 +144,6 @@ def count_groups(config: RunConfig, *, world_size: int | None = None, rank: int 
     is invalid (as `prepare` raises it)."""
     from lifecycle.engine import Lifecycle
     from lifecycle.simulate._simulation import at_rank, prepare, warm_up
-    from states import STARTUP_ORDER, State
 
     simulated = prepare(config, world_size=world_size)
     world = simulated.parallel.world_size or 1
@@ -152,17 +155,8 @@ def count_groups(config: RunConfig, *, world_size: int | None = None, rank: int 
         run_id="sim-groups",
         options={"environment_checks": False, "capture_warnings": False},
     )
-    state_s: dict[str, float] = {}
     try:
-        for state in STARTUP_ORDER[1 : STARTUP_ORDER.index(State.DISTRIBUTED)]:
-            wall = time.perf_counter()
-            lc.advance_to(state)
-            state_s[state.name] = time.perf_counter() - wall
-        with _recording(rank) as recorder:
-            started, wall = time.process_time(), time.perf_counter()
-            lc.advance_to(State.DISTRIBUTED)
-            seconds = time.process_time() - started
-            state_s[State.DISTRIBUTED.name] = time.perf_counter() - wall
+        recorder, seconds, state_s = _drive_to_distributed(lc, rank)
     finally:
         lc.shutdown()
     return GroupCount(
@@ -177,3 +171,21 @@ def count_groups(config: RunConfig, *, world_size: int | None = None, rank: int 
         non_member_s=recorder.non_member_s,
         state_s=state_s,
     )
+
+
+def _drive_to_distributed(lc: Lifecycle, rank: int) -> tuple[_Recorder, float, dict[str, float]]:
+    """Advance `lc` state by state to DISTRIBUTED, recording the group constructor calls of that last
+    state. Returns the recorder, DISTRIBUTED's CPU seconds, and each state's wall seconds."""
+    from states import STARTUP_ORDER, State
+
+    state_s: dict[str, float] = {}
+    for state in STARTUP_ORDER[1 : STARTUP_ORDER.index(State.DISTRIBUTED)]:
+        wall = time.perf_counter()
+        lc.advance_to(state)
+        state_s[state.name] = time.perf_counter() - wall
+    with _recording(rank) as recorder:
+        started, wall = time.process_time(), time.perf_counter()
+        lc.advance_to(State.DISTRIBUTED)
+        seconds = time.process_time() - started
+        state_s[State.DISTRIBUTED.name] = time.perf_counter() - wall
+    return recorder, seconds, state_s

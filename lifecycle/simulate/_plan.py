@@ -97,13 +97,31 @@ def predict(
     constants: PlanConstants, counts: PlanCounts, *, ranks: int, ranks_per_node: int, cores_per_node: int | None = None
 ) -> Plan:
     """The plan for `ranks` ranks from `constants` and `counts` (pure: see the module for the model)."""
-    c = constants
     cores = cores_per_node or ranks_per_node
     contention = max(1.0, ranks_per_node / cores)
-    rank_ops = TORCH_CONNECT_OPS + counts.checkin_ops_per_rank
+    return Plan(
+        ranks=ranks,
+        ranks_per_node=ranks_per_node,
+        cores_per_node=cores,
+        constants=constants,
+        counts=counts,
+        phases=_phases(constants, counts, ranks=ranks, contention=contention),
+        formulas=_formulas(constants, counts, ranks=ranks, contention=contention),
+        assumptions=_assumptions(cores_per_node is None),
+    )
+
+
+def _rank_ops(counts: PlanCounts) -> float:
+    """Store operations one rank makes at rendezvous: torch's connect (assumed) and the rank watch's."""
+    return TORCH_CONNECT_OPS + counts.checkin_ops_per_rank
+
+
+def _phases(c: PlanConstants, counts: PlanCounts, *, ranks: int, contention: float) -> dict[str, float]:
+    """Each phase's seconds on the critical path (see the module for the model)."""
+    rank_ops = _rank_ops(counts)
     host_rdzv = ranks * rank_ops / c.host_ops_per_s
     bootstrap = counts.groups_joined * ranks / c.host_ops_per_s
-    phases = {
+    return {
         "imports": c.import_s * contention,
         "VALIDATED": c.validated_s * contention,
         "SERVICES_READY": c.services_s * contention,
@@ -112,7 +130,12 @@ def predict(
         "MODEL_BUILT": c.model_s * contention,
         "first step": bootstrap + (c.step_s or 0.0) * contention,
     }
-    formulas = {
+
+
+def _formulas(c: PlanConstants, counts: PlanCounts, *, ranks: int, contention: float) -> dict[str, str]:
+    """How each phase of `_phases` was computed, with the figures filled in."""
+    rank_ops = _rank_ops(counts)
+    return {
         "imports": f"import_s {c.import_s:.2f} × contention {contention:g}",
         "VALIDATED": f"validated_s {c.validated_s:.3f} × contention",
         "SERVICES_READY": f"services_s {c.services_s:.3f} × contention",
@@ -127,16 +150,6 @@ def predict(
             + (f" + step_s {c.step_s:.3f} × contention" if c.step_s is not None else " (the step itself: not modelled)")
         ),
     }
-    return Plan(
-        ranks=ranks,
-        ranks_per_node=ranks_per_node,
-        cores_per_node=cores,
-        constants=c,
-        counts=counts,
-        phases=phases,
-        formulas=formulas,
-        assumptions=_assumptions(cores_per_node is None),
-    )
 
 
 def _assumptions(core_a_rank: bool) -> tuple[str, ...]:

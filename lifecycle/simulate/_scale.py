@@ -148,53 +148,15 @@ def count_watch(
     sample_nodes: int = SAMPLE_NODES,
 ) -> WatchCount:
     """Run the real rank watch of a `ranks`-rank job against a counting store (see the module)."""
-    from lifecycle.megatron.ranks import RankWatch
-
     host = StoreHost("check_in")
     nodes = -(-ranks // ranks_per_node)
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    with tempfile.TemporaryDirectory(prefix="lifecycle-scale-", dir=shm) as board:
-        watches = []
-        for rank in range(ranks):
-            store = host.connect(rank)
-            watches.append(
-                RankWatch(
-                    store,
-                    rank=rank,
-                    world_size=ranks,
-                    timeout_s=timeout_s,
-                    watcher_store=store.clone,
-                    poll_s=poll_s,
-                    exit_process=_no_exit,
-                    node=f"node{rank // ranks_per_node}",
-                    board_dir=board,
-                )
-            )
-        for watch in watches:
-            watch.register()
-        for watch in watches:
-            watch.await_all()
+    with tempfile.TemporaryDirectory(prefix="lifecycle-scale-", dir=_board_parent()) as board:
+        watches = _watches(host, ranks, ranks_per_node, board, timeout_s=timeout_s, poll_s=poll_s)
+        _check_in(watches)
         sampled = _sample(nodes, full_nodes, sample_nodes)
-        by_node = [
-            sorted(watches[n * ranks_per_node : (n + 1) * ranks_per_node], key=lambda w: w.rank) for n in sampled
-        ]
-        host.begin("join")
-        for node in by_node:
-            for watch in node:
-                watch.join_node()
-        by_node = [sorted(node, key=lambda w: w.leader) for node in by_node]  # the leader ticks last
-        interval = max(w.interval_s for node in by_node for w in node)
-        now = time.monotonic()
-        _round(by_node, now)
-        host.begin("steady")
-        for n in range(1, intervals + 1):
-            _round(by_node, now + n * interval)
-        host.begin("stop")
-        for node in by_node:
-            for watch in node:
-                watch.stop()
-        if host.data.get("first"):
-            raise WatchEndedProcess(f"a simulated rank watch published a failure: {host.data['first'][:200]!r}")
+        by_node = _join(host, watches, sampled, ranks_per_node)
+        interval = _run_rounds(host, by_node, intervals)
+        _stop(host, by_node)
     scale = nodes / len(sampled)
     return WatchCount(
         ranks=ranks,
@@ -207,6 +169,77 @@ def count_watch(
         sampled_nodes=len(sampled),
         phases={name: host.phases.get(name, Tally()) for name in PHASES},
     )
+
+
+def _board_parent() -> str | None:
+    """Where the node-local boards go: /dev/shm where there is one (as on a node's tmpfs), else the default."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def _watches(
+    host: StoreHost, ranks: int, ranks_per_node: int, board: str, *, timeout_s: float, poll_s: float
+) -> list[RankWatch]:
+    """One real `RankWatch` a rank, each on its own connection to `host`, boards under `board`."""
+    from lifecycle.megatron.ranks import RankWatch
+
+    watches = []
+    for rank in range(ranks):
+        store = host.connect(rank)
+        watches.append(
+            RankWatch(
+                store,
+                rank=rank,
+                world_size=ranks,
+                timeout_s=timeout_s,
+                watcher_store=store.clone,
+                poll_s=poll_s,
+                exit_process=_no_exit,
+                node=f"node{rank // ranks_per_node}",
+                board_dir=board,
+            )
+        )
+    return watches
+
+
+def _check_in(watches: list[RankWatch]) -> None:
+    """check_in: every rank registers, then every rank waits for all."""
+    for watch in watches:
+        watch.register()
+    for watch in watches:
+        watch.await_all()
+
+
+def _join(host: StoreHost, watches: list[RankWatch], sampled: list[int], ranks_per_node: int) -> list[list[RankWatch]]:
+    """join (on the `sampled` nodes): every rank joins its node. Returns the sampled nodes' watches,
+    each node's ordered so that its leader ticks last."""
+    by_node = [sorted(watches[n * ranks_per_node : (n + 1) * ranks_per_node], key=lambda w: w.rank) for n in sampled]
+    host.begin("join")
+    for node in by_node:
+        for watch in node:
+            watch.join_node()
+    return [sorted(node, key=lambda w: w.leader) for node in by_node]  # the leader ticks last
+
+
+def _run_rounds(host: StoreHost, by_node: list[list[RankWatch]], intervals: int) -> float:
+    """A first round (counted in join), then `intervals` rounds one interval apart on a simulated
+    clock (counted in steady). Returns the interval, the longest of any driven watch."""
+    interval = max(w.interval_s for node in by_node for w in node)
+    now = time.monotonic()
+    _round(by_node, now)
+    host.begin("steady")
+    for n in range(1, intervals + 1):
+        _round(by_node, now + n * interval)
+    return interval
+
+
+def _stop(host: StoreHost, by_node: list[list[RankWatch]]) -> None:
+    """stop: every driven watch stops; WatchEndedProcess if any published a failure."""
+    host.begin("stop")
+    for node in by_node:
+        for watch in node:
+            watch.stop()
+    if host.data.get("first"):
+        raise WatchEndedProcess(f"a simulated rank watch published a failure: {host.data['first'][:200]!r}")
 
 
 def _round(by_node: list[list[RankWatch]], now: float) -> None:
