@@ -214,45 +214,53 @@ def _accelerator_stand_ins() -> dict[str, object]:
     do (device 0, one device when `torch.cuda.device_count` says so, no memory, nothing to wait
     for). `is_available` and `current_accelerator` are left as they are: they read no driver, and
     `is_available` follows `torch.cuda.is_available`."""
-    import contextlib
-
     import torch
 
     from lifecycle.megatron import _rehearsal_cuda as fake
 
-    def nothing(*_: object, **__: object) -> None:
-        return None
-
-    def zero(*_: object, **__: object) -> int:
-        return 0
-
-    @contextlib.contextmanager
-    def device_index(device: object, /) -> Iterator[None]:
-        yield None
-
-    def capability(device: object = None, /) -> dict[str, object]:
-        return {"supported_dtypes": {torch.float32, torch.float16, torch.bfloat16, torch.float64}}
-
     stand_ins: dict[str, object] = {
-        "current_device_index": zero,
-        "current_device_idx": zero,
-        "set_device_index": nothing,
-        "set_device_idx": nothing,
+        "current_device_index": _zero,
+        "current_device_idx": _zero,
+        "set_device_index": _nothing,
+        "set_device_idx": _nothing,
         "device_count": lambda: torch.cuda.device_count(),
-        "device_index": device_index,
-        "get_device_capability": capability,
+        "device_index": _device_index,
+        "get_device_capability": _capability,
         "current_stream": lambda device=None, /: fake.Stream(),
-        "set_stream": nothing,
-        "synchronize": nothing,
-        "empty_cache": nothing,
-        "empty_host_cache": nothing,
+        "set_stream": _nothing,
+        "synchronize": _nothing,
+        "empty_cache": _nothing,
+        "empty_host_cache": _nothing,
         "get_memory_info": lambda device=None, /: (0, 0),
-        "memory_allocated": zero,
-        "max_memory_allocated": zero,
-        "memory_reserved": zero,
-        "max_memory_reserved": zero,
+        "memory_allocated": _zero,
+        "max_memory_allocated": _zero,
+        "memory_reserved": _zero,
+        "max_memory_reserved": _zero,
         "memory_stats": lambda device=None, /: {},
-        "reset_accumulated_memory_stats": nothing,
-        "reset_peak_memory_stats": nothing,
+        "reset_accumulated_memory_stats": _nothing,
+        "reset_peak_memory_stats": _nothing,
     }
     return {name: value for name, value in stand_ins.items() if hasattr(torch.accelerator, name)}
+
+
+def _nothing(*_: object, **__: object) -> None:
+    """A `torch.accelerator` setter, synchronize or cache release: nothing to do on CPU."""
+    return None
+
+
+def _zero(*_: object, **__: object) -> int:
+    """A `torch.accelerator` device index or memory count: device 0, no memory."""
+    return 0
+
+
+@contextlib.contextmanager
+def _device_index(device: object, /) -> Iterator[None]:
+    """`torch.accelerator.device_index(device)`: there is one device, nothing to switch."""
+    yield None
+
+
+def _capability(device: object = None, /) -> dict[str, object]:
+    """`torch.accelerator.get_device_capability()`: the dtypes the CPU rehearsal computes in."""
+    import torch
+
+    return {"supported_dtypes": {torch.float32, torch.float16, torch.bfloat16, torch.float64}}

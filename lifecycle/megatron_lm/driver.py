@@ -103,25 +103,14 @@ def refuse_bad_arguments(arguments: Mapping[str, object]) -> None:
             f"expected a megatron.training PretrainConfigContainer, got {_kind(container)}{old}",
             "build it with pretrain_cfg_container_from_args(args, ...) and pass it first",
         )
-    for name in CALLABLES:
-        value = arguments[name]
-        required = name in CALLABLES[:2]
-        if not callable(value) and (required or value is not None):
-            _refuse(
-                name, f"expected a function, got {_kind(value)}", "pass a function" + ("" if required else " or None")
-            )
+    _refuse_bad_functions(arguments)
     if not isinstance(arguments["model_type"], ModelType):
         _refuse(
             "model_type",
             f"expected a megatron.core.enums.ModelType, got {_kind(arguments['model_type'])}",
             "pass ModelType.encoder_or_decoder",
         )
-    store = arguments["store"]
-    if store is not None:
-        from torch.distributed import Store
-
-        if not isinstance(store, Store):
-            _refuse("store", f"expected a torch.distributed.Store, got {_kind(store)}", "pass a Store or None")
+    _refuse_bad_store(arguments["store"])
     if not isinstance(arguments["skip_model_parallel_init"], bool):
         _refuse(
             "skip_model_parallel_init",
@@ -131,6 +120,27 @@ def refuse_bad_arguments(arguments: Mapping[str, object]) -> None:
     log_dir = arguments["log_dir"]
     if log_dir is not None and not isinstance(log_dir, (str, Path)):
         _refuse("log_dir", f"expected a path, got {_kind(log_dir)}", "pass a str or pathlib.Path, or None")
+
+
+def _refuse_bad_functions(arguments: Mapping[str, object]) -> None:
+    """Raise ConfigError naming the first of CALLABLES that is not a function (the first two
+    required, the others a function or None)."""
+    for name in CALLABLES:
+        value = arguments[name]
+        required = name in CALLABLES[:2]
+        if not callable(value) and (required or value is not None):
+            _refuse(
+                name, f"expected a function, got {_kind(value)}", "pass a function" + ("" if required else " or None")
+            )
+
+
+def _refuse_bad_store(store: object) -> None:
+    """Raise ConfigError if `store` is neither None nor a torch.distributed.Store."""
+    if store is not None:
+        from torch.distributed import Store
+
+        if not isinstance(store, Store):
+            _refuse("store", f"expected a torch.distributed.Store, got {_kind(store)}", "pass a Store or None")
 
 
 def _kind(value: object) -> str:

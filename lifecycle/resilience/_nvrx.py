@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from nvidia_resiliency_ext import inprocess
     from torch.distributed import Store
 
 T = TypeVar("T")
@@ -35,6 +36,28 @@ def wrap(
     after a fault on any rank, up to `max_cycles` calls in all, and only while at least
     `min_world_size` ranks are there (nvrx's own default, 1, lets a survivor train alone)."""
     from nvidia_resiliency_ext import inprocess
+
+    wrapper = _wrapper(max_cycles=max_cycles, min_world_size=min_world_size, port=port, timeout_s=timeout_s)
+
+    def call(call_wrapper: CallWrapper) -> T:
+        return fn(call_wrapper)
+
+    # nvrx finds the parameter by its annotation, which must be the class itself (not a string)
+    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(
+                "call_wrapper", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=inprocess.CallWrapper
+            )
+        ]
+    )
+    return wrapper(call)  # type: ignore[no-any-return]
+
+
+def _wrapper(*, max_cycles: int, min_world_size: int, port: int | None, timeout_s: float) -> inprocess.Wrapper:
+    """The `inprocess.Wrapper` that `wrap` calls through: its store on `port` (nvrx's default when
+    None), at most `max_cycles` calls with at least `min_world_size` ranks, nvrx's own abort of
+    torch.distributed, no health check, and its timeouts from `timeout_s`."""
+    from nvidia_resiliency_ext import inprocess
     from nvidia_resiliency_ext.inprocess.abort import AbortTorchDistributed
     from nvidia_resiliency_ext.inprocess.initialize import RetryController
 
@@ -42,7 +65,7 @@ def wrap(
     # blocked in gloo raises at the collective's timeout, and a second RankShouldRestart must not
     # arrive while nvrx handles the first (it then escapes the wrapper).
     soft = timedelta(seconds=timeout_s * 3)
-    wrapper = inprocess.Wrapper(
+    return inprocess.Wrapper(
         store_kwargs={"port": port} if port is not None else {},
         initialize=RetryController(
             max_iterations=max_cycles, min_world_size=min_world_size, min_active_world_size=min_world_size
@@ -60,19 +83,6 @@ def wrap(
         progress_watchdog_interval=timedelta(seconds=0.2),
         heartbeat_interval=timedelta(seconds=0.5),
     )
-
-    def call(call_wrapper: CallWrapper) -> T:
-        return fn(call_wrapper)
-
-    # nvrx finds the parameter by its annotation, which must be the class itself (not a string)
-    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [
-            inspect.Parameter(
-                "call_wrapper", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=inprocess.CallWrapper
-            )
-        ]
-    )
-    return wrapper(call)  # type: ignore[no-any-return]
 
 
 class _CallWrapperMeta(type):

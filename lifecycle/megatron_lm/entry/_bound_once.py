@@ -23,6 +23,7 @@ import sys
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lifecycle.errors import BindingError
@@ -49,56 +50,73 @@ def _nothing(slot: str, was: object, now: object, writer: str) -> None:
     return None
 
 
+@dataclass(slots=True, eq=False)
+class _Watch:
+    """What `bound_once` keeps while the block runs, shared by the subclass's methods."""
+
+    base: Any  # Any: megatron's config class, whose unbound methods are called with `self`
+    replaced: Replaced
+    views: dict[str, object]
+    """What train() reads back of a slot it is still writing: unbound (None) for its check that
+    no_sync_func is unset, then its own one-element list until it writes the single callable."""
+    dropped: list[str] = field(default_factory=list)
+    foreign: dict[str, object] = field(default_factory=dict)  # slot -> what the first write not train()'s replaced
+    foreign_now: dict[str, object] = field(default_factory=dict)  # slot -> what the last such write put there
+
+
 @contextmanager
 def bound_once(config: TransformerConfig, replaced: Replaced = _nothing) -> Iterator[list[str]]:
     """While the block runs, `config`'s callback slots take no second binding from Megatron-LM's
     training module; yields the slots whose second binding was dropped, in order. Writes by anyone
     else go through, each reported to `replaced`."""
-    base: Any = type(config)  # Any: megatron's config class, whose unbound methods are called with `self`
-    dropped: list[str] = []
-    foreign: dict[str, object] = {}  # slot -> what the first write not train()'s replaced
-    foreign_now: dict[str, object] = {}  # slot -> what the last such write put there
-    # What train() reads back of a slot it is still writing: unbound (None) for its check that
-    # no_sync_func is unset, then its own one-element list until it writes the single callable.
     views: dict[str, object] = {"no_sync_func": None} if getattr(config, "no_sync_func", None) is not None else {}
+    w = _Watch(base=type(config), replaced=replaced, views=views)
+
+    def __getattribute__(self: TransformerConfig, name: str) -> object:
+        if name in w.views:
+            return w.views[name]
+        return w.base.__getattribute__(self, name)
+
+    namespace: dict[str, object] = {"__setattr__": _slot_setattr(w), "__module__": w.base.__module__}
+    if any(getattr(config, s, None) is not None for s in SLOTS[2:]):  # only then can train() read them back
+        namespace["__getattribute__"] = __getattribute__
+    config.__class__ = type(w.base.__name__, (w.base,), namespace)
+    try:
+        yield w.dropped
+    except BaseException:
+        for name, was in w.foreign.items():
+            if w.base.__getattribute__(config, name) is w.foreign_now[name]:
+                w.base.__setattr__(config, name, was)
+        raise
+    finally:
+        object.__setattr__(config, "__class__", w.base)
+        w.foreign.clear()
+        w.foreign_now.clear()
+
+
+def _slot_setattr(w: _Watch) -> Callable[[TransformerConfig, str, object], None]:
+    """`bound_once`'s `__setattr__`: a write to a slot by Megatron-LM's training module goes through
+    only as `_goes_through` says; any other writer's goes through, is reported to `w.replaced`, and
+    is kept in `w.foreign` (what it replaced, first write) and `w.foreign_now` (what it put there)."""
 
     def __setattr__(self: TransformerConfig, name: str, value: object) -> None:
         if name not in SLOTS:
-            base.__setattr__(self, name, value)
+            w.base.__setattr__(self, name, value)
             return
         writer = sys._getframe(1)
         module = str(writer.f_globals.get("__name__", "?"))
         if module != TRAINING:  # not train()'s binding: as under Megatron-LM, and logged
-            was = base.__getattribute__(self, name)
-            views.pop(name, None)
-            base.__setattr__(self, name, value)
-            foreign.setdefault(name, was)
-            foreign_now[name] = value
-            replaced(name, was, value, f"{module}:{writer.f_code.co_name}")
+            was = w.base.__getattribute__(self, name)
+            w.views.pop(name, None)
+            w.base.__setattr__(self, name, value)
+            w.foreign.setdefault(name, was)
+            w.foreign_now[name] = value
+            w.replaced(name, was, value, f"{module}:{writer.f_code.co_name}")
             return
-        if value is None or _goes_through(name, value, base.__getattribute__(self, name), views, dropped):
-            base.__setattr__(self, name, value)
+        if value is None or _goes_through(name, value, w.base.__getattribute__(self, name), w.views, w.dropped):
+            w.base.__setattr__(self, name, value)
 
-    def __getattribute__(self: TransformerConfig, name: str) -> object:
-        if name in views:
-            return views[name]
-        return base.__getattribute__(self, name)
-
-    namespace: dict[str, object] = {"__setattr__": __setattr__, "__module__": base.__module__}
-    if any(getattr(config, s, None) is not None for s in SLOTS[2:]):  # only then can train() read them back
-        namespace["__getattribute__"] = __getattribute__
-    config.__class__ = type(base.__name__, (base,), namespace)
-    try:
-        yield dropped
-    except BaseException:
-        for name, was in foreign.items():
-            if base.__getattribute__(config, name) is foreign_now[name]:
-                base.__setattr__(config, name, was)
-        raise
-    finally:
-        object.__setattr__(config, "__class__", base)
-        foreign.clear()
-        foreign_now.clear()
+    return __setattr__
 
 
 def _goes_through(name: str, value: object, current: object, views: dict[str, object], dropped: list[str]) -> bool:

@@ -15,9 +15,11 @@ from lifecycle.megatron.steps import Driver, steps_for
 from lifecycle.megatron_lm.entry._bound_once import bound_once, short
 
 if TYPE_CHECKING:
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
     from bindings import SchedulerConfig
     from lifecycle.megatron_lm.entry._phases import MegatronLMCall
-    from lifecycle.runtime import ModelChunk
+    from lifecycle.runtime import ModelChunk, Optimizer
 
 
 class TrainResult(TypedDict):
@@ -103,21 +105,7 @@ def run_training(lc: Driver, call: MegatronLMCall) -> TrainResult:
             bound_once(config, functools.partial(_replaced, lc)) as dropped,
             watched_steps(lc, args.iteration) as losses,
         ):
-            iteration, flops = t.train(
-                call.forward_step_func,
-                model,
-                optimizer,
-                scheduler,
-                train_it,
-                valid_it,
-                call.process_non_loss_data_func,
-                config,
-                ckpt,
-                call.non_loss_data_func,
-                None,
-                p2p_communicator=call.p2p_communicator,
-                pg_collection=call.pg_collection,
-            )
+            iteration, flops = _train(call, model, optimizer, scheduler, train_it, valid_it, config, ckpt)
         if cfg.checkpoint.save and iteration != 0 and iteration % cfg.checkpoint.save_interval != 0:
             t.save_checkpoint_and_time(
                 iteration, model, optimizer, scheduler, flops, ckpt, train_data_iterator=train_it
@@ -125,6 +113,38 @@ def run_training(lc: Driver, call: MegatronLMCall) -> TrainResult:
     _evaluate(call, model, iteration, valid_it, test_it, config)
     t.maybe_finalize_async_save(blocking=True, terminate=True)
     return {"iteration": iteration, "losses": losses, "second_binding_dropped": list(dropped)}
+
+
+def _train(
+    call: MegatronLMCall,
+    model: list[ModelChunk],
+    optimizer: Optimizer | None,
+    scheduler: OptimizerParamScheduler | None,
+    train_it: object,
+    valid_it: object,
+    config: SchedulerConfig | None,
+    ckpt: dict[str, object],
+) -> tuple[int, float]:
+    """Megatron-LM's `train()`, called as `pretrain` calls it; returns (iteration, floating-point
+    operations so far)."""
+    from megatron.training import training as t
+
+    iteration, flops = t.train(
+        call.forward_step_func,
+        model,
+        optimizer,
+        scheduler,
+        train_it,
+        valid_it,
+        call.process_non_loss_data_func,
+        config,
+        ckpt,
+        call.non_loss_data_func,
+        None,
+        p2p_communicator=call.p2p_communicator,
+        pg_collection=call.pg_collection,
+    )
+    return iteration, flops
 
 
 def _replaced(lc: Driver, slot: str, was: object, now: object, writer: str) -> None:
