@@ -134,6 +134,7 @@ def after_return() -> dict[str, Any]:
         "dp_rank": mpu.get_data_parallel_rank(),
         "dp": mpu.get_data_parallel_world_size(),
         "tp": mpu.get_tensor_model_parallel_world_size(),
+        "pp": mpu.get_pipeline_model_parallel_world_size(),
         "train_iters": get_args().train_iters,
     }
     dist.barrier()  # a collective on the default group still works

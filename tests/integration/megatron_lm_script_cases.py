@@ -79,36 +79,42 @@ def _record(out: dict[str, Any]) -> None:
     training.train_step = train_step
 
 
-def runs(order: list[tuple[str, int]], modules: str, log_root: str) -> dict[str, dict[str, Any]]:
-    """`run` for each (which, TP) in `order`, one after the other in this process (one megatron
+LAYOUTS = {"tp1": (1, 1), "tp2": (2, 1), "pp2": (1, 2)}
+"""A layout of the 2 ranks by name: (TP, PP); DP is what is left."""
+
+
+def runs(order: list[tuple[str, str]], modules: str, log_root: str) -> dict[str, dict[str, Any]]:
+    """`run` for each (which, layout) in `order`, one after the other in this process (one megatron
     import for all), each from what a new process has: between runs the script's process group and
     parallel state are gone (`after_return` destroyed them), Megatron-LM's global variables, rerun
     state machine and micro-batch calculator are unset, and the rendezvous port is a new one.
-    Keyed "which-tpN"."""
+    Keyed "which-layout"."""
     from megatron.core import num_microbatches_calculator, rerun_state_machine
     from megatron.training import global_vars
 
     out = {}
     port = int(os.environ["MASTER_PORT"])
-    for i, (which, tp) in enumerate(order):
-        key = f"{which}-tp{tp}"
+    for i, (which, layout) in enumerate(order):
+        key = f"{which}-{layout}"
         # A new rendezvous per run, as a new job would have (the last one's store may still serve).
         os.environ["MASTER_PORT"] = str(port + 97 * i)
-        out[key] = run(which, tp, modules, str(Path(log_root) / key))
+        out[key] = run(which, layout, modules, str(Path(log_root) / key))
         global_vars.unset_global_variables()
         rerun_state_machine.destroy_rerun_state_machine()
         num_microbatches_calculator.destroy_num_microbatches_calculator()
     return out
 
 
-def run(which: str, tp: int, modules: str, log_dir: str) -> dict[str, Any]:
-    """Megatron-LM's `pretrain_gpt.py` as `__main__` with `which` pretrain, TP=`tp`, 2 ranks."""
+def run(which: str, layout: str, modules: str, log_dir: str) -> dict[str, Any]:
+    """Megatron-LM's `pretrain_gpt.py` as `__main__` with `which` pretrain, in `layout`, 2 ranks."""
     import multiprocessing
 
     multiprocessing.set_start_method("fork", force=True)  # torchrun's: the data loader's workers
     os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # what Megatron-LM asks of TP > 1 runs
     install_modules(Path(modules))
+    tp, pp = LAYOUTS[layout]
     sys.argv = ["pretrain_gpt.py", *TINY, "--tensor-model-parallel-size", str(tp)]
+    sys.argv += ["--pipeline-model-parallel-size", str(pp)]
     code = compile(script_text(which), "pretrain_gpt.py", "exec")
     out: dict[str, Any] = {"losses": [], "grad_norms": [], "finalizer_calls": []}
     _record(out)
