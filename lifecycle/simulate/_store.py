@@ -19,21 +19,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-OPERATIONS = (
-    "set",
-    "get",
-    "add",
-    "compare_set",
-    "wait",
-    "check",
-    "delete_key",
-    "num_keys",
-    "append",
-    "multi_get",
-    "multi_set",
-)
-"""What a client asks the server (TCPStore's commands); `set_timeout` and `clone` are not."""
-
 
 @dataclass(slots=True)
 class Tally:
