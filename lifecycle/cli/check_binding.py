@@ -3,8 +3,9 @@ and print `bindings.check`'s report for each rank.
 
 Binders: `lifecycle` (this project's CALLBACKS_BOUND), `megatron-lm` (the binding block of
 Megatron-LM's `train()`, from the installed `megatron.training`), `bridge` (Megatron-Bridge's
-`_update_model_config_funcs`, compiled from the installed `megatron.bridge`'s text without importing it
-(its import needs Transformer Engine), given the provider's config as Bridge's `setup()` does), or your own `package.module:function` called as
+`_update_model_config_funcs`, compiled from the installed `megatron.bridge`'s text without importing
+it, since its import needs Transformer Engine; given the provider's config as Bridge's `setup()`
+does), or your own `package.module:function` called as
 `binder(model, optimizer, ddp_config, provider_config)`.
 """
 
