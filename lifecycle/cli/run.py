@@ -27,6 +27,7 @@ from lifecycle.cli._launch import (
     wants_launch,
 )
 from lifecycle.cli._specs import provider_problem
+from lifecycle.config import flatten
 from lifecycle.megatron.user_providers import NAMES
 from lifecycle.redaction import redact_text
 from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State, training_state
@@ -157,7 +158,7 @@ def _megatron_config(args: argparse.Namespace, launching: bool) -> RunConfig:
 
 def overridden(derived: RunConfig, changed: RunConfig, overrides: list[str], source: str) -> list[str]:
     """One line per `--set` that changed a value derived from the Megatron-LM YAML."""
-    before, after = _flat(derived.to_dict()), _flat(changed.to_dict())
+    before, after = flatten(derived.to_dict()), flatten(changed.to_dict())
     lines = []
     for override in overrides:
         key = override.partition("=")[0].strip()
@@ -166,16 +167,6 @@ def overridden(derived: RunConfig, changed: RunConfig, overrides: list[str], sou
                 f"--set {key}={after.get(key)!r} overrides {key} = {before[key]!r} from --megatron-config {source}"
             )
     return lines
-
-
-def _flat(data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
-    flat: dict[str, object] = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def _refuse(message: str) -> int:
