@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from lifecycle.audit._fields import Record
+from lifecycle.audit._fields import Record, reads
 from lifecycle.audit._state import RankState
 
 STARTED = ("resumed_step", "restart_s", "ledger", "fingerprint", "hooks", "cycle")
@@ -50,6 +50,16 @@ def process_ended(audit: RankState) -> None:
         failure = audit.failure  # a survivor that logged `peer_failed` named the rank that failed
         if failure is not None and failure.kind == "peer_failed" and failure.peer is not None:
             entry.update(cause_rank=failure.peer, cause=failure.message)
+        elif audit.signalled is not None:  # stopped from outside (the launcher ending the survivors)
+            entry.update(cause=f"stopped by {audit.signalled} in {audit.state}", signalled=True)
+    audit.signalled = None
+
+
+@reads("signal")
+def signal_received(audit: RankState, rec: Record, ts: float) -> None:
+    """A signal after the startup (engine/_failures.py `pass_on`): this rank was stopped from
+    outside, so its log stopping is not what ended the attempt."""
+    audit.signalled = str(rec.get("signal"))[:40]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +91,8 @@ def attempts(ranks: Iterable[RankState]) -> list[Attempt]:
     for (run_id, attempt, cycle), rows in sorted(joined.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], kv[0][2])):
         ended = [f for _, f in rows if f.get("ended")]
         causes = [c for f in ended if isinstance(c := f.get("cause_rank"), int)]
-        stopped = [(t, rank) for rank, f in rows if isinstance(t := f.get("last_ts"), float)]
-        if not causes and stopped:  # a process attempt: the rank whose log stopped first
+        stopped = [(t, r) for r, f in rows if isinstance(t := f.get("last_ts"), float) and not f.get("signalled")]
+        if not causes and stopped:  # a process attempt: the rank whose log stopped first, not stopped by a signal
             causes = [min(stopped)[1]]
         restart = [r for _, f in rows if isinstance(r := f.get("restart_s"), (int, float))]
         steps = [n for _, f in rows if isinstance(n := f.get("resumed_step"), int)]

@@ -364,6 +364,7 @@ HANDLERS: dict[str, Handler] = {
     events.CALLBACK_REPLACED: callback_replaced,
     events.CYCLE_STARTED: _cycles.cycle_started,
     events.CYCLE_ENDED: _cycles.cycle_ended,
+    events.SIGNAL_RECEIVED: _cycles.signal_received,
 }
 DECLARED[_cycles.cycle_started] = _cycles.STARTED
 DECLARED[_cycles.cycle_ended] = _cycles.ENDED

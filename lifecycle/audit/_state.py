@@ -52,6 +52,7 @@ class RankState:
         "run_id",
         "segments",
         "shut",
+        "signalled",
         "simulated",
         "source",
         "state",
@@ -92,8 +93,8 @@ class RankState:
         self.rebuilt = False
         self.rebind_line = 0
         self.shut = False
-        self.bound_steps = 0
-        self.first_step_logged = True
+        self.signalled: str | None = None  # the signal a `signal_received` logged (stopped from outside)
+        self.bound_steps, self.first_step_logged = 0, True
         self.failure: Failure | None = None
         self.transitions: list[tuple[str, str]] = []
         self.segments: list[Segment] = []

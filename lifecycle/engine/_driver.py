@@ -359,6 +359,7 @@ class Lifecycle:
             # machine's callbacks: each callback costs a trip through LockedMachine's proxies.
             with self._guards.holding(trigger, row.dest):
                 self._guards.condition(row)(None)
+                self._failures.running = False  # a signal is the startup's again, until the target
                 if trigger in RESUMING and shared.policy != "off":
                     _tripwires.arm(self._rules)  # only once the guards let it through: a refusal changes nothing
                 self._work.enter(trigger)
@@ -396,5 +397,4 @@ class Lifecycle:
             # Tripwires guard the startup only: user code recovering from a failure may seed and
             # create groups; restart() arms them again.
             _tripwires.disarm(self._rules)
-            if not self._failures.aborting:  # an abort keeps its handlers (ignoring repeats) until released
-                self._failures.trap.uninstall()
+            self._failures.settle(reached=self.state is self.target)

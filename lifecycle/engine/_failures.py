@@ -1,6 +1,7 @@
 """How a lifecycle fails: entry work that raises, a log that cannot be written, SIGTERM/SIGINT
-during startup, a release from the wrong thread. Whatever fails, the lifecycle ends in FAILED or
-SHUT_DOWN with a record saying where and why, and nothing it created is left behind.
+during startup (and their record during training), a release from the wrong thread. Whatever
+fails, the lifecycle ends in FAILED or SHUT_DOWN with a record saying where and why, and nothing it
+created is left behind.
 
 A part of `Lifecycle`; docs/failures.md says what each failure leaves behind.
 """
@@ -63,11 +64,12 @@ def shut_down_open() -> None:
 class SignalTrap:
     """SIGTERM/SIGINT handlers for the startup (main thread only; other threads cannot install
     them), and the watch that calls `on_blocked(signum, waited_s)` when the main thread, blocked
-    in native code, cannot run them. The previous handlers come back when the startup ends, fails
-    or is shut down."""
+    in native code, cannot run them. The previous handlers come back when the startup fails or is
+    shut down (after the target, `on_signal` logs a signal and hands it on: `Failures.pass_on`)."""
 
     def __init__(self, on_signal: Handler, on_blocked: Callable[[int, float], object]) -> None:
         self.on_signal = on_signal
+        self.holding: Handler | None = None  # the shutdown's handler while it holds signals (`signals_held`)
         self.previous: dict[int, Handler | int | None] = {}
         self.watch = SignalWatch(_SIGNALS, on_blocked, owns=self._owns)
 
@@ -76,18 +78,20 @@ class SignalTrap:
         return bool(signal.getsignal(signum) == self.on_signal)
 
     def install(self) -> None:
-        if self.previous or threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread():
             return
-        for sig in _SIGNALS:
-            self.previous[sig] = signal.signal(sig, self.on_signal)
-        self.watch.arm()
+        if not self.previous:
+            for sig in _SIGNALS:
+                self.previous[sig] = signal.signal(sig, self.on_signal)
+        self.watch.arm()  # again after the target (`Failures.settle`): a restart is a startup
 
     def uninstall(self) -> None:
         if not self.previous or threading.current_thread() is not threading.main_thread():
             return
         self.watch.disarm()
         for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+            if signal.getsignal(sig) in (self.on_signal, self.holding):  # else whoever replaced ours keeps theirs
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         self.previous.clear()
 
 
@@ -105,6 +109,7 @@ class Failures:
         self._move = move
         self.reason = ""
         self.aborting = self.abort_logged = self.fault_seen = False
+        self.running = self.received_logged = False  # `running`: the startup reached its target
         self.trap = SignalTrap(self.on_signal, self.on_signal_blocked)
 
     # -- entry work that raises -------------------------------------------------------------------
@@ -211,6 +216,9 @@ class Failures:
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.trap.watch.taken()
         signals.took(signum)
+        if self.running or self.shared.state is State.SHUT_DOWN:
+            self.pass_on(signum, _frame)
+            return
         if self.aborting:
             return
         self.aborting = True
@@ -239,7 +247,7 @@ class Failures:
         that may never return, its peers blocked too. Log `startup_aborted` with `blocked_s`, say so
         on stderr, and end the process with 128 + N, as the signal would have without a handler: the
         releases cannot run (the main thread holds them), what they release goes with the process."""
-        if self.aborting:  # the main thread took a signal after all
+        if self.aborting or self.running:  # the main thread took a signal after all, or trains now
             return
         self.aborting = self.abort_logged = True
         active = self.shared.active
@@ -268,6 +276,40 @@ class Failures:
                 events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state, trigger=aborted.trigger
             )
 
+    # -- SIGTERM / SIGINT after the startup (training) ------------------------------------------
+    def settle(self, *, reached: bool) -> None:
+        """The startup reached its target: the handlers stay, and a signal now is logged, then handed
+        on (`pass_on`). It failed or shut down: they go. An abort keeps them (ignoring repeats) until
+        its releases end."""
+        if self.aborting:
+            return
+        self.running = reached
+        if not reached:
+            self.trap.uninstall()
+        else:  # no watch (thread, wakeup fd) while training: a shutdown on another thread could not end it
+            self.trap.watch.disarm()
+
+    def log_received(self, signum: int) -> None:
+        """`signal_received`, once: the audit tells a rank stopped from outside (a launcher ending the
+        survivors of a failure, a scheduler's SIGTERM) from the rank that failed."""
+        if self.received_logged or self.shared.state is State.SHUT_DOWN:
+            return
+        self.received_logged = True
+        self.shared.log.emit(events.SIGNAL_RECEIVED, signal=signal.Signals(signum).name, state=self.shared.state.name)
+
+    def pass_on(self, signum: int, frame: FrameType | None) -> None:
+        """A signal after the startup reached its target belongs to the training: log it, then do
+        what the handler before ours would have done: call it, ignore the signal, or end the
+        process as the default action does (no releases: as without the lifecycle)."""
+        self.log_received(signum)
+        previous = self.trap.previous.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            self.trap.uninstall()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
     # -- SIGTERM / SIGINT during shutdown --------------------------------------------------------
     @contextlib.contextmanager
     def signals_held(self) -> Iterator[None]:
@@ -284,9 +326,11 @@ class Failures:
             held.append(signum)
 
         previous = {sig: signal.signal(sig, hold) for sig in _SIGNALS}
+        self.trap.holding = hold
         try:
             yield
         finally:
+            self.trap.holding = None
             for sig, handler in previous.items():
                 if signal.getsignal(sig) is hold:  # else the release put the user's handler back itself
                     signal.signal(sig, handler)

@@ -34,6 +34,7 @@ MARKS = {
     events.PEER_FAILED: "failure",
     events.STATE_TIMEOUT: "failure",
     events.STARTUP_ABORTED: "failure",
+    events.SIGNAL_RECEIVED: "failure",
     events.TRANSITION_FAILED: "failure",
     events.LOG_WRITE_FAILED: "failure",
 }

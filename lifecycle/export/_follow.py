@@ -31,6 +31,7 @@ _ENDS = {
     events.LIFECYCLE_SHUTDOWN,
     events.TRANSITION_FAILED,
     events.STARTUP_ABORTED,
+    events.SIGNAL_RECEIVED,
     events.PEER_FAILED,
     events.STATE_TIMEOUT,
 }

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lifecycle import InProcessPhases, Runtime, StartupAborted
+from lifecycle.audit import attempts, audit
+from lifecycle.testing import read_log
 from states import State
 
 
@@ -79,3 +84,87 @@ def test_ctrl_c_during_shutdown_finishes_the_release_then_exits_130(make_lc: Any
     assert _events(lc, "lifecycle_shutdown") and not _events(lc, "transition_failed")
     assert signal.getsignal(signal.SIGINT) == previous, "the user's handler is back"
     assert lc.shutdown() is lc.runtime  # done: a second call is a no-op
+
+
+# -- after the startup: a signal is the training's; the lifecycle logs it and hands it on ----------
+
+TRAINING = """
+import os, signal, sys, time
+from lifecycle import InProcessPhases, Lifecycle, RunConfig
+from states import State
+log_dir, run_id, end = sys.argv[1], sys.argv[2], sys.argv[3]
+attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+with Lifecycle(RunConfig(), log_dir=log_dir, phases=InProcessPhases(), tripwires="off", run_id=run_id) as lc:
+    lc.advance_to(State.CALLBACKS_BOUND)
+    if attempt == "0":
+        print("training", flush=True)
+        if end == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)  # the launcher's SIGTERM ends it
+"""
+
+
+def _rank(log_dir: Path, rank: int, end: str, attempt: int = 0) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "RANK": str(rank),
+        "WORLD_SIZE": "2",
+        "TORCHELASTIC_RESTART_COUNT": str(attempt),
+    }
+    command = [sys.executable, "-c", TRAINING, str(log_dir), "job", end]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("order", ["killed_first", "terminated_first"])
+def test_a_sigterm_while_training_is_logged_and_ends_the_process_as_it_would_without_the_lifecycle(
+    tmp_path: Path, order: str
+) -> None:
+    """torchrun's agent, seeing rank 1 SIGKILLed, SIGTERMs rank 0 before rank 0's watch noticed: rank 0
+    logs `signal_received` and dies by SIGTERM as before. The audit names rank 1, whose log just
+    stops, even when rank 0's record comes first (clocks of two nodes, or a kill the agent saw late)."""
+    survivor = _rank(tmp_path, 0, "terminated")
+    assert survivor.stdout is not None and survivor.stdout.readline() == "training\n"
+    if order == "killed_first":
+        assert _rank(tmp_path, 1, "killed").wait(timeout=120) == -signal.SIGKILL
+    survivor.send_signal(signal.SIGTERM)
+    assert survivor.wait(timeout=60) == -signal.SIGTERM, "the default action, as without the lifecycle"
+    if order == "terminated_first":
+        assert _rank(tmp_path, 1, "killed").wait(timeout=120) == -signal.SIGKILL
+    [received] = [r for r in read_log(tmp_path / "rank-00000.jsonl") if r["event"] == "signal_received"]
+    assert (received["signal"], received["state"]) == ("SIGTERM", "CALLBACKS_BOUND")
+    for rank in (0, 1):  # torchrun starts both again, as attempt 1
+        assert _rank(tmp_path, rank, "", attempt=1).wait(timeout=120) == 0
+    [first, second] = attempts(audit([str(tmp_path)], jobs=1).ranks)
+    assert (first.ranks, first.ended, first.cause_rank) == ((0, 1), True, 1)
+    assert (second.ended, second.cause_rank) == (False, None)
+
+
+def test_a_signal_while_training_goes_to_the_users_handler_after_one_record(make_lc: Any) -> None:
+    got: list[int] = []
+
+    def mine(signum: int, _frame: Any) -> None:
+        got.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        lc = make_lc()
+        lc.advance_to(State.CALLBACKS_BOUND)
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert got == [signal.SIGTERM, signal.SIGTERM] and lc.state is State.CALLBACKS_BOUND
+        [received] = _events(lc, "signal_received")
+        assert received["signal"] == "SIGTERM" and "blocked_s" not in received
+        lc.shutdown()
+        assert signal.getsignal(signal.SIGTERM) is mine, "the user's handler is back"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_ctrl_c_while_training_is_logged_then_raises_keyboardinterrupt_as_usual(make_lc: Any) -> None:
+    lc = make_lc()
+    lc.advance_to(State.CALLBACKS_BOUND)
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+    assert [r["signal"] for r in _events(lc, "signal_received")] == ["SIGINT"]
+    assert lc.state is State.CALLBACKS_BOUND and not _events(lc, "startup_aborted")

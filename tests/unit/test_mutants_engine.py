@@ -251,16 +251,19 @@ def test_a_release_that_fails_at_shutdown_is_recorded_with_no_duration(make_lc) 
     assert failed["duration_s"] == 0.0
 
 
-def test_reaching_the_target_gives_the_signal_handlers_back_and_only_failed_records_a_reason(
+def test_the_signal_handlers_stay_while_training_go_at_shutdown_and_only_failed_records_a_reason(
     make_lc, tmp_path: Path
 ) -> None:
     """After the target state a signal is the training loop's (docs/failures.md): the lifecycle's
-    SIGTERM handler is gone. A failed transition's record says why (`reason`); no other one has it."""
+    SIGTERM handler only logs it and hands it on, and shutdown gives the user's back. A failed
+    transition's record says why (`reason`); no other one has it."""
     import signal
 
     before = signal.getsignal(signal.SIGTERM)
     lc = make_lc()
     lc.advance_to(State.CALLBACKS_BOUND)
+    assert signal.getsignal(signal.SIGTERM) == lc._failures.on_signal
+    lc.shutdown()
     assert signal.getsignal(signal.SIGTERM) is before
     assert all("reason" not in r for r in events_of(lc, "transition_completed"))
 
