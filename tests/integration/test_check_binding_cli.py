@@ -60,6 +60,7 @@ def test_megatron_lms_own_binding_on_a_copying_provider_is_ok_where_megatron_tra
     assert done.stdout.count("binding check: ok") == 2
 
 
+@pytest.mark.release_independent
 def test_a_binder_or_provider_that_names_nothing_is_refused_in_one_line_before_any_rank_starts() -> None:
     cases = {
         ("--binder", "tests.integration.hostile_callables:no_such_binder"): (
@@ -81,6 +82,7 @@ def test_a_binder_or_provider_that_names_nothing_is_refused_in_one_line_before_a
         assert done.stderr == f"lifecycle check-binding: {line}\n"
 
 
+@pytest.mark.release_independent
 def test_a_provider_that_exits_0_on_import_fails_each_rank_at_once_with_what_it_printed(tmp_path: Path) -> None:
     provider = tmp_path / "quits.py"
     provider.write_text(
@@ -96,6 +98,7 @@ def test_a_provider_that_exits_0_on_import_fails_each_rank_at_once_with_what_it_
     ]
 
 
+@pytest.mark.release_independent
 def test_a_hanging_binder_is_ended_at_startup_timeout_s_with_one_line_per_rank_naming_it() -> None:
     spec = "tests.integration.hostile_callables:hangs"
     done = lifecycle("check-binding", "--provider", "copying", "--binder", spec, "--set", "startup.timeout_s=20")

@@ -61,6 +61,7 @@ def test_rank_1_names_rank_0_when_the_store_host_never_starts(tmp_path: Path) ->
     assert _last_record_after_fault(result, 1) <= 20.0 + 10.0
 
 
+@pytest.mark.release_independent
 def test_rank_0_fails_with_peer_failed_naming_rank_1_when_rank_1_raises_in_model_built(tmp_path: Path) -> None:
     result = run_case("raise_in_model_built", 600.0, tmp_path)
     peer = result.events(0, "peer_failed")
@@ -75,6 +76,7 @@ def test_rank_0_fails_with_peer_failed_naming_rank_1_when_rank_1_raises_in_model
     assert _exit_after_fault(result, 0) <= 10.0 + TEARDOWN_S
 
 
+@pytest.mark.release_independent
 def test_the_watcher_ends_rank_0_when_the_failed_rank_1_keeps_its_process_group(tmp_path: Path) -> None:
     """Rank 1 fails and keeps its process group for a while: rank 0's collective cannot raise, so the
     watcher logs `peer_failed` and ends the process (gloo cannot abort a collective in flight)."""
@@ -85,6 +87,7 @@ def test_the_watcher_ends_rank_0_when_the_failed_rank_1_keeps_its_process_group(
     assert _exit_after_fault(result, 1) >= LINGER_S  # rank 0 did not wait for rank 1 to let go
 
 
+@pytest.mark.release_independent
 def test_a_sigterm_on_rank_1_in_model_built_is_broadcast_and_rank_0_names_it(tmp_path: Path) -> None:
     result = run_case("sigterm_in_model_built", 600.0, tmp_path)
     peer = result.events(0, "peer_failed")
@@ -95,6 +98,7 @@ def test_a_sigterm_on_rank_1_in_model_built_is_broadcast_and_rank_0_names_it(tmp
     assert _exit_after_fault(result, 0) <= 10.0 + TEARDOWN_S
 
 
+@pytest.mark.release_independent
 def test_rank_0_exits_within_the_deadline_when_rank_1_is_sigkilled_in_distributed(tmp_path: Path) -> None:
     result = run_case("kill_in_distributed", 20.0, tmp_path)
     assert result.returncode[1] == -9
@@ -105,6 +109,7 @@ def test_rank_0_exits_within_the_deadline_when_rank_1_is_sigkilled_in_distribute
     assert "is gone without a failure record" in peer[0]["error"]  # its pid, seen from the same host
 
 
+@pytest.mark.release_independent
 def test_rank_0_names_rank_1_sigkilled_in_model_built_instead_of_blaming_itself(tmp_path: Path) -> None:
     result = run_case("kill_in_model_built", 20.0, tmp_path)
     assert result.returncode[1] == -9
@@ -121,6 +126,7 @@ def _steps_done(result: CaseResult, rank: int) -> list[int]:
     return [r["step"] for r in result.events(rank, "step_completed")]
 
 
+@pytest.mark.release_independent
 def test_a_raise_at_step_2_ends_both_ranks_and_the_failed_rank_does_not_wait_in_its_shutdown(tmp_path: Path) -> None:
     result = run_case("raise_at_step_2", 600.0, tmp_path)
     assert _steps_done(result, 0) == [1] and _steps_done(result, 1) == [1]
@@ -154,6 +160,7 @@ def test_killing_rank_0_the_store_host_at_step_2_is_named_live_by_rank_1(tmp_pat
     assert _exit_after_fault(result, 1) <= 10.0 + TEARDOWN_S
 
 
+@pytest.mark.release_independent
 def test_a_rank_stopped_at_step_2_is_declared_lost_by_its_heartbeat_and_the_other_ends(tmp_path: Path) -> None:
     result = run_case("stop_at_step_2", 600.0, tmp_path)
     peer = result.events(0, "peer_failed")

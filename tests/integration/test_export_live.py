@@ -10,7 +10,7 @@ import pytest
 from tests.child_python import run_lifecycle
 from tests.otlp_spans import flat_spans
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.release_independent]  # the floor skips it (scripts/test)
 pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
 
 
