@@ -34,6 +34,18 @@ def read_log(path: Path) -> list[dict[str, object]]:
         return [orjson.loads(line) for line in handle if line.strip()]
 
 
+def leaked(records: Iterable[Mapping[str, object]]) -> list[tuple[str, str]]:
+    """(state, resource) of every resource a log says was alive after its release: `resource_leaked`
+    records (a rebuild, a restart) and the shutdown record's `leaked`."""
+    out = []
+    for rec in records:
+        if rec.get("event") == events.RESOURCE_LEAKED:
+            out.append((str(rec.get("state")), str(rec.get("resource"))))
+        elif rec.get("event") == events.LIFECYCLE_SHUTDOWN and isinstance(found := rec.get("leaked"), list):
+            out += [(str(e.get("state")), str(e.get("resource"))) for e in found if isinstance(e, dict)]
+    return out
+
+
 def reachable_states() -> frozenset[State]:
     """States the table can reach from CONFIGURED."""
     seen, todo = {STARTUP_ORDER[0]}, [STARTUP_ORDER[0]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lifecycle.audit._fields import Record, reads
 from lifecycle.audit._records import Failure
+from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
 
 
@@ -73,4 +74,22 @@ def state_timeout(audit: RankState, rec: Record, ts: float) -> None:
     during = f" during {str(trigger)[:40]!r}" if trigger else _during(audit)
     fail(
         audit, "timeout", ts, f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}", state=state
+    )
+
+
+@reads("resource", "state")
+def resource_leaked(audit: RankState, rec: Record, ts: float) -> None:
+    """A survivor of a rebuild's or restart's release, logged by the ledger (older logs: also of a
+    shutdown, after its `lifecycle_shutdown`)."""
+    leak(audit, rec.get("resource"), rec.get("state"))
+
+
+def leak(audit: RankState, resource_: object, state_: object) -> None:
+    """LA023: a resource the ledger found alive after its release or the shutdown."""
+    resource, state = str(resource_)[:120], str(state_)[:40]
+    after = "the lifecycle's shutdown" if audit.shut else "its release"
+    audit.flag(
+        RuleId.RESOURCE_LEAKED,
+        f"{resource!r}, made by {state}, was still alive after {after}: something still holds it; "
+        f"the release of {state} must destroy it",
     )

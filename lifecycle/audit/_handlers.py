@@ -266,9 +266,15 @@ def imports(audit: RankState, rec: Record, ts: float) -> None:
         audit.open_start = min(audit.open_start + waited, ts)
 
 
-@reads()
+@reads("leaked")
 def shutdown(audit: RankState, rec: Record, ts: float) -> None:
+    """`leaked`: what the ledger found still alive at the shutdown (older logs: `resource_leaked`
+    records after this one)."""
     audit.shut = True
+    leaked = rec.get("leaked")
+    for entry in leaked[:64] if isinstance(leaked, list) else ():
+        if isinstance(entry, dict):
+            _failures.leak(audit, entry.get("resource"), entry.get("state"))
 
 
 @reads("simulated")
@@ -285,18 +291,6 @@ def simulation(audit: RankState, rec: Record, ts: float) -> None:
 
 WARNINGS_CAP = 32
 """Distinct warnings kept per rank; more are not listed (the log keeps them all)."""
-
-
-@reads("resource", "state")
-def resource_leaked(audit: RankState, rec: Record, ts: float) -> None:
-    """A survivor of a release, logged by the ledger; at a shutdown, after its `lifecycle_shutdown`."""
-    resource, state = str(rec.get("resource"))[:120], str(rec.get("state"))[:40]
-    after = "the lifecycle's shutdown" if audit.shut else "its release"
-    audit.flag(
-        RuleId.RESOURCE_LEAKED,
-        f"{resource!r}, made by {state}, was still alive after {after}: something still holds it; "
-        f"the release of {state} must destroy it",
-    )
 
 
 @reads("slot", "was", "now", "writer")
@@ -360,7 +354,7 @@ HANDLERS: dict[str, Handler] = {
     events.RANK_SIMULATED: rank_simulated,
     events.IMPORTS: imports,
     events.WARNING: warning,
-    events.RESOURCE_LEAKED: resource_leaked,
+    events.RESOURCE_LEAKED: _failures.resource_leaked,
     events.CALLBACK_REPLACED: callback_replaced,
     events.CYCLE_STARTED: _cycles.cycle_started,
     events.CYCLE_ENDED: _cycles.cycle_ended,

@@ -136,10 +136,14 @@ class Cycles:
         for name, gone in probes(dest, self.shared.runtime):
             self.ledger.register(dest, name, gone)
 
+    def alive_at_shutdown(self, keep: State) -> list[dict[str, str]]:
+        """What the states after `keep` made that one probe finds alive, for the shutdown's own record
+        (no waiting and no raising: the process is leaving, and a signal's grace is short)."""
+        return [{"resource": e.name, "state": e.state.name} for e in self.ledger.survivors(keep, 0.0)]
+
     def check_released(self, keep: State, settle: bool) -> None:
-        """Probe what the states after `keep` made: a survivor is logged and raised (ResourceLeak).
-        With `settle`, survivors are probed again for the phases' `settle_s` (none for a shutdown:
-        the process is leaving, and a signal's grace is short)."""
+        """Probe what the states after `keep` made (a rebuild, a restart): a survivor is logged and
+        raised (ResourceLeak). With `settle`, survivors are probed again for the phases' `settle_s`."""
         settle_s = float(getattr(self.shared.phases, "settle_s", 0.0)) if settle else 0.0
         survivors = self.ledger.survivors(keep, settle_s)
         for entry, waited in self.ledger.lingered:

@@ -5,6 +5,7 @@ of `Lifecycle`."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -161,13 +162,19 @@ class EntryWork:
             runtime = dataclasses.replace(self.shared.runtime, model=None, optimizer=None, binding=None)
         if trigger is Trigger.RESTART:
             runtime = self._next_generation(runtime)
-        if trigger is Trigger.SHUTDOWN:
-            fields = {}
-            if self.shared.log.fault is not None:  # what could not be logged, reported where it can be
-                unlogged, lost = self.shared.log.unlogged
-                fields = {"log_fault": str(self.shared.log.fault), "unlogged": unlogged, "lost": lost}
-            self.shared.log.emit(events.LIFECYCLE_SHUTDOWN, source=self.shared.state.name, **fields)
         return runtime
+
+    def _shut_down(self) -> None:
+        """The shutdown's record, after the ledger's probe: what is still alive (`leaked`, once) and,
+        after a log fault, what could not be logged, reported where it can be."""
+        fields: dict[str, object] = {}
+        with contextlib.suppress(Exception):  # a probe that raises must not cost the shutdown its record
+            if leaked := self._cycles.alive_at_shutdown(RELEASE_KEEP[Trigger.SHUTDOWN]):
+                fields["leaked"] = leaked
+        if self.shared.log.fault is not None:
+            unlogged, lost = self.shared.log.unlogged
+            fields.update(log_fault=str(self.shared.log.fault), unlogged=unlogged, lost=lost)
+        self.shared.log.emit(events.LIFECYCLE_SHUTDOWN, source=self.shared.state.name, **fields)
 
     def _next_generation(self, runtime: Runtime) -> Runtime:
         """`runtime` in the generation after this lifecycle's, which later records carry. A restart
@@ -181,18 +188,17 @@ class EntryWork:
 
     def released(self, trigger: Trigger) -> None:
         """The ledger's check, once neither the runtime nor the phase context holds what was released.
-        A survivor is logged (`resource_leaked`) in every case; a rebuild or restart also raises
-        ResourceLeak, since the next cycle would stack on it, once the phases' `settle_s` has passed
-        without the survivor ending (it is probed again meanwhile). A shutdown neither waits nor
-        raises: it can run while a failed entry work's frames still hold what they built (a log
-        write failing inside it), and the process is leaving. The errors the lifecycle holds drop
-        their frames' locals first."""
+        A rebuild or restart logs a survivor (`resource_leaked`) and raises ResourceLeak, since the
+        next cycle would stack on it, once the phases' `settle_s` has passed without the survivor
+        ending (it is probed again meanwhile). A shutdown neither waits nor raises: it can run while
+        a failed entry work's frames still hold what they built (a log write failing inside it), and
+        the process is leaving; its survivors are in its own record (`leaked`). The errors the
+        lifecycle holds drop their frames' locals first."""
         drop_frame_locals(self.pending_error, getattr(self.shared.log, "fault", None))
-        try:
-            self._cycles.check_released(RELEASE_KEEP[trigger], settle=trigger is not Trigger.SHUTDOWN)
-        except Exception:
-            if trigger is not Trigger.SHUTDOWN:
-                raise
+        if trigger is Trigger.SHUTDOWN:
+            self._shut_down()
+        else:
+            self._cycles.check_released(RELEASE_KEEP[trigger], settle=True)
 
     def check_mutation(self, trigger: Trigger | None) -> None:
         if self.snapshot is None or not self.shared.runtime.validated:

@@ -343,6 +343,7 @@ def _ledger_of(call: Any) -> dict[str, Any]:
 
     from lifecycle.engine import Lifecycle
     from lifecycle.megatron_lm.entry import MegatronLMPhases, run_config
+    from lifecycle.testing import leaked
     from states import State
 
     lc = Lifecycle(
@@ -363,7 +364,7 @@ def _ledger_of(call: Any) -> dict[str, Any]:
         "ledger": ledger,
         "alive": alive,
         "after": lc.ledger,
-        "leaked": [(r["state"], r["resource"]) for r in lc.records if r["event"] == "resource_leaked"],
+        "leaked": leaked(lc.records),
         "remaining": remaining,
         "script_args_kept": global_vars._GLOBAL_ARGS is call.args,
     }

@@ -203,6 +203,7 @@ def sabotaged(root: str, name: str) -> dict[str, Any]:
     from megatron.core.tensor_parallel import random as mp_random
 
     from lifecycle import Lifecycle, LifecycleError
+    from lifecycle.testing import leaked
     from states import State
 
     kept: list[Any] = []
@@ -232,8 +233,8 @@ def sabotaged(root: str, name: str) -> dict[str, Any]:
         finally:
             tracker.reset = reset  # type: ignore[method-assign]
             kept.clear()
-        leaked = [r for r in _records(lc) if r.get("event") == "resource_leaked"]
-    return {"error": error, "leaked": leaked}
+        alive = leaked(_records(lc))
+    return {"error": error, "leaked": alive}
 
 
 def _records(lc: Any) -> list[dict[str, Any]]:

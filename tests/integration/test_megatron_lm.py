@@ -21,6 +21,7 @@ import pytest
 pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
 
 from lifecycle.engine.launch import run_ranks
+from lifecycle.testing import leaked
 from tests.integration import megatron_lm_cases
 
 pytestmark = pytest.mark.slow
@@ -117,7 +118,7 @@ def test_after_pretrain_returns_the_lifecycle_has_released_its_own_and_handed_ov
         recs = records(runs["logs"], rank)
         handed = {r["state"]: r["resources"] for r in recs if r["event"] == "resources_handed_over"}
         assert "process group" in handed["DISTRIBUTED"] and "Megatron-LM args" in handed["SERVICES_READY"]
-        assert not [r for r in recs if r["event"] == "resource_leaked"]
+        assert leaked(recs) == []
 
 
 def test_a_scripts_own_rewrap_of_the_finalizer_during_train_sees_what_it_sees_under_megatron_lm(

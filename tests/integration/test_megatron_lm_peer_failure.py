@@ -19,6 +19,7 @@ pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no m
 
 from lifecycle.engine.launch import run_ranks
 from lifecycle.errors import RankFailed
+from lifecycle.testing import leaked
 from tests.integration import megatron_lm_cases
 
 pytestmark = pytest.mark.slow
@@ -46,8 +47,8 @@ def test_a_rank_failing_in_a_drop_in_train_step_is_named_on_every_rank_and_by_th
     assert "injected fault on rank 1" in peers[0]["error"]
     assert [r["step"] for r in zero if r["event"] == "step_completed"] == [1, 2]
     for rank in (0, 1):  # train()'s frames let go of the model before the releases' checks
-        leaked = [r["resource"] for r in records(logs, rank) if r["event"] == "resource_leaked"]
-        assert leaked == [], (rank, leaked)
+        alive = leaked(records(logs, rank))
+        assert alive == [], (rank, alive)
     audit = subprocess.run(
         [sys.executable, "-m", "lifecycle", "audit", str(logs), "--format", "json"],
         cwd=ROOT,

@@ -14,6 +14,7 @@ import pytest
 from lifecycle.audit import attempts, audit, diff
 from lifecycle.engine.launch import run_ranks
 from lifecycle.resilience import installed_problem
+from lifecycle.testing import leaked
 
 PROBLEM = installed_problem()
 if PROBLEM is not None:
@@ -131,7 +132,7 @@ def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> N
             assert counts["fds"] <= first["fds"] + 2, (rank, cycle, counts, first)
         assert later[-1]["fds"] <= later[0]["fds"] + 1, (rank, [c["fds"] for c in [first, *later]])
     records = _log_records(cases[0]["leaks"]["log_dir"])
-    assert not [r for r in records if r["event"] == "resource_leaked"]
+    assert leaked(records) == []
     for record in (r for r in records if r["event"] == "cycle_started"):
         assert set(record["ledger"]) == LEDGER, record["ledger"]
     result = audit([cases[0]["leaks"]["log_dir"]], jobs=1)

@@ -226,8 +226,10 @@ def test_a_survivor_of_settle_s_is_a_leak_and_a_shutdown_does_not_wait_for_it(ma
     lc = make_lc(phases=phases, log_dir=tmp_path / "shutdown")
     lc.advance_to(State.CALLBACKS_BOUND)
     lc.shutdown()
-    assert [(r["resource"], r["state"]) for r in events_of(lc, "resource_leaked")] == [("model_built a", "MODEL_BUILT")]
-    assert events_of(lc, "resource_lingered") == [] and phases.asked == 1
+    [shutdown] = events_of(lc, "lifecycle_shutdown")  # what is alive: once, in the shutdown's own record
+    assert shutdown["leaked"] == [{"resource": "model_built a", "state": "MODEL_BUILT"}]
+    assert events_of(lc, "resource_leaked") == events_of(lc, "resource_lingered") == [] and phases.asked == 1
+    assert lc.records[-2:] == [shutdown, events_of(lc, "transition_completed")[-1]], "nothing after it but the move"
 
 
 def test_phases_that_name_no_settle_s_are_probed_once(make_lc: Any) -> None:
