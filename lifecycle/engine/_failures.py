@@ -70,6 +70,7 @@ class SignalTrap:
     def __init__(self, on_signal: Handler, on_blocked: Callable[[int, float], object]) -> None:
         self.on_signal = on_signal
         self.holding: Handler | None = None  # the shutdown's handler while it holds signals (`signals_held`)
+        self.pid = os.getpid()  # the process that installed the handlers: a forked child inherits them
         self.previous: dict[int, Handler | int | None] = {}
         self.watch = SignalWatch(_SIGNALS, on_blocked, owns=self._owns)
 
@@ -81,6 +82,7 @@ class SignalTrap:
         if threading.current_thread() is not threading.main_thread():
             return
         if not self.previous:
+            self.pid = os.getpid()
             for sig in _SIGNALS:
                 self.previous[sig] = signal.signal(sig, self.on_signal)
         self.watch.arm()  # again after the target (`Failures.settle`): a restart is a startup
@@ -216,8 +218,8 @@ class Failures:
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.trap.watch.taken()
         signals.took(signum)
-        if self.running or self.shared.state is State.SHUT_DOWN:
-            self.pass_on(signum, _frame)
+        if self.running or self.shared.state is State.SHUT_DOWN or os.getpid() != self.trap.pid:
+            self.pass_on(signum, _frame)  # a forked child (a data loader's worker) neither logs nor releases
             return
         if self.aborting:
             return
@@ -292,7 +294,7 @@ class Failures:
     def log_received(self, signum: int) -> None:
         """`signal_received`, once: the audit tells a rank stopped from outside (a launcher ending the
         survivors of a failure, a scheduler's SIGTERM) from the rank that failed."""
-        if self.received_logged or self.shared.state is State.SHUT_DOWN:
+        if self.received_logged or self.shared.state is State.SHUT_DOWN or os.getpid() != self.trap.pid:
             return
         self.received_logged = True
         self.shared.log.emit(events.SIGNAL_RECEIVED, signal=signal.Signals(signum).name, state=self.shared.state.name)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 from lifecycle import InProcessPhases, Runtime, StartupAborted
 from lifecycle.audit import attempts, audit
-from lifecycle.testing import read_log
+from lifecycle.testing import check_log, read_log
 from states import State
 
 
@@ -168,3 +169,34 @@ def test_ctrl_c_while_training_is_logged_then_raises_keyboardinterrupt_as_usual(
         os.kill(os.getpid(), signal.SIGINT)
     assert [r["signal"] for r in _events(lc, "signal_received")] == ["SIGINT"]
     assert lc.state is State.CALLBACKS_BOUND and not _events(lc, "startup_aborted")
+
+
+def test_a_forked_child_sigtermed_while_training_dies_as_usual_and_writes_nothing_to_the_log(make_lc: Any) -> None:
+    """A data loader's worker forked while training inherits the lifecycle's handler; the loader's
+    SIGTERM ends it by the default action, and the parent's log gets no record from it."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the handler before ours: the default
+    try:
+        lc = make_lc()
+        lc.advance_to(State.CALLBACKS_BOUND)
+        before = list(lc.records)
+        status = _forked_and_sigtermed()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    lc.shutdown()
+    path = Path(lc.log_path)
+    assert [r["event"] for r in read_log(path)][: len(before)] == [r["event"] for r in before]
+    assert not [r for r in read_log(path) if r["event"] == "signal_received"]
+    assert check_log(read_log(path)) == []
+
+
+def _forked_and_sigtermed() -> int:
+    pid = os.fork()
+    if pid == 0:  # the worker: SIGTERM, as DataLoader's shutdown sends a worker that did not exit
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    return status
