@@ -65,6 +65,7 @@ def _assert_ranks_0_and_1_bound(logs: Path, run_id: str) -> None:
         assert any(r.get("dest") == "CALLBACKS_BOUND" for r in records)
 
 
+@pytest.mark.release_independent
 def test_two_srun_tasks_with_only_slurm_variables_reach_callbacks_bound_as_ranks_0_and_1(tmp_path: Path) -> None:
     job, logs = _job_id_with_a_free_port(), tmp_path / "logs"
     env_of = {
@@ -83,6 +84,7 @@ def test_two_srun_tasks_with_only_slurm_variables_reach_callbacks_bound_as_ranks
     _assert_ranks_0_and_1_bound(logs, f"slurm-{job}.0")
 
 
+@pytest.mark.release_independent
 def test_two_mpirun_ranks_with_only_open_mpi_variables_reach_callbacks_bound_as_ranks_0_and_1(
     tmp_path: Path,
 ) -> None:
@@ -131,6 +133,7 @@ def test_lifecycle_run_saves_after_its_steps_and_a_second_run_continues_from_the
     assert [r["step"] for r in loaded if r["event"] == "checkpoint_loaded"] == [2]
 
 
+@pytest.mark.release_independent
 def test_two_launchers_as_two_nodes_meet_at_the_rendezvous_endpoint_and_share_one_run(tmp_path: Path) -> None:
     from lifecycle.engine.launch import free_port
 

@@ -68,11 +68,13 @@ def test_an_invalid_config_fails_at_validated_with_every_problem_named_and_exit_
     assert not any(r["event"] == "side_effect" for r in records)
 
 
+@pytest.mark.release_independent
 def test_a_misspelt_override_exits_2_naming_the_nearest_key() -> None:
     run = lifecycle("run", "--preset", "tiny-gpt", "--set", "parallel.tpp=2")
     assert run.returncode == 2 and "did you mean 'parallel.tp'" in run.stderr
 
 
+@pytest.mark.release_independent
 def test_a_provider_its_module_does_not_define_is_refused_in_one_line_before_the_launch(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     spec = "tests.integration.hostile_callables:no_such_provider"
@@ -85,6 +87,7 @@ def test_a_provider_its_module_does_not_define_is_refused_in_one_line_before_the
     assert not logs.exists()  # no rank started
 
 
+@pytest.mark.release_independent
 def test_a_rank_failure_under_nproc_2_ends_with_the_ranks_own_lines_not_torchruns_traceback(tmp_path: Path) -> None:
     provider = tmp_path / "fails_on_rank_1.py"
     provider.write_text(

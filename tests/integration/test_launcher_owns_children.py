@@ -20,7 +20,7 @@ import pytest
 from lifecycle.megatron import process_alive
 from lifecycle.runtime.signals import GRACE_S
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.release_independent]  # the floor skips it (scripts/test)
 ROOT = Path(__file__).resolve().parents[2]
 
 
