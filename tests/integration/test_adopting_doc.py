@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.release_independent]  # the floor skips it (scripts/test)
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "adopting.md"
 LOCK = ".lifecycle.lock"  # the log directory's owner lock (docs/failures.md)

@@ -137,6 +137,7 @@ def test_a_signal_during_each_states_entry_work_logs_startup_aborted_releases_an
     assert last[-1]["event"] == "transition_completed" and last[-1]["dest"] == "SHUT_DOWN"
 
 
+@pytest.mark.release_independent
 def test_a_two_rank_run_whose_log_disk_fills_mid_run_ends_with_both_ranks_exited_and_released(
     disk: str | None, tmp_path: Path
 ) -> None:

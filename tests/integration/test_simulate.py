@@ -296,6 +296,7 @@ def test_the_docs_show_a_simulate_then_audit_session() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.release_independent
 def test_the_simulate_then_audit_session_in_the_docs_runs_as_written(tmp_path: Path) -> None:
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": os.environ.get("HOME", "/tmp")}
     for command, expected in _session():
