@@ -141,10 +141,10 @@ class Cycles:
         (no waiting and no raising: the process is leaving, and a signal's grace is short)."""
         return [{"resource": e.name, "state": e.state.name} for e in self.ledger.survivors(keep, 0.0)]
 
-    def check_released(self, keep: State, settle: bool) -> None:
-        """Probe what the states after `keep` made (a rebuild, a restart): a survivor is logged and
-        raised (ResourceLeak). With `settle`, survivors are probed again for the phases' `settle_s`."""
-        settle_s = float(getattr(self.shared.phases, "settle_s", 0.0)) if settle else 0.0
+    def check_released(self, keep: State) -> None:
+        """Probe what the states after `keep` made (a rebuild, a restart): a survivor is probed again
+        for the phases' `settle_s`, then logged and raised (ResourceLeak)."""
+        settle_s = float(getattr(self.shared.phases, "settle_s", 0.0))
         survivors = self.ledger.survivors(keep, settle_s)
         for entry, waited in self.ledger.lingered:
             self.shared.log.emit(

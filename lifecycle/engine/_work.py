@@ -198,7 +198,7 @@ class EntryWork:
         if trigger is Trigger.SHUTDOWN:
             self._shut_down()
         else:
-            self._cycles.check_released(RELEASE_KEEP[trigger], settle=True)
+            self._cycles.check_released(RELEASE_KEEP[trigger])
 
     def check_mutation(self, trigger: Trigger | None) -> None:
         if self.snapshot is None or not self.shared.runtime.validated:
