@@ -66,6 +66,18 @@ def _pp_info() -> tuple[int, int]:
     return ps.get_pipeline_model_parallel_rank(), ps.get_pipeline_model_parallel_world_size()
 
 
+def _scheduler_config(lc: Lifecycle) -> Any:
+    from megatron.core.utils import get_model_config
+
+    return get_model_config(lc.runtime.model[0])
+
+
+def _still_the_first(first_config: Any, lc: Lifecycle) -> bool:
+    """Whether the scheduler's config now is the first generation's object. An id alone cannot
+    say: CPython gives a freed object's address to the next one, so the ids can match."""
+    return first_config() is _scheduler_config(lc)
+
+
 def rebuild_rebinds(log_dir: str, provider: Any) -> dict[str, Any]:
     import gc
     import weakref
@@ -74,13 +86,15 @@ def rebuild_rebinds(log_dir: str, provider: Any) -> dict[str, Any]:
         lc.advance_to(State.CALLBACKS_BOUND)
         first = lc.runtime.binding.log_fields()
         old_model = weakref.ref(lc.runtime.model[0])
+        first_config = weakref.ref(_scheduler_config(lc))
         lc.rebuild()
         gc.collect()
         released = old_model() is None
         lc.advance_to(State.CALLBACKS_BOUND)
         second = lc.runtime.binding.log_fields()
+        same = _still_the_first(first_config, lc)
         steps = _train(lc, 1)
-    return {"first": first, "second": second, "old_model_released": released, "steps": steps}
+    return {"first": first, "second": second, "old_model_released": released, "steps": steps, "same_config": same}
 
 
 def plan_stops(log_dir: str, plan: str) -> dict[str, Any]:
@@ -129,15 +143,20 @@ def restart_after_failure(log_dir: str) -> dict[str, Any]:
 
 
 def restart_rebinds(log_dir: str, provider: Any) -> dict[str, Any]:
+    import weakref
+
     with Lifecycle(_config(), provider, log_dir) as lc:
         lc.advance_to(State.CALLBACKS_BOUND)
         first = lc.runtime.binding.log_fields()
+        first_config = weakref.ref(_scheduler_config(lc))
         lc.restart()
         lc.advance_to(State.CALLBACKS_BOUND)
         second = lc.runtime.binding.log_fields()
+        same = _still_the_first(first_config, lc)
         steps = _train(lc, 1)
         generation = lc.runtime.generation
-    return {"first": first, "second": second, "steps": steps, "generation": generation, "log": str(lc.log_path)}
+    out = {"first": first, "second": second, "steps": steps, "generation": generation, "same_config": same}
+    return {**out, "log": str(lc.log_path)}
 
 
 def drift(log_dir: str) -> dict[str, Any]:
