@@ -13,9 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from lifecycle.audit._fields import Record, reads
+from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
 
-STARTED = ("resumed_step", "restart_s", "ledger", "fingerprint", "hooks", "cycle")
+STARTED = ("resumed_step", "restart_s", "ledger", "fingerprint", "hooks", "cycle", "world_size", "launched_world_size")
 ENDED = ("cause_rank", "cause", "fault_ts", "cycle")
 
 
@@ -33,6 +34,14 @@ def cycle_started(audit: RankState, rec: Record, ts: float) -> None:
         hooks=rec.get("hooks"),
         started_ts=ts,
     )
+    world, launched = rec.get("world_size"), rec.get("launched_world_size")
+    if type(world) is int and type(launched) is int and world < launched:
+        audit.flag(
+            RuleId.WORLD_SHRUNK,
+            f"cycle {rec.get('cycle')} trained with {world} of the {launched} ranks launched: a rank was "
+            "lost and min_world_size let the job go on smaller (a smaller data-parallel size, a different "
+            "global batch); leave min_world_size out to keep the job whole",
+        )
 
 
 def cycle_ended(audit: RankState, rec: Record, ts: float) -> None:

@@ -56,6 +56,7 @@ class RuleId:
     IMPOSSIBLE_TIMESTAMP: Final = "LA022"
     RESOURCE_LEAKED: Final = "LA023"
     FINALIZER_UNBOUND: Final = "LA024"
+    WORLD_SHRUNK: Final = "LA025"
     STEP_WITHOUT_BINDING: Final = "LA030"
     FIRST_STEP_UNCHECKED: Final = "LA031"
 
@@ -172,6 +173,11 @@ RULES: tuple[Rule, ...] = (
         slug="finalizer-unbound",
         summary="a script's write during Megatron-LM's train() left finalize_model_grads_func unbound: the "
         "scheduler no longer finalizes gradients",
+    ),
+    Rule(
+        id=RuleId.WORLD_SHRUNK,
+        slug="world-shrunk",
+        summary="an in-process restart cycle trained with fewer ranks than were launched (min_world_size allowed it)",
     ),
     Rule(
         id=RuleId.STEP_WITHOUT_BINDING,

@@ -89,6 +89,8 @@ class InProcessRestart:
         """Who failed in the last cycle that failed, and why (`rank`, `error`), as this rank knows it."""
         self.port = port
         self.cycles = 0
+        self.launched = 0
+        """The world size launched (`parallel.world_size`, else the launcher's), known at VALIDATED."""
         self._cutting: threading.Timer | None = None
         self._failed: BaseException | None = None
         """The failed cycle's exception, whose frames still hold what it made: let go of at the next
@@ -101,7 +103,8 @@ class InProcessRestart:
             with self._rehearsal(), _frozen_heap():
                 lc.advance_to(State.VALIDATED)
                 gc.freeze()
-                floor = self._floor(world_size_of(lc.runtime.config))
+                self.launched = world_size_of(lc.runtime.config)
+                floor = self._floor(self.launched)
                 call = _nvrx.wrap(
                     lambda cw: self._cycle(train, cw),
                     max_cycles=self.max_cycles,
@@ -201,6 +204,8 @@ class InProcessRestart:
                 resumed_step=checkpoint_step(lc.runtime),
                 hooks=hook_counts(lc.runtime),
                 restart_s=time.time() - fault_ts if isinstance(fault_ts, (int, float)) else None,
+                world_size=lc.runtime.world_size,
+                launched_world_size=self.launched,
             )
             return train(lc)
         except BaseException as exc:

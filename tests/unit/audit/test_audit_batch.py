@@ -85,6 +85,10 @@ _event = st.one_of(
     st.tuples(st.just("startup_aborted"), st.just({"signal": "SIGTERM"})),
     st.tuples(st.just("peer_failed"), st.just({"peer_rank": 1, "peer_state": "DISTRIBUTED", "error": "x"})),
     st.tuples(st.just("services_ready"), st.just({"tokenizer": "T", "vocab_size": 8})),
+    st.tuples(
+        st.just("cycle_started"),
+        st.fixed_dictionaries({"world_size": st.sampled_from([1, 2, "2"]), "launched_world_size": st.just(2)}),
+    ),
 )
 _start = st.tuples(
     st.just("lifecycle_started"),
