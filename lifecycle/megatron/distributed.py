@@ -1,12 +1,11 @@
 """DISTRIBUTED: process group, megatron parallel state and RNG — rehearsed on CPU without CUDA.
 
 Order: decide the CPU rehearsal (on when CUDA is absent unless `rehearsal` forces it), then
-`torch.distributed.init_process_group` (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE as torchrun and
-`run_ranks` set them, through a TCPStore kept for re-initialization; an in-memory store for a
-single rank with no launcher; FakeStore for the `fake` backend), then
-`parallel_state.initialize_model_parallel`, then seeding with `model_parallel_cuda_manual_seed`.
-A failure part-way undoes what this phase did before re-raising. The rehearsal stays active until
-`release`, which must run on the thread that called `enter` (function modes are per-thread).
+`torch.distributed.init_process_group` (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE as torchrun and `run_ranks` set
+them, through a TCPStore kept for re-initialization; an in-memory store and a lone watch for a single rank with
+no launcher; FakeStore for the `fake` backend), then `initialize_model_parallel`, then seeding with
+`model_parallel_cuda_manual_seed`. A failure part-way undoes what this phase did before re-raising. The rehearsal
+stays active until `release`, which must run on the thread that called `enter` (function modes are per-thread).
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
 from lifecycle.megatron._liveness import is_timeout
+from lifecycle.megatron.lone import lone_watch
 from lifecycle.megatron.ranks import RankWatch
 from lifecycle.megatron.rehearsal import Rehearsal, is_active, start_rehearsal
 from lifecycle.runtime import Closeable, PhaseContext, Runtime, rank_of, world_size_of
@@ -92,7 +92,7 @@ def init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) ->
     timeout = timedelta(seconds=config.startup.timeout_s)
     if world == 1 and launchers.rendezvous() is None:
         dist.init_process_group(config.backend, store=dist.HashStore(), rank=rank, world_size=world, timeout=timeout)
-        return dist.get_rank(), dist.get_world_size(), None
+        return dist.get_rank(), dist.get_world_size(), lone_watch(config.startup.timeout_s)
     store, watch = checked_in_store(ctx, config, rank, world)
     try:
         with watch.phase(ctx, "DISTRIBUTED"):

@@ -133,3 +133,17 @@ def test_the_distributed_optimizer_saving_without_apex_or_te_is_refused_once_and
     assert run.stderr.startswith("lifecycle run: the config has 1 problem(s) for a 2-rank launch; nothing was launched")
     assert run.stderr.count("the distributed optimizer's checkpoints need Apex or Transformer Engine") == 1
     assert not logs.exists()  # no rank started
+
+
+@pytest.mark.release_independent
+def test_a_single_rank_run_whose_provider_hangs_ends_at_the_startup_deadline_with_one_line(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    spec = "tests.integration.hostile_callables:hangs"
+    run = lifecycle("run", "--provider", spec, "--set", "startup.timeout_s=3", "--log-dir", str(logs), timeout=120)
+    assert run.returncode == 75, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    [line] = [s for s in run.stderr.splitlines() if s.startswith("lifecycle: a startup state did not end")]
+    assert "startup.timeout_s = 3 s" in line and line.endswith("or raise startup.timeout_s")
+    records = [json.loads(s) for s in (logs / "rank-00000.jsonl").read_text().splitlines()]
+    [timeout] = [r for r in records if r["event"] == "state_timeout"]
+    assert (timeout["state"], timeout["trigger"], timeout["timeout_s"]) == ("MODEL_BUILT", "build_model", 3)

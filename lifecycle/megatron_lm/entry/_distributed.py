@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from lifecycle import launchers
 from lifecycle.log import events
 from lifecycle.megatron.distributed import stay_alive
+from lifecycle.megatron.lone import lone_watch
 from lifecycle.megatron.ranks import RankWatch
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
@@ -169,13 +170,16 @@ def _initialize_megatron(
 
 def _watch(ctx: PhaseContext, call: MegatronLMCall) -> RankWatch | None:
     """The rank watch of a multi-rank job, checked in and started on the process group's store, under
-    this generation's prefix; none for one rank or a fake process group. Under a restart wrapper
+    this generation's prefix; a lone watch (its deadlines only) for one rank; none for a fake process
+    group. Under a restart wrapper
     (`store=`) the watcher never ends the process: the wrapper restarts it in place."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 
-    if dist.get_world_size() == 1 or call.args.fake_process_group:
+    if call.args.fake_process_group:
         return None
+    if dist.get_world_size() == 1:  # under a restart wrapper (`store=`) its own timeouts bound it
+        return lone_watch(ctx.runtime.config.startup.timeout_s) if call.store is None else None
     base: Store = distributed_c10d._get_default_store()
     store = dist.PrefixStore(f"megatron-lifecycle/ranks/generation-{ctx.runtime.generation}", base)
     watch = RankWatch(
