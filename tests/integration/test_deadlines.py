@@ -38,27 +38,32 @@ def _exit_after_fault(result: CaseResult, rank: int) -> float:
     return result.exit_at[rank] - result.fault_at
 
 
+NEVER_S = 8.0
+"""The deadline of the cases where a rank never starts: the rank that did waits all of it (the
+rendezvous starts after its imports, so a slow machine does not eat into it)."""
+
+
 def test_rank_0_names_the_missing_rank_when_rank_1_never_starts(tmp_path: Path) -> None:
-    result = run_case("never_starts", 20.0, tmp_path)
+    result = run_case("never_starts", NEVER_S, tmp_path)
     timeouts = result.events(0, "state_timeout")
     assert [(t["state"], t["trigger"], t["timeout_s"], t["missing"]) for t in timeouts] == [
-        ("DISTRIBUTED", "init_distributed", 20.0, [1])
+        ("DISTRIBUTED", "init_distributed", NEVER_S, [1])
     ]
-    assert "rendezvous timed out after 20 s: 1 of 2 ranks arrived; missing: rank 1" in result.stderr[0]
+    assert "rendezvous timed out after 8 s: 1 of 2 ranks arrived; missing: rank 1" in result.stderr[0]
     assert result.returncode[0] == 1
     assert [r["event"] for r in result.records[0]][-1] == "transition_completed"  # shut down, in order
-    assert _last_record_after_fault(result, 0) <= 20.0 + 10.0
-    assert _exit_after_fault(result, 0) <= 20.0 + 10.0 + TEARDOWN_S
+    assert _last_record_after_fault(result, 0) <= NEVER_S + 10.0
+    assert _exit_after_fault(result, 0) <= NEVER_S + 10.0 + TEARDOWN_S
 
 
 def test_rank_1_names_rank_0_when_the_store_host_never_starts(tmp_path: Path) -> None:
-    result = run_case("rank_0_never_starts", 20.0, tmp_path)
+    result = run_case("rank_0_never_starts", NEVER_S, tmp_path)
     timeouts = result.events(1, "state_timeout")
     assert [(t["state"], t["missing"]) for t in timeouts] == [("DISTRIBUTED", [0])]
-    assert "rendezvous timed out after 20 s: could not reach the store" in result.stderr[1]
+    assert "rendezvous timed out after 8 s: could not reach the store" in result.stderr[1]
     assert "missing: rank 0" in result.stderr[1]
     assert result.returncode == {1: 1}
-    assert _last_record_after_fault(result, 1) <= 20.0 + 10.0
+    assert _last_record_after_fault(result, 1) <= NEVER_S + 10.0
 
 
 @pytest.mark.release_independent
@@ -93,7 +98,10 @@ def test_a_sigterm_on_rank_1_in_model_built_is_broadcast_and_rank_0_names_it(tmp
     peer = result.events(0, "peer_failed")
     assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "MODEL_BUILT")]
     assert peer[0]["error"].startswith("StartupAborted: startup aborted by SIGTERM"), peer[0]["error"]
-    assert result.returncode == {0: 1, 1: 143}
+    # rank 0 gets control back when rank 1's sockets close (exit 1) or, on a loaded machine where that
+    # takes longer than the grace after its watcher saw the failure, the watcher ends it (exit 75):
+    # either way it names rank 1 and does not wait
+    assert result.returncode[1] == 143 and result.returncode[0] in (1, EXIT_CODE), result.returncode
     assert _last_record_after_fault(result, 0) <= 10.0
     assert _exit_after_fault(result, 0) <= 10.0 + TEARDOWN_S
 
