@@ -11,6 +11,9 @@ from lifecycle import InProcessPhases, Lifecycle, RunConfig
 from lifecycle.engine import open_lifecycles
 from states import State
 
+# Every log the suite writes, also by its spawned ranks (they inherit it), is checked against lifecycle/log/schema.py.
+os.environ.setdefault("LIFECYCLE_STRICT_RECORDS", "1")
+
 
 @pytest.fixture
 def make_lc(tmp_path: Path) -> Iterator[object]:

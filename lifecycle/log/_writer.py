@@ -4,6 +4,9 @@ Format: docs/log-format.md. Records made before the log directory is validated a
 and written, unchanged, when `open()` is called. Writing never raises: when the file cannot take a
 record (disk full, I/O error) that record and every later one go to stderr as JSON lines, a
 `log_write_failed` record says why, and `fault` holds the error for the engine to act on.
+
+With `LIFECYCLE_STRICT_RECORDS=1` in the environment when a log is created (the test suite sets it),
+`emit` refuses a field that neither its event's type in `lifecycle.log.schema` nor the envelope declares.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from lifecycle.log._chain import GENESIS
 from lifecycle.log._files import ChainEnd, existing_policy_problem, inspect_log, rank_file, removable_ranks
 from lifecycle.log._lock import lock_log_dir
 from lifecycle.log._redact import may_hold_credentials, redact, redact_text
+from lifecycle.log._schema import record_fields
 
 _NEW = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 _ENVELOPE = frozenset({"event", "ts", "seq", "prev_hash", "run_id", "rank", "world_size", "generation", "cycle"})
+STRICT_RECORDS = "LIFECYCLE_STRICT_RECORDS"
+"""`1`: every log created since refuses a record field its event's schema lacks (`AuditLog.emit`)."""
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -162,6 +168,7 @@ class AuditLog:
         self.path: Path | None = None
         self._lock_fd: int | None = None
         self._claimed: Path | None = None
+        self._strict = os.environ.get(STRICT_RECORDS) == "1"  # read once per log, not per record
         self._logger = self._make_logger()
 
     def _make_logger(self) -> structlog.BoundLogger:
@@ -196,9 +203,15 @@ class AuditLog:
         self._logger = self._make_logger()
 
     def emit(self, event: str, **fields: object) -> None:
-        """Log one record (values redacted). Never raises for the file: see `fault`."""
+        """Log one record (values redacted). Never raises for the file: see `fault`. Raises
+        ValueError for an unknown event, and in strict mode (`STRICT_RECORDS`) for an unknown field."""
         if event not in events.ALL:
-            raise ValueError(f"unknown log event {event!r}: add it to lifecycle/events.py")
+            raise ValueError(f"unknown log event {event!r}: add it to lifecycle/log/events.py")
+        if self._strict and (unknown := fields.keys() - record_fields(event)):
+            raise ValueError(
+                f"log event {event!r} has no field {', '.join(map(repr, sorted(unknown)))}: "
+                "add it to lifecycle/log/schema.py"
+            )
         before = self._writer.fault
         self._logger.msg(event, **fields)
         fault = self._writer.fault

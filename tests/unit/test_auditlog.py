@@ -100,7 +100,9 @@ def test_ordinary_keys_are_kept(key: str) -> None:
 def test_the_log_file_is_valid_json_lines_even_with_odd_values(tmp_path: Path) -> None:
     log = AuditLog(run_id="r", rank=0, world_size=1)
     log.open(tmp_path)
-    log.emit(ev.STEP_COMPLETED, step=1, loss=float("nan"), duration_s=0.1, note=Path("/x"))
+    log.emit(ev.STEP_COMPLETED, step=1, loss=float("nan"), duration_s=0.1)
+    log.emit(ev.CONFIG_MUTATED, field="checkpoint.save", validated="/a", current=Path("/x"))
     log.close()
-    [rec] = [orjson.loads(x) for x in (tmp_path / "rank-00000.jsonl").read_bytes().splitlines()]
-    assert rec["loss"] is None and rec["note"] == "/x" and record_hash(rec) == rec["hash"]
+    step, mutated = [orjson.loads(x) for x in (tmp_path / "rank-00000.jsonl").read_bytes().splitlines()]
+    assert step["loss"] is None and mutated["current"] == "/x"
+    assert record_hash(step) == step["hash"] and record_hash(mutated) == mutated["hash"]

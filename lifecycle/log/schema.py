@@ -1,0 +1,90 @@
+"""The startup log's records, typed: one `msgspec.Struct` per event of `events.ALL` (`SCHEMA`).
+
+The one definition of the log format that the writers, the audit's readers and docs/log-format.md
+are checked against (issue 35):
+
+- Each event's struct subclasses `Record`, the envelope every record carries (`ENVELOPE`: its
+  fields and their meanings; the writer, `_writer.AuditLog`, adds them). `event` is the tag that
+  picks the struct, so `msgspec.convert(record, SCHEMA[record["event"]])` checks a whole record.
+- Each field's type is what the writers put there, and its meaning is its
+  `Annotated[T, msgspec.Meta(description=...)]`; the struct's docstring says when it is written.
+- A field that is only sometimes present has the default `msgspec.UNSET` (its type includes
+  `UnsetType`): absent and null differ in this log (`failed_event: null` says the file failed while
+  opening; an absent `attempt` says the file was new), so `None` cannot mean absent. A field
+  without a default is in every record of its event (it may still be null where its type says so).
+- `fields_of(event)`: the fields the event's struct declares itself (not the envelope; an event
+  may declare an envelope name again, as `cycle_started` does `world_size`). With
+  `LIFECYCLE_STRICT_RECORDS=1` (the test suite sets it) `AuditLog.emit` refuses any other field
+  but the envelope's (`record_fields(event)`: the names a record of `event` may have).
+
+docs/log-format.md's table of events is generated from here: `python -m lifecycle.log.schema
+--markdown` prints it, `--write docs/log-format.md` replaces it (a unit test compares them).
+Imports neither torch nor megatron.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Final
+
+from lifecycle.log._schema import SCHEMA, fields_described, fields_of, record_fields
+from lifecycle.log._schema_base import ENVELOPE, Field, Record
+
+GENERATED_BEGIN: Final = "<!-- generated from lifecycle/log/schema.py: python -m lifecycle.log.schema --markdown -->"
+GENERATED_END: Final = "<!-- end generated -->"
+
+
+def _cell(field: Field) -> str:
+    kind = field.type.replace("|", "\\|") + (", optional" if field.optional else "")
+    return f"`{field.name}` ({kind}): {field.meaning}"
+
+
+def markdown() -> str:
+    """docs/log-format.md's table of events: one row per event, its fields with their types and
+    meanings (one a line), and when it is written (the struct's docstring)."""
+    rows = ["| event | fields | written |", "|---|---|---|"]
+    for event, cls in SCHEMA.items():
+        fields = "<br>".join(_cell(f) for f in fields_described(event)) or "none"
+        when = " ".join((cls.__doc__ or "").split())
+        rows.append(f"| `{event}` | {fields} | {when} |")
+    return "\n".join(rows) + "\n"
+
+
+def replace_generated(text: str) -> str:
+    """`text` (docs/log-format.md) with the generated section replaced by `markdown()`."""
+    head, found, rest = text.partition(GENERATED_BEGIN + "\n")
+    _, ended, tail = rest.partition(GENERATED_END)
+    if not found or not ended:
+        raise ValueError(f"no section between {GENERATED_BEGIN!r} and {GENERATED_END!r}")
+    return f"{head}{GENERATED_BEGIN}\n{markdown()}{GENERATED_END}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    """`--markdown`: print the table; `--write PATH`: replace the generated section of PATH."""
+    if argv == ["--markdown"]:
+        sys.stdout.write(markdown())
+        return 0
+    if len(argv) == 2 and argv[0] == "--write":
+        path = Path(argv[1])
+        path.write_text(replace_generated(path.read_text()))
+        return 0
+    sys.stderr.write("usage: python -m lifecycle.log.schema --markdown | --write docs/log-format.md\n")
+    return 2
+
+
+__all__ = [
+    "ENVELOPE",
+    "GENERATED_BEGIN",
+    "GENERATED_END",
+    "SCHEMA",
+    "Field",
+    "Record",
+    "fields_described",
+    "fields_of",
+    "markdown",
+    "record_fields",
+]
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,89 @@
+"""The typed record schema (lifecycle/log/schema.py): the one definition of the startup log's
+records that the writers, the audit's readers and docs/log-format.md are held to (issue 35)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from lifecycle import InProcessPhases, Lifecycle, RunConfig
+from lifecycle.audit import READS
+from lifecycle.log import AuditLog, events
+from lifecycle.log.schema import ENVELOPE, GENERATED_BEGIN, GENERATED_END, SCHEMA, fields_of, markdown
+from lifecycle.log.schema import fields_described as described
+from lifecycle.testing import read_log
+from states import State
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "log-format.md"
+STRICT = "LIFECYCLE_STRICT_RECORDS"
+
+
+def test_the_schema_has_a_type_for_every_event_and_no_other() -> None:
+    assert SCHEMA.keys() == events.ALL
+    assert all(SCHEMA[event].__struct_config__.tag == event for event in SCHEMA)
+
+
+def test_the_log_format_doc_lists_the_events_as_the_schema_generates_them() -> None:
+    text = DOC.read_text()
+    assert GENERATED_BEGIN in text and GENERATED_END in text, f"docs/log-format.md lost {GENERATED_BEGIN!r}"
+    generated = text.split(GENERATED_BEGIN + "\n", 1)[1].split(GENERATED_END, 1)[0]
+    assert generated == markdown(), (
+        "docs/log-format.md's table of events is out of date: regenerate it with "
+        "`python -m lifecycle.log.schema --write docs/log-format.md` (or paste `--markdown`'s output)"
+    )
+
+
+def test_every_field_the_audit_reads_is_in_its_events_schema_or_the_envelope() -> None:
+    missing = [
+        f"{event}.{field}"
+        for event, fields in READS.items()
+        for field in fields
+        if field not in fields_of(event) and field not in ENVELOPE
+    ]
+    assert missing == [], f"the audit reads fields lifecycle/log/schema.py does not declare: {missing}"
+
+
+def test_every_field_of_the_schema_and_the_envelope_says_what_it_means() -> None:
+    undescribed = [f"{event}.{f.name}" for event in SCHEMA for f in described(event) if not f.meaning.strip()]
+    undescribed += [name for name, meaning in ENVELOPE.items() if not meaning.strip()]
+    assert undescribed == []
+    assert [event for event, cls in SCHEMA.items() if not (cls.__doc__ or "").strip()] == []
+
+
+def test_a_field_only_sometimes_present_defaults_to_unset_and_no_other_has_a_default() -> None:
+    for event, cls in SCHEMA.items():
+        optional = {f.name for f in described(event) if f.optional}
+        defaults = {f.name: f.default for f in msgspec.structs.fields(cls) if f.name in fields_of(event)}
+        assert {name for name, default in defaults.items() if default is msgspec.UNSET} == optional, event
+        assert {name for name, default in defaults.items() if default is not msgspec.NODEFAULT} == optional, event
+
+
+def test_strict_mode_refuses_a_field_the_events_schema_lacks(
+    make_lc: Callable[..., Lifecycle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(STRICT, "1")
+    lc = make_lc()
+    with pytest.raises(ValueError, match=r"step_completed.*'bogus'.*add it to lifecycle/log/schema\.py"):
+        lc.record(events.STEP_COMPLETED, step=1, loss=None, duration_s=0.1, bogus=1)
+    lc.record(events.STEP_COMPLETED, step=1, loss=0.5, duration_s=0.1)
+    assert lc.records[-1]["event"] == events.STEP_COMPLETED and "bogus" not in str(lc.records)
+
+
+def test_without_strict_mode_a_log_takes_any_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(STRICT, raising=False)
+    log = AuditLog(run_id="r", rank=0, world_size=1, keep_records=True)
+    log.emit(events.STEP_COMPLETED, step=1, loss=None, duration_s=0.1, users_own=2)
+    assert log.records[-1]["users_own"] == 2
+
+
+def test_the_records_of_a_whole_startup_and_shutdown_have_their_events_types(tmp_path: Path) -> None:
+    with Lifecycle(RunConfig(), log_dir=tmp_path, phases=InProcessPhases()) as lc:
+        lc.advance_to(State.CALLBACKS_BOUND)
+        lc.record(events.STEP_COMPLETED, step=1, loss=2.5, duration_s=0.01)
+    records = read_log(tmp_path / "rank-00000.jsonl")
+    for record in records:
+        typed = msgspec.convert(record, SCHEMA[str(record["event"])])
+        assert msgspec.to_builtins(typed) == record
