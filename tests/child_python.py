@@ -33,12 +33,13 @@ def last_json_of(code: str, *args: str, first_on_path: Path) -> Any:
 
 def run_lifecycle(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
     """`python -m lifecycle ARGS` from the repository, with nothing of this environment but the path
-    (no launcher variables leak in), its output captured."""
+    and the records' strict mode (no launcher variables leak in), its output captured."""
     return subprocess.run(
         [sys.executable, "-m", "lifecycle", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=timeout,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        # the record schema's strict mode (tests/conftest.py) is the one variable passed on
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "LIFECYCLE_STRICT_RECORDS": "1"},
     )

@@ -58,6 +58,8 @@ def _observe(env: dict[str, str]) -> dict[str, Any]:
                 "tp": _backend_timeout(ps.get_tensor_model_parallel_group()),
                 "dp_gloo": _backend_timeout(ps.get_data_parallel_group_gloo()),
                 "watched": runtime.rank_watch is not None,
+                "watch_deadline": getattr(runtime.rank_watch, "timeout_s", None),
+                "watch_store": type(getattr(runtime.rank_watch, "store", None)).__name__,
             }
             stores = list(distributed.STORES.values())
             seen["store"] = stores[-1][0].timeout if "MASTER_ADDR" in env else None
@@ -93,7 +95,14 @@ def test_the_deadline_reaches_the_process_group_and_every_megatron_group(
 
 def test_the_deadline_reaches_the_rendezvous_store_and_the_watch_runs(timeouts: dict[str, dict[str, Any]]) -> None:
     assert timeouts["store"]["store"] == timedelta(seconds=TIMEOUT_S)
-    assert timeouts["store"]["watched"] and not timeouts["lone"]["watched"]
+    assert timeouts["store"]["watched"] and timeouts["store"]["watch_deadline"] == TIMEOUT_S
+
+
+def test_a_lone_process_gets_a_watch_with_the_deadline_on_its_own_in_memory_store(
+    timeouts: dict[str, dict[str, Any]],
+) -> None:
+    lone = timeouts["lone"]
+    assert (lone["watched"], lone["watch_deadline"], lone["watch_store"]) == (True, TIMEOUT_S, "HashStore")
 
 
 # -- the decisions inside the rendezvous, on real TCPStores on localhost (no process group) ----------
