@@ -27,12 +27,19 @@ from lifecycle.log._chain import GENESIS
 from lifecycle.log._files import ChainEnd, existing_policy_problem, inspect_log, rank_file, removable_ranks
 from lifecycle.log._lock import lock_log_dir
 from lifecycle.log._redact import may_hold_credentials, redact, redact_text
-from lifecycle.log._schema import record_fields
 
 _NEW = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 _ENVELOPE = frozenset({"event", "ts", "seq", "prev_hash", "run_id", "rank", "world_size", "generation", "cycle"})
 STRICT_RECORDS = "LIFECYCLE_STRICT_RECORDS"
 """`1`: every log created since refuses a record field its event's schema lacks (`AuditLog.emit`)."""
+
+
+def _strict_fields() -> Callable[[str], frozenset[str]]:
+    """The schema's `record_fields`, imported only in strict mode: building the schema's tables takes
+    about 0.13 s, which no user's process should pay at `import lifecycle`."""
+    from lifecycle.log._schema import record_fields
+
+    return record_fields
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -168,7 +175,7 @@ class AuditLog:
         self.path: Path | None = None
         self._lock_fd: int | None = None
         self._claimed: Path | None = None
-        self._strict = os.environ.get(STRICT_RECORDS) == "1"  # read once per log, not per record
+        self._strict = _strict_fields() if os.environ.get(STRICT_RECORDS) == "1" else None  # once per log
         self._logger = self._make_logger()
 
     def _make_logger(self) -> structlog.BoundLogger:
@@ -207,7 +214,7 @@ class AuditLog:
         ValueError for an unknown event, and in strict mode (`STRICT_RECORDS`) for an unknown field."""
         if event not in events.ALL:
             raise ValueError(f"unknown log event {event!r}: add it to lifecycle/log/events.py")
-        if self._strict and (unknown := fields.keys() - record_fields(event)):
+        if self._strict is not None and (unknown := fields.keys() - self._strict(event)):
             raise ValueError(
                 f"log event {event!r} has no field {', '.join(map(repr, sorted(unknown)))}: "
                 "add it to lifecycle/log/schema.py"
