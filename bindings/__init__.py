@@ -7,6 +7,9 @@ clears them. `check(model, ddp_config, optimizer)` judges a binding anyone made,
 Their parts, for a scheduler config you already hold (no megatron needed): `check_config`,
 `inspect_slots`, `judge_slot`, `describe_slot`, `reachable_configs`, `model_chunks`,
 `unwrap_finalizer`; `guard_config`, `scale_owner`.
+`check_settings(model, requested(...))` checks that every setting asked for reached the objects the
+runtime reads (each chunk's config, DDP config, the optimizer's); `compare_settings` and
+`settings_targets` are its parts, `DERIVATIONS` what megatron legitimately changes.
 Importing this package imports neither torch nor megatron.
 """
 
@@ -29,12 +32,16 @@ from bindings._check import (
     reachable_configs,
     unwrap_finalizer,
 )
-from bindings._entry import check, guard_first_step, guard_forward_step
-from bindings._errors import BindingConflict, BindingError, FinalizerNotCalled
+from bindings._derivations import DERIVATIONS, Derivation
+from bindings._entry import check, check_settings, guard_first_step, guard_forward_step
+from bindings._errors import BindingConflict, BindingError, FinalizerNotCalled, SettingsNotLanded
 from bindings._guard import FirstStepGuard, guard_config, scale_owner
 from bindings._protocol import SLOTS, Policy, SchedulerConfig
 from bindings._report import BindingReport
 from bindings._rules import per_chunk, sources
+from bindings._settings import Mismatch, Requested, SettingsReport, requested, same_value
+from bindings._settings import compare as compare_settings
+from bindings._targets import settings_targets
 from bindings._verdict import CheckReport, ConfigSeen, SlotCheck, Verdict
 from bindings._watchdog import (
     FIRST_STEP_FINALIZED,
@@ -44,6 +51,7 @@ from bindings._watchdog import (
 )
 
 __all__ = [
+    "DERIVATIONS",
     "FIRST_STEP_FINALIZED",
     "FIRST_STEP_NOT_FINALIZED",
     "SLOTS",
@@ -53,16 +61,23 @@ __all__ = [
     "CheckReport",
     "ConfigSeen",
     "CountingFinalizer",
+    "Derivation",
     "FinalizerNotCalled",
     "FirstStepGuard",
     "FirstStepWatchdog",
+    "Mismatch",
     "Policy",
+    "Requested",
     "SchedulerConfig",
+    "SettingsNotLanded",
+    "SettingsReport",
     "SlotCheck",
     "Verdict",
     "bind_callbacks",
     "check",
     "check_config",
+    "check_settings",
+    "compare_settings",
     "describe_slot",
     "guard_config",
     "guard_first_step",
@@ -75,8 +90,11 @@ __all__ = [
     "per_chunk",
     "planned",
     "reachable_configs",
+    "requested",
     "resume_param_sync",
+    "same_value",
     "scale_owner",
+    "settings_targets",
     "sources",
     "unbind_callbacks",
     "unwrap_finalizer",

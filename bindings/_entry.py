@@ -1,14 +1,16 @@
-"""The entry points that ask megatron where the scheduler's config is: `check`, `guard_first_step`,
-`guard_forward_step`. Everything they decide is in `_check.py` and `_guard.py` (public as
+"""The entry points that ask megatron where the scheduler's config is: `check`, `check_settings`,
+`guard_first_step`, `guard_forward_step`. Everything they decide is in `_check.py` and `_guard.py` (public as
 `check_config` and `guard_config`); megatron is imported inside the functions."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from bindings._check import check_config, model_chunks
 from bindings._guard import FirstStepGuard, SteppingOptimizer, guard_config
+from bindings._settings import Requested, SettingsReport, compare
+from bindings._targets import settings_targets
 from bindings._verdict import CheckReport
 from bindings._watchdog import Emit
 
@@ -45,6 +47,25 @@ def check(
         finalizer=finalize_model_grads,
         chunk_config_ids=tuple(hex(id(get_model_config(c))) for c in chunks),
     )
+
+
+def check_settings(
+    model: Sequence[object],
+    requested: Requested,
+    *,
+    optimizer: object = None,
+    provider_config: object = None,
+    allow: Iterable[str] = (),
+) -> SettingsReport:
+    """Check that what was asked for (`requested`, from `bindings.requested(...)` taken before the
+    provider, DDP and the optimizer saw the configs) is what the model that trains carries: every
+    chunk's `get_model_config`, every DDP wrapper's config and the optimizer's config, field by
+    field, and each against its own `__post_init__`. `allow`: fields accepted knowingly."""
+    from megatron.core.utils import get_model_config
+
+    chunks = model_chunks(model)
+    targets = settings_targets(chunks, get_model_config, optimizer=optimizer, provider_config=provider_config)
+    return compare(requested, targets, allow)
 
 
 def guard_first_step(

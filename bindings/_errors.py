@@ -3,7 +3,8 @@
 LifecycleError
 ├── BindingError (RuntimeError)         callbacks could not be bound or verified
 │   └── BindingConflict                 a slot already holds a different callable
-└── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
+├── FinalizerNotCalled (RuntimeError)   the first training step did not finalize gradients
+└── SettingsNotLanded (ValueError)      a setting asked for is not what the model carries
 """
 
 from __future__ import annotations
@@ -21,3 +22,8 @@ class BindingConflict(BindingError):
 
 class FinalizerNotCalled(LifecycleError, RuntimeError):
     """The first training step ran without calling finalize_model_grads exactly once."""
+
+
+class SettingsNotLanded(LifecycleError, ValueError):
+    """A setting asked for is not what the model that trains carries (`bindings.check_settings`):
+    `fields` names each one, `mismatches` says what was requested and found, and where."""

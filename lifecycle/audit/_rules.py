@@ -57,6 +57,7 @@ class RuleId:
     RESOURCE_LEAKED: Final = "LA023"
     FINALIZER_UNBOUND: Final = "LA024"
     WORLD_SHRUNK: Final = "LA025"
+    SETTING_NOT_LANDED: Final = "LA026"
     STEP_WITHOUT_BINDING: Final = "LA030"
     FIRST_STEP_UNCHECKED: Final = "LA031"
 
@@ -178,6 +179,12 @@ RULES: tuple[Rule, ...] = (
         id=RuleId.WORLD_SHRUNK,
         slug="world-shrunk",
         summary="an in-process restart cycle trained with fewer ranks than were launched (min_world_size allowed it)",
+    ),
+    Rule(
+        id=RuleId.SETTING_NOT_LANDED,
+        slug="setting-not-landed",
+        summary="a setting asked for is not what the model that trains carries (a copy, a rebuild, a field set "
+        "after validation)",
     ),
     Rule(
         id=RuleId.STEP_WITHOUT_BINDING,

@@ -32,6 +32,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "model.hidden_dropout": (0.0, 1.0),
     "model.attention_dropout": (0.0, 1.0),
     "model.num_moe_experts": (1, 64 * _K),
+    "model.recompute_num_layers": (1, 10 * _K),
     "parallel.tp": (1, _M),
     "parallel.pp": (1, _M),
     "parallel.cp": (1, _M),

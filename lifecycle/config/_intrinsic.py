@@ -11,6 +11,7 @@ from lifecycle.config._intrinsic_values import (
     check_dtype,
     check_optimizer,
     check_positive_sizes,
+    check_recompute,
     check_sequence,
     check_vocab,
 )
@@ -345,6 +346,7 @@ INTRINSIC = (
     check_optimizer,
     check_vocab,
     check_sequence,
+    check_recompute,
     check_ddp,
     check_splits,
     check_backend,

@@ -231,3 +231,31 @@ def check_ddp(c: RunConfig) -> list[Problem]:
             )
         )
     return out
+
+
+def check_recompute(c: RunConfig) -> list[Problem]:
+    """Activation recompute as `TransformerConfig.__post_init__` accepts it: `full` needs a method
+    and a layer count, `selective` takes no layer count, and neither is set without a granularity."""
+    m = c.model
+    full, selective, unset = (m.recompute_granularity == g for g in ("full", "selective", None))
+    method, layers = m.recompute_method, m.recompute_num_layers
+    needed = "is required with model.recompute_granularity=full"
+    rules = [
+        ("model.recompute_method", method, full and method is None, needed, "set model.recompute_method=uniform"),
+        ("model.recompute_num_layers", layers, full and layers is None, needed, "set model.recompute_num_layers=1"),
+        (
+            "model.recompute_num_layers",
+            layers,
+            selective and layers is not None,
+            "must be null with model.recompute_granularity=selective",
+            "remove model.recompute_num_layers",
+        ),
+        (
+            "model.recompute_granularity",
+            None,
+            unset and (method is not None or layers is not None),
+            "is null, so recompute_method/recompute_num_layers would do nothing",
+            "set model.recompute_granularity=full, or remove recompute_method and recompute_num_layers",
+        ),
+    ]
+    return [_p("recompute", f, v, msg, fix) for f, v, bad, msg, fix in rules if bad]

@@ -127,6 +127,8 @@ def build(cls: type[_R], data: Mapping[str, object], where: str = "") -> _R:
                 problems.extend(str(p) for p in exc.problems)
             continue
         value = _as_number(hint, value)
+        if typing.get_origin(hint) is tuple and isinstance(value, list):
+            value = tuple(value)
         error = _type_problem(hint, value)
         if error:
             problems.append(f"{path}: {error}")
@@ -162,6 +164,9 @@ def _type_problem(hint: object, value: object) -> str | None:
             return None
         errors = [_type_problem(o, value) for o in options if o is not type(None)]
         return None if any(e is None for e in errors) else errors[0]
+    if origin is tuple:
+        ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+        return None if ok else f"expected a list of names such as [a, b], got {value!r}"
     if hint is bool:
         return None if isinstance(value, bool) else f"expected true or false, got {value!r}"
     if hint is int:

@@ -47,6 +47,8 @@ def _typed(hint: object, raw: str) -> object:
     """`raw` read as the type `hint` expects, or the text itself when it does not fit."""
     options = _options(hint)
     text = raw.strip()
+    if typing.get_origin(hint) is tuple:  # a list of names: `[a, b]`, `a,b` or `a`
+        return tuple(part.strip().strip("'\"") for part in text.strip("[]").split(",") if part.strip())
     nulls = ("", "null") if str in options else _NULLS  # a path may be called `~` or `none`
     if type(None) in options and text.lower() in nulls:
         return None

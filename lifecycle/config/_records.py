@@ -39,6 +39,12 @@ class ModelConfig:
     num_moe_experts: int | None = None
     add_bias_linear: bool = True
     share_embeddings_and_output_weights: bool = True
+    normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
+    recompute_granularity: Literal["full", "selective"] | None = None
+    recompute_method: Literal["uniform", "block"] | None = None
+    recompute_num_layers: int | None = None
+    deterministic_mode: bool = False
+    calculate_per_token_loss: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,6 +163,14 @@ class StartupConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SettingsConfig:
+    """MODEL_BUILT's check that every setting asked for reached the model (docs/bindings.md)."""
+
+    allow_mismatch: tuple[str, ...] = ()
+    """Fields (`hidden_dropout`, `ddp.bucket_size`) whose mismatch is accepted knowingly: logged, not fatal."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunConfig:
     """Everything a lifecycle needs. Build with `from_dict`, `from_yaml` or `preset`."""
 
@@ -170,6 +184,7 @@ class RunConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     startup: StartupConfig = field(default_factory=StartupConfig)
+    settings: SettingsConfig = field(default_factory=SettingsConfig)
     backend: Literal["gloo", "nccl", "fake"] = "gloo"
     plan: Literal["training", "inference", "convert", "rl"] = "training"
     rehearsal: bool | None = None

@@ -191,6 +191,24 @@ class ModelBuilt(Record, frozen=True, kw_only=True, tag="model_built"):
     optimizer: Annotated[bool, Meta(description="an optimizer was built")]
 
 
+class SettingsChecked(Record, frozen=True, kw_only=True, tag="settings_checked"):
+    """MODEL_BUILT compared every setting asked for with what the model that trains carries
+    (`bindings.check_settings`); audit rule LA026 reads it."""
+
+    objects: Annotated[
+        list[str], Meta(description="the objects compared (each chunk's config, DDP config, the optimizer's)")
+    ]
+    compared: Annotated[int, Meta(description="field comparisons made")]
+    mismatches: Annotated[
+        list[dict[str, str]],
+        Meta(description="each setting that did not land: section, field, kind, requested, found, where, asked_as"),
+    ]
+    allowed: Annotated[
+        list[dict[str, str]], Meta(description="mismatches accepted by `settings.allow_mismatch`, in the same shape")
+    ]
+    duration_s: Annotated[float, Meta(description="seconds the comparison took")]
+
+
 class CallbacksBound(Record, frozen=True, kw_only=True, tag="callbacks_bound"):
     """CALLBACKS_BOUND installed the scheduler callbacks (`bindings`)."""
 

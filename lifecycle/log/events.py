@@ -26,6 +26,7 @@ SERVICES_READY: Final = "services_ready"
 IMPORTS: Final = "imports"
 DISTRIBUTED_INITIALIZED: Final = "distributed_initialized"
 MODEL_BUILT: Final = "model_built"
+SETTINGS_CHECKED: Final = "settings_checked"
 CALLBACKS_BOUND: Final = "callbacks_bound"
 CALLBACKS_UNBOUND: Final = "callbacks_unbound"
 FIRST_STEP_FINALIZED: Final = bindings.FIRST_STEP_FINALIZED

@@ -4,7 +4,8 @@ Follows megatron's `get_model`: the provider is called once per virtual-pipeline
 `pre_process`/`post_process`/`vp_stage` from `parallel_state`; every chunk is wrapped in
 `DistributedDataParallel` with `config=get_model_config(model[0])` (the runtime config, not the
 provider's), bucketing only on chunk 0; the optimizer comes from `get_megatron_optimizer`; then
-the checkpoint, if any, is loaded into both (`checkpoint.py`).
+the checkpoint, if any, is loaded into both (`checkpoint.py`); last, every setting the validated
+config asks for is checked on what the model carries (`settings.py`).
 Inference plans stop after building the model: no DDP wrapper, no optimizer.
 """
 
@@ -13,17 +14,19 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+import bindings
 from lifecycle.config import snapshot_config
 from lifecycle.errors import ConfigError
 from lifecycle.log import events
 from lifecycle.megatron.checkpoint import load_at_build
 from lifecycle.megatron.providers import ModelProvider, model_inputs, provider_config
+from lifecycle.megatron.settings import check_landed, with_names
 from lifecycle.megatron.user_providers import check_chunk, display_name, resolve_provider
 from states import Plan, SideEffect
 
 if TYPE_CHECKING:
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-    from megatron.core.optimizer import MegatronOptimizer
+    from megatron.core.optimizer import MegatronOptimizer, OptimizerConfig
     from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.core.transformer import TransformerConfig
     from megatron.core.transformer.module import MegatronModule
@@ -116,15 +119,12 @@ def wrap_ddp(
     ]
 
 
-def build_optimizer(
-    run: RunConfig, model: list[MegatronModule], pg_collection: ProcessGroupCollection | None = None
-) -> MegatronOptimizer:
-    """megatron's optimizer (distributed when `ddp.use_distributed_optimizer`)."""
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    from megatron.core.utils import get_model_config
+def optimizer_config(run: RunConfig, model_config: TransformerConfig) -> OptimizerConfig:
+    """megatron's OptimizerConfig for `run`, with the dtypes of `model_config`."""
+    from megatron.core.optimizer import OptimizerConfig
 
-    opt, mconf = run.optimizer, get_model_config(model[0])
-    config = OptimizerConfig(
+    opt = run.optimizer
+    return OptimizerConfig(
         optimizer=opt.optimizer,
         lr=opt.lr,
         min_lr=opt.min_lr,
@@ -134,11 +134,21 @@ def build_optimizer(
         adam_eps=opt.adam_eps,
         clip_grad=opt.clip_grad,
         loss_scale=opt.loss_scale,
-        bf16=mconf.bf16,
-        fp16=mconf.fp16,
-        params_dtype=mconf.params_dtype,
+        bf16=model_config.bf16,
+        fp16=model_config.fp16,
+        params_dtype=model_config.params_dtype,
         use_distributed_optimizer=run.ddp.use_distributed_optimizer,
     )
+
+
+def build_optimizer(
+    run: RunConfig, model: list[MegatronModule], pg_collection: ProcessGroupCollection | None = None
+) -> MegatronOptimizer:
+    """megatron's optimizer (distributed when `ddp.use_distributed_optimizer`)."""
+    from megatron.core.optimizer import get_megatron_optimizer
+    from megatron.core.utils import get_model_config
+
+    config = optimizer_config(run, get_model_config(model[0]))
     if pg_collection is None:
         return get_megatron_optimizer(config, model)
     # megatron refuses its extra gloo groups with an explicit collection; the collection's own
@@ -186,6 +196,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size), display_name(ctx.provider))
     model, optimizer, ddp_config = _train_or_eval(ctx, chunks)
     step = load_at_build(ctx, model, optimizer)
+    check_landed(ctx, model, optimizer, config, asked_for(run, ctx.provider, training=optimizer is not None))
     runtime_config = get_model_config(model[0])
     te_buffers = init_te_user_buffers(run, runtime_config)
     ctx.emit(
@@ -206,6 +217,14 @@ def enter(ctx: PhaseContext) -> Runtime:
         checkpoint_step=step,
         transformer_config_snapshot=snapshot_config(runtime_config),
     )
+
+
+def asked_for(run: RunConfig, provider: object, *, training: bool) -> bindings.Requested:
+    """What the validated config asks for, built again from it (the objects the provider, DDP and the
+    optimizer were given may have been changed in place since)."""
+    asked = provider_config(run, resolve_provider(provider))
+    ddp = megatron_ddp_config(run) if training else None
+    return with_names(bindings.requested(asked, ddp, optimizer_config(run, asked) if training else None))
 
 
 def _train_or_eval(

@@ -127,6 +127,12 @@ def _model_fields(run: RunConfig, hybrid: bool) -> dict[str, object]:
         "attention_dropout": model.attention_dropout,
         "num_moe_experts": model.num_moe_experts,
         "add_bias_linear": model.add_bias_linear,
+        "normalization": model.normalization,
+        "recompute_granularity": model.recompute_granularity,
+        "recompute_method": model.recompute_method,
+        "recompute_num_layers": model.recompute_num_layers,
+        "deterministic_mode": model.deterministic_mode,
+        "calculate_per_token_loss": model.calculate_per_token_loss,
     }
 
 

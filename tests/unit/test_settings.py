@@ -1,0 +1,239 @@
+"""`bindings.check_settings`' judgement, on plain dataclasses (it reads fields, never megatron):
+what was asked against every object the runtime reads, and each object against its own
+`__post_init__`; megatron's legitimate derivations both ways; the report's lines and its error.
+The same checks on real megatron models, and the seven replayed bugs: tests/integration/test_settings_land.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pickle
+from dataclasses import dataclass, field
+
+import pytest
+
+from bindings import DERIVATIONS, SettingsNotLanded, compare_settings, requested, same_value, settings_targets
+
+
+@dataclass
+class Transformer:
+    """A config shaped like megatron's: validated and derived in `__post_init__`."""
+
+    hidden_size: int = 64
+    num_attention_heads: int = 4
+    kv_channels: int | None = None
+    recompute_granularity: str | None = None
+    recompute_method: str | None = None
+    layers: list[int] = field(default_factory=lambda: [1, 2])
+    init_method: object = None
+    finalize_model_grads_func: object = None
+
+    def __post_init__(self) -> None:
+        if self.kv_channels is None:
+            self.kv_channels = self.hidden_size // self.num_attention_heads
+        if self.recompute_granularity == "full" and self.recompute_method is None:
+            raise ValueError("recompute_method must be block or uniform")
+        if self.init_method is None:
+            self.init_method = functools.partial(_normal, std=0.02)
+
+
+@dataclass
+class Heads:
+    """A config whose `__post_init__` always derives `head_dim` (not an init field)."""
+
+    hidden_size: int = 64
+    num_attention_heads: int = 4
+    head_dim: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.head_dim = self.hidden_size // self.num_attention_heads
+
+
+@dataclass
+class DDP:
+    overlap_grad_reduce: bool = False
+    bucket_size: int | None = None
+
+
+def _normal(tensor: object, std: float) -> object:
+    return tensor
+
+
+class Chunk:
+    def __init__(self, config: object, ddp: object = None) -> None:
+        self.config = config
+        self.ddp_config = ddp
+
+
+def _config_of(chunk: object) -> object:
+    return chunk.config  # type: ignore[attr-defined]
+
+
+def judge(asked: object, *chunks: Chunk, ddp: object = None, allow: tuple[str, ...] = (), provider: object = None):  # type: ignore[no-untyped-def]
+    targets = settings_targets(list(chunks), _config_of, provider_config=provider)
+    return compare_settings(requested(asked, ddp), targets, allow)
+
+
+def test_a_model_that_carries_every_setting_asked_for_is_ok_and_counts_what_it_compared() -> None:
+    asked = Transformer()
+    report = judge(asked, Chunk(asked), Chunk(asked), provider=asked)
+    assert report.ok and report.mismatches == ()
+    assert report.objects == ("chunks 0, 1's config (the provider's config)",)
+    assert report.compared == len(dataclasses.fields(Transformer)) - 1  # every field but the callback slot
+
+
+def test_a_copy_that_lost_a_setting_names_the_field_both_values_and_the_object() -> None:
+    asked = Transformer(recompute_granularity="full", recompute_method="uniform")
+    copy = dataclasses.replace(asked, recompute_granularity=None, recompute_method=None)
+    report = judge(asked, Chunk(copy), provider=asked)
+    assert report.fields() == ("recompute_granularity", "recompute_method")
+    first = report.mismatches[0]
+    assert (first.requested, first.found, first.kind) == ("'full'", "None", "not-landed")
+    assert first.where == "chunk 0's config (not the provider's config: a copy or a new one)"
+    assert first.line() == (
+        "recompute_granularity: requested 'full', found None on chunk 0's config (not the provider's config: "
+        "a copy or a new one)"
+    )
+
+
+def test_a_copys_new_init_partial_is_the_same_setting_but_another_std_is_not() -> None:
+    asked = Transformer()
+    copied = Transformer(init_method=functools.partial(_normal, std=0.02))
+    assert judge(asked, Chunk(copied)).ok
+    other = Transformer(init_method=functools.partial(_normal, std=0.5))
+    [mismatch] = judge(asked, Chunk(other)).mismatches
+    assert mismatch.field == "init_method" and mismatch.found == "_normal(std=0.5)"
+
+
+def test_a_list_edited_in_place_after_it_was_asked_for_is_caught() -> None:
+    asked = Transformer()
+    wanted = requested(asked)
+    asked.layers.append(3)  # the same object, edited in place by a provider
+    report = compare_settings(wanted, settings_targets([Chunk(asked)], _config_of))
+    assert report.fields() == ("layers",)
+
+
+def test_a_field_set_after_validation_shows_as_what_post_init_derives_now() -> None:
+    late = Heads()
+    late.num_attention_heads = 8  # after __post_init__: head_dim is stale
+    report = compare_settings(requested(late), [("transformer", late, "chunk 0's config")])
+    [mismatch] = report.mismatches
+    assert (mismatch.field, mismatch.kind, mismatch.found, mismatch.requested) == (
+        "head_dim",
+        "changed-after-validation",
+        "16",
+        "8",
+    )
+    assert "a field was set after the config was validated" in mismatch.line()
+
+
+def test_a_combination_post_init_refuses_is_invalid_with_megatrons_message() -> None:
+    asked = Transformer(recompute_granularity="full", recompute_method="uniform")
+    asked.recompute_method = None  # set after __post_init__ validated it
+    report = compare_settings(requested(asked), [("transformer", asked, "chunk 0's config")])
+    [mismatch] = report.mismatches
+    assert mismatch.kind == "invalid" and mismatch.field == "__post_init__"
+    assert mismatch.found == "ValueError: recompute_method must be block or uniform"
+
+
+def test_re_running_post_init_leaves_the_checked_object_alone() -> None:
+    asked = Transformer()
+    before = {f.name: getattr(asked, f.name) for f in dataclasses.fields(asked)}
+    layers = list(asked.layers)
+    compare_settings(requested(asked), [("transformer", asked, "chunk 0's config")])
+    assert all(getattr(asked, name) is value for name, value in before.items())
+    assert asked.layers == layers
+
+
+def test_the_callback_slots_are_left_to_bindings_check() -> None:
+    asked = Transformer()
+    bound = dataclasses.replace(asked, finalize_model_grads_func=print)
+    assert judge(asked, Chunk(bound)).ok
+
+
+@pytest.mark.parametrize("name", ["hidden_size", "transformer.hidden_size"])
+def test_allow_mismatch_accepts_a_field_knowingly_and_keeps_it_in_the_report(name: str) -> None:
+    report = judge(Transformer(), Chunk(Transformer(hidden_size=64, kv_channels=16, num_attention_heads=4)))
+    assert report.ok
+    changed = Transformer(hidden_size=128, kv_channels=16)
+    report = judge(Transformer(), Chunk(changed), allow=(name,))
+    assert report.ok and [m.field for m in report.allowed] == ["hidden_size"]
+    assert "allowed: hidden_size" in report.render()
+
+
+def test_an_allowed_name_that_is_no_field_is_reported() -> None:
+    report = judge(Transformer(), Chunk(Transformer()), allow=("hiden_size", "hidden_size"))
+    assert report.unknown_allowed == ("hiden_size",)
+
+
+def test_raise_if_bad_names_every_field_on_its_own_line_with_the_fix_and_pickles() -> None:
+    report = judge(Transformer(), Chunk(Transformer(hidden_size=32, num_attention_heads=2)))
+    with pytest.raises(SettingsNotLanded) as info:
+        report.raise_if_bad()
+    lines = str(info.value).splitlines()
+    assert lines[0] == "2 settings did not reach the model that trains:"
+    assert lines[1].startswith("  hidden_size: requested 64, found 32 on chunk 0's config")
+    assert lines[2].startswith("  num_attention_heads: requested 4, found 2")
+    assert "settings.allow_mismatch" in lines[-1]
+    again = pickle.loads(pickle.dumps(info.value))
+    assert again.fields == ["hidden_size", "num_attention_heads"] and isinstance(again, ValueError)
+
+
+def test_ddp_bucket_size_is_megatrons_to_set_as_the_derivation_says_and_nothing_else() -> None:
+    [rule] = [d for d in DERIVATIONS if (d.section, d.field) == ("ddp", "bucket_size")]
+    assert "DistributedDataParallel" in rule.reason
+    asked = Transformer()
+
+    def ddp_report(want: DDP, found: DDP) -> tuple[str, ...]:
+        return judge(asked, Chunk(asked, found), ddp=want).fields()
+
+    assert ddp_report(DDP(overlap_grad_reduce=True), DDP(overlap_grad_reduce=True, bucket_size=40_000_000)) == ()
+    assert ddp_report(DDP(bucket_size=10**6), DDP(bucket_size=None)) == ()  # no overlap: one bucket
+    wrong = ddp_report(DDP(overlap_grad_reduce=True), DDP(overlap_grad_reduce=True, bucket_size=1000))
+    assert wrong == ("ddp.bucket_size",)
+    asked_size = DDP(overlap_grad_reduce=True, bucket_size=10**6)
+    assert ddp_report(asked_size, DDP(overlap_grad_reduce=True, bucket_size=40_000_000)) == ("ddp.bucket_size",)
+
+
+def test_each_ddp_wrapper_and_each_chained_optimizer_config_is_compared_once_by_identity() -> None:
+    asked, shared = Transformer(), DDP()
+
+    class Inner:
+        def __init__(self, config: object) -> None:
+            self.config = config
+
+    class Chained:
+        def __init__(self) -> None:
+            self.chained_optimizers = [Inner(DDP()), Inner(DDP(bucket_size=3))]
+
+    targets = settings_targets([Chunk(asked, shared), Chunk(asked, shared)], _config_of, optimizer=Chained())
+    assert [where for _, _, where in targets] == [
+        "chunks 0, 1's config",
+        "chunks 0, 1's DDP config",
+        "chained optimizer 0's config",
+        "chained optimizer 1's config",
+    ]
+    single = settings_targets([Chunk(asked)], _config_of, optimizer=Inner(DDP()))
+    assert single[-1][2] == "the optimizer's config"
+
+
+def test_same_value_compares_by_equality_partials_by_parts_and_falls_back_to_identity() -> None:
+    class NoBool:
+        def __eq__(self, other: object) -> object:
+            return [True]
+
+        __hash__ = object.__hash__
+
+    odd = NoBool()
+    assert same_value(odd, odd) and not same_value(odd, NoBool())
+    assert same_value(functools.partial(_normal, std=1.0), functools.partial(_normal, std=1.0))
+    assert not same_value(functools.partial(_normal, std=1.0), functools.partial(print, std=1.0))
+    assert not same_value(1, 1.0) and not same_value(True, 1)
+
+
+def test_docs_list_every_derivation_with_its_reason() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "bindings.md").read_text()
+    for rule in DERIVATIONS:
+        assert f"`{rule.section}.{rule.field}`" in text and rule.reason in text
