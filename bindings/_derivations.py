@@ -31,6 +31,10 @@ def _bucket_size(requested: object, found: object, fields: Mapping[str, object])
     return requested is None and isinstance(found, int) and found >= 40_000_000
 
 
+def _attached(requested: object, found: object, fields: Mapping[str, object]) -> bool:
+    return requested is None
+
+
 DERIVATIONS: Final[tuple[Derivation, ...]] = (
     Derivation(
         section="ddp",
@@ -38,6 +42,13 @@ DERIVATIONS: Final[tuple[Derivation, ...]] = (
         reason="megatron's DistributedDataParallel sets it: None (one bucket) without "
         "overlap_grad_reduce, else max(40M, 1M x data-parallel size) parameters when none was asked",
         accepts=_bucket_size,
+    ),
+    Derivation(
+        section="optimizer",
+        field="timers",
+        reason="Megatron-LM's setup_model_and_optimizer attaches its global timers to the optimizer's config "
+        "(a runtime handle, not a setting) where none was given",
+        accepts=_attached,
     ),
 )
 """Every legitimate derivation, by section and field."""

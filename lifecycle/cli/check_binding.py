@@ -7,6 +7,10 @@ Megatron-LM's `train()`, from the installed `megatron.training`), `bridge` (Mega
 it, since its import needs Transformer Engine; given the provider's config as Bridge's `setup()`
 does), or your own `package.module:function` called as
 `binder(model, optimizer, ddp_config, provider_config)`.
+
+MODEL_BUILT checks that every setting asked for (`--preset`, `--set`) reached the model
+(`bindings.check_settings`); a rank whose model does not carry one reports each such field and the
+run exits 1. `--settings` prints that comparison on every rank, also when everything landed.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ if TYPE_CHECKING:  # megatron's objects a binder receives
     from torch.nn import Module
 
     from lifecycle.config import RunConfig
+    from lifecycle.engine import Lifecycle
     from lifecycle.megatron.providers import ModelProvider
     from lifecycle.megatron.user_providers import Provider
 
 BINDERS = ("lifecycle", "megatron-lm", "bridge")
-EXIT_HELP = """exit status: 0 every rank's binding is ok; 1 a slot is missing, wrong or stale on some
-rank (or a rank failed); 2 bad command-line or config input, or a binder that is not installed."""
+EXIT_HELP = """exit status: 0 every rank's binding is ok and every setting landed; 1 a slot is missing, wrong
+or stale, or a setting did not reach the model, on some rank (or a rank failed); 2 bad command-line or
+config input, or a binder that is not installed."""
 # The binding block of Megatron-LM's train(): from this comment to the finalizer's assignment.
 TRAIN_BLOCK = ("# Setup some training config params.", "config.finalize_model_grads_func = finalize_model_grads")
 NPROC = 2
@@ -69,6 +75,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--binder",
         default="lifecycle",
         help=f"who binds the callbacks: {', '.join(BINDERS)}, or package.module:function",
+    )
+    p.add_argument(
+        "--settings",
+        action="store_true",
+        help="print, for every rank, the comparison of the settings asked for with what the model carries",
     )
     p.set_defaults(func=run)
 
@@ -118,7 +129,13 @@ def run(args: argparse.Namespace) -> int:
 
     try:  # every stage of a rank is bounded by startup.timeout_s: the whole by all of them, and more
         ranks = run_ranks(
-            check_rank, NPROC, config.to_dict(), args.provider, args.binder, timeout_s=RANKS_S + 8 * timeout_s(config)
+            check_rank,
+            NPROC,
+            config.to_dict(),
+            args.provider,
+            args.binder,
+            args.settings,
+            timeout_s=RANKS_S + 8 * timeout_s(config),
         )
     except RankFailed as exc:
         for rank, line in sorted(exc.context["errors"].items()):  # type: ignore[attr-defined]  # a dict by run_ranks
@@ -131,20 +148,35 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all(r["verdict"] == "ok" for r in ranks) else 1
 
 
-def check_rank(config_data: dict[str, object], provider_spec: str, binder_spec: str) -> dict[str, str]:
-    """On one rank: startup to MODEL_BUILT, the binder, then `bindings.check`. The provider is
-    resolved here, once per rank (a spawned rank gets the spec: a user's function need not pickle)."""
+def check_rank(
+    config_data: dict[str, object], provider_spec: str, binder_spec: str, settings: bool = False
+) -> dict[str, str]:
+    """On one rank: startup to MODEL_BUILT (its settings check), the binder, then `bindings.check`.
+    The provider is resolved here, once per rank (a spawned rank gets the spec: a user's function
+    need not pickle). A model that does not carry a setting asked for is verdict `not-landed`."""
     import warnings
 
-    from bindings import check
+    from bindings import SettingsNotLanded
     from lifecycle.config import RunConfig
-    from lifecycle.engine import Lifecycle
-    from lifecycle.engine.launch import bounded
-    from states import State
 
     warnings.simplefilter("ignore")
     config = RunConfig.from_dict(config_data)
     provider = bounded_provider(provider_spec, timeout_s(config))
+    try:
+        return _build_bind_check(config, provider, binder_spec, settings)
+    except SettingsNotLanded as exc:
+        return {
+            "verdict": "not-landed",
+            "text": "settings check: NOT LANDED\n" + str(exc).split(" The lifecycle is")[0],
+        }
+
+
+def _build_bind_check(config: RunConfig, provider: Provider, binder_spec: str, settings: bool) -> dict[str, str]:
+    from bindings import check
+    from lifecycle.engine import Lifecycle
+    from lifecycle.engine.launch import bounded
+    from states import State
+
     with Lifecycle(config, provider, tripwires="warn") as lc:
         if binder_spec == "lifecycle":
             lc.advance_to(State.CALLBACKS_BOUND)
@@ -167,10 +199,24 @@ def check_rank(config_data: dict[str, object], provider_spec: str, binder_spec: 
             align_grad_reduce=config.ddp.align_grad_reduce,
         )
         result = {"verdict": report.verdict, "text": report.render()}
+        if settings:
+            result["text"] += "\n" + _settings_report(lc)
         if binder_spec != "lifecycle":  # the foreign binder's callbacks hold the optimizer and the model:
             _clear_slots([rt.provider_config, *model])  # let the lifecycle's release free them
         del rt, model, report
     return result
+
+
+def _settings_report(lc: Lifecycle) -> str:
+    """MODEL_BUILT's settings comparison, made again on the built model, as text."""
+    from bindings import check_settings
+    from lifecycle.megatron.model_built import asked_for
+
+    rt = lc.runtime
+    asked = asked_for(rt.config, lc.provider, training=rt.optimizer is not None)
+    return check_settings(
+        list(rt.model or ()), asked, optimizer=rt.optimizer, provider_config=rt.provider_config
+    ).render()
 
 
 def timeout_s(config: RunConfig) -> float:

@@ -209,6 +209,11 @@ def _startup(phases: Any, call: Any) -> dict[str, Any]:
         {k: r.get(k) for k in ("target", "kind", "trigger")} for r in lc.records if r["event"] == "tripwire_violation"
     ]
     out["entered"] = [r["dest"] for r in lc.records if r["event"] == "transition_completed"]
+    out["settings"] = [
+        {k: r.get(k) for k in ("compared", "objects", "mismatches")}
+        for r in lc.records
+        if r["event"] == "settings_checked"
+    ]
     return out
 
 

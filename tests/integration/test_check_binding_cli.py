@@ -42,10 +42,20 @@ def test_the_lifecycle_binder_with_overlap_on_two_chunks_prints_ok_and_exits_0()
         "model.num_layers=4",
         "--set",
         "ddp.overlap_grad_reduce=true",
+        "--settings",
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("binding check: ok") == 2 and "2 chunks" in done.stdout
     assert done.stdout.count(" ok ") >= 10
+    assert done.stdout.count("settings check: ok (") == 2  # --settings: the comparison, on every rank
+
+
+def test_a_provider_whose_model_does_not_carry_a_setting_names_the_field_and_exits_1() -> None:
+    done = lifecycle("check-binding", "--provider", "tests.integration.settings_cases:own_dropout")
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout + done.stderr
+    assert "hidden_dropout (model.hidden_dropout): requested 0.0, found 0.3" in out
+    assert "binding check" not in done.stdout  # nothing was bound to a model that is not what was asked
 
 
 def test_megatron_lms_own_binding_on_a_copying_provider_is_ok_where_megatron_training_is_installed() -> None:

@@ -31,6 +31,9 @@ def shapes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_each_provider_shape_builds_and_binds(shapes: dict[str, Any], label: str) -> None:
     assert "error" not in shapes[label], shapes[label]
     assert shapes[label]["entered"] == BUILT
+    [settings] = shapes[label]["settings"]  # MODEL_BUILT compared what the script asked with the model
+    assert settings["mismatches"] == [] and settings["compared"] > 100
+    assert settings["objects"] == ["chunk 0's config", "chunk 0's DDP config", "the optimizer's config"]
 
 
 def test_an_unusable_object_is_refused_at_validated_in_a_short_message(shapes: dict[str, Any]) -> None:

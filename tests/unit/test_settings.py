@@ -237,3 +237,18 @@ def test_docs_list_every_derivation_with_its_reason() -> None:
     text = (Path(__file__).parents[2] / "docs" / "bindings.md").read_text()
     for rule in DERIVATIONS:
         assert f"`{rule.section}.{rule.field}`" in text and rule.reason in text
+
+
+def test_optimizer_timers_attached_by_megatron_lm_pass_only_where_none_were_asked() -> None:
+    @dataclass
+    class Optimizer:
+        lr: float = 0.1
+        timers: object = None
+
+    asked, handle = Optimizer(), object()
+    wanted = requested(Transformer(), optimizer=asked)
+    ok = compare_settings(wanted, [("optimizer", Optimizer(timers=handle), "the optimizer's config")])
+    assert ok.ok
+    mine = requested(Transformer(), optimizer=Optimizer(timers=handle))
+    lost = compare_settings(mine, [("optimizer", Optimizer(timers=object()), "the optimizer's config")])
+    assert lost.fields() == ("optimizer.timers",)

@@ -27,11 +27,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
+import bindings
 from lifecycle.config import normalize, raise_for, snapshot_config, validate
 from lifecycle.log import events, redact
 from lifecycle.megatron import MegatronPhases
 from lifecycle.megatron import callbacks_bound as lifecycle_binding
 from lifecycle.megatron.ranks import watched
+from lifecycle.megatron.settings import check_landed
 from lifecycle.megatron_lm.entry import _derive, _providers, _resources
 from lifecycle.megatron_lm.entry._distributed import initialize
 from lifecycle.megatron_lm.entry._handover import HandOver, releasing_distributed, releasing_services
@@ -195,6 +197,7 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
 
     rt = ctx.runtime
     provider = _keyword_provider(call, rt)
+    asked = _asked(call)
     ctx.side_effect(SideEffect.MODEL)
     model, optimizer, scheduler = setup_model_and_optimizer(
         call.model_type,
@@ -203,6 +206,7 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         cfg_container=call.cfg_container,
         pg_collection=rt.pg_collection,
     )
+    check_landed(ctx, model, optimizer, None, asked)
     config = get_model_config(model[0])
     ctx.emit(
         events.MODEL_BUILT,
@@ -221,6 +225,23 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         scheduler=scheduler,
         transformer_config_snapshot=snapshot_config(config),
         checkpoint_step=int(getattr(call.args, "iteration", 0) or 0),
+    )
+
+
+def _asked(call: MegatronLMCall) -> bindings.Requested:
+    """What the script asks of the model, taken before megatron builds it: the container's model
+    config (what `setup_model_and_optimizer` builds from; from a YAML or dict it is the request, and
+    the arguments derived from it do not carry every field), else the TransformerConfig
+    `core_transformer_config_from_args` makes of the arguments; the container's DDP and optimizer
+    configs."""
+    from megatron.training.arguments import core_transformer_config_from_args
+
+    container = call.cfg_container
+    transformer = getattr(getattr(container, "model", None), "transformer", None)
+    return bindings.requested(
+        transformer if transformer is not None else core_transformer_config_from_args(call.args),
+        getattr(container, "ddp", None),
+        getattr(container, "optimizer", None),
     )
 
 
