@@ -230,6 +230,9 @@ def bounded_provider(spec: str, limit_s: float) -> Provider:
 
     found = bounded(Provider.of, what=f"importing provider {spec}", state="CONFIGURED", timeout_s=limit_s)(spec)
     call = bounded(found.call, what=f"provider {found.name}", state="DISTRIBUTED → MODEL_BUILT", timeout_s=limit_s)
+    for kept in ("asked", "obj"):  # a provider object's own config: what MODEL_BUILT's settings check asks for
+        if hasattr(found.call, kept):
+            setattr(call, kept, getattr(found.call, kept))
     return Provider(call=cast("ModelProvider", call), name=found.name)
 
 

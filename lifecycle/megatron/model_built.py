@@ -191,12 +191,13 @@ def enter(ctx: PhaseContext) -> Runtime:
     rt = ctx.runtime
     run = rt.config
     provider = resolve_provider(ctx.provider)
+    asked = asked_for(run, provider, training=ctx.plan is not Plan.INFERENCE)  # before anything is built
     ctx.side_effect(SideEffect.MODEL)
     config = provider_config(run, provider)
     chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size), display_name(ctx.provider))
     model, optimizer, ddp_config = _train_or_eval(ctx, chunks)
     step = load_at_build(ctx, model, optimizer)
-    check_landed(ctx, model, optimizer, config, asked_for(run, ctx.provider, training=optimizer is not None))
+    check_landed(ctx, model, optimizer, config, asked)
     runtime_config = get_model_config(model[0])
     te_buffers = init_te_user_buffers(run, runtime_config)
     ctx.emit(
@@ -221,10 +222,18 @@ def enter(ctx: PhaseContext) -> Runtime:
 
 def asked_for(run: RunConfig, provider: object, *, training: bool) -> bindings.Requested:
     """What the validated config asks for, built again from it (the objects the provider, DDP and the
-    optimizer were given may have been changed in place since)."""
-    asked = provider_config(run, resolve_provider(provider))
+    optimizer were given may have been changed in place since). A provider object with its own config
+    (`.provide()`, `ProvideObject`) asks for that config's fields, as they were when it was given."""
+    resolved = resolve_provider(provider)
+    own = getattr(resolved, "asked", None)
+    asked = provider_config(run, resolved)
+    dtypes = getattr(resolved, "obj", asked) if own is not None else asked
     ddp = megatron_ddp_config(run) if training else None
-    return with_names(bindings.requested(asked, ddp, optimizer_config(run, asked) if training else None))
+    named = with_names(bindings.requested(asked, ddp, optimizer_config(run, dtypes) if training else None))
+    if own is None:
+        return named
+    theirs = {k: v for k, v in named.asked_as.items() if not k.startswith("transformer.")}
+    return dataclasses.replace(named, transformer=own.transformer, asked_as=theirs)
 
 
 def _train_or_eval(

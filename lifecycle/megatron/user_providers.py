@@ -5,7 +5,9 @@ Two shapes, told apart by signature:
 
 - ours: `provider(config, *, pre_process, post_process, vp_stage, inputs)` (`inputs` optional);
 - Megatron-LM's: `model_provider(pre_process=True, post_process=True, vp_stage=None)`, which finds
-  its TransformerConfig itself (closure or globals, as `pretrain_gpt.py` does with `get_args()`).
+  its TransformerConfig itself (closure or globals, as `pretrain_gpt.py` does with `get_args()`);
+- and an object with `.provide(pre_process, post_process[, vp_stage])`, Megatron-Bridge's shape,
+  which builds from its own config.
 
 What a provider returns must be one `torch.nn.Module` per call (the lifecycle calls it once per
 virtual-pipeline chunk) whose config megatron can reach: `.config`, or through `.module`.
@@ -16,6 +18,7 @@ callable in our shape and the name errors give it; the CLI builds it, the entry 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -116,7 +119,7 @@ def _import_file(path: str, spec: str) -> ModuleType:
 
 def name_of(provider: object) -> str:
     """module:qualname of a provider (its class for a callable instance)."""
-    if isinstance(provider, (MegatronLMProvider, NoInputsProvider, Provider)):
+    if isinstance(provider, (MegatronLMProvider, NoInputsProvider, ProvideObject, Provider)):
         return provider.name
     target = provider if inspect.isfunction(provider) or inspect.ismethod(provider) else type(provider)
     module = getattr(target, "__module__", "?")
@@ -164,8 +167,44 @@ class NoInputsProvider:
         return self.fn(config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage)
 
 
+class ProvideObject:
+    """A Megatron-Bridge-style provider object: `obj.provide(pre_process, post_process[, vp_stage])`
+    builds each chunk from the object's own config (Bridge's `GPTModelProvider` is a TransformerConfig),
+    so the lifecycle's config is not passed. `asked`: the object's own fields when it was given (a
+    dataclass), what MODEL_BUILT's settings check compares the model with; None for another object."""
+
+    def __init__(self, obj: object, *, name: str) -> None:
+        import bindings
+
+        self.obj, self.name = obj, name
+        self.asked = bindings.requested(obj) if dataclasses.is_dataclass(obj) else None
+        params = inspect.signature(obj.provide).parameters  # type: ignore[attr-defined]
+        var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        self.takes_vp_stage = "vp_stage" in params or var_kw
+
+    def __call__(
+        self,
+        config: TransformerConfig,
+        *,
+        pre_process: bool,
+        post_process: bool,
+        vp_stage: int | None,
+        inputs: ModelInputs,
+    ) -> Module:
+        extra = {"vp_stage": vp_stage} if self.takes_vp_stage else {}
+        model: Module = self.obj.provide(pre_process=pre_process, post_process=post_process, **extra)  # type: ignore[attr-defined]
+        return model
+
+
+def _provides(obj: object) -> bool:
+    return callable(getattr(obj, "provide", None)) and not inspect.isroutine(obj)
+
+
 def adapt(fn: Callable[..., object], name: str) -> ModelProvider:
-    """`fn` callable in our shape, whichever of the two shapes it has (found by signature)."""
+    """`fn` callable in our shape, whichever of the shapes it has (found by signature): ours,
+    Megatron-LM's `model_provider`, or an object with `.provide()`."""
+    if _provides(fn):
+        return ProvideObject(fn, name=name)
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or C callable: no signature to read, assume ours
@@ -193,6 +232,8 @@ def resolve_provider(provider: object) -> ModelProvider:
         return PROVIDERS["gpt"]
     if isinstance(provider, str):
         return adapt(load_provider(provider), provider)
+    if _provides(provider):
+        return ProvideObject(provider, name=name_of(provider))
     if not callable(provider):
         raise _fail(f"provider={provider!r} is not callable; pass {SHAPES} returning a MegatronModule", repr(provider))
     return adapt(provider, name_of(provider))

@@ -101,6 +101,36 @@ def bridge_627(config: Any, **kw: Any) -> Any:
     return _gpt(own, **kw)
 
 
+def bridge_style(drop: bool = False) -> Any:
+    """A Megatron-Bridge-shaped provider object: a TransformerConfig with `provide()`, which builds each
+    chunk on itself, or (`drop`) on a copy that loses its dropout, as a provider that re-derives its
+    config would."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.transformer import TransformerConfig
+
+    from lifecycle.megatron.providers import layer_spec
+
+    @dataclasses.dataclass
+    class BridgeStyleProvider(TransformerConfig):
+        vocab_size: int = 256
+        seq_length: int = 16
+
+        def provide(self, pre_process: bool = True, post_process: bool = True, vp_stage: Any = None) -> Any:
+            config = dataclasses.replace(self, hidden_dropout=0.0) if drop else self
+            return GPTModel(
+                config=config,
+                transformer_layer_spec=layer_spec("local"),
+                vocab_size=self.vocab_size,
+                max_sequence_length=self.seq_length,
+                pre_process=pre_process,
+                post_process=post_process,
+                vp_stage=vp_stage,
+            )
+
+    shape = {"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "use_cpu_initialization": True}
+    return BridgeStyleProvider(**shape, **{name: False for name in CPU_ONLY}, hidden_dropout=0.2)
+
+
 def own_dropout(config: Any, **kw: Any) -> Any:
     """A provider that knowingly trains with its own dropout on a copy."""
     mine = copy.deepcopy(config)
@@ -200,4 +230,6 @@ def run_all() -> dict[str, Any]:
         for label, overrides in SETTINGS.items()
     }
     out["allowed"] = _run(own_dropout, ["settings.allow_mismatch=[hidden_dropout]"])
+    out["bridge_style"] = _run(bridge_style(), [])
+    out["bridge_style_dropping"] = _run(bridge_style(drop=True), [])
     return out

@@ -50,11 +50,11 @@ def test_the_lifecycle_binder_with_overlap_on_two_chunks_prints_ok_and_exits_0()
     assert done.stdout.count("settings check: ok (") == 2  # --settings: the comparison, on every rank
 
 
-def test_a_provider_whose_model_does_not_carry_a_setting_names_the_field_and_exits_1() -> None:
-    done = lifecycle("check-binding", "--provider", "tests.integration.settings_cases:own_dropout")
+def test_a_bridge_style_provider_object_whose_model_lost_a_setting_is_named_and_exits_1() -> None:
+    done = lifecycle("check-binding", "--provider", "tests.integration.bridge_style_provider:DROPPING", "--settings")
     assert done.returncode == 1, done.stdout + done.stderr
     out = done.stdout + done.stderr
-    assert "hidden_dropout (model.hidden_dropout): requested 0.0, found 0.3" in out
+    assert "hidden_dropout: requested 0.2, found 0.0 on chunk 0's config" in out
     assert "binding check" not in done.stdout  # nothing was bound to a model that is not what was asked
 
 

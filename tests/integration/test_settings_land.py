@@ -9,6 +9,8 @@ the model that trains carries, on real megatron-core (one CPU rank, one spawned 
   (defaults; recompute, deterministic mode, per-token loss, RMSNorm, dropout; the overlapped,
   distributed optimizer) reaches MODEL_BUILT with nothing reported.
 - `settings.allow_mismatch` accepts a named field knowingly: MODEL_BUILT passes, the record keeps it.
+- A Megatron-Bridge-shaped provider object (a TransformerConfig with `provide()`) is compared with its
+  own fields: clean when it builds on itself, caught when it builds on a copy that lost one.
 """
 
 from __future__ import annotations
@@ -90,3 +92,14 @@ def test_allow_mismatch_accepts_the_named_field_and_keeps_it_in_the_record(cases
     assert case["error"] is None, case["message"]
     assert [m["field"] for m in case["record"]["allowed"]] == ["hidden_dropout"]
     assert case["record"]["mismatches"] == [] and case["la026"] == []
+
+
+def test_a_bridge_style_provide_object_is_compared_with_its_own_fields(cases: dict[str, Any]) -> None:
+    kept = cases["bridge_style"]
+    assert kept["error"] is None, kept["message"]
+    assert kept["record"]["mismatches"] == [] and kept["record"]["compared"] > 100
+    lost = cases["bridge_style_dropping"]
+    assert lost["error"] == "SettingsNotLanded" and lost["fields"] == ["hidden_dropout"]
+    [mismatch] = lost["record"]["mismatches"]
+    assert (mismatch["requested"], mismatch["found"]) == ("0.2", "0.0")
+    assert "asked_as" not in mismatch  # set on the provider object, not through the RunConfig

@@ -240,3 +240,32 @@ def test_a_provider_is_resolved_once_named_as_given_and_frozen() -> None:
     assert Provider.of(resolved) is resolved, "a Provider is used as it is, not resolved again"
     with pytest.raises(dataclasses.FrozenInstanceError):
         resolved.name = "other"  # type: ignore[misc]
+
+
+def test_an_object_with_provide_builds_from_itself_and_asks_for_its_own_fields_as_given() -> None:
+    import dataclasses
+
+    from lifecycle.megatron.user_providers import ProvideObject
+
+    @dataclasses.dataclass
+    class BridgeShaped:
+        hidden_dropout: float = 0.2
+        layers: list[int] = dataclasses.field(default_factory=lambda: [1])
+
+        def provide(self, pre_process: bool = True, post_process: bool = True, vp_stage: Any = None) -> Any:
+            return ("provided", self, pre_process, post_process, vp_stage)
+
+    class NoVpStage:
+        def provide(self, pre_process: bool, post_process: bool) -> Any:
+            return ("plain", pre_process, post_process)
+
+    given = BridgeShaped()
+    adapted = resolve_provider(given)
+    assert isinstance(adapted, ProvideObject) and adapted.name.endswith("BridgeShaped")
+    assert adapted("CFG", **CALL) == ("provided", given, True, False, 1)  # the lifecycle's config is not passed
+    given.layers.append(2)  # changed after it was given: what was asked stays as it was
+    assert adapted.asked is not None and adapted.asked.transformer == {"hidden_dropout": 0.2, "layers": [1]}
+    plain = adapt(NoVpStage(), "m:plain")  # type: ignore[arg-type]
+    assert isinstance(plain, ProvideObject) and plain.asked is None
+    assert plain("CFG", **CALL) == ("plain", True, False)
+    assert resolve_provider(adapted) is adapted  # resolved once: resolving it again changes nothing
