@@ -12,7 +12,18 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from bindings import DERIVATIONS, SettingsNotLanded, compare_settings, requested, same_value, settings_targets
+from bindings import (
+    DERIVATIONS,
+    Derivation,
+    Mismatch,
+    Requested,
+    SettingsNotLanded,
+    SettingsReport,
+    compare_settings,
+    requested,
+    same_value,
+    settings_targets,
+)
 
 
 @dataclass
@@ -213,8 +224,9 @@ def test_each_ddp_wrapper_and_each_chained_optimizer_config_is_compared_once_by_
         "chained optimizer 0's config",
         "chained optimizer 1's config",
     ]
-    single = settings_targets([Chunk(asked)], _config_of, optimizer=Inner(DDP()))
-    assert single[-1][2] == "the optimizer's config"
+    own = DDP()
+    single = settings_targets([Chunk(asked)], _config_of, optimizer=Inner(own))
+    assert single[-1] == ("optimizer", own, "the optimizer's config")
 
 
 def test_same_value_compares_by_equality_partials_by_parts_and_falls_back_to_identity() -> None:
@@ -252,3 +264,144 @@ def test_optimizer_timers_attached_by_megatron_lm_pass_only_where_none_were_aske
     mine = requested(Transformer(), optimizer=Optimizer(timers=handle))
     lost = compare_settings(mine, [("optimizer", Optimizer(timers=object()), "the optimizer's config")])
     assert lost.fields() == ("optimizer.timers",)
+
+
+def test_the_report_renders_a_head_with_counts_and_one_indented_line_per_mismatch() -> None:
+    asked = Transformer()
+    ok = judge(asked, Chunk(asked))
+    assert ok.render() == f"settings check: ok ({ok.compared} fields compared on 1 object)"
+    two = judge(asked, Chunk(Transformer(hidden_size=32, kv_channels=16)), Chunk(Transformer()))
+    head, *lines = two.render().splitlines()
+    assert head == f"settings check: NOT LANDED ({two.compared} fields compared on 2 objects)"
+    assert lines == ["  hidden_size: requested 64, found 32 on chunk 0's config"]
+    allowed = judge(asked, Chunk(Transformer(hidden_size=32, kv_channels=16)), allow=("hidden_size",))
+    assert allowed.render().splitlines()[0].endswith("; 1 allowed by settings.allow_mismatch)")
+    one = judge(asked, Chunk(Transformer(hidden_size=32, kv_channels=16)))
+    with pytest.raises(SettingsNotLanded, match="^1 setting did not reach the model that trains:\n"):
+        one.raise_if_bad()
+
+
+def test_log_fields_leave_out_what_is_unknown_and_keep_the_rest() -> None:
+    [mismatch] = judge(Transformer(), Chunk(Transformer(hidden_size=32, kv_channels=16))).mismatches
+    assert mismatch.log_fields() == {
+        "section": "transformer",
+        "field": "hidden_size",
+        "kind": "not-landed",
+        "requested": "64",
+        "found": "32",
+        "where": "chunk 0's config",
+    }
+    named = compare_settings(
+        requested(Transformer(), asked_as={"hidden_size": "model.hidden_size"}),
+        settings_targets([Chunk(Transformer(hidden_size=32, kv_channels=16))], _config_of),
+    )
+    assert named.mismatches[0].asked_as == "model.hidden_size"
+    assert named.mismatches[0].line().startswith("hidden_size (model.hidden_size): requested 64")
+
+
+def test_a_long_value_is_cut_to_80_characters_and_a_long_refusal_to_its_first_line_of_300() -> None:
+    @dataclass
+    class Named:
+        name: str = "x" * 78
+
+    [kept] = compare_settings(requested(Named()), [("transformer", Named(name="y" * 78), "c")]).mismatches
+    assert kept.requested == repr("x" * 78)
+    [cut] = compare_settings(requested(Named()), [("transformer", Named(name="y" * 200), "c")]).mismatches
+    assert len(cut.found) == 80 and cut.found == repr("y" * 200)[:77] + "..."
+
+    @dataclass
+    class Refusing:
+        size: int = 1
+
+        def __post_init__(self) -> None:
+            if self.size > 1:
+                raise ValueError("z" * 400 + "\nsecond line")
+
+    late = Refusing()
+    late.size = 2
+    [invalid] = compare_settings(requested(late), [("transformer", late, "chunk 0's config")]).mismatches
+    assert invalid.found == ("ValueError: " + "z" * 400)[:300]
+
+
+def test_only_dataclass_instances_have_fields_to_ask_for() -> None:
+    assert requested(Transformer).transformer == {} and requested(object()).transformer == {}
+    assert requested(Transformer(), DDP()).ddp == {"overlap_grad_reduce": False, "bucket_size": None}
+
+
+def test_values_whose_equality_raises_or_partials_with_other_arguments_are_not_the_same() -> None:
+    class Raising:
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("ambiguous")
+
+        __hash__ = object.__hash__
+
+    odd = Raising()
+    assert same_value(odd, odd) and not same_value(odd, Raising())
+    assert not same_value(functools.partial(_normal, 1), functools.partial(_normal, 2))
+    assert not same_value(functools.partial(_normal, 1), functools.partial(_normal, 1, 2))
+    assert not same_value(functools.partial(_normal, std=1), functools.partial(_normal, mean=1))
+
+
+@dataclass
+class DDP3:
+    overlap_grad_reduce: bool = True
+    bucket_size: int | None = None
+    grad_reduce_in_fp32: bool = False
+
+
+def test_a_derived_field_does_not_hide_the_fields_after_it_nor_does_a_section_not_asked_for() -> None:
+    asked = Transformer()
+    found = DDP3(bucket_size=40_000_000, grad_reduce_in_fp32=True)
+    report = judge(asked, Chunk(asked, found), ddp=DDP3())
+    assert report.fields() == ("ddp.grad_reduce_in_fp32",)
+    assert judge(asked, Chunk(asked, DDP3(bucket_size=39_999_999)), ddp=DDP3()).fields() == ("ddp.bucket_size",)
+    wanted = requested(asked, optimizer=DDP3())  # no DDP section asked: the DDP target is skipped, not the rest
+    targets = [("ddp", DDP3(), "chunk 0's DDP config"), ("optimizer", DDP3(grad_reduce_in_fp32=True), "opt")]
+    assert compare_settings(wanted, targets).fields() == ("optimizer.grad_reduce_in_fp32",)
+
+
+@pytest.mark.parametrize("name", ["ddp.grad_reduce_in_fp32", "grad_reduce_in_fp32"])
+def test_allow_mismatch_names_a_section_field_either_way(name: str) -> None:
+    asked = Transformer()
+    report = judge(asked, Chunk(asked, DDP3(grad_reduce_in_fp32=True)), ddp=DDP3(), allow=(name,))
+    assert report.ok and [m.name for m in report.allowed] == ["ddp.grad_reduce_in_fp32"]
+
+
+def test_the_report_records_are_frozen_and_keyword_only() -> None:
+    [mismatch] = judge(Transformer(), Chunk(Transformer(hidden_size=32, kv_channels=16))).mismatches
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mismatch.found = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Requested({"a": 1})  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DERIVATIONS[0].reason = "x"  # type: ignore[misc]
+
+
+def test_a_value_of_exactly_80_characters_is_kept_whole() -> None:
+    @dataclass
+    class Named:
+        name: str = "x"
+
+    text = "y" * 79  # its repr is 81 characters
+    [cut] = compare_settings(requested(Named()), [("transformer", Named(name=text), "c")]).mismatches
+    assert cut.found == repr(text)[:77] + "..."
+    [whole] = compare_settings(requested(Named()), [("transformer", Named(name="y" * 78), "c")]).mismatches
+    assert whole.found == repr("y" * 78) and len(whole.found) == 80
+
+
+def test_what_was_asked_and_the_report_cannot_be_changed_afterwards() -> None:
+    wanted = requested(Transformer())
+    report = judge(Transformer(), Chunk(Transformer()))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        wanted.transformer = {}  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.compared = 0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Mismatch("transformer", "f", "not-landed", "1", "2", "here")  # type: ignore[misc]
+
+
+def test_reports_and_derivations_take_keywords_only() -> None:
+    with pytest.raises(TypeError):
+        SettingsReport(("chunk 0's config",), 3)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Derivation("ddp", "x", "why", lambda r, f, fields: True)  # type: ignore[misc]
