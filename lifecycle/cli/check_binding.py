@@ -60,7 +60,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--provider",
         required=True,
-        help=f"model provider: one of {', '.join(NAMES)}, or package.module:function or path/to/file.py:function",
+        help=f"model provider: one of {', '.join(NAMES)}, or package.module:NAME or path/to/file.py:NAME, a "
+        "function or an object (a ModelBuilder, a ModelConfig, one with .provide())",
     )
     p.add_argument("--preset", default="tiny-gpt", help="the RunConfig preset to start from")
     p.add_argument(
@@ -230,7 +231,7 @@ def bounded_provider(spec: str, limit_s: float) -> Provider:
 
     found = bounded(Provider.of, what=f"importing provider {spec}", state="CONFIGURED", timeout_s=limit_s)(spec)
     call = bounded(found.call, what=f"provider {found.name}", state="DISTRIBUTED → MODEL_BUILT", timeout_s=limit_s)
-    for kept in ("asked", "obj"):  # a provider object's own config: what MODEL_BUILT's settings check asks for
+    for kept in ("asked", "own_config"):  # a provider object's own config: what MODEL_BUILT's settings check asks for
         if hasattr(found.call, kept):
             setattr(call, kept, getattr(found.call, kept))
     return Provider(call=cast("ModelProvider", call), name=found.name)

@@ -197,7 +197,8 @@ def enter(ctx: PhaseContext) -> Runtime:
     chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size), display_name(ctx.provider))
     model, optimizer, ddp_config = _train_or_eval(ctx, chunks)
     step = load_at_build(ctx, model, optimizer)
-    check_landed(ctx, model, optimizer, config, asked)
+    own = getattr(provider, "own_config", None)  # a provider object's own config is its provider config
+    check_landed(ctx, model, optimizer, own if own is not None else config, asked)
     runtime_config = get_model_config(model[0])
     te_buffers = init_te_user_buffers(run, runtime_config)
     ctx.emit(
@@ -223,11 +224,12 @@ def enter(ctx: PhaseContext) -> Runtime:
 def asked_for(run: RunConfig, provider: object, *, training: bool) -> bindings.Requested:
     """What the validated config asks for, built again from it (the objects the provider, DDP and the
     optimizer were given may have been changed in place since). A provider object with its own config
-    (`.provide()`, `ProvideObject`) asks for that config's fields, as they were when it was given."""
+    (`.provide()`, a ModelBuilder, a ModelConfig) asks for that config's fields, as they were when it
+    was given (`asked`; `own_config` has its dtypes)."""
     resolved = resolve_provider(provider)
     own = getattr(resolved, "asked", None)
     asked = provider_config(run, resolved)
-    dtypes = getattr(resolved, "obj", asked) if own is not None else asked
+    dtypes = getattr(resolved, "own_config", asked) if own is not None else asked
     ddp = megatron_ddp_config(run) if training else None
     named = with_names(bindings.requested(asked, ddp, optimizer_config(run, dtypes) if training else None))
     if own is None:

@@ -6,8 +6,11 @@ Two shapes, told apart by signature:
 - ours: `provider(config, *, pre_process, post_process, vp_stage, inputs)` (`inputs` optional);
 - Megatron-LM's: `model_provider(pre_process=True, post_process=True, vp_stage=None)`, which finds
   its TransformerConfig itself (closure or globals, as `pretrain_gpt.py` does with `get_args()`);
-- and an object with `.provide(pre_process, post_process[, vp_stage])`, Megatron-Bridge's shape,
-  which builds from its own config.
+- an object with `.provide(pre_process, post_process[, vp_stage])`, Megatron-Bridge's shape,
+  which builds from its own config;
+- Megatron-LM's `ModelBuilder` (`.build_model(pg_collection, pre_process, post_process, vp_stage)`)
+  or its `ModelConfig` (`.get_builder_cls()`, the builder made from it), which build from the
+  model config's own `transformer`.
 
 What a provider returns must be one `torch.nn.Module` per call (the lifecycle calls it once per
 virtual-pipeline chunk) whose config megatron can reach: `.config`, or through `.module`.
@@ -27,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 from lifecycle.errors import ProviderError
 from lifecycle.megatron.providers import PROVIDERS, GPTBuilder, HybridBuilder, ModelInputs, ModelProvider
@@ -44,7 +47,8 @@ NAMES = (*PROVIDERS, *BUILDERS)
 _FILE_MODULE = "lifecycle_provider_file_"
 SHAPES = (
     "provider(config, *, pre_process, post_process, vp_stage, inputs) or Megatron-LM's "
-    "model_provider(pre_process=True, post_process=True, vp_stage=None)"
+    "model_provider(pre_process=True, post_process=True, vp_stage=None), or an object: a ModelBuilder, "
+    "a ModelConfig or one with .provide()"
 )
 
 
@@ -119,9 +123,10 @@ def _import_file(path: str, spec: str) -> ModuleType:
 
 def name_of(provider: object) -> str:
     """module:qualname of a provider (its class for a callable instance)."""
-    if isinstance(provider, (MegatronLMProvider, NoInputsProvider, ProvideObject, Provider)):
+    if isinstance(provider, (MegatronLMProvider, NoInputsProvider, ProvideObject, BuilderObject, Provider)):
         return provider.name
-    target = provider if inspect.isfunction(provider) or inspect.ismethod(provider) else type(provider)
+    named = inspect.isfunction(provider) or inspect.ismethod(provider) or inspect.isclass(provider)
+    target = provider if named else type(provider)
     module = getattr(target, "__module__", "?")
     if module.startswith(_FILE_MODULE):  # loaded from path/to/file.py: name the file
         module = getattr(sys.modules.get(module), "__file__", module)
@@ -177,7 +182,8 @@ class ProvideObject:
         import bindings
 
         self.obj, self.name = obj, name
-        self.asked = bindings.requested(obj) if dataclasses.is_dataclass(obj) else None
+        self.own_config = obj if dataclasses.is_dataclass(obj) else None
+        self.asked = bindings.requested(obj) if self.own_config is not None else None
         params = inspect.signature(obj.provide).parameters  # type: ignore[attr-defined]
         var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         self.takes_vp_stage = "vp_stage" in params or var_kw
@@ -196,15 +202,76 @@ class ProvideObject:
         return model
 
 
+class _Builds(Protocol):
+    """Megatron-LM's `ModelBuilder`: `build_model` builds one chunk."""
+
+    def build_model(
+        self, pg_collection: object, *, pre_process: bool, post_process: bool, vp_stage: int | None
+    ) -> Module: ...
+
+
+class BuilderObject:
+    """Megatron-LM's `ModelBuilder`, or a `ModelConfig` (its `get_builder_cls()` makes the builder):
+    `build_model(pg_collection, pre_process=, post_process=, vp_stage=)` builds each chunk from the
+    model config's own `transformer`, with the process groups megatron's `get_model` passes (those
+    `initialize_model_parallel` made). `asked`: that transformer config's fields when it was given."""
+
+    def __init__(self, obj: object, *, name: str) -> None:
+        import bindings
+
+        self.name = name
+        built = obj.get_builder_cls()(obj) if _configures(obj) else obj  # type: ignore[attr-defined]
+        self.builder = cast(_Builds, built)  # `_builds` found its build_model
+        model_config = obj if _configures(obj) else getattr(obj, "_model_config", None)
+        own = getattr(model_config, "transformer", None)
+        self.own_config = own if dataclasses.is_dataclass(own) else None
+        self.asked = bindings.requested(own) if self.own_config is not None else None
+
+    def __call__(
+        self,
+        config: TransformerConfig,
+        *,
+        pre_process: bool,
+        post_process: bool,
+        vp_stage: int | None,
+        inputs: ModelInputs,
+    ) -> Module:
+        from megatron.core.process_groups_config import ProcessGroupCollection
+
+        groups = ProcessGroupCollection.use_mpu_process_groups()
+        return self.builder.build_model(groups, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage)
+
+
 def _provides(obj: object) -> bool:
     return callable(getattr(obj, "provide", None)) and not inspect.isroutine(obj)
 
 
+def _builds(obj: object) -> bool:
+    """A ModelBuilder (`.build_model`) or a ModelConfig (`.get_builder_cls`), not a function or class."""
+    if inspect.isroutine(obj) or inspect.isclass(obj):
+        return False
+    return callable(getattr(obj, "build_model", None)) or _configures(obj)
+
+
+def _configures(obj: object) -> bool:
+    return callable(getattr(obj, "get_builder_cls", None))
+
+
+def _object_provider(obj: object, name: str) -> ModelProvider | None:
+    """The adapter of a provider object (`.provide()`, a ModelBuilder, a ModelConfig); None otherwise."""
+    if _provides(obj):
+        return ProvideObject(obj, name=name)
+    if _builds(obj):
+        return BuilderObject(obj, name=name)
+    return None
+
+
 def adapt(fn: Callable[..., object], name: str) -> ModelProvider:
     """`fn` callable in our shape, whichever of the shapes it has (found by signature): ours,
-    Megatron-LM's `model_provider`, or an object with `.provide()`."""
-    if _provides(fn):
-        return ProvideObject(fn, name=name)
+    Megatron-LM's `model_provider`, an object with `.provide()`, a ModelBuilder or a ModelConfig."""
+    found = _object_provider(fn, name)
+    if found is not None:
+        return found
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or C callable: no signature to read, assume ours
@@ -219,7 +286,7 @@ def adapt(fn: Callable[..., object], name: str) -> ModelProvider:
     if "config" in params and "pre_process" in params:
         return NoInputsProvider(fn, name=name)
     raise _fail(
-        f"provider {name} has the signature {inspect.signature(fn)}, which fits neither shape; write {SHAPES}", name
+        f"provider {name} has the signature {inspect.signature(fn)}, which fits no provider shape; write {SHAPES}", name
     )
 
 
@@ -232,8 +299,9 @@ def resolve_provider(provider: object) -> ModelProvider:
         return PROVIDERS["gpt"]
     if isinstance(provider, str):
         return adapt(load_provider(provider), provider)
-    if _provides(provider):
-        return ProvideObject(provider, name=name_of(provider))
+    found = _object_provider(provider, name_of(provider))
+    if found is not None:
+        return found
     if not callable(provider):
         raise _fail(f"provider={provider!r} is not callable; pass {SHAPES} returning a MegatronModule", repr(provider))
     return adapt(provider, name_of(provider))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,42 @@ def bridge_style(drop: bool = False) -> Any:
     return BridgeStyleProvider(**shape, **{name: False for name in CPU_ONLY}, hidden_dropout=0.2)
 
 
+def has_model_builders() -> bool:
+    """Whether Megatron-LM's ModelBuilder/ModelConfig are installed (megatron.training.models, megatron-core
+    >= 0.17; its parent package is missing before)."""
+    try:
+        return importlib.util.find_spec("megatron.training.models") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def megatron_model_config() -> Any:
+    """Megatron-LM's `GPTModelConfig` (megatron.training, megatron-core >= 0.17): the tiny model on
+    CPU, its own `transformer` asking for dropout 0.2."""
+    from megatron.core.transformer import TransformerConfig
+    from megatron.training.models.gpt import GPTModelConfig
+
+    shape = {"num_layers": 2, "hidden_size": 32, "num_attention_heads": 4, "use_cpu_initialization": True}
+    transformer = TransformerConfig(
+        **shape, **{name: False for name in CPU_ONLY}, hidden_dropout=0.2, transformer_impl="local"
+    )
+    return GPTModelConfig(transformer=transformer, vocab_size=256, seq_length=16)
+
+
+def megatron_builder(drop: bool = False) -> Any:
+    """Megatron-LM's `GPTModelBuilder` on `megatron_model_config()`, or (`drop`) one that builds each
+    chunk from a copy of its config that lost the dropout, as a builder that re-derives its config."""
+    from megatron.training.models.gpt import GPTModelBuilder
+
+    class DroppingBuilder(GPTModelBuilder):
+        def build_model(self, pg_collection: Any, *args: Any, **kwargs: Any) -> Any:
+            mine = self._model_config
+            rebuilt = dataclasses.replace(mine, transformer=dataclasses.replace(mine.transformer, hidden_dropout=0.0))
+            return GPTModelBuilder(rebuilt).build_model(pg_collection, *args, **kwargs)
+
+    return (DroppingBuilder if drop else GPTModelBuilder)(megatron_model_config())
+
+
 def own_dropout(config: Any, **kw: Any) -> Any:
     """A provider that knowingly trains with its own dropout on a copy."""
     mine = copy.deepcopy(config)
@@ -232,4 +269,8 @@ def run_all() -> dict[str, Any]:
     out["allowed"] = _run(own_dropout, ["settings.allow_mismatch=[hidden_dropout]"])
     out["bridge_style"] = _run(bridge_style(), [])
     out["bridge_style_dropping"] = _run(bridge_style(drop=True), [])
+    if has_model_builders():
+        out["model_config"] = _run(megatron_model_config(), [])
+        out["model_builder"] = _run(megatron_builder(), [])
+        out["model_builder_dropping"] = _run(megatron_builder(drop=True), [])
     return out

@@ -58,6 +58,19 @@ def test_a_bridge_style_provider_object_whose_model_lost_a_setting_is_named_and_
     assert "binding check" not in done.stdout  # nothing was bound to a model that is not what was asked
 
 
+def test_megatron_lms_model_config_and_builder_are_taken_and_one_that_lost_a_setting_exits_1() -> None:
+    from tests.integration.settings_cases import has_model_builders
+
+    if not has_model_builders():
+        pytest.skip("megatron-core < 0.17 ships no megatron.training.models")
+    given = lifecycle("check-binding", "--provider", "tests.integration.megatron_builder_provider:CONFIG", "--settings")
+    assert given.returncode == 0, given.stdout + given.stderr
+    assert given.stdout.count("settings check: ok (") == 2 and given.stdout.count("binding check: ok") == 2
+    lost = lifecycle("check-binding", "--provider", "tests.integration.megatron_builder_provider:DROPPING")
+    assert lost.returncode == 1, lost.stdout + lost.stderr
+    assert "hidden_dropout: requested 0.2, found 0.0 on chunk 0's config" in lost.stdout + lost.stderr
+
+
 def test_megatron_lms_own_binding_on_a_copying_provider_is_ok_where_megatron_training_is_installed() -> None:
     import importlib.util
 

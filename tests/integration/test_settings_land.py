@@ -10,7 +10,9 @@ the model that trains carries, on real megatron-core (one CPU rank, one spawned 
   distributed optimizer) reaches MODEL_BUILT with nothing reported.
 - `settings.allow_mismatch` accepts a named field knowingly: MODEL_BUILT passes, the record keeps it.
 - A Megatron-Bridge-shaped provider object (a TransformerConfig with `provide()`) is compared with its
-  own fields: clean when it builds on itself, caught when it builds on a copy that lost one.
+  own fields: clean when it builds on itself, caught when it builds on a copy that lost one. So are
+  Megatron-LM's `ModelConfig` and `ModelBuilder` (megatron-core >= 0.17), compared with the model
+  config's own `transformer`.
 """
 
 from __future__ import annotations
@@ -98,8 +100,32 @@ def test_a_bridge_style_provide_object_is_compared_with_its_own_fields(cases: di
     kept = cases["bridge_style"]
     assert kept["error"] is None, kept["message"]
     assert kept["record"]["mismatches"] == [] and kept["record"]["compared"] > 100
+    assert kept["record"]["objects"][0] == "chunk 0's config (the provider's config)"  # the object's own
     lost = cases["bridge_style_dropping"]
     assert lost["error"] == "SettingsNotLanded" and lost["fields"] == ["hidden_dropout"]
     [mismatch] = lost["record"]["mismatches"]
     assert (mismatch["requested"], mismatch["found"]) == ("0.2", "0.0")
     assert "asked_as" not in mismatch  # set on the provider object, not through the RunConfig
+
+
+@pytest.mark.parametrize("label", ["model_config", "model_builder"])
+def test_megatron_lms_model_config_and_builder_are_compared_with_their_own_transformer(
+    cases: dict[str, Any], label: str
+) -> None:
+    if label not in cases:
+        pytest.skip("megatron-core < 0.17 ships no megatron.training.models")
+    case = cases[label]
+    assert case["error"] is None, case["message"]
+    assert case["record"]["mismatches"] == [] and case["record"]["compared"] > 100
+    assert case["record"]["objects"][0] == "chunk 0's config (the provider's config)"
+
+
+def test_a_megatron_lm_builder_whose_model_lost_a_setting_is_caught(cases: dict[str, Any]) -> None:
+    if "model_builder_dropping" not in cases:
+        pytest.skip("megatron-core < 0.17 ships no megatron.training.models")
+    lost = cases["model_builder_dropping"]
+    assert lost["error"] == "SettingsNotLanded" and lost["fields"] == ["hidden_dropout"]
+    [mismatch] = lost["record"]["mismatches"]
+    assert (mismatch["requested"], mismatch["found"]) == ("0.2", "0.0")
+    assert "not the provider's config" in mismatch["where"]
+    assert lost["la026"] and "hidden_dropout" in lost["la026"][0]

@@ -269,3 +269,39 @@ def test_an_object_with_provide_builds_from_itself_and_asks_for_its_own_fields_a
     assert isinstance(plain, ProvideObject) and plain.asked is None
     assert plain("CFG", **CALL) == ("plain", True, False)
     assert resolve_provider(adapted) is adapted  # resolved once: resolving it again changes nothing
+
+
+def test_a_model_builder_or_model_config_builds_from_its_own_transformer_as_given() -> None:
+    import dataclasses
+
+    from lifecycle.megatron.user_providers import BuilderObject
+
+    @dataclasses.dataclass
+    class Transformer:
+        hidden_dropout: float = 0.2
+
+    @dataclasses.dataclass
+    class ModelConfigShaped:
+        transformer: Transformer = dataclasses.field(default_factory=Transformer)
+
+        def get_builder_cls(self) -> type:
+            return BuilderShaped
+
+    class BuilderShaped:
+        def __init__(self, model_config: ModelConfigShaped) -> None:
+            self._model_config = model_config
+
+        def build_model(self, pg_collection: Any, pre_process: Any = None, post_process: Any = None) -> Any:
+            return self._model_config
+
+    config = ModelConfigShaped()
+    from_config, from_builder = resolve_provider(config), adapt(BuilderShaped(config), "m:builder")  # type: ignore[arg-type]
+    for adapted in (from_config, from_builder):
+        assert isinstance(adapted, BuilderObject) and adapted.own_config is config.transformer
+        assert adapted.asked is not None and adapted.asked.transformer == {"hidden_dropout": 0.2}
+    assert isinstance(from_config.builder, BuilderShaped) and from_config.builder._model_config is config
+    config.transformer.hidden_dropout = 0.0  # changed after it was given: what was asked stays as it was
+    assert from_builder.asked is not None and from_builder.asked.transformer == {"hidden_dropout": 0.2}
+    assert not isinstance(resolve_provider(BuilderShaped.build_model), BuilderObject)  # a function named so is not
+    with pytest.raises(ProviderError, match=r"BuilderShaped has the signature .* fits no provider shape"):
+        resolve_provider(BuilderShaped)  # the class, not a builder: named, and refused
