@@ -9,7 +9,7 @@ from __future__ import annotations
 from sys import intern
 from typing import cast
 
-from lifecycle.audit import _cycles, _failures, _ordering, _settings, _steps
+from lifecycle.audit import _cycles, _failures, _ordering, _resume, _settings, _steps
 from lifecycle.audit._fields import DECLARED, Handler, Record, reads
 from lifecycle.audit._records import Segment, unreadable
 from lifecycle.audit._rules import RuleId
@@ -345,6 +345,7 @@ HANDLERS: dict[str, Handler] = {
     events.TRIPWIRE_VIOLATION: tripwire,
     events.MODEL_BUILT: model_built,
     events.SETTINGS_CHECKED: _settings.settings_checked,
+    events.STREAMS_CHECKED: _resume.streams_checked,
     events.CALLBACKS_BOUND: callbacks_bound,
     events.CALLBACKS_UNBOUND: callbacks_unbound,
     events.STEP_COMPLETED: step_completed,
@@ -364,6 +365,7 @@ HANDLERS: dict[str, Handler] = {
 DECLARED[_cycles.cycle_started] = _cycles.STARTED
 DECLARED[_cycles.cycle_ended] = _cycles.ENDED
 DECLARED[_settings.settings_checked] = _settings.READS
+DECLARED[_resume.streams_checked] = _resume.READS
 
 READS: dict[str, tuple[str, ...]] = {event: DECLARED[handler] for event, handler in HANDLERS.items()}
 """The fields each event's handler reads besides the envelope (`event`, `ts`, ...), from its `@reads`:

@@ -58,6 +58,7 @@ class RuleId:
     FINALIZER_UNBOUND: Final = "LA024"
     WORLD_SHRUNK: Final = "LA025"
     SETTING_NOT_LANDED: Final = "LA026"
+    RESUME_DIVERGED: Final = "LA027"
     STEP_WITHOUT_BINDING: Final = "LA030"
     FIRST_STEP_UNCHECKED: Final = "LA031"
 
@@ -185,6 +186,12 @@ RULES: tuple[Rule, ...] = (
         slug="setting-not-landed",
         summary="a setting asked for is not what the model that trains carries (a copy, a rebuild, a field set "
         "after validation)",
+    ),
+    Rule(
+        id=RuleId.RESUME_DIVERGED,
+        slug="resume-diverged",
+        summary="between a checkpoint load and the first step a random stream moved, or the first step does not "
+        "continue the checkpoint's",
     ),
     Rule(
         id=RuleId.STEP_WITHOUT_BINDING,

@@ -62,6 +62,8 @@ from lifecycle.log._schema_training import (
     ParamsSynced,
     ResourcesHandedOver,
     StepCompleted,
+    StreamsChecked,
+    StreamsRestored,
 )
 
 _ORDER: tuple[type[Record], ...] = (  # the order of docs/log-format.md's table: roughly a startup's
@@ -93,6 +95,8 @@ _ORDER: tuple[type[Record], ...] = (  # the order of docs/log-format.md's table:
     ParamGatherResumed,
     ParamsSynced,
     CheckpointLoaded,
+    StreamsRestored,
+    StreamsChecked,
     CheckpointSaved,
     GenerationStarted,
     LifecycleShutdown,

@@ -86,6 +86,65 @@ class CheckpointSaved(Record, frozen=True, kw_only=True, tag="checkpoint_saved")
     duration_s: Duration
 
 
+class StreamsRestored(Record, frozen=True, kw_only=True, tag="streams_restored"):
+    """After MODEL_BUILT loaded a checkpoint: a hash of every random stream, and the window to the first
+    step opened (`lifecycle.megatron.streams`, [adopting.md](adopting.md#checkpoints))."""
+
+    step: Annotated[int, Meta(description="the loaded checkpoint's step")]
+    streams: Annotated[
+        dict[str, str],
+        Meta(
+            description="stream → short hash of its state: `python`, `numpy`, `torch`, `cuda:<i>` where CUDA is "
+            "initialized, `megatron:<tracker state>`"
+        ),
+    ]
+    watched: Annotated[int, Meta(description="draw and seed entry points wrapped until the first step")]
+    optimizer: Annotated[
+        dict[str, object] | UnsetType,
+        Meta(
+            description="the optimizer's counts after the load: `steps` (Adam's distinct step counts), "
+            "`loss_scale` (null without a grad scaler); absent without an optimizer"
+        ),
+    ] = UNSET
+    saved_optimizer: Annotated[
+        dict[str, object] | UnsetType,
+        Meta(
+            description="the counts the checkpoint was saved with, in the same shape; absent for a checkpoint saved "
+            "without them"
+        ),
+    ] = UNSET
+
+
+class StreamsChecked(Record, frozen=True, kw_only=True, tag="streams_checked"):
+    """At the first step after a checkpoint load: the streams hashed again; audit rule LA027 reads it."""
+
+    step: Annotated[int, Meta(description="the first step's number")]
+    restored_step: Annotated[int, Meta(description="the loaded checkpoint's step: the first step should be the next")]
+    moved: Annotated[
+        list[dict[str, str]],
+        Meta(
+            description="each stream whose state changed since the load: stream, restored, found (hashes), caller "
+            "(file:line in function (entry point) of the first draw or seed)"
+        ),
+    ]
+    streams: Annotated[int, Meta(description="streams hashed")]
+    optimizer: Annotated[
+        dict[str, object] | UnsetType,
+        Meta(
+            description="the optimizer's counts at the first step's start: `steps` (Adam's distinct step counts), "
+            "`loss_scale` (null without a grad scaler); absent without an optimizer"
+        ),
+    ] = UNSET
+    saved_optimizer: Annotated[
+        dict[str, object] | UnsetType,
+        Meta(
+            description="the counts the checkpoint was saved with, in the same shape; absent for a checkpoint saved "
+            "without them"
+        ),
+    ] = UNSET
+    duration_s: Duration
+
+
 class GenerationStarted(Record, frozen=True, kw_only=True, tag="generation_started"):
     """A new generation begins: written with the new `generation`."""
 

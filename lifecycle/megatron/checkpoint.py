@@ -31,6 +31,7 @@ from lifecycle.config import LATEST, iteration_dir, latest_step, partial_dir
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
 from lifecycle.log import events
+from lifecycle.megatron.streams import optimizer_counts
 
 if TYPE_CHECKING:
     from megatron.core.dist_checkpointing.mapping import ShardedStateDict
@@ -54,6 +55,7 @@ __all__ = [
     "publish_save",
     "save_after_steps",
     "save_checkpoint",
+    "saved_optimizer_counts",
 ]
 
 OPTIMIZER_SHARDING = "dp_reshardable"
@@ -67,19 +69,31 @@ def _read_errors() -> tuple[type[BaseException], ...]:
     return (Exception, CheckpointException)
 
 
-def checkpoint_vocab_size(directory: str | None) -> int | None:
-    """The padded vocab size a checkpoint was saved with (its common state); None without one."""
+def _common(directory: str | None) -> dict[str, object]:
+    """The latest checkpoint's common state (rank 0's non-sharded items); {} without one."""
     step = latest_step(directory)
     if directory is None or step is None:
-        return None
+        return {}
     from megatron.core import dist_checkpointing
 
     try:
         common = dist_checkpointing.load_common_state_dict(str(iteration_dir(directory, step)))
     except _read_errors():  # a corrupt checkpoint is reported, with its reason, where it is loaded
-        return None
-    value = common.get("vocab_size") if isinstance(common, dict) else None
+        return {}
+    return common if isinstance(common, dict) else {}
+
+
+def checkpoint_vocab_size(directory: str | None) -> int | None:
+    """The padded vocab size a checkpoint was saved with (its common state); None without one."""
+    value = _common(directory).get("vocab_size")
     return int(value) if isinstance(value, int) else None
+
+
+def saved_optimizer_counts(directory: str | None) -> dict[str, object] | None:
+    """The optimizer's step counts and loss scale the latest checkpoint was saved with
+    (`streams.optimizer_counts`); None for a checkpoint saved without them."""
+    value = _common(directory).get("optimizer_counts")
+    return value if isinstance(value, dict) else None
 
 
 def _metadata() -> dict[str, object]:
@@ -128,6 +142,7 @@ def save_checkpoint(
         state = _sharded(model, optimizer, loading=False)
         state["step"] = step
         state["vocab_size"] = vocab_size
+        state["optimizer_counts"] = optimizer_counts(optimizer) if optimizer is not None else None
         dist_checkpointing.save(state, str(partial))
         dist.barrier()
     except BaseException:

@@ -18,9 +18,10 @@ import bindings
 from lifecycle.config import snapshot_config
 from lifecycle.errors import ConfigError
 from lifecycle.log import events
-from lifecycle.megatron.checkpoint import load_at_build
+from lifecycle.megatron.checkpoint import checkpoint_source, load_at_build, saved_optimizer_counts
 from lifecycle.megatron.providers import ModelProvider, model_inputs, provider_config
 from lifecycle.megatron.settings import check_landed, with_names
+from lifecycle.megatron.streams import ResumeWindow
 from lifecycle.megatron.user_providers import check_chunk, display_name, resolve_provider
 from states import Plan, SideEffect
 
@@ -218,7 +219,22 @@ def enter(ctx: PhaseContext) -> Runtime:
         te_user_buffers=te_buffers,
         checkpoint_step=step,
         transformer_config_snapshot=snapshot_config(runtime_config),
+        resume_window=open_window(ctx, step, optimizer),  # last: nothing after it can fail to take it off
     )
+
+
+def open_window(ctx: PhaseContext, step: int, optimizer: MegatronOptimizer | None) -> ResumeWindow | None:
+    """After a checkpoint load (`step` > 0), at MODEL_BUILT's end: the streams hashed, the window to the
+    first step opened (`streams_restored`); None for fresh weights."""
+    if step <= 0:
+        return None
+    rt = ctx.runtime
+    source = checkpoint_source(rt.config, rt.generation)
+    saved = saved_optimizer_counts(source[0]) if source is not None and optimizer is not None else None
+    window = ResumeWindow.open(step, optimizer, saved)
+    restored = {"step": step, "streams": dict(window.restored), "watched": window.watched}
+    ctx.emit(events.STREAMS_RESTORED, **restored, **window.optimizer_fields())
+    return window
 
 
 def asked_for(run: RunConfig, provider: object, *, training: bool) -> bindings.Requested:
@@ -258,8 +274,11 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
         from transformer_engine.pytorch import module as te_module
 
         te_module.base.destroy_ub()
+    if runtime.resume_window is not None:  # no first step came: its wrappers come off unchecked
+        runtime.resume_window.close()
     return dataclasses.replace(
         runtime,
+        resume_window=None,
         model=None,
         optimizer=None,
         ddp_config=None,

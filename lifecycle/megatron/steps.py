@@ -134,7 +134,12 @@ class Steps:
         return [cast(OverlapChunk, chunk) for chunk in self._lc.runtime.model or ()]
 
     def begin(self, step: int) -> None:
-        """Before step `step`'s forward: on the first step, defer the parameter gather."""
+        """Before step `step`'s forward: after a checkpoint load, the streams checked (`streams_checked`);
+        on the first step, defer the parameter gather."""
+        window = self._lc.runtime.resume_window
+        checked = window.check(step) if window is not None else None  # once per load, whatever follows
+        if checked is not None:
+            self._lc.record(events.STREAMS_CHECKED, **checked)
         if self.first_pending and self.gather and self.defer_first_gather and not self._deferred:
             from bindings import pause_param_sync
 

@@ -60,6 +60,15 @@ class Closeable(Protocol):
     def close(self) -> None: ...
 
 
+class ResumeCheck(Protocol):
+    """The window from a checkpoint load to the first step (`lifecycle.megatron.streams.ResumeWindow`):
+    `check` at the first step's start gives the `streams_checked` fields (None after the first call);
+    `close` ends it unchecked."""
+
+    def check(self, step: int) -> dict[str, object] | None: ...
+    def close(self) -> None: ...
+
+
 class Watch(Protocol):
     """The deadlines and failure broadcast of a multi-rank job (`lifecycle.megatron.ranks.RankWatch`):
     what the phases, the step loop and the release use of it."""
@@ -123,6 +132,8 @@ class Runtime:
     """Every field of the model's TransformerConfig when MODEL_BUILT built it (for `drift`)."""
     checkpoint_step: int | None = None
     """The step of the checkpoint MODEL_BUILT loaded (0 for fresh weights)."""
+    resume_window: ResumeCheck | None = None
+    """Open from MODEL_BUILT's checkpoint load to the first step's start, None otherwise."""
     te_user_buffers: bool = False
     """MODEL_BUILT initialized transformer-engine's user buffers (its release destroys them)."""
     scheduler: OptimizerParamScheduler | None = None
