@@ -7,7 +7,18 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from lifecycle.cli import audit, check_binding, experiment, export, graph, plot, report, run, simulate
+from lifecycle.cli import (
+    audit,
+    check_binding,
+    experiment,
+    export,
+    graph,
+    plot,
+    report,
+    run,
+    simulate,
+    verify_resume,
+)
 from lifecycle.cli._inputs import load as load
 from lifecycle.cli._launch import launch_env as launch_env
 from lifecycle.cli._launch import launch_world_size as launch_world_size
@@ -15,7 +26,7 @@ from lifecycle.cli._launch import torchrun_command as torchrun_command
 from lifecycle.cli._launch import wants_launch as wants_launch
 
 # Each command module defines `register(subparsers)`; its parser sets `func(args) -> int`.
-COMMANDS = (run, audit, plot, graph, experiment, simulate, check_binding, export, report)
+COMMANDS = (run, audit, plot, graph, experiment, simulate, check_binding, verify_resume, export, report)
 
 
 class Parser(argparse.ArgumentParser):

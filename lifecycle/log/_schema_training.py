@@ -68,6 +68,13 @@ class CheckpointLoaded(Record, frozen=True, kw_only=True, tag="checkpoint_loaded
     step: Annotated[int, Meta(description="the checkpoint's step")]
     source: Annotated[str, Meta(description="`checkpoint.load`, or `checkpoint.save` after a restart")]
     optimizer: Annotated[bool, Meta(description="the optimizer state was loaded too")]
+    streams: Annotated[
+        bool | UnsetType,
+        Meta(
+            description="every rank's random streams were restored from it (a checkpoint this version saved for "
+            "a world of this size); absent in older logs"
+        ),
+    ] = UNSET
     duration_s: Duration
     retargeted_from: Annotated[
         str | UnsetType,

@@ -31,10 +31,10 @@ from lifecycle.config import LATEST, iteration_dir, latest_step, partial_dir
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
 from lifecycle.log import events
-from lifecycle.megatron.streams import optimizer_counts
+from lifecycle.megatron.streams import capture, optimizer_counts, restore
 
 if TYPE_CHECKING:
-    from megatron.core.dist_checkpointing.mapping import ShardedStateDict
+    from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedStateDict
     from megatron.core.optimizer import MegatronOptimizer
     from megatron.core.transformer.module import MegatronModule
 
@@ -89,6 +89,13 @@ def checkpoint_vocab_size(directory: str | None) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
+def _streams_saved(directory: str) -> bool:
+    """Whether the latest checkpoint holds every rank's random streams for a world of this size."""
+    import torch.distributed as dist
+
+    return bool(_common(directory).get("rng_world_size") == dist.get_world_size())
+
+
 def saved_optimizer_counts(directory: str | None) -> dict[str, object] | None:
     """The optimizer's step counts and loss scale the latest checkpoint was saved with
     (`streams.optimizer_counts`); None for a checkpoint saved without them."""
@@ -122,6 +129,15 @@ def _sharded(model: list[MegatronModule], optimizer: MegatronOptimizer | None, *
     return state
 
 
+def _rng_object(data: object) -> ShardedObject:
+    """This rank's random streams as one shard of `rng_state`, one shard per rank (a world of another
+    size does not load them: `_load`)."""
+    import torch.distributed as dist
+    from megatron.core.dist_checkpointing.mapping import ShardedObject
+
+    return ShardedObject("lifecycle_rng_state", data, (dist.get_world_size(),), (dist.get_rank(),), replica_id=0)
+
+
 def save_checkpoint(
     directory: str, step: int, model: list[MegatronModule], optimizer: MegatronOptimizer | None, vocab_size: int | None
 ) -> Path:
@@ -143,6 +159,8 @@ def save_checkpoint(
         state["step"] = step
         state["vocab_size"] = vocab_size
         state["optimizer_counts"] = optimizer_counts(optimizer) if optimizer is not None else None
+        state["rng_world_size"] = dist.get_world_size()
+        state["lifecycle_rng_state"] = _rng_object(capture())
         dist_checkpointing.save(state, str(partial))
         dist.barrier()
     except BaseException:
@@ -182,11 +200,27 @@ def load_checkpoint(
     return _load(directory, field, model, optimizer)[0]
 
 
+def _apply(
+    loaded: ShardedStateDict, model: list[MegatronModule], optimizer: MegatronOptimizer | None, *, streams: bool
+) -> None:
+    """What `dist_checkpointing.load` read, put into the chunks, the optimizer and (`streams`) this
+    rank's random streams."""
+    from megatron.core.utils import unwrap_model
+
+    if streams:
+        restore(loaded["lifecycle_rng_state"])
+    for index, chunk in enumerate(unwrap_model(list(model))):
+        chunk.load_state_dict(loaded[f"model{index}"])
+    if optimizer is not None and "optimizer" in loaded:
+        optimizer.load_state_dict(loaded["optimizer"])
+
+
 def _load(
     directory: str, field: str, model: list[MegatronModule], optimizer: MegatronOptimizer | None
-) -> tuple[int, str | None]:
-    """`load_checkpoint`, and the model class the checkpoint was saved by when it was translated for
-    this one (`_interop`: a GPTModel checkpoint into a HybridModel), else None."""
+) -> tuple[int, str | None, bool]:
+    """`load_checkpoint`, the model class the checkpoint was saved by when it was translated for this
+    one (`_interop`: a GPTModel checkpoint into a HybridModel), else None, and whether the random
+    streams were restored from it (saved, by this version, for a world of this size)."""
     from megatron.core import dist_checkpointing
 
     from lifecycle.megatron import _interop
@@ -202,14 +236,11 @@ def _load(
     path = iteration_dir(directory, step)
     state = _sharded(model, optimizer, loading=True)
     retargeted = _interop.retarget(path, field, model, state)
+    streams = _streams_saved(directory)
+    if streams:
+        state["lifecycle_rng_state"] = _rng_object(None)
     try:
-        loaded = dist_checkpointing.load(state, str(path))
-        from megatron.core.utils import unwrap_model
-
-        for index, chunk in enumerate(unwrap_model(list(model))):
-            chunk.load_state_dict(loaded[f"model{index}"])
-        if optimizer is not None and "optimizer" in loaded:
-            optimizer.load_state_dict(loaded["optimizer"])
+        _apply(dist_checkpointing.load(state, str(path)), model, optimizer, streams=streams)
     except _read_errors() as exc:
         damaged = damaged_file(path)
         where = f"{path.name}/{damaged.name}" if damaged else path.name
@@ -220,7 +251,7 @@ def _load(
             field=field,
             problems=[str(path)],
         ) from exc
-    return step, retargeted
+    return step, retargeted, streams
 
 
 def checkpoint_source(run: RunConfig, generation: int) -> tuple[str, str] | None:
@@ -247,13 +278,14 @@ def load_at_build(ctx: PhaseContext, model: list[MegatronModule], optimizer: Meg
         return 0
     directory, field = source
     started = time.perf_counter()
-    step, retargeted = _load(directory, field, model, optimizer)
+    step, retargeted, streams = _load(directory, field, model, optimizer)
     ctx.emit(
         events.CHECKPOINT_LOADED,
         path=str(iteration_dir(directory, step)),
         step=step,
         source=field,
         optimizer=optimizer is not None,
+        streams=streams,
         duration_s=time.perf_counter() - started,
         **({"retargeted_from": retargeted} if retargeted else {}),
     )

@@ -92,6 +92,44 @@ def _tracker_states() -> dict[str, torch.Tensor]:
     return states
 
 
+def capture() -> dict[str, object]:
+    """Every random stream's state on this rank, for a checkpoint: Python's, NumPy's, torch's CPU
+    generator, each CUDA device's where CUDA is initialized, megatron's tracker states."""
+    import random
+
+    import numpy
+    import torch
+
+    state: dict[str, object] = {
+        "python": random.getstate(),
+        "numpy": numpy.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "tracker": {name: value.clone() for name, value in _tracker_states().items()},
+    }
+    if torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore(state: dict[str, object]) -> None:
+    """Put back every stream `capture` saved (a CUDA state only where CUDA is initialized)."""
+    import random
+
+    import numpy
+    import torch
+
+    random.setstate(state["python"])  # type: ignore[arg-type]
+    numpy.random.set_state(state["numpy"])  # type: ignore[arg-type]
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_initialized():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    tracker = state.get("tracker")
+    if isinstance(tracker, dict) and tracker:
+        from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+
+        get_cuda_rng_tracker().set_states(tracker)
+
+
 def optimizer_counts(optimizer: object) -> dict[str, object]:
     """What a resume must bring back of a megatron optimizer (each of a ChainedOptimizer's): the distinct
     step counts in its parameters' states (Adam's `step`; [] before its first step) and its loss scale

@@ -175,3 +175,24 @@ def run_all() -> dict[str, Any]:
         _save(f"{root}/{provider}", provider)
         out[provider] = _resume(f"{root}/{provider}", "resumed", None, provider)
     return out
+
+
+class _Counted:
+    """A forward hook that scales each chunk's output by its forward count in this process: state that no
+    checkpoint holds, as a Python-side schedule or counter that a resume starts again from 0."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, module: Any, args: Any, output: Any) -> Any:
+        self.calls += 1
+        return output * (1.0 + 1e-3 * self.calls)
+
+
+def counting_provider(config: Any, **kw: Any) -> Any:
+    """The gpt provider's model, with `_Counted` on it (`lifecycle verify-resume` finds the difference)."""
+    from lifecycle.megatron.providers import gpt_provider
+
+    model = gpt_provider(config, **kw)
+    model.register_forward_hook(_Counted())
+    return model

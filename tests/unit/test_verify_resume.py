@@ -1,0 +1,44 @@
+"""`lifecycle verify-resume`'s comparison (`lifecycle.megatron.verify.first_difference`), without torch: the
+first step that differs, then the first rank, then the loss, the gradient norm and each tensor in the
+model's order; a step one run lacks; None when every step is equal on every rank."""
+
+from __future__ import annotations
+
+import copy
+
+from lifecycle.megatron.verify import first_difference
+
+
+def step(number: int, loss: str = "2.5", **tensors: str) -> dict[str, object]:
+    return {"step": number, "loss": loss, "grad_norm": "0.75", "tensors": {"param a": "01", "param b": "02", **tensors}}
+
+
+WHOLE = [[step(1), step(2)], [step(1), step(2)]]
+
+
+def test_equal_histories_have_no_difference() -> None:
+    assert first_difference(WHOLE, copy.deepcopy(WHOLE)) is None
+
+
+def test_the_first_step_is_named_before_a_later_one_and_the_first_rank_before_another() -> None:
+    resumed = copy.deepcopy(WHOLE)
+    resumed[1][0]["loss"] = "2.6"  # rank 1, step 1
+    resumed[0][1]["grad_norm"] = "0.8"  # rank 0, step 2
+    assert first_difference(WHOLE, resumed) == "rank 1: step 1: loss 2.5 uninterrupted, 2.6 resumed"
+
+
+def test_a_tensor_is_named_in_the_models_order_with_both_hashes() -> None:
+    resumed = copy.deepcopy(WHOLE)
+    resumed[0][1]["tensors"] = {"param a": "01", "param b": "0f", "optimizer b.exp_avg": "03"}
+    found = first_difference(WHOLE, resumed)
+    assert found == "rank 0: step 2: param b differs (hash 02 uninterrupted, 0f resumed)"
+    resumed[0][1]["tensors"]["param b"] = "02"
+    assert first_difference(WHOLE, resumed) == (
+        "rank 0: step 2: optimizer b.exp_avg differs (hash absent uninterrupted, 03 resumed)"
+    )
+
+
+def test_a_step_the_resumed_run_lacks_or_numbers_otherwise_is_named() -> None:
+    assert first_difference(WHOLE, [[step(1)], [step(1)]]) == "rank 0: the resumed run has no step 2"
+    shifted = [[step(1), step(3)], [step(1), step(3)]]
+    assert first_difference(WHOLE, shifted) == "rank 0: step 2 uninterrupted is step 3 resumed"
