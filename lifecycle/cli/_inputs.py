@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,21 @@ def non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative; write 0 or more, e.g. --steps 3")
     return value
+
+
+def at_least(minimum: int, example: str) -> Callable[[str], int]:
+    """argparse type for an integer of at least `minimum`; `example` shows a good one (`--steps 3`)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer; write e.g. {example}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}; write {minimum} or more, e.g. {example}")
+        return value
+
+    return parse
 
 
 def load(args: argparse.Namespace) -> RunConfig:

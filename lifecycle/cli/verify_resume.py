@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import cast
 
-from lifecycle.cli._inputs import EXIT_INPUT
+from lifecycle.cli._inputs import EXIT_INPUT, at_least
 from lifecycle.cli._specs import provider_problem
 from lifecycle.megatron.user_providers import NAMES
 from lifecycle.redaction import redact_text
@@ -29,16 +29,6 @@ EXIT_HELP = """exit status: 0 every step is bitwise equal on every rank; 1 a ste
 2 bad command-line or config input, or a config whose checkpoints cannot run here (refused with its reason)."""
 RANKS_S = 900.0
 """How long one run's ranks may take in all (imports, a loaded machine)."""
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; write e.g. --steps 3") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1; write 1 or more, e.g. --steps 3")
-    return value
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,8 +44,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config field"
     )
     p.add_argument("--provider", default="gpt", help=f"model provider: one of {', '.join(NAMES)}, or module:NAME")
-    p.add_argument("--steps", type=_positive, default=3, metavar="K", help="steps before the save, and after it")
-    p.add_argument("--nproc", type=_positive, default=2, help="CPU ranks of each run (default 2)")
+    p.add_argument(
+        "--steps", type=at_least(1, "--steps 3"), default=3, metavar="K", help="steps before the save, and after it"
+    )
+    p.add_argument("--nproc", type=at_least(1, "--nproc 2"), default=2, help="CPU ranks of each run (default 2)")
     p.add_argument("--keep", metavar="DIR", help="keep the checkpoints and logs in DIR (must not exist yet)")
     p.set_defaults(func=run)
 

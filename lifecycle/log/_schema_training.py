@@ -12,6 +12,17 @@ from lifecycle.log._schema_base import Record
 Step = Annotated[int, Meta(description="the training step (1 is the first)")]
 Chunks = Annotated[int, Meta(description="model chunks")]
 Duration = Annotated[float, Meta(description="seconds it took")]
+OptimizerCounts = Annotated[
+    dict[str, object] | UnsetType,
+    Meta(
+        description="the optimizer's counts then: `steps` (Adam's distinct step counts), `loss_scale` (null without a "
+        "grad scaler); absent without an optimizer"
+    ),
+]
+SavedCounts = Annotated[
+    dict[str, object] | UnsetType,
+    Meta(description="the counts the checkpoint was saved with, in the same shape; absent for one saved without them"),
+]
 
 
 class FirstStepFinalized(Record, frozen=True, kw_only=True, tag="first_step_finalized"):
@@ -106,20 +117,8 @@ class StreamsRestored(Record, frozen=True, kw_only=True, tag="streams_restored")
         ),
     ]
     watched: Annotated[int, Meta(description="draw and seed entry points wrapped until the first step")]
-    optimizer: Annotated[
-        dict[str, object] | UnsetType,
-        Meta(
-            description="the optimizer's counts after the load: `steps` (Adam's distinct step counts), "
-            "`loss_scale` (null without a grad scaler); absent without an optimizer"
-        ),
-    ] = UNSET
-    saved_optimizer: Annotated[
-        dict[str, object] | UnsetType,
-        Meta(
-            description="the counts the checkpoint was saved with, in the same shape; absent for a checkpoint saved "
-            "without them"
-        ),
-    ] = UNSET
+    optimizer: OptimizerCounts = UNSET
+    saved_optimizer: SavedCounts = UNSET
 
 
 class StreamsChecked(Record, frozen=True, kw_only=True, tag="streams_checked"):
@@ -135,20 +134,8 @@ class StreamsChecked(Record, frozen=True, kw_only=True, tag="streams_checked"):
         ),
     ]
     streams: Annotated[int, Meta(description="streams hashed")]
-    optimizer: Annotated[
-        dict[str, object] | UnsetType,
-        Meta(
-            description="the optimizer's counts at the first step's start: `steps` (Adam's distinct step counts), "
-            "`loss_scale` (null without a grad scaler); absent without an optimizer"
-        ),
-    ] = UNSET
-    saved_optimizer: Annotated[
-        dict[str, object] | UnsetType,
-        Meta(
-            description="the counts the checkpoint was saved with, in the same shape; absent for a checkpoint saved "
-            "without them"
-        ),
-    ] = UNSET
+    optimizer: OptimizerCounts = UNSET
+    saved_optimizer: SavedCounts = UNSET
     duration_s: Duration
 
 

@@ -109,6 +109,8 @@ def test_bad_input_exits_2_with_one_line_naming_the_field_and_the_fix(
         (["run", "--steps", "-3"], "argument --steps: -3 is negative; write 0 or more"),
         (["run", "--np", "2"], "unrecognized arguments: --np 2"),
         (["run", "--ste", "2"], "unrecognized arguments: --ste 2"),
+        (["verify-resume", "--steps", "0"], "argument --steps: 0 is below 1; write 1 or more, e.g. --steps 3"),
+        (["verify-resume", "--nproc", "two"], "argument --nproc: 'two' is not an integer; write e.g. --nproc 2"),
     ],
 )
 def test_bad_command_lines_exit_2_in_one_line(
@@ -140,3 +142,13 @@ def test_help_says_what_exit_1_and_2_mean_and_offers_only_providers_that_resolve
     assert "1 a problem found by validation" in text and "2 bad command-line or config input" in text
     assert "gpt, copying, gpt-builder, hybrid-builder" in text and "path/to/file.py:function" in text
     assert all(callable(load_provider(name)) for name in NAMES)
+
+
+def test_verify_resume_refuses_a_keep_directory_that_exists_and_touches_nothing_in_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "mine.txt").write_text("user data")
+    assert main(["verify-resume", "--keep", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lifecycle verify-resume: --keep ") and "exists; give a directory that does not exist" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"] and (tmp_path / "mine.txt").read_text() == "user data"
