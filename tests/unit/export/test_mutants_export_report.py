@@ -144,19 +144,21 @@ def test_ranks_half_as_slow_again_share_no_row_with_the_others(tmp_path: Path) -
     ]
 
 
-def test_ranks_within_5_percent_of_the_median_share_its_row(tmp_path: Path) -> None:
-    median = 2**-1.125  # 0.46 s
-    found = rows(
-        load([str(_fleet(tmp_path, [median] * 6 + [0.95 * median] * 3 + [1.05 * median] * 3))]), per_rank_up_to=2
-    )
+@pytest.mark.parametrize("median", [2**-1.125, 2**0.0625])  # 0.46 s and 1.04 s
+def test_ranks_within_5_percent_of_the_median_share_its_row_shown_by_a_median_rank(
+    tmp_path: Path, median: float
+) -> None:
+    times = [median] * 6 + [0.95 * median] * 3 + [1.05 * median] * 3
+    found = rows(load([str(_fleet(tmp_path, times))]), per_rank_up_to=2)
     assert [(row.ranks, row.outlier) for row in found] == [
         ((0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11), None),
         ((9,), "critical chain"),
     ]
+    assert found[0].shown.rank == 0  # the group's most typical rank draws its bars
 
 
 def test_ranks_whose_states_took_no_measurable_time_share_one_row(tmp_path: Path) -> None:
-    found = rows(load([str(_fleet(tmp_path, [0.0] * 6))]), per_rank_up_to=2)
+    found = rows(trace=load([str(_fleet(tmp_path, [0.0] * 6))]), per_rank_up_to=2)
     assert [(row.label, row.outlier) for row in found] == [("5 ranks: 1-5", None), ("rank 0", "critical chain")]
 
 
