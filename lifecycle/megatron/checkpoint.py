@@ -53,6 +53,7 @@ __all__ = [
     "load_checkpoint",
     "load_failure_reason",
     "publish_save",
+    "release_write_queue",
     "save_after_steps",
     "save_checkpoint",
     "saved_optimizer_counts",
@@ -167,10 +168,31 @@ def save_checkpoint(
         if rank0:
             shutil.rmtree(partial, ignore_errors=True)
         raise
+    finally:
+        release_write_queue()
     if rank0:
         publish_save(Path(directory), partial, final, step)
     dist.barrier()
     return final
+
+
+def release_write_queue() -> None:
+    """Shut down the process megatron's checkpoint writer keeps after a save. Its results queue
+    (`dist_checkpointing/strategies/filesystem_async.py`) is served by a spawned `multiprocessing`
+    Manager that lives as long as the rank; a rank killed later (SIGKILL, a launcher's restart) leaves
+    it orphaned, holding the launcher's output pipes open, so the launcher never returns. The next
+    save makes a new one."""
+    try:
+        from megatron.core.dist_checkpointing.strategies import filesystem_async
+    except ImportError:  # pragma: no cover - megatron-core is a dependency
+        return
+    queue = getattr(filesystem_async, "_results_queue", None)
+    if queue is None:
+        return
+    filesystem_async._results_queue = None
+    manager = getattr(queue, "_manager", None)
+    if manager is not None:
+        manager.shutdown()
 
 
 def publish_save(directory: Path, partial: Path, final: Path, step: int) -> None:

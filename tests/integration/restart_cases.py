@@ -68,7 +68,9 @@ def worker_batches() -> Any:
     import torch
     from torch.utils.data import DataLoader
 
-    return iter(DataLoader(torch.arange(64), batch_size=4, num_workers=1))
+    # its own generator: a loader without one draws its base seed from torch's global stream, and one built
+    # between a checkpoint load and the first step moves it (audit rule LA027)
+    return iter(DataLoader(torch.arange(64), batch_size=4, num_workers=1, generator=torch.Generator().manual_seed(0)))
 
 
 def train(fault_cycles: int, fault_step: int, steps: int = 6) -> Any:

@@ -124,8 +124,10 @@ def _records(log_dir: str, *events: str) -> list[dict[str, Any]]:
     return [r for r in map(json.loads, lines) if r["event"] in events]
 
 
-def _save(root: str, provider: str) -> None:
-    """`SAVED` steps of `provider`, saved under root/ck."""
+def _save(root: str, provider: str) -> int:
+    """`SAVED` steps of `provider`, saved under root/ck; the child processes left after the save."""
+    import multiprocessing
+
     from lifecycle.megatron.checkpoint import save_after_steps
     from lifecycle.megatron.train import train_steps
 
@@ -134,6 +136,7 @@ def _save(root: str, provider: str) -> None:
         lc.advance_to(State.CALLBACKS_BOUND)
         train_steps(lc, SAVED)
         save_after_steps(lc, SAVED)
+        return len(multiprocessing.active_children())
 
 
 def _resume(root: str, label: str, hook: Callable[[Lifecycle], None] | None, provider: str = "gpt") -> dict[str, Any]:
@@ -166,8 +169,9 @@ def run_all() -> dict[str, Any]:
     """A save at step 2, then one resume per case; also a fresh run (no load: no window), and a clean
     save and resume of each other shipped provider."""
     root = tempfile.mkdtemp(prefix="resume-")
-    _save(root, "gpt")
+    children = _save(root, "gpt")
     out: dict[str, Any] = {"fresh": _records(f"{root}/fresh", "streams_restored", "streams_checked")}
+    out["children_after_save"] = children
     for label, hook in HOOKS.items():
         out[label] = _resume(root, label, hook)
     out["offset_4565"] = _resume(root, "offset_4565", None)

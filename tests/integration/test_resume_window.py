@@ -100,3 +100,9 @@ def test_an_optimizer_state_built_again_after_the_load_is_named(cases: dict[str,
     assert case["restored"][0]["optimizer"]["steps"] == [2.0]  # the load brought it back; the hook dropped it
     [finding] = case["la027"]
     assert finding.startswith("the optimizer state at the first step is not the checkpoint's: step counts []")
+
+
+def test_a_save_leaves_no_process_of_megatrons_writer_behind(cases: dict[str, Any]) -> None:
+    # megatron's checkpoint writer serves its results queue from a spawned Manager process that would
+    # outlive a rank killed later, holding its launcher's output open (test_restart_torchrun.py hung)
+    assert cases["children_after_save"] == 0
