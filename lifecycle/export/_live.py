@@ -150,6 +150,9 @@ class LiveSpans:
             trigger, begin, stop = trace.unfinished
             children.append((begin, stop, _otlp.unfinished_span(self._tracer, root, trigger, begin)))
             self._end = max(self._end, stop)
+        failure = self._audit.failure
+        if failure is not None and failure.ts is not None:  # a failure logged after the last state's work
+            self._end = max(self._end, failure.ts)
         self._place(root, children, last=True)
         _otlp.finish(root, children, self._audit.failure, bool(children), self._end)
         self._root = None

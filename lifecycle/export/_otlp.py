@@ -132,13 +132,14 @@ def _rank_spans(tracer: Tracer, ids: Ids, rank: RankTrace, attempt: int, segment
     unfinished = rank.unfinished if last_attempt else None
     ends = [s.end for s in segments] + ([unfinished[2]] if unfinished else [])
     start = started.ts if started is not None else min((s.start for s in segments), default=trace.t0)
-    end = max(ends, default=start)
+    failure = rank.audit.failure if last_attempt else None
+    end = max([*ends, *([failure.ts] if failure is not None and failure.ts is not None else [])], default=start)
     root = tracer.start_span(ROOT, start_time=nanos(start), attributes=root_attributes(rank, attempt, started))
     children = [(seg.start, seg.end, child_span(tracer, root, seg, rank.counts)) for seg in segments]
     if unfinished is not None:
         children.append((unfinished[1], unfinished[2], unfinished_span(tracer, root, unfinished[0], unfinished[1])))
-    place_events(rank.marks, root, children, start, end)
-    finish(root, children, rank.audit.failure if last_attempt else None, unfinished is not None, end)
+    place_events(rank.marks, root, children, start, end)  # `end` reaches the failure: its record is placed
+    finish(root, children, failure, unfinished is not None, end)
 
 
 def child_span(tracer: Tracer, root: Span, seg: Segment, counts: dict[str, dict[str, int]]) -> Span:

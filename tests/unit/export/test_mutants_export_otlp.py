@@ -71,6 +71,8 @@ def test_spans_are_in_unix_nanoseconds_and_say_the_run_the_process_and_where_a_v
     assert (resource["lifecycle.run_id"], resource["service.instance.id"]) == ("run-o", "run-o:0")
     events = sorted(e.name for e in validated.events)  # the records at its start and end, the first's finding
     assert events == ["LA012", "tripwire_violation", "tripwire_violation"]
+    [failed] = [e for e in root.events if e.name == "peer_failed"]  # logged after the last state's work
+    assert abs(failed.timestamp - (int(T) + 7) * NS) < 1000 and failed.attributes["lifecycle.peer_rank"] == 1
     assert all(s.context.is_valid for s in found.values())  # W3C ids: 128-bit trace, 64-bit span, not 0
 
 
