@@ -113,7 +113,6 @@ def _parts(root: Path) -> dict[str, list[str]]:
 def _verify(configs: dict[str, dict[str, object]], args: argparse.Namespace) -> int:
     from lifecycle.engine.launch import run_ranks
     from lifecycle.errors import RankFailed
-    from lifecycle.megatron.verify import run_part
 
     runs: dict[str, list[dict[str, object]]] = {}
     for part, steps in (("first", args.steps), ("second", args.steps), ("whole", 2 * args.steps)):
@@ -170,3 +169,38 @@ def _window_line(window: object) -> str:
         "the optimizer's counts are the checkpoint's" if same else "the optimizer's counts are NOT the checkpoint's"
     )
     return f"the window from the load to step {window.get('step')}: no random stream moved; {counts}"
+
+
+def run_part(config_data: dict[str, object], provider_spec: str, steps: int, save: bool) -> dict[str, object]:
+    """On one rank: start up (loading `checkpoint.load` when the config names one), train `steps`
+    steps with a digest after each, save to `checkpoint.save` when `save`; the digests and, after a
+    load, the resume window's `streams_checked` fields."""
+    import dataclasses
+    import warnings
+
+    from lifecycle.config import RunConfig
+    from lifecycle.engine import Lifecycle
+    from lifecycle.megatron.checkpoint import save_after_steps
+    from lifecycle.megatron.train import checkpoint_step, train_steps
+    from lifecycle.megatron.user_providers import Provider
+    from lifecycle.megatron.verify import StepDigest, digest
+    from states import State
+
+    warnings.simplefilter("ignore")
+    digests: list[StepDigest] = []
+    with Lifecycle(RunConfig.from_dict(config_data), Provider.of(provider_spec)) as lc:
+        lc.advance_to(State.CALLBACKS_BOUND)
+        start = checkpoint_step(lc.runtime)
+        train_steps(lc, steps, on_step=lambda result: digests.append(digest(lc, result.step, result.loss)))
+        if save:
+            save_after_steps(lc, start + steps)
+        log = str(lc.log_path)
+    return {"steps": [dataclasses.asdict(d) for d in digests], "window": _window(log)}
+
+
+def _window(log: str) -> dict[str, object] | None:
+    import orjson
+
+    with open(log, "rb") as f:
+        records = [orjson.loads(line) for line in f if b'"streams_checked"' in line]
+    return records[0] if records else None

@@ -1,10 +1,11 @@
 """`lifecycle verify-resume`'s rank work: train, and after each step a digest of what a resume must
 reproduce bit for bit (imports torch: only the ranks load it).
 
-A run is one of three parts, each in fresh processes (`lifecycle.cli.verify_resume`):
+A run is one of three parts, each in fresh processes (`lifecycle.cli.verify_resume`, which trains):
 `whole` trains 2K steps; `first` trains K and saves; `second` loads that save and trains K more. After
-each step the rank records its loss (`repr`, so every bit counts), the norm of this rank's gradients,
-and a short hash of every parameter and every optimizer state tensor, by name.
+each step the rank records (`digest`) its loss (`repr`, so every bit counts), the norm of this rank's
+gradients, and a short hash of every parameter and every optimizer state tensor, by name;
+`first_difference` compares the histories.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ if TYPE_CHECKING:
     import torch
 
     from lifecycle.megatron.steps import Driver
-
-PARTS = ("whole", "first", "second")
 
 
 @dataclass(slots=True)
@@ -79,40 +78,6 @@ def _optimizer_tensors(optimizer: object, names: dict[int, str]) -> dict[str, st
 
 def _short(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
-
-
-def run_part(config_data: dict[str, object], provider_spec: str, steps: int, save: bool) -> dict[str, object]:
-    """On one rank: start up (loading `checkpoint.load` when the config names one), train `steps`
-    steps with a digest after each, save to `checkpoint.save` when `save`; the digests and, after a
-    load, the resume window's `streams_checked` fields."""
-    import dataclasses
-    import warnings
-
-    from lifecycle.config import RunConfig
-    from lifecycle.engine import Lifecycle
-    from lifecycle.megatron.checkpoint import save_after_steps
-    from lifecycle.megatron.train import checkpoint_step, train_steps
-    from lifecycle.megatron.user_providers import Provider
-    from states import State
-
-    warnings.simplefilter("ignore")
-    digests: list[StepDigest] = []
-    with Lifecycle(RunConfig.from_dict(config_data), Provider.of(provider_spec)) as lc:
-        lc.advance_to(State.CALLBACKS_BOUND)
-        start = checkpoint_step(lc.runtime)
-        train_steps(lc, steps, on_step=lambda result: digests.append(digest(lc, result.step, result.loss)))
-        if save:
-            save_after_steps(lc, start + steps)
-        log = str(lc.log_path)
-    return {"steps": [dataclasses.asdict(d) for d in digests], "window": _window(log)}
-
-
-def _window(log: str) -> dict[str, object] | None:
-    import orjson
-
-    with open(log, "rb") as f:
-        records = [orjson.loads(line) for line in f if b'"streams_checked"' in line]
-    return records[0] if records else None
 
 
 def first_difference(whole: list[list[dict[str, object]]], resumed: list[list[dict[str, object]]]) -> str | None:
