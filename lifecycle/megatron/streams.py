@@ -30,9 +30,10 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    import numpy
     import torch
 
 ENTRY_POINTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -59,27 +60,24 @@ def _hash(data: bytes) -> str:
 
 
 def digests() -> dict[str, str]:
-    """A short hash of each random stream's state, by name (`python`, `numpy`, `torch`, `cuda:<i>`,
-    `megatron:<tracker state>`)."""
-    import random
-
-    import torch
-
-    out = {"python": _hash(pickle.dumps(random.getstate()))}
-    try:
-        import numpy
-    except ImportError:  # pragma: no cover - numpy comes with torch here
-        pass
-    else:
-        kind, keys, pos, has_gauss, cached = numpy.random.get_state()
-        out["numpy"] = _hash(repr((kind, pos, has_gauss, cached)).encode() + keys.tobytes())
-    out["torch"] = _hash(torch.get_rng_state().numpy().tobytes())
-    if torch.cuda.is_initialized():
-        for device, state in enumerate(torch.cuda.get_rng_state_all()):
-            out[f"cuda:{device}"] = _hash(state.cpu().numpy().tobytes())
-    for name, state in sorted(_tracker_states().items()):
-        out[f"megatron:{name}"] = _hash(state.cpu().numpy().tobytes())
+    """A short hash of each random stream `capture` holds, by name (`python`, `numpy`, `torch`,
+    `cuda:<i>`, `megatron:<tracker state>`): the streams a checkpoint saves are the ones checked."""
+    state = capture()
+    kind, keys, pos, has_gauss, cached = cast("tuple[object, numpy.ndarray, int, int, float]", state["numpy"])
+    out = {
+        "python": _hash(pickle.dumps(state["python"])),
+        "numpy": _hash(repr((kind, pos, has_gauss, cached)).encode() + keys.tobytes()),
+        "torch": _hash(_tensor_bytes(cast("torch.Tensor", state["torch"]))),
+    }
+    for device, tensor in enumerate(cast("list[torch.Tensor]", state.get("cuda", []))):
+        out[f"cuda:{device}"] = _hash(_tensor_bytes(tensor))
+    for name, tensor in sorted(cast("dict[str, torch.Tensor]", state["tracker"]).items()):
+        out[f"megatron:{name}"] = _hash(_tensor_bytes(tensor))
     return out
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+    return bytes(tensor.cpu().numpy().tobytes())
 
 
 def _tracker_states() -> dict[str, torch.Tensor]:
@@ -136,12 +134,17 @@ def optimizer_counts(optimizer: object) -> dict[str, object]:
     (None without a grad scaler)."""
     steps: set[float] = set()
     scales: list[float] = []
-    for inner in getattr(optimizer, "chained_optimizers", None) or [optimizer]:
+    for inner in inner_optimizers(optimizer):
         states = getattr(getattr(inner, "optimizer", None), "state", {})
         steps.update(float(state["step"]) for state in states.values() if "step" in state)
         if getattr(inner, "grad_scaler", None) is not None:
-            scales.append(float(inner.get_loss_scale()))
+            scales.append(float(inner.get_loss_scale()))  # type: ignore[attr-defined]  # it has a grad scaler
     return {"steps": sorted(steps), "loss_scale": scales[0] if scales else None}
+
+
+def inner_optimizers(optimizer: object) -> list[object]:
+    """A ChainedOptimizer's optimizers, or the optimizer itself."""
+    return list(getattr(optimizer, "chained_optimizers", None) or [optimizer])
 
 
 def family(stream: str) -> str:

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from lifecycle.megatron.streams import inner_optimizers
+
 if TYPE_CHECKING:
     import torch
 
@@ -62,7 +64,7 @@ def _optimizer_tensors(optimizer: object, names: dict[int, str]) -> dict[str, st
     """Each optimizer's parameters that are not the model's (fp32 main copies, distributed shards)
     and every state tensor, by the model parameter's name where it is one."""
     out: dict[str, str] = {}
-    for position, inner in enumerate(getattr(optimizer, "chained_optimizers", None) or [optimizer]):
+    for position, inner in enumerate(inner_optimizers(optimizer)):
         torch_optimizer = getattr(inner, "optimizer", None)
         groups = getattr(torch_optimizer, "param_groups", [])
         params = [param for group in groups for param in group["params"]]
