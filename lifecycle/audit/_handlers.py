@@ -9,7 +9,7 @@ from __future__ import annotations
 from sys import intern
 from typing import cast
 
-from lifecycle.audit import _cycles, _failures, _ordering, _resume, _settings, _steps
+from lifecycle.audit import _cycles, _failures, _groups, _ordering, _resume, _settings, _steps
 from lifecycle.audit._fields import DECLARED, Handler, Record, reads
 from lifecycle.audit._records import Segment, unreadable
 from lifecycle.audit._rules import RuleId
@@ -62,8 +62,9 @@ def _trigger(audit: RankState, rec: Record) -> str:
     return _TRIGGERS.get(trigger) or intern(trigger)
 
 
-@reads("attempt", "plan", "target")
+@reads("attempt", "plan", "target", "host")
 def started(audit: RankState, rec: Record, ts: float) -> None:
+    audit.host = _optional_str(audit, rec, "host")
     attempt = rec.get("attempt")
     if type(attempt) is int and attempt > 0:  # a new attempt continuing this log
         _new_attempt(audit)
@@ -346,6 +347,8 @@ HANDLERS: dict[str, Handler] = {
     events.MODEL_BUILT: model_built,
     events.SETTINGS_CHECKED: _settings.settings_checked,
     events.STREAMS_CHECKED: _resume.streams_checked,
+    events.TIMEOUTS_READ: _groups.timeouts_read,
+    events.GROUP_CREATED: _groups.group_created,
     events.CALLBACKS_BOUND: callbacks_bound,
     events.CALLBACKS_UNBOUND: callbacks_unbound,
     events.STEP_COMPLETED: step_completed,
@@ -366,6 +369,8 @@ DECLARED[_cycles.cycle_started] = _cycles.STARTED
 DECLARED[_cycles.cycle_ended] = _cycles.ENDED
 DECLARED[_settings.settings_checked] = _settings.READS
 DECLARED[_resume.streams_checked] = _resume.READS
+DECLARED[_groups.timeouts_read] = _groups.TIMEOUTS
+DECLARED[_groups.group_created] = _groups.CREATED
 
 READS: dict[str, tuple[str, ...]] = {event: DECLARED[handler] for event, handler in HANDLERS.items()}
 """The fields each event's handler reads besides the envelope (`event`, `ts`, ...), from its `@reads`:

@@ -59,6 +59,8 @@ class RuleId:
     WORLD_SHRUNK: Final = "LA025"
     SETTING_NOT_LANDED: Final = "LA026"
     RESUME_DIVERGED: Final = "LA027"
+    GROUP_TIMEOUT: Final = "LA028"
+    GROUP_AFTER_BINDING: Final = "LA029"
     STEP_WITHOUT_BINDING: Final = "LA030"
     FIRST_STEP_UNCHECKED: Final = "LA031"
 
@@ -192,6 +194,17 @@ RULES: tuple[Rule, ...] = (
         slug="resume-diverged",
         summary="between a checkpoint load and the first step a random stream moved, or the first step does not "
         "continue the checkpoint's",
+    ),
+    Rule(
+        id=RuleId.GROUP_TIMEOUT,
+        slug="group-timeout",
+        summary="a process group's timeout, read back from the group, is not startup.timeout_s (a new_group "
+        "without timeout= takes the backend's default, not the world's)",
+    ),
+    Rule(
+        id=RuleId.GROUP_AFTER_BINDING,
+        slug="group-after-binding",
+        summary="a process group was created after CALLBACKS_BOUND: its communicator is made lazily, inside a step",
     ),
     Rule(
         id=RuleId.STEP_WITHOUT_BINDING,

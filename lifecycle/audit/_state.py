@@ -25,6 +25,7 @@ class RankState:
         "_findings",
         "attempt_no",
         "bound_steps",
+        "configured_timeout_s",
         "counts",
         "cut",
         "cycles",
@@ -34,6 +35,7 @@ class RankState:
         "first_step_logged",
         "first_ts",
         "generation",
+        "host",
         "last_ts",
         "line",
         "model_gen",
@@ -73,8 +75,7 @@ class RankState:
         self.envelope: tuple[object, ...] = ()  # (generation, rank, run_id, world_size)
         self.next_seq = 0
         self.prev: str | None = GENESIS
-        self.records = 0
-        self.line = 0
+        self.records, self.line = 0, 0
         self.cut = False
         self.first_ts: float | None = None
         self.last_ts: float | None = None
@@ -84,14 +85,15 @@ class RankState:
         self.trains: str | None = TRAINS_AT.get(self.target)  # where steps belong (None: nowhere)
         self.validated = False
         self.fingerprint: str | None = None
+        self.host: str | None = None  # lifecycle_started's
+        self.configured_timeout_s: float | None = None  # timeouts_read's
         self.open_trigger: str | None = None
         self.open_start = 0.0
         self.model_gen = False
         self.model_id: str | None = None
         self.old_model_id: str | None = None
         self.rebind_pending = False
-        self.rebuilt = False
-        self.rebind_line = 0
+        self.rebuilt, self.rebind_line = False, 0
         self.shut = False
         self.signalled: str | None = None  # the signal a `signal_received` logged (stopped from outside)
         self.bound_steps, self.first_step_logged = 0, True

@@ -105,6 +105,15 @@ def unknown_identity(environ: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
+def job_id(environ: Mapping[str, str] | None = None) -> str | None:
+    """The job every rank of it is told it belongs to: LIFECYCLE_RUN_ID, else the first launcher's
+    run id (torchrun's rendezvous id, Open MPI's job, SLURM's job and step); None when none says."""
+    env = _env(environ)
+    if env.get("LIFECYCLE_RUN_ID") and env["LIFECYCLE_RUN_ID"] != "none":
+        return env["LIFECYCLE_RUN_ID"]
+    return next((run_id for launcher in LAUNCHERS if (run_id := launcher.run_id(env))), None)
+
+
 def launcher_run_id(environ: Mapping[str, str] | None = None) -> str | None:
     """The run id the launchers give every rank of the job (the first that gives one), else the
     rendezvous address; None for a lone process."""
@@ -146,6 +155,7 @@ __all__ = [
     "identity_variables",
     "implied_identity",
     "inside_torchrun",
+    "job_id",
     "launcher_run_id",
     "local_rank",
     "port_for",

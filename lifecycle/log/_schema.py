@@ -26,6 +26,7 @@ from lifecycle.log._schema_faults import (
     StateTimeout,
     WarningRecorded,
 )
+from lifecycle.log._schema_groups import GroupCreated, TimeoutsRead
 from lifecycle.log._schema_startup import (
     CallbacksBound,
     CallbacksUnbound,
@@ -84,6 +85,8 @@ _ORDER: tuple[type[Record], ...] = (  # the order of docs/log-format.md's table:
     RehearsalEnabled,
     RehearsalDisabled,
     DistributedInitialized,
+    TimeoutsRead,
+    GroupCreated,
     ModelBuilt,
     SettingsChecked,
     CallbacksBound,

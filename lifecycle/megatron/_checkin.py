@@ -1,6 +1,7 @@
 """The rank watch's check-in (ranks.py): each rank's writes, the wait for all, and what a rank then
 learns of its node. Keys as ranks.py lists them; every function here is a few store operations per rank
-(register: 4, a node's first rank 3 more, the last rank 2 more; the wait: 1; join: 3), once per initialization."""
+(register: 4 and 1 for the world, a node's first rank 3 more, the last rank 2 more; the wait: 1 and
+1 for the gate; join: 3), once per initialization."""
 
 from __future__ import annotations
 
@@ -15,15 +16,19 @@ from lifecycle.megatron._board import Board, board_root
 from lifecycle.megatron._failure import rank_list
 from lifecycle.megatron._liveness import host_key, identity, local_pids
 from lifecycle.megatron._node import Node, NodeLeader
+from lifecycle.megatron._world import World, agree, gate
 
 if TYPE_CHECKING:
     from torch.distributed import Store
 
 
-def register(store: Store, rank: int, world_size: int, node: str) -> int | None:
+def register(store: Store, rank: int, world_size: int, node: str, world: World | None = None) -> int | None:
     """This rank's check-in writes; the first on its node leads it (draws the board's name and its
     ring index, and writes its first beat): its index, else None. The last to arrive makes `first`
-    (empty, so a leader's `multi_get` never blocks on it) and opens the gate."""
+    (empty, so a leader's `multi_get` never blocks on it) and opens the gate. First of all, `world`
+    (when given) must agree with the first rank's (`_world.agree`: 1 operation)."""
+    if world is not None:
+        agree(store, world)
     key = host_key(node)
     n = int(store.add(key, 1))
     entry, index = identity(rank), None
@@ -36,17 +41,24 @@ def register(store: Store, rank: int, world_size: int, node: str) -> int | None:
     store.set(f"checkin/{rank}", b"1")
     if int(store.add("arrived", 1)) >= world_size:
         store.compare_set("first", b"", b"")
-        store.set("all_arrived", b"1")
+        store.compare_set("all_arrived", b"", b"1")  # a conflict written there stays
     return index
 
 
-def await_all(store: Store, timeout_s: float, *, interruptible: bool) -> None:
+def await_all(store: Store, timeout_s: float, *, interruptible: bool, world: World | None = None) -> None:
     """Until every rank has checked in, at most `timeout_s`. Interruptible: polled, 1 ms at first
     and doubling to 0.1 s, so the wrapper's restart request lands within 0.1 s (in one wait in
-    the store it landed only at the deadline, `startup.timeout_s`: measured)."""
+    the store it landed only at the deadline, `startup.timeout_s`: measured). With `world`, the
+    gate is read once (`_world.gate`): a rank of another world may have closed it."""
     if not interruptible:
         store.wait(["all_arrived"], timedelta(seconds=timeout_s))
-        return
+    else:
+        _poll_gate(store, timeout_s)
+    if world is not None:
+        gate(store, world)
+
+
+def _poll_gate(store: Store, timeout_s: float) -> None:
     deadline, pause = time.monotonic() + timeout_s, 0.001
     while not store.check(["all_arrived"]):
         if time.monotonic() >= deadline:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 HOST = socket.gethostname()
 
@@ -93,3 +94,19 @@ def connection_lost(exc: BaseException) -> bool:
     """gloo's error when a peer process went away mid-collective."""
     text = str(exc).lower()
     return any(words in text for words in ("connection closed by peer", "connection reset", "broken pipe"))
+
+
+def await_store_host(addr: str, port: int, timeout_s: float) -> None:
+    """Wait until the store's host accepts connections, or raise TimeoutError after `timeout_s`.
+
+    TCPStore's own client retries past its timeout (about twice it, measured on torch 2.13).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((addr, port), timeout=min(1.0, timeout_s)).close()
+            return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{addr}:{port} accepted no connection in {timeout_s:g} s") from None
+            time.sleep(0.2)

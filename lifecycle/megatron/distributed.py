@@ -13,8 +13,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import socket
-import time
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from types import ModuleType
@@ -24,10 +22,14 @@ from lifecycle import launchers
 from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
+from lifecycle.megatron._liveness import await_store_host as await_store_host  # public here too
 from lifecycle.megatron._liveness import is_timeout
+from lifecycle.megatron._world import World as World  # public here too (simulate counts it)
+from lifecycle.megatron._world import checked
 from lifecycle.megatron.lone import lone_watch
 from lifecycle.megatron.ranks import RankWatch
 from lifecycle.megatron.rehearsal import Rehearsal, is_active, start_rehearsal
+from lifecycle.megatron.timeouts import GroupWatch, log_timeouts
 from lifecycle.runtime import Closeable, PhaseContext, Runtime, rank_of, world_size_of
 from states import SideEffect
 
@@ -107,7 +109,7 @@ def checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int
     """The rendezvous store once every rank has checked in, and the started watcher."""
     import torch.distributed as dist
 
-    timeout_s = config.startup.timeout_s
+    timeout_s, mine = config.startup.timeout_s, checked(rank, world, ctx.runtime.generation)  # one world (_world.py)
     agent = launchers.agent_store()  # then torchrun hosts the store
     provided = _provided_store(ctx)
     try:
@@ -128,6 +130,7 @@ def checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int
         store_host=None if agent else 0,  # its own connection
         exit_process=stay_alive if provided is not None else os._exit,
         interruptible=provided is not None,
+        world=mine,
     )
     watch.check_in(ctx)
     watch.start()
@@ -209,22 +212,6 @@ def _no_rendezvous() -> tuple[str, int]:
         "(or `lifecycle run --nproc N`), or set MASTER_ADDR and MASTER_PORT",
         field="parallel.world_size",
     )
-
-
-def await_store_host(addr: str, port: int, timeout_s: float) -> None:
-    """Wait until the store's host accepts connections, or raise TimeoutError after `timeout_s`.
-
-    TCPStore's own client retries past its timeout (about twice it, measured on torch 2.13).
-    """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            socket.create_connection((addr, port), timeout=min(1.0, timeout_s)).close()
-            return
-        except OSError:
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{addr}:{port} accepted no connection in {timeout_s:g} s") from None
-            time.sleep(0.2)
 
 
 def init_parallel_state(ctx: PhaseContext, config: RunConfig) -> dict[str, int]:
@@ -323,6 +310,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     refuse_if_initialized()
     on, reason, rehearsal = _rehearsal(ctx, config, bool(torch.cuda.is_available()))
     watch: RankWatch | None = None
+    groups_watch = GroupWatch().installed() if config.backend != "fake" else None  # who creates each group
     try:
         ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
         rank, world, watch = init_process_group(ctx, config, real_cuda=not on)
@@ -331,12 +319,16 @@ def enter(ctx: PhaseContext) -> Runtime:
             coords = init_parallel_state(ctx, config)
             _seed(ctx, config, coords["pp"])
             groups = ProcessGroupCollection.use_mpu_process_groups()
+        _log_initialized(ctx, config, coords)
+        if groups_watch is not None:
+            log_timeouts(ctx.emit, config.startup.timeout_s, groups_watch, watch_s=watch.timeout_s if watch else None)
     except BaseException:
         if watch is not None:
             watch.stop()
+        if groups_watch is not None:
+            groups_watch.close()
         _undo(rehearsal)
         raise
-    _log_initialized(ctx, config, coords)
     return dataclasses.replace(
         ctx.runtime,
         distributed=True,
@@ -346,6 +338,7 @@ def enter(ctx: PhaseContext) -> Runtime:
         pg_collection=groups,
         rehearsal=rehearsal,
         rank_watch=watch,
+        group_watch=groups_watch,
     )
 
 
@@ -380,6 +373,8 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     if watch is not None:
         barrier = None if failed else watch.phase(ctx, "SHUT_DOWN")
     rehearsal = runtime.rehearsal
+    if runtime.group_watch is not None:
+        runtime.group_watch.close()
     try:
         if runtime.distributed:
             _undo(rehearsal, barrier=barrier)
@@ -397,4 +392,5 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
         pg_collection=None,
         rehearsal=None,
         rank_watch=None,
+        group_watch=None,
     )

@@ -1,6 +1,7 @@
 """Deadlines, check-in and failure broadcast for the collective states (docs/failures.md).
 
 Keys, under this initialization's rendezvous prefix and `ranks/`:
+    world            the first rank's job and world size: a rank of another world fails at once (`_world.py`)
     checkin/<rank>   each rank, before `init_process_group`
     host/<node>[/n]  a count of the ranks on node <node>, and the n-th one's `rank:pid`; the first one
                      leads the node, and its entry is `rank:pid:nonce:index` (the node-local board's
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from lifecycle.errors import DistributedError
 from lifecycle.log import events
-from lifecycle.megatron import _checkin
+from lifecycle.megatron import _checkin, _world
 from lifecycle.megatron._failure import Failure, rank_list, read_first
 from lifecycle.megatron._liveness import HOST, connection_lost, is_timeout, kind_of, store_closed
 from lifecycle.megatron._node import Node
@@ -71,13 +72,14 @@ class RankWatch:
         interruptible: bool = False,
         node: str | None = None,
         board_dir: str | None = None,
+        world: _world.World | None = None,
     ) -> None:
-        """`interruptible`: under an in-process restart wrapper (its restart request is raised between
-        bytecodes): the check-in waits in short steps. `node`: this rank's node (the host by default);
-        `board_dir`: where the node-local board lives (the temp directory by default)."""
-        self.store, self.rank, self.world_size, self.timeout_s = store, rank, world_size, timeout_s
+        """`interruptible`: under an in-process restart wrapper the check-in waits in short steps. `node`: this
+        rank's node (the host by default); `board_dir`: the node-local board's place (the temp directory by
+        default); `world`: what this rank believes its world is, agreed at check-in (`_world.py`)."""
+        self.store, self.rank, self.world_size, self.timeout_s, self.world = store, rank, world_size, timeout_s, world
         self.interruptible, self.node, self._board_dir = interruptible, HOST if node is None else node, board_dir
-        self.poll_s, self.grace_s, self.store_host = poll_s, grace_s, store_host
+        self.poll_s, self.grace_s, self.store_host, self._state = poll_s, grace_s, store_host, "DISTRIBUTED"
         self.stale_s = max(5.0, min(8.0, timeout_s / 4))
         """A rank (or node) whose heartbeat stood still this long is lost."""
         self.lost_s = max(1.0, 2 * poll_s)
@@ -86,8 +88,7 @@ class RankWatch:
         """How often a node's leader talks to the store; how long a node may be silent (`join_node`)."""
         self._watcher_store, self._exit, self._lock = watcher_store, exit_process, threading.Lock()
         self._active: ActiveWork | None = None
-        self._state = "DISTRIBUTED"  # what the main thread's work is in (the board shows it)
-        self._noticed: tuple[Failure, float] | None = None
+        self._noticed: tuple[Failure, float] | None = None  # `_state`: what the main thread's work is in
         self._store_gone, self.failed, self._stop = False, False, threading.Event()
         self._thread: threading.Thread | None = None
         self._node = Node(peers={}, leader=None, board=None)  # what `join_node` learns
@@ -110,7 +111,6 @@ class RankWatch:
     def nodes(self) -> int:  # after `join_node` (1 before)
         return self._node.nodes
 
-    # -- check-in -----------------------------------------------------------------------------
     def check_in(self, ctx: PhaseContext) -> None:
         """Register this rank and wait until all have; on the deadline log `state_timeout` and raise."""
         self.register()
@@ -124,11 +124,11 @@ class RankWatch:
 
     def register(self) -> None:
         """This rank's check-in writes (`_checkin.register`); the first on its node leads it."""
-        self._own_index = _checkin.register(self.store, self.rank, self.world_size, self.node)
+        self._own_index = _checkin.register(self.store, self.rank, self.world_size, self.node, self.world)
 
     def await_all(self) -> None:
         """Until every rank has checked in, at most `timeout_s` (polled when `interruptible`)."""
-        _checkin.await_all(self.store, self.timeout_s, interruptible=self.interruptible)
+        _checkin.await_all(self.store, self.timeout_s, interruptible=self.interruptible, world=self.world)
 
     def join_node(self) -> None:
         """After every rank checked in: this node's ranks, leader, board, the node count and the round."""
@@ -143,8 +143,7 @@ class RankWatch:
         if self._own_index is None:
             ctx.emit(events.STATE_TIMEOUT, state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=self.timeout_s)
             return _checkin.timed_out(self.world_size, self.timeout_s, arrived=int(self.store.add("arrived", 0)))
-        missing = self.missing()
-        self._timed_out(ctx.emit, ctx.trigger.value, "DISTRIBUTED", missing, rendezvous=True)
+        self._timed_out(ctx.emit, ctx.trigger.value, "DISTRIBUTED", missing := self.missing(), rendezvous=True)
         return _checkin.timed_out(self.world_size, self.timeout_s, missing=missing)
 
     def missing(self) -> list[int]:  # ranks not checked in (about 2·m·log2(N) operations for m of N)

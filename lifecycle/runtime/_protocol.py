@@ -115,6 +115,8 @@ class Runtime:
     pg_collection: ProcessGroupCollection | None = None
     rank_watch: Watch | None = None
     """DISTRIBUTED's rank watch (multi-rank gloo/nccl only)."""
+    group_watch: Closeable | None = None
+    """DISTRIBUTED's wrapper of `new_group` (gloo/nccl): it logs every group created later."""
     rendezvous_store: Store | None = None
     """A store someone else hosts (`Lifecycle.provide`: the restart wrapper's store for this cycle);
     DISTRIBUTED rendezvouses on it instead of MASTER_ADDR/MASTER_PORT."""

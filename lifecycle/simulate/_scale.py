@@ -180,6 +180,7 @@ def _watches(
     host: StoreHost, ranks: int, ranks_per_node: int, board: str, *, timeout_s: float, poll_s: float
 ) -> list[RankWatch]:
     """One real `RankWatch` a rank, each on its own connection to `host`, boards under `board`."""
+    from lifecycle.megatron.distributed import World
     from lifecycle.megatron.ranks import RankWatch
 
     watches = []
@@ -196,6 +197,7 @@ def _watches(
                 exit_process=_no_exit,
                 node=f"node{rank // ranks_per_node}",
                 board_dir=board,
+                world=World(job="simulated", world_size=ranks, endpoint="simulated", generation=0, rank=rank),
             )
         )
     return watches

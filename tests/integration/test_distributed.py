@@ -178,6 +178,7 @@ def test_two_gloo_ranks_start_rehearsed_and_log_rank_and_groups(two: list[dict[s
             "services_ready",
             "rehearsal_enabled",
             "distributed_initialized",
+            "timeouts_read",
         ]
         assert r["side_effects"] == [
             "tokenizer",

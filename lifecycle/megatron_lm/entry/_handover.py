@@ -73,6 +73,8 @@ def releasing_distributed(handover: HandOver, ctx: PhaseContext, release: Entry)
         if runtime.rank_watch is not None:
             runtime.rank_watch.stop()
     finally:
+        if runtime.group_watch is not None:
+            runtime.group_watch.close()
         if runtime.rehearsal is not None:
             runtime.rehearsal.close()
     ctx.emit(
@@ -87,6 +89,7 @@ def releasing_distributed(handover: HandOver, ctx: PhaseContext, release: Entry)
         pg_collection=None,
         rehearsal=None,
         rank_watch=None,
+        group_watch=None,
     )
 
 

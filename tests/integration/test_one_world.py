@@ -1,0 +1,93 @@
+"""One world (issue 38): ranks of two jobs that share a rendezvous endpoint, or ranks launched with
+different WORLD_SIZEs, fail at once in DISTRIBUTED, each naming both worlds, instead of waiting
+there until `startup.timeout_s` (60 s here). Real processes on one real TCPStore."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle.audit import audit
+from lifecycle.engine.launch import free_port
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def launch(tmp: Path, ranks: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Start one child per entry of `ranks` (its RANK, WORLD_SIZE, LIFECYCLE_RUN_ID) on one endpoint;
+    their JSON lines, in the same order."""
+    port = str(free_port())
+    children = []
+    for i, env in enumerate(ranks):
+        full = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "LOCAL_RANK": "0", **env}
+        log_dir = tmp / f"logs-{i}"
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.integration.world_child", str(log_dir)],
+                cwd=ROOT,
+                env=full,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+    outs = []
+    for child in children:
+        stdout, _ = child.communicate(timeout=240)
+        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    return outs
+
+
+def failed_within(tmp: Path, limit_s: float) -> float:
+    """Seconds from the last rank entering DISTRIBUTED to the last rank's failure, from the logs."""
+    entered, failed = [], []
+    for log in tmp.glob("logs-*/**/rank-*.jsonl"):
+        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        entered += [
+            r["ts"]
+            for r in records
+            if r.get("event") == "transition_started" and r.get("trigger") == "init_distributed"
+        ]
+        failed += [r["ts"] for r in records if r.get("event") == "transition_failed"]
+    assert len(failed) == 2, failed
+    waited = max(failed) - max(entered)
+    assert waited < limit_s, f"the ranks waited {waited:.1f} s: they were left to the timeout"
+    return waited
+
+
+def test_two_jobs_on_one_endpoint_both_fail_at_once_naming_both_jobs(tmp_path: Path) -> None:
+    outs = launch(
+        tmp_path,
+        [
+            {"RANK": "0", "WORLD_SIZE": "2", "LIFECYCLE_RUN_ID": "job-alpha"},
+            {"RANK": "1", "WORLD_SIZE": "2", "LIFECYCLE_RUN_ID": "job-beta"},
+        ],
+    )
+    for out in outs:
+        assert out["ok"] is False and out["type"] == "DistributedError", out
+        assert "two worlds met" in out["error"] and "'job-alpha'" in out["error"] and "'job-beta'" in out["error"]
+    failed_within(tmp_path, 30.0)
+
+
+def test_ranks_told_different_world_sizes_both_fail_at_once_naming_both_sizes(tmp_path: Path) -> None:
+    outs = launch(
+        tmp_path,
+        [
+            {"RANK": "0", "WORLD_SIZE": "2", "LIFECYCLE_RUN_ID": "job-gamma"},
+            {"RANK": "1", "WORLD_SIZE": "3", "LIFECYCLE_RUN_ID": "job-gamma"},
+        ],
+    )
+    for out in outs:
+        assert out["ok"] is False and out["type"] == "DistributedError", out
+        assert "of 2 ranks" in out["error"] and "of 3 ranks" in out["error"]
+    failed_within(tmp_path, 30.0)
+    result = audit([str(log) for log in tmp_path.glob("logs-*/**/rank-*.jsonl")])
+    assert result.root_causes and "two worlds met" in result.root_causes[0].message, result
+    print(outs[0]["error"])

@@ -1,0 +1,73 @@
+"""The process-group records read back: a group whose timeout is not `startup.timeout_s` is LA028
+(shorter: ranks waiting in it are ended before the state's budget, Megatron-Bridge #4011; longer: the
+watch ends the wait first), and a group created after CALLBACKS_BOUND is LA029. A group the lifecycle
+corrected (`corrected_from`) is no finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from audit_logs import engine_rank
+
+from lifecycle.audit import audit
+from states import State
+
+MEGATRONS = "megatron.core.parallel_state:initialize_model_parallel:1465"
+
+
+def group(name: str, timeout_s: float, **more: object) -> dict[str, object]:
+    return {"name": name, "backend": "cpu:gloo", "size": 2, "timeout_s": timeout_s, "created_by": MEGATRONS, **more}
+
+
+def findings(
+    log_dir: Path, groups: list[dict[str, object]], *, world_s: float = 600.0, later: float | None = None
+) -> list[tuple[str, str]]:
+    lc = engine_rank(log_dir, 0, 1)
+    lc.advance_to(State.DISTRIBUTED)
+    lc.record(
+        "timeouts_read", configured_s=600.0, world_s=world_s, store_s=600.0, watch_s=600.0, groups=groups, corrected=0
+    )
+    if later is not None:
+        lc.record(
+            "group_created", name="EARLY", backend="cpu:gloo", size=2, timeout_s=later, created_by="train.py:setup:3"
+        )
+        lc.advance_to(State.CALLBACKS_BOUND)
+        lc.record(
+            "group_created", name="LATE", backend="cpu:gloo", size=2, timeout_s=600.0, created_by="train.py:step:9"
+        )
+    lc.shutdown()
+    result = audit([str(log_dir / "rank-00000.jsonl")], jobs=1)
+    return [(f.rule, f.message) for f in result.findings if f.rule in ("LA028", "LA029")]
+
+
+def test_a_group_shorter_than_the_configured_timeout_is_a_finding_naming_it_and_its_creator(tmp_path: Path) -> None:
+    [(rule, message)] = findings(
+        tmp_path, [group("DATA_PARALLEL_GROUP", 600.0), group("EXPERT_DATA_PARALLEL_GROUP_GLOO", 300.0)]
+    )
+    assert rule == "LA028"
+    assert message.startswith(
+        f"group EXPERT_DATA_PARALLEL_GROUP_GLOO (made by {MEGATRONS}) times out after 300 s, before"
+    )
+    assert "the state's budget startup.timeout_s=600 s" in message
+
+
+def test_a_group_longer_than_the_configured_timeout_is_a_finding_saying_the_watch_ends_it_first(tmp_path: Path) -> None:
+    [(rule, message)] = findings(tmp_path, [group("EXPERT_DATA_PARALLEL_GROUP_GLOO", 1800.0)])
+    assert rule == "LA028" and "times out after 1800 s, not startup.timeout_s=600 s: the rank watch ends" in message
+
+
+def test_a_world_whose_timeout_is_not_the_configured_one_is_a_finding(tmp_path: Path) -> None:
+    [(rule, message)] = findings(tmp_path, [], world_s=120.0)
+    assert rule == "LA028" and message.startswith("group the default process group (made by init_process_group)")
+
+
+def test_groups_that_carry_the_configured_timeout_or_were_corrected_to_it_are_no_finding(tmp_path: Path) -> None:
+    corrected = group("EXPERT_DATA_PARALLEL_GROUP_GLOO", 600.0, corrected_from=1800.0)
+    assert findings(tmp_path, [group("DATA_PARALLEL_GROUP", 600.0), corrected]) == []
+
+
+def test_a_group_created_later_is_checked_for_its_timeout_and_after_binding_for_its_place(tmp_path: Path) -> None:
+    found = findings(tmp_path, [], later=1800.0)
+    assert [rule for rule, _ in found] == ["LA028", "LA029"]
+    assert "group EARLY (made by train.py:setup:3) times out after 1800 s" in found[0][1]
+    assert found[1][1].startswith("group LATE was created after CALLBACKS_BOUND by train.py:step:9")
