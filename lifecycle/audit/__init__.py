@@ -40,6 +40,10 @@ from lifecycle.audit._timing import (
     rank_blame,
     stragglers,
 )
+from lifecycle.audit._verdict import VERSION as VERDICT_VERSION
+from lifecycle.audit._verdict import classify, verdict
+from lifecycle.audit._verdict import ours as verdict_ours
+from lifecycle.audit._verdict_follow import follow_verdict
 
 __all__ = [
     "EXIT_CLEAN",
@@ -52,6 +56,7 @@ __all__ = [
     "RECORD_TYPES",
     "RULES",
     "SHOWN_BY",
+    "VERDICT_VERSION",
     "Appender",
     "Attempt",
     "AuditResult",
@@ -74,12 +79,14 @@ __all__ = [
     "audit",
     "audit_tapped",
     "blame",
+    "classify",
     "counts",
     "critical_chain",
     "decode_typed",
     "default_workers",
     "diff",
     "enabled",
+    "follow_verdict",
     "no_gc",
     "plot",
     "printable",
@@ -88,5 +95,7 @@ __all__ = [
     "root_causes",
     "stragglers",
     "text",
+    "verdict",
+    "verdict_ours",
     "write_output",
 ]

@@ -23,6 +23,8 @@ def fail(
     trigger: str | None = None,
     peer: int | None = None,
     signal: str | None = None,
+    error_type: str | None = None,
+    field: str | None = None,
 ) -> None:
     """Keep this failure of the rank (`RankState.fail`: the first one counts) at the record being
     read: in the rank's state now and during its open trigger unless `state`/`trigger` say otherwise."""
@@ -36,7 +38,24 @@ def fail(
             trigger=audit.open_trigger if trigger is None else trigger,
             peer=peer,
             signal=signal,
+            error_type=error_type,
+            field=field,
         )
+    )
+
+
+def failed_transition(
+    audit: RankState, ts: float, message: str, trigger: str | None, error_type: object, field: object
+) -> None:
+    """A `transition_failed`: the rank's failure, with the error's type and the config field it names."""
+    fail(
+        audit,
+        "failed",
+        ts,
+        message,
+        trigger=trigger,
+        error_type=None if error_type is None else str(error_type)[:80],
+        field=None if field is None else str(field)[:80],
     )
 
 

@@ -157,11 +157,11 @@ def _entered(audit: RankState, trigger: str, dest: str) -> None:
         audit.shut = True
 
 
-@reads("trigger", "error_type", "error")
+@reads("trigger", "error_type", "error", "field")
 def transition_failed(audit: RankState, rec: Record, ts: float) -> None:
     trigger = _trigger(audit, rec)
     message = f"{trigger!r} failed in state {audit.state} with {rec.get('error_type')}: {str(rec.get('error'))[:200]}"
-    _failures.fail(audit, "failed", ts, message, trigger=trigger)
+    _failures.failed_transition(audit, ts, message, trigger, rec.get("error_type"), rec.get("field"))
     audit.state = _FAILED
     audit.open_trigger = None
 

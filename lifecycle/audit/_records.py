@@ -56,6 +56,8 @@ class Failure:
     trigger: str | None = None
     peer: int | None = None
     signal: str | None = None
+    error_type: str | None = None
+    field: str | None = None
 
 
 class Segment(NamedTuple):

@@ -15,7 +15,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "paths", nargs="+", metavar="PATH", help="rank-*.jsonl files, directories holding them, or - for stdin"
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument(
         "--select",
         action="append",
@@ -45,7 +44,66 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="processes reading the files (default: one per CPU, up to 8, from 256 files on)",
     )
+    _follow_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def _follow_arguments(parser: argparse.ArgumentParser) -> None:
+    """--format and the verdict's --follow, --output, --grace, --idle-timeout."""
+    parser.add_argument(
+        "--format",
+        choices=("text", "json", "verdict"),
+        default="text",
+        help="verdict: one small JSON document for a supervisor (docs/log-format.md#the-verdict): culprit rank "
+        "and host, state, class (config, infrastructure, user-code), action (STOP or RESTART), evidence",
+    )
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="with --format verdict: follow the log directory while the ranks write it; the verdict as soon as "
+        "the first failure is known (after --grace seconds), or when every rank shut down",
+    )
+    parser.add_argument("--output", metavar="FILE", help="with --follow: also write the verdict to FILE (atomically)")
+    parser.add_argument("--grace", type=at_least_zero, default=2.0, metavar="S", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--idle-timeout",
+        type=at_least_zero,
+        default=600.0,
+        metavar="S",
+        help="with --follow: judge the logs as they stand after S seconds without a new record (default 600)",
+    )
+
+
+def at_least_zero(text: str) -> float:
+    """argparse type for seconds: a number of 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds; write e.g. 30") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{value:g} must be 0 or more seconds") from None
+    return value
+
+
+def follow(args: argparse.Namespace) -> int:
+    """`--format verdict --follow DIR [--output FILE]`: one verdict, printed (and written) when known."""
+    import json
+
+    from lifecycle.audit import follow_verdict, printable, verdict_ours, write_output
+
+    if args.format != "verdict" or len(args.paths) != 1:
+        print("lifecycle audit: --follow needs --format verdict and one log directory", file=sys.stderr)
+        return 2
+    doc = follow_verdict(args.paths[0], grace_s=args.grace, idle_timeout_s=args.idle_timeout)
+    line = json.dumps(doc)
+    if args.output:
+        try:
+            write_output(args.output, line.encode() + b"\n", ours=verdict_ours)
+        except OSError as exc:
+            print(f"lifecycle audit: {printable(args.output)}: {printable(exc.strerror or str(exc))}", file=sys.stderr)
+            return 2
+    print(printable(line), flush=True)
+    return 1 if doc.get("outcome") == "failed" else 0
 
 
 def at_least_one(text: str) -> int:
@@ -62,6 +120,8 @@ def at_least_one(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from lifecycle.audit import EXIT_UNREADABLE, as_json, audit, printable, text
 
+    if args.follow:
+        return follow(args)
     try:
         result = audit(args.paths, select=args.select, ignore=args.ignore, jobs=args.jobs)
     except ValueError as exc:  # an unknown or empty rule name in --select/--ignore
@@ -69,7 +129,14 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNREADABLE
     for error in result.errors:
         print(f"lifecycle audit: {printable(str(error))}", file=sys.stderr)
-    if args.format == "json":
+    if args.format == "verdict":
+        import json
+
+        from lifecycle.audit import verdict
+
+        doc = verdict(result.root_causes, result.ranks, result.findings, unreadable=len(result.errors))
+        print(printable(json.dumps(doc)))
+    elif args.format == "json":
         sys.stdout.buffer.write(as_json(result) + b"\n")
     else:
         print(text(result, show_blame=args.blame, show_chain=args.critical_chain))

@@ -119,6 +119,7 @@ class Failures:
         if isinstance(exc, StartupAborted):  # stopped from outside, not failed: the audit tells them apart
             self.log_aborted(exc)
         else:
+            field = getattr(exc, "field", None)
             self.shared.log.emit(
                 events.TRANSITION_FAILED,
                 trigger=trigger.value,
@@ -126,6 +127,7 @@ class Failures:
                 error_type=type(exc).__name__,
                 error=redact_text(str(exc)),
                 duration_s=duration,
+                **({"field": field} if isinstance(field, str) else {}),
             )
         self.shared.active = None
         self.force_fail(f"{trigger.value}: {type(exc).__name__}")

@@ -64,6 +64,9 @@ class TransitionFailed(Record, frozen=True, kw_only=True, tag="transition_failed
     error_type: Annotated[str, Meta(description="the exception's class name")]
     error: Annotated[str, Meta(description="the exception's text (redacted)")]
     duration_s: Duration
+    field: Annotated[
+        str | UnsetType, Meta(description="the config field the error names (a `LifecycleError`'s), when it names one")
+    ] = UNSET
 
 
 class GuardRejected(Record, frozen=True, kw_only=True, tag="guard_rejected"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.audit import audit
+from lifecycle.audit import audit, verdict
 from lifecycle.engine.launch import free_port
 
 pytestmark = pytest.mark.slow
@@ -21,14 +22,14 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def launch(tmp: Path, ranks: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """Start one child per entry of `ranks` (its RANK, WORLD_SIZE, LIFECYCLE_RUN_ID) on one endpoint;
-    their JSON lines, in the same order."""
+def launch(tmp: Path, ranks: list[dict[str, str]], *, shared: bool = False) -> list[dict[str, Any]]:
+    """Start one child per entry of `ranks` (its RANK, WORLD_SIZE, LIFECYCLE_RUN_ID) on one endpoint,
+    each logging to tmp/logs-<i> (`shared`: all to tmp/logs-0); their JSON lines, in the same order."""
     port = str(free_port())
     children = []
     for i, env in enumerate(ranks):
         full = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "LOCAL_RANK": "0", **env}
-        log_dir = tmp / f"logs-{i}"
+        log_dir = tmp / f"logs-{0 if shared else i}"
         children.append(
             subprocess.Popen(
                 [sys.executable, "-m", "tests.integration.world_child", str(log_dir)],
@@ -90,4 +91,44 @@ def test_ranks_told_different_world_sizes_both_fail_at_once_naming_both_sizes(tm
     failed_within(tmp_path, 30.0)
     result = audit([str(log) for log in tmp_path.glob("logs-*/**/rank-*.jsonl")])
     assert result.root_causes and "two worlds met" in result.root_causes[0].message, result
-    print(outs[0]["error"])
+    doc = verdict(result.root_causes, result.ranks, result.findings)  # what a supervisor reads: STOP
+    assert (doc["class"], doc["action"], doc["state"], doc["phase"]) == (
+        "config",
+        "STOP",
+        "SERVICES_READY",
+        "init_distributed",
+    )
+    assert doc["culprit"]["host"] == socket.gethostname()
+
+
+def test_a_supervisor_following_the_logs_gets_a_stop_verdict_as_the_worlds_fail(tmp_path: Path) -> None:
+    """`lifecycle audit --format verdict --follow` started before the ranks: it writes the verdict once the
+    first failure is known, long before its idle timeout (120 s) or the ranks' startup.timeout_s (60 s)."""
+    verdict_file = tmp_path / "verdict.json"
+    (tmp_path / "logs-0").mkdir()
+    command = [sys.executable, "-m", "lifecycle", "audit", "--format", "verdict", "--follow", str(tmp_path / "logs-0")]
+    follower = subprocess.Popen(
+        [*command, "--output", str(verdict_file), "--idle-timeout", "120"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    ranks = [
+        {"RANK": "0", "WORLD_SIZE": "2", "LIFECYCLE_RUN_ID": "job-delta"},
+        {"RANK": "1", "WORLD_SIZE": "3", "LIFECYCLE_RUN_ID": "job-delta"},
+    ]
+    launch(tmp_path, ranks, shared=True)
+    stdout, _ = follower.communicate(timeout=180)
+    waited = failed_within(tmp_path, 30.0)
+    doc = json.loads(verdict_file.read_text())
+    assert follower.returncode == 1 and json.loads(stdout.splitlines()[-1]) == doc
+    assert (doc["verdict"], doc["outcome"], doc["class"], doc["action"]) == (1, "failed", "config", "STOP")
+    assert doc["state"] == "SERVICES_READY" and doc["phase"] == "init_distributed" and "two worlds met" in doc["reason"]
+    last_failure = max(
+        json.loads(line)["ts"]
+        for log in (tmp_path / "logs-0").glob("rank-*.jsonl")
+        for line in log.read_text().splitlines()
+        if '"transition_failed"' in line
+    )
+    late = verdict_file.stat().st_mtime - last_failure
+    assert late < 30.0, f"the verdict came {late:.1f} s after the last failure (ranks waited {waited:.1f} s)"

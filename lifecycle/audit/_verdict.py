@@ -1,0 +1,118 @@
+"""`lifecycle audit --format verdict`: one small versioned JSON document a supervisor can act on
+(docs/log-format.md#the-verdict): the culprit rank and host, the state and the phase, the class of
+the failure and what to do about it, and the records that show it.
+
+The class decides the action:
+- `config`: deterministic (a refused setting, two worlds at one endpoint, a binding that does not
+  match): retrying the same launch cannot help, so STOP;
+- `infrastructure`: a rank lost or killed, a hung rank, a store host gone, a rendezvous or group
+  timeout, a full disk, the job stopped from outside: RESTART, without the hosts named in
+  `exclude_hosts` (the culprit's host when the rank was lost or hung there);
+- `user-code`: an exception raised by the provider, a hook or the training step: STOP, and fix it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lifecycle.audit._cause import RootCause
+from lifecycle.audit._rank import RankAudit
+from lifecycle.audit._records import Failure, Finding
+from lifecycle.audit._rules import RuleId
+
+VERSION = 1
+"""The verdict's schema version: a field added keeps it, a field renamed or removed bumps it."""
+
+
+def ours(head: bytes) -> bool:
+    """An existing output file is one of our verdicts, which `write_output` may replace."""
+    return head.startswith(b'{"verdict": ')
+
+
+ACTIONS = {"config": "STOP", "infrastructure": "RESTART", "user-code": "STOP"}
+CONFIG_ERRORS = frozenset(
+    {
+        "ConfigError",
+        "ConfigMutated",
+        "GuardRejected",
+        "InvalidTransition",
+        "BindingError",
+        "BindingConflict",
+        "SettingsNotLanded",
+        "ExtraNotInstalled",
+        "ProviderError",
+    }
+)
+INFRASTRUCTURE_ERRORS = frozenset(
+    {
+        "RankFailed",
+        "OSError",
+        "TimeoutError",
+        "ConnectionError",
+        "ConnectionResetError",
+        "ConnectionRefusedError",
+        "BrokenPipeError",
+        "DistStoreError",
+        "DistNetworkError",
+        "DistBackendError",
+        "LogWriteFailed",
+    }
+)
+_DISTRIBUTED_FIELDS = {
+    "parallel.world_size": "config",
+    "startup.timeout_s": "infrastructure",
+    "startup": "infrastructure",
+}
+_LOST = ("died", "peer")  # the culprit itself is gone or silent (a timeout names the one who waited)
+_EVIDENCE = 5
+
+
+def classify(kind: str, failure: Failure | None) -> str:
+    """`config`, `infrastructure` or `user-code`, from the root cause's kind and its first failure."""
+    if kind != "failed" or failure is None:
+        return "infrastructure"  # died, timed out, named by peers only, or stopped from outside
+    error_type, field = failure.error_type or "", failure.field or ""
+    if error_type == "DistributedError":
+        return _DISTRIBUTED_FIELDS.get(field, "user-code")  # else: a process group someone else made
+    if error_type in CONFIG_ERRORS:
+        return "config"
+    if error_type in INFRASTRUCTURE_ERRORS or "No space left on device" in failure.message:
+        return "infrastructure"
+    return "user-code"
+
+
+def verdict(
+    causes: Sequence[RootCause], ranks: Sequence[RankAudit], findings: Sequence[Finding], *, unreadable: int = 0
+) -> dict[str, object]:
+    """The verdict on the first run that failed (its root cause), or a clean one."""
+    doc: dict[str, object] = {"verdict": VERSION}
+    if not causes:
+        outcome = "unreadable" if unreadable else "clean"
+        return doc | {"outcome": outcome, "findings": len(findings), "ranks": len(ranks)}
+    cause = min(causes, key=lambda c: (c.at is None, c.at or 0.0))
+    stream = next((r for r in ranks if r.run_id == cause.run_id and r.rank == cause.rank), None)
+    failure = stream.failure if stream is not None else None
+    kind = "failed" if failure is not None and failure.kind == "failed" and cause.kind == "failed" else cause.kind
+    klass = classify(kind, failure)
+    host = stream.host if stream is not None else None
+    evidence = [{"source": cause.source, "line": cause.line, "rank": cause.rank, "kind": cause.kind}]
+    evidence += [
+        {"source": f.source, "line": f.line, "rank": f.rank, "rule": f.rule}
+        for f in findings
+        if f.rank == cause.rank and f.run_id == cause.run_id and f.rule != RuleId.ROOT_CAUSE
+    ][:_EVIDENCE]
+    return doc | {
+        "outcome": "failed",
+        "run_id": cause.run_id,
+        "culprit": {"rank": cause.rank, "host": host},
+        "state": failure.state if failure is not None else None,
+        "phase": failure.trigger if failure is not None else None,
+        "class": klass,
+        "action": ACTIONS[klass],
+        "exclude_hosts": [host] if klass == "infrastructure" and host and cause.kind in _LOST else [],
+        "reason": cause.message,
+        "at_s": cause.at,
+        "victims": [v.rank for v in cause.victims],
+        "runs_failed": len(causes),
+        "evidence": evidence,
+    }

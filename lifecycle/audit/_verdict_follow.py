@@ -1,0 +1,87 @@
+"""`lifecycle audit --format verdict --follow DIR`: the verdict as soon as the first failure is known.
+
+Follows the rank files of a log directory as the ranks write them, feeding each rank's audit the
+records completed since the last pass (one read per file a pass, from where the last one stopped).
+When any rank's log shows a failure (its own, a peer's it names, a timeout, a signal), it waits
+`grace_s` more, for the culprit's own record of what happened to reach its log (a victim's
+`peer_failed` can be written before it), then returns the verdict. It also returns when every rank
+of the world shut down (a clean verdict), or when no rank wrote for `idle_timeout_s`: the logs are
+then judged as they stand, and a log that stopped short is a rank that died.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from lifecycle.audit._cause import root_causes
+from lifecycle.audit._rank import RankAudit
+from lifecycle.audit._verdict import verdict
+from lifecycle.errors import LogUnreadable
+
+
+class _Followed:
+    """One rank file: how far it was read, and its audit so far."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.lineno = path, 0, 0
+        self.audit = RankAudit(str(path))
+        self.broken = False
+
+    def read(self) -> bool:
+        """Feed the records completed since the last read; whether there were any."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return False
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
+        self.offset += len(complete)
+        for line in complete.splitlines():
+            self.lineno += 1
+            if self.broken or not line.strip():
+                continue
+            try:
+                rec = orjson.loads(line)
+                self.audit.feed(rec, line, self.lineno)
+            except (orjson.JSONDecodeError, LogUnreadable, TypeError, AttributeError):
+                self.broken = True  # `lifecycle audit` names it; the verdict goes on without the rest
+        return bool(complete)
+
+
+def follow_verdict(
+    log_dir: str | Path,
+    *,
+    poll_s: float = 0.2,
+    grace_s: float = 2.0,
+    idle_timeout_s: float = 600.0,
+    stop: Callable[[], object] | None = None,
+) -> dict[str, object]:
+    """Follow `log_dir` until a failure is known (plus `grace_s`), every rank shut down, nothing was
+    written for `idle_timeout_s`, or `stop()` is true; the verdict then."""
+    ranks: dict[Path, _Followed] = {}
+    last_change, failed_at = time.monotonic(), None
+    while True:
+        changed = False
+        for path in sorted(Path(log_dir).glob("rank-*.jsonl")):
+            changed |= ranks.setdefault(path, _Followed(path)).read()
+        now = time.monotonic()
+        last_change = now if changed else last_change
+        streams = [r.audit for r in ranks.values()]
+        if failed_at is None and any(s.failure is not None for s in streams):
+            failed_at = now
+        world = max((s.world_size or 0 for s in streams), default=0)
+        finished = len(streams) >= world > 0 and all(s.shut for s in streams)
+        idle = now - last_change > idle_timeout_s
+        if (failed_at is not None and now - failed_at >= grace_s) or finished or idle or (stop and stop()):
+            break
+        time.sleep(poll_s)
+    if failed_at is None and not finished:
+        for stream in streams:  # judged as they stand: a log that stops short is a rank that died
+            stream.finish()
+    live = [s for s in streams if s.records and s.rank is not None]
+    return verdict(root_causes(live), live, [f for s in live for f in s.findings()])

@@ -1,0 +1,116 @@
+"""`lifecycle audit --format verdict`: one versioned JSON document naming the culprit rank and host,
+the state and phase, the class (config: STOP; infrastructure: RESTART without the lost host;
+user-code: STOP) and the records that show it. Logs written by the real AuditLog."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from audit_logs import clean_events, write_events
+from test_audit_cause import aborted, rank_log, until
+
+from lifecycle.audit import VERDICT_VERSION, audit, follow_verdict, verdict
+from lifecycle.cli import main
+
+
+def failing(trigger: str, source: str, error_type: str, error: str, **field: str) -> tuple[str, dict[str, Any]]:
+    fields = {"trigger": trigger, "source": source, "error_type": error_type, "error": error, "duration_s": 1.0}
+    return "transition_failed", fields | field
+
+
+def judged(log_dir: Path) -> dict[str, Any]:
+    result = audit([str(log_dir)], jobs=1)
+    return verdict(result.root_causes, result.ranks, result.findings, unreadable=len(result.errors))
+
+
+def two_ranks(tmp: Path, culprit: list[tuple[str, dict[str, Any]]], trigger: str) -> dict[str, Any]:
+    """Rank 1 ends with `culprit`'s records; rank 0 is stopped by SIGTERM later (a victim)."""
+    head = until(trigger)
+    rank_log(tmp, 1, [*head, *culprit], start=100.0, world=2)
+    rank_log(tmp, 0, [*head, aborted()], start=100.0, world=2, at={len(head): 130.0})
+    return judged(tmp)
+
+
+def test_a_refused_setting_is_config_so_stop_naming_the_rank_host_state_and_phase(tmp_path: Path) -> None:
+    refused = failing("validate", "CONFIGURED", "ConfigError", "model.hidden_size=30 is not a multiple", field="model")
+    doc = two_ranks(tmp_path, [refused], "validate")
+    assert doc["verdict"] == VERDICT_VERSION == 1 and doc["outcome"] == "failed"
+    assert doc["culprit"] == {"rank": 1, "host": "h"} and (doc["state"], doc["phase"]) == ("CONFIGURED", "validate")
+    assert (doc["class"], doc["action"], doc["exclude_hosts"]) == ("config", "STOP", [])
+    assert doc["victims"] == [0] and doc["evidence"][0] == {
+        "source": str(tmp_path / "rank-00001.jsonl"),
+        "line": len(until("validate")) + 1,
+        "rank": 1,
+        "kind": "failed",
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "klass", "action"),
+    [("parallel.world_size", "config", "STOP"), ("startup.timeout_s", "infrastructure", "RESTART")],
+)
+def test_a_distributed_error_is_classed_by_the_field_it_names(
+    tmp_path: Path, field: str, klass: str, action: str
+) -> None:
+    error = failing("init_distributed", "SERVICES_READY", "DistributedError", "two worlds met ...", field=field)
+    doc = two_ranks(tmp_path, [error], "init_distributed")
+    assert (doc["class"], doc["action"], doc["state"]) == (klass, action, "SERVICES_READY")
+    assert doc["exclude_hosts"] == []  # the rank that timed out waited; it is not the lost one
+
+
+def test_a_rank_whose_log_stops_is_infrastructure_restart_without_its_host(tmp_path: Path) -> None:
+    doc = two_ranks(tmp_path, [("side_effect", {"kind": "model", "trigger": "build_model"})], "build_model")
+    assert (doc["class"], doc["action"], doc["exclude_hosts"]) == ("infrastructure", "RESTART", ["h"])
+    assert doc["culprit"]["rank"] == 1 and doc["phase"] == "build_model" and "log stops" in doc["reason"]
+
+
+@pytest.mark.parametrize(
+    ("error_type", "error", "klass"),
+    [
+        ("RuntimeError", "my provider broke", "user-code"),
+        ("KeyError", "'decoder'", "user-code"),
+        ("OSError", "[Errno 28] No space left on device", "infrastructure"),
+        ("DistNetworkError", "Connection reset by peer", "infrastructure"),
+        ("BindingError", "bound to the provider's config", "config"),
+    ],
+)
+def test_an_exception_is_classed_by_its_type(tmp_path: Path, error_type: str, error: str, klass: str) -> None:
+    doc = two_ranks(tmp_path, [failing("build_model", "DISTRIBUTED", error_type, error)], "build_model")
+    assert doc["class"] == klass and doc["culprit"]["rank"] == 1
+
+
+def test_a_clean_run_gives_a_clean_verdict(tmp_path: Path) -> None:
+    write_events(tmp_path, clean_events(), rank=0, world=1)
+    assert judged(tmp_path) == {"verdict": 1, "outcome": "clean", "findings": 0, "ranks": 1}
+
+
+def test_the_cli_prints_the_verdict_as_one_json_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    two_ranks(tmp_path, [failing("validate", "CONFIGURED", "ConfigError", "bad")], "validate")
+    code = main(["audit", "--format", "verdict", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1 and len(out) == 1 and json.loads(out[0])["action"] == "STOP"
+
+
+def test_following_a_finished_clean_run_gives_the_clean_verdict_without_waiting_for_idle(tmp_path: Path) -> None:
+    write_events(tmp_path, clean_events(), rank=0, world=1)
+    doc = follow_verdict(tmp_path, poll_s=0.01, idle_timeout_s=600.0)  # returns at once: every rank shut down
+    assert doc == {"verdict": 1, "outcome": "clean", "findings": 0, "ranks": 1}
+
+
+def test_following_gives_the_failure_once_known_and_judges_a_log_that_stops_as_a_rank_that_died(tmp_path: Path) -> None:
+    two_ranks(tmp_path, [failing("validate", "CONFIGURED", "ConfigError", "bad")], "validate")
+    assert follow_verdict(tmp_path, poll_s=0.01, grace_s=0.0)["class"] == "config"
+    stopped = tmp_path / "stopped"
+    rank_log(stopped, 0, until("build_model"), start=100.0, world=1)  # no failure record: it stops
+    doc = follow_verdict(stopped, poll_s=0.01, idle_timeout_s=0.05)
+    assert (doc["class"], doc["exclude_hosts"], doc["phase"]) == ("infrastructure", ["h"], "build_model")
+
+
+def test_follow_without_the_verdict_format_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["audit", "--follow", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == "lifecycle audit: --follow needs --format verdict and one log directory"
