@@ -22,7 +22,7 @@ pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no m
 
 from lifecycle.engine.launch import run_ranks
 from lifecycle.testing import leaked
-from tests.integration import megatron_lm_cases
+from tests.integration import megatron_lm_cases, megatron_lm_runs
 
 pytestmark = pytest.mark.slow
 STATES = ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"]
@@ -36,15 +36,23 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def every_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Path]:
+    """Every case's two runs, Megatron-LM's then the drop-in's, in one pair of rank processes
+    (`megatron_lm_runs.runs`: each run from what a new process has; one megatron import per rank)."""
+    root = tmp_path_factory.mktemp("runs")
+    order = [(case, which, tp, extra) for case, (tp, extra, _) in CASES.items() for which in ("megatron", "lifecycle")]
+    return run_ranks(megatron_lm_runs.runs, 2, order, str(root), timeout_s=1200), root
+
+
 @pytest.fixture(scope="module", params=list(CASES))
-def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    tp, extra, dropped = CASES[request.param]
-    logs = tmp_path_factory.mktemp(request.param)
+def runs(request: pytest.FixtureRequest, every_run: tuple[list[dict[str, Any]], Path]) -> dict[str, Any]:
+    ranks, root = every_run
     return {
-        "megatron": run_ranks(megatron_lm_cases.run, 2, "megatron", tp, "", extra, timeout_s=400),
-        "lifecycle": run_ranks(megatron_lm_cases.run, 2, "lifecycle", tp, str(logs), extra, timeout_s=400),
-        "logs": logs,
-        "dropped": dropped,
+        "megatron": [out[f"{request.param}-megatron"] for out in ranks],
+        "lifecycle": [out[f"{request.param}-lifecycle"] for out in ranks],
+        "logs": root / request.param,
+        "dropped": CASES[request.param][2],
     }
 
 
