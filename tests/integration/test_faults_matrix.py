@@ -80,8 +80,23 @@ def scenarios(kind: str, tmp: Path, disk: str | None) -> list[dict[str, Any]]:
     return [{"kind": kind, "state": state, "log_dir": str(base / f"{kind}-{state}"), "disk": disk} for state in STATES]
 
 
-def test_an_exception_in_each_states_entry_work_fails_releases_and_restarts(tmp_path: Path) -> None:
-    results, code, err = run_child(scenarios("exception", tmp_path, None))
+@pytest.fixture(scope="module")
+def failing(
+    tmp_path_factory: pytest.TempPathFactory, disk: str | None
+) -> dict[str, tuple[list[dict[str, Any]], int, str]]:
+    """The exception and the full log disk scenarios, run by one child (one megatron import): each
+    kind's results, with the child's exit code and stderr."""
+    tmp = tmp_path_factory.mktemp("failing")
+    results, code, err = run_child(scenarios("exception", tmp, None) + scenarios("oserror", tmp, disk))
+    return {
+        kind: ([r for r in results if r["scenario"]["kind"] == kind], code, err) for kind in ("exception", "oserror")
+    }
+
+
+def test_an_exception_in_each_states_entry_work_fails_releases_and_restarts(
+    failing: dict[str, tuple[list[dict[str, Any]], int, str]],
+) -> None:
+    results, code, err = failing["exception"]
     assert code == 0 and len(results) == len(STATES), err[-3000:]
     for out in results:
         state = out["scenario"]["state"]
@@ -99,9 +114,9 @@ def test_an_exception_in_each_states_entry_work_fails_releases_and_restarts(tmp_
 
 
 def test_a_log_disk_that_fills_in_each_states_entry_work_fails_the_lifecycle_and_shutdown_releases(
-    tmp_path: Path, disk: str | None
+    failing: dict[str, tuple[list[dict[str, Any]], int, str]],
 ) -> None:
-    results, code, err = run_child(scenarios("oserror", tmp_path, disk))
+    results, code, err = failing["oserror"]
     assert code == 0 and len(results) == len(STATES), err[-3000:]
     for out in results:
         assert out["state"] == "FAILED", out
