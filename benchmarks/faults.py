@@ -74,8 +74,24 @@ STEP_FAULTS = {  # case: (the faulty rank, what it does after step 1)
     "kill_at_step_2": (1, "kill"),
     "stop_at_step_2": (1, "stop"),
     "kill_rank_0_at_step_2": (0, "kill"),
+    "raise_rank_0_at_step_2": (0, "raise"),
+    "sigterm_at_step_2": (1, "term"),
 }
-UNMEASURED = {"raise_and_linger": 1, "stop_at_step_2": 1}  # the rank that holds on (or is stopped) on purpose
+LAUNCH_FAULTS = {  # case: {rank: what its launch gets wrong} (the verdict corpus, benchmarks/verdicts.py)
+    "world_split_job": {0: {"LIFECYCLE_RUN_ID": "job-a"}, 1: {"LIFECYCLE_RUN_ID": "job-b"}},
+    "world_size_mismatch": {1: {"WORLD_SIZE": "3"}},
+    "worlds_of_one": {
+        r: {"SLURM_STEP_NUM_NODES": "2", "GROUP_WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "x"} for r in (0, 1)
+    },
+    "bad_config": {},
+    "config_on_one_rank": {},
+}
+BAD_CONFIG = ["model.num_attention_heads=5"]  # hidden 64 is not a multiple: refused at VALIDATED
+UNMEASURED = {
+    "raise_and_linger": 1,
+    "stop_at_step_2": 1,
+    "stop_in_model_built": 1,
+}  # the rank that holds on (or is stopped) on purpose
 LONG_DEADLINE = {"raise_in_model_built", "raise_and_linger", "sigterm_in_model_built", *STEP_FAULTS}  # default 600 s
 LINGER_S = 20.0
 
@@ -126,12 +142,14 @@ def _checked_provider(config: Any, **kwargs: Any) -> Any:
     return model
 
 
-def _failing_provider(fault_file: Path, *, kill: bool = False) -> Any:
+def _failing_provider(fault_file: Path, *, kill: bool = False, stop: bool = False) -> Any:
     def provider(config: Any, **kwargs: Any) -> Any:
         time.sleep(1.0)  # rank 0 is in its all-reduce by now
         fault_file.write_text(repr(time.time()))
-        if kill:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if kill or stop:
+            os.kill(os.getpid(), signal.SIGSTOP if stop else signal.SIGKILL)
+        if stop:  # continued once the other rank exited: still hung, until its own deadline ends it
+            time.sleep(3600.0)
         raise RuntimeError("injected fault: the provider failed on rank 1")
 
     return provider
@@ -171,8 +189,8 @@ def _step_fault(case: str, rank: int, fault_file: Path) -> Any:
         time.sleep(1.0)  # the other rank is blocked in step 2's collectives by now
         fault_file.write_text(repr(time.time()))
         if action == "raise":
-            raise RuntimeError("injected fault: rank 1 failed at step 2")
-        os.kill(os.getpid(), signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+            raise RuntimeError(f"injected fault: rank {rank} failed at step 2")
+        os.kill(os.getpid(), {"kill": signal.SIGKILL, "term": signal.SIGTERM}.get(action, signal.SIGSTOP))
 
     return on_step
 
@@ -181,18 +199,23 @@ def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> 
     from lifecycle.launchers import torchrun_env
 
     os.environ.update(torchrun_env(rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port))
+    os.environ.update(LAUNCH_FAULTS.get(case, {}).get(rank, {}))
     from lifecycle import Lifecycle, RunConfig
     from states import State
 
-    config = RunConfig.preset("tiny-gpt", [f"startup.timeout_s={timeout_s}", f"logging.log_dir={log_dir}"])
+    bad = BAD_CONFIG if case == "bad_config" or (case, rank) == ("config_on_one_rank", 1) else []
+    logs = log_dir / "job-b" if case == "world_split_job" and rank == 1 else log_dir  # one log directory a run
+    config = RunConfig.preset("tiny-gpt", [f"startup.timeout_s={timeout_s}", f"logging.log_dir={logs}", *bad])
     fault_file = log_dir / "fault_at"
     provider: Any = _checked_provider
     if rank == 1 and case in ("raise_in_model_built", "raise_and_linger"):
         provider = _failing_provider(fault_file)
     if rank == 1 and case == "kill_in_distributed":
         _kill_before_parallel_state(fault_file)
-    if rank == 1 and case == "kill_in_model_built":
+    if (rank, case) in ((1, "kill_in_model_built"), (0, "kill_rank_0_in_model_built")):
         provider = _failing_provider(fault_file, kill=True)
+    if rank == 1 and case == "stop_in_model_built":
+        provider = _failing_provider(fault_file, stop=True)
     if rank == 1 and case == "sigterm_in_model_built":
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
         provider = _waiting_provider(log_dir / "ready")
@@ -258,12 +281,16 @@ def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
     fault_file = log_dir / "fault_at"
     if fault_file.exists():
         fault_at = float(fault_file.read_text())
-    else:  # a rank never starts: the deadline's clock starts when the other begins DISTRIBUTED
-        fault_at = next(
+    elif case in ("bad_config", "config_on_one_rank"):  # from when a rank with the bad setting started
+        fault_at = min(float(records[r][0]["ts"]) for r in ranks if records[r] and (case == "bad_config" or r == 1))
+    else:  # a rank never starts (or a launch is wrong): from when the last rank began DISTRIBUTED
+        starts = [
             r["ts"]
-            for r in records[ranks[0]]
+            for rank in ranks
+            for r in records[rank]
             if r["event"] == "transition_started" and r["trigger"] == "init_distributed"
-        )
+        ]  # a config refused at VALIDATED: from the first record
+        fault_at = max(starts) if starts else min(float(rec[0]["ts"]) for rec in records.values() if rec)
     return CaseResult(
         case=case,
         timeout_s=timeout_s,

@@ -25,6 +25,7 @@ def fail(
     signal: str | None = None,
     error_type: str | None = None,
     field: str | None = None,
+    missing: tuple[int, ...] = (),
 ) -> None:
     """Keep this failure of the rank (`RankState.fail`: the first one counts) at the record being
     read: in the rank's state now and during its open trigger unless `state`/`trigger` say otherwise."""
@@ -40,6 +41,7 @@ def fail(
             signal=signal,
             error_type=error_type,
             field=field,
+            missing=missing,
         )
     )
 
@@ -91,9 +93,9 @@ def state_timeout(audit: RankState, rec: Record, ts: float) -> None:
     waiting = f", waiting for ranks {str(missing)[:120]}" if missing else ""
     trigger = rec.get("trigger")
     during = f" during {str(trigger)[:40]!r}" if trigger else _during(audit)
-    fail(
-        audit, "timeout", ts, f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}", state=state
-    )
+    ranks = tuple(r for r in missing[:64] if type(r) is int) if isinstance(missing, list) else ()
+    message = f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}"
+    fail(audit, "timeout", ts, message, state=state, missing=ranks)
 
 
 @reads("resource", "state")

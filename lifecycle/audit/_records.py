@@ -58,6 +58,8 @@ class Failure:
     signal: str | None = None
     error_type: str | None = None
     field: str | None = None
+    missing: tuple[int, ...] = ()
+    """The ranks a `state_timeout` names as never arrived (the culprits of a rendezvous timeout)."""
 
 
 class Segment(NamedTuple):

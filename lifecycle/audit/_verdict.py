@@ -81,6 +81,10 @@ def classify(kind: str, failure: Failure | None) -> str:
     return "user-code"
 
 
+def _host_of(ranks: Sequence[RankAudit], run_id: str | None, rank: int) -> str | None:
+    return next((r.host for r in ranks if r.run_id == run_id and r.rank == rank), None)
+
+
 def verdict(
     causes: Sequence[RootCause], ranks: Sequence[RankAudit], findings: Sequence[Finding], *, unreadable: int = 0
 ) -> dict[str, object]:
@@ -95,6 +99,9 @@ def verdict(
     kind = "failed" if failure is not None and failure.kind == "failed" and cause.kind == "failed" else cause.kind
     klass = classify(kind, failure)
     host = stream.host if stream is not None else None
+    culprit: int | None = cause.rank
+    if failure is not None and failure.missing:  # a rendezvous timeout: the ranks that never came are the culprits
+        culprit, host = failure.missing[0], _host_of(ranks, cause.run_id, failure.missing[0])
     evidence = [{"source": cause.source, "line": cause.line, "rank": cause.rank, "kind": cause.kind}]
     evidence += [
         {"source": f.source, "line": f.line, "rank": f.rank, "rule": f.rule}
@@ -104,9 +111,10 @@ def verdict(
     return doc | {
         "outcome": "failed",
         "run_id": cause.run_id,
-        "culprit": {"rank": cause.rank, "host": host},
-        "state": failure.state if failure is not None else None,
-        "phase": failure.trigger if failure is not None else None,
+        "culprit": {"rank": culprit, "host": host},
+        "missing": list(failure.missing) if failure is not None else [],
+        "state": failure.state if failure is not None else stream.state if stream is not None else None,
+        "phase": failure.trigger if failure is not None else stream.open_trigger if stream is not None else None,
         "class": klass,
         "action": ACTIONS[klass],
         "exclude_hosts": [host] if klass == "infrastructure" and host and cause.kind in _LOST else [],

@@ -2,9 +2,10 @@
 
 Follows the rank files of a log directory as the ranks write them, feeding each rank's audit the
 records completed since the last pass (one read per file a pass, from where the last one stopped).
-When any rank's log shows a failure (its own, a peer's it names, a timeout, a signal), it waits
-`grace_s` more, for the culprit's own record of what happened to reach its log (a victim's
-`peer_failed` can be written before it), then returns the verdict. It also returns when every rank
+When any rank's log shows a failure it returns the verdict at once if the root cause is a rank's own
+failure (a transition that failed, a timeout); when the culprit is so far only named by its peers
+(`peer_failed`, written by a victim before the culprit's own record can be), it waits up to `grace_s`
+for the culprit's own record. It also returns when every rank
 of the world shut down (a clean verdict), or when no rank wrote for `idle_timeout_s`: the logs are
 then judged as they stand, and a log that stopped short is a rank that died.
 """
@@ -19,6 +20,7 @@ import orjson
 
 from lifecycle.audit._cause import root_causes
 from lifecycle.audit._rank import RankAudit
+from lifecycle.audit._records import CAUSE_KINDS
 from lifecycle.audit._verdict import verdict
 from lifecycle.errors import LogUnreadable
 
@@ -53,11 +55,17 @@ class _Followed:
         return bool(complete)
 
 
+def _own(streams: list[RankAudit]) -> bool:
+    """Every failed run's root cause is a rank's own failure (not only named by its peers)."""
+    causes = root_causes([s for s in streams if s.records and s.rank is not None])
+    return bool(causes) and all(c.kind in CAUSE_KINDS for c in causes)
+
+
 def follow_verdict(
     log_dir: str | Path,
     *,
     poll_s: float = 0.2,
-    grace_s: float = 2.0,
+    grace_s: float = 1.0,
     idle_timeout_s: float = 600.0,
     stop: Callable[[], object] | None = None,
 ) -> dict[str, object]:
@@ -74,6 +82,8 @@ def follow_verdict(
         streams = [r.audit for r in ranks.values()]
         if failed_at is None and any(s.failure is not None for s in streams):
             failed_at = now
+        if failed_at is not None and _own(streams):
+            break  # the culprit's own record is in: nothing more to wait for
         world = max((s.world_size or 0 for s in streams), default=0)
         finished = len(streams) >= world > 0 and all(s.shut for s in streams)
         idle = now - last_change > idle_timeout_s

@@ -64,7 +64,7 @@ def _follow_arguments(parser: argparse.ArgumentParser) -> None:
         "the first failure is known (after --grace seconds), or when every rank shut down",
     )
     parser.add_argument("--output", metavar="FILE", help="with --follow: also write the verdict to FILE (atomically)")
-    parser.add_argument("--grace", type=at_least_zero, default=2.0, metavar="S", help=argparse.SUPPRESS)
+    parser.add_argument("--grace", type=at_least_zero, default=1.0, metavar="S", help=argparse.SUPPRESS)
     parser.add_argument(
         "--idle-timeout",
         type=at_least_zero,

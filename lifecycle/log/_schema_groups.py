@@ -15,7 +15,8 @@ Groups = Annotated[
     Meta(
         description="each group this rank is in: name (megatron's group_desc, else its global), backend, size, "
         "timeout_s (read back from the backend: null when it has none to read), created_by (module:function of "
-        "the first caller outside torch), corrected_from (only when the lifecycle set the configured timeout on "
+        "the first caller outside torch), connect_s (seconds its creation took: gloo connects then), "
+        "corrected_from (only when the lifecycle set the configured timeout on "
         "a group megatron made with another one)"
     ),
 ]
@@ -44,4 +45,5 @@ class GroupCreated(Record, frozen=True, kw_only=True, tag="group_created"):
     size: Annotated[int, Meta(description="its ranks")]
     timeout_s: Annotated[float | None, Meta(description="its timeout, read back (null: none to read)")]
     created_by: Annotated[str, Meta(description="module:function:line of the first caller outside torch")]
+    connect_s: Annotated[float, Meta(description="seconds its creation took (gloo connects every pair then)")]
     member: Annotated[bool | UnsetType, Meta(description="false when this rank is not in it")] = UNSET

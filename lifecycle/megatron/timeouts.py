@@ -11,13 +11,16 @@ and logs the map as one `timeouts_read` record. From DISTRIBUTED on, `GroupWatch
 DISTRIBUTED as `group_created`, before its first collective. Audit rules LA028 (a timeout that is
 not the configured one) and LA029 (a group created after CALLBACKS_BOUND) read both.
 
-Cost: one backend read per group this rank is in (about 20 with megatron's groups), nothing at the
-store; the record is about 120 bytes a group.
+Each group's creation is timed (`connect_s`): gloo connects every pair of a group when it is made, so
+the expensive groups show in the record; NCCL connects at the first collective unless the world was
+made with a `device_id` (eager init; not exercised here: no GPU). Cost: one backend read per group this
+rank is in (about 20 with megatron's groups), nothing at the store; about 200 bytes a group.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -83,6 +86,7 @@ class GroupWatch:
 
     def __init__(self) -> None:
         self.creators: dict[str, str] = {}  # torch's group name → creator
+        self.seconds: dict[str, float] = {}  # torch's group name → how long its creation took (gloo connects then)
         self._emit: Emit | None = None
         self._original: Callable[..., object] | None = None
         self._wrapper: Callable[..., object] | None = None
@@ -94,26 +98,30 @@ class GroupWatch:
         original = dist.new_group
 
         def new_group(*args: object, **kwargs: object) -> object:
+            start = time.perf_counter()
             group = original(*args, **kwargs)
-            self._created(group, creator(2))
+            self._created(group, creator(2), time.perf_counter() - start)
             return group
 
         self._original, self._wrapper = original, new_group
         dist.new_group = new_group
         return self
 
-    def _created(self, group: object, made_by: str) -> None:
+    def _created(self, group: object, made_by: str, took_s: float) -> None:
         """Name its creator; after DISTRIBUTED, log it (a rank not in it logs that it made it too)."""
         import torch.distributed as dist
 
         if not isinstance(group, dist.ProcessGroup):
             if self._emit is not None:
-                facts = {"name": "(this rank is not in it)", "backend": None, "size": 0, "timeout_s": None}
-                self._emit("group_created", **facts, created_by=made_by, member=False)
+                absent: dict[str, object] = {"name": "(this rank is not in it)", "backend": None, "size": 0}
+                self._emit(
+                    "group_created", **absent, timeout_s=None, created_by=made_by, member=False, connect_s=took_s
+                )
             return
-        self.creators[group.group_name] = made_by
+        self.creators[group.group_name], self.seconds[group.group_name] = made_by, round(took_s, 6)
         if self._emit is not None:
-            self._emit("group_created", **describe(group, {}), timeout_s=seconds(group), created_by=made_by)
+            facts = describe(group, {}) | {"timeout_s": seconds(group), "connect_s": round(took_s, 6)}
+            self._emit("group_created", **facts, created_by=made_by)
 
     def log_from_now(self, emit: Emit) -> None:
         self._emit = emit
@@ -139,6 +147,7 @@ def read_back(configured_s: float, watch: GroupWatch) -> tuple[list[dict[str, ob
             continue
         entry = describe(group, names) | {"timeout_s": seconds(group)}
         entry["created_by"] = watch.creators.get(group.group_name, "?")
+        entry["connect_s"] = watch.seconds.get(group.group_name)
         found = entry["timeout_s"]
         if found is not None and found != configured_s and str(entry["created_by"]).startswith("megatron."):
             group.set_timeout(timedelta(seconds=configured_s))

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from benchmarks.faults import LINGER_S, CaseResult, run_case
+from benchmarks.verdicts import wrong
 from lifecycle import RunConfig
+from lifecycle.audit import audit, verdict
 from lifecycle.errors import DistributedError
 from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch, kind_of
 from states import Trigger
@@ -28,6 +30,13 @@ pytestmark = pytest.mark.slow
 # has finished (measured up to ~7 s on a loaded 2-core machine). The lifecycle's own bound is
 # asserted on its last log record; the process exit gets this allowance on top.
 TEARDOWN_S = 20.0
+
+
+def assert_verdict(tmp_path: Path, result: CaseResult) -> None:
+    """The supervisor's verdict on the case's logs is the fault corpus's (benchmarks/verdicts.py)."""
+    found = audit([str(tmp_path / result.case)], jobs=1)
+    doc = verdict(found.root_causes, found.ranks, found.findings)
+    assert wrong(result.case, doc) == [], doc
 
 
 def _last_record_after_fault(result: CaseResult, rank: int) -> float:
@@ -45,6 +54,7 @@ rendezvous starts after its imports, so a slow machine does not eat into it)."""
 
 def test_rank_0_names_the_missing_rank_when_rank_1_never_starts(tmp_path: Path) -> None:
     result = run_case("never_starts", NEVER_S, tmp_path)
+    assert_verdict(tmp_path, result)
     timeouts = result.events(0, "state_timeout")
     assert [(t["state"], t["trigger"], t["timeout_s"], t["missing"]) for t in timeouts] == [
         ("DISTRIBUTED", "init_distributed", NEVER_S, [1])
@@ -58,6 +68,7 @@ def test_rank_0_names_the_missing_rank_when_rank_1_never_starts(tmp_path: Path) 
 
 def test_rank_1_names_rank_0_when_the_store_host_never_starts(tmp_path: Path) -> None:
     result = run_case("rank_0_never_starts", NEVER_S, tmp_path)
+    assert_verdict(tmp_path, result)
     timeouts = result.events(1, "state_timeout")
     assert [(t["state"], t["missing"]) for t in timeouts] == [("DISTRIBUTED", [0])]
     assert "rendezvous timed out after 8 s: could not reach the store" in result.stderr[1]
@@ -69,6 +80,7 @@ def test_rank_1_names_rank_0_when_the_store_host_never_starts(tmp_path: Path) ->
 @pytest.mark.release_independent
 def test_rank_0_fails_with_peer_failed_naming_rank_1_when_rank_1_raises_in_model_built(tmp_path: Path) -> None:
     result = run_case("raise_in_model_built", 600.0, tmp_path)
+    assert_verdict(tmp_path, result)
     peer = result.events(0, "peer_failed")
     assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "MODEL_BUILT")]
     assert "injected fault" in peer[0]["error"]
@@ -86,6 +98,7 @@ def test_the_watcher_ends_rank_0_when_the_failed_rank_1_keeps_its_process_group(
     """Rank 1 fails and keeps its process group for a while: rank 0's collective cannot raise, so the
     watcher logs `peer_failed` and ends the process (gloo cannot abort a collective in flight)."""
     result = run_case("raise_and_linger", 600.0, tmp_path)
+    assert_verdict(tmp_path, result)
     assert [(p["peer_rank"], p["peer_state"]) for p in result.events(0, "peer_failed")] == [(1, "MODEL_BUILT")]
     assert result.returncode[0] == EXIT_CODE
     assert _exit_after_fault(result, 0) <= 10.0
@@ -95,6 +108,7 @@ def test_the_watcher_ends_rank_0_when_the_failed_rank_1_keeps_its_process_group(
 @pytest.mark.release_independent
 def test_a_sigterm_on_rank_1_in_model_built_is_broadcast_and_rank_0_names_it(tmp_path: Path) -> None:
     result = run_case("sigterm_in_model_built", 600.0, tmp_path)
+    assert_verdict(tmp_path, result)
     peer = result.events(0, "peer_failed")
     assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "MODEL_BUILT")]
     assert peer[0]["error"].startswith("StartupAborted: startup aborted by SIGTERM"), peer[0]["error"]
@@ -109,6 +123,7 @@ def test_a_sigterm_on_rank_1_in_model_built_is_broadcast_and_rank_0_names_it(tmp
 @pytest.mark.release_independent
 def test_rank_0_exits_within_the_deadline_when_rank_1_is_sigkilled_in_distributed(tmp_path: Path) -> None:
     result = run_case("kill_in_distributed", 20.0, tmp_path)
+    assert_verdict(tmp_path, result)
     assert result.returncode[1] == -9
     assert result.returncode[0] != 0
     assert _exit_after_fault(result, 0) <= 20.0
@@ -120,6 +135,7 @@ def test_rank_0_exits_within_the_deadline_when_rank_1_is_sigkilled_in_distribute
 @pytest.mark.release_independent
 def test_rank_0_names_rank_1_sigkilled_in_model_built_instead_of_blaming_itself(tmp_path: Path) -> None:
     result = run_case("kill_in_model_built", 20.0, tmp_path)
+    assert_verdict(tmp_path, result)
     assert result.returncode[1] == -9
     peer = result.events(0, "peer_failed")
     assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "MODEL_BUILT")]
@@ -137,6 +153,7 @@ def _steps_done(result: CaseResult, rank: int) -> list[int]:
 @pytest.mark.release_independent
 def test_a_raise_at_step_2_ends_both_ranks_and_the_failed_rank_does_not_wait_in_its_shutdown(tmp_path: Path) -> None:
     result = run_case("raise_at_step_2", 600.0, tmp_path)
+    assert_verdict(tmp_path, result)
     assert _steps_done(result, 0) == [1] and _steps_done(result, 1) == [1]
     assert [(p["peer_rank"], p["peer_state"]) for p in result.events(0, "peer_failed")] == [(1, "CALLBACKS_BOUND")]
     assert "injected fault: rank 1 failed at step 2" in result.events(0, "peer_failed")[0]["error"]
@@ -150,6 +167,7 @@ def test_a_raise_at_step_2_ends_both_ranks_and_the_failed_rank_does_not_wait_in_
 
 def test_a_sigkill_at_step_2_is_named_by_the_survivor_which_shuts_down(tmp_path: Path) -> None:
     result = run_case("kill_at_step_2", 600.0, tmp_path)
+    assert_verdict(tmp_path, result)
     peer = result.events(0, "peer_failed")
     assert [(p["peer_rank"], p["peer_state"], p["error"].split(" (")[0]) for p in peer] == [
         (1, "CALLBACKS_BOUND", "its process")
@@ -160,6 +178,7 @@ def test_a_sigkill_at_step_2_is_named_by_the_survivor_which_shuts_down(tmp_path:
 
 def test_killing_rank_0_the_store_host_at_step_2_is_named_live_by_rank_1(tmp_path: Path) -> None:
     result = run_case("kill_rank_0_at_step_2", 600.0, tmp_path)
+    assert_verdict(tmp_path, result)
     peer = result.events(1, "peer_failed")
     assert [p["peer_rank"] for p in peer] == [0] and "gone" in peer[0]["error"], peer
     assert result.returncode == {0: -9, 1: 1}
@@ -171,6 +190,7 @@ def test_killing_rank_0_the_store_host_at_step_2_is_named_live_by_rank_1(tmp_pat
 @pytest.mark.release_independent
 def test_a_rank_stopped_at_step_2_is_declared_lost_by_its_heartbeat_and_the_other_ends(tmp_path: Path) -> None:
     result = run_case("stop_at_step_2", 600.0, tmp_path)
+    assert_verdict(tmp_path, result)
     peer = result.events(0, "peer_failed")
     assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "CALLBACKS_BOUND")]
     assert "stood still" in peer[0]["error"]  # its watcher's beat on the node's board

@@ -58,6 +58,7 @@ def test_every_group_megatron_made_carries_the_configured_timeout_read_back_from
     assert read["configured_s"] == 3600.0 and read["world_s"] == 3600.0 and read["watch_s"] == 3600.0
     assert len(read["groups"]) >= 15  # megatron's groups this rank is in
     assert {g["timeout_s"] for g in read["groups"]} == {3600.0}
+    assert all(isinstance(g["connect_s"], float) and g["connect_s"] >= 0 for g in read["groups"])  # each one timed
     assert all(
         g["created_by"].startswith("megatron.core.parallel_state:initialize_model_parallel:") for g in read["groups"]
     )

@@ -1,0 +1,137 @@
+"""The fault corpus (issue 38): each startup or training fault made with real processes, its verdict
+(`lifecycle audit --format verdict --follow`) checked against the expected culprit, state and class,
+and the time from the fault to the verdict.
+
+    python benchmarks/verdicts.py [--timeout 20] [--cases never_starts,...]
+
+The faults are `benchmarks/faults.py`'s cases (2-rank gloo jobs on the tiny GPT, RANK/WORLD_SIZE/
+MASTER_ADDR/MASTER_PORT set by hand) and its launch faults: two jobs on one endpoint, a WORLD_SIZE
+that differs, every node a world of its own (torchrun `--standalone` under a 2-node srun step), a
+refused setting. For each, a follower (`follow_verdict`, as the CLI runs it: at once for a rank's own
+failure, up to 1 s more when only its peers name it) watches the log directory from the launch; its
+verdict is compared with `CORPUS`.
+Prints one row a case and, last, `verdicts right: R of N` and the fault-to-verdict seconds (median,
+max). `tests/integration/test_deadlines.py` checks the verdict of each case it runs against `CORPUS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.faults import LONG_DEADLINE, run_case
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What the verdict must say: the culprit rank (None: any rank), the state it names, the class."""
+
+    culprit: int | None
+    state: str
+    klass: str
+
+
+CORPUS: dict[str, Expected] = {
+    "never_starts": Expected(1, "DISTRIBUTED", "infrastructure"),  # named by rank 0 at the rendezvous deadline
+    "rank_0_never_starts": Expected(0, "DISTRIBUTED", "infrastructure"),
+    "raise_in_model_built": Expected(1, "DISTRIBUTED", "user-code"),
+    "raise_and_linger": Expected(1, "DISTRIBUTED", "user-code"),
+    "sigterm_in_model_built": Expected(1, "DISTRIBUTED", "infrastructure"),
+    "kill_in_distributed": Expected(1, "SERVICES_READY", "infrastructure"),
+    "kill_in_model_built": Expected(1, "DISTRIBUTED", "infrastructure"),
+    "raise_at_step_2": Expected(1, "CALLBACKS_BOUND", "user-code"),
+    "kill_at_step_2": Expected(1, "CALLBACKS_BOUND", "infrastructure"),
+    "stop_at_step_2": Expected(1, "CALLBACKS_BOUND", "infrastructure"),
+    "kill_rank_0_at_step_2": Expected(0, "CALLBACKS_BOUND", "infrastructure"),
+    "world_split_job": Expected(None, "SERVICES_READY", "config"),
+    "world_size_mismatch": Expected(None, "SERVICES_READY", "config"),
+    "worlds_of_one": Expected(None, "SERVICES_READY", "config"),
+    "bad_config": Expected(None, "CONFIGURED", "config"),
+    "config_on_one_rank": Expected(1, "CONFIGURED", "config"),  # rank 0 then waits at the rendezvous for it
+    "kill_rank_0_in_model_built": Expected(0, "DISTRIBUTED", "infrastructure"),  # the store's host
+    "stop_in_model_built": Expected(1, "DISTRIBUTED", "infrastructure"),  # hung: alive, silent
+    "raise_rank_0_at_step_2": Expected(0, "CALLBACKS_BOUND", "user-code"),
+    "sigterm_at_step_2": Expected(1, "CALLBACKS_BOUND", "infrastructure"),  # stopped from outside
+}
+
+
+def wrong(case: str, doc: dict[str, object]) -> list[str]:
+    """What the verdict `doc` gets wrong for `case` (empty: right)."""
+    want, out = CORPUS[case], []
+    culprit = doc.get("culprit")
+    rank = culprit.get("rank") if isinstance(culprit, dict) else None
+    if doc.get("outcome") != "failed":
+        return [f"outcome {doc.get('outcome')!r}"]
+    if want.culprit is not None and rank != want.culprit:
+        out.append(f"culprit {rank}, expected {want.culprit}")
+    if doc.get("state") != want.state:
+        out.append(f"state {doc.get('state')}, expected {want.state}")
+    if doc.get("class") != want.klass:
+        out.append(f"class {doc.get('class')}, expected {want.klass}")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    case: str
+    doc: dict[str, object]
+    fault_to_verdict_s: float
+
+
+def judge(case: str, timeout_s: float, workdir: Path) -> Judged:
+    """Run the case with a follower on its log directory; the verdict and when it came after the fault."""
+    from lifecycle.audit import follow_verdict
+
+    log_dir = workdir / case
+    log_dir.mkdir(parents=True, exist_ok=True)
+    found: dict[str, object] = {}
+    done = threading.Event()
+
+    def follower() -> None:
+        found["doc"] = follow_verdict(log_dir, idle_timeout_s=timeout_s + 60, stop=done.is_set)
+        found["at"] = time.time()
+
+    thread = threading.Thread(target=follower, daemon=True)
+    thread.start()
+    result = run_case(case, timeout_s, workdir)
+    thread.join(timeout=timeout_s + 90)
+    done.set()
+    thread.join()
+    doc = found["doc"]
+    assert isinstance(doc, dict)
+    return Judged(case, doc, float(str(found["at"])) - result.fault_at)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timeout", type=float, default=20.0, help="deadline for the cases that wait it out")
+    parser.add_argument("--cases", default=",".join(CORPUS))
+    args = parser.parse_args(argv)
+    print(f"{'case':<24} {'class':<15} {'culprit':>7} {'state':<16} {'verdict s':>9}  wrong")
+    judged = []
+    for case in args.cases.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            j = judge(case, 600.0 if case in LONG_DEADLINE else args.timeout, Path(tmp))
+        judged.append(j)
+        culprit = j.doc.get("culprit")
+        rank = culprit.get("rank") if isinstance(culprit, dict) else None
+        problems = "; ".join(wrong(case, j.doc)) or "-"
+        row = f"{case:<24} {j.doc.get('class')!s:<15} {rank!s:>7} {j.doc.get('state')!s:<16}"
+        print(f"{row} {j.fault_to_verdict_s:>9.2f}  {problems}", flush=True)
+    right = sum(not wrong(j.case, j.doc) for j in judged)
+    seconds = [j.fault_to_verdict_s for j in judged]
+    print(f"fault to verdict: median {statistics.median(seconds):.2f} s, max {max(seconds):.2f} s")
+    print(f"verdicts right: {right} of {len(judged)}")
+    return 0 if right == len(judged) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
