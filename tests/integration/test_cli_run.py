@@ -44,6 +44,7 @@ def test_two_rank_run_reaches_callbacks_bound_trains_and_audits_clean(tmp_path: 
     assert [w for w in report["warnings"] if "GPTModel IS DEPRECATED" in w["message"]] == []
 
 
+@pytest.mark.release_independent  # the lifecycle's own VALIDATED rules and exit 1: no rank builds
 def test_an_invalid_config_fails_at_validated_with_every_problem_named_and_exit_1(tmp_path: Path) -> None:
     run = lifecycle(
         "run",

@@ -52,6 +52,7 @@ def test_importing_the_simulation_modules_pulls_in_neither_torch_nor_megatron() 
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.release_independent  # the lifecycle's own config check and CLI line: refused before any rank is simulated
 def test_an_expert_count_the_expert_parallel_size_does_not_divide_is_refused_before_any_rank(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     run = lifecycle(
@@ -64,6 +65,7 @@ def test_an_expert_count_the_expert_parallel_size_does_not_divide_is_refused_bef
     assert not logs.exists()
 
 
+@pytest.mark.release_independent  # the CLI's argument checks: exit 2, no rank simulated
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -81,6 +83,7 @@ def test_a_wrong_flag_exits_2_with_one_line_naming_it(flags: list[str], message:
     assert message in run.stderr and "Traceback" not in run.stderr
 
 
+@pytest.mark.release_independent  # the CLI's log-dir check: refused before any rank runs
 def test_a_log_dir_holding_another_runs_logs_is_refused(tmp_path: Path) -> None:
     (tmp_path / "rank-00000.jsonl").write_text("")
     run = lifecycle("simulate", "--preset", "gpt-4096", "--ranks", "0", "--log-dir", str(tmp_path))

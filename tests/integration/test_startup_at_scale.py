@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = str(Path(sys.executable).parent)
 
@@ -39,6 +41,7 @@ def test_the_scale_report_gives_the_store_load_connections_and_groups_of_the_who
     assert set(report["watch"]) >= {"check_in", "join", "steady_second", "stop"}
 
 
+@pytest.mark.release_independent  # the CLI's flag checks: exit 2 before anything is simulated
 def test_the_scale_report_refuses_a_rank_selection_and_a_node_size_that_does_not_divide_the_job() -> None:
     selection = lifecycle("simulate", "--preset", "gpt-4096", "--scale", "--ranks", "0,1")
     uneven = lifecycle("simulate", "--preset", "gpt-4096", "--scale", "--ranks-per-node", "3")
