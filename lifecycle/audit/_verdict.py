@@ -81,6 +81,18 @@ def classify(kind: str, failure: Failure | None) -> str:
     return "user-code"
 
 
+def _culprit_stream(ranks: Sequence[RankAudit], cause: RootCause) -> RankAudit | None:
+    """The root cause's rank; when no rank failed on its own (every one stopped by a signal from
+    outside), the first one stopped."""
+    run = [r for r in ranks if r.run_id == cause.run_id]
+    if cause.rank is not None:
+        return next((r for r in run if r.rank == cause.rank), None)
+    stopped = [r for r in run if r.failure is not None]
+    return min(
+        stopped, key=lambda r: (r.failure.ts if r.failure and r.failure.ts else float("inf"), r.rank or 0), default=None
+    )
+
+
 def _host_of(ranks: Sequence[RankAudit], run_id: str | None, rank: int) -> str | None:
     return next((r.host for r in ranks if r.run_id == run_id and r.rank == rank), None)
 
@@ -94,12 +106,12 @@ def verdict(
         outcome = "unreadable" if unreadable else "clean"
         return doc | {"outcome": outcome, "findings": len(findings), "ranks": len(ranks)}
     cause = min(causes, key=lambda c: (c.at is None, c.at or 0.0))
-    stream = next((r for r in ranks if r.run_id == cause.run_id and r.rank == cause.rank), None)
+    stream = _culprit_stream(ranks, cause)
     failure = stream.failure if stream is not None else None
     kind = "failed" if failure is not None and failure.kind == "failed" and cause.kind == "failed" else cause.kind
     klass = classify(kind, failure)
     host = stream.host if stream is not None else None
-    culprit: int | None = cause.rank
+    culprit = stream.rank if stream is not None else cause.rank
     if failure is not None and failure.missing:  # a rendezvous timeout: the ranks that never came are the culprits
         culprit, host = failure.missing[0], _host_of(ranks, cause.run_id, failure.missing[0])
     evidence = [{"source": cause.source, "line": cause.line, "rank": cause.rank, "kind": cause.kind}]

@@ -114,3 +114,12 @@ def test_follow_without_the_verdict_format_is_refused_in_one_line(
 ) -> None:
     assert main(["audit", "--follow", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == "lifecycle audit: --follow needs --format verdict and one log directory"
+
+
+def test_a_job_stopped_from_outside_names_the_first_rank_stopped_and_restarts(tmp_path: Path) -> None:
+    head = until("build_model")
+    rank_log(tmp_path, 1, [*head, aborted()], start=100.0, world=2, at={len(head): 120.0})
+    rank_log(tmp_path, 0, [*head, aborted()], start=100.0, world=2, at={len(head): 125.0})
+    doc = judged(tmp_path)
+    assert doc["culprit"] == {"rank": 1, "host": "h"} and (doc["class"], doc["action"]) == ("infrastructure", "RESTART")
+    assert doc["state"] == "DISTRIBUTED" and doc["exclude_hosts"] == []  # a signal: the host is not at fault
