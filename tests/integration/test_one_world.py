@@ -63,31 +63,31 @@ def failed_within(tmp: Path, limit_s: float) -> float:
     return waited
 
 
-def test_two_jobs_on_one_endpoint_both_fail_at_once_naming_both_jobs(tmp_path: Path) -> None:
-    outs = launch(
-        tmp_path,
+WORLDS = {
+    "two-jobs-one-endpoint": (
         [
             {"RANK": "0", "WORLD_SIZE": "2", "LIFECYCLE_RUN_ID": "job-alpha"},
             {"RANK": "1", "WORLD_SIZE": "2", "LIFECYCLE_RUN_ID": "job-beta"},
         ],
-    )
-    for out in outs:
-        assert out["ok"] is False and out["type"] == "DistributedError", out
-        assert "two worlds met" in out["error"] and "'job-alpha'" in out["error"] and "'job-beta'" in out["error"]
-    failed_within(tmp_path, 30.0)
-
-
-def test_ranks_told_different_world_sizes_both_fail_at_once_naming_both_sizes(tmp_path: Path) -> None:
-    outs = launch(
-        tmp_path,
+        ["'job-alpha'", "'job-beta'"],
+    ),
+    "world-sizes-differ": (
         [
             {"RANK": "0", "WORLD_SIZE": "2", "LIFECYCLE_RUN_ID": "job-gamma"},
             {"RANK": "1", "WORLD_SIZE": "3", "LIFECYCLE_RUN_ID": "job-gamma"},
         ],
-    )
-    for out in outs:
+        ["of 2 ranks", "of 3 ranks"],
+    ),
+}
+
+
+@pytest.mark.parametrize(("ranks", "named"), WORLDS.values(), ids=list(WORLDS))
+def test_two_worlds_at_one_endpoint_fail_at_once_every_rank_naming_both(
+    tmp_path: Path, ranks: list[dict[str, str]], named: list[str]
+) -> None:
+    for out in launch(tmp_path, ranks):
         assert out["ok"] is False and out["type"] == "DistributedError", out
-        assert "of 2 ranks" in out["error"] and "of 3 ranks" in out["error"]
+        assert "two worlds met" in out["error"] and all(name in out["error"] for name in named), out
     failed_within(tmp_path, 30.0)
     result = audit([str(log) for log in tmp_path.glob("logs-*/**/rank-*.jsonl")])
     assert result.root_causes and "two worlds met" in result.root_causes[0].message, result
