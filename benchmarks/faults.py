@@ -86,6 +86,7 @@ LAUNCH_FAULTS = {  # case: {rank: what its launch gets wrong} (the verdict corpu
     "bad_config": {},
     "config_on_one_rank": {},
 }
+SERVICES_FAULTS = {"raise_in_services": "raise", "kill_in_services": "kill", "sigterm_in_services": "term"}
 BAD_CONFIG = ["model.num_attention_heads=5"]  # hidden 64 is not a multiple: refused at VALIDATED
 UNMEASURED = {
     "raise_and_linger": 1,
@@ -195,6 +196,83 @@ def _step_fault(case: str, rank: int, fault_file: Path) -> Any:
     return on_step
 
 
+def _provider(case: str, rank: int, log_dir: Path) -> Any:
+    """The provider of `case` on `rank`, with its fault (and any fault injected outside it) in place."""
+    fault_file = log_dir / "fault_at"
+    if rank == 1 and case == "kill_in_distributed":
+        _kill_before_parallel_state(fault_file)
+    if rank == 1 and case in SERVICES_FAULTS:
+        _fail_in_services(fault_file, SERVICES_FAULTS[case])
+    if rank == 1 and case == "sigterm_in_model_built":
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        return _waiting_provider(log_dir / "ready")
+    if (rank, case) in ((1, "raise_in_model_built"), (1, "raise_and_linger")):
+        return _failing_provider(fault_file)
+    if (rank, case) in ((1, "kill_in_model_built"), (0, "kill_rank_0_in_model_built")):
+        return _failing_provider(fault_file, kill=True)
+    if (rank, case) == (1, "stop_in_model_built"):
+        return _failing_provider(fault_file, stop=True)
+    if (rank, case) == (1, "disk_full_in_model_built"):
+        return _filling_provider(fault_file)
+    if case == "group_timeout_shorter_than_work":
+        return _short_group_provider(fault_file, rank)
+    return _checked_provider
+
+
+def _fail_in_services(fault_file: Path, action: str) -> None:
+    """SERVICES_READY's tokenizer build fails on this rank: an I/O error, a SIGKILL or a SIGTERM."""
+    from lifecycle.megatron import services_ready
+
+    def build(*_args: Any) -> Any:
+        fault_file.write_text(repr(time.time()))
+        if action == "raise":
+            raise OSError(5, "Input/output error: the tokenizer's files could not be read")
+        os.kill(os.getpid(), signal.SIGKILL if action == "kill" else signal.SIGTERM)
+        time.sleep(60.0)  # a SIGTERM: the lifecycle's handler ends the startup
+
+    services_ready.build_tokenizer = build  # type: ignore[assignment]  # fault injection point
+
+
+def _filling_provider(fault_file: Path) -> Any:
+    """The log's disk fills while the model is built: every later write to a .jsonl fails with ENOSPC."""
+
+    def provider(config: Any, **kwargs: Any) -> Any:
+        model = _checked_provider(config, **kwargs)
+        real = os.write
+
+        def write(fd: int, data: Any) -> int:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(".jsonl"):
+                raise OSError(28, "No space left on device")
+            return real(fd, data)
+
+        fault_file.write_text(repr(time.time()))
+        os.write = write
+        return model
+
+    return provider
+
+
+def _short_group_provider(fault_file: Path, rank: int) -> Any:
+    """Both ranks make a group with a 3 s timeout (shorter than the work); rank 0 works alone for 8 s
+    before its collective there, so rank 1 times out in it (Megatron-Bridge #4011's shape)."""
+
+    def provider(config: Any, **kwargs: Any) -> Any:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        group = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=3))
+        if rank == 0:
+            time.sleep(8.0)
+        else:
+            fault_file.write_text(repr(time.time() + 3.0))  # the group's deadline: the fault is its timeout
+        dist.all_reduce(torch.ones(1), group=group)
+        return _checked_provider(config, **kwargs)
+
+    return provider
+
+
 def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> int:
     from lifecycle.launchers import torchrun_env
 
@@ -206,26 +284,14 @@ def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> 
     bad = BAD_CONFIG if case == "bad_config" or (case, rank) == ("config_on_one_rank", 1) else []
     logs = log_dir / "job-b" if case == "world_split_job" and rank == 1 else log_dir  # one log directory a run
     config = RunConfig.preset("tiny-gpt", [f"startup.timeout_s={timeout_s}", f"logging.log_dir={logs}", *bad])
-    fault_file = log_dir / "fault_at"
-    provider: Any = _checked_provider
-    if rank == 1 and case in ("raise_in_model_built", "raise_and_linger"):
-        provider = _failing_provider(fault_file)
-    if rank == 1 and case == "kill_in_distributed":
-        _kill_before_parallel_state(fault_file)
-    if (rank, case) in ((1, "kill_in_model_built"), (0, "kill_rank_0_in_model_built")):
-        provider = _failing_provider(fault_file, kill=True)
-    if rank == 1 and case == "stop_in_model_built":
-        provider = _failing_provider(fault_file, stop=True)
-    if rank == 1 and case == "sigterm_in_model_built":
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
-        provider = _waiting_provider(log_dir / "ready")
+    provider = _provider(case, rank, log_dir)
     lc = Lifecycle(config, provider=provider)
     try:
         lc.advance_to(State.CALLBACKS_BOUND)
         if case in STEP_FAULTS:
             from lifecycle.megatron.train import train_steps
 
-            train_steps(lc, 3, _step_fault(case, rank, fault_file))
+            train_steps(lc, 3, _step_fault(case, rank, log_dir / "fault_at"))
     except BaseException as exc:
         print(f"rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         if case == "raise_and_linger" and rank == 1:

@@ -60,6 +60,11 @@ CORPUS: dict[str, Expected] = {
     "stop_in_model_built": Expected(1, "DISTRIBUTED", "infrastructure"),  # hung: alive, silent
     "raise_rank_0_at_step_2": Expected(0, "CALLBACKS_BOUND", "user-code"),
     "sigterm_at_step_2": Expected(1, "CALLBACKS_BOUND", "infrastructure"),  # stopped from outside
+    "raise_in_services": Expected(1, "VALIDATED", "infrastructure"),  # an I/O error building the tokenizer
+    "kill_in_services": Expected(1, "DISTRIBUTED", "infrastructure"),  # named missing at rank 0's deadline
+    "sigterm_in_services": Expected(1, "VALIDATED", "infrastructure"),
+    "disk_full_in_model_built": Expected(1, "DISTRIBUTED", "infrastructure"),  # its log stops; its peer names it
+    "group_timeout_shorter_than_work": Expected(1, "MODEL_BUILT", "config"),  # timed out entering it; LA028: STOP
 }
 
 

@@ -28,7 +28,7 @@ from lifecycle.audit._output import Appender, write_output
 from lifecycle.audit._plot import plot
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure, Finding, Segment
-from lifecycle.audit._render import as_json, counts, printable, text
+from lifecycle.audit._render import TimeoutSummary, as_json, counts, printable, text, timeout_maps
 from lifecycle.audit._rules import RULES, Rule, RuleId, enabled, resolve
 from lifecycle.audit._timing import (
     ChainLink,
@@ -73,6 +73,7 @@ __all__ = [
     "StateBlame",
     "Straggler",
     "Tap",
+    "TimeoutSummary",
     "Victim",
     "as_json",
     "attempts",
@@ -95,6 +96,7 @@ __all__ = [
     "root_causes",
     "stragglers",
     "text",
+    "timeout_maps",
     "verdict",
     "verdict_ours",
     "write_output",

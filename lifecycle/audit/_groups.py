@@ -12,10 +12,36 @@ communicator is made lazily, at its first collective, inside a step (Megatron-LM
 from __future__ import annotations
 
 from lifecycle.audit._fields import Record
+from lifecycle.audit._records import TimeoutMap
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
 
-TIMEOUTS = ("configured_s", "world_s", "groups")
+TIMEOUTS = ("configured_s", "world_s", "store_s", "watch_s", "groups")
+_CORRECTED_SHOWN = 5
+
+
+def _map(configured: float, rec: Record, groups: list[object]) -> TimeoutMap:
+    found: dict[float | None, int] = {}
+    corrected: list[tuple[str, float]] = []
+    for group in groups:
+        if isinstance(group, dict):
+            t = _seconds(group.get("timeout_s"))
+            found[t] = found.get(t, 0) + 1
+            was = _seconds(group.get("corrected_from"))
+            if was is not None and len(corrected) < _CORRECTED_SHOWN:
+                corrected.append((str(group.get("name", "?"))[:80], was))
+    order = sorted(found.items(), key=lambda item: -(item[0] or 0.0))
+    return TimeoutMap(
+        configured,
+        _seconds(rec.get("world_s")),
+        _seconds(rec.get("store_s")),
+        _seconds(rec.get("watch_s")),
+        sum(found.values()),
+        tuple(order),
+        tuple(corrected),
+    )
+
+
 CREATED = ("name", "timeout_s", "created_by")
 _SHOWN = 3
 
@@ -24,10 +50,14 @@ def _seconds(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+SHORTER = "before the state's budget"
+"""In an LA028 finding: the group times out before `startup.timeout_s` (the verdict reads it)."""
+
+
 def _differs(name: str, by: str, found: float, configured: float) -> str:
     if found < configured:
         return (
-            f"group {name[:80]} (made by {by[:120]}) times out after {found:g} s, before the state's budget "
+            f"group {name[:80]} (made by {by[:120]}) times out after {found:g} s, {SHORTER} "
             f"startup.timeout_s={configured:g} s: ranks waiting in it while one rank works alone are ended at "
             f"{found:g} s with an error that names no timeout. Pass timeout= to new_group (or "
             "distributed_timeout_minutes to megatron)"
@@ -44,10 +74,11 @@ def timeouts_read(audit: RankState, rec: Record, ts: float) -> None:
     if configured is None:
         return
     audit.configured_timeout_s = configured
+    groups = rec.get("groups")
+    audit.timeouts = _map(configured, rec, groups if isinstance(groups, list) else [])
     world = _seconds(rec.get("world_s"))
     if world is not None and world != configured:
         audit.flag(RuleId.GROUP_TIMEOUT, _differs("the default process group", "init_process_group", world, configured))
-    groups = rec.get("groups")
     for group in groups if isinstance(groups, list) else []:
         if not isinstance(group, dict):
             continue

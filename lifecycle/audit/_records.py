@@ -62,6 +62,35 @@ class Failure:
     """The ranks a `state_timeout` names as never arrived (the culprits of a rendezvous timeout)."""
 
 
+class TimeoutMap(NamedTuple):
+    """A rank's `timeouts_read`, kept small (a NamedTuple a rank): what `lifecycle audit` prints."""
+
+    configured_s: float
+    world_s: float | None
+    store_s: float | None
+    watch_s: float | None
+    groups: int
+    by_timeout: tuple[tuple[float | None, int], ...]  # (seconds, how many groups), longest first
+    corrected: tuple[tuple[str, float], ...]  # (group, its timeout before), the first few
+
+    def line(self) -> str:
+        """One line: the configured timeout, then every timeout read back."""
+
+        def s(value: float | None) -> str:
+            return "unread" if value is None else f"{value:g} s"
+
+        counts = ", ".join(f"{s(t)} ×{n}" for t, n in self.by_timeout) or "none"
+        fixed = (
+            "; set by the lifecycle: " + ", ".join(f"{g} (was {t:g} s)" for g, t in self.corrected)
+            if self.corrected
+            else ""
+        )
+        return (
+            f"startup.timeout_s={self.configured_s:g} s; world {s(self.world_s)}, store {s(self.store_s)}, "
+            f"watch {s(self.watch_s)}; {self.groups} groups: {counts}{fixed}"
+        )
+
+
 class Segment(NamedTuple):
     """The entry work of one state on one rank: from `transition_started` to `transition_completed`.
     A NamedTuple, not a dataclass: thousands per audit are made in the hot loop and sent between

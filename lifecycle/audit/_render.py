@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 import orjson
 
@@ -55,6 +55,7 @@ def text(result: AuditResult, *, show_blame: bool = False, show_chain: bool = Fa
     for rule_id, ranks in rest.items():
         out.append(f"{rule_id} [{BY_ID[rule_id].slug}] also on ranks {ranges(ranks)}")
     out += _warning_lines(result)
+    out += _timeout_lines(result)
     cycles = attempts(result.ranks)
     if any(a.cycle > 0 or a.ended for a in cycles):  # restart cycles: one line each
         out += attempt_lines(cycles)
@@ -130,6 +131,39 @@ def _warning_lines(result: AuditResult) -> list[str]:
         return []
     out = ["", f"warnings ({len(found)} distinct, from the libraries; not violations):"]
     out += [f"  {w['module']}: {w['category']}: {w['message'][:200]} (ranks {ranges(w['ranks'])})" for w in found]
+    return out
+
+
+class TimeoutSummary(NamedTuple):
+    """A run's timeout map as `lifecycle audit` and `lifecycle report` show it."""
+
+    run_id: str | None
+    rank: int
+    same: int
+    other: tuple[int, ...]  # the ranks whose timeouts_read differs from `rank`'s
+    line: str
+
+
+def timeout_maps(ranks: Sequence[RankAudit]) -> list[TimeoutSummary]:
+    """Each run's timeout map (`timeouts_read`): its lowest rank's, and the ranks that read another."""
+    runs: dict[str | None, list[RankAudit]] = {}
+    for rank in ranks:
+        if rank.timeouts is not None and rank.rank is not None:
+            runs.setdefault(rank.run_id, []).append(rank)
+    out = []
+    for run_id, group in runs.items():
+        first = min(group, key=lambda r: r.rank or 0)
+        assert first.timeouts is not None and first.rank is not None
+        other = tuple(r.rank or 0 for r in group if r.timeouts != first.timeouts)
+        out.append(TimeoutSummary(run_id, first.rank, len(group) - len(other), other, first.timeouts.line()))
+    return out
+
+
+def _timeout_lines(result: AuditResult) -> list[str]:
+    out = []
+    for t in timeout_maps(result.ranks):
+        differ = f"; ranks {ranges(list(t.other))} read other timeouts" if t.other else ""
+        out += ["", f"timeouts (run {t.run_id}, rank {t.rank}; {t.same} ranks the same{differ}):", f"  {t.line}"]
     return out
 
 

@@ -6,7 +6,7 @@ it and neither imports the other.
 
 from __future__ import annotations
 
-from lifecycle.audit._records import Failure, Finding, Segment
+from lifecycle.audit._records import Failure, Finding, Segment, TimeoutMap
 from lifecycle.audit._rules import RuleId
 from lifecycle.log import GENESIS
 from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State, training_state
@@ -59,6 +59,7 @@ class RankState:
         "source",
         "state",
         "target",
+        "timeouts",
         "trains",
         "transitions",
         "validated",
@@ -87,13 +88,13 @@ class RankState:
         self.fingerprint: str | None = None
         self.host: str | None = None  # lifecycle_started's
         self.configured_timeout_s: float | None = None  # timeouts_read's
+        self.timeouts: TimeoutMap | None = None  # timeouts_read's, in short
         self.open_trigger: str | None = None
         self.open_start = 0.0
         self.model_gen = False
         self.model_id: str | None = None
         self.old_model_id: str | None = None
-        self.rebind_pending = False
-        self.rebuilt, self.rebind_line = False, 0
+        self.rebind_pending, self.rebuilt, self.rebind_line = False, False, 0
         self.shut = False
         self.signalled: str | None = None  # the signal a `signal_received` logged (stopped from outside)
         self.bound_steps, self.first_step_logged = 0, True

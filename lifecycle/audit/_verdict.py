@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lifecycle.audit._cause import RootCause
+from lifecycle.audit._groups import SHORTER
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure, Finding
 from lifecycle.audit._rules import RuleId
@@ -93,6 +94,11 @@ def _culprit_stream(ranks: Sequence[RankAudit], cause: RootCause) -> RankAudit |
     )
 
 
+def _short(finding: Finding) -> bool:
+    """An LA028 finding of a group whose timeout is shorter than `startup.timeout_s`."""
+    return finding.rule == RuleId.GROUP_TIMEOUT and SHORTER in finding.message
+
+
 def _host_of(ranks: Sequence[RankAudit], run_id: str | None, rank: int) -> str | None:
     return next((r.host for r in ranks if r.run_id == run_id and r.rank == rank), None)
 
@@ -109,17 +115,14 @@ def verdict(
     stream = _culprit_stream(ranks, cause)
     failure = stream.failure if stream is not None else None
     kind = "failed" if failure is not None and failure.kind == "failed" and cause.kind == "failed" else cause.kind
+    mine = [f for f in findings if f.rank == cause.rank and f.run_id == cause.run_id]
     klass = classify(kind, failure)
+    if klass == "infrastructure" and kind in ("failed", "timeout") and any(map(_short, mine)):
+        klass = "config"  # a wait that outlived a group timeout shorter than the budget: it will again
     host = stream.host if stream is not None else None
     culprit = stream.rank if stream is not None else cause.rank
     if failure is not None and failure.missing:  # a rendezvous timeout: the ranks that never came are the culprits
         culprit, host = failure.missing[0], _host_of(ranks, cause.run_id, failure.missing[0])
-    evidence = [{"source": cause.source, "line": cause.line, "rank": cause.rank, "kind": cause.kind}]
-    evidence += [
-        {"source": f.source, "line": f.line, "rank": f.rank, "rule": f.rule}
-        for f in findings
-        if f.rank == cause.rank and f.run_id == cause.run_id and f.rule != RuleId.ROOT_CAUSE
-    ][:_EVIDENCE]
     return doc | {
         "outcome": "failed",
         "run_id": cause.run_id,
@@ -134,5 +137,14 @@ def verdict(
         "at_s": cause.at,
         "victims": [v.rank for v in cause.victims],
         "runs_failed": len(causes),
-        "evidence": evidence,
+        "evidence": _evidence(cause, mine),
     }
+
+
+def _evidence(cause: RootCause, mine: Sequence[Finding]) -> list[dict[str, object]]:
+    """The culprit's failure record, then the findings on its rank (LA018 is the cause itself)."""
+    shown = [f for f in mine if f.rule != RuleId.ROOT_CAUSE][:_EVIDENCE]
+    out: list[dict[str, object]] = [
+        {"source": cause.source, "line": cause.line, "rank": cause.rank, "kind": cause.kind}
+    ]
+    return out + [{"source": f.source, "line": f.line, "rank": f.rank, "rule": f.rule} for f in shown]

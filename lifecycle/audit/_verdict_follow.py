@@ -6,14 +6,15 @@ When any rank's log shows a failure it returns the verdict at once if the root c
 failure (a transition that failed, a timeout); when the culprit is so far only named by its peers
 (`peer_failed`, written by a victim before the culprit's own record can be), it waits up to `grace_s`
 for the culprit's own record. It also returns when every rank
-of the world shut down (a clean verdict), or when no rank wrote for `idle_timeout_s`: the logs are
-then judged as they stand, and a log that stopped short is a rank that died.
+of the world shut down (a clean verdict), when a rank shut down and the others have been silent for
+`stall_s`, or when no rank wrote for `idle_timeout_s`: the logs are then judged as they stand, and a
+log that stopped short is a rank that died.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import orjson
@@ -29,7 +30,7 @@ class _Followed:
     """One rank file: how far it was read, and its audit so far."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.lineno = path, 0, 0
+        self.path, self.offset, self.lineno, self.changed_at = path, 0, 0, time.monotonic()
         self.audit = RankAudit(str(path))
         self.broken = False
 
@@ -43,6 +44,7 @@ class _Followed:
             return False
         complete = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
         self.offset += len(complete)
+        self.changed_at = time.monotonic() if complete else self.changed_at
         for line in complete.splitlines():
             self.lineno += 1
             if self.broken or not line.strip():
@@ -61,12 +63,22 @@ def _own(streams: list[RankAudit]) -> bool:
     return bool(causes) and all(c.kind in CAUSE_KINDS for c in causes)
 
 
+def _settled(ranks: Iterable[_Followed], now: float, stall_s: float) -> bool:
+    """A rank shut down and every other one is done or silent for `stall_s`: the job is over, and a
+    log that stopped short is a rank that died (its disk full, its process gone)."""
+    followed = list(ranks)
+    return any(r.audit.shut for r in followed) and all(
+        r.audit.shut or r.audit.failure is not None or now - r.changed_at >= stall_s for r in followed
+    )
+
+
 def follow_verdict(
     log_dir: str | Path,
     *,
     poll_s: float = 0.2,
     grace_s: float = 1.0,
     idle_timeout_s: float = 600.0,
+    stall_s: float = 5.0,
     stop: Callable[[], object] | None = None,
 ) -> dict[str, object]:
     """Follow `log_dir` until a failure is known (plus `grace_s`), every rank shut down, nothing was
@@ -86,7 +98,7 @@ def follow_verdict(
             break  # the culprit's own record is in: nothing more to wait for
         world = max((s.world_size or 0 for s in streams), default=0)
         finished = len(streams) >= world > 0 and all(s.shut for s in streams)
-        idle = now - last_change > idle_timeout_s
+        idle = now - last_change > idle_timeout_s or _settled(ranks.values(), now, stall_s)
         if (failed_at is not None and now - failed_at >= grace_s) or finished or idle or (stop and stop()):
             break
         time.sleep(poll_s)

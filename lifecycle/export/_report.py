@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from lifecycle.audit import RULES, Finding, RootCause, StateBlame, blame, no_gc, stragglers, write_output
+from lifecycle.audit import RULES, Finding, RootCause, StateBlame, blame, no_gc, stragglers, timeout_maps, write_output
 from lifecycle.export._model import Cycle, RankTrace, Trace
 from lifecycle.export._rows import Row, rows
 from lifecycle.log import events
@@ -66,6 +66,7 @@ class ReportData(TypedDict):
     fingerprints: list[str]
     blame: list[dict[str, object]]
     stragglers: list[dict[str, object]]
+    timeouts: list[dict[str, object]]
 
 
 def rules_url_problem(url: str) -> str | None:
@@ -107,6 +108,10 @@ def report_data(trace: Trace, *, rules_url: str = RULES_URL, per_rank_up_to: int
         "stragglers": [
             {"rank": s.rank, "state": s.state, "duration": s.duration, "median": s.median}
             for s in stragglers(audits)[:50]
+        ],
+        "timeouts": [
+            {"run_id": t.run_id, "rank": t.rank, "same": t.same, "other": list(t.other)[:50], "line": t.line}
+            for t in timeout_maps(audits)
         ],
     }
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.audit import audit
+from lifecycle.audit import audit, text
 
 pytestmark = pytest.mark.slow
 
@@ -88,5 +88,6 @@ def test_a_group_a_script_makes_later_without_a_timeout_is_logged_and_flagged_na
     result = audit([str(records[0])])
     found = {(f.rule, f.message.split(" (made by")[0].split(" was created")[0]) for f in result.findings}
     assert found == {("LA028", "group SCRIPTS_OWN_GROUP"), ("LA029", "group SCRIPTS_OWN_GROUP")}, result.findings
+    assert "EXPERT_DATA_PARALLEL_GROUP_GLOO (was 1800 s)" in text(result).split("set by the lifecycle: ")[1]  # the map
     (timeout,) = [f for f in result.findings if f.rule == "LA028"]
     assert "times out after 1800 s, before the state's budget startup.timeout_s=3600 s" in timeout.message

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from audit_logs import engine_rank
 
-from lifecycle.audit import audit
+from lifecycle.audit import audit, text
+from lifecycle.export import load, report_data
 from states import State
 
 MEGATRONS = "megatron.core.parallel_state:initialize_model_parallel:1465"
@@ -71,3 +72,36 @@ def test_a_group_created_later_is_checked_for_its_timeout_and_after_binding_for_
     assert [rule for rule, _ in found] == ["LA028", "LA029"]
     assert "group EARLY (made by train.py:setup:3) times out after 1800 s" in found[0][1]
     assert found[1][1].startswith("group LATE was created after CALLBACKS_BOUND by train.py:step:9")
+
+
+def test_the_audit_text_shows_each_runs_timeout_map_and_the_ranks_that_read_other_timeouts(tmp_path: Path) -> None:
+    corrected = group("EXPERT_DATA_PARALLEL_GROUP_GLOO", 600.0, corrected_from=1800.0)
+    for rank, last in ((0, 600.0), (1, 600.0), (2, 300.0)):
+        lc = engine_rank(tmp_path, rank, 3)
+        lc.advance_to(State.DISTRIBUTED)
+        groups = [group("DATA_PARALLEL_GROUP", 600.0), corrected, group("EMBEDDING_GROUP", last)]
+        lc.record(
+            "timeouts_read", configured_s=600.0, world_s=600.0, store_s=600.0, watch_s=600.0, groups=groups, corrected=1
+        )
+        lc.shutdown()
+    report = text(audit([str(tmp_path)], jobs=1)).splitlines()
+    at = report.index("timeouts (run run-a, rank 0; 2 ranks the same; ranks 2 (1 rank) read other timeouts):")
+    assert report[at + 1] == (
+        "  startup.timeout_s=600 s; world 600 s, store 600 s, watch 600 s; 3 groups: 600 s ×3; "
+        "set by the lifecycle: EXPERT_DATA_PARALLEL_GROUP_GLOO (was 1800 s)"
+    )
+
+
+def test_the_html_report_carries_each_runs_timeout_map(tmp_path: Path) -> None:
+    lc = engine_rank(tmp_path, 0, 1)
+    lc.advance_to(State.DISTRIBUTED)
+    lc.record("timeouts_read", configured_s=600.0, world_s=600.0, store_s=None, watch_s=None, groups=[], corrected=0)
+    lc.shutdown()
+    [timeouts] = report_data(load([str(tmp_path)]))["timeouts"]
+    assert timeouts == {
+        "run_id": "run-a",
+        "rank": 0,
+        "same": 1,
+        "other": [],
+        "line": "startup.timeout_s=600 s; world 600 s, store unread, watch unread; 0 groups: none",
+    }

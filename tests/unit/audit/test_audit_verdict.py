@@ -5,6 +5,7 @@ user-code: STOP) and the records that show it. Logs written by the real AuditLog
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +124,29 @@ def test_a_job_stopped_from_outside_names_the_first_rank_stopped_and_restarts(tm
     doc = judged(tmp_path)
     assert doc["culprit"] == {"rank": 1, "host": "h"} and (doc["class"], doc["action"]) == ("infrastructure", "RESTART")
     assert doc["state"] == "DISTRIBUTED" and doc["exclude_hosts"] == []  # a signal: the host is not at fault
+
+
+def test_a_timeout_in_a_group_shorter_than_the_budget_is_config_not_a_flaky_node(tmp_path: Path) -> None:
+    group = {"name": "DATA_SHARDS", "backend": "cpu:gloo", "size": 2, "timeout_s": 3.0, "created_by": "x:f:1"}
+    made = [
+        (
+            "timeouts_read",
+            {"configured_s": 600.0, "world_s": 600.0, "store_s": 600.0, "watch_s": 600.0, "groups": [], "corrected": 0},
+        ),
+        ("group_created", group | {"connect_s": 0.01}),
+    ]
+    waited = failing(
+        "build_model", "DISTRIBUTED", "DistributedError", "DISTRIBUTED timed out", field="startup.timeout_s"
+    )
+    doc = two_ranks(tmp_path, [*made, waited], "build_model")
+    assert (doc["class"], doc["action"], doc["culprit"]["rank"]) == ("config", "STOP", 1)
+    assert any(e.get("rule") == "LA028" for e in doc["evidence"])  # the reason is in the evidence
+
+
+def test_following_judges_a_silent_rank_as_died_once_another_rank_shut_down(tmp_path: Path) -> None:
+    rank_log(tmp_path, 0, clean_events(), start=100.0, world=2)  # shut down
+    rank_log(tmp_path, 1, until("build_model"), start=100.0, world=2)  # silent since: its disk is full
+    started = time.monotonic()
+    doc = follow_verdict(tmp_path, poll_s=0.01, stall_s=0.2, idle_timeout_s=600.0)
+    assert time.monotonic() - started < 60.0  # not the idle timeout
+    assert (doc["culprit"], doc["class"], doc["exclude_hosts"]) == ({"rank": 1, "host": "h"}, "infrastructure", ["h"])
