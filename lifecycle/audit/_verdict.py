@@ -4,8 +4,8 @@ the failure and what to do about it, and the records that show it.
 
 The class decides the action:
 - `config`: deterministic (a refused setting, two worlds at one endpoint, a binding that does not
-  match): retrying the same launch cannot help, so STOP;
-- `infrastructure`: a rank lost or killed, a hung rank, a store host gone, a rendezvous or group
+  match, a group's own timeout shorter than the budget): retrying the same launch cannot help, so STOP;
+- `infrastructure`: a rank lost or killed, a hung rank, a store host gone, a rendezvous or state
   timeout, a full disk, the job stopped from outside: RESTART, without the hosts named in
   `exclude_hosts` (the culprit's host when the rank was lost or hung there);
 - `user-code`: an exception raised by the provider, a hook or the training step: STOP, and fix it.
@@ -63,6 +63,7 @@ _DISTRIBUTED_FIELDS = {
     "parallel.world_size": "config",
     "startup.timeout_s": "infrastructure",
     "startup": "infrastructure",
+    "process_group.timeout": "config",  # a group's own timeout, shorter than the budget, fired: it will again
 }
 _LOST = ("died", "peer")  # the culprit itself is gone or silent (a timeout names the one who waited)
 _EVIDENCE = 5

@@ -9,8 +9,11 @@ store's host going away shows as a store operation that fails at once with a clo
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
+
+from lifecycle.errors import DistributedError
 
 HOST = socket.gethostname()
 
@@ -88,6 +91,45 @@ def is_timeout(exc: BaseException) -> bool:
     text = str(exc).lower()
     from_torch = type(exc).__module__.startswith("torch") or "gloo" in text or "c10d" in text
     return from_torch and ("timed out" in text or "timeout" in text)
+
+
+_FIRED = (
+    (re.compile(r"timed out waiting (\d+)\s*ms", re.IGNORECASE), 1000),  # gloo: "Timed out waiting 3000ms for recv"
+    (re.compile(r"timeout\(ms\)=(\d+)", re.IGNORECASE), 1000),  # NCCL's watchdog: "WorkNCCL(..., Timeout(ms)=600000)"
+)
+SAME_TIMEOUT = 0.01
+"""How far (relative) a timeout named by an error may be from `startup.timeout_s` and still be it."""
+
+
+def fired_after_s(exc: BaseException) -> float | None:
+    """The timeout that fired, in seconds, where torch's backend names it in the error (gloo's
+    "Timed out waiting 3000ms", NCCL's watchdog "Timeout(ms)=600000"); None where it names none."""
+    text = str(exc)
+    for pattern, per_s in _FIRED:
+        if (found := pattern.search(text)) is not None:
+            return int(found.group(1)) / per_s
+    return None
+
+
+def timeout_error(exc: BaseException, *, state: str, rank: int, timeout_s: float) -> DistributedError:
+    """The error a rank raises when a wait in `state` timed out and no rank reported a failure. A
+    group's own timeout that is not `startup.timeout_s` is named as that, with its fix (issue 38:
+    "timed out after startup.timeout_s" sent users to the wrong setting)."""
+    cause = f"{type(exc).__name__}: {exc}"
+    fired = fired_after_s(exc)
+    if fired is None or abs(fired - timeout_s) <= SAME_TIMEOUT * timeout_s:
+        return DistributedError(
+            f"{state} timed out after {timeout_s:g} s on rank {rank} ({cause}); no rank reported a failure. "
+            "Raise startup.timeout_s if this state is slow",
+            field="startup.timeout_s",
+        )
+    return DistributedError(
+        f"{state}: a collective timed out after {fired:g} s on rank {rank}, its process group's own timeout, "
+        f"not startup.timeout_s ({timeout_s:g} s) ({cause}); no rank reported a failure. Give the group the "
+        "startup's timeout: new_group(timeout=...) where it is made (the startup log's timeouts_read and "
+        "group_created records name each group's timeout and creator; lifecycle audit --select LA028)",
+        field="process_group.timeout",
+    )
 
 
 def connection_lost(exc: BaseException) -> bool:

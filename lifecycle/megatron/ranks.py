@@ -35,7 +35,7 @@ from lifecycle.errors import DistributedError
 from lifecycle.log import events
 from lifecycle.megatron import _checkin, _world
 from lifecycle.megatron._failure import Failure, rank_list, read_first
-from lifecycle.megatron._liveness import HOST, connection_lost, is_timeout, kind_of, store_closed
+from lifecycle.megatron._liveness import HOST, connection_lost, is_timeout, kind_of, store_closed, timeout_error
 from lifecycle.megatron._node import Node
 from lifecycle.megatron._ring import HOST_OPS_PER_S as HOST_OPS_PER_S  # public here too
 from lifecycle.megatron._ring import Ring as Ring  # a leader's round, public here too
@@ -251,11 +251,7 @@ class RankWatch:
         if kind != "timeout":
             return exc
         self._timed_out(emit, trigger, state, None, rendezvous=False)
-        return DistributedError(
-            f"{state} timed out after {self.timeout_s:g} s on rank {self.rank} ({type(exc).__name__}: "
-            f"{exc}); no rank reported a failure. Raise startup.timeout_s if this state is slow",
-            field="startup.timeout_s",
-        )
+        return timeout_error(exc, state=state, rank=self.rank, timeout_s=self.timeout_s)
 
     def _await_peer_failure(self, limit_s: float) -> Failure | None:
         until = time.monotonic() + limit_s

@@ -356,6 +356,44 @@ def test_a_collective_that_times_out_with_no_failure_reported_is_a_state_timeout
     assert store.data["failure/1"] == store.data["first"], "a collective's timeout is not called a rendezvous's"
 
 
+GLOO = "[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting {ms}ms for recv operation"
+NCCL = "Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE, Timeout(ms)={ms}) ran for {ms} ms"
+
+
+class DistBackendError(RuntimeError):
+    """What NCCL's watchdog raises, by torch's module (without importing torch here)."""
+
+    __module__ = "torch.distributed"
+
+
+@pytest.mark.parametrize(
+    ("text", "fired"),
+    [(GLOO.format(ms=3000), "3"), (NCCL.format(ms=600000), "600"), (GLOO.format(ms=101001), "101.001")],
+)
+def test_a_group_timeout_that_is_not_the_startups_is_named_as_the_groups_with_its_fix(text: str, fired: str) -> None:
+    store = MemoryStore()
+    watch, emitted = make(store, rank=1, timeout_s=100.0), Emitted()
+    with pytest.raises(DistributedError) as caught, watch.watching(emitted, "build_model", "MODEL_BUILT"):
+        raise DistBackendError(text)
+    assert str(caught.value) == (
+        f"MODEL_BUILT: a collective timed out after {fired} s on rank 1, its process group's own timeout, not "
+        f"startup.timeout_s (100 s) (DistBackendError: {text}); no rank reported a failure. Give the group the "
+        "startup's timeout: new_group(timeout=...) where it is made (the startup log's timeouts_read and "
+        "group_created records name each group's timeout and creator; lifecycle audit --select LA028)"
+    )
+    assert caught.value.field == "process_group.timeout"
+    assert first(store) == Failure(rank=1, state="MODEL_BUILT", error=f"DistBackendError: {text}", kind="timeout")
+
+
+@pytest.mark.parametrize("ms", [100000, 101000, 99000, 100999])
+def test_a_group_timeout_within_a_percent_of_the_startups_is_the_startups(ms: int) -> None:
+    watch = make(MemoryStore(), rank=1, timeout_s=100.0)
+    with pytest.raises(DistributedError) as caught, watch.watching(Emitted(), "build_model", "MODEL_BUILT"):
+        raise RuntimeError(GLOO.format(ms=ms))
+    assert caught.value.field == "startup.timeout_s"
+    assert str(caught.value).startswith("MODEL_BUILT timed out after 100 s on rank 1 (RuntimeError: ")
+
+
 def test_a_connection_lost_mid_collective_waits_for_the_verdict_that_names_the_dead_peer() -> None:
     store = MemoryStore()
     watch, emitted, limits = make(store, rank=1), Emitted(), []

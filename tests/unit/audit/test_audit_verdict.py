@@ -51,7 +51,12 @@ def test_a_refused_setting_is_config_so_stop_naming_the_rank_host_state_and_phas
 
 @pytest.mark.parametrize(
     ("field", "klass", "action"),
-    [("parallel.world_size", "config", "STOP"), ("startup.timeout_s", "infrastructure", "RESTART")],
+    [
+        ("parallel.world_size", "config", "STOP"),
+        ("startup.timeout_s", "infrastructure", "RESTART"),
+        ("process_group.timeout", "config", "STOP"),  # a group's own, shorter timeout fired: it would again
+        ("startup", "infrastructure", "RESTART"),
+    ],
 )
 def test_a_distributed_error_is_classed_by_the_field_it_names(
     tmp_path: Path, field: str, klass: str, action: str
