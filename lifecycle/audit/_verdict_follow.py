@@ -24,28 +24,22 @@ from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import CAUSE_KINDS
 from lifecycle.audit._verdict import verdict
 from lifecycle.errors import LogUnreadable
+from lifecycle.log import Tail
 
 
 class _Followed:
     """One rank file: how far it was read, and its audit so far."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.lineno, self.changed_at = path, 0, 0, time.monotonic()
+        self.tail, self.lineno, self.changed_at = Tail(path), 0, time.monotonic()
         self.audit = RankAudit(str(path))
         self.broken = False
 
     def read(self) -> bool:
         """Feed the records completed since the last read; whether there were any."""
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except OSError:
-            return False
-        complete = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
-        self.offset += len(complete)
-        self.changed_at = time.monotonic() if complete else self.changed_at
-        for line in complete.splitlines():
+        lines = self.tail.read()
+        self.changed_at = time.monotonic() if lines else self.changed_at
+        for line in lines:
             self.lineno += 1
             if self.broken or not line.strip():
                 continue
@@ -54,7 +48,7 @@ class _Followed:
                 self.audit.feed(rec, line, self.lineno)
             except (orjson.JSONDecodeError, LogUnreadable, TypeError, AttributeError):
                 self.broken = True  # `lifecycle audit` names it; the verdict goes on without the rest
-        return bool(complete)
+        return bool(lines)
 
 
 def _own(streams: list[RankAudit]) -> bool:

@@ -20,7 +20,7 @@ import orjson
 
 from lifecycle.audit import Appender
 from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, nanos, ours, sdk
-from lifecycle.log import events
+from lifecycle.log import Tail, events
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -42,8 +42,7 @@ class _Rank:
     """One rank file being followed: how far it was read, its open root and state spans."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
+        self.tail = Tail(path)
         self.root: Span | None = None
         self.open: dict[str, tuple[Span, float]] = {}
         self.done = False
@@ -122,16 +121,8 @@ def _read_pass(
 
 def _new_records(rank: _Rank) -> list[tuple[float, dict[str, object]]]:
     """The records completed since the last pass, each with its time (one without is skipped)."""
-    try:
-        with open(rank.path, "rb") as fh:
-            fh.seek(rank.offset)
-            data = fh.read()
-    except OSError:
-        return []
-    complete = data[: data.rfind(b"\n") + 1]  # a line still being written is read next time
-    rank.offset += len(complete)
     out = []
-    for line in complete.splitlines():
+    for line in rank.tail.read():
         try:
             rec = orjson.loads(line)
         except orjson.JSONDecodeError:

@@ -1,6 +1,7 @@
 """The per-rank startup log: event names, the hash-chained writer, its chain verifier, redaction,
 and the log directory policy (`logging.existing`): whether a file is one of our logs and where its
-chain ends (`inspect_log`, `ChainEnd`), which run a directory holds, and what `--overwrite` removes.
+chain ends (`inspect_log`, `ChainEnd`), which run a directory holds, and what `--overwrite` removes;
+the complete lines of a rank file still being written (`Tail`).
 
 The writer (`AuditLog`) and every reader (`lifecycle audit`, `lifecycle.testing.check_log`) share
 one chain definition (`_chain`). Imports neither torch nor megatron.
@@ -24,6 +25,7 @@ from lifecycle.log._files import (
 )
 from lifecycle.log._lock import LOCK_NAME
 from lifecycle.log._redact import REDACTED, is_secret_key, redact, redact_text
+from lifecycle.log._tail import Tail
 from lifecycle.log._writer import AuditLog
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "AuditLog",
     "ChainEnd",
     "ChainVerifier",
+    "Tail",
     "check_log_dir",
     "events",
     "existing_policy_problem",

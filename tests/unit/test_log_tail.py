@@ -1,0 +1,30 @@
+"""A followed rank file gives each complete line once, and a line still being written when it is complete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lifecycle.log import Tail
+
+
+def test_each_complete_line_is_read_once_and_a_partial_line_once_it_is_complete(tmp_path: Path) -> None:
+    path = tmp_path / "rank-00000.jsonl"
+    tail = Tail(path)
+    assert tail.read() == []  # not there yet: no news, no error
+    path.write_bytes(b'{"seq": 0}\n{"seq": 1}\n{"se')
+    assert tail.read() == [b'{"seq": 0}', b'{"seq": 1}']
+    assert tail.offset == len(b'{"seq": 0}\n{"seq": 1}\n')
+    assert tail.read() == []
+    with path.open("ab") as fh:
+        fh.write(b'q": 2}\n')
+    assert tail.read() == [b'{"seq": 2}']
+    assert tail.read() == []
+
+
+def test_a_file_removed_while_followed_reads_as_no_new_lines(tmp_path: Path) -> None:
+    path = tmp_path / "rank-00001.jsonl"
+    path.write_bytes(b"{}\n")
+    tail = Tail(path)
+    assert tail.read() == [b"{}"]
+    path.unlink()
+    assert tail.read() == []
