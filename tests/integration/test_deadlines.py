@@ -20,7 +20,7 @@ from benchmarks.verdicts import wrong
 from lifecycle import RunConfig
 from lifecycle.audit import audit, verdict
 from lifecycle.errors import DistributedError
-from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch, kind_of
+from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch
 from states import Trigger
 from tests.phase_context import RecordingContext
 
@@ -357,24 +357,3 @@ def test_the_watcher_ends_a_state_still_running_past_its_deadline() -> None:
     ]
     first = watch.first_failure()
     assert first is not None and (first.rank, first.kind) == (1, "timeout")
-
-
-@pytest.mark.parametrize(
-    ("error", "kind"),
-    [
-        (
-            RuntimeError(
-                "[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
-                "20000ms for recv operation to complete"
-            ),
-            "timeout",
-        ),
-        (TimeoutError("deadline"), "timeout"),
-        (ValueError("request timeout must be positive"), "exception"),  # a user's words, not a timeout
-        (RuntimeError("Connection closed by peer"), "exception"),
-        (KeyboardInterrupt(), "signal"),
-        (SystemExit(143), "signal"),
-    ],
-)
-def test_a_failure_is_published_as_a_timeout_only_when_torch_timed_out(error: BaseException, kind: str) -> None:
-    assert kind_of(error) == kind

@@ -21,6 +21,7 @@ from lifecycle.megatron.ranks import (
     ActiveWork,
     Failure,
     RankWatch,
+    kind_of,
     mark_failed,
     rank_list,
     watched,
@@ -392,6 +393,30 @@ def test_a_group_timeout_within_a_percent_of_the_startups_is_the_startups(ms: in
         raise RuntimeError(GLOO.format(ms=ms))
     assert caught.value.field == "startup.timeout_s"
     assert str(caught.value).startswith("MODEL_BUILT timed out after 100 s on rank 1 (RuntimeError: ")
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (
+            RuntimeError(
+                "[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+                "20000ms for recv operation to complete"
+            ),
+            "timeout",
+        ),
+        (TimeoutError("deadline"), "timeout"),
+        (RuntimeError("[c10d] wait timeout after 30000ms"), "timeout"),  # torch's store, by its words
+        (DistBackendError("Watchdog caught collective operation timeout"), "timeout"),  # NCCL's, by its module
+        (DistBackendError("ProcessGroupNCCL is not available"), "exception"),
+        (ValueError("request timeout must be positive"), "exception"),  # a user's words, not a timeout
+        (RuntimeError("Connection closed by peer"), "exception"),
+        (KeyboardInterrupt(), "signal"),
+        (SystemExit(143), "signal"),
+    ],
+)
+def test_a_failure_is_published_as_a_timeout_only_when_torch_timed_out(error: BaseException, kind: str) -> None:
+    assert kind_of(error) == kind
 
 
 def test_a_connection_lost_mid_collective_waits_for_the_verdict_that_names_the_dead_peer() -> None:
