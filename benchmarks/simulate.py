@@ -180,16 +180,27 @@ def _tiny_run(tmp: str, ranks: int) -> dict[str, float]:
 def plan_check(sizes: list[int]) -> None:
     """Measure tiny-gpt alone (the constants), then at each size; print the plan's prediction beside."""
     from lifecycle import RunConfig
-    from lifecycle.simulate import PlanConstants, PlanCounts, count_groups, count_watch, measure_store_rtt_s, predict
+    from lifecycle.simulate import (
+        PlanConstants,
+        PlanCounts,
+        count_groups,
+        count_watch,
+        measure_import,
+        measure_store_rtt_s,
+        predict,
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         alone = _tiny_run(tmp, 1)
         measured = {n: _tiny_run(tmp, n) for n in sizes}
+    wall, cpu = measure_import()  # the imports' CPU share, from a fresh process alone
+    print(f"imports alone: {wall:.2f} s wall, {cpu:.2f} s CPU ({cpu / wall:.0%})")
     config = RunConfig.preset("tiny-gpt")
     for n in sizes:
         groups = count_groups(config, world_size=n)
         constants = PlanConstants(
             import_s=alone["imports"],
+            import_cpu_s=alone["imports"] * min(1.0, cpu / wall),
             store_rtt_s=measure_store_rtt_s(),
             group_call_s=groups.distributed_s / max(1, groups.created),
             validated_s=alone["VALIDATED"],

@@ -7,8 +7,9 @@ taken from the real code at the job's size, under assumptions that `Plan.assumpt
     print(plan_text(plan))
 
 Per phase, on the slowest rank (the critical path):
-- imports: `import_s` (torch, megatron-core and the lifecycle's entry work, one process alone) ×
-  `contention` = max(1, ranks a node / cores a node);
+- imports: `import_s` (torch, megatron-core and the lifecycle's entry work, one process alone), of
+  which its CPU time `import_cpu_s` × `contention` = max(1, ranks a node / cores a node) and the rest
+  (waiting on the page cache and the disk) once;
 - VALIDATED and SERVICES_READY: one rank's engine time, measured, × `contention`;
 - rendezvous: every rank's store operations at check-in (torch's connect, counted as an assumption,
   plus the rank watch's, counted by running it) served one after another by the store's host at
@@ -45,6 +46,9 @@ class PlanConstants:
     """What the plan takes from this machine (seconds unless named otherwise)."""
 
     import_s: float
+    import_cpu_s: float | None = None
+    """The CPU part of `import_s` (user and system time): the part a node's ranks share its cores for.
+    None: all of it."""
     store_rtt_s: float
     host_ops_per_s: float = HOST_OPS_PER_S
     group_call_s: float
@@ -122,7 +126,7 @@ def _phases(c: PlanConstants, counts: PlanCounts, *, ranks: int, contention: flo
     host_rdzv = ranks * rank_ops / c.host_ops_per_s
     bootstrap = counts.groups_joined * ranks / c.host_ops_per_s
     return {
-        "imports": c.import_s * contention,
+        "imports": _imports_s(c, contention),
         "VALIDATED": c.validated_s * contention,
         "SERVICES_READY": c.services_s * contention,
         "rendezvous": max(host_rdzv, rank_ops * c.store_rtt_s) + c.store_rtt_s,
@@ -132,11 +136,21 @@ def _phases(c: PlanConstants, counts: PlanCounts, *, ranks: int, contention: flo
     }
 
 
+def _imports_s(c: PlanConstants, contention: float) -> float:
+    """The imports' wall time: their CPU part shares the node's cores, their waiting does not."""
+    cpu = c.import_s if c.import_cpu_s is None else min(c.import_cpu_s, c.import_s)
+    return c.import_s - cpu + cpu * contention
+
+
 def _formulas(c: PlanConstants, counts: PlanCounts, *, ranks: int, contention: float) -> dict[str, str]:
     """How each phase of `_phases` was computed, with the figures filled in."""
     rank_ops = _rank_ops(counts)
     return {
-        "imports": f"import_s {c.import_s:.2f} × contention {contention:g}",
+        "imports": (
+            f"import_s {c.import_s:.2f} × contention {contention:g}"
+            if c.import_cpu_s is None
+            else f"wait {c.import_s - c.import_cpu_s:.2f} + CPU {c.import_cpu_s:.2f} × contention {contention:g}"
+        ),
         "VALIDATED": f"validated_s {c.validated_s:.3f} × contention",
         "SERVICES_READY": f"services_s {c.services_s:.3f} × contention",
         "rendezvous": (
@@ -155,7 +169,8 @@ def _formulas(c: PlanConstants, counts: PlanCounts, *, ranks: int, contention: f
 def _assumptions(core_a_rank: bool) -> tuple[str, ...]:
     return (
         ("every rank has a core of its own (contention 1)" if core_a_rank else "a node's ranks share its cores")
-        + "; CPU-bound phases slow down by ranks a node / cores a node beyond that",
+        + "; CPU-bound phases slow down by ranks a node / cores a node beyond that (imports only in their "
+        "CPU time: their waiting on the page cache does not)",
         "all ranks start at once: launch skew and a slow node's lateness are not modelled",
         "imports read a warm page cache; a shared file system at scale is not modelled",
         f"the store's host serves {HOST_OPS_PER_S:,.0f} ops/s whatever the connection count (one "
@@ -193,8 +208,10 @@ def measure_constants(config: RunConfig, *, world_size: int) -> tuple[PlanConsta
     two = count_groups(config, world_size=2 * small)
     per_rank = (two.created - one.created) / small
     created = round(one.created + per_rank * (world_size - small))
+    import_s, import_cpu_s = measure_import()
     constants = PlanConstants(
-        import_s=measure_import_s(),
+        import_s=import_s,
+        import_cpu_s=import_cpu_s,
         store_rtt_s=measure_store_rtt_s(),
         group_call_s=two.distributed_s / max(1, two.created),
         validated_s=two.state_s.get("VALIDATED", 0.0),
@@ -211,15 +228,17 @@ def _smallest_world(config: RunConfig) -> int:
     return math.lcm(p.tp * p.pp * p.cp, (p.etp or p.tp) * p.ep * p.pp)
 
 
-def measure_import_s() -> float:
-    """Seconds to import torch, megatron-core's parallel state and the lifecycle's entry work in a
-    fresh process (alone: nothing else imported first)."""
+def measure_import() -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds to import torch, megatron-core's parallel state and the
+    lifecycle's entry work in a fresh process (alone: nothing else imported first)."""
     code = (
-        "import time; t = time.perf_counter(); import torch, megatron.core.parallel_state, "
-        "lifecycle.megatron.distributed; print(time.perf_counter() - t)"
+        "import time; t, c = time.perf_counter(), time.process_time(); import torch, "
+        "megatron.core.parallel_state, lifecycle.megatron.distributed; "
+        "print(time.perf_counter() - t, time.process_time() - c)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
-    return float(out.stdout.strip().splitlines()[-1])
+    wall, cpu = out.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu)
 
 
 def measure_store_rtt_s(count: int = 300) -> float:

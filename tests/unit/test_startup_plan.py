@@ -53,3 +53,19 @@ def test_ranks_sharing_too_few_cores_slow_the_cpu_bound_phases() -> None:
 
     assert shared.phases["imports"] == 4 * own.phases["imports"]
     assert shared.phases["rendezvous"] == own.phases["rendezvous"]
+
+
+def test_only_the_imports_cpu_time_is_shared_among_a_nodes_ranks_their_waiting_is_not() -> None:
+    import dataclasses
+
+    counts = PlanCounts(groups_created=100, groups_joined=20, checkin_ops_per_rank=6.0)
+    split = dataclasses.replace(CONSTANTS, import_cpu_s=5.0)  # 5 s of CPU, 2 s waiting on the page cache
+    own = predict(split, counts, ranks=8, ranks_per_node=8)
+    shared = predict(split, counts, ranks=8, ranks_per_node=8, cores_per_node=2)
+
+    assert own.phases["imports"] == 7.0
+    assert shared.phases["imports"] == 2.0 + 5.0 * 4
+    assert "wait 2.00 + CPU 5.00 × contention 4" in shared.formulas["imports"]
+    threads = dataclasses.replace(CONSTANTS, import_cpu_s=9.0)
+    over = predict(threads, counts, ranks=8, ranks_per_node=8, cores_per_node=2)
+    assert over.phases["imports"] == 7.0 * 4  # CPU measured above the wall time (threads): all of it is CPU
