@@ -338,9 +338,11 @@ def main() -> None:
             print(f"  {name:<36} {statistics.median(values):>10,.1f}{unit} ({min(values):,.1f}-{max(values):,.1f})")
         names = ("set p99 with", "get p99 with", "set p99 without", "get p99 without")
         pairs = zip(*(rows[name] for name in names), strict=True)
-        ratio = statistics.median((sw + gw) / (so + go) for sw, gw, so, go in pairs)
-        print(f"  foreground p99 with / without, per pair: {ratio:.2f}")
+        ratios = [(sw + gw) / (so + go) for sw, gw, so, go in pairs]
+        ratio = statistics.median(ratios)
+        print(f"  foreground p99 with / without, per pair: {ratio:.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
         print(f"  ops/s served by the host with the watch: {statistics.median(rows['watch ops/s with']):,.0f}")
+    print(f"load at the end: {os.getloadavg()[0]:.1f}")
     print(f"foreground p99 with watch / without: {ratio:.2f}")
 
 
