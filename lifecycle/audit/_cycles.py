@@ -16,7 +16,17 @@ from lifecycle.audit._fields import Record, reads
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
 
-STARTED = ("resumed_step", "restart_s", "ledger", "fingerprint", "hooks", "cycle", "world_size", "launched_world_size")
+STARTED = (
+    "resumed_step",
+    "restart_s",
+    "ledger",
+    "fingerprint",
+    "hooks",
+    "cycle",
+    "world_size",
+    "launched_world_size",
+    "restart_timeouts",
+)
 ENDED = ("cause_rank", "cause", "fault_ts", "cycle")
 
 
@@ -34,6 +44,7 @@ def cycle_started(audit: RankState, rec: Record, ts: float) -> None:
         hooks=rec.get("hooks"),
         started_ts=ts,
     )
+    _restart_timeouts(audit, rec.get("restart_timeouts"))
     world, launched = rec.get("world_size"), rec.get("launched_world_size")
     if type(world) is int and type(launched) is int and world < launched:
         audit.flag(
@@ -42,6 +53,16 @@ def cycle_started(audit: RankState, rec: Record, ts: float) -> None:
             "lost and min_world_size let the job go on smaller (a smaller data-parallel size, a different "
             "global batch); leave min_world_size out to keep the job whole",
         )
+
+
+def _restart_timeouts(audit: RankState, found: object) -> None:
+    """The restart wrapper's own timeouts join the rank's timeout map (DISTRIBUTED's `timeouts_read`)."""
+    if not isinstance(found, dict) or audit.timeouts is None:
+        return
+    order = ("soft_s", "hard_s", "barrier_s", "completion_s", "heartbeat_s")  # nvrx's, in the order it applies them
+    names = sorted(map(str, found), key=lambda n: (order.index(n) if n in order else len(order), n))
+    read = tuple((n, v if isinstance(v := found[n], (int, float)) else None) for n in names)
+    audit.timeouts = audit.timeouts._replace(restart=read)
 
 
 def cycle_ended(audit: RankState, rec: Record, ts: float) -> None:

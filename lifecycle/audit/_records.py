@@ -72,6 +72,7 @@ class TimeoutMap(NamedTuple):
     groups: int
     by_timeout: tuple[tuple[float | None, int], ...]  # (seconds, how many groups), longest first
     corrected: tuple[tuple[str, float], ...]  # (group, its timeout before), the first few
+    restart: tuple[tuple[str, float | None], ...] = ()  # the in-process restart wrapper's own, by name
 
     def line(self) -> str:
         """One line: the configured timeout, then every timeout read back."""
@@ -85,9 +86,14 @@ class TimeoutMap(NamedTuple):
             if self.corrected
             else ""
         )
+        restart = (
+            "; in-process restart wrapper: " + ", ".join(f"{n.removesuffix('_s')} {s(t)}" for n, t in self.restart)
+            if self.restart
+            else ""
+        )
         return (
             f"startup.timeout_s={self.configured_s:g} s; world {s(self.world_s)}, store {s(self.store_s)}, "
-            f"watch {s(self.watch_s)}; {self.groups} groups: {counts}{fixed}"
+            f"watch {s(self.watch_s)}; {self.groups} groups: {counts}{fixed}{restart}"
         )
 
 

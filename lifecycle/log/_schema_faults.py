@@ -112,6 +112,14 @@ class CycleStarted(Record, frozen=True, kw_only=True, tag="cycle_started"):
             "shrink: [LA025](rules/LA025.md)"
         ),
     ] = UNSET
+    restart_timeouts: Annotated[
+        dict[str, float | None] | UnsetType,
+        Meta(
+            description="the in-process restart wrapper's own timeouts, read back from it, in seconds: `soft_s`, "
+            "`hard_s`, `barrier_s`, `completion_s`, `heartbeat_s` (null where the release keeps none); the "
+            "audit's timeout map shows them"
+        ),
+    ] = UNSET
 
 
 class CycleEnded(Record, frozen=True, kw_only=True, tag="cycle_ended"):

@@ -29,12 +29,27 @@ REACTION_S = 2 * (MONITOR_S + MONITOR_S)
 """Twice the longest the wrapper takes to tell every rank to restart after a fault is recorded."""
 
 
+TIMEOUTS = ("soft_timeout", "hard_timeout", "barrier_timeout", "completion_timeout", "heartbeat_timeout")
+"""The wrapper's own timeouts, read back into the restart cycles' `cycle_started` record."""
+
+
+def read_timeouts(wrapper: object) -> dict[str, float | None]:
+    """The wrapper's own timeouts in seconds, read back from it (`soft_s`, ...; None where this
+    release keeps none under that name)."""
+    out: dict[str, float | None] = {}
+    for name in TIMEOUTS:
+        value = getattr(wrapper, name, None)
+        out[name.replace("_timeout", "_s")] = value.total_seconds() if isinstance(value, timedelta) else None
+    return out
+
+
 def wrap(
     fn: Callable[[CallWrapper], T], *, max_cycles: int, min_world_size: int, port: int | None, timeout_s: float
-) -> Callable[[], T]:
+) -> tuple[Callable[[], T], dict[str, float | None]]:
     """`fn(call_wrapper)` under an `inprocess.Wrapper` on CPU/gloo: restarted in place, on every rank,
     after a fault on any rank, up to `max_cycles` calls in all, and only while at least
-    `min_world_size` ranks are there (nvrx's own default, 1, lets a survivor train alone)."""
+    `min_world_size` ranks are there (nvrx's own default, 1, lets a survivor train alone). Also
+    returns the wrapper's own timeouts, read back (`read_timeouts`)."""
     from nvidia_resiliency_ext import inprocess
 
     wrapper = _wrapper(max_cycles=max_cycles, min_world_size=min_world_size, port=port, timeout_s=timeout_s)
@@ -50,7 +65,7 @@ def wrap(
             )
         ]
     )
-    return wrapper(call)  # type: ignore[no-any-return]
+    return wrapper(call), read_timeouts(wrapper)
 
 
 def _wrapper(*, max_cycles: int, min_world_size: int, port: int | None, timeout_s: float) -> inprocess.Wrapper:

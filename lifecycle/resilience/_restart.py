@@ -91,6 +91,8 @@ class InProcessRestart:
         self.cycles = 0
         self.launched = 0
         """The world size launched (`parallel.world_size`, else the launcher's), known at VALIDATED."""
+        self.wrapper_timeouts: dict[str, float | None] = {}
+        """The restart wrapper's own timeouts, read back from it (logged in each `cycle_started`)."""
         self._cutting: threading.Timer | None = None
         self._failed: BaseException | None = None
         """The failed cycle's exception, whose frames still hold what it made: let go of at the next
@@ -105,7 +107,7 @@ class InProcessRestart:
                 gc.freeze()
                 self.launched = world_size_of(lc.runtime.config)
                 floor = self._floor(self.launched)
-                call = _nvrx.wrap(
+                call, self.wrapper_timeouts = _nvrx.wrap(
                     lambda cw: self._cycle(train, cw),
                     max_cycles=self.max_cycles,
                     min_world_size=floor,
@@ -206,6 +208,7 @@ class InProcessRestart:
                 restart_s=time.time() - fault_ts if isinstance(fault_ts, (int, float)) else None,
                 world_size=lc.runtime.world_size,
                 launched_world_size=self.launched,
+                restart_timeouts=self.wrapper_timeouts,
             )
             return train(lc)
         except BaseException as exc:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.audit import attempts, audit, diff
+from lifecycle.audit import attempts, audit, diff, text
 from lifecycle.engine.launch import run_ranks
 from lifecycle.resilience import installed_problem
 from lifecycle.testing import leaked
@@ -133,10 +133,15 @@ def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> N
         assert later[-1]["fds"] <= later[0]["fds"] + 1, (rank, [c["fds"] for c in [first, *later]])
     records = _log_records(cases[0]["leaks"]["log_dir"])
     assert leaked(records) == []
+    soft = 3 * next(r["configured_s"] for r in records if r["event"] == "timeouts_read")  # 3 × startup.timeout_s
+    wrapper = {"soft_s": soft, "hard_s": 2 * soft, "barrier_s": 3 * soft, "completion_s": 3 * soft}
     for record in (r for r in records if r["event"] == "cycle_started"):
         assert set(record["ledger"]) == LEDGER, record["ledger"]
+        # the wrapper's own timeouts, read back from it, as docs/restart.md derives them
+        assert record["restart_timeouts"] == wrapper | {"heartbeat_s": min(2 * soft, 30.0)}, record
     result = audit([cases[0]["leaks"]["log_dir"]], jobs=1)
     assert [a.cause_rank for a in attempts(result.ranks)] == [1, 1, 1, 1, 1, None]
+    assert f"in-process restart wrapper: soft {soft:g} s, hard {2 * soft:g} s" in text(result)
 
 
 @pytest.mark.parametrize(

@@ -105,3 +105,18 @@ def test_the_html_report_carries_each_runs_timeout_map(tmp_path: Path) -> None:
         "other": [],
         "line": "startup.timeout_s=600 s; world 600 s, store unread, watch unread; 0 groups: none",
     }
+
+
+def test_the_timeout_map_shows_the_in_process_restart_wrappers_own_timeouts(tmp_path: Path) -> None:
+    lc = engine_rank(tmp_path, 0, 1)
+    lc.advance_to(State.DISTRIBUTED)
+    lc.record("timeouts_read", configured_s=60.0, world_s=60.0, store_s=60.0, watch_s=60.0, groups=[], corrected=0)
+    lc.advance_to(State.CALLBACKS_BOUND)
+    wrapper = {"soft_s": 180.0, "hard_s": 360.0, "barrier_s": 540.0, "completion_s": 540.0, "heartbeat_s": None}
+    lc.record("cycle_started", ledger=[], fingerprint=None, world_size=1, restart_timeouts=wrapper)
+    lc.shutdown()
+    [timeouts] = report_data(load([str(tmp_path)]))["timeouts"]
+    assert timeouts["line"] == (
+        "startup.timeout_s=60 s; world 60 s, store 60 s, watch 60 s; 0 groups: none; in-process restart wrapper: "
+        "soft 180 s, hard 360 s, barrier 540 s, completion 540 s, heartbeat unread"
+    )
