@@ -210,6 +210,57 @@ def test_a_rank_whose_watcher_stands_still_for_stale_s_is_lost_though_its_proces
     w[0].tick(100.0)
     lost = first(store)
     assert lost is not None and (lost.rank, lost.kind) == (1, "lost") and "stood still" in lost.error
+    seconds = int(lost.error.split("stood still for ")[1].split(" s")[0])
+    assert w[0].stale_s <= seconds <= w[0].stale_s + 3  # how long it stood still, not 0
+
+
+def test_two_jobs_on_one_machine_never_share_a_node_board_and_it_is_private_to_the_user(tmp_path: Path) -> None:
+    import stat
+
+    boards = []
+    for _ in range(2):  # the same node name, ranks and board directory: only the leader's nonce differs
+        w = job(MemoryStore(), tmp_path, {"a": [0, 1]})
+        board = w[1]._node.board
+        assert board is not None and w[0]._node.board is not None and board.path == w[0]._node.board.path
+        boards.append(board.path)
+    assert boards[0] != boards[1]
+    assert stat.S_IMODE(boards[0].parent.stat().st_mode) == 0o700
+
+
+def test_a_lost_node_is_published_when_its_beat_stood_still_exactly_stale_s(tmp_path: Path) -> None:
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0], "b": [1]}, timeout_s=24.0)
+    w[0].tick(100.0)
+    w[0].tick(100.0 + w[0].stale_s - 0.5)
+    assert first(store) is None
+    w[0].tick(100.0 + w[0].stale_s)
+    lost = first(store)
+    assert lost is not None and (lost.rank, lost.kind) == (1, "lost")
+
+
+def test_a_lost_node_whose_entry_names_no_rank_blames_no_rank(tmp_path: Path) -> None:
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0], "b": [1]}, timeout_s=24.0)
+    store.data["node/2"] = b"?:b"  # the next node's entry, unreadable
+    w[0].tick(100.0)
+    w[0].tick(100.0 + w[0].stale_s + 1)
+    lost = first(store)
+    assert lost is not None and lost.kind == "lost" and lost.rank == -1 and "its node b sent no heartbeat" in lost.error
+
+
+def test_a_leader_whose_store_fails_asks_again_once_a_poll_not_at_every_tick(tmp_path: Path) -> None:
+    store = Counting()
+    w = job(store, tmp_path, {"a": [0], "b": [1]})
+
+    def broken(*args: object, **kwargs: object) -> None:
+        store.ops["failed"] += 1
+        raise ConnectionError("Connection reset by peer")
+
+    store.set = broken  # type: ignore[method-assign]
+    store.multi_get = broken  # type: ignore[method-assign]
+    for step in range(100):  # 1 s of ticks every 10 ms; poll_s is 0.1 s
+        w[0].tick(100.0 + step * 0.01)
+    assert 9 <= store.ops["failed"] <= 11
 
 
 def test_a_rank_that_stopped_its_watch_is_never_lost_and_the_last_one_out_removes_the_board(tmp_path: Path) -> None:
