@@ -123,6 +123,7 @@ def test_the_round_grows_with_the_nodes_so_the_host_sees_at_most_host_ops_per_s(
         assert 2 * nodes / ring.interval_s <= max(HOST_OPS_PER_S, 2 * nodes / 0.5)
         assert ring.stale_s >= 3 * ring.interval_s
     assert Ring(1, 16_384, poll_s=0.5, stale_s=6.0).interval_s == pytest.approx(5.461, abs=1e-3)
+    assert Ring(1, 16_384, poll_s=0.5, stale_s=6.0).stale_s == pytest.approx(3 * 5.461, abs=3e-3)  # three rounds
     assert Ring(1, 2, poll_s=0.5, stale_s=6.0).interval_s == 0.5
     assert Ring(1, 1, poll_s=0.5, stale_s=6.0).successor is None and Ring(3, 3, poll_s=0.5, stale_s=6.0).successor == 1
 
@@ -168,6 +169,11 @@ def test_a_rank_killed_on_a_node_is_published_by_its_leader_in_the_state_its_boa
     lost = first(store)
     assert lost is not None and (lost.rank, lost.state, lost.kind) == (2, "MODEL_BUILT", "lost")
     assert f"its process (pid {gone}) is gone" in lost.error
+    exits, emitted = [], Emitted()
+    w[0]._exit = exits.append
+    with w[0].watching(emitted, "step 4", "CALLBACKS_BOUND", deadline=False):  # the leader, blocked
+        w[0].tick(time.monotonic() + 3.0)
+    assert exits == [EXIT_CODE] and [(e, f["peer_rank"]) for e, f in emitted] == [("peer_failed", 2)]
     w[1].tick(102.0)
     assert w[1].peer_failure() == lost
 
@@ -320,3 +326,34 @@ def test_check_in_costs_a_few_operations_per_rank_and_per_node(tmp_path: Path) -
     job(store, tmp_path, {f"n{i}": list(range(8 * i, 8 * i + 8)) for i in range(4)})
     ops = sum(store.ops.values())
     assert ops == 32 * (4 + 1 + 3) + 4 * 3 + 2  # register, wait, join; a leader's; the last rank's
+
+
+@pytest.mark.parametrize("entry", [b"0:x:nonce:1", b"x:1:nonce:1", b"0:1:nonce:x", b"0:1:nonce", b"0:1:nonce:1:2"])
+def test_a_node_entry_that_is_not_a_leaders_makes_each_rank_talk_to_the_store_itself(
+    tmp_path: Path, entry: bytes
+) -> None:
+    store = MemoryStore()
+    watches = {
+        rank: RankWatch(store, rank=rank, world_size=2, timeout_s=24.0, poll_s=0.1, node="a", board_dir=str(tmp_path))
+        for rank in (0, 1)
+    }
+    for watch in watches.values():
+        watch.register()
+    store.data[f"{host_key('a')}/1"] = entry  # the node's first entry, not one the lifecycle wrote
+    for watch in watches.values():
+        watch.await_all()
+        watch.join_node()
+    assert all(w.leader and w._node.board is None and w._node.leader is None for w in watches.values())
+
+
+def test_a_failure_a_rank_publishes_reaches_its_node_mates_by_the_board_and_is_never_its_own_peers(
+    tmp_path: Path,
+) -> None:
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0, 1, 2]})
+    own = Failure(rank=1, state="MODEL_BUILT", error="ValueError: bad shape", kind="exception")
+    w[1].publish(own)
+    w[1].tick(100.0)
+    assert w[1].peer_failure() is None
+    w[2].tick(100.0)  # not the leader: it reads only the board
+    assert w[2].peer_failure() == own
