@@ -91,6 +91,8 @@ class InProcessRestart:
         self.cycles = 0
         self.launched = 0
         """The world size launched (`parallel.world_size`, else the launcher's), known at VALIDATED."""
+        self._cause_store: Store | None = None
+        """The store the cycles' causes are published on (`_publish`), this rank's own connection."""
         self.wrapper_timeouts: dict[str, float | None] = {}
         """The restart wrapper's own timeouts, read back from it (logged in each `cycle_started`)."""
         self._cutting: threading.Timer | None = None
@@ -143,7 +145,7 @@ class InProcessRestart:
     def _exhausted(self, exc: BaseException, floor: int) -> RestartsExhausted:
         """Log `restarts_exhausted` (the cycles, the last cause) and say in one line why the wrapper
         gave up and which fault it was."""
-        cause = self.last_cause
+        cause = self._final_cause()
         spent = self.cycles >= self.max_cycles
         self.lc.record(
             events.RESTARTS_EXHAUSTED,
@@ -167,6 +169,15 @@ class InProcessRestart:
             cause=cause.get("error"),
         )
 
+    def _final_cause(self) -> dict[str, object]:
+        """The last cycle's first failure, read again once the wrapper gave up. Read at the fault it
+        can be missed: the wrapper's restart request (a BaseException, delivered into this thread at
+        any line) may land before `_abort` kept it, leaving the cycle before's cause or none (the
+        restart storm's message named cycle 0's fault, or none, about one run in three under load)."""
+        store = self._cause_store
+        again = _read_cause(store, self.cycles - 1) if store is not None and self.cycles > 0 else {}
+        return again or self.last_cause
+
     @contextlib.contextmanager
     def _rehearsal(self) -> Iterator[None]:
         """The CPU rehearsal's patches, once per process for every cycle (DISTRIBUTED then uses them)."""
@@ -185,7 +196,7 @@ class InProcessRestart:
         lc, cycle = self.lc, _nvrx.iteration(call_wrapper)
         # The cause is published and read on our own connection: on the wrapper's, each operation
         # queued behind its monitor thread's waits (reading it took 0.43 s of a restart: measured).
-        store = own_client(_nvrx.base_store(call_wrapper))
+        store = self._cause_store = own_client(_nvrx.base_store(call_wrapper))
         _, prefixed = cycle_and_store(call_wrapper, None)
         if self._cutting is not None:  # every rank got past the wrapper's barrier: nobody is blocked
             self._cutting.cancel()
