@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -465,6 +466,7 @@ def test_the_wait_for_a_verdict_ends_with_the_verdict_or_at_its_limit() -> None:
 
 WATCH_LEFT_RUNNING = """
 import sys
+import time
 from lifecycle.megatron.ranks import RankWatch
 
 class Store:
@@ -598,3 +600,14 @@ def test_the_entry_points_reach_the_jobs_watch() -> None:
     )
     store.fail_with = CLOSED
     mark_failed(ctx.runtime.rank_watch, "CALLBACKS_BOUND", "again")  # never raises
+
+
+def test_a_watch_without_check_in_learns_a_peers_failure_from_the_store_and_ends_its_blocked_phase() -> None:
+    store, exits, emitted = MemoryStore(), [], Emitted()
+    watch = make(store, rank=0, exits=exits)  # no register/join: the store's `first` only, no ring
+    store.data["first"] = failure(2, state="MODEL_BUILT").encode()
+    with watch.watching(emitted, "step 4", "CALLBACKS_BOUND", deadline=False):
+        started = time.monotonic()
+        watch.tick(started)
+        watch.tick(started + watch.grace_s + 0.5)
+    assert exits == [EXIT_CODE] and [(e, f["peer_rank"]) for e, f in emitted] == [("peer_failed", 2)]
