@@ -358,3 +358,39 @@ def test_a_failure_a_rank_publishes_reaches_its_node_mates_by_the_board_and_is_n
     assert w[1].peer_failure() is None
     w[2].tick(100.0)  # not the leader: it reads only the board
     assert w[2].peer_failure() == own
+
+
+def test_a_node_mate_that_left_done_does_not_hide_one_that_died_after_it(tmp_path: Path) -> None:
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0, 1, 2]})
+    w[1].stop()  # rank 1 leaves the board as done, then its process ends
+    w[0]._node.peers[1] = dead_pid()
+    w[0].tick(100.0)
+    assert first(store) is None and 1 in w[0]._node.finished
+    w[0]._node.peers[2] = dead_pid()  # rank 2 dies without a word
+    w[0].tick(101.0)
+    lost = first(store)
+    assert lost is not None and (lost.rank, lost.kind) == (2, "lost")
+
+
+def test_stopping_a_watch_waits_for_a_round_in_progress_to_end(tmp_path: Path) -> None:
+    import threading
+
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0], "b": [1]})
+    entered, release = threading.Event(), threading.Event()
+    real_set = store.set
+
+    def slow_set(key: str, value: bytes) -> None:  # the watcher's round, held at the store
+        if threading.current_thread().name == "lifecycle-rank-watch":
+            entered.set()
+            release.wait(5)
+        real_set(key, value)
+
+    store.set = slow_set  # type: ignore[method-assign]
+    w[0].start()
+    watcher = w[0]._thread
+    assert watcher is not None and entered.wait(5)
+    threading.Timer(0.3, release.set).start()
+    w[0].stop()
+    assert not watcher.is_alive()
