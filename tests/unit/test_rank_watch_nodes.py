@@ -231,7 +231,7 @@ def test_two_jobs_on_one_machine_never_share_a_node_board_and_it_is_private_to_t
         assert board is not None and w[0]._node.board is not None and board.path == w[0]._node.board.path
         boards.append(board.path)
     assert boards[0] != boards[1]
-    assert stat.S_IMODE(boards[0].parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(boards[0].parent.stat().st_mode) == stat.S_IMODE(boards[0].stat().st_mode) == 0o700
 
 
 def test_a_lost_node_is_published_when_its_beat_stood_still_exactly_stale_s(tmp_path: Path) -> None:
@@ -394,3 +394,12 @@ def test_stopping_a_watch_waits_for_a_round_in_progress_to_end(tmp_path: Path) -
     threading.Timer(0.3, release.set).start()
     w[0].stop()
     assert not watcher.is_alive()
+
+
+def test_a_leader_ticked_more_often_than_its_round_talks_to_the_store_once_a_round(tmp_path: Path) -> None:
+    store = Counting()
+    w = job(store, tmp_path, {"a": [0], "b": [1]})
+    store.ops.clear()
+    for step in range(100):  # 1 s of ticks every 10 ms; a round is 0.1 s
+        w[0].tick(100.0 + step * 0.01)
+    assert w[0].interval_s == 0.1 and 9 <= store.ops["multi_get"] <= 11 and store.ops["set"] == store.ops["multi_get"]
