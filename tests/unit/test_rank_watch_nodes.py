@@ -152,6 +152,9 @@ def test_a_blocked_rank_that_does_not_lead_is_ended_by_what_its_board_says(tmp_p
         w[1].tick(time.monotonic())
         w[1].tick(time.monotonic() + 3.0)
     assert exits == [EXIT_CODE] and [(e, f["peer_rank"]) for e, f in emitted] == [("peer_failed", 2)]
+    board = w[0]._node.board
+    assert board is not None and not (board.path / "beat-1").exists()  # off the board, and not as done
+    assert not board.said_done(1)
 
 
 def test_a_rank_killed_on_a_node_is_published_by_its_leader_in_the_state_its_board_shows(tmp_path: Path) -> None:
@@ -403,3 +406,23 @@ def test_a_leader_ticked_more_often_than_its_round_talks_to_the_store_once_a_rou
     for step in range(100):  # 1 s of ticks every 10 ms; a round is 0.1 s
         w[0].tick(100.0 + step * 0.01)
     assert w[0].interval_s == 0.1 and 9 <= store.ops["multi_get"] <= 11 and store.ops["set"] == store.ops["multi_get"]
+
+
+def test_a_leader_whose_store_host_is_gone_stops_without_asking_it_again(tmp_path: Path) -> None:
+    """A store operation on a dead host can wait out the store's timeout: stop() makes none."""
+    store = Counting()
+    w = job(store, tmp_path, {"a": [0], "b": [1]})
+    real_set, real_multi_get = store.set, store.multi_get
+
+    def closed(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("Connection was likely closed by the other end (Broken pipe)")
+
+    store.set = closed  # type: ignore[method-assign]
+    store.multi_get = closed  # type: ignore[method-assign]
+    for step in range(200):  # 20 s of polls: past lost_s and stale_s
+        w[0].tick(100.0 + step * 0.1)
+    assert w[0]._store_gone
+    store.set, store.multi_get = real_set, real_multi_get  # type: ignore[method-assign]
+    store.ops.clear()
+    w[0].stop()
+    assert store.ops["set"] == 0 and store.data.get("beat/1") != b"done"
