@@ -357,8 +357,12 @@ def test_a_failure_a_rank_publishes_reaches_its_node_mates_by_the_board_and_is_n
     w = job(store, tmp_path, {"a": [0, 1, 2]})
     own = Failure(rank=1, state="MODEL_BUILT", error="ValueError: bad shape", kind="exception")
     w[1].publish(own)
-    w[1].tick(100.0)
-    assert w[1].peer_failure() is None
+    exits: list[int] = []
+    w[1]._exit = exits.append
+    with w[1].watching(Emitted(), "step 4", "CALLBACKS_BOUND", deadline=False):  # still working on
+        w[1].tick(time.monotonic())
+        w[1].tick(time.monotonic() + 3.0)
+    assert w[1].peer_failure() is None and exits == []  # its own failure does not end it as a victim
     w[2].tick(100.0)  # not the leader: it reads only the board
     assert w[2].peer_failure() == own
 
