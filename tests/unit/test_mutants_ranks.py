@@ -155,6 +155,14 @@ def test_a_rendezvous_that_times_out_names_the_missing_ranks_logs_and_publishes_
     )
 
 
+def test_a_rendezvous_that_times_out_names_rank_0_when_it_is_the_one_missing() -> None:
+    store = TimingOut(TimeoutError("wait timed out"))
+    store.set("checkin/2", b"1")
+    with pytest.raises(DistributedError) as caught:
+        make(store, rank=1, world=3, timeout_s=7.5).check_in(Ctx())  # type: ignore[arg-type]
+    assert "2 of 3 ranks arrived; missing: rank 0. " in str(caught.value)
+
+
 def test_a_rendezvous_that_fails_otherwise_is_not_called_a_timeout() -> None:
     store = TimingOut(ValueError("bad key"))
     ctx = Ctx()

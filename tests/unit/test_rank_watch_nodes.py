@@ -169,6 +169,7 @@ def test_a_rank_killed_on_a_node_is_published_by_its_leader_in_the_state_its_boa
         watch._node.peers.update({2: gone} if watch.rank != 2 else {})
     w[1].tick(101.0)
     assert first(store) is None, "only the leader publishes for its node"
+    assert w[1].peer_failure() is None, "and only the leader decides that a node-mate is lost"
     w[0].tick(101.0)
     lost = first(store)
     assert lost is not None and (lost.rank, lost.state, lost.kind) == (2, "MODEL_BUILT", "lost")
