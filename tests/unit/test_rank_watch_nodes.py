@@ -431,3 +431,28 @@ def test_a_leader_whose_store_host_is_gone_stops_without_asking_it_again(tmp_pat
     store.ops.clear()
     w[0].stop()
     assert store.ops["set"] == 0 and store.data.get("beat/1") != b"done"
+
+
+def test_a_board_directory_of_another_user_is_refused_and_each_rank_talks_to_the_store(tmp_path: Path) -> None:
+    root = tmp_path / f"megatron-lifecycle-{os.getuid()}"
+    root.mkdir(mode=0o700)
+    try:
+        os.chown(root, os.getuid() + 1, -1)  # planted by another user
+    except PermissionError:
+        pytest.skip("only root can give a directory to another user here")
+    w = job(MemoryStore(), tmp_path, {"a": [0, 1]})
+    assert all(watch._node.board is None and watch.leader for watch in w.values())
+    assert list(root.iterdir()) == []  # nothing written into it
+
+
+def test_a_lost_node_once_reported_costs_no_more_than_two_operations_a_round(tmp_path: Path) -> None:
+    store = Counting()
+    w = job(store, tmp_path, {"a": [0], "b": [1]}, timeout_s=24.0)
+    w[1]._stop.set()  # node b's leader never beats again
+    for now in (100.0, 100.0 + w[0].stale_s + 1):
+        w[0].tick(now)
+    assert first(store) is not None
+    store.ops.clear()
+    for step in range(1, 11):
+        w[0].tick(200.0 + step)
+    assert dict(store.ops) == {"set": 10, "multi_get": 10}
