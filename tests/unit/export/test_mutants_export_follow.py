@@ -45,12 +45,7 @@ def _write(log_dir: Path, *writers: ChainWriter, damaged_after: int | None = Non
 
 def _followed(log_dir: Path, out: Path) -> list[dict[str, Any]]:
     follow(log_dir=log_dir, output=out, idle_timeout_s=0.1, poll_s=0.01)
-    spans = []
-    for line in out.read_bytes().splitlines():
-        for resource in orjson.loads(line)["resourceSpans"]:
-            for scope in resource["scopeSpans"]:
-                spans += scope["spans"]
-    return spans
+    return spans_in(out)
 
 
 def test_follow_takes_the_log_directory_and_the_output_by_name(tmp_path: Path) -> None:
