@@ -9,7 +9,8 @@ hold the simulated ranks, 8 a node, as real
 client connections: each rank's `RankWatch` (lifecycle/megatron/ranks.py) on its own connection, and
 one watch connection a node, which its leader's watch opens (made ahead, in parallel: a TCPStore
 connection takes 0.1-0.2 s here). The node boards are in one temporary directory. Each worker
-drives `tick(now)` of its ranks every `poll_s` (no thread a rank). A separate client, in this
+drives `tick(now)` of its ranks when each asks for it (`first_tick`, `next_tick`: a leader's round
+at its node's point of the round, as the watcher thread does; no thread a rank). A separate client, in this
 process, times a foreground `set` (until the host confirms it) and `get`, alternately with the
 watch ticking and paused (`--repeats` pairs of `--window` seconds; a pause stays under the watch's
 `stale_s`), and the workers count the operations their connections made (ops/s served).
@@ -19,14 +20,18 @@ from then until every surviving rank's watch knows a failure (`peer_failure()` i
 node's board, or for a leader in the store); then, in a fresh job of the same size, one rank
 publishes a failure (`mark_failed`), and the same time is measured.
 
-Prints per size the median and the spread (min-max) over the repeats; the last line is
-`foreground p99 with watch / without: R` for the largest size (the median over the pairs of the
-ratio of the summed set and get p99).
+Prints per size the median and the spread (min-max) over the repeats, and the ratio of the summed set
+and get p99 with the watch to without, per pair (median and spread) and pooled (the p99 of every sample
+of the windows with the watch, over that of every sample without: a pair's window of a few seconds holds
+some 2,000 samples, so its p99 is its 20th slowest, and one busy moment of another process on the
+host's CPU moves it). The last line is `foreground p99 with watch / without: R`, pooled, for the
+largest size.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import multiprocessing as mp
 import os
 import resource
@@ -168,32 +173,49 @@ def work(port: int, ranks: range, world: int, board: str, control: Control, me: 
     control.ready[me].set()
     silent: set[int] = set()
     published = False
-    others_at = 0.0
+    others_at = known_at = 0.0
+    wakes: list[tuple[float, int]] = []  # the leaders' next ticks, as their watcher threads would ask
     while (mode := control.mode.value) != -1:
-        started = time.monotonic()
+        now = time.monotonic()
         if mode == 0:
             time.sleep(0.02)
             continue
+        if not wakes:  # the watcher threads start: each leader's first round at its node's point of the round
+            wakes = [(watch.first_tick(now), i) for i, watch in enumerate(watches) if watch.leader]
+            heapq.heapify(wakes)
         target = control.target.value
         if mode == 2:  # the target's whole node goes silent: a node lost
             silent |= {r for r in ranks if r // RANKS_PER_NODE == target // RANKS_PER_NODE}
         if mode == 3 and target in ranks and not published:
             published = True
             watches[target - ranks.start].mark_failed("CALLBACKS_BOUND", "benchmark: a published failure")
-        everyone = mode >= 2 or started >= others_at
-        others_at = started + OTHERS_S if everyone and mode < 2 else others_at
-        for watch in watches:
-            if watch.rank not in silent and (everyone or watch.leader):
-                watch.tick(time.monotonic())
+        if now >= others_at:  # the other ranks: no store operation
+            for watch in watches:
+                if not watch.leader and watch.rank not in silent:
+                    watch.tick(time.monotonic())
+            others_at = now + (POLL_S if mode >= 2 else OTHERS_S)
+        tick_due(wakes, watches, silent)
         control.ops[me].value += counter[0]
         counter[0] = 0
-        if mode >= 2:  # what a survivor's main thread would find (its board, or the store for a leader)
+        if mode >= 2 and now >= known_at:  # what a survivor's main thread would find (its board, or the store)
+            known_at = now + POLL_S
             control.known[me].value = sum(
                 1 for w in watches if w.rank not in silent and w.rank != target and w.peer_failure() is not None
             )
-        time.sleep(max(0.0, POLL_S - (time.monotonic() - started)))
+        time.sleep(max(0.0, min(wakes[0][0], others_at) - time.monotonic()))
     for watch in watches:
         watch.stop()
+
+
+def tick_due(wakes: list[tuple[float, int]], watches: list[Any], silent: set[int]) -> None:
+    """Tick each leader whose time came (`wakes`, a heap of (when, index)), and queue its next tick."""
+    while wakes[0][0] <= (at := time.monotonic()):
+        i = heapq.heappop(wakes)[1]
+        if watches[i].rank in silent:
+            heapq.heappush(wakes, (at + POLL_S, i))
+            continue
+        watches[i].tick(at)
+        heapq.heappush(wakes, (watches[i].next_tick(at), i))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -283,6 +305,7 @@ def measure(world: int, procs: int, repeats: int, window: float, fresh_up_to: in
     job = Job(world, procs)
     client = _store(job.port)
     rows: dict[str, list[float]] = {}
+    pooled: dict[str, list[float]] = {}  # every sample of the windows with the watch, and without
     try:
         for _ in range(repeats):  # the pauses stay under the watch's stale_s (8 s): a pause is no failure
             for mode, name in ((1, "with"), (0, "without")):
@@ -294,11 +317,14 @@ def measure(world: int, procs: int, repeats: int, window: float, fresh_up_to: in
                 for op in ("set", "get"):
                     rows.setdefault(f"{op} p50 {name}", []).append(pct(lat[op], 0.50))
                     rows.setdefault(f"{op} p99 {name}", []).append(pct(lat[op], 0.99))
+                    pooled.setdefault(f"{op} {name}", []).extend(lat[op])
                 rows.setdefault(f"watch ops/s {name}", []).append(served)
         rows["node lost, known by all s"] = [until_known(job, 2, (world // 2) // RANKS_PER_NODE * RANKS_PER_NODE, 60)]
     finally:
         job.close()
     rows["check-in s"] = [job.checkin_s]
+    for key, samples in pooled.items():
+        rows[f"{key.split()[0]} p99 {key.split()[1]}, pooled"] = [pct(samples, 0.99)]
     if world <= fresh_up_to:  # a fresh job: the store of the first one holds the lost node's failure
         job = Job(world, procs)
         try:
@@ -316,6 +342,11 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=4.0)
     parser.add_argument("--fresh-up-to", type=int, default=1024, help="a published failure up to this size")
     args = parser.parse_args()
+    # The reverse lookup torch makes as a TCPStore connects ("The hostname of the client socket cannot be
+    # retrieved") waits for a resolver that never answers here, 5 s for about one connection in 25, one at
+    # a time in a process: most of the check-in's time (465 s at 4,096 ranks). One try of 1 s bounds it;
+    # it changes no store operation timed here.
+    os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
     import torch.distributed  # noqa: F401  # imported once here, inherited by the forked host and workers
 
     import lifecycle.megatron.ranks  # noqa: F401
@@ -339,8 +370,12 @@ def main() -> None:
         names = ("set p99 with", "get p99 with", "set p99 without", "get p99 without")
         pairs = zip(*(rows[name] for name in names), strict=True)
         ratios = [(sw + gw) / (so + go) for sw, gw, so, go in pairs]
-        ratio = statistics.median(ratios)
-        print(f"  foreground p99 with / without, per pair: {ratio:.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
+        spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+        print(f"  foreground p99 with / without, per pair: {statistics.median(ratios):.2f} ({spread})")
+        summed = {n: rows[f"set p99 {n}, pooled"][0] + rows[f"get p99 {n}, pooled"][0] for n in ("with", "without")}
+        with_, without = summed["with"], summed["without"]
+        ratio = with_ / without
+        print(f"  foreground p99 with / without, pooled: {ratio:.2f} ({with_:,.0f} / {without:,.0f} µs)")
         print(f"  ops/s served by the host with the watch: {statistics.median(rows['watch ops/s with']):,.0f}")
     print(f"load at the end: {os.getloadavg()[0]:.1f}")
     print(f"foreground p99 with watch / without: {ratio:.2f}")

@@ -1,7 +1,20 @@
 """The rank watch's check-in (ranks.py): each rank's writes, the wait for all, and what a rank then
-learns of its node. Keys as ranks.py lists them; every function here is a few store operations per rank
-(register: 4 and 1 for the world, a node's first rank 3 more, the last rank 2 more; the wait: 1 and
-1 for the gate; join: 3), once per initialization."""
+learns of its node. Every function here is a few store operations per rank (register: 4 and 1 for the
+world, a node's first rank 3 more, the last rank 2 more; the wait: 1 and 1 for the gate; join: 3), once
+per initialization.
+
+Keys, under this initialization's rendezvous prefix and `ranks/`:
+    world            the first rank's job and world size: a rank of another world fails at once (`_world.py`)
+    checkin/<rank>   each rank, before `init_process_group`
+    host/<node>[/n]  a count of the ranks on node <node>, and the n-th one's `rank:pid`; the first one
+                     leads the node, and its entry is `rank:pid:nonce:index` (the node-local board's
+                     name, and the node's index in the ring)
+    nodes            a counter: each node leader's index
+    node/<index>     the node's `leader rank:name`; beat/<index> its heartbeat, `seq:state` ("done" at its end)
+    arrived          a counter; the rank that brings it to world_size makes `first` (empty) and sets `all_arrived`
+    failure/<rank>   what a failed rank publishes: {rank, state, error, kind}
+    first            the first failure published (`compare_set`: the first writer wins)
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,13 @@
 """A node leader's round at the store (ranks.py): the node's beat, then `first` and the next node's beat
 in one `multi_get`. Two operations a round for each node, and a round lasts long enough that the store's
-host sees at most HOST_OPS_PER_S of them, all nodes together."""
+host sees at most HOST_OPS_PER_S of them, all nodes together. The nodes' rounds fall at their own point
+of the round (`Ring.phase_s`), each on its own grid (`next_due`), so the host gets them spread out: the
+watcher threads start together at the end of the check-in, and rounds at once would reach the host as
+one burst of 2 operations a node (32,768 at 16,384 nodes) in front of the rendezvous and NCCL's bootstrap."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from lifecycle.megatron._failure import Failure
@@ -27,6 +31,19 @@ def node_stale_s(nodes: int, poll_s: float, stale_s: float) -> float:
     return max(stale_s, 3 * round_s(nodes, poll_s))
 
 
+def next_due(due: float, now: float, interval_s: float) -> float:
+    """A leader's next round after the one due at `due` and made at `now`: one round on, or, when it came a
+    round or more late (a slow host, a stopped process), the next point of its own grid (`due` plus whole
+    rounds), so late rounds do not bring the nodes' rounds together."""
+    behind = math.floor((now - due) / interval_s) if now - due >= interval_s else 0
+    return due + (behind + 1) * interval_s
+
+
+def next_tick(now: float, poll_s: float, round_due: float | None) -> float:
+    """When a watcher ticks after `now`: `poll_s` on, or sooner (at once when overdue) when its round is due."""
+    return now + poll_s if round_due is None else min(now + poll_s, max(now, round_due))
+
+
 class Ring:
     """Node `index` of `nodes`: its beat, and the watch over the next node's (the last node watches the first)."""
 
@@ -37,6 +54,8 @@ class Ring:
         """How often the leader talks to the store."""
         self.stale_s = node_stale_s(nodes, poll_s, stale_s)
         """How long the next node's beat may stand still."""
+        self.phase_s = self.interval_s * ((index - 1) % max(1, nodes)) / max(1, nodes)
+        """How far into a round this node's rounds fall: node i of n at (i - 1) / n of it."""
         self._seq = 0
         self._last: tuple[bytes, float] | None = None  # the next node's last beat, and since when
         self._reported = False

@@ -1,25 +1,14 @@
 """Deadlines, check-in and failure broadcast for the collective states (docs/failures.md).
 
-Keys, under this initialization's rendezvous prefix and `ranks/`:
-    world            the first rank's job and world size: a rank of another world fails at once (`_world.py`)
-    checkin/<rank>   each rank, before `init_process_group`
-    host/<node>[/n]  a count of the ranks on node <node>, and the n-th one's `rank:pid`; the first one
-                     leads the node, and its entry is `rank:pid:nonce:index` (the node-local board's
-                     name, and the node's index in the ring)
-    nodes            a counter: each node leader's index
-    node/<index>     the node's `leader rank:name`; beat/<index> its heartbeat, `seq:state` ("done" at its end)
-    arrived          a counter; the rank that brings it to world_size makes `first` (empty) and sets `all_arrived`
-    failure/<rank>   what a failed rank publishes: {rank, state, error, kind}
-    first            the first failure published (`compare_set`: the first writer wins)
-
-The store's host sees O(nodes) operations, not O(ranks) (docs/failures.md#the-rank-watch-at-scale): each
-node's leader owns its one watch connection and, every `interval_s`, beats and reads `first` and the next
-node's beat (`_ring.py`); the other ranks talk only to the node-local board (`_board.py`). Every watcher
-checks, each `poll_s`, that the ranks of its node exist (`_node.py`), ends its main thread's work past
-its grace or deadline, and leaves it to SIGTERM/SIGINT when one came (`runtime/signals.py`). gloo cannot
-abort a collective in flight (torch 2.13: tried), so a victim leaves one when the failed rank's sockets
-close, at the collective's timeout, or `grace_s` after the watcher saw the failure: it logs `peer_failed`
-or `state_timeout` and ends the process (`EXIT_CODE`).
+The store's keys are listed in `_checkin.py`. The store's host sees O(nodes) operations, not O(ranks)
+(docs/failures.md#the-rank-watch-at-scale): each node's leader owns its one watch connection and, every
+`interval_s`, beats and reads `first` and the next node's beat, at its node's own point of the round
+(`_ring.py`); the other ranks talk only to the node-local board (`_board.py`). Every watcher checks, each
+`poll_s`, that the ranks of its node exist (`_node.py`), ends its main thread's work past its grace or
+deadline, and leaves it to SIGTERM/SIGINT when one came (`runtime/signals.py`). gloo cannot abort a
+collective in flight (torch 2.13: tried), so a victim leaves one when the failed rank's sockets close, at
+the collective's timeout, or `grace_s` after the watcher saw the failure: it logs `peer_failed` or
+`state_timeout` and ends the process (`EXIT_CODE`).
 """
 
 from __future__ import annotations
@@ -39,7 +28,7 @@ from lifecycle.megatron._liveness import HOST, connection_lost, is_timeout, kind
 from lifecycle.megatron._node import Node
 from lifecycle.megatron._ring import HOST_OPS_PER_S as HOST_OPS_PER_S  # public here too
 from lifecycle.megatron._ring import Ring as Ring  # a leader's round, public here too
-from lifecycle.megatron._ring import node_stale_s, round_s
+from lifecycle.megatron._ring import next_due, next_tick, node_stale_s, round_s
 from lifecycle.megatron._watched import ActiveWork as ActiveWork  # the phases' ways in, public here too
 from lifecycle.megatron._watched import Emit
 from lifecycle.megatron._watched import mark_failed as mark_failed
@@ -290,8 +279,20 @@ class RankWatch:
         self._connection = None
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.poll_s):
-            self.tick(time.monotonic())
+        wake = self.first_tick(time.monotonic())
+        while not self._stop.wait(max(0.0, wake - time.monotonic())):
+            self.tick(now := time.monotonic())
+            wake = self.next_tick(now)
+
+    def first_tick(self, now: float) -> float:
+        """The watcher starts at `now`: when it first ticks; a leader's first round is its `phase_s` away."""
+        self._next_round = now + (self._ring.phase_s if self._ring is not None else 0.0)
+        return self.next_tick(now)
+
+    def next_tick(self, now: float) -> float:
+        """When the watcher ticks after `now`: `poll_s` on, or sooner when its round at the store is due."""
+        leading = self.leader and self._ring is not None and not self._store_gone
+        return next_tick(now, self.poll_s, self._next_round if leading else None)
 
     def tick(self, now: float) -> None:
         """One round of the watcher at monotonic time `now` (its thread calls it every `poll_s`): beat on
@@ -318,7 +319,7 @@ class RankWatch:
         try:
             self._poll(self._watch_store(), now)
             self._failing_since = None
-            self._next_round = now + self.interval_s
+            self._next_round = next_due(self._next_round or now, now, self.interval_s)  # 0: never due yet
         except Exception as exc:  # the store's host is slow or gone: ask again at the next poll
             self._failing_since = now if self._failing_since is None else self._failing_since
             self._store_lost(exc, now - self._failing_since, now)

@@ -129,6 +129,64 @@ def test_the_round_grows_with_the_nodes_so_the_host_sees_at_most_host_ops_per_s(
     assert Ring(1, 1, poll_s=0.5, stale_s=6.0).successor is None and Ring(3, 3, poll_s=0.5, stale_s=6.0).successor == 1
 
 
+class Timed(MemoryStore):
+    """A store in memory that notes, at the watch's clock `now`, each node's beat (the first op of a round)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.beats: dict[str, list[float]] = {}
+
+    def set(self, key: str, value: bytes) -> None:
+        if key.startswith("beat/"):
+            self.beats.setdefault(key, []).append(round(self.now, 6))
+        super().set(key, value)
+
+
+def drive(
+    store: Timed, watches: list[RankWatch], start: float, until: float, *, late: dict[float, float] | None = None
+) -> None:
+    """Each watch ticks when it asks to (`first_tick`, then `next_tick`), as its watcher thread would;
+    `late`: a tick due at a key time comes at its value (a stalled process)."""
+    wake = {watch.rank: watch.first_tick(start) for watch in watches}
+    while (now := min(wake.values())) < until:
+        for watch in [w for w in watches if wake[w.rank] == now]:
+            store.now = (late or {}).get(round(now, 6), now)
+            watch.tick(store.now)
+            wake[watch.rank] = watch.next_tick(store.now)
+
+
+def test_the_node_leaders_rounds_reach_the_store_spread_over_the_round_not_at_once(tmp_path: Path) -> None:
+    store = Timed()
+    w = job(store, tmp_path, {"a": [0, 1], "b": [2, 3], "c": [4, 5], "d": [6, 7]})
+    store.beats.clear()
+    drive(store, list(w.values()), 100.0, 100.44)
+    assert w[0].interval_s == 0.1  # 4 nodes: the round is poll_s; node i of 4 beats (i - 1) / 4 into it
+    assert store.beats == {
+        "beat/1": [100.0, 100.1, 100.2, 100.3, 100.4],
+        "beat/2": [100.025, 100.125, 100.225, 100.325, 100.425],
+        "beat/3": [100.05, 100.15, 100.25, 100.35],
+        "beat/4": [100.075, 100.175, 100.275, 100.375],
+    }
+
+
+def test_a_leader_whose_round_came_late_returns_to_its_own_point_of_the_round(tmp_path: Path) -> None:
+    store = Timed()
+    w = job(store, tmp_path, {"a": [0], "b": [1]})
+    store.beats.clear()
+    drive(store, [w[1]], 100.0, 100.59, late={100.25: 100.41})  # node b's round at 100.25 came at 100.41
+    assert store.beats["beat/2"] == [100.05, 100.15, 100.41, 100.45, 100.55]  # back on 100.05 + k/10
+    store.beats.clear()
+    drive(store, [w[0]], 200.0, 200.29, late={200.1: 200.14})  # less than a round late: the next one is on time
+    assert store.beats["beat/1"] == [200.0, 200.14, 200.2]
+
+
+def test_a_rank_that_does_not_lead_its_node_ticks_every_poll(tmp_path: Path) -> None:
+    w = job(MemoryStore(), tmp_path, {"a": [0, 1], "b": [2, 3]})
+    assert w[3].first_tick(100.0) == pytest.approx(100.1) and w[3].next_tick(100.1) == pytest.approx(100.2)
+    assert w[2].first_tick(100.0) == pytest.approx(100.05)  # node b's leader: its round, half a round in
+
+
 def test_a_failure_the_leader_reads_in_the_store_reaches_its_node_through_the_board(tmp_path: Path) -> None:
     store = MemoryStore()
     w = job(store, tmp_path, {"a": [0, 1, 2], "b": [3]})
