@@ -41,6 +41,24 @@ def test_the_scale_report_gives_the_store_load_connections_and_groups_of_the_who
     assert set(report["watch"]) >= {"check_in", "join", "steady_second", "stop"}
 
 
+@pytest.mark.release_independent  # the plan's arithmetic and CLI; the group counts per release: the test above
+def test_the_startup_plan_predicts_each_phase_from_constants_measured_here_and_counts_of_the_real_code() -> None:
+    run = lifecycle("simulate", "--preset", "gpt-4096", "--world-size", "512", "--plan", "--format", "json")
+
+    assert run.returncode == 0, run.stderr
+    plan = json.loads(run.stdout)
+    phases = ["imports", "VALIDATED", "SERVICES_READY", "rendezvous", "groups", "MODEL_BUILT", "first step"]
+    assert list(plan["phases_s"]) == list(plan["formulas"]) == phases  # the critical path, in order
+    assert plan["total_s"] == pytest.approx(sum(plan["phases_s"].values()), abs=0.01)
+    assert (plan["ranks"], plan["nodes"]) == (512, 64)
+    constants, counts = plan["constants"], plan["counts"]
+    assert all(constants[name] > 0 for name in ("import_s", "import_cpu_s", "store_rtt_s", "group_call_s", "model_s"))
+    assert counts["groups_created"] > 512  # megatron's new_group calls on every rank, counted, not typed in
+    assert plan["formulas"]["groups"].startswith(f"{counts['groups_created']:,} new_group calls")
+    assert plan["phases_s"]["groups"] == pytest.approx(counts["groups_created"] * constants["group_call_s"], rel=0.01)
+    assert "512 ranks" in plan["formulas"]["rendezvous"] and len(plan["assumptions"]) >= 3
+
+
 @pytest.mark.release_independent  # the CLI's flag checks: exit 2 before anything is simulated
 def test_the_scale_report_refuses_a_rank_selection_and_a_node_size_that_does_not_divide_the_job() -> None:
     selection = lifecycle("simulate", "--preset", "gpt-4096", "--scale", "--ranks", "0,1")
