@@ -18,7 +18,8 @@
     ├── RankFailed (RuntimeError)           a spawned rank raised or died (`run_ranks`)
     ├── LogUnreadable (ValueError)          a startup log cannot be read (`lifecycle audit` exits 2)
     ├── ExtraNotInstalled (ImportError)     an optional dependency is missing; names the pip extra
-    └── ResourceLeak (RuntimeError)         a resource a state made is still alive after its release
+    ├── ResourceLeak (RuntimeError)         a resource a state made is still alive after its release
+    └── ImportHung (RuntimeError)           the background import of torch/megatron is stuck in a module
 
     StartupAborted (SystemExit)             SIGTERM/SIGINT during startup: logged, released, exit 128+N
 
@@ -31,7 +32,7 @@ from collections.abc import Callable
 
 from bindings import BindingConflict, BindingError, FinalizerNotCalled
 from lifecycle.redaction import redact_text
-from states import GuardRejected, InvalidTransition, LifecycleError
+from states import GuardRejected, InvalidTransition, LifecycleError, SideEffect, State, Trigger
 
 
 class _Redacted(LifecycleError):
@@ -47,10 +48,16 @@ class ConfigError(_Redacted, ValueError):
 
     problems: list[object]
     field: str | None
+    fields: list[str]
 
 
 class SideEffectError(_Redacted, RuntimeError):
     """A side effect was attempted outside the transition that owns it."""
+
+    kind: SideEffect
+    owner: Trigger
+    state: State
+    trigger: Trigger | None
 
 
 class SideEffectBeforeValidation(SideEffectError):
@@ -60,44 +67,84 @@ class SideEffectBeforeValidation(SideEffectError):
 class TripwireViolation(SideEffectError):
     """A tripwire caught a call made outside its owning transition."""
 
+    target: str
+
 
 class DistributedError(SideEffectError):
     """The process group or megatron's parallel state already exists, created outside this
     lifecycle: a second initialization is refused."""
 
+    field: str
+    worlds: list[str]
+
 
 class ConfigMutated(_Redacted, RuntimeError):
     """The validated config (or the megatron config built from it) changed after VALIDATED."""
 
+    field: str
+    fields: list[str]
+    validated: str
+    current: str
+
 
 class PhaseFailed(_Redacted, RuntimeError):
     """A state's entry work raised; the lifecycle entered FAILED. The cause is chained."""
+
+    state: State
+    trigger: Trigger
 
 
 class ProviderError(_Redacted, TypeError):
     """A model provider cannot be loaded or called, or returned what megatron cannot wrap:
     `provider`, `chunk` and `returned` say which and what; the message says the fix."""
 
+    provider: str
+    chunk: int | None
+    returned: str | None
+
 
 class RehearsalError(_Redacted, RuntimeError):
     """A CPU rehearsal was started twice, or closed from the wrong thread or out of order."""
+
+    thread_id: int
 
 
 class RankFailed(_Redacted, RuntimeError):
     """A spawned rank raised or died; `rank` and the remote traceback are attached."""
 
+    rank: int
+    errors: dict[int, str]
+    output: dict[int, str]
+
 
 class LogUnreadable(_Redacted, ValueError):
     """A startup log line cannot be read: `source`, `line` and `reason` say where and why."""
+
+    source: str
+    line: int | None
+    reason: str
 
 
 class ExtraNotInstalled(_Redacted, ImportError):
     """An optional dependency is missing; the message names the `pip install` extra that adds it."""
 
+    extra: str
+    field: str
+
 
 class ResourceLeak(LifecycleError, RuntimeError):
     """A resource in the ledger is still alive after the release of the state that made it:
     `resource` and `state` name it (docs/restart.md#the-ledger)."""
+
+    resource: str
+    state: str
+
+
+class ImportHung(_Redacted, RuntimeError):
+    """The import thread (torch, megatron) was still importing `module` after `timeout_s`."""
+
+    module: str
+    timeout_s: float
 
 
 class StartupAborted(SystemExit):
@@ -135,6 +182,7 @@ __all__ = [
     "ExtraNotInstalled",
     "FinalizerNotCalled",
     "GuardRejected",
+    "ImportHung",
     "InvalidTransition",
     "LifecycleError",
     "LogUnreadable",

@@ -6,12 +6,17 @@
     ├── BindingError ... FinalizerNotCalled (bindings)  see bindings/_errors.py
     └── ConfigError ... RankFailed          (lifecycle) see lifecycle/errors.py
 
-Every error keeps its context in keyword-only attributes and pickles across processes.
+Every error keeps its context in keyword-only attributes, which each class declares (a test checks
+every raise against the declarations), and pickles across processes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from states._enums import State, Trigger
 
 
 class LifecycleError(Exception):
@@ -38,6 +43,16 @@ def _rebuild(cls: type[LifecycleError], message: str, context: dict[str, object]
 class InvalidTransition(LifecycleError, RuntimeError):
     """The transition table has no row for this trigger from this state."""
 
+    state: State
+    trigger: Trigger | str
+    """The trigger asked for: a `Trigger`, or the text given when it names none (or `advance_to`)."""
+    allowed: tuple[Trigger, ...]
+
 
 class GuardRejected(LifecycleError, RuntimeError):
     """A guard's ordering rule refused the trigger."""
+
+    state: State
+    trigger: Trigger
+    guard: str
+    reason: str

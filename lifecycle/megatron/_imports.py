@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from lifecycle.config import RunConfig, normalize, validate
-from lifecycle.errors import LifecycleError
+from lifecycle.errors import ImportHung
 from lifecycle.log import events
 from lifecycle.runtime import Imports, PhaseContext, Runtime
 from states import PLAN_TARGETS, Plan, State
@@ -116,12 +116,12 @@ class ImportJob:
         self._waited += time.perf_counter() - t0
 
     def join(self, timeout_s: float = JOIN_TIMEOUT_S) -> ImportReport:
-        """Wait for the thread; raise LifecycleError naming the stuck module after `timeout_s`."""
+        """Wait for the thread; raise ImportHung naming the stuck module after `timeout_s`."""
         t0 = time.perf_counter()
         self._thread.join(timeout_s)
         self._waited += time.perf_counter() - t0
         if self._thread.is_alive():
-            raise LifecycleError(
+            raise ImportHung(
                 f"the import thread is still importing {self._current!r} after {timeout_s:.0f} s; "
                 f"find what that import waits for (try `python -X importtime -c 'import {self._current}'`)",
                 module=self._current,

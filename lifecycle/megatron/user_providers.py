@@ -52,8 +52,8 @@ SHAPES = (
 )
 
 
-def _fail(message: str, provider: str, **context: object) -> ProviderError:
-    return ProviderError(message, provider=provider, **context)
+def _fail(message: str, provider: str, *, chunk: int | None = None, returned: str | None = None) -> ProviderError:
+    return ProviderError(message, provider=provider, chunk=chunk, returned=returned)
 
 
 def spec_problem(spec: str) -> str | None:
@@ -357,20 +357,22 @@ def check_chunk(returned: object, *, provider: str, chunk: int, stage: tuple[boo
 
     pre, post, vp = stage
     where = f"provider {provider} returned for chunk {chunk} (pre_process={pre}, post_process={post}, vp_stage={vp})"
-    context = {"chunk": chunk, "returned": type(returned).__name__}
+    kind = type(returned).__name__
     if isinstance(returned, (list, tuple, torch.nn.ModuleList)):
         raise _fail(
             f"{where} a {type(returned).__name__} of {len(returned)}; return one module per call: "
             "the lifecycle calls the provider once per virtual-pipeline chunk and makes the list",
             provider,
-            **context,
+            chunk=chunk,
+            returned=kind,
         )
     if not isinstance(returned, torch.nn.Module):
         raise _fail(
             f"{where} {_short(returned)}, not a torch.nn.Module; return a MegatronModule such "
             "as megatron.core.models.gpt.GPTModel",
             provider,
-            **context,
+            chunk=chunk,
+            returned=kind,
         )
     if reachable_config(returned) is None:
         children = ", ".join(f".{n}" for n, _ in returned.named_children()) or "none"
@@ -379,7 +381,8 @@ def check_chunk(returned: object, *, provider: str, chunk: int, stage: tuple[boo
             f"(its submodules: {children}); megatron's DDP and scheduler read the config through "
             "get_model_config, so keep the wrapped model as .module or set .config on the wrapper",
             provider,
-            **context,
+            chunk=chunk,
+            returned=kind,
         )
     return returned
 

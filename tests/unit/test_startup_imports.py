@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle import ExtraNotInstalled
+from lifecycle import ExtraNotInstalled, ImportHung, LifecycleError
 from lifecycle.audit import audit, blame
 from lifecycle.config import TokenizerConfig
 from lifecycle.megatron import compat, services_ready
@@ -72,15 +72,15 @@ def test_a_huggingface_tokenizer_without_transformers_names_the_hf_extra(monkeyp
 def test_an_import_that_never_finishes_fails_the_join_naming_the_module(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lifecycle import LifecycleError
     from lifecycle.megatron import ImportJob
 
     (tmp_path / "stuck_on_import.py").write_text("import time\ntime.sleep(2)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     job = ImportJob.start(["json", "stuck_on_import"])
-    with pytest.raises(LifecycleError, match="still importing 'stuck_on_import'") as caught:
+    with pytest.raises(ImportHung, match="still importing 'stuck_on_import'") as caught:
         job.join(timeout_s=0.2)
-    assert caught.value.context["module"] == "stuck_on_import"
+    assert (caught.value.module, caught.value.timeout_s) == ("stuck_on_import", 0.2)
+    assert isinstance(caught.value, LifecycleError)
     report = job.join()  # it does finish: the second join reports it
     assert set(report.modules) == {"json", "stuck_on_import"} and report.modules["stuck_on_import"] >= 1.5
 
