@@ -62,7 +62,7 @@ def first_step(which: str, tp: int, log_dir: str, workers: int = 2) -> float:
 
 
 def one(which: str, tp: int, workers: int) -> float:
-    from lifecycle.engine.launch import run_ranks
+    from lifecycle.launchers.local import run_ranks
 
     with tempfile.TemporaryDirectory() as logs:
         t0 = time.time()

@@ -306,7 +306,7 @@ def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> 
 
 # -- the job ------------------------------------------------------------------------------------
 def _free_port() -> int:
-    from lifecycle.engine.launch import free_port
+    from lifecycle.launchers.local import free_port
 
     return free_port()
 

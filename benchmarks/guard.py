@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def _lifecycle() -> Any:
     from lifecycle import Lifecycle, RunConfig
-    from lifecycle.engine.launch import free_port
     from lifecycle.launchers import torchrun_env
+    from lifecycle.launchers.local import free_port
     from states import State
 
     os.environ.update(torchrun_env(rank=0, world_size=1, master_addr="127.0.0.1", master_port=free_port()))

@@ -265,7 +265,7 @@ def _measure(fn: Any, log_dir: str) -> dict[str, Any]:
 
     import torch.distributed as dist
 
-    from lifecycle.engine.launch import free_port, run_ranks
+    from lifecycle.launchers.local import free_port, run_ranks
 
     load, children = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
     port = free_port()

@@ -59,7 +59,7 @@ def _phases(records: list[dict[str, Any]], cycle: int, rank: int, fault: float) 
 
 def in_place_samples(root: Path, faults: int) -> tuple[list[float], list[list[float]]]:
     """(fault → first step after the restart, slowest rank; that rank's `PHASES`) per restart."""
-    from lifecycle.engine.launch import run_ranks
+    from lifecycle.launchers.local import run_ranks
     from tests.integration.restart_cases import run_case
 
     run_ranks(run_case, 2, str(root), "inplace", faults, 3, 1, timeout_s=1800)

@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=50)
     args = parser.parse_args()
-    from lifecycle.engine.launch import run_ranks
+    from lifecycle.launchers.local import run_ranks
 
     load = os.getloadavg()[0]
     root = tempfile.mkdtemp(prefix="bench-resume-")

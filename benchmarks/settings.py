@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=50)
     args = parser.parse_args()
-    from lifecycle.engine.launch import run_ranks
+    from lifecycle.launchers.local import run_ranks
 
     load = os.getloadavg()[0]
     ranks = run_ranks(rank_work, 2, args.rounds, args.repeat, timeout_s=1800)

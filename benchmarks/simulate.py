@@ -229,7 +229,7 @@ def plan_check(sizes: list[int]) -> None:
 
 
 def main() -> None:
-    from lifecycle.engine.launch import run_ranks
+    from lifecycle.launchers.local import run_ranks
 
     if "--plan-check" in sys.argv:
         check = argparse.ArgumentParser()

@@ -127,7 +127,7 @@ def launch(args: argparse.Namespace) -> int:
     stops its ranks with the same signal: each logs `startup_aborted` and releases everything (or,
     its main thread blocked in native code, ends 3 s later: docs/failures.md).
     """
-    from lifecycle.engine.launch import die_with_parent, free_port
+    from lifecycle.launchers.local import die_with_parent, free_port
 
     port = None if args.rdzv_endpoint else free_port()
     torchrun = subprocess.Popen(

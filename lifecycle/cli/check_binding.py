@@ -125,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
         config = RunConfig.preset(args.preset, args.overrides, values={"parallel.world_size": NPROC})
     except LifecycleError as exc:
         return _refuse(str(exc))
-    from lifecycle.engine.launch import run_ranks
     from lifecycle.errors import RankFailed
+    from lifecycle.launchers.local import run_ranks
 
     try:  # every stage of a rank is bounded by startup.timeout_s: the whole by all of them, and more
         ranks = run_ranks(
@@ -175,7 +175,7 @@ def check_rank(
 def _build_bind_check(config: RunConfig, provider: Provider, binder_spec: str, settings: bool) -> dict[str, str]:
     from bindings import check
     from lifecycle.engine import Lifecycle
-    from lifecycle.engine.launch import bounded
+    from lifecycle.launchers.local import bounded
     from states import State
 
     with Lifecycle(config, provider, tripwires="warn") as lc:
@@ -226,7 +226,7 @@ def timeout_s(config: RunConfig) -> float:
 
 def bounded_provider(spec: str, limit_s: float) -> Provider:
     """The provider `spec` names, its import and each call bounded by `limit_s` (`bounded`)."""
-    from lifecycle.engine.launch import bounded
+    from lifecycle.launchers.local import bounded
     from lifecycle.megatron.user_providers import Provider
 
     found = bounded(Provider.of, what=f"importing provider {spec}", state="CONFIGURED", timeout_s=limit_s)(spec)

@@ -18,8 +18,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lifecycle.engine import diagram
     from lifecycle.errors import ExtraNotInstalled
+    from lifecycle.export import diagram
 
     render = {"mermaid": diagram.mermaid, "dot": diagram.dot, "svg": diagram.svg, "markdown": diagram.markdown}[
         args.format

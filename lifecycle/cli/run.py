@@ -180,7 +180,7 @@ def _drive_rank(args: argparse.Namespace, config: RunConfig) -> int:
     from lifecycle.runtime import adopt_launcher_identity, world_size_of
 
     if launchers.inside_torchrun():  # launched: end with the launcher
-        from lifecycle.engine.launch import die_with_parent
+        from lifecycle.launchers.local import die_with_parent
 
         die_with_parent()
     try:

@@ -111,8 +111,8 @@ def _parts(root: Path) -> dict[str, list[str]]:
 
 
 def _verify(configs: dict[str, dict[str, object]], args: argparse.Namespace) -> int:
-    from lifecycle.engine.launch import run_ranks
     from lifecycle.errors import RankFailed
+    from lifecycle.launchers.local import run_ranks
 
     runs: dict[str, list[dict[str, object]]] = {}
     for part, steps in (("first", args.steps), ("second", args.steps), ("whole", 2 * args.steps)):

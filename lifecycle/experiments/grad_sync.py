@@ -275,6 +275,6 @@ def summarize(per_rank: list[list[RankResult]]) -> list[dict[str, object]]:
 
 def run(cases: tuple[str, ...] = tuple(CASES), bindings: tuple[str, ...] = BINDINGS) -> list[dict[str, object]]:
     """Run the experiment on 2 spawned gloo ranks; return the summary rows."""
-    from lifecycle.engine.launch import run_ranks
+    from lifecycle.launchers.local import run_ranks
 
     return summarize(run_ranks(rank_main, 2, tuple(cases), tuple(bindings)))

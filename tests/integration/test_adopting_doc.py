@@ -47,7 +47,7 @@ def test_the_adopting_guide_runs_as_written(tmp_path: Path) -> None:
 
 
 def _free_port() -> int:
-    from lifecycle.engine.launch import free_port
+    from lifecycle.launchers.local import free_port
 
     return free_port()
 

@@ -36,7 +36,7 @@ def real_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("megatron-core is not installed")
     from real_cases import run_cases
 
-    from lifecycle.engine.launch import run_ranks
+    from lifecycle.launchers.local import run_ranks
 
     root = tmp_path_factory.mktemp("real-audit")
     os.environ["LIFECYCLE_TEST_ROOT"] = str(root)

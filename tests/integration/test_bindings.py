@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 
 KINDS = ("copying", "gpt", "hybrid", "gpt_builder")
 COPIES = {"copying": True, "gpt": False, "hybrid": True, "gpt_builder": False}

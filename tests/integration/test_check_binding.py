@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 from tests.integration import check_cases, foreign_binders
 from tests.integration.test_slot_table import TABLE
 

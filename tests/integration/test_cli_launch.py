@@ -135,7 +135,7 @@ def test_lifecycle_run_saves_after_its_steps_and_a_second_run_continues_from_the
 
 @pytest.mark.release_independent
 def test_two_launchers_as_two_nodes_meet_at_the_rendezvous_endpoint_and_share_one_run(tmp_path: Path) -> None:
-    from lifecycle.engine.launch import free_port
+    from lifecycle.launchers.local import free_port
 
     endpoint, logs = f"127.0.0.1:{free_port()}", tmp_path / "logs"
     procs = [

@@ -202,7 +202,7 @@ def test_a_rank_stopped_at_step_2_is_declared_lost_by_its_heartbeat_and_the_othe
 def _store(world_size: int) -> Any:
     import torch.distributed as dist
 
-    from lifecycle.engine.launch import free_port
+    from lifecycle.launchers.local import free_port
 
     return dist.TCPStore("127.0.0.1", free_port(), world_size, is_master=True, wait_for_workers=False)
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lifecycle import RunConfig
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 from states import Trigger
 from tests.phase_context import RecordingContext
 

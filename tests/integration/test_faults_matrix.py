@@ -156,7 +156,7 @@ def test_a_signal_during_each_states_entry_work_logs_startup_aborted_releases_an
 def test_a_two_rank_run_whose_log_disk_fills_mid_run_ends_with_both_ranks_exited_and_released(
     disk: str | None, tmp_path: Path
 ) -> None:
-    from lifecycle.engine.launch import run_ranks
+    from lifecycle.launchers.local import run_ranks
     from tests.integration.fault_child import two_rank_disk_full
 
     if disk is None:

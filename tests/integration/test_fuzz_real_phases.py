@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 
 pytestmark = pytest.mark.slow
 

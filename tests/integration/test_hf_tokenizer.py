@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 
 pytestmark = pytest.mark.slow
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog"]

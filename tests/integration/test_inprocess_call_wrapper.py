@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
 from lifecycle.errors import ConfigError
+from lifecycle.launchers.local import run_ranks
 from lifecycle.resilience import cycle_and_store, installed_problem
 from tests.integration import call_wrapper_cases
 

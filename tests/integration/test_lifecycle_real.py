@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 from lifecycle.testing import check_log, read_log
 from tests.integration.real_cases import run_cases
 

@@ -37,7 +37,7 @@ def test_the_guides_script_is_the_example_script_with_the_one_import() -> None:
 
 
 def test_the_one_import_section_runs_as_written(tmp_path: Path) -> None:
-    from lifecycle.engine.launch import free_port
+    from lifecycle.launchers.local import free_port
 
     (tmp_path / "pretrain_gpt.py").write_text((ROOT / "examples" / "pretrain_gpt_tiny.py").read_text())
     commands = [

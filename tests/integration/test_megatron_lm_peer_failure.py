@@ -17,8 +17,8 @@ import pytest
 
 pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
 
-from lifecycle.engine.launch import run_ranks
 from lifecycle.errors import RankFailed
+from lifecycle.launchers.local import run_ranks
 from lifecycle.testing import leaked
 from tests.integration import megatron_lm_cases
 

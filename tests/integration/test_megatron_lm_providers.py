@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
 
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 from tests.integration import megatron_lm_cases
 
 pytestmark = pytest.mark.slow

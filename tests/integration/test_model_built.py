@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 
 pytestmark = pytest.mark.slow
 

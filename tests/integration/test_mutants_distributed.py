@@ -75,7 +75,7 @@ def _observe(env: dict[str, str]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def timeouts() -> Iterator[dict[str, dict[str, Any]]]:
-    from lifecycle.engine.launch import free_port
+    from lifecycle.launchers.local import free_port
 
     store = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": "1", "RANK": "0"}
     yield {"store": _observe(store), "lone": _observe({})}
@@ -113,7 +113,7 @@ PREFIX = "megatron-lifecycle/attempt-{}/init-{}/k"
 @pytest.fixture
 def rendezvous(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, int]]:
     """MASTER_ADDR:MASTER_PORT on a free local port, no other launcher variable; forgets its store."""
-    from lifecycle.engine.launch import free_port
+    from lifecycle.launchers.local import free_port
     from lifecycle.megatron import distributed
 
     for key in (*LAUNCHER, "TORCHELASTIC_RESTART_COUNT"):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from lifecycle.audit import audit, verdict
-from lifecycle.engine.launch import free_port
+from lifecycle.launchers.local import free_port
 
 pytestmark = pytest.mark.slow
 

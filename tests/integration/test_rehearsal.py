@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
 from lifecycle.errors import RehearsalError
+from lifecycle.launchers.local import run_ranks
 
 SEQ, MBS, VOCAB = 16, 2, 128
 

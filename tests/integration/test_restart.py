@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lifecycle.audit import attempts, audit, diff, text
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 from lifecycle.resilience import installed_problem
 from lifecycle.testing import leaked
 

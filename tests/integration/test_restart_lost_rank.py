@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from lifecycle.audit import audit
-from lifecycle.engine.launch import free_port
+from lifecycle.launchers.local import free_port
 from lifecycle.resilience import installed_problem
 
 PROBLEM = installed_problem()

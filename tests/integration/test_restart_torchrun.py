@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from lifecycle.audit import attempts, audit
-from lifecycle.engine.launch import free_port
+from lifecycle.launchers.local import free_port
 
 CHILD = Path(__file__).with_name("restart_torchrun_child.py")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 from tests.integration import resume_cases
 
 pytestmark = pytest.mark.slow

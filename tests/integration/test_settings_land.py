@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 from tests.integration import settings_cases
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import pytest
 
 from lifecycle import ConfigError, RunConfig
 from lifecycle.config import validate
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = str(Path(sys.executable).parent)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 

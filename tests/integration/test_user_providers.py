@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.engine.launch import run_ranks
+from lifecycle.launchers.local import run_ranks
 
 pytestmark = pytest.mark.slow
 FILE = str(Path(__file__).with_name("provider_cases.py"))

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from lifecycle.engine.launch import RankFailed, run_ranks
+from lifecycle.launchers.local import RankFailed, run_ranks
 
 
 def _whoami(tag: str) -> tuple[str, int, int]:

@@ -35,7 +35,7 @@ def test_a_known_binder_whose_package_is_not_installed_is_refused_saying_how_to_
 
 def _ranks(monkeypatch: pytest.MonkeyPatch, outcome: Any) -> list[tuple[Any, ...]]:
     """run_ranks answering `outcome` (a list of the ranks' results, or an exception to raise)."""
-    import lifecycle.engine.launch as launch
+    import lifecycle.launchers.local as launch
 
     calls: list[tuple[Any, ...]] = []
 

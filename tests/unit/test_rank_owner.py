@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from lifecycle.engine.launch import RankFailed, bounded, run_ranks
+from lifecycle.launchers.local import RankFailed, bounded, run_ranks
 
 
 def _rank_one_exits_zero() -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lifecycle.cli import main
-from lifecycle.engine import diagram
+from lifecycle.export import diagram
 from states import TABLE, State
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "state-diagram.md"

@@ -281,7 +281,7 @@ def test_every_rule_has_a_test_that_triggers_it() -> None:
 def test_a_rank_process_killed_mid_build_is_reported_as_died_in_that_transition(tmp_path: Path) -> None:
     from audit_logs import launched_rank
 
-    from lifecycle.engine.launch import RankFailed, run_ranks
+    from lifecycle.launchers.local import RankFailed, run_ranks
 
     with pytest.raises(RankFailed) as info:
         run_ranks(launched_rank, 3, str(tmp_path), 2, timeout_s=120)
