@@ -8,7 +8,9 @@ The class decides the action:
 - `infrastructure`: a rank lost or killed, a hung rank, a store host gone, a rendezvous or state
   timeout, a full disk, the job stopped from outside: RESTART, without the hosts named in
   `exclude_hosts` (the culprit's host when the rank was lost or hung there);
-- `user-code`: an exception raised by the provider, a hook or the training step: STOP, and fix it.
+- `user-code`: an exception raised by the provider, a hook or the training step, or a wait that failed
+  in the first step after a group was made while training (LA029: some rank skipped its lazy first
+  collective, and will again): STOP, and fix it.
 """
 
 from __future__ import annotations
