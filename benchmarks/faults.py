@@ -21,6 +21,8 @@ fails there. The cases:
 - `kill_in_model_built`: rank 1 SIGKILLs itself in its provider while rank 0 is in its all-reduce:
   the all-reduce raises at once ("Connection closed by peer"), and rank 0 waits for the verdict
   naming the dead rank (its pid is gone) rather than blaming itself.
+- `kill_rank_0_in_rendezvous`: rank 0, which hosts the store (no agent), SIGKILLs itself in DISTRIBUTED's
+  check-in once rank 1 has checked in and waits there for every rank: the store host lost mid-rendezvous.
 
 After startup, both ranks train 3 steps (`train_steps`); after step 1 the faulty rank waits 1 s (the
 other is then blocked in step 2's collectives) and:
@@ -30,6 +32,10 @@ other is then blocked in step 2's collectives) and:
 - `stop_at_step_2`: rank 1 SIGSTOPs itself (alive but silent: its heartbeat stands still); once the
   other rank has exited, the harness sends it SIGCONT and it ends on its own (not measured);
 - `kill_rank_0_at_step_2`: rank 0, which hosts the store (no agent), SIGKILLs itself.
+
+`lazy_group_skipped` (the verdict corpus): after step 1 both ranks make a group lazily (TORCH_GLOO_LAZY_INIT:
+gloo connects it at its first collective, as NCCL makes its communicator); rank 0 all-reduces on it, rank 1
+skips that and times out in step 2's collectives (Megatron-LM #6955). Its fault time is that deadline's.
 
 Prints, per case, the median ratio (fault → last exit) / timeout_s over `--runs` runs, the spread
 (min–max), the median seconds to the last exit and to the last log record (the lifecycle's part;
@@ -196,6 +202,28 @@ def _step_fault(case: str, rank: int, fault_file: Path) -> Any:
     return on_step
 
 
+def _lazy_group_step(rank: int, fault_file: Path, timeout_s: float) -> Any:
+    """The `on_step` of `lazy_group_skipped`: after step 1 (after CALLBACKS_BOUND: LA029) both ranks make a
+    group, lazily (gloo's TORCH_GLOO_LAZY_INIT: its pairs connect at its first collective, as NCCL makes its
+    communicator); rank 0 all-reduces on it, rank 1, idle, skips that and goes on to step 2 (Megatron-LM #6955)."""
+
+    def on_step(result: Any) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if result.step != 1:
+            return
+        os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
+        group = dist.new_group([0, 1])
+        if rank == 0:
+            # rank 1 skips the collective that connects the group and waits in step 2's, which rank 0 never joins:
+            # the fault is the deadline it violates there (its groups' startup.timeout_s), as for a short group
+            fault_file.write_text(repr(time.time() + timeout_s))
+            dist.all_reduce(torch.ones(1), group=group)
+
+    return on_step
+
+
 def _provider(case: str, rank: int, log_dir: Path) -> Any:
     """The provider of `case` on `rank`, with its fault (and any fault injected outside it) in place."""
     fault_file = log_dir / "fault_at"
@@ -212,11 +240,28 @@ def _provider(case: str, rank: int, log_dir: Path) -> Any:
         return _failing_provider(fault_file, kill=True)
     if (rank, case) == (1, "stop_in_model_built"):
         return _failing_provider(fault_file, stop=True)
+    if (rank, case) == (0, "kill_rank_0_in_rendezvous"):
+        _kill_store_host_in_checkin(fault_file)
     if (rank, case) == (1, "disk_full_in_model_built"):
         return _filling_provider(fault_file)
     if case == "group_timeout_shorter_than_work":
         return _short_group_provider(fault_file, rank)
     return _checked_provider
+
+
+def _kill_store_host_in_checkin(fault_file: Path) -> None:
+    """Rank 0, the store's host (no agent), SIGKILLs itself in DISTRIBUTED's check-in, before it checks in:
+    once rank 1 has checked in and waits in the store for every rank (the store host lost mid-rendezvous)."""
+    from lifecycle.megatron.ranks import RankWatch
+
+    def check_in(self: RankWatch, _ctx: Any) -> None:
+        while not self.store.check(["checkin/1"]):
+            time.sleep(0.02)
+        time.sleep(0.5)  # rank 1 is in its wait for every rank by now
+        fault_file.write_text(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    RankWatch.check_in = check_in  # type: ignore[method-assign]  # fault injection point
 
 
 def _fail_in_services(fault_file: Path, action: str) -> None:
@@ -292,6 +337,10 @@ def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> 
             from lifecycle.megatron.train import train_steps
 
             train_steps(lc, 3, _step_fault(case, rank, log_dir / "fault_at"))
+        elif case == "lazy_group_skipped":
+            from lifecycle.megatron.train import train_steps
+
+            train_steps(lc, 3, _lazy_group_step(rank, log_dir / "fault_at", timeout_s))
     except BaseException as exc:
         print(f"rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         if case == "raise_and_linger" and rank == 1:

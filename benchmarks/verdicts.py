@@ -64,6 +64,10 @@ CORPUS: dict[str, Expected] = {
     "kill_in_services": Expected(1, "DISTRIBUTED", "infrastructure"),  # named missing at rank 0's deadline
     "sigterm_in_services": Expected(1, "VALIDATED", "infrastructure"),
     "disk_full_in_model_built": Expected(1, "DISTRIBUTED", "infrastructure"),  # its log stops; its peer names it
+    "kill_rank_0_in_rendezvous": Expected(0, "SERVICES_READY", "infrastructure"),  # the store's host, mid-check-in
+    # one rank skips a group's lazy first collective after binding (Megatron-LM #6955): the other waits in it (the
+    # group's 30 min), the skipper times out in its next step's collective; a restart hangs again: STOP (user-code)
+    "lazy_group_skipped": Expected(1, "CALLBACKS_BOUND", "user-code"),
     "group_timeout_shorter_than_work": Expected(1, "MODEL_BUILT", "config"),  # timed out entering it; LA028: STOP
 }
 

@@ -59,7 +59,8 @@ def _restart_timeouts(audit: RankState, found: object) -> None:
     """The restart wrapper's own timeouts join the rank's timeout map (DISTRIBUTED's `timeouts_read`)."""
     if not isinstance(found, dict) or audit.timeouts is None:
         return
-    order = ("soft_s", "hard_s", "barrier_s", "completion_s", "heartbeat_s")  # nvrx's, in the order it applies them
+    # nvrx's, in the order it applies them, then our own connection to its store's
+    order = ("soft_s", "hard_s", "barrier_s", "completion_s", "heartbeat_s", "store_client_s")
     names = sorted(map(str, found), key=lambda n: (order.index(n) if n in order else len(order), n))
     read = tuple((n, v if isinstance(v := found[n], (int, float)) else None) for n in names)
     audit.timeouts = audit.timeouts._replace(restart=read)

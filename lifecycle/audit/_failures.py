@@ -42,8 +42,15 @@ def fail(
             error_type=error_type,
             field=field,
             missing=missing,
+            new_group=_fresh_group(audit),
         )
     )
+
+
+def _fresh_group(audit: RankState) -> str | None:
+    """The group made after CALLBACKS_BOUND (LA029) if no step completed since it was made."""
+    fresh = audit.fresh_group
+    return fresh[1] if fresh is not None and fresh[0] == audit.bound_steps else None
 
 
 def failed_transition(

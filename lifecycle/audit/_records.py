@@ -60,6 +60,9 @@ class Failure:
     field: str | None = None
     missing: tuple[int, ...] = ()
     """The ranks a `state_timeout` names as never arrived (the culprits of a rendezvous timeout)."""
+    new_group: str | None = None
+    """A group this rank made after CALLBACKS_BOUND with no step completed since (LA029): a wait that
+    fails then is most likely its lazy first collective, which some rank skipped (the verdict reads it)."""
 
 
 class TimeoutMap(NamedTuple):
@@ -86,11 +89,8 @@ class TimeoutMap(NamedTuple):
             if self.corrected
             else ""
         )
-        restart = (
-            "; in-process restart wrapper: " + ", ".join(f"{n.removesuffix('_s')} {s(t)}" for n, t in self.restart)
-            if self.restart
-            else ""
-        )
+        named = (f"{n.removesuffix('_s').replace('_', ' ')} {s(t)}" for n, t in self.restart)  # "store client 300 s"
+        restart = "; in-process restart wrapper: " + ", ".join(named) if self.restart else ""
         return (
             f"startup.timeout_s={self.configured_s:g} s; world {s(self.world_s)}, store {s(self.store_s)}, "
             f"watch {s(self.watch_s)}; {self.groups} groups: {counts}{fixed}{restart}"

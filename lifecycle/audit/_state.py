@@ -34,6 +34,7 @@ class RankState:
         "fingerprint",
         "first_step_logged",
         "first_ts",
+        "fresh_group",
         "generation",
         "host",
         "last_ts",
@@ -67,6 +68,9 @@ class RankState:
         "world_size",
     )
 
+    fresh_group: tuple[int, str] | None
+    """The last group made while bound (LA029): (`bound_steps` then, its name and creator)."""
+
     def __init__(self, source: str) -> None:
         self.source = source
         self.run_id: str | None = None
@@ -97,7 +101,7 @@ class RankState:
         self.rebind_pending, self.rebuilt, self.rebind_line = False, False, 0
         self.shut = False
         self.signalled: str | None = None  # the signal a `signal_received` logged (stopped from outside)
-        self.bound_steps, self.first_step_logged = 0, True
+        self.bound_steps, self.first_step_logged, self.fresh_group = 0, True, None
         self.failure: Failure | None = None
         self.transitions: list[tuple[str, str]] = []
         self.segments: list[Segment] = []

@@ -32,7 +32,7 @@ def on_first_step(audit: RankAudit) -> None:
 def on_bound(audit: RankAudit) -> None:
     """A new binding: close the previous one, then count its steps from zero."""
     close_binding(audit)
-    audit.bound_steps, audit.first_step_logged = 0, False
+    audit.bound_steps, audit.first_step_logged, audit.fresh_group = 0, False, None
 
 
 def close_binding(audit: RankAudit) -> None:

@@ -8,7 +8,9 @@ The class decides the action:
 - `infrastructure`: a rank lost or killed, a hung rank, a store host gone, a rendezvous or state
   timeout, a full disk, the job stopped from outside: RESTART, without the hosts named in
   `exclude_hosts` (the culprit's host when the rank was lost or hung there);
-- `user-code`: an exception raised by the provider, a hook or the training step: STOP, and fix it.
+- `user-code`: an exception raised by the provider, a hook or the training step, or a wait that failed
+  in the first step after a group was made while training (LA029: some rank skipped its lazy first
+  collective, and will again): STOP, and fix it.
 """
 
 from __future__ import annotations
@@ -100,6 +102,33 @@ def _short(finding: Finding) -> bool:
     return finding.rule == RuleId.GROUP_TIMEOUT and SHORTER in finding.message
 
 
+_SKIPPED = (
+    "was made after CALLBACKS_BOUND (LA029): a rank that skips its first collective (lazy: it makes the "
+    "communicator) leaves the others waiting"
+)
+
+
+def _fresh_group(ranks: Sequence[RankAudit], run_id: str | None, culprit: RankAudit | None) -> str | None:
+    """A group made after CALLBACKS_BOUND with no step completed since, when a rank of the run failed
+    (the culprit's first, else a victim's: the rank that skipped the group's making has none)."""
+    run = [culprit] if culprit is not None else []
+    run += [r for r in ranks if r.run_id == run_id and r is not culprit]
+    return next((r.failure.new_group for r in run if r.failure is not None and r.failure.new_group), None)
+
+
+def _judged(
+    kind: str, failure: Failure | None, mine: Sequence[Finding], fresh: str | None, reason: str
+) -> tuple[str, str]:
+    """The class, and the reason (the root cause's message, with a lazy group named when it is the likely cause)."""
+    klass = classify(kind, failure)
+    if klass == "infrastructure" and kind in ("failed", "timeout") and any(map(_short, mine)):
+        return "config", reason  # a wait that outlived a group timeout shorter than the budget: it will again
+    if klass == "infrastructure" and kind in ("failed", "timeout") and fresh is not None:
+        # a group made while training that some rank never joined: a restart hangs there again (docs/failures.md)
+        return "user-code", f"{reason}; in the first step after {fresh} {_SKIPPED}"
+    return klass, reason
+
+
 def _host_of(ranks: Sequence[RankAudit], run_id: str | None, rank: int) -> str | None:
     return next((r.host for r in ranks if r.run_id == run_id and r.rank == rank), None)
 
@@ -117,9 +146,7 @@ def verdict(
     failure = stream.failure if stream is not None else None
     kind = "failed" if failure is not None and failure.kind == "failed" and cause.kind == "failed" else cause.kind
     mine = [f for f in findings if f.rank == cause.rank and f.run_id == cause.run_id]
-    klass = classify(kind, failure)
-    if klass == "infrastructure" and kind in ("failed", "timeout") and any(map(_short, mine)):
-        klass = "config"  # a wait that outlived a group timeout shorter than the budget: it will again
+    klass, reason = _judged(kind, failure, mine, _fresh_group(ranks, cause.run_id, stream), cause.message)
     host = stream.host if stream is not None else None
     culprit = stream.rank if stream is not None else cause.rank
     if failure is not None and failure.missing:  # a rendezvous timeout: the ranks that never came are the culprits
@@ -134,7 +161,7 @@ def verdict(
         "class": klass,
         "action": ACTIONS[klass],
         "exclude_hosts": [host] if klass == "infrastructure" and host and cause.kind in _LOST else [],
-        "reason": cause.message,
+        "reason": reason,
         "at_s": cause.at,
         "victims": [v.rank for v in cause.victims],
         "runs_failed": len(causes),

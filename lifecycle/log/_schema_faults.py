@@ -116,8 +116,9 @@ class CycleStarted(Record, frozen=True, kw_only=True, tag="cycle_started"):
         dict[str, float | None] | UnsetType,
         Meta(
             description="the in-process restart wrapper's own timeouts, read back from it, in seconds: `soft_s`, "
-            "`hard_s`, `barrier_s`, `completion_s`, `heartbeat_s` (null where the release keeps none); the "
-            "audit's timeout map shows them"
+            "`hard_s`, `barrier_s`, `completion_s`, `heartbeat_s` (null where the release keeps none); and "
+            "`store_client_s`, the timeout of this rank's own connection to the wrapper's store (each cycle's "
+            "rendezvous and cause), read back from the client; the audit's timeout map shows them"
         ),
     ] = UNSET
 

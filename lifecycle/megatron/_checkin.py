@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from lifecycle.errors import DistributedError
 from lifecycle.megatron._board import Board, board_root
-from lifecycle.megatron._failure import rank_list
+from lifecycle.megatron._failure import Failure, rank_list
 from lifecycle.megatron._liveness import host_key, identity, local_pids
 from lifecycle.megatron._node import Node, NodeLeader
 from lifecycle.megatron._world import World, agree, gate
@@ -131,3 +131,15 @@ def timed_out(
         f"missing: {rank_list(missing)}. Start the missing ranks, or raise startup.timeout_s if they are slow to start",
         field="startup.timeout_s",
     )
+
+
+def host_lost(host: int, rank: int, exc: BaseException) -> tuple[Failure, DistributedError]:
+    """The store's host, rank `host`, closed the connection while `rank` waited at the check-in: it is
+    gone (killed, or failed and shut down): the failure naming it (`peer_failed`), and the error to raise."""
+    what = f"the rendezvous store it hosts closed the connection during the check-in ({type(exc).__name__}: {exc})"
+    error = DistributedError(
+        f"rank {host}, the rendezvous store's host, was lost while rank {rank} waited for every rank to check "
+        f"in ({type(exc).__name__}: {exc}). The root cause is on rank {host}: see its log, then restart the job",
+        field="startup",
+    )
+    return Failure(rank=host, state="unknown", error=what, kind="lost"), error

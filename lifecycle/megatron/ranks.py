@@ -101,11 +101,16 @@ class RankWatch:
         return self._node.nodes
 
     def check_in(self, ctx: PhaseContext) -> None:
-        """Register this rank and wait until all have; on the deadline log `state_timeout` and raise."""
+        """Register this rank and wait until all have; on the deadline log `state_timeout` and raise. The
+        store's host (another rank) closing the connection meanwhile is its loss: log `peer_failed` naming it."""
         self.register()
         try:
             self.await_all()
         except Exception as exc:
+            if self.store_host not in (None, self.rank) and store_closed(exc):
+                lost, error = _checkin.host_lost(self.store_host, self.rank, exc)
+                self._peer_failed(ctx.emit, lost)
+                raise error from exc
             if not is_timeout(exc):
                 raise
             raise self._rendezvous_timed_out(ctx) from exc

@@ -8,7 +8,7 @@ resuming from the latest checkpoint. docs/restart.md. nvidia-resiliency-ext is i
 
 from __future__ import annotations
 
-from lifecycle.resilience._call import cycle_and_store, injectable
+from lifecycle.resilience._call import client_timeout_s, cycle_and_store, injectable
 from lifecycle.resilience._compat import installed_problem, megatron_nvrx_minimum, pair_problem
 from lifecycle.resilience._nvrx import CallWrapperSlot
 from lifecycle.resilience._restart import InProcessRestart, RestartsExhausted, refuse_incompatible
@@ -19,6 +19,7 @@ __all__ = [
     "CycleSockets",
     "InProcessRestart",
     "RestartsExhausted",
+    "client_timeout_s",
     "cycle_and_store",
     "injectable",
     "installed_problem",

@@ -95,3 +95,13 @@ def own_client(base: Store) -> Store:
         timeout = getattr(base, "timeout", None) or timedelta(seconds=300)
         _CLIENTS[host, port] = dist.TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
     return _CLIENTS[host, port]
+
+
+def client_timeout_s(base: Store) -> float | None:
+    """The timeout of this process's own connection to the wrapper's store `base` (`own_client`: every
+    cycle's rendezvous and cause go through it), in seconds, read back from the client (`store.timeout`):
+    `base`'s own, else 300 s. None where the client keeps none to read."""
+    try:
+        return float(own_client(base).timeout.total_seconds())
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return None

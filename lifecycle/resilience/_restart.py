@@ -29,7 +29,7 @@ from lifecycle.megatron.resources import hook_counts
 from lifecycle.megatron.train import checkpoint_step
 from lifecycle.redaction import redact_text
 from lifecycle.resilience import _nvrx
-from lifecycle.resilience._call import cycle_and_store, own_client
+from lifecycle.resilience._call import client_timeout_s, cycle_and_store, own_client
 from lifecycle.resilience._compat import installed_problem
 from lifecycle.resilience._sockets import CycleSockets
 from lifecycle.runtime import Options, world_size_of
@@ -196,7 +196,7 @@ class InProcessRestart:
         lc, cycle = self.lc, _nvrx.iteration(call_wrapper)
         # The cause is published and read on our own connection: on the wrapper's, each operation
         # queued behind its monitor thread's waits (reading it took 0.43 s of a restart: measured).
-        store = self._cause_store = own_client(_nvrx.base_store(call_wrapper))
+        store = self._cause_store = own_client(base := _nvrx.base_store(call_wrapper))
         _, prefixed = cycle_and_store(call_wrapper, None)
         if self._cutting is not None:  # every rank got past the wrapper's barrier: nobody is blocked
             self._cutting.cancel()
@@ -219,7 +219,7 @@ class InProcessRestart:
                 restart_s=time.time() - fault_ts if isinstance(fault_ts, (int, float)) else None,
                 world_size=lc.runtime.world_size,
                 launched_world_size=self.launched,
-                restart_timeouts=self.wrapper_timeouts,
+                restart_timeouts=self.wrapper_timeouts | {"store_client_s": client_timeout_s(base)},
             )
             return train(lc)
         except BaseException as exc:

@@ -15,7 +15,7 @@ import pytest
 
 from lifecycle.errors import ConfigError
 from lifecycle.launchers.local import run_ranks
-from lifecycle.resilience import cycle_and_store, installed_problem
+from lifecycle.resilience import client_timeout_s, cycle_and_store, installed_problem
 from tests.integration import call_wrapper_cases
 
 
@@ -43,6 +43,23 @@ def test_without_a_store_the_wrappers_own_store_is_used_under_a_cycle_prefix() -
     cycle, store = cycle_and_store(_Given(1, base), None)
     store.set("k", b"v")
     assert cycle == 1 and base.get("megatron-lifecycle/cycle-1/k") == b"v"
+
+
+def test_the_store_clients_timeout_is_read_back_from_the_client_the_wrappers_own_else_300_s() -> None:
+    """`cycle_started.restart_timeouts.store_client_s` (docs/restart.md): our own connection to the wrapper's store."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from lifecycle.launchers.local import free_port
+
+    base = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=7))
+    assert client_timeout_s(base) == 7.0
+    untimed = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True)
+    named = _Given(0)  # names the host and port of a store, keeps no timeout of its own
+    named.host, named.port = untimed.host, untimed.port  # type: ignore[attr-defined]
+    assert client_timeout_s(named) == 300.0  # type: ignore[arg-type]
+    assert client_timeout_s(object()) is None  # type: ignore[arg-type]  # not a store: nothing to read
 
 
 @pytest.mark.parametrize(

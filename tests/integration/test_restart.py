@@ -137,11 +137,14 @@ def test_five_in_process_restarts_leak_nothing(cases: list[dict[str, Any]]) -> N
     wrapper = {"soft_s": soft, "hard_s": 2 * soft, "barrier_s": 3 * soft, "completion_s": 3 * soft}
     for record in (r for r in records if r["event"] == "cycle_started"):
         assert set(record["ledger"]) == LEDGER, record["ledger"]
-        # the wrapper's own timeouts, read back from it, as docs/restart.md derives them
-        assert record["restart_timeouts"] == wrapper | {"heartbeat_s": min(2 * soft, 30.0)}, record
+        # the wrapper's own timeouts, read back from it, as docs/restart.md derives them; our own client's
+        # to its store read back from the client: nvidia-resiliency-ext's TCPStore's default, 300 s
+        heartbeat = min(2 * soft, 30.0)
+        assert record["restart_timeouts"] == wrapper | {"heartbeat_s": heartbeat, "store_client_s": 300.0}, record
     result = audit([cases[0]["leaks"]["log_dir"]], jobs=1)
     assert [a.cause_rank for a in attempts(result.ranks)] == [1, 1, 1, 1, 1, None]
     assert f"in-process restart wrapper: soft {soft:g} s, hard {2 * soft:g} s" in text(result)
+    assert f"heartbeat {min(2 * soft, 30.0):g} s, store client 300 s" in text(result)
 
 
 @pytest.mark.parametrize(

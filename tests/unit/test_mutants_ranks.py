@@ -171,6 +171,30 @@ def test_a_rendezvous_that_fails_otherwise_is_not_called_a_timeout() -> None:
     assert ctx.emitted == [] and first(store) is None
 
 
+def test_the_store_host_lost_during_the_check_in_is_named_by_a_waiting_rank_as_the_cause() -> None:
+    """Rank 0 hosts the store (no agent) and is killed while rank 1 waits for every rank: its closed
+    connection names rank 0 (`peer_failed`), not rank 1's own error (the verdict corpus's
+    `kill_rank_0_in_rendezvous`)."""
+    store, ctx = TimingOut(CLOSED), Ctx()
+    with pytest.raises(DistributedError) as caught:
+        make(store, rank=1, world=2).check_in(ctx)  # type: ignore[arg-type]
+    assert str(caught.value).startswith(
+        "rank 0, the rendezvous store's host, was lost while rank 1 waited for every rank to check in "
+    )
+    assert caught.value.field == "startup" and caught.value.__cause__ is CLOSED
+    [(event, fields)] = ctx.emitted
+    assert (event, fields["peer_rank"], fields["peer_state"]) == ("peer_failed", 0, "unknown")
+    assert "closed the connection during the check-in" in str(fields["error"])
+
+
+def test_a_closed_store_at_the_check_in_blames_no_rank_under_an_agent_or_on_the_host_itself() -> None:
+    for rank, host in ((1, None), (0, 0)):
+        ctx = Ctx()
+        with pytest.raises(RuntimeError, match="Connection was likely closed"):
+            make(TimingOut(CLOSED), rank=rank, world=2, host=host).check_in(ctx)  # type: ignore[arg-type]
+        assert ctx.emitted == []
+
+
 class Polled(MemoryStore):
     """A store that an interruptible check-in must poll (`check`), never wait in; the last rank
     arrives at the `arrives_at`-th poll (never: None)."""

@@ -120,3 +120,16 @@ def test_the_timeout_map_shows_the_in_process_restart_wrappers_own_timeouts(tmp_
         "startup.timeout_s=60 s; world 60 s, store 60 s, watch 60 s; 0 groups: none; in-process restart wrapper: "
         "soft 180 s, hard 360 s, barrier 540 s, completion 540 s, heartbeat unread"
     )
+
+
+def test_the_timeout_map_shows_the_restart_wrappers_store_client_timeout_last(tmp_path: Path) -> None:
+    """Our own connection to the wrapper's store (`store_client_s`, read back from the client) after nvrx's own."""
+    lc = engine_rank(tmp_path, 0, 1)
+    lc.advance_to(State.DISTRIBUTED)
+    lc.record("timeouts_read", configured_s=60.0, world_s=60.0, store_s=60.0, watch_s=60.0, groups=[], corrected=0)
+    lc.advance_to(State.CALLBACKS_BOUND)
+    wrapper = {"store_client_s": 300.0, "soft_s": 180.0, "heartbeat_s": 30.0}
+    lc.record("cycle_started", ledger=[], fingerprint=None, world_size=1, restart_timeouts=wrapper)
+    lc.shutdown()
+    [timeouts] = report_data(load([str(tmp_path)]))["timeouts"]
+    assert timeouts["line"].endswith("; in-process restart wrapper: soft 180 s, heartbeat 30 s, store client 300 s")

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audit_logs import clean_events, write_events
-from test_audit_cause import aborted, rank_log, until
+from audit_logs import clean_events, index, write_events
+from test_audit_cause import aborted, peer_failed, rank_log, until
 
 from lifecycle.audit import VERDICT_VERSION, audit, follow_verdict, verdict
 from lifecycle.cli import main
@@ -155,3 +155,45 @@ def test_following_judges_a_silent_rank_as_died_once_another_rank_shut_down(tmp_
     doc = follow_verdict(tmp_path, poll_s=0.01, stall_s=0.2, idle_timeout_s=600.0)
     assert time.monotonic() - started < 60.0  # not the idle timeout
     assert (doc["culprit"], doc["class"], doc["exclude_hosts"]) == ({"rank": 1, "host": "h"}, "infrastructure", ["h"])
+
+
+def _trained(*after: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """A startup to CALLBACKS_BOUND, step 1, then `after`."""
+    ev = clean_events()
+    return [*ev[: index(ev, "first_step_finalized") + 1], *after]
+
+
+LAZY = ("group_created", {"name": "EVAL", "backend": "cpu:gloo", "size": 2, "timeout_s": 1800.0, "created_by": "t:f:9"})
+STEP_2_TIMED_OUT = ("state_timeout", {"state": "CALLBACKS_BOUND", "trigger": "step 2", "timeout_s": 20.0})
+
+
+def _lazy_group_skipped(tmp: Path, *, skipper_made_it: bool = True, between: int = 0) -> dict[str, Any]:
+    """Both ranks made group EVAL after binding (rank 1 only if `skipper_made_it`), `between` steps completed;
+    rank 1 then timed out in step 2's collective, and rank 0, waiting in EVAL's first collective, was ended."""
+    steps = [("step_completed", {"step": n, "loss": 1.0, "duration_s": 0.1}) for n in range(2, 2 + between)]
+    made = [LAZY] if skipper_made_it else []
+    rank_log(tmp, 1, _trained(*made, *steps, STEP_2_TIMED_OUT), start=100.0, world=2)
+    ended = {len(_trained()) + 1 + between: 140.0}  # rank 0's peer_failed, once rank 1 timed out
+    rank_log(tmp, 0, _trained(LAZY, *steps, peer_failed(1)), start=100.0, world=2, at=ended)
+    return judged(tmp)
+
+
+def test_a_timeout_in_the_first_step_after_a_group_made_while_training_is_user_code_so_stop(tmp_path: Path) -> None:
+    """Megatron-LM #6955: a rank skips the group's lazy first collective; a restart hangs there again."""
+    doc = _lazy_group_skipped(tmp_path)
+    assert (doc["class"], doc["action"], doc["exclude_hosts"]) == ("user-code", "STOP", [])
+    assert doc["culprit"]["rank"] == 1 and doc["state"] == "CALLBACKS_BOUND" and doc["victims"] == [0]
+    assert "EVAL (made by t:f:9) was made after CALLBACKS_BOUND (LA029)" in doc["reason"]
+    assert any(e.get("rule") == "LA029" for e in doc["evidence"])
+    assert follow_verdict(tmp_path, poll_s=0.01)["class"] == "user-code"  # followed alike
+
+
+def test_a_lazy_group_is_named_also_when_only_the_ranks_left_waiting_made_it(tmp_path: Path) -> None:
+    doc = _lazy_group_skipped(tmp_path, skipper_made_it=False)
+    assert (doc["class"], doc["culprit"]["rank"]) == ("user-code", 1) and "EVAL" in doc["reason"]
+
+
+def test_a_timeout_once_a_step_completed_after_the_group_was_made_stays_infrastructure(tmp_path: Path) -> None:
+    """Every rank used the group in that step: a later hang is not its lazy first collective."""
+    doc = _lazy_group_skipped(tmp_path, between=1)
+    assert (doc["class"], doc["action"]) == ("infrastructure", "RESTART") and "LA029" not in doc["reason"]
