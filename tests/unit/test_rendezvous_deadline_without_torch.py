@@ -1,6 +1,6 @@
 """The deadline of DISTRIBUTED's rendezvous without torch (lifecycle.megatron.distributed): waiting for
 the store's host on real sockets, and what a client rank says when that host never came.
-tests/integration/test_mutants_distributed.py reads the deadline back from the process groups.
+tests/integration/test_startup_timeout_reaches_every_wait.py reads the deadline back from the process groups.
 """
 
 from __future__ import annotations
