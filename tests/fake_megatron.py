@@ -8,8 +8,8 @@ layer's check that nothing loaded megatron) and returns what they recorded:
   and gives a container whose sections are dataclasses holding the YAML's fields (`section`), or
   raises `Recorded.refuse`;
 - `megatron.training.arguments.add_megatron_arguments` adds `ARGS` as the parser's defaults, and
-  `validate_args` checks what Megatron-LM's does of it (the parallel sizes divide the world; the
-  weight decays it derives are unset) and sets `data_parallel_size`;
+  `validate_args` checks what Megatron-LM's does of it (the parallel sizes divide the world, the
+  sequence fits the positions, the weight decays it derives are unset) and sets `data_parallel_size`;
 - `megatron.configs` holds one of each kind of `_target_` the loader tells apart.
 """
 
@@ -110,6 +110,9 @@ def section(name: str, values: dict[str, object]) -> object:
 def validate_args(args: argparse.Namespace) -> None:
     assert args.start_weight_decay is None and args.end_weight_decay is None, "weight decays set before validate_args"
     model_parallel = args.tensor_model_parallel_size * args.pipeline_model_parallel_size
+    if args.seq_length > args.max_position_embeddings:
+        positions = args.max_position_embeddings
+        raise ValueError(f"seq_length ({args.seq_length}) exceeds max_position_embeddings ({positions})")
     if args.world_size % model_parallel:
         raise AssertionError(f"world size ({args.world_size}) is not divisible by {model_parallel}")
     args.data_parallel_size = args.world_size // model_parallel
@@ -151,7 +154,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Recorded:
 
     Foreign = dataclasses.make_dataclass("Foreign", [("size", int)])
     Foreign.__module__ = "elsewhere"
-    for kind in (Config, Kind, Plain):
+    for kind in (Config, Kind, Plain, function):
         kind.__module__ = "megatron.configs"
     modules = {
         "megatron": {},

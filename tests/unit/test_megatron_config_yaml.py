@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -225,6 +226,25 @@ def test_a_megatron_target_that_is_no_config_class_is_refused_before_megatron_bu
     recorded = fake_megatron.install(monkeypatch)
     path = written(tmp_path, ACCEPTED + MODEL + f"extra:\n  sub: {{_target_: {target}}}\n")
     assert refusal(path) == foreign("extra.sub", target)
+    assert recorded.plain == []
+
+
+@pytest.mark.parametrize("error", [ValueError("no such plugin"), ImportError("needs a GPU")])
+def test_a_megatron_target_whose_module_fails_to_import_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    class Failing:
+        """A finder whose import of megatron.broken raises `error`, as a module's own code may."""
+
+        @staticmethod
+        def find_spec(name: str, path: object = None, target: object = None) -> None:
+            if name == "megatron.broken":
+                raise error
+
+    recorded = fake_megatron.install(monkeypatch)
+    monkeypatch.setattr(sys, "meta_path", [Failing(), *sys.meta_path])
+    path = written(tmp_path, ACCEPTED + MODEL + "extra: {_target_: megatron.broken.Config}\n")
+    assert refusal(path) == foreign("extra", "megatron.broken.Config")
     assert recorded.plain == []
 
 

@@ -5,6 +5,9 @@ Megatron's parser and `validate_args` are stood in for (tests/fake_megatron.py).
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
 from argparse import Namespace
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +123,9 @@ VALIDATED_MODEL = {
 def test_the_defaults_megatron_leaves_are_read_as_the_lifecycle_names_them() -> None:
     plain = Namespace(**{**ARGS, "lr": 1e-3, "micro_batch_size": 1, "global_batch_size": 1, "world_size": 1})
     plain.tokenizer_type, plain.vocab_size, plain.max_position_embeddings = "NullTokenizer", None, 128
-    del plain.distributed_timeout_minutes
+    plain.num_query_groups = 2
+    for unset in ("distributed_timeout_minutes", "group_query_attention", "bf16", "fp16"):
+        delattr(plain, unset)
     derived = run_config(plain).to_dict()
     assert derived["model"]["num_query_groups"] is None  # no group-query attention
     assert derived["model"]["vocab_size"] is None
@@ -151,6 +156,9 @@ def test_names_megatron_has_more_of_are_read_as_the_lifecycle_has_them() -> None
     assert run_config(args(padded_vocab_size=None)).model.vocab_size == 1000
 
 
+NO_MODEL_PARALLELISM = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "context_parallel_size": 1}
+
+
 @pytest.mark.parametrize(
     ("changes", "microbatches"),
     [
@@ -159,7 +167,11 @@ def test_names_megatron_has_more_of_are_read_as_the_lifecycle_has_them() -> None
         ({"data_parallel_size": 0, "context_parallel_size": 1, "world_size": 8}, 4),
         ({"data_parallel_size": None, "pipeline_model_parallel_size": 1, "world_size": 8}, 4),
         ({"data_parallel_size": None, "world_size": 4}, 8),  # fewer ranks than one model: one replica
-        ({"data_parallel_size": 8}, 1),  # fewer samples than one round: one microbatch
+        ({**NO_MODEL_PARALLELISM, "data_parallel_size": None, "world_size": 4}, 2),  # a replica per rank
+        ({"data_parallel_size": 8}, 1),
+        ({"data_parallel_size": 8, "global_batch_size": 8}, 1),  # fewer samples than one round: one microbatch
+        # a size of 0 (refused when the config is validated) is no division by zero here
+        ({"data_parallel_size": None, "tensor_model_parallel_size": 0, "global_batch_size": 64}, 2),
         ({"data_parallel_size": 1, "global_batch_size": 6}, 3),
     ],
 )
@@ -167,6 +179,13 @@ def test_microbatches_follow_from_the_batch_sizes_and_the_data_parallel_ranks(
     changes: dict[str, object], microbatches: int
 ) -> None:
     assert run_config(args(**changes)).training.num_microbatches == microbatches
+
+
+def test_the_options_of_the_derivations_are_named(tmp_path: Path) -> None:
+    with pytest.raises(TypeError):
+        run_config(args(), "/logs")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        run_config_from_yaml(str(tmp_path / "megatron.yaml"), 4)  # type: ignore[misc]
 
 
 def container(**sections: dict[str, object]) -> object:
@@ -269,6 +288,10 @@ def test_a_yaml_config_gives_the_run_config_of_its_validated_args(
     assert (config.training.steps, config.training.num_microbatches) == (3, 4)  # 8 // (1 * 4 ranks // 2)
     assert (config.tokenizer.type, config.tokenizer.vocab_size, config.logging.log_dir) == ("null", 512, "/logs")
     assert [a.world_size for a in megatron.validated] == [4]
+    single = tmp_path / "single.yaml"
+    single.write_text(YAML.replace("  tensor_model_parallel_size: 2\n", ""))
+    one = run_config_from_yaml(str(single))  # one rank unless told
+    assert (megatron.validated[-1].world_size, one.training.num_microbatches) == (1, 8)
 
 
 def test_what_megatron_refuses_of_a_yaml_config_is_one_line_naming_the_file(
@@ -282,6 +305,13 @@ def test_what_megatron_refuses_of_a_yaml_config_is_one_line_naming_the_file(
         f"--megatron-config {path}: Megatron-LM's validate_args: world size (3) is not divisible by 2"
     )
     assert caught.value.field == "megatron_config"
+    short = tmp_path / "short.yaml"
+    short.write_text(YAML.replace("seq_length: 64", "seq_length: 64\n  max_position_embeddings: 32"))
+    with pytest.raises(ConfigError) as caught:
+        run_config_from_yaml(str(short), world_size=2)
+    assert str(caught.value) == (
+        f"--megatron-config {short}: Megatron-LM's validate_args: seq_length (64) exceeds max_position_embeddings (32)"
+    )
     megatron.refuse = TypeError("PretrainConfigContainer.__init__() got an unexpected keyword argument 'x'")
     with pytest.raises(ConfigError) as caught:
         run_config_from_yaml(str(path))
@@ -290,3 +320,12 @@ def test_what_megatron_refuses_of_a_yaml_config_is_one_line_naming_the_file(
         "PretrainConfigContainer.__init__() got an unexpected keyword argument 'x'"
     )
     assert caught.value.field == "megatron_config"
+
+
+def test_importing_the_entry_loads_neither_torch_nor_megatron() -> None:
+    """`--megatron-config` checks the file before megatron is imported: the module deriving the
+    RunConfig names megatron's container in annotations only."""
+    code = "import sys, lifecycle.megatron_lm.entry; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    assert {"torch", "megatron"} & set(ast.literal_eval(out.stdout.strip())) == set()
