@@ -130,15 +130,18 @@ def _parse(path: str, text: bytes) -> object:
                     raise _refuse(path, f"has more than {MAX_REFERENCES} YAML aliases; write the values out")
             return super().compose_node(parent, index)
 
-    loader = Counting(text)
+    loader = None
     try:
+        loader = Counting(text)  # reads the bytes as text: refuses what is not UTF-8 or UTF-16
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" line {where.line + 1}" if where is not None else ""
-        raise _refuse(path, f"not YAML{line}: {getattr(exc, 'problem', None) or exc}") from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise _refuse(path, f"not YAML{line}: {problem}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _count(data: object) -> tuple[int, int]:
