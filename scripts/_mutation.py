@@ -223,7 +223,8 @@ def report(scores: list[Score]) -> str:
 
 
 def markdown(scores: list[Score]) -> str:
-    """The report as docs/testing.md keeps it: date, commit, the table, survivors and equivalents."""
+    """The report as docs/testing.md keeps it: date, commit, the table and the survivors; the equivalents
+    stay in scripts/mutation.toml (issue 35: one list, not two)."""
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
@@ -248,11 +249,8 @@ def markdown(scores: list[Score]) -> str:
     )
     rows += ["", "Survivors (file:line:column, operator, the line):", ""]
     rows += [f"- `{line}`" for s in scores for line in s.survivors] or ["- none"]
-    rows += ["", "Equivalent mutants (left out of the score):", ""]
-    for s in scores:
-        for entry in s.equivalent:
-            where, reason = entry.split("\n      equivalent: ")
-            rows.append(f"- `{where}`: {reason}")
+    rows += ["", "Equivalent mutants: listed, each with its reason, in `scripts/mutation.toml` only (`[[equivalent]]`;"]
+    rows += ["the tool reads them there). This page keeps the scores."]
     return "\n".join(rows)
 
 
