@@ -35,8 +35,7 @@ def next_due(due: float, now: float, interval_s: float) -> float:
     """A leader's next round after the one due at `due` and made at `now`: one round on, or, when it came a
     round or more late (a slow host, a stopped process), the next point of its own grid (`due` plus whole
     rounds), so late rounds do not bring the nodes' rounds together."""
-    behind = math.floor((now - due) / interval_s) if now - due >= interval_s else 0
-    return due + (behind + 1) * interval_s
+    return due + (math.floor((now - due) / interval_s) + 1) * interval_s  # `now` >= `due`: rounds are made when due
 
 
 def next_tick(now: float, poll_s: float, round_due: float | None) -> float:

@@ -200,6 +200,15 @@ def test_a_failure_the_leader_reads_in_the_store_reaches_its_node_through_the_bo
         assert noticed is not None and (noticed.rank, noticed.state) == (3, "MODEL_BUILT")
 
 
+def test_the_leader_of_a_job_of_one_node_reads_first_in_its_round_and_posts_it(tmp_path: Path) -> None:
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0, 1]})
+    store.data["first"] = Failure(rank=5, state="MODEL_BUILT", error="gone", kind="lost").encode()  # named elsewhere
+    w[0].tick(100.0)  # no next node: its round reads `first` alone
+    noticed = w[1].peer_failure()  # rank 1 reads only the board
+    assert noticed is not None and (noticed.rank, noticed.state) == (5, "MODEL_BUILT")
+
+
 def test_a_blocked_rank_that_does_not_lead_is_ended_by_what_its_board_says(tmp_path: Path) -> None:
     store, exits, emitted = MemoryStore(), [], Emitted()
     w = job(store, tmp_path, {"a": [0, 1], "b": [2]})
