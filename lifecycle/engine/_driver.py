@@ -74,7 +74,7 @@ class Lifecycle:
         self._work = EntryWork(shared, cycles=self._cycles, failures=self._failures, declare=self._rules.declare)
         self.steps_slot = StepsSlot()
         """The step book of the current binding (`lifecycle.megatron.steps.steps_for`)."""
-        self._machine = build_machine(shared.model, on_guard=self._guards.condition)
+        self._machine = build_machine(shared.model)
         shared.log.emit(
             events.LIFECYCLE_STARTED,
             plan=shared.plan.value,
@@ -354,16 +354,15 @@ class Lifecycle:
         shared = self._shared
         shared.active = trigger
         try:
-            # Guards first (they raise), then the entry work, then the machine commits the state
-            # (re-checking the same guards as its conditions). Entry work runs outside the
-            # machine's callbacks: each callback costs a trip through LockedMachine's proxies.
-            with self._guards.holding(trigger, row.dest):
-                self._guards.condition(row)(None)
-                self._failures.running = False  # a signal is the startup's again, until the target
-                if trigger in RESUMING and shared.policy != "off":
-                    _tripwires.arm(self._rules)  # only once the guards let it through: a refusal changes nothing
-                self._work.enter(trigger)
-                self._trigger(trigger)
+            # Guards first, once (they raise), then the entry work, then the machine takes the new
+            # state. Entry work runs outside the machine's callbacks, and the machine has no
+            # conditions: `shared.lock` is held for the whole transition (`_fire`).
+            self._guards.check(row)
+            self._failures.running = False  # a signal is the startup's again, until the target
+            if trigger in RESUMING and shared.policy != "off":
+                _tripwires.arm(self._rules)  # only once the guards let it through: a refusal changes nothing
+            self._work.enter(trigger)
+            self._trigger(trigger)
         except GuardRejected:
             raise
         except BaseException as exc:

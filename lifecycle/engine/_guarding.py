@@ -3,8 +3,6 @@ trigger the table does not define from here, a guard that says no), each logged 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from lifecycle.errors import GuardRejected, InvalidTransition
@@ -12,40 +10,24 @@ from lifecycle.log import events
 from states import Facts, Guard, State, Transition, Trigger, allowed_triggers, rule
 
 if TYPE_CHECKING:
-    from transitions import EventData
-
     from lifecycle.engine._shared import Shared
     from lifecycle.runtime import Runtime
 
 
 class Guards:
-    """A part of `Lifecycle`. Its own state: the facts of the transition running now (taken once,
-    before its entry work, so the machine's own check of the same guards sees the same facts)."""
+    """A part of `Lifecycle`: the table's guards, checked once per transition on the facts of now."""
 
     def __init__(self, shared: Shared) -> None:
         self.shared = shared
-        self._now: Facts | None = None
 
-    @contextmanager
-    def holding(self, trigger: Trigger, dest: State) -> Iterator[None]:
-        """The facts of now, held while `trigger` runs."""
-        self._now = self.facts(trigger, dest)
-        try:
-            yield
-        finally:
-            self._now = None
-
-    def condition(self, row: Transition) -> Callable[[EventData | None], bool]:
-        """The machine's condition for `row`: True, or the first refusing guard raises."""
-
-        def condition(_event: EventData | None) -> bool:
-            facts = self._now or self.facts(row.trigger, row.dest)
-            for guard in row.guards:
-                if not guard(facts):
-                    self._reject(row, guard, facts)
-            return True
-
-        return condition
+    def check(self, row: Transition) -> None:
+        """Every guard of `row` on the facts of now, in order: the first that refuses is logged and raised."""
+        if not row.guards:
+            return
+        facts = self.facts(row.trigger, row.dest)
+        for guard in row.guards:
+            if not guard(facts):
+                self._reject(row, guard, facts)
 
     def undefined(self, trigger: Trigger, source: State) -> None:
         """`trigger` has no row from `source`: logged, and raised as InvalidTransition."""

@@ -1,19 +1,14 @@
-"""Build a `transitions` machine from `states.TABLE`: one event per trigger, guards as conditions.
-
-Conditions raise `GuardRejected` instead of returning False, so a refused trigger is never silent.
+"""Build a `transitions` machine from `states.TABLE`: one event per trigger, and it only holds the
+state. The engine checks the guards once, before the entry work, under its own lock (`Shared.lock`,
+held for the whole transition), then moves the machine: no condition, no second lock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
+from transitions import Machine
 from transitions.extensions import LockedMachine
 
 from states import STARTUP_ORDER, TABLE, State, Transition
-
-if TYPE_CHECKING:
-    from transitions import EventData
 
 
 class MachineModel:
@@ -22,14 +17,10 @@ class MachineModel:
     state: State
 
 
-def build_machine(
-    model: MachineModel,
-    *,
-    on_guard: Callable[[Transition], Callable[[EventData | None], bool]],
-    table: tuple[Transition, ...] = TABLE,
-) -> LockedMachine:
-    """A thread-safe machine over `model` with exactly the table's rows (no auto transitions)."""
-    machine = LockedMachine(
+def build_machine(model: MachineModel, *, table: tuple[Transition, ...] = TABLE) -> Machine:
+    """A machine over `model` with exactly the table's rows (no auto transitions, no conditions, no
+    callbacks): the engine calls it only with `Shared.lock` held, after the row's guards passed."""
+    machine = Machine(
         model=model,
         states=list(State),
         initial=STARTUP_ORDER[0],
@@ -39,19 +30,13 @@ def build_machine(
         model_override=False,
     )
     for row in table:
-        machine.add_transition(
-            trigger=row.trigger.value,
-            source=list(row.sources),
-            dest=row.dest,
-            # one condition per row that checks the row's guards in order (each extra callback costs
-            # a trip through LockedMachine's proxies)
-            conditions=[on_guard(row)] if row.guards else [],
-        )
+        machine.add_transition(trigger=row.trigger.value, source=list(row.sources), dest=row.dest)
     return machine
 
 
 def build_raw_machine(model: MachineModel, table: tuple[Transition, ...] = TABLE) -> LockedMachine:
-    """The same table on a bare machine: no guards, no entry work, no log (the benchmark baseline)."""
+    """The same table on a bare thread-safe machine, as a user would build it: no guards, no entry
+    work, no log (the benchmark baseline)."""
     machine = LockedMachine(
         model=model, states=list(State), initial=STARTUP_ORDER[0], auto_transitions=False, send_event=True
     )

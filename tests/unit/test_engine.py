@@ -154,3 +154,33 @@ def test_ranks_of_one_job_share_a_fingerprint_but_other_changes_do_not() -> None
     other_rank = RunConfig.from_dict({"backend": "fake", "parallel": {"world_size": 4096, "rank": 3017}})
     bigger = RunConfig.from_dict({"backend": "fake", "parallel": {"world_size": 8192, "rank": 0}})
     assert base.fingerprint() == other_rank.fingerprint() != bigger.fingerprint()
+
+
+def test_each_guard_is_evaluated_once_per_transition(make_lc) -> None:
+    """The engine checks a row's guards once, before its entry work; the machine that holds the
+    state has no conditions of its own to check them again (issue 35)."""
+    from collections import Counter
+
+    from states import TABLE, forward_trigger
+
+    calls: Counter[tuple[str, str]] = Counter()
+    saved = {row: row.guards for row in TABLE}
+
+    def counting(row, guard):
+        def counted(facts):
+            calls[(row.trigger.value, guard.__name__)] += 1
+            return guard(facts)
+
+        counted.__name__, counted.__doc__ = guard.__name__, guard.__doc__
+        return counted
+
+    try:
+        for row in TABLE:  # frozen rows: the counters go on where the engine finds the guards, and come off below
+            object.__setattr__(row, "guards", tuple(counting(row, g) for g in saved[row]))
+        make_lc().advance_to(State.CALLBACKS_BOUND)
+    finally:
+        for row, guards in saved.items():
+            object.__setattr__(row, "guards", guards)
+    fired = {forward_trigger(dest) for dest in STARTUP_ORDER[1:]}
+    expected = Counter((row.trigger.value, g.__name__) for row in TABLE if row.trigger in fired for g in row.guards)
+    assert len(expected) >= 5 and calls == expected  # each of the forward rows' guards, once
