@@ -1,7 +1,8 @@
 """LA027 `resume-diverged`: the `streams_checked` record the first step after a checkpoint load writes
 (`lifecycle.megatron.streams`), read back: a random stream drawn from or re-seeded between the load and
-the first step, a first step that does not continue the checkpoint's, or an optimizer whose step counts
-or loss scale at the first step are not those the checkpoint was saved with."""
+the first step, a first step that does not continue the checkpoint's, a data position (consumed samples,
+iteration) at the first step that is not the one the load left, or an optimizer whose step counts or loss
+scale at the first step are not those the checkpoint was saved with."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from lifecycle.audit._fields import Record
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
 
-READS = ("step", "restored_step", "moved", "optimizer", "saved_optimizer")
+READS = ("step", "restored_step", "moved", "optimizer", "saved_optimizer", "position", "restored_position")
 _SHOWN = 3  # streams named in the finding; the rest are counted
 
 
@@ -20,27 +21,55 @@ def _describe(entry: object) -> str:
 
 
 def streams_checked(audit: RankState, rec: Record, ts: float) -> None:
-    moved, step, restored = rec.get("moved"), rec.get("step"), rec.get("restored_step")
-    if isinstance(moved, list) and moved:
-        shown = "; ".join(_describe(m) for m in moved[:_SHOWN])
-        more = f"; and {len(moved) - _SHOWN} more" if len(moved) > _SHOWN else ""
-        audit.flag(
-            RuleId.RESUME_DIVERGED,
-            f"{len(moved)} random stream{'s' if len(moved) != 1 else ''} moved between the checkpoint load (step "
-            f"{restored}) and the first step: {shown}{more}; the resumed run is not the uninterrupted one. Draw "
-            "or seed after the first step, or from a generator of your own",
-        )
-    if isinstance(step, int) and isinstance(restored, int) and step != restored + 1:
-        audit.flag(
-            RuleId.RESUME_DIVERGED,
-            f"the first step after loading the checkpoint of step {restored} is step {step}, not {restored + 1}: "
-            "the data position does not continue the saved one (an offset applied twice, or data from sample 0)",
-        )
+    """One finding per record, each thing that diverged in it said in turn (a rank's later LA027 findings
+    only count, so one that named the streams alone would hide a position that moved with them)."""
+    said = [part for part in (_streams(rec), _step(rec), _position(rec), _optimizer(rec)) if part is not None]
+    if said:
+        audit.flag(RuleId.RESUME_DIVERGED, "; and ".join(said))
+
+
+def _streams(rec: Record) -> str | None:
+    moved, restored = rec.get("moved"), rec.get("restored_step")
+    if not isinstance(moved, list) or not moved:
+        return None
+    shown = "; ".join(_describe(m) for m in moved[:_SHOWN])
+    more = f"; and {len(moved) - _SHOWN} more" if len(moved) > _SHOWN else ""
+    return (
+        f"{len(moved)} random stream{'s' if len(moved) != 1 else ''} moved between the checkpoint load (step "
+        f"{restored}) and the first step: {shown}{more}; the resumed run is not the uninterrupted one. Draw "
+        "or seed after the first step, or from a generator of your own"
+    )
+
+
+def _step(rec: Record) -> str | None:
+    step, restored = rec.get("step"), rec.get("restored_step")
+    if not isinstance(step, int) or not isinstance(restored, int) or step == restored + 1:
+        return None
+    return (
+        f"the first step after loading the checkpoint of step {restored} is step {step}, not {restored + 1}: "
+        "the data position does not continue the saved one (an offset applied twice, or data from sample 0)"
+    )
+
+
+def _position(rec: Record) -> str | None:
+    position, loaded = rec.get("position"), rec.get("restored_position")
+    if not isinstance(position, dict) or not isinstance(loaded, dict) or position == loaded:
+        return None
+    keys = sorted(set(position) | set(loaded))
+    changed = ", ".join(f"{k} {loaded.get(k)} → {position.get(k)}" for k in keys if position.get(k) != loaded.get(k))
+    return (
+        f"the data position at the first step is not the one the checkpoint load left ({changed[:200]}): the "
+        "data does not continue the saved run's (an offset applied twice, or data from sample 0). Leave the "
+        "position the load restored as it is"
+    )
+
+
+def _optimizer(rec: Record) -> str | None:
     optimizer, saved = rec.get("optimizer"), rec.get("saved_optimizer")
-    if isinstance(optimizer, dict) and isinstance(saved, dict) and optimizer != saved:
-        audit.flag(
-            RuleId.RESUME_DIVERGED,
-            f"the optimizer state at the first step is not the checkpoint's: step counts {optimizer.get('steps')} "
-            f"and loss scale {optimizer.get('loss_scale')}, saved with {saved.get('steps')} and "
-            f"{saved.get('loss_scale')} (an optimizer state not loaded, or built again after the load)",
-        )
+    if not isinstance(optimizer, dict) or not isinstance(saved, dict) or optimizer == saved:
+        return None
+    return (
+        f"the optimizer state at the first step is not the checkpoint's: step counts {optimizer.get('steps')} "
+        f"and loss scale {optimizer.get('loss_scale')}, saved with {saved.get('steps')} and "
+        f"{saved.get('loss_scale')} (an optimizer state not loaded, or built again after the load)"
+    )

@@ -192,8 +192,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         id=RuleId.RESUME_DIVERGED,
         slug="resume-diverged",
-        summary="between a checkpoint load and the first step a random stream moved, or the first step does not "
-        "continue the checkpoint's",
+        summary="between a checkpoint load and the first step a random stream moved, or the first step or the data "
+        "position does not continue the checkpoint's",
     ),
     Rule(
         id=RuleId.GROUP_TIMEOUT,

@@ -19,6 +19,13 @@ OptimizerCounts = Annotated[
         "grad scaler); absent without an optimizer"
     ),
 ]
+Position = Annotated[
+    dict[str, int] | UnsetType,
+    Meta(
+        description="the data position: `consumed_samples` and `iteration` (the Megatron-LM drop-in's); absent "
+        "where the caller does not say how to read it"
+    ),
+]
 SavedCounts = Annotated[
     dict[str, object] | UnsetType,
     Meta(description="the counts the checkpoint was saved with, in the same shape; absent for one saved without them"),
@@ -119,6 +126,7 @@ class StreamsRestored(Record, frozen=True, kw_only=True, tag="streams_restored")
     watched: Annotated[int, Meta(description="draw and seed entry points wrapped until the first step")]
     optimizer: OptimizerCounts = UNSET
     saved_optimizer: SavedCounts = UNSET
+    position: Position = UNSET
 
 
 class StreamsChecked(Record, frozen=True, kw_only=True, tag="streams_checked"):
@@ -136,6 +144,17 @@ class StreamsChecked(Record, frozen=True, kw_only=True, tag="streams_checked"):
     streams: Annotated[int, Meta(description="streams hashed")]
     optimizer: OptimizerCounts = UNSET
     saved_optimizer: SavedCounts = UNSET
+    position: Annotated[
+        dict[str, int] | UnsetType,
+        Meta(description="the data position at the first step's start, in `streams_restored`'s shape; absent there"),
+    ] = UNSET
+    restored_position: Annotated[
+        dict[str, int] | UnsetType,
+        Meta(
+            description="the data position after the load (`streams_restored`'s `position`): the first step's "
+            "must be it"
+        ),
+    ] = UNSET
     duration_s: Duration
 
 

@@ -12,6 +12,7 @@ Inference plans stop after building the model: no DDP wrapper, no optimizer.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import bindings
@@ -223,16 +224,24 @@ def enter(ctx: PhaseContext) -> Runtime:
     )
 
 
-def open_window(ctx: PhaseContext, step: int, optimizer: MegatronOptimizer | None) -> ResumeWindow | None:
+def open_window(
+    ctx: PhaseContext,
+    step: int,
+    optimizer: MegatronOptimizer | None,
+    position: Callable[[], dict[str, int]] | None = None,
+) -> ResumeWindow | None:
     """After a checkpoint load (`step` > 0), at MODEL_BUILT's end: the streams hashed, the window to the
-    first step opened (`streams_restored`); None for fresh weights."""
+    first step opened (`streams_restored`); None for fresh weights. `position` reads the data position
+    where the caller knows it (the Megatron-LM drop-in's consumed samples and iteration)."""
     if step <= 0:
         return None
     rt = ctx.runtime
     source = checkpoint_source(rt.config, rt.generation)
     saved = saved_optimizer_counts(source[0]) if source is not None and optimizer is not None else None
-    window = ResumeWindow.open(step, optimizer, saved)
+    window = ResumeWindow.open(step, optimizer, saved, position)
     restored = {"step": step, "streams": dict(window.restored), "watched": window.watched}
+    if window.restored_position is not None:
+        restored["position"] = window.restored_position
     ctx.emit(events.STREAMS_RESTORED, **restored, **window.optimizer_fields())
     return window
 

@@ -13,7 +13,10 @@ stream or re-seed one: a draw there makes the resumed run differ from the uninte
   moved and who drew from it, and whether the step continues the checkpoint's (`restored_step + 1`);
 - the optimizer's step counts and loss scale (`optimizer_counts`) are recorded at both ends, beside
   those the checkpoint was saved with, so a state that did not come back, or was built again after
-  the load, shows (Megatron-Bridge #3832).
+  the load, shows (Megatron-Bridge #3832);
+- where the caller knows the data position (the Megatron-LM drop-in: Megatron-LM's consumed samples
+  and iteration), it is read at both ends too: the first step must start where the load left it (an
+  offset applied twice, Megatron-Bridge #4565; data from sample 0, #3503 and #5987).
 
 Cost: one hash of each stream's state twice (a few KiB each) and ~40 attribute swaps per resume; no
 store key, connection, collective or process group, at any world size.
@@ -172,15 +175,25 @@ class ResumeWindow:
     checked: bool = False
     saved_optimizer: dict[str, object] | None = None
     """The optimizer counts the checkpoint was saved with (None: saved without them, or no optimizer)."""
+    restored_position: dict[str, int] | None = None
+    """The data position after the load (None where the caller did not say how to read it)."""
+    _position: Callable[[], dict[str, int]] | None = None
     _optimizer: weakref.ref[object] | None = None  # weakly: the window must not keep a released optimizer
     _patches: list[_Patch] = field(default_factory=list)
 
     @classmethod
     def open(
-        cls, restored_step: int, optimizer: object = None, saved_optimizer: dict[str, object] | None = None
+        cls,
+        restored_step: int,
+        optimizer: object = None,
+        saved_optimizer: dict[str, object] | None = None,
+        position: Callable[[], dict[str, int]] | None = None,
     ) -> ResumeWindow:
+        """`position` reads the data position (e.g. consumed samples, iteration), now and at the first step."""
         window = cls(restored_step=restored_step, restored=digests(), saved_optimizer=saved_optimizer)
         window._optimizer = weakref.ref(optimizer) if optimizer is not None else None
+        window._position = position
+        window.restored_position = position() if position is not None else None
         window._watch()
         return window
 
@@ -191,6 +204,12 @@ class ResumeWindow:
         if self.saved_optimizer is not None:
             fields["saved_optimizer"] = self.saved_optimizer
         return fields
+
+    def _position_fields(self) -> dict[str, object]:
+        """`position` (the data position now) and `restored_position` (after the load), where it is read."""
+        if self._position is None or self.restored_position is None:
+            return {}
+        return {"position": self._position(), "restored_position": self.restored_position}
 
     @property
     def watched(self) -> int:
@@ -244,6 +263,7 @@ class ResumeWindow:
             "moved": moved,
             "streams": len(found),
             **self.optimizer_fields(),
+            **self._position_fields(),
             "duration_s": time.perf_counter() - started,
         }
 

@@ -5,19 +5,25 @@ imported once per rank for all of them (as `megatron_lm_script_cases.runs` does 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tests.integration.megatron_lm_cases import ROOT, run
 
 
-def runs(order: list[tuple[str, str, int, tuple[str, ...]]], log_root: str) -> dict[str, dict[str, Any]]:
+def runs(
+    order: list[tuple[str, str, int, tuple[str, ...]]],
+    log_root: str,
+    hooks: Mapping[str, Callable[[Any], None]] | None = None,
+) -> dict[str, dict[str, Any]]:
     """`run(which, tp, log_dir, extra)` for each (case, which, tp, extra) in `order`, each from what a
     new process has: between runs the script's process group and parallel state are gone
     (`after_return` destroyed them), what a run wrapped or patched (`train_step`, the script's
-    `forward_step`, the device-architecture answer) is put back, Megatron-LM's global variables, rerun
-    state machine and micro-batch calculator are unset, and the rendezvous port is a new one. Keyed
-    "case-which"; the drop-in's logs go to `log_root/case`."""
+    `forward_step` and dataset provider, the device-architecture answer) is put back, Megatron-LM's
+    global variables, rerun state machine and micro-batch calculator are unset, and the rendezvous
+    port is a new one. `hooks[case]`, where given, is called with the script module before its run
+    (to change what the script does). Keyed "case-which"; the drop-in's logs go to `log_root/case`."""
     import sys
 
     from megatron.core import num_microbatches_calculator, rerun_state_machine
@@ -28,13 +34,17 @@ def runs(order: list[tuple[str, str, int, tuple[str, ...]]], log_root: str) -> d
 
     out = {}
     port = int(os.environ["MASTER_PORT"])
+    provider = script.train_valid_test_datasets_provider
     originals = (training.train_step, script.forward_step, arguments.get_device_arch_version)
     for i, (case, which, tp, extra) in enumerate(order):
         # A new rendezvous per run, as a new job would have (the last one's store may still serve).
         os.environ["MASTER_PORT"] = str(port + 97 * i)
         log_dir = str(Path(log_root) / case) if which == "lifecycle" else ""
+        if hooks and case in hooks:
+            hooks[case](script)
         out[f"{case}-{which}"] = run(which, tp, log_dir, extra)
         training.train_step, script.forward_step, arguments.get_device_arch_version = originals
+        script.train_valid_test_datasets_provider = provider
         global_vars.unset_global_variables()
         rerun_state_machine.destroy_rerun_state_machine()
         num_microbatches_calculator.destroy_num_microbatches_calculator()

@@ -11,7 +11,8 @@
   random numbers, so it runs where `pretrain` runs it: right after the seeds), all under the
   tripwires; in a CPU rehearsal when CUDA is absent.
 - MODEL_BUILT: `setup_model_and_optimizer` (model from the container's ModelConfig or the provider
-  called by keyword, DDP, optimizer, scheduler, checkpoint load).
+  called by keyword, DDP, optimizer, scheduler, checkpoint load); after a load, the resume window
+  opened as the real phase opens it, with Megatron-LM's data position (`model_built.open_window`).
 - CALLBACKS_BOUND: the lifecycle's `bindings`, verified (lifecycle.megatron.callbacks_bound).
 
 From DISTRIBUTED on, a multi-rank job's entry work runs under the rank watch that DISTRIBUTED
@@ -32,6 +33,7 @@ from lifecycle.config import normalize, raise_for, snapshot_config, validate
 from lifecycle.log import events, redact
 from lifecycle.megatron import MegatronPhases
 from lifecycle.megatron import callbacks_bound as lifecycle_binding
+from lifecycle.megatron.model_built import open_window
 from lifecycle.megatron.ranks import watched
 from lifecycle.megatron.settings import check_landed
 from lifecycle.megatron_lm.entry import _derive, _providers, _resources
@@ -208,6 +210,7 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     )
     check_landed(ctx, model, optimizer, None, asked)
     config = get_model_config(model[0])
+    step = int(getattr(call.args, "iteration", 0) or 0)  # Megatron-LM's load set it: > 0 after a load
     ctx.emit(
         events.MODEL_BUILT,
         chunks=len(model),
@@ -224,8 +227,15 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         ddp_config=call.cfg_container.ddp,
         scheduler=scheduler,
         transformer_config_snapshot=snapshot_config(config),
-        checkpoint_step=int(getattr(call.args, "iteration", 0) or 0),
+        checkpoint_step=step,
+        resume_window=open_window(ctx, step, optimizer, partial(_position, call.args)),  # last: see model_built
     )
+
+
+def _position(args: Namespace) -> dict[str, int]:
+    """Megatron-LM's data position: its samples consumed and its iteration (the sampler starts from
+    them; `train()` advances both after each step, so at the first step's start they are the load's)."""
+    return {"consumed_samples": int(args.consumed_train_samples), "iteration": int(args.iteration)}
 
 
 def _asked(call: MegatronLMCall) -> bindings.Requested:

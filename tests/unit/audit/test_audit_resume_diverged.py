@@ -1,6 +1,7 @@
 """The first step's `streams_checked` record read back: each random stream that moved between the
 checkpoint load and the first step is finding LA027, naming the stream and its caller; so is a first
-step that does not continue the checkpoint's, and an optimizer whose counts are not the checkpoint's.
+step that does not continue the checkpoint's, a data position that is not the one the load left, and an
+optimizer whose counts are not the checkpoint's, each said in the one finding of its record.
 A clean window is none."""
 
 from __future__ import annotations
@@ -57,3 +58,20 @@ def test_an_optimizer_whose_counts_are_not_the_checkpoints_is_a_finding(tmp_path
     assert "loss scale 65536.0, saved with [2.0] and 4096.0" in message
     assert findings(tmp_path / "same", [], optimizer=saved, saved_optimizer=dict(saved)) == []
     assert findings(tmp_path / "unsaved", [], optimizer=saved) == []  # a checkpoint saved without them
+
+
+def test_a_data_position_that_does_not_continue_the_loads_is_a_finding_naming_what_changed(tmp_path: Path) -> None:
+    loaded = {"consumed_samples": 8, "iteration": 2}
+    [message] = findings(tmp_path, [], position={"consumed_samples": 0, "iteration": 2}, restored_position=loaded)
+    assert message.startswith("the data position at the first step is not the one the checkpoint load left")
+    assert "(consumed_samples 8 → 0):" in message  # only what changed
+    twice = {"consumed_samples": 16, "iteration": 2}  # the offset applied twice
+    assert findings(tmp_path / "twice", [], position=twice, restored_position=loaded) != []
+    assert findings(tmp_path / "same", [], position=dict(loaded), restored_position=loaded) == []
+    assert findings(tmp_path / "unread", []) == []  # a caller that does not read the position
+
+
+def test_each_divergence_of_one_record_is_said_in_its_one_finding(tmp_path: Path) -> None:
+    loaded = {"consumed_samples": 8, "iteration": 2}
+    [message] = findings(tmp_path, [WARMUP], position={"consumed_samples": 0, "iteration": 2}, restored_position=loaded)
+    assert message.startswith("1 random stream moved") and "; and the data position at the first step" in message
