@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from lifecycle import RunConfig
 from lifecycle.cli import build_parser, main
-from lifecycle.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
