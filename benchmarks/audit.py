@@ -29,7 +29,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lifecycle.log import GENESIS, rank_file
+from lifecycle.log import GENESIS
+from lifecycle.testing import rank_file
 
 STATES = ("VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND")
 TRIGGERS = ("validate", "start_services", "init_distributed", "build_model", "bind_callbacks")
@@ -222,7 +223,7 @@ def peak_bytes(log_dir: Path) -> int:
 
 
 def _jobs(log_dir: Path) -> int:
-    from lifecycle.audit import default_workers
+    from lifecycle.testing import default_workers
 
     return default_workers([str(log_dir)])
 

@@ -47,7 +47,7 @@ def first_step(which: str, tp: int, log_dir: str, workers: int = 2) -> float:
     if which == "megatron":
         from megatron.training import pretrain
 
-        from lifecycle.megatron_lm.entry import cuda_as_cpu
+        from lifecycle.testing import cuda_as_cpu
 
         with cuda_as_cpu():
             script.main(pretrain=pretrain, extra_argv=argv)

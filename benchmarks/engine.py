@@ -27,7 +27,7 @@ import dataclasses
 from typing import Any
 
 from lifecycle import InProcessPhases, Lifecycle, Phases, RunConfig, Work
-from lifecycle.engine import MachineModel, build_raw_machine
+from lifecycle.testing import MachineModel, build_raw_machine
 from states import State
 
 CYCLE = (

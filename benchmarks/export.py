@@ -27,7 +27,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "tests" / "integ
 from audit import write_run  # noqa: E402
 
 from lifecycle.audit import audit  # noqa: E402
-from lifecycle.export import load, write_chrome, write_otlp, write_report  # noqa: E402
+from lifecycle.export import load  # noqa: E402
+from lifecycle.testing import write_chrome, write_otlp, write_report  # noqa: E402
 
 CPU: list[float] = []
 """The CPU time of each `_timed` call, in order (the wall time is what it returns)."""

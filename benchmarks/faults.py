@@ -319,7 +319,7 @@ def _short_group_provider(fault_file: Path, rank: int) -> Any:
 
 
 def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> int:
-    from lifecycle.launchers import torchrun_env
+    from lifecycle.testing import torchrun_env
 
     os.environ.update(torchrun_env(rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port))
     os.environ.update(LAUNCH_FAULTS.get(case, {}).get(rank, {}))

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def _lifecycle() -> Any:
     from lifecycle import Lifecycle, RunConfig
-    from lifecycle.launchers import torchrun_env
     from lifecycle.launchers.local import free_port
+    from lifecycle.testing import torchrun_env
     from states import State
 
     os.environ.update(torchrun_env(rank=0, world_size=1, master_addr="127.0.0.1", master_port=free_port()))
@@ -53,7 +53,7 @@ def _guard_alone(calls: int) -> float:
     """Seconds per step of the guard's own work, around no-op callables."""
     from types import SimpleNamespace
 
-    from bindings import FirstStepGuard
+    from lifecycle.testing import FirstStepGuard
 
     class Optimizer:
         def step(self) -> None:

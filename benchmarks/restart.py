@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", type=int, default=4, help="in-place restarts (one run)")
     parser.add_argument("--runs", type=int, default=2, help="torchrun runs (one restart each)")
     args = parser.parse_args(argv)
-    from lifecycle.resilience import installed_problem
+    from lifecycle.testing import installed_problem
 
     problem = installed_problem()
     if problem is not None:

@@ -53,7 +53,8 @@ def one_repeat(log_dir: str, count: int, until: str) -> dict[str, Any]:
 
     warnings.filterwarnings("ignore")
     from lifecycle import RunConfig
-    from lifecycle.simulate import Layout, Simulation, prepare, sample_ranks, simulate_rank, warm_up
+    from lifecycle.simulate import Layout, Simulation, prepare, sample_ranks
+    from lifecycle.testing import simulate_rank, warm_up
     from states import State
 
     overrides = ["parallel.cp=1"] if until == "MODEL_BUILT" else []
@@ -184,15 +185,8 @@ def _tiny_run(tmp: str, ranks: int, name: str = "") -> dict[str, float]:
 def plan_check(sizes: list[int]) -> None:
     """Measure tiny-gpt alone (the constants), then at each size; print the plan's prediction beside."""
     from lifecycle import RunConfig
-    from lifecycle.simulate import (
-        PlanConstants,
-        PlanCounts,
-        count_groups,
-        count_watch,
-        measure_import,
-        measure_store_rtt_s,
-        predict,
-    )
+    from lifecycle.simulate import count_watch
+    from lifecycle.testing import PlanConstants, PlanCounts, count_groups, measure_import, measure_store_rtt_s, predict
 
     with tempfile.TemporaryDirectory() as tmp:
         _tiny_run(tmp, 1, "-cold")  # the first run pays for a cold page cache: the plan assumes a warm one

@@ -97,7 +97,7 @@ class Judged:
 
 def judge(case: str, timeout_s: float, workdir: Path) -> Judged:
     """Run the case with a follower on its log directory; the verdict and when it came after the fault."""
-    from lifecycle.audit import follow_verdict
+    from lifecycle.testing import follow_verdict
 
     log_dir = workdir / case
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -8,21 +8,16 @@ Their parts, for a scheduler config you already hold (no megatron needed): `chec
 `inspect_slots`, `judge_slot`, `describe_slot`, `reachable_configs`, `model_chunks`,
 `unwrap_finalizer`; `guard_config`, `scale_owner`.
 `check_settings(model, requested(...))` checks that every setting asked for reached the objects the
-runtime reads (each chunk's config, DDP config, the optimizer's); `compare_settings` and
-`settings_targets` are its parts, `DERIVATIONS` what megatron legitimately changes.
+runtime reads (each chunk's config, DDP config, the optimizer's); `DERIVATIONS` is what megatron
+legitimately changes. Names re-exported `as` themselves below serve `lifecycle`, not users.
 Importing this package imports neither torch nor megatron.
 """
 
 from __future__ import annotations
 
-from bindings._bind import (
-    bind_callbacks,
-    install,
-    pause_param_sync,
-    planned,
-    resume_param_sync,
-    unbind_callbacks,
-)
+from bindings._bind import bind_callbacks, pause_param_sync, resume_param_sync, unbind_callbacks
+from bindings._bind import install as install
+from bindings._bind import planned as planned
 from bindings._check import (
     check_config,
     describe_slot,
@@ -32,69 +27,50 @@ from bindings._check import (
     reachable_configs,
     unwrap_finalizer,
 )
-from bindings._derivations import DERIVATIONS, Derivation
+from bindings._derivations import DERIVATIONS
 from bindings._entry import check, check_settings, guard_first_step, guard_forward_step
 from bindings._errors import BindingConflict, BindingError, FinalizerNotCalled, SettingsNotLanded
-from bindings._guard import FirstStepGuard, guard_config, scale_owner
-from bindings._protocol import SLOTS, Policy, SchedulerConfig
+from bindings._guard import guard_config, scale_owner
+from bindings._protocol import SLOTS as SLOTS
+from bindings._protocol import Policy as Policy
+from bindings._protocol import SchedulerConfig as SchedulerConfig
 from bindings._report import BindingReport
 from bindings._rules import per_chunk, sources
-from bindings._settings import Mismatch, Requested, SettingsReport, requested, same_value
-from bindings._settings import compare as compare_settings
-from bindings._targets import settings_targets
-from bindings._verdict import CheckReport, ConfigSeen, SlotCheck, Verdict
-from bindings._watchdog import (
-    FIRST_STEP_FINALIZED,
-    FIRST_STEP_NOT_FINALIZED,
-    CountingFinalizer,
-    FirstStepWatchdog,
-)
+from bindings._settings import Requested as Requested
+from bindings._settings import SettingsReport as SettingsReport
+from bindings._settings import requested
+from bindings._verdict import CheckReport, SlotCheck
+from bindings._watchdog import FIRST_STEP_FINALIZED as FIRST_STEP_FINALIZED
+from bindings._watchdog import FIRST_STEP_NOT_FINALIZED as FIRST_STEP_NOT_FINALIZED
+from bindings._watchdog import CountingFinalizer
 
 __all__ = [
     "DERIVATIONS",
-    "FIRST_STEP_FINALIZED",
-    "FIRST_STEP_NOT_FINALIZED",
-    "SLOTS",
     "BindingConflict",
     "BindingError",
     "BindingReport",
     "CheckReport",
-    "ConfigSeen",
     "CountingFinalizer",
-    "Derivation",
     "FinalizerNotCalled",
-    "FirstStepGuard",
-    "FirstStepWatchdog",
-    "Mismatch",
-    "Policy",
-    "Requested",
-    "SchedulerConfig",
     "SettingsNotLanded",
-    "SettingsReport",
     "SlotCheck",
-    "Verdict",
     "bind_callbacks",
     "check",
     "check_config",
     "check_settings",
-    "compare_settings",
     "describe_slot",
     "guard_config",
     "guard_first_step",
     "guard_forward_step",
     "inspect_slots",
-    "install",
     "judge_slot",
     "model_chunks",
     "pause_param_sync",
     "per_chunk",
-    "planned",
     "reachable_configs",
     "requested",
     "resume_param_sync",
-    "same_value",
     "scale_owner",
-    "settings_targets",
     "sources",
     "unbind_callbacks",
     "unwrap_finalizer",

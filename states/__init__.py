@@ -7,7 +7,8 @@ state reuses them."""
 
 from __future__ import annotations
 
-from states._derived import entered_by, kept_by, made_in, rebinds, releases, training_state, trains_in
+from states._derived import entered_by as entered_by
+from states._derived import kept_by, made_in, rebinds, releases, training_state, trains_in
 from states._enums import (
     PLAN_TARGETS,
     SIDE_EFFECT_OWNERS,
@@ -18,41 +19,22 @@ from states._enums import (
     Trigger,
 )
 from states._errors import GuardRejected, InvalidTransition, LifecycleError
-from states._guards import (
-    Facts,
-    Guard,
-    config_is_validated,
-    distributed_is_initialized,
-    model_is_built,
-    plan_allows_restart,
-    plan_reaches_destination,
-    requiring,
-    rule,
-    services_are_ready,
-    unmet,
-)
-from states._ordering import (
-    BINDING_NEEDS_A_MODEL,
-    DISTRIBUTED_NEEDS_SERVICES,
-    MODEL_NEEDS_DISTRIBUTED,
-    ORDERING,
-    SIDE_EFFECTS_NEED_VALIDATION,
-    Ordering,
-)
-from states._table import TABLE, Transition, allowed_triggers, find, forward_trigger
+from states._guards import Facts, requiring, rule, unmet
+from states._guards import Guard as Guard
+from states._ordering import BINDING_NEEDS_A_MODEL as BINDING_NEEDS_A_MODEL
+from states._ordering import ORDERING, Ordering
+from states._ordering import SIDE_EFFECTS_NEED_VALIDATION as SIDE_EFFECTS_NEED_VALIDATION
+from states._table import TABLE, Transition, forward_trigger
+from states._table import allowed_triggers as allowed_triggers
+from states._table import find as find
 
 __all__ = [
-    "BINDING_NEEDS_A_MODEL",
-    "DISTRIBUTED_NEEDS_SERVICES",
-    "MODEL_NEEDS_DISTRIBUTED",
     "ORDERING",
     "PLAN_TARGETS",
-    "SIDE_EFFECTS_NEED_VALIDATION",
     "SIDE_EFFECT_OWNERS",
     "STARTUP_ORDER",
     "TABLE",
     "Facts",
-    "Guard",
     "GuardRejected",
     "InvalidTransition",
     "LifecycleError",
@@ -62,22 +44,13 @@ __all__ = [
     "State",
     "Transition",
     "Trigger",
-    "allowed_triggers",
-    "config_is_validated",
-    "distributed_is_initialized",
-    "entered_by",
-    "find",
     "forward_trigger",
     "kept_by",
     "made_in",
-    "model_is_built",
-    "plan_allows_restart",
-    "plan_reaches_destination",
     "rebinds",
     "releases",
     "requiring",
     "rule",
-    "services_are_ready",
     "training_state",
     "trains_in",
     "unmet",

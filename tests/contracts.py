@@ -1,6 +1,8 @@
 """An import-linter contract type of our own: `_private` modules are private to their package.
 
-Module `a.b._c` (or anything under it) may be imported only by modules inside `a.b`. Registered in
+Module `a.b._c` (or anything under it) may be imported only by modules inside `a.b`, and by the
+modules `allowed` names: `lifecycle.testing`, the one module that hands tests the internals (its
+docstring says so; none of it is public). Registered in
 pyproject.toml (`contract_types`); `lint-imports` runs it with the built-in contracts. The folders
 in `scanned` (tests, benchmarks, examples: not packages, so not in import-linter's graph) are read
 by tests/private_names.py instead, which also sees attributes, `setattr` and scripts held in
@@ -28,16 +30,18 @@ class PrivateModulesContract(Contract):
 
     containers = fields.ListField(subfield=fields.StringField())
     scanned = fields.ListField(subfield=fields.StringField(), required=False, default=[])
+    allowed = fields.ListField(subfield=fields.StringField(), required=False, default=[])
 
     def check(self, graph: Any, verbose: bool) -> ContractCheck:
         roots = tuple(str(c) for c in self.containers)  # type: ignore[attr-defined]
+        allowed = tuple(str(a) for a in self.allowed)  # type: ignore[attr-defined]
         broken: list[tuple[str, str, int]] = []
         for imported in sorted(graph.modules):
             owner = _owner(imported)
             if owner is None or not imported.startswith(roots):
                 continue
             for importer in sorted(graph.find_modules_that_directly_import(imported)):
-                if importer == owner or importer.startswith(owner + "."):
+                if importer in (owner, *allowed) or importer.startswith((owner + ".", *(a + "." for a in allowed))):
                     continue
                 for details in graph.get_import_details(importer=importer, imported=imported):
                     broken.append((importer, imported, details["line_number"]))

@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lifecycle.config import RunConfig
+from lifecycle import Options, RunConfig, Runtime
 from lifecycle.log import events
-from lifecycle.runtime import Options, Runtime
 from states import SIDE_EFFECT_OWNERS, Plan, SideEffect, Trigger
 
 

@@ -7,8 +7,8 @@ tests/unit/test_public_names.py. A reach-in is an import, a dotted string
 (`monkeypatch.setattr("lifecycle.x._y.z", ...)`), an attribute or a `setattr`/`getattr` on a name
 an import bound (`distributed._provided_store`), or any of these in Python source held in a string (a
 child's script, a provider file). One not in `WHITE_BOX` breaks the contract; so does an entry of
-`WHITE_BOX` that no file needs any more, so the list only shrinks. A new test that needs a private
-name asks for a public one (export it from the package's `__init__`).
+`WHITE_BOX` that no file needs any more, so the list only shrinks. A new test that needs an internal
+imports it from `lifecycle.testing` (add it there), which publishes nothing (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from lifecycle.cli._launch import (
     launch_world_size,
     wants_launch,
 )
-from lifecycle.cli._specs import provider_problem
+from lifecycle.cli._specs import callable_problem, provider_problem
 from lifecycle.config import flatten
 from lifecycle.megatron.user_providers import NAMES
 from lifecycle.redaction import redact_text
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from lifecycle.config import RunConfig
     from lifecycle.engine import Lifecycle
     from lifecycle.megatron.user_providers import Provider
+    from lifecycle.runtime import PhaseSet
 
 Show = Callable[[str], None]
 
@@ -70,6 +71,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="gpt",
         help=f"model provider: one of {', '.join(NAMES)}, or your own as package.module:function "
         "or path/to/file.py:function (docs/adopting.md)",
+    )
+    p.add_argument(
+        "--phases",
+        metavar="MODULE:FUNCTION",
+        help="a function returning the PhaseSet to run in place of the real phases, e.g. "
+        "MegatronPhases().around(State.X, release=...) to inject a fault into a real state (docs/extending.md)",
     )
     p.add_argument("--tripwires", choices=("raise", "warn", "off"), default="raise")
     p.add_argument(
@@ -114,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     for pattern in _QUIET:
         warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
     launching = wants_launch(args)
-    problem = launch_problem(args) or provider_problem(args.provider)
+    problem = launch_problem(args) or provider_problem(args.provider) or _phases_problem(args.phases)
     if args.allow_targets and not args.megatron_config:
         problem = "--allow-targets applies to --megatron-config FILE only; drop it, or give the Megatron-LM YAML"
     if problem:
@@ -204,7 +211,7 @@ def _drive(args: argparse.Namespace, config: RunConfig, provider: Provider) -> i
 
     show = _printer()
     steps = config.training.steps if args.steps is None else args.steps
-    with Lifecycle(config, provider, tripwires=args.tripwires) as lc:
+    with Lifecycle(config, provider, phases=_phases(args.phases), tripwires=args.tripwires) as lc:
         show(f"run {lc.run_id}: plan {lc.plan.value} → {lc.target.name}, {lc.runtime.world_size} rank(s)")
         for dest in STARTUP_ORDER[1 : PLAN_TARGETS[lc.plan].startup_index + 1]:
             started = time.perf_counter()
@@ -216,6 +223,27 @@ def _drive(args: argparse.Namespace, config: RunConfig, provider: Provider) -> i
         log_path = lc.log_path
     show(f"done; startup log: {log_path.parent if log_path else '(no --log-dir given)'}")
     return 0
+
+
+def _phases_problem(spec: str | None) -> str | None:
+    """Why `--phases spec` names no function, in one line, or None (found and read, not run)."""
+    if spec is None:
+        return None
+    module, sep, name = spec.rpartition(":")
+    if not sep or not module or module.endswith(".py") or not name.isidentifier():
+        return f"--phases {spec!r} is not package.module:function; write e.g. --phases my_pkg.faults:phases"
+    return callable_problem("--phases", spec)
+
+
+def _phases(spec: str | None) -> PhaseSet | None:
+    """What the `--phases` function returns; None (the real phases) without one."""
+    if spec is None:
+        return None
+    import importlib
+
+    module, _, name = spec.rpartition(":")
+    made: PhaseSet = getattr(importlib.import_module(module), name)()
+    return made
 
 
 def _train_and_save(lc: Lifecycle, steps: int, show: Show) -> None:

@@ -8,14 +8,12 @@ they run.
 from __future__ import annotations
 
 from lifecycle.engine import _failures
-from lifecycle.engine._driver import Lifecycle, TripwirePolicy
-from lifecycle.engine._failures import SignalTrap, shut_down_open, track
-from lifecycle.engine._inprocess import InProcessPhases, SimChunk, SimConfig, copying_provider
-from lifecycle.engine._ledger import Ledger, LedgerEntry
-from lifecycle.engine._machine import MachineModel, build_raw_machine
-from lifecycle.engine._tripwires import TARGETS as TRIPWIRE_TARGETS
-from lifecycle.engine._tripwires import patched_targets
-from lifecycle.engine._warnings import quiet_library_loggers
+from lifecycle.engine._driver import Lifecycle as Lifecycle
+from lifecycle.engine._driver import TripwirePolicy as TripwirePolicy
+from lifecycle.engine._failures import shut_down_open
+from lifecycle.engine._inprocess import InProcessPhases as InProcessPhases
+from lifecycle.engine._inprocess import SimConfig, copying_provider
+from lifecycle.engine._warnings import quiet_library_loggers as quiet_library_loggers
 
 
 def open_lifecycles() -> list[Lifecycle]:
@@ -25,21 +23,8 @@ def open_lifecycles() -> list[Lifecycle]:
 
 
 __all__ = [
-    "TRIPWIRE_TARGETS",
-    "InProcessPhases",
-    "Ledger",
-    "LedgerEntry",
-    "Lifecycle",
-    "MachineModel",
-    "SignalTrap",
-    "SimChunk",
     "SimConfig",
-    "TripwirePolicy",
-    "build_raw_machine",
     "copying_provider",
     "open_lifecycles",
-    "patched_targets",
-    "quiet_library_loggers",
     "shut_down_open",
-    "track",
 ]

@@ -19,7 +19,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
 from lifecycle.errors import LifecycleError, PhaseFailed, RehearsalError, StartupAborted
-from lifecycle.log import check_log_dir, events, redact_text
+from lifecycle.log import check_log_dir, events
+from lifecycle.redaction import redact_text
 from lifecycle.runtime import signals
 from lifecycle.runtime.signals import SignalWatch
 from states import State, Trigger, find

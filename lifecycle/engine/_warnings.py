@@ -27,7 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TextIO
 
-from lifecycle.log import events, redact_text
+from lifecycle.log import events
+from lifecycle.redaction import redact_text
 
 if TYPE_CHECKING:
     from lifecycle.log import AuditLog

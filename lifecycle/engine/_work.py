@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from lifecycle.config import Snapshot
 from lifecycle.engine._context import Context
 from lifecycle.errors import ConfigError, ConfigMutated
-from lifecycle.log import check_log_dir, events, redact, redact_text
+from lifecycle.log import check_log_dir, events
+from lifecycle.redaction import redact, redact_text
 from lifecycle.runtime.frames import drop_frame_locals
 from states import STARTUP_ORDER, TABLE, Plan, SideEffect, State, Trigger, entered_by, kept_by
 

@@ -28,7 +28,8 @@ from lifecycle.export import _otlp
 from lifecycle.export._details import _KEEP, Details, Mark, _take
 from lifecycle.export._encode import encode
 from lifecycle.export._model import _rank
-from lifecycle.log import AuditLog, events, redact_text
+from lifecycle.log import AuditLog, events
+from lifecycle.redaction import redact_text
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider

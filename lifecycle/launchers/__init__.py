@@ -20,10 +20,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from lifecycle.launchers._base import IDENTITY_VARIABLES, PORT_BASE, PORT_SPAN, Launcher, port_for
+from lifecycle.launchers._base import IDENTITY_VARIABLES, Launcher, port_for
 from lifecycle.launchers._openmpi import OpenMPI
-from lifecycle.launchers._slurm import Slurm, expand_nodelist
-from lifecycle.launchers._torchrun import Torchrun, agent_store, inside_torchrun, restart_count
+from lifecycle.launchers._slurm import Slurm
+from lifecycle.launchers._slurm import expand_nodelist as expand_nodelist
+from lifecycle.launchers._torchrun import Torchrun, restart_count
+from lifecycle.launchers._torchrun import agent_store as agent_store
+from lifecycle.launchers._torchrun import inside_torchrun as inside_torchrun
 
 LAUNCHERS: tuple[Launcher, ...] = (Torchrun(), OpenMPI(), Slurm())
 
@@ -140,29 +143,10 @@ def torchrun_env(*, rank: int, world_size: int, master_addr: str, master_port: i
 
 
 __all__ = [
-    "IDENTITY_VARIABLES",
-    "LAUNCHERS",
-    "PORT_BASE",
-    "PORT_SPAN",
-    "Launcher",
-    "OpenMPI",
     "Slurm",
-    "Torchrun",
     "adopt",
-    "agent_store",
-    "detect",
-    "expand_nodelist",
-    "identity_variables",
-    "implied_identity",
-    "inside_torchrun",
-    "job_id",
-    "launcher_run_id",
-    "local_rank",
     "port_for",
     "rank",
-    "rendezvous",
     "restart_count",
-    "torchrun_env",
-    "unknown_identity",
     "world_size",
 ]

@@ -9,47 +9,18 @@ one chain definition (`_chain`). Imports neither torch nor megatron.
 
 from __future__ import annotations
 
-from lifecycle.log import events
-from lifecycle.log._chain import GENESIS, SUFFIX, ChainVerifier, line_hash_matches, record_hash
-from lifecycle.log._files import (
-    EXISTING_POLICIES,
-    ChainEnd,
-    check_log_dir,
-    existing_policy_problem,
-    first_run_id,
-    inspect_log,
-    other_run,
-    own_file_problem,
-    rank_file,
-    removable_ranks,
-)
-from lifecycle.log._lock import LOCK_NAME
-from lifecycle.log._redact import REDACTED, is_secret_key, redact, redact_text
-from lifecycle.log._tail import Tail
+from lifecycle.log import events as events
+from lifecycle.log._chain import GENESIS, ChainVerifier, record_hash
+from lifecycle.log._chain import SUFFIX as SUFFIX
+from lifecycle.log._chain import line_hash_matches as line_hash_matches
+from lifecycle.log._files import check_log_dir
+from lifecycle.log._tail import Tail as Tail
 from lifecycle.log._writer import AuditLog
 
 __all__ = [
-    "EXISTING_POLICIES",
     "GENESIS",
-    "LOCK_NAME",
-    "REDACTED",
-    "SUFFIX",
     "AuditLog",
-    "ChainEnd",
     "ChainVerifier",
-    "Tail",
     "check_log_dir",
-    "events",
-    "existing_policy_problem",
-    "first_run_id",
-    "inspect_log",
-    "is_secret_key",
-    "line_hash_matches",
-    "other_run",
-    "own_file_problem",
-    "rank_file",
     "record_hash",
-    "redact",
-    "redact_text",
-    "removable_ranks",
 ]

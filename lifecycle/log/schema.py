@@ -28,8 +28,8 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from lifecycle.log._schema import SCHEMA, fields_described, fields_of, record_fields
-from lifecycle.log._schema_base import ENVELOPE, Field, Record
+from lifecycle.log._schema import SCHEMA, fields_described
+from lifecycle.log._schema_base import Field
 
 GENERATED_BEGIN: Final = "<!-- generated from lifecycle/log/schema.py: python -m lifecycle.log.schema --markdown -->"
 GENERATED_END: Final = "<!-- end generated -->"
@@ -74,16 +74,8 @@ def main(argv: list[str]) -> int:
 
 
 __all__ = [
-    "ENVELOPE",
-    "GENERATED_BEGIN",
-    "GENERATED_END",
     "SCHEMA",
-    "Field",
-    "Record",
-    "fields_described",
-    "fields_of",
     "markdown",
-    "record_fields",
 ]
 
 if __name__ == "__main__":

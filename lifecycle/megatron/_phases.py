@@ -8,7 +8,8 @@ They import torch and megatron inside their functions, so importing them stays c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from lifecycle.config import CALLBACK_FIELDS, config_drift
 from lifecycle.megatron import callbacks_bound, distributed, model_built, services_ready, validated
@@ -40,16 +41,21 @@ def _watched(state: State, enter: Callable[[PhaseContext], Runtime]) -> Callable
     return run
 
 
-PHASES: dict[State, Phase] = {
-    State.VALIDATED: Work(_validate),
-    State.SERVICES_READY: Work(services_ready.enter, _undo(services_ready.release)),
-    State.DISTRIBUTED: Work(distributed.enter, _undo(distributed.release)),
-    State.MODEL_BUILT: Work(_watched(State.MODEL_BUILT, model_built.enter), _undo(model_built.release)),
-    State.CALLBACKS_BOUND: Work(_watched(State.CALLBACKS_BOUND, callbacks_bound.enter), _undo(callbacks_bound.release)),
-}
-"""The real phase of each state, as each `MegatronPhases` registers it when made (`lifecycle.megatron.PHASES`).
-Wrapping one here (`Around`) before the lifecycle is made reaches entry work that takes no phases from its
-caller, as `lifecycle run` does: how a provider module injects a fault into a real state."""
+PHASES: Mapping[State, Phase] = MappingProxyType(
+    {
+        State.VALIDATED: Work(_validate),
+        State.SERVICES_READY: Work(services_ready.enter, _undo(services_ready.release)),
+        State.DISTRIBUTED: Work(distributed.enter, _undo(distributed.release)),
+        State.MODEL_BUILT: Work(_watched(State.MODEL_BUILT, model_built.enter), _undo(model_built.release)),
+        State.CALLBACKS_BOUND: Work(
+            _watched(State.CALLBACKS_BOUND, callbacks_bound.enter), _undo(callbacks_bound.release)
+        ),
+    }
+)
+"""The real phase of each state, read-only, as each `MegatronPhases` registers it when made
+(`lifecycle.megatron.PHASES`). To wrap one (a fault injected into a real state), wrap the registry
+you run, `MegatronPhases().around(State.X, release=...)`, and pass it: `Lifecycle(..., phases=...)`,
+or under `lifecycle run`, `--phases package.module:function` naming a function that returns it."""
 
 
 class MegatronPhases(Phases):

@@ -43,20 +43,8 @@ if TYPE_CHECKING:
     from lifecycle.runtime import PhaseContext
 
 __all__ = [
-    "LATEST",
     "checkpoint_source",
-    "checkpoint_vocab_size",
-    "damaged_file",
-    "iteration_dir",
-    "latest_step",
-    "load_at_build",
-    "load_checkpoint",
-    "load_failure_reason",
-    "publish_save",
-    "release_write_queue",
     "save_after_steps",
-    "save_checkpoint",
-    "saved_optimizer_counts",
 ]
 
 OPTIMIZER_SHARDING = "dp_reshardable"

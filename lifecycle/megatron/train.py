@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol, cast
 
 from lifecycle.errors import InvalidTransition
-from lifecycle.megatron.steps import TRAINING_STATE, Driver, StepResult, steps_for
+from lifecycle.megatron.steps import TRAINING_STATE, Driver, steps_for
+from lifecycle.megatron.steps import StepResult as StepResult
 from lifecycle.runtime import Runtime
 from states import training_state
 
@@ -21,7 +22,11 @@ if TYPE_CHECKING:
 
     from lifecycle.config import RunConfig
 
-__all__ = ["Driver", "StepResult", "checkpoint_step", "forward_step", "synthetic_batches", "train_steps"]
+__all__ = [
+    "checkpoint_step",
+    "forward_step",
+    "train_steps",
+]
 
 
 class DDPChunk(Protocol):

@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 
 from lifecycle.config import normalize, raise_for, validate
-from lifecycle.log import events, redact
+from lifecycle.log import events
+from lifecycle.redaction import redact
 from lifecycle.runtime import PhaseContext, Runtime
 from states import Plan
 

@@ -60,4 +60,6 @@ def __getattr__(name: str) -> Callable[..., object]:
     raise AttributeError(name)
 
 
-__all__ = ["pretrain", "require_megatron_training"]
+__all__ = [
+    "pretrain",
+]

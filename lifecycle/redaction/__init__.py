@@ -6,14 +6,12 @@ project, so every layer (`errors` included) can use it.
 
 from __future__ import annotations
 
-from lifecycle.redaction._shapes import (
-    REDACTED,
-    SHAPES,
-    Shape,
-    is_secret_key,
-    may_hold_credentials,
-    redact,
-    redact_text,
-)
+from lifecycle.redaction._shapes import REDACTED as REDACTED
+from lifecycle.redaction._shapes import is_secret_key, redact, redact_text
+from lifecycle.redaction._shapes import may_hold_credentials as may_hold_credentials
 
-__all__ = ["REDACTED", "SHAPES", "Shape", "is_secret_key", "may_hold_credentials", "redact", "redact_text"]
+__all__ = [
+    "is_secret_key",
+    "redact",
+    "redact_text",
+]

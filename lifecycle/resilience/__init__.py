@@ -8,22 +8,15 @@ resuming from the latest checkpoint. docs/restart.md. nvidia-resiliency-ext is i
 
 from __future__ import annotations
 
-from lifecycle.resilience._call import client_timeout_s, cycle_and_store, injectable
-from lifecycle.resilience._compat import installed_problem, megatron_nvrx_minimum, pair_problem
+from lifecycle.resilience._call import client_timeout_s
+from lifecycle.resilience._call import cycle_and_store as cycle_and_store
+from lifecycle.resilience._call import injectable as injectable
 from lifecycle.resilience._nvrx import CallWrapperSlot
-from lifecycle.resilience._restart import InProcessRestart, RestartsExhausted, refuse_incompatible
-from lifecycle.resilience._sockets import CycleSockets
+from lifecycle.resilience._restart import InProcessRestart, RestartsExhausted
 
 __all__ = [
     "CallWrapperSlot",
-    "CycleSockets",
     "InProcessRestart",
     "RestartsExhausted",
     "client_timeout_s",
-    "cycle_and_store",
-    "injectable",
-    "installed_problem",
-    "megatron_nvrx_minimum",
-    "pair_problem",
-    "refuse_incompatible",
 ]

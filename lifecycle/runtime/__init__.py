@@ -3,55 +3,26 @@
 
 from __future__ import annotations
 
-from lifecycle.launchers import expand_nodelist  # SLURM's host lists, where users found them first
-from lifecycle.runtime._identity import (
-    adopt_launcher_identity,
-    adopt_slurm_identity,
-    new_run_id,
-    rank_of,
-    run_id_from_env,
-    slurm_identity_env,
-    unknown_identity,
-    world_size_of,
-)
-from lifecycle.runtime._phases import Around, Entry, Phase, Phases, PhaseSet, Work
-from lifecycle.runtime._protocol import (
-    Closeable,
-    Imports,
-    ModelChunk,
-    Optimizer,
-    Options,
-    PhaseContext,
-    ResumeCheck,
-    Runtime,
-    Tokenizer,
-    Watch,
-)
+from lifecycle.runtime._identity import adopt_launcher_identity
+from lifecycle.runtime._identity import new_run_id as new_run_id
+from lifecycle.runtime._identity import rank_of as rank_of
+from lifecycle.runtime._identity import run_id_from_env as run_id_from_env
+from lifecycle.runtime._identity import world_size_of as world_size_of
+from lifecycle.runtime._phases import Around as Around
+from lifecycle.runtime._phases import Entry as Entry
+from lifecycle.runtime._phases import Phase as Phase
+from lifecycle.runtime._phases import Phases as Phases
+from lifecycle.runtime._phases import PhaseSet as PhaseSet
+from lifecycle.runtime._phases import Work as Work
+from lifecycle.runtime._protocol import Closeable as Closeable
+from lifecycle.runtime._protocol import Imports as Imports
+from lifecycle.runtime._protocol import ModelChunk as ModelChunk
+from lifecycle.runtime._protocol import Optimizer as Optimizer
+from lifecycle.runtime._protocol import Options as Options
+from lifecycle.runtime._protocol import PhaseContext as PhaseContext
+from lifecycle.runtime._protocol import Runtime as Runtime
+from lifecycle.runtime._protocol import Watch as Watch
 
 __all__ = [
-    "Around",
-    "Closeable",
-    "Entry",
-    "Imports",
-    "ModelChunk",
-    "Optimizer",
-    "Options",
-    "Phase",
-    "PhaseContext",
-    "PhaseSet",
-    "Phases",
-    "ResumeCheck",
-    "Runtime",
-    "Tokenizer",
-    "Watch",
-    "Work",
     "adopt_launcher_identity",
-    "adopt_slurm_identity",
-    "expand_nodelist",
-    "new_run_id",
-    "rank_of",
-    "run_id_from_env",
-    "slurm_identity_env",
-    "unknown_identity",
-    "world_size_of",
 ]

@@ -9,84 +9,27 @@ every rank against a counting store, `StoreHost`) and the process groups a rank 
 
 from __future__ import annotations
 
-from lifecycle.simulate._counting import counting
-from lifecycle.simulate._groups import GroupCount, count_groups
-from lifecycle.simulate._layout import (
-    COORDINATES,
-    GROUPS,
-    Layout,
-    Placement,
-    format_ranks,
-    observe,
-    parse_ranks,
-    sample_ranks,
-)
-from lifecycle.simulate._plan import (
-    Plan,
-    PlanConstants,
-    PlanCounts,
-    measure_import,
-    measure_store_rtt_s,
-    plan_text,
-    predict,
-    startup_plan,
-)
-from lifecycle.simulate._scale import (
-    ScaleReport,
-    count_watch,
-    scale_report,
-    scale_text,
-)
-from lifecycle.simulate._simulation import (
-    UNTIL,
-    RankReport,
-    Simulation,
-    SimulationResult,
-    at_rank,
-    prepare,
-    shrink,
-    shrunken_gpt_provider,
-    simulate,
-    simulate_rank,
-    warm_up,
-)
-from lifecycle.simulate._store import CountingStore, StoreHost
+from lifecycle.simulate._layout import Layout, sample_ranks
+from lifecycle.simulate._layout import format_ranks as format_ranks
+from lifecycle.simulate._layout import parse_ranks as parse_ranks
+from lifecycle.simulate._plan import Plan
+from lifecycle.simulate._plan import plan_text as plan_text
+from lifecycle.simulate._plan import startup_plan as startup_plan
+from lifecycle.simulate._scale import count_watch
+from lifecycle.simulate._scale import scale_report as scale_report
+from lifecycle.simulate._scale import scale_text as scale_text
+from lifecycle.simulate._simulation import RankReport as RankReport
+from lifecycle.simulate._simulation import Simulation, prepare, simulate
+from lifecycle.simulate._simulation import SimulationResult as SimulationResult
+from lifecycle.simulate._store import StoreHost
 
 __all__ = [
-    "COORDINATES",
-    "GROUPS",
-    "UNTIL",
-    "CountingStore",
-    "GroupCount",
     "Layout",
-    "Placement",
     "Plan",
-    "PlanConstants",
-    "PlanCounts",
-    "RankReport",
-    "ScaleReport",
     "Simulation",
-    "SimulationResult",
     "StoreHost",
-    "at_rank",
-    "count_groups",
     "count_watch",
-    "counting",
-    "format_ranks",
-    "measure_import",
-    "measure_store_rtt_s",
-    "observe",
-    "parse_ranks",
-    "plan_text",
-    "predict",
     "prepare",
     "sample_ranks",
-    "scale_report",
-    "scale_text",
-    "shrink",
-    "shrunken_gpt_provider",
     "simulate",
-    "simulate_rank",
-    "startup_plan",
-    "warm_up",
 ]

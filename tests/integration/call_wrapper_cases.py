@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from lifecycle.resilience import cycle_and_store, injectable
+from lifecycle.testing import cycle_and_store, injectable
 
 
 def pretrain_like(

@@ -21,11 +21,11 @@ from typing import Any
 
 import orjson
 
-from lifecycle import GuardRejected, Lifecycle, LifecycleError, RunConfig
+from lifecycle import GuardRejected, Lifecycle, LifecycleError, PhaseContext, RunConfig, Runtime
 from lifecycle.errors import StartupAborted
 from lifecycle.log import events
 from lifecycle.megatron import MegatronPhases
-from lifecycle.runtime import Entry, PhaseContext, Runtime
+from lifecycle.testing import Entry
 from states import STARTUP_ORDER, State, forward_trigger
 
 TINY = [

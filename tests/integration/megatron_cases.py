@@ -12,9 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from lifecycle.config import RunConfig
+from lifecycle import Options, RunConfig, Runtime
 from lifecycle.log import events
-from lifecycle.runtime import Options, Runtime
 from states import SIDE_EFFECT_OWNERS, Plan, SideEffect, Trigger
 
 SEQ, MBS, VOCAB = 16, 2, 128

@@ -98,7 +98,7 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
     if which == "megatron":
         from megatron.training import pretrain
 
-        from lifecycle.megatron_lm.entry import cuda_as_cpu
+        from lifecycle.testing import cuda_as_cpu
 
         with cuda_as_cpu():
             script.main(pretrain=pretrain, extra_argv=argv)
@@ -167,7 +167,7 @@ def _one_rank_call(provider: Any = None) -> Any:
     from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args
     from megatron.training.arguments import parse_and_validate_args
 
-    from lifecycle.megatron_lm.entry import MegatronLMCall
+    from lifecycle.testing import MegatronLMCall
 
     args = global_vars._GLOBAL_ARGS or parse_and_validate_args()
     container = pretrain_cfg_container_from_args(args, None if provider is not None else gpt_config_from_args(args))
@@ -193,8 +193,8 @@ def _tiny() -> list[str]:
 
 def _startup(phases: Any, call: Any) -> dict[str, Any]:
     """Advance a lifecycle with `phases` to CALLBACKS_BOUND; what stopped it, and the violations logged."""
-    from lifecycle.engine import Lifecycle
-    from lifecycle.megatron_lm.entry import run_config
+    from lifecycle import Lifecycle
+    from lifecycle.testing import run_config
     from states import State
 
     lc = Lifecycle(run_config(call.args), phases=phases, options={"keep_records": True, "environment_checks": False})
@@ -346,9 +346,9 @@ def _ledger_of(call: Any) -> dict[str, Any]:
     from megatron.core import num_microbatches_calculator, rerun_state_machine
     from megatron.training import global_vars
 
-    from lifecycle.engine import Lifecycle
-    from lifecycle.megatron_lm.entry import MegatronLMPhases, run_config
-    from lifecycle.testing import leaked
+    from lifecycle import Lifecycle
+    from lifecycle.megatron_lm.entry import MegatronLMPhases
+    from lifecycle.testing import leaked, run_config
     from states import State
 
     lc = Lifecycle(

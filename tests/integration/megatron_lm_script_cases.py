@@ -120,7 +120,7 @@ def run(which: str, layout: str, modules: str, log_dir: str) -> dict[str, Any]:
     _record(out)
     namespace = {"__name__": "__main__", "__file__": str(Path(modules) / "pretrain_gpt.py")}
     if which == "megatron":
-        from lifecycle.megatron_lm.entry import cuda_as_cpu
+        from lifecycle.testing import cuda_as_cpu
 
         with cuda_as_cpu():
             exec(code, namespace)

@@ -33,7 +33,7 @@ def _gpt(config: Any, pre_process: bool, post_process: bool, vp_stage: int | Non
 
 def core_transformer_config_from_args() -> Any:
     """What Megatron-LM's `pretrain_gpt.py` gets from `get_args()`: a TransformerConfig of its own."""
-    from lifecycle.config import RunConfig
+    from lifecycle import RunConfig
     from lifecycle.megatron.providers import transformer_config
 
     return transformer_config(RunConfig.preset("tiny-gpt"))

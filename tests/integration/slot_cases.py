@@ -28,8 +28,8 @@ def _describe(value: Any, model: list[Any], optimizer: Any) -> Any:
 def _validated(overrides: dict[str, Any], pp: int, vpp: int | None) -> Any:
     import megatron_cases as mc
 
+    from lifecycle import Options, Runtime
     from lifecycle.megatron import validated
-    from lifecycle.runtime import Options, Runtime
     from states import Trigger
 
     run = mc.run_config(pp=pp, vpp=vpp, ddp=overrides, training={"num_microbatches": 2})

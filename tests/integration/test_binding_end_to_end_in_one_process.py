@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from bindings import SLOTS, BindingReport, CountingFinalizer, bind_callbacks, unbind_callbacks
+from bindings import BindingReport, CountingFinalizer, bind_callbacks, unbind_callbacks
 from lifecycle.errors import BindingConflict, BindingError
+from lifecycle.testing import SLOTS
 
 
 @dataclass

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle.launchers import PORT_BASE, PORT_SPAN, port_for
+from lifecycle.launchers import port_for
+from lifecycle.testing import PORT_BASE, PORT_SPAN
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

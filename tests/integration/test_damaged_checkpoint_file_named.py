@@ -10,7 +10,7 @@ import argparse
 import pickle
 from pathlib import Path
 
-from lifecycle.megatron.checkpoint import damaged_file
+from lifecycle.testing import damaged_file
 
 
 def _complete(path: Path) -> Path:

@@ -44,7 +44,7 @@ def test_store_operations_are_counted_on_the_store_every_group_of_the_job_uses()
     default group and one more makes operations on it (its address exchange), counted per state."""
     import torch.distributed as dist
 
-    from lifecycle.simulate import counting
+    from lifecycle.testing import counting
 
     with counting() as counts:
         counts.state = "DISTRIBUTED"

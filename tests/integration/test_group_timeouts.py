@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.audit import audit, text
+from lifecycle.audit import audit
+from lifecycle.testing import text
 
 pytestmark = pytest.mark.slow
 

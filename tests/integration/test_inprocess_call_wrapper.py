@@ -15,7 +15,8 @@ import pytest
 
 from lifecycle.errors import ConfigError
 from lifecycle.launchers.local import run_ranks
-from lifecycle.resilience import client_timeout_s, cycle_and_store, installed_problem
+from lifecycle.resilience import client_timeout_s
+from lifecycle.testing import cycle_and_store, installed_problem
 from tests.integration import call_wrapper_cases
 
 

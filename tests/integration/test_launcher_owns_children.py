@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.megatron import process_alive
 from lifecycle.runtime.signals import GRACE_S
+from lifecycle.testing import process_alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.release_independent]  # the floor skips it (scripts/test)
 ROOT = Path(__file__).resolve().parents[2]

@@ -123,8 +123,8 @@ def _stock_final_norm_error() -> str | None:
     from megatron.core.models.hybrid.hybrid_block import HybridStack
     from megatron.core.models.hybrid.hybrid_model import HybridModel
 
-    from lifecycle.megatron import local_stack_spec
     from lifecycle.megatron.providers import transformer_config
+    from lifecycle.testing import local_stack_spec
 
     spec = dataclasses.replace(local_stack_spec(), module=HybridStack, params={})
     try:

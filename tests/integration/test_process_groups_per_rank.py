@@ -4,7 +4,7 @@ megatron's real `initialize_model_parallel`, driven by the engine on the fake ba
 from __future__ import annotations
 
 from lifecycle import RunConfig
-from lifecycle.simulate import count_groups
+from lifecycle.testing import count_groups
 
 
 def test_a_rank_creates_every_group_of_the_job_and_joins_one_of_each_kind() -> None:

@@ -44,7 +44,7 @@ def _error(fn: Any) -> str | None:
 def _inside_the_stand_ins() -> dict[str, Any]:
     import torch
 
-    from lifecycle.megatron_lm.entry import cuda_as_cpu
+    from lifecycle.testing import cuda_as_cpu
 
     data = torch.utils.data.TensorDataset(torch.arange(12.0).view(6, 2))
     out: dict[str, Any] = {}

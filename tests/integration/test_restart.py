@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-from lifecycle.audit import attempts, audit, diff, text
+from lifecycle.audit import audit
 from lifecycle.launchers.local import run_ranks
-from lifecycle.resilience import installed_problem
-from lifecycle.testing import leaked
+from lifecycle.testing import attempts, diff, installed_problem, leaked, text
 
 PROBLEM = installed_problem()
 if PROBLEM is not None:

@@ -15,7 +15,7 @@ import pytest
 
 from lifecycle.audit import audit
 from lifecycle.launchers.local import free_port
-from lifecycle.resilience import installed_problem
+from lifecycle.testing import installed_problem
 
 PROBLEM = installed_problem()
 if PROBLEM is not None:

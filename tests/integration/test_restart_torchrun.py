@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from lifecycle.audit import attempts, audit
+from lifecycle.audit import audit
 from lifecycle.launchers.local import free_port
+from lifecycle.testing import attempts
 
 CHILD = Path(__file__).with_name("restart_torchrun_child.py")
 

@@ -48,13 +48,11 @@ print("shut down from another thread:", released(), first.state.name, flush=True
 second = on_a_thread(sys.argv[2])  # left open: interpreter exit shuts it down
 """
 
-INTERRUPTING_PROVIDER = """
+INTERRUPTING_PHASES = """
 import os
 import signal
 
-from lifecycle.megatron import PHASES
-from lifecycle.megatron.providers import PROVIDERS
-from lifecycle.runtime import Around
+from lifecycle.megatron import MegatronPhases
 from states import State
 
 
@@ -63,11 +61,8 @@ def release_after_ctrl_c(ctx, release):
     return release(ctx)
 
 
-PHASES[State.CALLBACKS_BOUND] = Around(PHASES[State.CALLBACKS_BOUND], on_release=release_after_ctrl_c)
-
-
-def provider(config, **kwargs):
-    return PROVIDERS["gpt"](config, **kwargs)
+def phases():
+    return MegatronPhases().around(State.CALLBACKS_BOUND, release=release_after_ctrl_c)
 """
 
 
@@ -122,7 +117,7 @@ def test_a_lifecycle_whose_thread_ended_is_released_from_another_thread_and_at_e
 
 
 def test_ctrl_c_during_the_shutdown_of_lifecycle_run_finishes_it_and_exits_130_with_one_line(tmp_path: Path) -> None:
-    (tmp_path / "interrupting.py").write_text(INTERRUPTING_PROVIDER)
+    (tmp_path / "interrupting.py").write_text(INTERRUPTING_PHASES)
     logs = tmp_path / "logs"
     run = subprocess.run(
         [
@@ -134,11 +129,11 @@ def test_ctrl_c_during_the_shutdown_of_lifecycle_run_finishes_it_and_exits_130_w
             "1",
             "--log-dir",
             str(logs),
-            "--provider",
-            f"{tmp_path / 'interrupting.py'}:provider",
+            "--phases",
+            "interrupting:phases",
         ],
         cwd=ROOT,
-        env=_env(),
+        env={**_env(), "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"},
         capture_output=True,
         text=True,
         timeout=600,

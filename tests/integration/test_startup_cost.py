@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # import: it must wait for the finished module, not deadlock or see a half-initialized one.
 MAIN_THREAD_IMPORTS_DURING_THE_JOB = """
 import sys
-from lifecycle.megatron import ImportJob
+from lifecycle.testing import ImportJob
 job = ImportJob.start(("torch", "torch.distributed", "torch.nn"))
 import torch
 import torch.nn

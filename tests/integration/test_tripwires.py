@@ -10,8 +10,8 @@ import torch._dynamo  # wraps torch.manual_seed on first import (megatron import
 import torch.distributed as dist
 
 from lifecycle import InProcessPhases, SideEffectError, TripwireViolation
-from lifecycle.engine import copying_provider, patched_targets
-from lifecycle.testing import read_log
+from lifecycle.engine import copying_provider
+from lifecycle.testing import patched_targets, read_log
 from states import State
 
 ORIGINAL_SEED = torch.manual_seed

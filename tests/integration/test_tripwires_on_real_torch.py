@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig, TripwireViolation
-from lifecycle.engine import patched_targets
+from lifecycle.testing import patched_targets
 from states import State
 
 ORIGINAL_SEED = torch.manual_seed

@@ -14,8 +14,8 @@ from collections import deque
 import pytest
 
 from lifecycle import InProcessPhases, Lifecycle, LifecycleError, RunConfig
-from lifecycle.testing import check_log, reachable_states
-from states import PLAN_TARGETS, Plan, State, Trigger, find
+from lifecycle.testing import check_log, find, reachable_states
+from states import PLAN_TARGETS, Plan, State, Trigger
 
 DEPTH = 12
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle.audit import RuleId
+from lifecycle.testing import RuleId
 from tests.child_python import last_json_of
 
 ROOT = Path(__file__).resolve().parents[2]

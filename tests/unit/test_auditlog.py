@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
-from lifecycle.log import GENESIS, REDACTED, AuditLog, is_secret_key, record_hash, redact
+from lifecycle.log import GENESIS, AuditLog, record_hash
 from lifecycle.log import events as ev
-from lifecycle.testing import check_log, read_log
+from lifecycle.testing import REDACTED, check_log, is_secret_key, read_log, redact
 from states import State
 
 FIXED = {"ts", "seq", "run_id", "rank", "world_size", "generation", "event", "prev_hash", "hash"}

@@ -14,12 +14,8 @@ from typing import Any
 import pytest
 
 from bindings import (
-    FIRST_STEP_FINALIZED,
-    FIRST_STEP_NOT_FINALIZED,
-    SLOTS,
     CheckReport,
     CountingFinalizer,
-    FirstStepGuard,
     SlotCheck,
     check_config,
     describe_slot,
@@ -33,6 +29,7 @@ from bindings import (
     unwrap_finalizer,
 )
 from lifecycle.errors import BindingError, FinalizerNotCalled
+from lifecycle.testing import FIRST_STEP_FINALIZED, FIRST_STEP_NOT_FINALIZED, SLOTS, FirstStepGuard
 
 
 @dataclass
@@ -474,7 +471,7 @@ def test_the_report_records_are_keyword_only() -> None:
         SlotCheck("no_sync_func", "ok", "nothing", "nothing")  # type: ignore[misc]
     with pytest.raises(TypeError):
         CheckReport("C", "0x0", 1, ())  # type: ignore[misc]
-    from bindings import ConfigSeen
+    from lifecycle.testing import ConfigSeen
 
     with pytest.raises(TypeError):
         ConfigSeen("0x0", "C", "provider config", ())  # type: ignore[misc]
@@ -483,7 +480,7 @@ def test_the_report_records_are_keyword_only() -> None:
 def test_slot_checks_and_configs_seen_are_frozen() -> None:
     from dataclasses import FrozenInstanceError
 
-    from bindings import ConfigSeen
+    from lifecycle.testing import ConfigSeen
 
     check = SlotCheck(slot="no_sync_func", verdict="ok", expected="nothing", found="nothing")
     with pytest.raises(FrozenInstanceError):

@@ -14,18 +14,10 @@ from typing import Any
 
 import pytest
 
-from bindings import (
-    SLOTS,
-    BindingReport,
-    CountingFinalizer,
-    FirstStepWatchdog,
-    install,
-    per_chunk,
-    planned,
-    unbind_callbacks,
-)
+from bindings import BindingReport, CountingFinalizer, per_chunk, unbind_callbacks
 from lifecycle.errors import BindingConflict, BindingError, FinalizerNotCalled
 from lifecycle.log import events
+from lifecycle.testing import SLOTS, FirstStepWatchdog, install, planned
 
 
 @dataclass

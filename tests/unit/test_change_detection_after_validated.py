@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from lifecycle import ConfigMutated, RunConfig
-from lifecycle.config import Snapshot, config_drift, diff, flatten, require_unchanged, snapshot_config
+from lifecycle.config import config_drift, require_unchanged, snapshot_config
+from lifecycle.testing import Snapshot, flatten
+from lifecycle.testing import config_diff as diff
 from states import State
 
 

@@ -12,13 +12,17 @@ from typing import Any
 
 import pytest
 
-from lifecycle.config import LATEST, RunConfig, checkpoint_problem, iteration_dir, latest_step, partial_dir
-from lifecycle.megatron.checkpoint import (
-    checkpoint_source,
+from lifecycle import RunConfig
+from lifecycle.megatron.checkpoint import checkpoint_source, save_after_steps
+from lifecycle.testing import (
+    LATEST,
+    checkpoint_problem,
+    iteration_dir,
+    latest_step,
     load_at_build,
     load_failure_reason,
+    partial_dir,
     publish_save,
-    save_after_steps,
 )
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from lifecycle import RunConfig
 from lifecycle.cli import build_parser, main
-from lifecycle.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,6 +92,8 @@ def test_an_lr_written_1e_3_is_a_number_on_the_command_line_and_in_yaml(tmp_path
         (["--nproc", "0"], "--nproc 0 must be at least 1"),
         (["--nnodes", "2"], "--nnodes 2 needs a rendezvous every node reaches; add --rdzv-endpoint"),
         (["--nnodes", "two"], "--nnodes 'two' is not a node count"),
+        (["--phases", "faults.py:phases"], "--phases 'faults.py:phases' is not package.module:function"),
+        (["--phases", "json:phases"], "--phases 'json:phases': json defines no 'phases'"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_naming_the_field_and_the_fix(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from lifecycle import RunConfig
 from lifecycle.cli import build_parser, load
-from lifecycle.config import RunConfig
 from lifecycle.errors import ConfigError, ProviderError
 from lifecycle.megatron.providers import PROVIDERS
 from lifecycle.megatron.user_providers import MegatronLMProvider, Provider, display_name, resolve_provider

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from lifecycle import ConfigError, RunConfig
-from lifecycle.config import diff, preset_names
+from lifecycle.testing import config_diff as diff
+from lifecycle.testing import preset_names
 
 
 def test_the_tiny_gpt_preset_loads_from_code_with_its_yaml_values() -> None:

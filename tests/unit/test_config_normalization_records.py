@@ -7,7 +7,9 @@ import dataclasses
 
 import pytest
 
-from lifecycle.config import Normalization, RunConfig, normalize
+from lifecycle import RunConfig
+from lifecycle.config import normalize
+from lifecycle.testing import Normalization
 
 
 def _config(*overrides: str) -> RunConfig:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle.config import RunConfig, validate
+from lifecycle import RunConfig
+from lifecycle.config import validate
 from lifecycle.errors import ConfigError
 
 

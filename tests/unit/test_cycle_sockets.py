@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lifecycle.resilience import CycleSockets
+from lifecycle.testing import CycleSockets
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

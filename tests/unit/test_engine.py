@@ -16,8 +16,8 @@ from lifecycle import (
     PhaseFailed,
     RunConfig,
 )
-from lifecycle.testing import check_log, read_log
-from states import STARTUP_ORDER, State, Trigger, allowed_triggers
+from lifecycle.testing import allowed_triggers, check_log, read_log
+from states import STARTUP_ORDER, State, Trigger
 
 
 def drive_to(lc: Lifecycle, state: State) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lifecycle import InProcessPhases, PhaseFailed, RunConfig, Work
-from lifecycle.log import REDACTED, is_secret_key, redact_text
+from lifecycle.testing import REDACTED, is_secret_key, redact_text
 from states import State
 
 HF = "hf_" + "a1B2c3D4e5F6g7H8i9J0kLmN"

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from lifecycle import InProcessPhases, InvalidTransition, PhaseFailed, RunConfig, SideEffectError
+from lifecycle import InProcessPhases, InvalidTransition, PhaseContext, PhaseFailed, RunConfig, Runtime, SideEffectError
 from lifecycle.errors import SideEffectBeforeValidation
-from lifecycle.runtime import Entry, PhaseContext, Runtime
+from lifecycle.testing import Entry
 from states import SideEffect, State, Trigger
 
 CALLBACK_SLOTS = ("finalize_model_grads_func", "grad_scale_func")

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from lifecycle import InProcessPhases, Runtime, StartupAborted
-from lifecycle.audit import attempts, audit
-from lifecycle.testing import check_log, read_log
+from lifecycle.audit import audit
+from lifecycle.testing import attempts, check_log, read_log
 from states import State
 
 

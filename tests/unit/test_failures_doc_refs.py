@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle.config import check_names
-from lifecycle.log import LOCK_NAME
-from lifecycle.redaction import SHAPES
+from lifecycle.testing import LOCK_NAME, SHAPES, check_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "failures.md").read_text()

@@ -6,23 +6,17 @@ import dataclasses
 
 import pytest
 
-from lifecycle import GuardRejected, InProcessPhases
-from lifecycle.runtime import Runtime
-from states import (
-    TABLE,
-    Facts,
+from lifecycle import GuardRejected, InProcessPhases, Runtime
+from lifecycle.testing import (
     Guard,
-    Plan,
-    State,
-    Trigger,
     config_is_validated,
     distributed_is_initialized,
     model_is_built,
     plan_allows_restart,
     plan_reaches_destination,
-    rule,
     services_are_ready,
 )
+from states import TABLE, Facts, Plan, State, Trigger, rule
 
 ALL_GUARDS = sorted({guard for row in TABLE for guard in row.guards}, key=lambda f: f.__name__)
 

@@ -18,9 +18,10 @@ import orjson
 import pytest
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
-from lifecycle.audit import MAX_LOGS_PER_INPUT, AuditResult, audit
-from lifecycle.log import GENESIS, AuditLog, ChainVerifier, line_hash_matches, record_hash
+from lifecycle.audit import MAX_LOGS_PER_INPUT, audit
+from lifecycle.log import GENESIS, AuditLog, ChainVerifier, record_hash
 from lifecycle.log import events as ev
+from lifecycle.testing import AuditResult, line_hash_matches
 from states import State
 
 

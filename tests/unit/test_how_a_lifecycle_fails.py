@@ -25,7 +25,8 @@ from lifecycle import (
     Runtime,
     StartupAborted,
 )
-from lifecycle.engine import SignalTrap, shut_down_open, track
+from lifecycle.engine import shut_down_open
+from lifecycle.testing import SignalTrap, track
 from states import State
 
 SECRET = "hf_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6"  # the shape of a Hugging Face token

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle.config import RunConfig
+from lifecycle import RunConfig
 from lifecycle.errors import ConfigError
-from lifecycle.runtime import expand_nodelist, run_id_from_env, slurm_identity_env, world_size_of
+from lifecycle.testing import expand_nodelist, run_id_from_env, slurm_identity_env, world_size_of
 
 SRUN = {
     "SLURM_PROCID": "5",

@@ -7,11 +7,24 @@ from collections.abc import Mapping
 
 import pytest
 
-from lifecycle import launchers
-from lifecycle.config import RunConfig
+from lifecycle import RunConfig, launchers
 from lifecycle.errors import ConfigError
-from lifecycle.launchers import Launcher, OpenMPI, Slurm, Torchrun, implied_identity, port_for, unknown_identity
-from lifecycle.runtime import adopt_launcher_identity, rank_of, run_id_from_env, world_size_of
+from lifecycle.launchers import Slurm, port_for
+from lifecycle.runtime import adopt_launcher_identity
+from lifecycle.testing import (
+    IDENTITY_VARIABLES,
+    PORT_BASE,
+    PORT_SPAN,
+    Launcher,
+    OpenMPI,
+    Torchrun,
+    implied_identity,
+    launcher_run_id,
+    rank_of,
+    run_id_from_env,
+    unknown_identity,
+    world_size_of,
+)
 
 # What Open MPI 4.1 sets in rank 3 of `mpirun -n 4` on one node.
 MPIRUN = {
@@ -56,7 +69,7 @@ def test_mpirun_across_nodes_needs_master_addr_given_and_open_mpi_5_derives_the_
     five = {k: v for k, v in MPIRUN.items() if k != "OMPI_MCA_ess_base_jobid"} | {"PMIX_NAMESPACE": "prterun-a-17@1"}
     port = int(implied_identity(five)["MASTER_PORT"])
     assert port == port_for("prterun-a-17@1")
-    assert launchers.PORT_BASE <= port < launchers.PORT_BASE + launchers.PORT_SPAN
+    assert PORT_BASE <= port < PORT_BASE + PORT_SPAN
     assert port != port_for("prterun-a-18@1")  # another job, another port (for these two)
 
 
@@ -78,7 +91,7 @@ def test_an_mpirun_rank_that_never_adopted_its_identity_is_refused_naming_the_fi
 
 def test_adopting_under_mpirun_gives_rank_world_size_and_one_run_id(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (
-        *launchers.IDENTITY_VARIABLES,
+        *IDENTITY_VARIABLES,
         "LIFECYCLE_RUN_ID",
         "TORCHELASTIC_RUN_ID",
         "SLURM_PROCID",
@@ -115,13 +128,14 @@ def test_a_new_launcher_is_one_class_in_the_order(monkeypatch: pytest.MonkeyPatc
     assert implied_identity(flux) == {}
     monkeypatch.setattr(launchers, "LAUNCHERS", (*launchers.LAUNCHERS, Flux()))
     assert implied_identity(flux) == {"RANK": "1", "WORLD_SIZE": "2"}
-    assert launchers.launcher_run_id(flux) == "flux-f7"
+    assert launcher_run_id(flux) == "flux-f7"
     assert "Flux task 1 of 2" in (unknown_identity(flux) or "")
     assert "FLUX_JOB_SIZE (flux run does)" in (unknown_identity({"FLUX_TASK_RANK": "1"}) or "")
 
 
 def test_torchruns_own_variables_read_from_a_given_environment_or_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lifecycle.launchers import agent_store, inside_torchrun, rendezvous, restart_count
+    from lifecycle.launchers import restart_count
+    from lifecycle.testing import agent_store, inside_torchrun, rendezvous
 
     assert restart_count({"TORCHELASTIC_RESTART_COUNT": "2"}) == 2
     assert restart_count({"TORCHELASTIC_RESTART_COUNT": "x"}) is None and restart_count({}) is None

@@ -95,9 +95,10 @@ class C:
 
 
 def test_lifecycle_is_made_of_named_parts() -> None:
-    """Only the package's entry points and the error tree live at lifecycle/'s top level."""
+    """Only the package's entry points and the error tree live at lifecycle/'s top level (the
+    testing module is a package: `lifecycle/testing/`)."""
     top = sorted(p.name for p in (ROOT / "lifecycle").glob("*.py"))
-    assert top == ["__init__.py", "__main__.py", "errors.py", "testing.py"]
+    assert top == ["__init__.py", "__main__.py", "errors.py"]
 
 
 def test_the_private_module_contract_flags_an_import_from_outside_the_package_only() -> None:
@@ -111,6 +112,19 @@ def test_the_private_module_contract_flags_an_import_from_outside_the_package_on
     contract = PrivateModulesContract("private", {}, {"containers": ["pkg"]})
     check = contract.check(graph, verbose=False)
     assert not check.kept and check.metadata["broken"] == [("pkg.b.x", "pkg.a._impl", 1)]
+
+
+def test_the_private_module_contract_lets_only_the_allowed_module_and_its_parts_import_internals() -> None:
+    import grimp
+
+    from tests.contracts import PrivateModulesContract
+
+    graph = grimp.ImportGraph()
+    for importer in ("pkg.testing", "pkg.testing._fuzz", "pkg.testing_more"):
+        graph.add_import(importer=importer, imported="pkg.a._impl", line_number=1, line_contents="")
+    contract = PrivateModulesContract("private", {}, {"containers": ["pkg"], "allowed": ["pkg.testing"]})
+    check = contract.check(graph, verbose=False)
+    assert check.metadata["broken"] == [("pkg.testing_more", "pkg.a._impl", 1)]
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from lifecycle import InProcessPhases, ResourceLeak, Runtime
-from lifecycle.engine import Ledger, LedgerEntry
+from lifecycle.testing import Ledger, LedgerEntry
 from states import State
 
 ORDER = (State.SERVICES_READY, State.DISTRIBUTED, State.MODEL_BUILT, State.CALLBACKS_BOUND)

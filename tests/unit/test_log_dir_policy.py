@@ -14,10 +14,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from lifecycle.log import (
-    GENESIS,
+from lifecycle.log import GENESIS, check_log_dir
+from lifecycle.testing import (
     ChainEnd,
-    check_log_dir,
     existing_policy_problem,
     first_run_id,
     inspect_log,

@@ -10,11 +10,10 @@ import msgspec
 import pytest
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
-from lifecycle.audit import READS
 from lifecycle.log import AuditLog, events
-from lifecycle.log.schema import ENVELOPE, GENERATED_BEGIN, GENERATED_END, SCHEMA, fields_of, markdown
-from lifecycle.log.schema import fields_described as described
-from lifecycle.testing import read_log
+from lifecycle.log.schema import SCHEMA, markdown
+from lifecycle.testing import ENVELOPE, GENERATED_BEGIN, GENERATED_END, READS, fields_of, read_log
+from lifecycle.testing import fields_described as described
 from states import State
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "log-format.md"

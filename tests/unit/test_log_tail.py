@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lifecycle.log import Tail
+from lifecycle.testing import Tail
 
 
 def test_each_complete_line_is_read_once_and_a_partial_line_once_it_is_complete(tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from lifecycle import RunConfig
 from lifecycle.cli.run import overridden
-from lifecycle.config import RunConfig
 from lifecycle.errors import ConfigError
-from lifecycle.megatron_lm.entry import run_config_from_yaml
+from lifecycle.testing import run_config_from_yaml
 from tests import fake_megatron
 
 CONTAINER = "_target_: megatron.training.config.container.PretrainConfigContainer\n"

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from lifecycle.errors import ConfigError
-from lifecycle.megatron_lm.entry import args_from_container, disagreements, run_config, run_config_from_yaml
+from lifecycle.megatron_lm.entry import args_from_container
+from lifecycle.testing import disagreements, run_config, run_config_from_yaml
 from tests import fake_megatron
 from tests.fake_megatron import ARGS, section
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lifecycle.config import RunConfig
+from lifecycle import RunConfig
 from lifecycle.errors import ConfigError, ProviderError
 from lifecycle.megatron.model_built import init_te_user_buffers
 from lifecycle.megatron.providers import PROVIDERS, model_inputs, padded_vocab_size
@@ -89,7 +89,7 @@ def test_the_hybrid_pattern_has_one_segment_per_pipeline_and_virtual_stage(
     vpp: int | None,
     pattern: str,
 ) -> None:
-    from lifecycle.megatron import layer_pattern
+    from lifecycle.testing import layer_pattern
 
     config = SimpleNamespace(
         num_layers=layers, pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vpp

@@ -12,15 +12,19 @@ from typing import Any
 
 import pytest
 
-from lifecycle.audit import LOG_ORDERING, SHOWN_BY, RuleId
+from lifecycle.audit import LOG_ORDERING
 from lifecycle.log import events
-from states import (
+from lifecycle.testing import (
     BINDING_NEEDS_A_MODEL,
     DISTRIBUTED_NEEDS_SERVICES,
     MODEL_NEEDS_DISTRIBUTED,
+    SHOWN_BY,
+    SIDE_EFFECTS_NEED_VALIDATION,
+    RuleId,
+)
+from states import (
     ORDERING,
     SIDE_EFFECT_OWNERS,
-    SIDE_EFFECTS_NEED_VALIDATION,
     STARTUP_ORDER,
     TABLE,
     Facts,

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from bindings import BindingReport, install, pause_param_sync, resume_param_sync, unbind_callbacks
-from lifecycle.config import DDPConfig, RunConfig, normalize, validate
+from bindings import BindingReport, pause_param_sync, resume_param_sync, unbind_callbacks
+from lifecycle import RunConfig
+from lifecycle.config import normalize, validate
 from lifecycle.errors import BindingError
+from lifecycle.testing import DDPConfig, install
 
 
 def _config(*overrides: str) -> RunConfig:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from lifecycle import ConfigError, InProcessPhases, PhaseFailed, Phases, Work
-from lifecycle.megatron import MegatronPhases
+from lifecycle.megatron import PHASES, MegatronPhases
 from states import STARTUP_ORDER, State
 
 
@@ -74,3 +74,12 @@ def test_the_real_phases_give_their_survivors_time_to_end_and_the_in_process_one
     assert MegatronPhases.settle_s == SETTLE_S == 5.0
     assert MegatronLMPhases.settle_s == SETTLE_S
     assert getattr(InProcessPhases(), "settle_s", 0.0) == 0.0
+
+
+def test_the_real_phases_cannot_be_rewritten_and_a_wrap_changes_only_the_registry_it_is_made_on() -> None:
+    real = PHASES[State.CALLBACKS_BOUND]
+    with pytest.raises(TypeError):
+        PHASES[State.CALLBACKS_BOUND] = real  # type: ignore[index]  # the point: it is read-only
+    wrapped = MegatronPhases().around(State.CALLBACKS_BOUND, release=lambda ctx, release: release(ctx))
+    assert wrapped.phase_for(State.CALLBACKS_BOUND) is not real
+    assert MegatronPhases().phase_for(State.CALLBACKS_BOUND) is real

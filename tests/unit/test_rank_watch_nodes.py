@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.megatron import host_key
 from lifecycle.megatron.ranks import EXIT_CODE, HOST_OPS_PER_S, Failure, RankWatch
+from lifecycle.testing import host_key
 from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
 
 

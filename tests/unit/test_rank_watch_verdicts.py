@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from lifecycle.errors import DistributedError
-from lifecycle.megatron import process_alive, store_closed
 from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch
+from lifecycle.testing import process_alive, store_closed
 
 
 class MemoryStore:

@@ -8,7 +8,8 @@ import dataclasses
 import orjson
 import pytest
 
-from lifecycle.redaction import REDACTED, SHAPES, is_secret_key, may_hold_credentials, redact, redact_text
+from lifecycle.redaction import is_secret_key, redact, redact_text
+from lifecycle.testing import REDACTED, SHAPES, may_hold_credentials
 
 # Each holds a credential and only one of the things the log writer's first look searches for.
 ONE_MARK = {

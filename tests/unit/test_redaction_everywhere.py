@@ -13,10 +13,11 @@ import orjson
 import pytest
 
 from lifecycle import ConfigError, InProcessPhases, Lifecycle, PhaseFailed, RunConfig, Work
-from lifecycle.audit import as_json, audit, text
+from lifecycle.audit import audit
 from lifecycle.cli import main
 from lifecycle.log import GENESIS
-from lifecycle.redaction import REDACTED, SHAPES, is_secret_key, redact_text
+from lifecycle.redaction import is_secret_key, redact_text
+from lifecycle.testing import REDACTED, SHAPES, as_json, text
 from states import State
 
 # shape name -> (text holding a credential, the credential)

@@ -11,7 +11,8 @@ import pytest
 
 from lifecycle import InProcessPhases, Lifecycle, PhaseFailed, RunConfig, Work
 from lifecycle.cli import main
-from lifecycle.redaction import REDACTED, redact_text
+from lifecycle.redaction import redact_text
+from lifecycle.testing import REDACTED
 from states import State
 
 # text holding a credential -> the credential

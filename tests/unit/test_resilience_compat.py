@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lifecycle.errors import ConfigError
-from lifecycle.resilience import megatron_nvrx_minimum, pair_problem, refuse_incompatible
+from lifecycle.testing import megatron_nvrx_minimum, pair_problem, refuse_incompatible
 
 
 def test_megatron_core_0_19_beside_nvrx_0_4_is_refused_in_one_line_naming_both() -> None:

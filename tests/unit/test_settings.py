@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from bindings import (
-    DERIVATIONS,
+from bindings import DERIVATIONS, SettingsNotLanded, requested
+from lifecycle.testing import (
     Derivation,
     Mismatch,
     Requested,
-    SettingsNotLanded,
     SettingsReport,
     compare_settings,
-    requested,
     same_value,
     settings_targets,
 )

@@ -13,8 +13,8 @@ import pytest
 
 from lifecycle import ExtraNotInstalled, ImportHung, LifecycleError
 from lifecycle.audit import audit, blame
-from lifecycle.config import TokenizerConfig
 from lifecycle.megatron import compat, services_ready
+from lifecycle.testing import TokenizerConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SERVICES_ON_THE_NULL_PATH = """
 import sys
-from lifecycle.config import RunConfig
+from lifecycle import RunConfig
 from lifecycle.megatron import compat, services_ready
 from states import Plan, Trigger
 from tests.phase_context import RecordingContext
@@ -72,7 +72,7 @@ def test_a_huggingface_tokenizer_without_transformers_names_the_hf_extra(monkeyp
 def test_an_import_that_never_finishes_fails_the_join_naming_the_module(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lifecycle.megatron import ImportJob
+    from lifecycle.testing import ImportJob
 
     (tmp_path / "stuck_on_import.py").write_text("import time\ntime.sleep(2)\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -3,7 +3,8 @@ constants and counts, with its formula and the assumptions it rests on."""
 
 from __future__ import annotations
 
-from lifecycle.simulate import Plan, PlanConstants, PlanCounts, plan_text, predict
+from lifecycle.simulate import Plan
+from lifecycle.testing import PlanConstants, PlanCounts, plan_text, predict
 
 CONSTANTS = PlanConstants(
     import_s=7.0,

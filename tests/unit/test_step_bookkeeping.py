@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from bindings import BindingReport, CountingFinalizer, FinalizerNotCalled, FirstStepWatchdog
-from lifecycle.config import RunConfig
+from bindings import BindingReport, CountingFinalizer, FinalizerNotCalled
+from lifecycle import RunConfig, Runtime
 from lifecycle.errors import DistributedError, LifecycleError
 from lifecycle.megatron.ranks import RankWatch
 from lifecycle.megatron.steps import StepHandle, StepResult, Steps, StepsSlot, overlapped_gather, steps_for
-from lifecycle.runtime import Runtime
+from lifecycle.testing import FirstStepWatchdog
 from states import State
 
 OVERLAP = ["ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=true", "ddp.overlap_param_gather=true"]

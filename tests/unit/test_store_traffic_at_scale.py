@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle.simulate import CountingStore, StoreHost, count_watch
+from lifecycle.simulate import StoreHost, count_watch
+from lifecycle.testing import CountingStore
 
 
 def test_in_steady_state_only_one_rank_a_node_talks_to_the_store() -> None:

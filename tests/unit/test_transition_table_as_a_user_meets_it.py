@@ -11,20 +11,8 @@ import dataclasses
 import pytest
 
 from lifecycle import GuardRejected, InProcessPhases
-from states import (
-    STARTUP_ORDER,
-    TABLE,
-    Facts,
-    Plan,
-    State,
-    Transition,
-    Trigger,
-    allowed_triggers,
-    find,
-    forward_trigger,
-    plan_reaches_destination,
-    rule,
-)
+from lifecycle.testing import allowed_triggers, find, plan_reaches_destination
+from states import STARTUP_ORDER, TABLE, Facts, Plan, State, Transition, Trigger, forward_trigger, rule
 
 
 @pytest.mark.parametrize("state", STARTUP_ORDER)

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from lifecycle import RunConfig
 from lifecycle.cli import load, main
-from lifecycle.config import BOUNDS, LOCAL_PATHS, RunConfig, validate
+from lifecycle.config import BOUNDS, validate
+from lifecycle.testing import LOCAL_PATHS
 
 
 def loaded(*argv: str) -> RunConfig:

@@ -6,14 +6,8 @@ from pathlib import Path
 import pytest
 
 from lifecycle import ConfigMutated, RunConfig
-from lifecycle.config import (
-    Environment,
-    check_names,
-    config_drift,
-    require_unchanged,
-    snapshot_config,
-    validate,
-)
+from lifecycle.config import Environment, config_drift, require_unchanged, snapshot_config, validate
+from lifecycle.testing import check_names
 
 CPU = Environment(env={"MASTER_ADDR": "h", "MASTER_PORT": "1"})
 GPU_CONFIG = ["backend=nccl", "model.transformer_impl=transformer_engine"]

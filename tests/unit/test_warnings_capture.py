@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from lifecycle.audit import as_json as audit_json
 from lifecycle.audit import audit
 from lifecycle.log import events
+from lifecycle.testing import as_json as audit_json
 from states import State
 
 
@@ -95,7 +95,7 @@ def test_the_command_drops_library_warnings_outside_a_lifecycle_and_keeps_the_us
 ) -> None:
     import sys
 
-    from lifecycle.engine import quiet_library_loggers
+    from lifecycle.testing import quiet_library_loggers
 
     shown: list[str] = []
     monkeypatch.setattr(warnings, "showwarning", lambda message, *args, **kwargs: shown.append(str(message)))

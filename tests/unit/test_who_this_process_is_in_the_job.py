@@ -11,18 +11,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from lifecycle.config import RunConfig
+from lifecycle import RunConfig
 from lifecycle.errors import ConfigError
-from lifecycle.runtime import (
+from lifecycle.testing import (
     adopt_slurm_identity,
     expand_nodelist,
     new_run_id,
     rank_of,
     run_id_from_env,
     slurm_identity_env,
-    unknown_identity,
     world_size_of,
 )
+from lifecycle.testing import runtime_unknown_identity as unknown_identity
 
 LAUNCHER_PREFIXES = ("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "FLUX_")
 LAUNCHER_NAMES = (

@@ -5,27 +5,16 @@ inside functions."""
 
 from __future__ import annotations
 
-from lifecycle.megatron_lm.entry._bound_once import SLOTS, bound_once
-from lifecycle.megatron_lm.entry._cuda import cuda_as_cpu
-from lifecycle.megatron_lm.entry._derive import args_from_container, disagreements, run_config, run_config_from_yaml
-from lifecycle.megatron_lm.entry._phases import MegatronLMCall, MegatronLMPhases
-from lifecycle.megatron_lm.entry._providers import KeywordProvider, problem
-from lifecycle.megatron_lm.entry._quiet import quiet_library_loggers
-from lifecycle.megatron_lm.entry._train import TrainResult, run_training
+from lifecycle.megatron_lm.entry._derive import args_from_container
+from lifecycle.megatron_lm.entry._derive import run_config as run_config
+from lifecycle.megatron_lm.entry._derive import run_config_from_yaml as run_config_from_yaml
+from lifecycle.megatron_lm.entry._phases import MegatronLMCall as MegatronLMCall
+from lifecycle.megatron_lm.entry._phases import MegatronLMPhases
+from lifecycle.megatron_lm.entry._quiet import quiet_library_loggers as quiet_library_loggers
+from lifecycle.megatron_lm.entry._train import TrainResult as TrainResult
+from lifecycle.megatron_lm.entry._train import run_training as run_training
 
 __all__ = [
-    "SLOTS",
-    "KeywordProvider",
-    "MegatronLMCall",
     "MegatronLMPhases",
-    "TrainResult",
     "args_from_container",
-    "bound_once",
-    "cuda_as_cpu",
-    "disagreements",
-    "problem",
-    "quiet_library_loggers",
-    "run_config",
-    "run_config_from_yaml",
-    "run_training",
 ]

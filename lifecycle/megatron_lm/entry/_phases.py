@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import bindings
 from lifecycle.config import normalize, raise_for, snapshot_config, validate
-from lifecycle.log import events, redact
+from lifecycle.log import events
 from lifecycle.megatron import MegatronPhases
 from lifecycle.megatron import callbacks_bound as lifecycle_binding
 from lifecycle.megatron.model_built import open_window
@@ -39,6 +39,7 @@ from lifecycle.megatron.settings import check_landed
 from lifecycle.megatron_lm.entry import _derive, _providers, _resources
 from lifecycle.megatron_lm.entry._distributed import initialize
 from lifecycle.megatron_lm.entry._handover import HandOver, releasing_distributed, releasing_services
+from lifecycle.redaction import redact
 from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
 from states import STARTUP_ORDER, SideEffect, State
 

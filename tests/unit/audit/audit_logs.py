@@ -20,10 +20,10 @@ from typing import Any
 
 import orjson
 
-from lifecycle import InProcessPhases, Lifecycle, RunConfig
-from lifecycle.audit import AuditResult, audit
+from lifecycle import InProcessPhases, Lifecycle, PhaseContext, RunConfig, Runtime
+from lifecycle.audit import audit
 from lifecycle.log import GENESIS, AuditLog
-from lifecycle.runtime import Entry, PhaseContext, Runtime
+from lifecycle.testing import AuditResult, Entry
 from states import State
 
 FP = "f" * 64

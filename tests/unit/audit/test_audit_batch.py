@@ -21,9 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lifecycle.audit import HANDLERS, READS, RECORD_TYPES, RankAudit, audit, audit_tapped, decode_typed
+from lifecycle.audit import audit, audit_tapped
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import GENESIS
+from lifecycle.testing import HANDLERS, READS, RECORD_TYPES, RankAudit, decode_typed
 
 STATES = [
     "CONFIGURED",

@@ -10,8 +10,9 @@ import orjson
 import pytest
 from audit_logs import Events, clean_events, clock, index, write_events
 
-from lifecycle.audit import as_json, audit, text
+from lifecycle.audit import audit
 from lifecycle.cli import main
+from lifecycle.testing import as_json, text
 
 
 def until(trigger: str) -> Events:

@@ -184,7 +184,7 @@ def test_hand_written_and_engine_logs_of_one_rank_audit_alike(tmp_path: Path) ->
 
 
 def test_the_text_report_lists_a_few_findings_per_rule_then_the_other_ranks(tmp_path: Path) -> None:
-    from lifecycle.audit import text
+    from lifecycle.testing import text
 
     write_run(tmp_path, 40, steps=1, faults={r: "wrong_target" for r in range(40)})
     result = audit([str(tmp_path)], jobs=1)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from audit_logs import engine_rank
 
-from lifecycle.audit import audit, text
-from lifecycle.export import load, report_data
+from lifecycle.audit import audit
+from lifecycle.export import load
+from lifecycle.testing import report_data, text
 from states import State
 
 MEGATRONS = "megatron.core.parallel_state:initialize_model_parallel:1465"

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from audit_logs import clean_events, clean_run, index, rechain, write_events
 
-from lifecycle.audit import audit, text
+from lifecycle.audit import audit
 from lifecycle.cli import main
+from lifecycle.testing import text
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.audit import Failure, RootCause, Victim, root_causes
+from lifecycle.audit import root_causes
+from lifecycle.testing import Failure, RootCause, Victim
 
 
 @dataclass

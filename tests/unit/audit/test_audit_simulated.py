@@ -8,7 +8,8 @@ from pathlib import Path
 
 from audit_logs import clean_events, rules, write_events
 
-from lifecycle.audit import as_json, audit, text
+from lifecycle.audit import audit
+from lifecycle.testing import as_json, text
 
 
 def _simulated_ranks(log_dir: Path, ranks: list[int], world: int, *, declared: int | None = None) -> None:

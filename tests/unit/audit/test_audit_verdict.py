@@ -13,8 +13,9 @@ import pytest
 from audit_logs import clean_events, index, write_events
 from test_audit_cause import aborted, peer_failed, rank_log, until
 
-from lifecycle.audit import VERDICT_VERSION, audit, follow_verdict, verdict
+from lifecycle.audit import audit, verdict
 from lifecycle.cli import main
+from lifecycle.testing import VERDICT_VERSION, follow_verdict
 
 
 def failing(trigger: str, source: str, error_type: str, error: str, **field: str) -> tuple[str, dict[str, Any]]:

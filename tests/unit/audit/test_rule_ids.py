@@ -9,7 +9,8 @@ import re
 import tokenize
 from pathlib import Path
 
-from lifecycle.audit import RULES, RuleId
+from lifecycle.audit import RULES
+from lifecycle.testing import RuleId
 
 ROOT = Path(__file__).resolve().parents[3]
 ID = re.compile(r"\bLA\d{3}\b")

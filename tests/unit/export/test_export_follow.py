@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from lifecycle.export import ROOT, follow
+from lifecycle.testing import ROOT, follow
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
 

@@ -11,9 +11,10 @@ from typing import Any
 import orjson
 import pytest
 
-from lifecycle.config import Environment, RunConfig, validate
-from lifecycle.engine import InProcessPhases, Lifecycle
-from lifecycle.export import ROOT, load, write_otlp
+from lifecycle import InProcessPhases, Lifecycle, RunConfig
+from lifecycle.config import Environment, validate
+from lifecycle.export import load
+from lifecycle.testing import ROOT, write_otlp
 from states import State
 from tests.otlp_spans import flat_spans
 

@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.audit import ChainWriter, rank_records, write_run
 from lifecycle.audit import audit_tapped
-from lifecycle.export import Collect, load, read_details, write_chrome
+from lifecycle.export import Collect, load
+from lifecycle.testing import read_details, write_chrome
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from lifecycle.cli import main
-from lifecycle.export import ROOT, load, spans
+from lifecycle.export import load
+from lifecycle.testing import ROOT, spans
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
 json_format = pytest.importorskip("google.protobuf.json_format")

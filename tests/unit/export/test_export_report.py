@@ -11,7 +11,8 @@ from typing import Any
 import orjson
 
 from lifecycle.cli import main
-from lifecycle.export import load, report_data, rows
+from lifecycle.export import load
+from lifecycle.testing import report_data, rows
 
 
 def page_data(html: str) -> Any:

@@ -16,7 +16,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.audit import ChainWriter
-from lifecycle.export import ROOT, encode, load, spans
+from lifecycle.export import load
+from lifecycle.testing import ROOT, encode, spans
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
 

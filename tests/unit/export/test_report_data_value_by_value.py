@@ -15,7 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from lifecycle.cli import main
-from lifecycle.export import load, report_data, rows, rules_url_problem, write_report
+from lifecycle.export import load
+from lifecycle.testing import report_data, rows, rules_url_problem, write_report
 
 
 def test_the_report_says_where_the_cause_was_logged_and_how_many_records_it_read(failed_logs: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.audit import ChainWriter
-from lifecycle.export import ROOT, LiveSpans, follow, live_spans
+from lifecycle.testing import ROOT, LiveSpans, follow, live_spans
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
 

@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from benchmarks.audit import ChainWriter
 from lifecycle.errors import LogUnreadable
-from lifecycle.export import load, read_details
+from lifecycle.export import load
+from lifecycle.testing import read_details
 
 T = 1.7e9
 FP_A, FP_B = "a" * 64, "b" * 64

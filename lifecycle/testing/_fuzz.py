@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from lifecycle.audit import LOG_ORDERING, SHOWN_BY
+from lifecycle.audit import LOG_ORDERING
+from lifecycle.audit._ordering import SHOWN_BY
 from lifecycle.config import RunConfig
 from lifecycle.engine import InProcessPhases, Lifecycle, TripwirePolicy
 from lifecycle.errors import LifecycleError

@@ -1,0 +1,328 @@
+"""For tests: the Hypothesis fuzzer over the real engine, and the internals the project's own tests use.
+
+    from lifecycle.testing import lifecycle_state_machine
+    TestMine = lifecycle_state_machine(config=my_config, provider=my_provider).TestCase
+
+The fuzzer (`lifecycle_state_machine`, `check_log`, ...) is shown in docs/fuzzing.md. Every other
+name here is an internal of a package (a private module's name, or one a package re-exports only for
+its sibling packages), gathered in this one module so that tests neither reach into `_private`
+modules nor make the packages publish what only tests need. None of it carries a stability promise:
+a name may change or go with the code it tests. What users import is each package's `__all__`
+(docs/architecture.md, "The public surface").
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from bindings._bind import install, planned
+from bindings._derivations import Derivation
+from bindings._guard import FirstStepGuard
+from bindings._protocol import SLOTS
+from bindings._settings import Mismatch, Requested, SettingsReport, same_value
+from bindings._settings import compare as compare_settings
+from bindings._targets import settings_targets
+from bindings._verdict import ConfigSeen
+from bindings._watchdog import FIRST_STEP_FINALIZED, FIRST_STEP_NOT_FINALIZED, FirstStepWatchdog
+from lifecycle.audit._audit import AuditResult, default_workers
+from lifecycle.audit._cause import RootCause, Victim
+from lifecycle.audit._cycles import attempts, diff
+from lifecycle.audit._feed import RECORD_TYPES, decode_typed
+from lifecycle.audit._handlers import HANDLERS, READS
+from lifecycle.audit._ordering import SHOWN_BY
+from lifecycle.audit._rank import RankAudit
+from lifecycle.audit._records import Failure
+from lifecycle.audit._render import as_json, text
+from lifecycle.audit._rules import RuleId
+from lifecycle.audit._verdict import VERSION as VERDICT_VERSION
+from lifecycle.audit._verdict_follow import follow_verdict
+from lifecycle.config._bounds import LOCAL_PATHS
+from lifecycle.config._checkpoints import LATEST, checkpoint_problem, iteration_dir, latest_step, partial_dir
+from lifecycle.config._loading import preset_names
+from lifecycle.config._normalize import Normalization
+from lifecycle.config._records import DDPConfig, TokenizerConfig
+from lifecycle.config._snapshot import Snapshot, flatten
+from lifecycle.config._snapshot import diff as config_diff
+from lifecycle.config._validation import check_names
+from lifecycle.engine._failures import SignalTrap, track
+from lifecycle.engine._ledger import Ledger, LedgerEntry
+from lifecycle.engine._machine import MachineModel, build_raw_machine
+from lifecycle.engine._tripwires import patched_targets
+from lifecycle.engine._warnings import quiet_library_loggers
+from lifecycle.export._chrome import write_chrome
+from lifecycle.export._details import read_details
+from lifecycle.export._encode import encode
+from lifecycle.export._follow import follow
+from lifecycle.export._live import LiveSpans, live_spans
+from lifecycle.export._otlp import ROOT, spans, write_otlp
+from lifecycle.export._report import report_data, rules_url_problem, write_report
+from lifecycle.export._rows import rows
+from lifecycle.launchers import (
+    expand_nodelist,
+    implied_identity,
+    launcher_run_id,
+    rendezvous,
+    torchrun_env,
+    unknown_identity,
+)
+from lifecycle.launchers._base import IDENTITY_VARIABLES, PORT_BASE, PORT_SPAN, Launcher
+from lifecycle.launchers._openmpi import OpenMPI
+from lifecycle.launchers._torchrun import Torchrun, agent_store, inside_torchrun
+from lifecycle.log._chain import line_hash_matches
+from lifecycle.log._files import (
+    ChainEnd,
+    existing_policy_problem,
+    first_run_id,
+    inspect_log,
+    other_run,
+    own_file_problem,
+    rank_file,
+    removable_ranks,
+)
+from lifecycle.log._lock import LOCK_NAME
+from lifecycle.log._redact import REDACTED, is_secret_key, redact, redact_text
+from lifecycle.log._schema import fields_described, fields_of
+from lifecycle.log._schema_base import ENVELOPE
+from lifecycle.log._tail import Tail
+from lifecycle.log.schema import GENERATED_BEGIN, GENERATED_END
+from lifecycle.megatron._hybrid import layer_pattern, local_stack_spec
+from lifecycle.megatron._imports import ImportJob
+from lifecycle.megatron._liveness import host_key, process_alive, store_closed
+from lifecycle.megatron.checkpoint import damaged_file, load_at_build, load_failure_reason, publish_save
+from lifecycle.redaction._shapes import SHAPES, may_hold_credentials
+from lifecycle.resilience._call import cycle_and_store, injectable
+from lifecycle.resilience._compat import installed_problem, megatron_nvrx_minimum, pair_problem
+from lifecycle.resilience._restart import refuse_incompatible
+from lifecycle.resilience._sockets import CycleSockets
+from lifecycle.runtime._identity import (
+    adopt_slurm_identity,
+    new_run_id,
+    rank_of,
+    run_id_from_env,
+    slurm_identity_env,
+    world_size_of,
+)
+from lifecycle.runtime._identity import unknown_identity as runtime_unknown_identity
+from lifecycle.runtime._phases import Entry
+from lifecycle.simulate._counting import counting
+from lifecycle.simulate._groups import count_groups
+from lifecycle.simulate._plan import PlanConstants, PlanCounts, measure_import, measure_store_rtt_s, plan_text, predict
+from lifecycle.simulate._simulation import simulate_rank, warm_up
+from lifecycle.simulate._store import CountingStore
+from lifecycle.testing._fuzz import (
+    check_log,
+    check_written_log,
+    fire_and_check,
+    leaked,
+    lifecycle_state_machine,
+    reachable_states,
+    read_log,
+    seed_and_check,
+)
+from states._guards import (
+    Guard,
+    config_is_validated,
+    distributed_is_initialized,
+    model_is_built,
+    plan_allows_restart,
+    plan_reaches_destination,
+    services_are_ready,
+)
+from states._ordering import (
+    BINDING_NEEDS_A_MODEL,
+    DISTRIBUTED_NEEDS_SERVICES,
+    MODEL_NEEDS_DISTRIBUTED,
+    SIDE_EFFECTS_NEED_VALIDATION,
+)
+from states._table import allowed_triggers, find
+
+if TYPE_CHECKING:  # lifecycle.megatron_lm refuses import below megatron-core 0.17: loaded when asked for
+    from lifecycle.megatron_lm.entry._cuda import cuda_as_cpu
+    from lifecycle.megatron_lm.entry._derive import disagreements, run_config, run_config_from_yaml
+    from lifecycle.megatron_lm.entry._phases import MegatronLMCall
+
+_MEGATRON_LM = {
+    "MegatronLMCall": "lifecycle.megatron_lm.entry._phases",
+    "cuda_as_cpu": "lifecycle.megatron_lm.entry._cuda",
+    "disagreements": "lifecycle.megatron_lm.entry._derive",
+    "run_config": "lifecycle.megatron_lm.entry._derive",
+    "run_config_from_yaml": "lifecycle.megatron_lm.entry._derive",
+}
+
+
+def __getattr__(name: str) -> object:
+    """The drop-in's internals, imported on first use (raises `ExtraNotInstalled` where it is absent)."""
+    if name not in _MEGATRON_LM:
+        raise AttributeError(f"module 'lifecycle.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(_MEGATRON_LM[name]), name)
+
+
+__all__ = [
+    "BINDING_NEEDS_A_MODEL",
+    "DISTRIBUTED_NEEDS_SERVICES",
+    "ENVELOPE",
+    "FIRST_STEP_FINALIZED",
+    "FIRST_STEP_NOT_FINALIZED",
+    "GENERATED_BEGIN",
+    "GENERATED_END",
+    "HANDLERS",
+    "IDENTITY_VARIABLES",
+    "LATEST",
+    "LOCAL_PATHS",
+    "LOCK_NAME",
+    "MODEL_NEEDS_DISTRIBUTED",
+    "PORT_BASE",
+    "PORT_SPAN",
+    "READS",
+    "RECORD_TYPES",
+    "REDACTED",
+    "ROOT",
+    "SHAPES",
+    "SHOWN_BY",
+    "SIDE_EFFECTS_NEED_VALIDATION",
+    "SLOTS",
+    "VERDICT_VERSION",
+    "AuditResult",
+    "ChainEnd",
+    "ConfigSeen",
+    "CountingStore",
+    "CycleSockets",
+    "DDPConfig",
+    "Derivation",
+    "Entry",
+    "Failure",
+    "FirstStepGuard",
+    "FirstStepWatchdog",
+    "Guard",
+    "ImportJob",
+    "Launcher",
+    "Ledger",
+    "LedgerEntry",
+    "LiveSpans",
+    "MachineModel",
+    "MegatronLMCall",
+    "Mismatch",
+    "Normalization",
+    "OpenMPI",
+    "PlanConstants",
+    "PlanCounts",
+    "RankAudit",
+    "Requested",
+    "RootCause",
+    "RuleId",
+    "SettingsReport",
+    "SignalTrap",
+    "Snapshot",
+    "Tail",
+    "TokenizerConfig",
+    "Torchrun",
+    "Victim",
+    "adopt_slurm_identity",
+    "agent_store",
+    "allowed_triggers",
+    "as_json",
+    "attempts",
+    "build_raw_machine",
+    "check_log",
+    "check_names",
+    "check_written_log",
+    "checkpoint_problem",
+    "compare_settings",
+    "config_diff",
+    "config_is_validated",
+    "count_groups",
+    "counting",
+    "cuda_as_cpu",
+    "cycle_and_store",
+    "damaged_file",
+    "decode_typed",
+    "default_workers",
+    "diff",
+    "disagreements",
+    "distributed_is_initialized",
+    "encode",
+    "existing_policy_problem",
+    "expand_nodelist",
+    "fields_described",
+    "fields_of",
+    "find",
+    "fire_and_check",
+    "first_run_id",
+    "flatten",
+    "follow",
+    "follow_verdict",
+    "host_key",
+    "implied_identity",
+    "injectable",
+    "inside_torchrun",
+    "inspect_log",
+    "install",
+    "installed_problem",
+    "is_secret_key",
+    "iteration_dir",
+    "latest_step",
+    "launcher_run_id",
+    "layer_pattern",
+    "leaked",
+    "lifecycle_state_machine",
+    "line_hash_matches",
+    "live_spans",
+    "load_at_build",
+    "load_failure_reason",
+    "local_stack_spec",
+    "may_hold_credentials",
+    "measure_import",
+    "measure_store_rtt_s",
+    "megatron_nvrx_minimum",
+    "model_is_built",
+    "new_run_id",
+    "other_run",
+    "own_file_problem",
+    "pair_problem",
+    "partial_dir",
+    "patched_targets",
+    "plan_allows_restart",
+    "plan_reaches_destination",
+    "plan_text",
+    "planned",
+    "predict",
+    "preset_names",
+    "process_alive",
+    "publish_save",
+    "quiet_library_loggers",
+    "rank_file",
+    "rank_of",
+    "reachable_states",
+    "read_details",
+    "read_log",
+    "redact",
+    "redact_text",
+    "refuse_incompatible",
+    "removable_ranks",
+    "rendezvous",
+    "report_data",
+    "rows",
+    "rules_url_problem",
+    "run_config",
+    "run_config_from_yaml",
+    "run_id_from_env",
+    "runtime_unknown_identity",
+    "same_value",
+    "seed_and_check",
+    "services_are_ready",
+    "settings_targets",
+    "simulate_rank",
+    "slurm_identity_env",
+    "spans",
+    "store_closed",
+    "text",
+    "torchrun_env",
+    "track",
+    "unknown_identity",
+    "warm_up",
+    "world_size_of",
+    "write_chrome",
+    "write_otlp",
+    "write_report",
+]
