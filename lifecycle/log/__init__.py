@@ -26,6 +26,7 @@ from lifecycle.log._files import (
 from lifecycle.log._lock import LOCK_NAME
 from lifecycle.log._redact import REDACTED, is_secret_key, redact, redact_text
 from lifecycle.log._tail import Tail
+from lifecycle.log._values import Fields, JSONValue
 from lifecycle.log._writer import AuditLog
 
 __all__ = [
@@ -37,6 +38,8 @@ __all__ = [
     "AuditLog",
     "ChainEnd",
     "ChainVerifier",
+    "Fields",
+    "JSONValue",
     "Tail",
     "check_log_dir",
     "events",

@@ -37,7 +37,7 @@ from lifecycle.megatron.settings import check_landed
 from lifecycle.megatron_lm.entry import _derive, _providers, _resources
 from lifecycle.megatron_lm.entry._distributed import initialize
 from lifecycle.megatron_lm.entry._handover import HandOver, releasing_distributed, releasing_services
-from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
+from lifecycle.runtime import Entry, GivenProvider, PhaseContext, Runtime, Work
 from states import STARTUP_ORDER, SideEffect, State
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from torch.distributed import Store
 
     from lifecycle.config import Problem
-    from lifecycle.megatron.providers import ModelInputs
+    from lifecycle.runtime import ModelInputs
 
 
 @dataclass(kw_only=True)
@@ -59,7 +59,7 @@ class MegatronLMCall:
     train_valid_test_dataset_provider: Callable[..., object]
     model_type: ModelType
     forward_step_func: Callable[..., object]
-    model_provider: object = None
+    model_provider: GivenProvider = None
     """Any shape `_providers.problem` accepts (checked at VALIDATED), or None."""
     process_non_loss_data_func: Callable[..., object] | None = None
     get_embedding_ranks: Callable[..., list[int]] | None = None
