@@ -22,6 +22,7 @@ from lifecycle.audit._groups import SHORTER
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure, Finding
 from lifecycle.audit._rules import RuleId
+from lifecycle.log import JSONValue
 
 VERSION = 1
 """The verdict's schema version: a field added keeps it, a field renamed or removed bumps it."""
@@ -135,9 +136,9 @@ def _host_of(ranks: Sequence[RankAudit], run_id: str | None, rank: int) -> str |
 
 def verdict(
     causes: Sequence[RootCause], ranks: Sequence[RankAudit], findings: Sequence[Finding], *, unreadable: int = 0
-) -> dict[str, object]:
+) -> dict[str, JSONValue]:
     """The verdict on the first run that failed (its root cause), or a clean one."""
-    doc: dict[str, object] = {"verdict": VERSION}
+    doc: dict[str, JSONValue] = {"verdict": VERSION}
     if not causes:
         outcome = "unreadable" if unreadable else "clean"
         return doc | {"outcome": outcome, "findings": len(findings), "ranks": len(ranks)}
@@ -169,10 +170,10 @@ def verdict(
     }
 
 
-def _evidence(cause: RootCause, mine: Sequence[Finding]) -> list[dict[str, object]]:
+def _evidence(cause: RootCause, mine: Sequence[Finding]) -> list[dict[str, JSONValue]]:
     """The culprit's failure record, then the findings on its rank (LA018 is the cause itself)."""
     shown = [f for f in mine if f.rule != RuleId.ROOT_CAUSE][:_EVIDENCE]
-    out: list[dict[str, object]] = [
+    out: list[dict[str, JSONValue]] = [
         {"source": cause.source, "line": cause.line, "rank": cause.rank, "kind": cause.kind}
     ]
     return out + [{"source": f.source, "line": f.line, "rank": f.rank, "rule": f.rule} for f in shown]

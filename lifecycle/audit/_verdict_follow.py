@@ -24,7 +24,7 @@ from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import CAUSE_KINDS
 from lifecycle.audit._verdict import verdict
 from lifecycle.errors import LogUnreadable
-from lifecycle.log import Tail
+from lifecycle.log import JSONValue, Tail
 
 
 class _Followed:
@@ -74,7 +74,7 @@ def follow_verdict(
     idle_timeout_s: float = 600.0,
     stall_s: float = 5.0,
     stop: Callable[[], object] | None = None,
-) -> dict[str, object]:
+) -> dict[str, JSONValue]:
     """Follow `log_dir` until a failure is known (plus `grace_s`), every rank shut down, nothing was
     written for `idle_timeout_s`, or `stop()` is true; the verdict then."""
     ranks: dict[Path, _Followed] = {}

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lifecycle.log import JSONValue
+
 if TYPE_CHECKING:
     from lifecycle.config import Problem, RunConfig
 
@@ -67,10 +69,10 @@ def load(args: argparse.Namespace) -> RunConfig:
     return RunConfig.preset(args.preset or "tiny-gpt", args.overrides, values=values)
 
 
-def flag_values(args: argparse.Namespace) -> dict[str, object]:
+def flag_values(args: argparse.Namespace) -> dict[str, JSONValue]:
     """The config fields `--plan`, `--overwrite` and `--log-dir` set, as typed values applied after
     `--set` (never read as an override's text: a path stays whole)."""
-    values: dict[str, object] = {}
+    values: dict[str, JSONValue] = {}
     if args.plan:
         values["plan"] = args.plan
     if getattr(args, "overwrite", False):

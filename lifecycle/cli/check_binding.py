@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, cast
 
 from lifecycle.cli._inputs import EXIT_INPUT
 from lifecycle.cli._specs import callable_problem, provider_problem
+from lifecycle.log import JSONValue
 from lifecycle.megatron.user_providers import NAMES
 from lifecycle.redaction import redact_text
 
@@ -35,8 +36,8 @@ if TYPE_CHECKING:  # megatron's objects a binder receives
 
     from lifecycle.config import RunConfig
     from lifecycle.engine import Lifecycle
-    from lifecycle.megatron.providers import ModelProvider
     from lifecycle.megatron.user_providers import Provider
+    from lifecycle.runtime import ModelProvider
 
 BINDERS = ("lifecycle", "megatron-lm", "bridge")
 EXIT_HELP = """exit status: 0 every rank's binding is ok and every setting landed; 1 a slot is missing, wrong
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_rank(
-    config_data: dict[str, object], provider_spec: str, binder_spec: str, settings: bool = False
+    config_data: dict[str, JSONValue], provider_spec: str, binder_spec: str, settings: bool = False
 ) -> dict[str, str]:
     """On one rank: startup to MODEL_BUILT (its settings check), the binder, then `bindings.check`.
     The provider is resolved here, once per rank (a spawned rank gets the spec: a user's function

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lifecycle.log import JSONValue
+
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
@@ -225,14 +227,14 @@ def _whole_job(args: argparse.Namespace, config: RunConfig, world: int) -> int:
     return EXIT_OK
 
 
-def _scale(args: argparse.Namespace, config: RunConfig, world: int) -> tuple[str, dict[str, object]]:
+def _scale(args: argparse.Namespace, config: RunConfig, world: int) -> tuple[str, dict[str, JSONValue]]:
     from lifecycle.simulate import scale_report, scale_text
 
     report = scale_report(config, world_size=world, ranks_per_node=args.ranks_per_node)
     return scale_text(report), report.to_json()
 
 
-def _plan(args: argparse.Namespace, config: RunConfig, world: int) -> tuple[str, dict[str, object]]:
+def _plan(args: argparse.Namespace, config: RunConfig, world: int) -> tuple[str, dict[str, JSONValue]]:
     from lifecycle.simulate import plan_text, startup_plan
 
     plan = startup_plan(config, world_size=world, ranks_per_node=args.ranks_per_node)
@@ -347,7 +349,7 @@ def _row(report: RankReport, *, params: bool) -> str:
     )
 
 
-def as_json(result: SimulationResult, layout: Layout) -> dict[str, object]:
+def as_json(result: SimulationResult, layout: Layout) -> dict[str, JSONValue]:
     sim = result.simulation
     p = sim.config.parallel
     return {
@@ -373,7 +375,7 @@ def as_json(result: SimulationResult, layout: Layout) -> dict[str, object]:
     }
 
 
-def _rank_json(report: RankReport) -> dict[str, object]:
+def _rank_json(report: RankReport) -> dict[str, JSONValue]:
     return {
         "rank": report.rank,
         "state": report.state,

@@ -22,6 +22,7 @@ from typing import cast
 
 from lifecycle.cli._inputs import EXIT_INPUT, at_least
 from lifecycle.cli._specs import provider_problem
+from lifecycle.log import JSONValue
 from lifecycle.megatron.user_providers import NAMES
 from lifecycle.redaction import redact_text
 
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"lifecycle verify-resume: checkpoints and logs kept in {root}", file=sys.stderr)
 
 
-def _problems(config_data: dict[str, object]) -> list[str]:
+def _problems(config_data: dict[str, JSONValue]) -> list[str]:
     """What VALIDATED would refuse in the run that saves, on any rank of this machine (the config and
     its environment: CUDA, Apex/TE for the distributed optimizer's checkpoints, paths), one line each."""
     from lifecycle.cli._inputs import RANK_CHECKS
@@ -110,11 +111,11 @@ def _parts(root: Path) -> dict[str, list[str]]:
     }
 
 
-def _verify(configs: dict[str, dict[str, object]], args: argparse.Namespace) -> int:
+def _verify(configs: dict[str, dict[str, JSONValue]], args: argparse.Namespace) -> int:
     from lifecycle.errors import RankFailed
     from lifecycle.launchers.local import run_ranks
 
-    runs: dict[str, list[dict[str, object]]] = {}
+    runs: dict[str, list[dict[str, JSONValue]]] = {}
     for part, steps in (("first", args.steps), ("second", args.steps), ("whole", 2 * args.steps)):
         try:
             runs[part] = run_ranks(
@@ -135,12 +136,12 @@ def _failed(part: str, errors: dict[int, str]) -> int:
     return EXIT_INPUT if refused else 1
 
 
-def _report(runs: dict[str, list[dict[str, object]]], args: argparse.Namespace) -> int:
+def _report(runs: dict[str, list[dict[str, JSONValue]]], args: argparse.Namespace) -> int:
     from lifecycle.megatron.verify import first_difference
 
-    whole = [cast("list[dict[str, object]]", rank["steps"]) for rank in runs["whole"]]
+    whole = [cast("list[dict[str, JSONValue]]", rank["steps"]) for rank in runs["whole"]]
     resumed = [
-        cast("list[dict[str, object]]", first["steps"]) + cast("list[dict[str, object]]", second["steps"])
+        cast("list[dict[str, JSONValue]]", first["steps"]) + cast("list[dict[str, JSONValue]]", second["steps"])
         for first, second in zip(runs["first"], runs["second"], strict=True)
     ]
     k, n = args.steps, args.nproc
@@ -171,7 +172,7 @@ def _window_line(window: object) -> str:
     return f"the window from the load to step {window.get('step')}: no random stream moved; {counts}"
 
 
-def run_part(config_data: dict[str, object], provider_spec: str, steps: int, save: bool) -> dict[str, object]:
+def run_part(config_data: dict[str, JSONValue], provider_spec: str, steps: int, save: bool) -> dict[str, JSONValue]:
     """On one rank: start up (loading `checkpoint.load` when the config names one), train `steps`
     steps with a digest after each, save to `checkpoint.save` when `save`; the digests and, after a
     load, the resume window's `streams_checked` fields."""
@@ -198,7 +199,7 @@ def run_part(config_data: dict[str, object], provider_spec: str, steps: int, sav
     return {"steps": [dataclasses.asdict(d) for d in digests], "window": _window(log)}
 
 
-def _window(log: str) -> dict[str, object] | None:
+def _window(log: str) -> dict[str, JSONValue] | None:
     import orjson
 
     with open(log, "rb") as f:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from lifecycle.errors import ConfigError
+from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
     import yaml
@@ -49,7 +50,7 @@ def preset_path(name: str) -> Path:
     return path
 
 
-def read_yaml(path: Path) -> dict[str, object]:
+def read_yaml(path: Path) -> dict[str, JSONValue]:
     """The top-level mapping of a YAML config file."""
     import yaml
 
@@ -92,23 +93,23 @@ def _unique_keys_loader() -> type[yaml.SafeLoader]:
     return UniqueKeys
 
 
-def to_dict(obj: DataclassInstance | type[DataclassInstance]) -> dict[str, object]:
-    out: dict[str, object] = {}
+def to_dict(obj: DataclassInstance | type[DataclassInstance]) -> dict[str, JSONValue]:
+    out: dict[str, JSONValue] = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         out[f.name] = to_dict(value) if dataclasses.is_dataclass(value) else value
     return out
 
 
-def plain(data: Mapping[_K, object]) -> dict[str, object]:
+def plain(data: Mapping[_K, JSONValue]) -> dict[str, JSONValue]:
     return {str(k): (plain(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
 
 
-def build(cls: type[_R], data: Mapping[str, object], where: str = "") -> _R:
+def build(cls: type[_R], data: Mapping[str, JSONValue], where: str = "") -> _R:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     problems: list[str] = []
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, object] = {}  # the fields: values and built sections
     for key, value in data.items():
         path = f"{where}{key}"
         if key not in names:
@@ -142,7 +143,7 @@ def build(cls: type[_R], data: Mapping[str, object], where: str = "") -> _R:
     return cls(**kwargs)
 
 
-def _as_number(hint: object, value: object) -> object:
+def _as_number(hint: object, value: JSONValue) -> JSONValue:
     """A numeric string (`1e-3`, which YAML 1.1 leaves a string) as a float where the field is one."""
     if isinstance(value, str) and _is_float(hint) and _NUMBER.fullmatch(value.strip()):
         return float(value)

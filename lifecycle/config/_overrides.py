@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from lifecycle.errors import ConfigError
+from lifecycle.log import JSONValue
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?\.?(inf|infinity|nan)", re.I)
@@ -43,7 +44,7 @@ def _options(hint: object) -> tuple[object, ...]:
     return (hint,)
 
 
-def _typed(hint: object, raw: str) -> object:
+def _typed(hint: object, raw: str) -> JSONValue:
     """`raw` read as the type `hint` expects, or the text itself when it does not fit."""
     options = _options(hint)
     text = raw.strip()
@@ -64,7 +65,7 @@ def _typed(hint: object, raw: str) -> object:
     return text
 
 
-def _yaml(key: str, raw: str) -> object:
+def _yaml(key: str, raw: str) -> JSONValue:
     """A value for a key that names no field (a section, or an unknown key `build` reports)."""
     import yaml
 
@@ -109,7 +110,7 @@ def refuse_repeated(overrides: Iterable[str]) -> None:
         seen[key] = raw
 
 
-def _section(data: dict[str, object], key: str, item: str) -> dict[str, object]:
+def _section(data: dict[str, JSONValue], key: str, item: str) -> dict[str, JSONValue]:
     """The dict holding the field `key` names, sections made as needed; ConfigError for a non-section."""
     node = data
     for part in key.split(".")[:-1]:
@@ -120,7 +121,9 @@ def _section(data: dict[str, object], key: str, item: str) -> dict[str, object]:
     return node
 
 
-def apply_overrides(data: dict[str, object], overrides: Iterable[str], cls: type | None = None) -> dict[str, object]:
+def apply_overrides(
+    data: dict[str, JSONValue], overrides: Iterable[str], cls: type | None = None
+) -> dict[str, JSONValue]:
     """`data` with each `KEY=VALUE` override applied in order, typed by `cls`'s field (see the module doc)."""
     for item in overrides:
         key, raw = _split(item)
@@ -131,7 +134,7 @@ def apply_overrides(data: dict[str, object], overrides: Iterable[str], cls: type
     return data
 
 
-def apply_values(data: dict[str, object], values: Mapping[str, object]) -> dict[str, object]:
+def apply_values(data: dict[str, JSONValue], values: Mapping[str, JSONValue]) -> dict[str, JSONValue]:
     """`data` with each dotted field set to its value as given: a typed value, never read as text
     (`build` checks it against the field's type like any other)."""
     for key, value in values.items():

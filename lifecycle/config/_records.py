@@ -16,6 +16,7 @@ import orjson
 
 from lifecycle.config import _loading
 from lifecycle.config._overrides import apply_overrides, apply_values
+from lifecycle.log import JSONValue
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,7 +192,11 @@ class RunConfig:
 
     @classmethod
     def from_dict(
-        cls, data: Mapping[str, object], overrides: Iterable[str] = (), *, values: Mapping[str, object] | None = None
+        cls,
+        data: Mapping[str, JSONValue],
+        overrides: Iterable[str] = (),
+        *,
+        values: Mapping[str, JSONValue] | None = None,
     ) -> RunConfig:
         """Build from nested dicts; `overrides` are `"section.field=value"` strings, each value read
         by its field's type (`_overrides`: a string field takes the text as written); then `values`,
@@ -201,19 +206,19 @@ class RunConfig:
 
     @classmethod
     def from_yaml(
-        cls, path: str | Path, overrides: Iterable[str] = (), *, values: Mapping[str, object] | None = None
+        cls, path: str | Path, overrides: Iterable[str] = (), *, values: Mapping[str, JSONValue] | None = None
     ) -> RunConfig:
         """Read a YAML file of sections, then apply `overrides` and `values`."""
         return cls.from_dict(_loading.read_yaml(Path(path)), overrides, values=values)
 
     @classmethod
     def preset(
-        cls, name: str, overrides: Iterable[str] = (), *, values: Mapping[str, object] | None = None
+        cls, name: str, overrides: Iterable[str] = (), *, values: Mapping[str, JSONValue] | None = None
     ) -> RunConfig:
         """A YAML preset shipped in `lifecycle/presets/`."""
         return cls.from_yaml(_loading.preset_path(name), overrides, values=values)
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, JSONValue]:
         """Nested dicts of sections (dicts) and values."""
         return _loading.to_dict(self)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lifecycle.runtime import Options, Runtime
+from lifecycle.runtime import GivenProvider, Options, Runtime
 from states import Plan, SideEffect, Trigger
 
 
@@ -16,7 +16,7 @@ class Context:
 
     runtime: Runtime
     trigger: Trigger
-    provider: object
+    provider: GivenProvider
     plan: Plan
     options: Options
     declare: Callable[[SideEffect, Runtime], None]

@@ -29,7 +29,7 @@ from lifecycle.errors import GuardRejected, InvalidTransition, PhaseFailed, Star
 from lifecycle.log import events
 from lifecycle.megatron import steps as _steps
 from lifecycle.megatron.steps import StepHandle, StepResult, StepsSlot
-from lifecycle.runtime import Options, PhaseSet, Runtime
+from lifecycle.runtime import GivenProvider, Options, PhaseSet, Runtime
 from states import (
     PLAN_TARGETS,
     STARTUP_ORDER,
@@ -55,7 +55,7 @@ class Lifecycle:
     def __init__(
         self,
         config: RunConfig,
-        provider: object = None,
+        provider: GivenProvider = None,
         log_dir: str | Path | None = None,
         *,
         plan: Plan | str | None = None,
@@ -106,7 +106,7 @@ class Lifecycle:
         return self._shared.plan
 
     @property
-    def provider(self) -> object:
+    def provider(self) -> GivenProvider:
         return self._shared.provider
 
     @property

@@ -160,9 +160,10 @@ class _Distributed(_Phase):
 class _Model(_Phase):
     def build(self, ctx: PhaseContext) -> Runtime:
         ctx.side_effect(SideEffect.MODEL)
-        provider = ctx.provider or copying_provider
-        if not callable(provider):
-            raise TypeError(f"provider {provider!r} is not callable")
+        given = ctx.provider or copying_provider
+        if not callable(given):
+            raise TypeError(f"provider {given!r} is not callable")
+        provider: Callable[..., SimChunk] = given  # called in copying_provider's shape: no `inputs`
         provider_config = SimConfig(num_layers=ctx.runtime.config.model.num_layers)
         chunks = tuple(provider(provider_config, pre_process=True, post_process=True, vp_stage=None) for _ in range(1))
         ctx.emit(

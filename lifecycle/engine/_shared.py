@@ -20,7 +20,7 @@ from lifecycle.engine._work import default_phases
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
 from lifecycle.log import AuditLog
-from lifecycle.runtime import Options, PhaseSet, Runtime, rank_of, run_id_from_env, world_size_of
+from lifecycle.runtime import GivenProvider, Options, PhaseSet, Runtime, rank_of, run_id_from_env, world_size_of
 from states import Plan, State, Trigger
 
 TripwirePolicy = Literal["raise", "warn", "off"]
@@ -30,7 +30,7 @@ TripwirePolicy = Literal["raise", "warn", "off"]
 class Shared:
     config: RunConfig
     plan: Plan
-    provider: object
+    provider: GivenProvider
     """The model provider as the user gave it: the entry work resolves it (megatron/user_providers.py)."""
     options: Options
     policy: TripwirePolicy
@@ -52,7 +52,7 @@ class Shared:
 
 def make_shared(
     config: RunConfig,
-    provider: object,
+    provider: GivenProvider,
     log_dir: str | Path | None,
     *,
     plan: Plan | str | None,

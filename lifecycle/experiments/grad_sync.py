@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TypedDict
 
+from lifecycle.log import JSONValue
+
 if TYPE_CHECKING:
     import torch
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
@@ -252,9 +254,9 @@ def rank_main(cases: tuple[str, ...], bindings: tuple[str, ...]) -> list[RankRes
         dist.destroy_process_group()
 
 
-def summarize(per_rank: list[list[RankResult]]) -> list[dict[str, object]]:
+def summarize(per_rank: list[list[RankResult]]) -> list[dict[str, JSONValue]]:
     """One row per (case, binding): per-rank finalizer calls and counts, replicas identical?"""
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, JSONValue]] = []
     for index, first in enumerate(per_rank[0]):
         ranks = [results[index] for results in per_rank]
         rows.append(
@@ -273,7 +275,7 @@ def summarize(per_rank: list[list[RankResult]]) -> list[dict[str, object]]:
     return rows
 
 
-def run(cases: tuple[str, ...] = tuple(CASES), bindings: tuple[str, ...] = BINDINGS) -> list[dict[str, object]]:
+def run(cases: tuple[str, ...] = tuple(CASES), bindings: tuple[str, ...] = BINDINGS) -> list[dict[str, JSONValue]]:
     """Run the experiment on 2 spawned gloo ranks; return the summary rows."""
     from lifecycle.launchers.local import run_ranks
 

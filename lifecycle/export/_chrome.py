@@ -17,7 +17,7 @@ import orjson
 from lifecycle.audit import Failure, Segment, no_gc, write_output
 from lifecycle.export._details import Mark
 from lifecycle.export._model import RankTrace, Trace
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 
 STATES_TID, IMPORTS_TID, MARKS_TID = 1, 2, 3
 FLOW_CATEGORY = "root_cause"
@@ -35,7 +35,7 @@ class Metadata(TypedDict):
     pid: int
     tid: int
     name: str
-    args: dict[str, object]
+    args: dict[str, JSONValue]
 
 
 class Slice(TypedDict):
@@ -48,7 +48,7 @@ class Slice(TypedDict):
     cat: str
     ts: int
     dur: int
-    args: dict[str, object]
+    args: dict[str, JSONValue]
 
 
 class Instant(TypedDict):
@@ -61,7 +61,7 @@ class Instant(TypedDict):
     name: str
     cat: str
     ts: int
-    args: dict[str, object]
+    args: dict[str, JSONValue]
 
 
 class Counter(TypedDict):
@@ -72,7 +72,7 @@ class Counter(TypedDict):
     tid: int
     name: str
     ts: int
-    args: dict[str, object]
+    args: dict[str, JSONValue]
 
 
 class _Flow(TypedDict):
@@ -108,7 +108,7 @@ class Document(TypedDict):
 
     traceEvents: list[Event]
     displayTimeUnit: str
-    otherData: dict[str, object]
+    otherData: dict[str, JSONValue]
 
 
 def chrome_events(trace: Trace) -> list[Event]:
@@ -193,7 +193,7 @@ def _names(rank: RankTrace, pid: int) -> list[Event]:
 
 def _segment(rank: RankTrace, seg: Segment, attempt: int, pid: int, t0: float) -> Slice:
     """A state (or the imports, on their own thread) as a complete slice, with the rank's counts in it."""
-    args: dict[str, object] = {"trigger": seg.trigger, "generation": seg.generation, "attempt": attempt}
+    args: dict[str, JSONValue] = {"trigger": seg.trigger, "generation": seg.generation, "attempt": attempt}
     args.update({f"{k}": v for k, v in rank.counts.get(seg.state, {}).items()})
     imports = seg.state == events.IMPORTS
     return {
@@ -223,19 +223,19 @@ def _unfinished(unfinished: tuple[str, float, float], pid: int, t0: float) -> Sl
     }
 
 
-def _instant(pid: int, name: str, cat: str, ts: int, args: dict[str, object]) -> Instant:
+def _instant(pid: int, name: str, cat: str, ts: int, args: dict[str, JSONValue]) -> Instant:
     """An instant on the records thread (a failure, a violation, a record a finding points at)."""
     return {"ph": "i", "s": "t", "pid": pid, "tid": MARKS_TID, "name": name, "cat": cat, "ts": ts, "args": args}
 
 
 def _failure(failure: Failure, ts: float, pid: int, t0: float) -> Instant:
     """The rank's startup failure (at `ts`, its time), as an instant."""
-    args: dict[str, object] = {"message": failure.message, "state": failure.state}
+    args: dict[str, JSONValue] = {"message": failure.message, "state": failure.state}
     return _instant(pid, f"startup {failure.kind}", "failure", _us(ts, t0), args)
 
 
 def _mark(mark: Mark, pid: int, t0: float) -> Instant:
-    args: dict[str, object] = {"detail": mark.detail, "state": mark.state, "rule": mark.rule, "peer_rank": mark.peer}
+    args: dict[str, JSONValue] = {"detail": mark.detail, "state": mark.state, "rule": mark.rule, "peer_rank": mark.peer}
     return _instant(pid, mark.event, mark.kind, _us(mark.ts, t0), args)
 
 
@@ -250,12 +250,12 @@ def _step_counters(rank: RankTrace, pid: int, t0: float) -> list[Counter]:
     if len(out) < len(rank.steps):
         for ts, step, loss, duration in rank.steps:
             if (loss is None) != (duration is None):
-                values: dict[str, object] = {"loss": loss} if duration is None else {"step_time_s": duration}
+                values: dict[str, JSONValue] = {"loss": loss} if duration is None else {"step_time_s": duration}
                 out.append(_counter(pid, _us(ts, t0), values | {"step": step}))
     return out
 
 
-def _counter(pid: int, ts: int, args: dict[str, object]) -> Counter:
+def _counter(pid: int, ts: int, args: dict[str, JSONValue]) -> Counter:
     return {"ph": "C", "pid": pid, "tid": 0, "name": "step", "ts": ts, "args": args}
 
 

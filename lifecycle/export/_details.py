@@ -22,7 +22,7 @@ from typing import ClassVar, Protocol, Union, cast
 import msgspec
 import orjson
 
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 
 MARKS = {
     events.TRIPWIRE_VIOLATION: "violation",
@@ -61,7 +61,7 @@ _EVENT, _TS = attrgetter("event"), attrgetter("ts")
 _STEP_FIELDS = (attrgetter("rank"), attrgetter("step"), attrgetter("loss"), attrgetter("duration_s"))
 _StepRow = tuple[float, int, float | None, float | None]
 """A step as kept: (time, step, loss, duration_s)."""
-Config = dict[str, object]
+Config = dict[str, JSONValue]
 """A `config_validated` record's config: nested JSON objects."""
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from lifecycle.log import JSONValue
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import ReadableSpan
@@ -17,23 +19,23 @@ if TYPE_CHECKING:
 _FLAGS = 256  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK: the parent (when any) is known to be local
 
 
-def encode(finished: Sequence[ReadableSpan]) -> dict[str, object]:
+def encode(finished: Sequence[ReadableSpan]) -> dict[str, JSONValue]:
     """The OTLP JSON document (`ExportTraceServiceRequest`) of SDK spans, grouped by resource and scope."""
-    groups: dict[int, dict[InstrumentationScope | None, list[dict[str, object]]]] = {}
+    groups: dict[int, dict[InstrumentationScope | None, list[dict[str, JSONValue]]]] = {}
     resources: dict[int, Resource] = {}
     for span in finished:  # by identity: hashing a Resource serializes its attributes to JSON
         key = id(span.resource)
         resources.setdefault(key, span.resource)
         groups.setdefault(key, {}).setdefault(span.instrumentation_scope, []).append(_span(span))
-    out = []
+    out: list[JSONValue] = []
     for key, scopes in groups.items():
         resource = resources[key]
-        scope_spans = [
-            {"scope": _scope(scope), "spans": encoded} | _schema(scope.schema_url if scope else None)
+        scope_spans: list[JSONValue] = [
+            {"scope": _scope(scope), "spans": encoded, **_schema(scope.schema_url if scope else None)}
             for scope, encoded in scopes.items()
         ]
         out.append(
-            {"resource": _attributes_of(resource.attributes), "scopeSpans": scope_spans} | _schema(resource.schema_url)
+            {"resource": _attributes_of(resource.attributes), "scopeSpans": scope_spans, **_schema(resource.schema_url)}
         )
     return {"resourceSpans": out}
 
@@ -48,15 +50,15 @@ def _scope(scope: InstrumentationScope | None) -> dict[str, str]:
     return {k: str(v) for k, v in (("name", scope.name), ("version", scope.version)) if v}
 
 
-def _attributes_of(attributes: Attributes) -> dict[str, object]:
+def _attributes_of(attributes: Attributes) -> dict[str, JSONValue]:
     return {"attributes": _attrs(attributes)} if attributes else {}
 
 
-def _span(span: ReadableSpan) -> dict[str, object]:
+def _span(span: ReadableSpan) -> dict[str, JSONValue]:
     context = span.get_span_context()
     if context is None:  # every span the SDK starts has one
         raise ValueError(f"span {span.name!r} has no span context: not a span the SDK made")
-    out: dict[str, object] = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
+    out: dict[str, JSONValue] = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
     if span.parent is not None:
         out["parentSpanId"] = f"{span.parent.span_id:016x}"
     out |= {
@@ -77,11 +79,11 @@ def _span(span: ReadableSpan) -> dict[str, object]:
     return out
 
 
-def _attrs(attributes: Mapping[str, AttributeValue]) -> list[dict[str, object]]:
+def _attrs(attributes: Mapping[str, AttributeValue]) -> list[dict[str, JSONValue]]:
     return [{"key": key, "value": _value(value)} for key, value in attributes.items()]
 
 
-def _value(value: AttributeValue) -> dict[str, object]:
+def _value(value: AttributeValue) -> dict[str, JSONValue]:
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, int):

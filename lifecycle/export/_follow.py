@@ -20,7 +20,7 @@ import orjson
 
 from lifecycle.audit import Appender
 from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, nanos, ours, sdk
-from lifecycle.log import Tail, events
+from lifecycle.log import JSONValue, Tail, events
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -119,7 +119,7 @@ def _read_pass(
     return changed, world
 
 
-def _new_records(rank: _Rank) -> list[tuple[float, dict[str, object]]]:
+def _new_records(rank: _Rank) -> list[tuple[float, dict[str, JSONValue]]]:
     """The records completed since the last pass, each with its time (one without is skipped)."""
     out = []
     for line in rank.tail.read():
@@ -138,7 +138,7 @@ def _int(value: object) -> int:
     return int(value) if value and isinstance(value, (int, float, str)) else 0
 
 
-def _apply(tracer: Tracer, rank: _Rank, rec: Mapping[str, object], ts: float) -> None:
+def _apply(tracer: Tracer, rank: _Rank, rec: Mapping[str, JSONValue], ts: float) -> None:
     from opentelemetry import trace as api
 
     event, ns = rec.get("event"), nanos(ts)
@@ -172,7 +172,7 @@ def _apply(tracer: Tracer, rank: _Rank, rec: Mapping[str, object], ts: float) ->
         _close(rank, ns, error=f"{event}: {rec.get('error') or rec.get('signal') or rec.get('state') or ''}")
 
 
-def _completed(rank: _Rank, rec: Mapping[str, object], ns: int) -> None:
+def _completed(rank: _Rank, rec: Mapping[str, JSONValue], ns: int) -> None:
     """A transition's span is named for the state it reached; a rank that reached its end closes."""
     span, _ = rank.open.pop(str(rec.get("trigger")), (None, 0.0))
     if span is not None:

@@ -28,7 +28,7 @@ from lifecycle.export import _otlp
 from lifecycle.export._details import _KEEP, Details, Mark, _take
 from lifecycle.export._encode import encode
 from lifecycle.export._model import _rank
-from lifecycle.log import AuditLog, events
+from lifecycle.log import AuditLog, JSONValue, events
 from lifecycle.redaction import redact_text
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class LiveSpans:
         for provider in self._providers.values():
             provider.shutdown()
 
-    def _open_root(self, rec: Mapping[str, object], ts: float) -> None:
+    def _open_root(self, rec: Mapping[str, JSONValue], ts: float) -> None:
         if self._root is not None:
             self._close_root(self._root)
         number = rec.get("attempt")

@@ -20,6 +20,7 @@ from lifecycle.audit import (
 )
 from lifecycle.errors import LogUnreadable
 from lifecycle.export._details import Attempt, Collect, Config, Details, Mark, line_times, read_details
+from lifecycle.log import JSONValue
 
 COORDINATES = ("tp", "pp", "cp", "ep", "dp")
 
@@ -306,8 +307,8 @@ def _fps(fps: set[str]) -> str:
     return ",".join(f[:12] for f in sorted(fps)) or "none"
 
 
-def _flat(config: Mapping[str, object], prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
+def _flat(config: Mapping[str, JSONValue], prefix: str = "") -> dict[str, JSONValue]:
+    out: dict[str, JSONValue] = {}
     for key, value in config.items():
         if isinstance(value, dict):
             out.update(_flat(value, f"{prefix}{key}."))

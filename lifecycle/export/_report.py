@@ -7,7 +7,7 @@ nothing a log holds can become markup.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import NotRequired, TypedDict
@@ -18,7 +18,7 @@ import orjson
 from lifecycle.audit import RULES, Finding, RootCause, StateBlame, blame, no_gc, stragglers, timeout_maps, write_output
 from lifecycle.export._model import Cycle, RankTrace, Trace
 from lifecycle.export._rows import Row, rows
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 from states import STARTUP_ORDER, State
 
 RULES_URL = "docs/rules/"
@@ -40,11 +40,11 @@ class RowData(TypedDict):
     n: int
     shown: int
     outlier: str | None
-    bars: list[list[object]]
-    marks: list[list[object]]
+    bars: list[list[JSONValue]]
+    marks: list[list[JSONValue]]
     ranks: NotRequired[list[int]]
-    unfinished: NotRequired[list[object]]
-    failure: NotRequired[list[object]]
+    unfinished: NotRequired[list[JSONValue]]
+    failure: NotRequired[list[JSONValue]]
 
 
 class ReportData(TypedDict):
@@ -59,14 +59,14 @@ class ReportData(TypedDict):
     states: list[str]
     aggregated: bool
     rows: list[RowData]
-    chain: list[dict[str, object]]
-    findings: list[dict[str, object]]
-    causes: list[dict[str, object]]
-    cycles: list[dict[str, object]]
+    chain: list[dict[str, JSONValue]]
+    findings: list[dict[str, JSONValue]]
+    causes: list[dict[str, JSONValue]]
+    cycles: list[dict[str, JSONValue]]
     fingerprints: list[str]
-    blame: list[dict[str, object]]
-    stragglers: list[dict[str, object]]
-    timeouts: list[dict[str, object]]
+    blame: list[dict[str, JSONValue]]
+    stragglers: list[dict[str, JSONValue]]
+    timeouts: list[dict[str, JSONValue]]
 
 
 def rules_url_problem(url: str) -> str | None:
@@ -116,7 +116,7 @@ def report_data(trace: Trace, *, rules_url: str = RULES_URL, per_rank_up_to: int
     }
 
 
-def _findings(findings: Sequence[Finding], rules_url: str) -> list[dict[str, object]]:
+def _findings(findings: Sequence[Finding], rules_url: str) -> list[dict[str, JSONValue]]:
     """Each finding, with its rule's slug and the page that explains it."""
     by_rule = {r.id: r for r in RULES}
     return [
@@ -133,7 +133,7 @@ def _findings(findings: Sequence[Finding], rules_url: str) -> list[dict[str, obj
     ]
 
 
-def _cause(c: RootCause) -> dict[str, object]:
+def _cause(c: RootCause) -> dict[str, JSONValue]:
     """A root cause: the first failure, where it was logged, and the ranks it took down."""
     return {
         "run_id": c.run_id,
@@ -146,7 +146,7 @@ def _cause(c: RootCause) -> dict[str, object]:
     }
 
 
-def _cycle(c: Cycle, t0: float) -> dict[str, object]:
+def _cycle(c: Cycle, t0: float) -> dict[str, JSONValue]:
     """A restart cycle: when it started, who took part, and what changed from the one before."""
     return {
         "attempt": c.attempt,
@@ -159,7 +159,7 @@ def _cycle(c: Cycle, t0: float) -> dict[str, object]:
     }
 
 
-def _blame(b: StateBlame, ranks: tuple[RankTrace, ...]) -> dict[str, object]:
+def _blame(b: StateBlame, ranks: tuple[RankTrace, ...]) -> dict[str, JSONValue]:
     """A state's time across the ranks, its slowest rank, and its counts."""
     return {
         "state": b.state,
@@ -174,7 +174,7 @@ def _blame(b: StateBlame, ranks: tuple[RankTrace, ...]) -> dict[str, object]:
 
 def _row(row: Row, t0: float) -> RowData:
     rank = row.shown
-    bars: list[list[object]] = [[seg.state, seg.start - t0, seg.end - t0, attempt] for seg, attempt in rank.segments]
+    bars: list[list[JSONValue]] = [[seg.state, seg.start - t0, seg.end - t0, attempt] for seg, attempt in rank.segments]
     out: RowData = {
         "label": row.label,
         "n": len(row.ranks),
@@ -204,7 +204,7 @@ def _counts(ranks: tuple[RankTrace, ...], state: str) -> dict[str, list[int]]:
     return {name: [sorted(v)[len(v) // 2], max(v)] for name, v in values.items()}
 
 
-def render(data: Mapping[str, object]) -> bytes:
+def render(data: ReportData) -> bytes:
     """The page: the template with `data` in it. `<` is written as `\\u003c` inside the JSON, so
     no value can close the script element."""
     template = files("lifecycle.export").joinpath("report.html").read_bytes()

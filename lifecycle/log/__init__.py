@@ -15,6 +15,8 @@ from lifecycle.log._chain import SUFFIX as SUFFIX
 from lifecycle.log._chain import line_hash_matches as line_hash_matches
 from lifecycle.log._files import check_log_dir
 from lifecycle.log._tail import Tail as Tail
+from lifecycle.log._values import Fields as Fields
+from lifecycle.log._values import JSONValue as JSONValue
 from lifecycle.log._writer import AuditLog
 
 __all__ = [

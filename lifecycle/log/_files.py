@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 
 from lifecycle.log._chain import GENESIS
+from lifecycle.log._values import JSONValue
 
 EXISTING_POLICIES = ("refuse", "overwrite", "append")
 _STARTED = b'"event":"lifecycle_started"'
@@ -98,7 +99,7 @@ def _read_checked(path: Path) -> tuple[os.stat_result, bytes] | str | None:
         return _not_ours(path, f"cannot be read ({exc.strerror})")
 
 
-def _record(line: bytes) -> dict[str, object] | None:
+def _record(line: bytes) -> dict[str, JSONValue] | None:
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError:

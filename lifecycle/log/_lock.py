@@ -16,10 +16,12 @@ from pathlib import Path
 
 import orjson
 
+from lifecycle.log._values import JSONValue
+
 LOCK_NAME = ".lifecycle.lock"
 
 
-def _owner(fd: int) -> dict[str, object]:
+def _owner(fd: int) -> dict[str, JSONValue]:
     try:
         data = os.pread(fd, 4096, 0)
         owner = orjson.loads(data) if data else {}
@@ -28,7 +30,7 @@ def _owner(fd: int) -> dict[str, object]:
     return owner if isinstance(owner, dict) else {}
 
 
-def _held_by(log_dir: Path, owner: dict[str, object]) -> str:
+def _held_by(log_dir: Path, owner: dict[str, JSONValue]) -> str:
     return (
         f"log_dir {str(log_dir)!r} is in use by run {owner.get('run_id')!r} on host {owner.get('host')!r} "
         f"(pid {owner.get('pid')!r}; {LOCK_NAME}): two runs cannot write one log directory at once; wait "

@@ -210,7 +210,8 @@ class AuditLog:
         self._logger = self._make_logger()
 
     def emit(self, event: str, **fields: object) -> None:
-        """Log one record (values redacted). Never raises for the file: see `fault`. Raises
+        """Log one record (values redacted; a value that is not JSON is written as its `str`, so any
+        object is taken). Never raises for the file: see `fault`. Raises
         ValueError for an unknown event, and in strict mode (`STRICT_RECORDS`) for an unknown field."""
         if event not in events.ALL:
             raise ValueError(f"unknown log event {event!r}: add it to lifecycle/log/events.py")

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from megatron.core.transformer.spec_utils import ModuleSpec
     from megatron.core.transformer.transformer_layer import TransformerLayerSubmodules
 
-    from lifecycle.megatron.providers import ModelInputs
+    from lifecycle.runtime import ModelInputs
 
 GPT_BLOCK = "*-"
 """One GPT transformer block as hybrid layers: self-attention, then a dense MLP."""

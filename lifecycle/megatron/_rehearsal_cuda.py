@@ -5,11 +5,15 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Callable, Iterator, Mapping
+from typing import TypeAlias
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 _POSITIONAL_DEVICE_FUNCS = frozenset({torch.Tensor.to})
+
+Device: TypeAlias = "torch.device | str | int | None"
+"""A device argument as torch takes one (torch's own `_device_t`)."""
 
 
 def to_cpu_device(device: object) -> object:
@@ -43,7 +47,7 @@ class CpuDeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is not ty
         return func(*args, **kw)
 
 
-def tensor_cuda(self: torch.Tensor, device: object = None, non_blocking: bool = False, **_: object) -> torch.Tensor:
+def tensor_cuda(self: torch.Tensor, device: Device = None, non_blocking: bool = False, **_: object) -> torch.Tensor:
     """`Tensor.cuda()` in rehearsal: the tensor stays where it is (on CPU)."""
     return self
 
@@ -52,7 +56,7 @@ def tensor_type_wrapper(original: Callable[..., str | torch.Tensor]) -> Callable
     """`Tensor.type()` names `torch.cuda.*Tensor`; `type("torch.cuda.X")` converts on CPU."""
 
     def tensor_type(
-        self: torch.Tensor, dtype: object = None, non_blocking: bool = False, **kw: object
+        self: torch.Tensor, dtype: torch.dtype | str | None = None, non_blocking: bool = False, **kw: object
     ) -> str | torch.Tensor:
         if dtype is None:
             name = str(original(self))  # the type's name: `Tensor.type()` returns a str
@@ -70,10 +74,10 @@ class Event:
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self.enable_timing = enable_timing
 
-    def record(self, stream: object = None) -> None:
+    def record(self, stream: Stream | None = None) -> None:
         return None
 
-    def wait(self, stream: object = None) -> None:
+    def wait(self, stream: Stream | None = None) -> None:
         return None
 
     def synchronize(self) -> None:
@@ -89,14 +93,14 @@ class Event:
 class Stream:
     """A `torch.cuda.Stream`: work on CPU is already ordered, so every method returns at once."""
 
-    def __init__(self, device: object = None, priority: int = 0, **_: object) -> None:
+    def __init__(self, device: Device = None, priority: int = 0, **_: object) -> None:
         self.device = torch.device("cpu")
         self.priority = priority
 
-    def wait_stream(self, stream: object) -> None:
+    def wait_stream(self, stream: Stream) -> None:
         return None
 
-    def wait_event(self, event: object) -> None:
+    def wait_event(self, event: Event) -> None:
         return None
 
     def record_event(self, event: Event | None = None) -> Event:
@@ -118,11 +122,11 @@ def _nothing(*_: object, **__: object) -> None:
     return None
 
 
-def _cpu_get_rng_state(device: object = "cuda") -> torch.Tensor:
+def _cpu_get_rng_state(device: Device = "cuda") -> torch.Tensor:
     return torch.get_rng_state()
 
 
-def _cpu_set_rng_state(new_state: torch.Tensor, device: object = "cuda") -> None:
+def _cpu_set_rng_state(new_state: torch.Tensor, device: Device = "cuda") -> None:
     torch.set_rng_state(new_state)
 
 
@@ -130,12 +134,12 @@ def _cpu_manual_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def get_cpu_rng_state(device: object = "cuda", clone: bool = False, graph_safe: bool = False) -> torch.Tensor:
+def get_cpu_rng_state(device: Device = "cuda", clone: bool = False, graph_safe: bool = False) -> torch.Tensor:
     """megatron `_get_cuda_rng_state` on the CPU generator (`get_rng_state` already copies)."""
     return torch.get_rng_state()
 
 
-def set_cpu_rng_state(new_state: torch.Tensor, device: object = -1, graph_safe: bool = False) -> None:
+def set_cpu_rng_state(new_state: torch.Tensor, device: Device = -1, graph_safe: bool = False) -> None:
     """megatron `_set_cuda_rng_state` on the CPU generator."""
     torch.set_rng_state(new_state)
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from lifecycle.config import LATEST, iteration_dir, latest_step, partial_dir
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 from lifecycle.megatron.streams import capture, optimizer_counts, restore
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def _read_errors() -> tuple[type[BaseException], ...]:
     return (Exception, CheckpointException)
 
 
-def _common(directory: str | None) -> dict[str, object]:
+def _common(directory: str | None) -> dict[str, JSONValue]:
     """The latest checkpoint's common state (rank 0's non-sharded items); {} without one."""
     step = latest_step(directory)
     if directory is None or step is None:
@@ -85,14 +85,14 @@ def _streams_saved(directory: str) -> bool:
     return bool(_common(directory).get("rng_world_size") == dist.get_world_size())
 
 
-def saved_optimizer_counts(directory: str | None) -> dict[str, object] | None:
+def saved_optimizer_counts(directory: str | None) -> dict[str, JSONValue] | None:
     """The optimizer's step counts and loss scale the latest checkpoint was saved with
     (`streams.optimizer_counts`); None for a checkpoint saved without them."""
     value = _common(directory).get("optimizer_counts")
     return value if isinstance(value, dict) else None
 
 
-def _metadata() -> dict[str, object]:
+def _metadata() -> dict[str, JSONValue]:
     """The sharded-state-dict metadata Megatron-LM passes (`_build_sharded_state_dict_metadata`)."""
     from megatron.core import parallel_state
 

@@ -20,10 +20,10 @@ from lifecycle.config import snapshot_config
 from lifecycle.errors import ConfigError
 from lifecycle.log import events
 from lifecycle.megatron.checkpoint import checkpoint_source, load_at_build, saved_optimizer_counts
-from lifecycle.megatron.providers import ModelProvider, model_inputs, provider_config
+from lifecycle.megatron.providers import model_inputs, provider_config
 from lifecycle.megatron.settings import check_landed, with_names
 from lifecycle.megatron.streams import ResumeWindow
-from lifecycle.megatron.user_providers import check_chunk, display_name, resolve_provider
+from lifecycle.megatron.user_providers import OwnsConfig, check_chunk, display_name, resolve_provider
 from states import Plan, SideEffect
 
 if TYPE_CHECKING:
@@ -34,8 +34,7 @@ if TYPE_CHECKING:
     from megatron.core.transformer.module import MegatronModule
 
     from lifecycle.config import RunConfig
-    from lifecycle.megatron.providers import ModelInputs
-    from lifecycle.runtime import PhaseContext, Runtime
+    from lifecycle.runtime import GivenProvider, ModelInputs, ModelProvider, PhaseContext, Runtime
 
 
 def chunk_stages() -> list[tuple[bool, bool, int | None]]:
@@ -199,7 +198,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size), display_name(ctx.provider))
     model, optimizer, ddp_config = _train_or_eval(ctx, chunks)
     step = load_at_build(ctx, model, optimizer)
-    own = getattr(provider, "own_config", None)  # a provider object's own config is its provider config
+    own = provider.own_config if isinstance(provider, OwnsConfig) else None  # a provider object's config
     check_landed(ctx, model, optimizer, own if own is not None else config, asked)
     runtime_config = get_model_config(model[0])
     te_buffers = init_te_user_buffers(run, runtime_config)
@@ -246,15 +245,15 @@ def open_window(
     return window
 
 
-def asked_for(run: RunConfig, provider: object, *, training: bool) -> bindings.Requested:
+def asked_for(run: RunConfig, provider: GivenProvider, *, training: bool) -> bindings.Requested:
     """What the validated config asks for, built again from it (the objects the provider, DDP and the
     optimizer were given may have been changed in place since). A provider object with its own config
     (`.provide()`, a ModelBuilder, a ModelConfig) asks for that config's fields, as they were when it
     was given (`asked`; `own_config` has its dtypes)."""
     resolved = resolve_provider(provider)
-    own = getattr(resolved, "asked", None)
+    own = resolved.asked if isinstance(resolved, OwnsConfig) else None
     asked = provider_config(run, resolved)
-    dtypes = getattr(resolved, "own_config", asked) if own is not None else asked
+    dtypes = resolved.own_config if isinstance(resolved, OwnsConfig) and own is not None else asked
     ddp = megatron_ddp_config(run) if training else None
     named = with_names(bindings.requested(asked, ddp, optimizer_config(run, dtypes) if training else None))
     if own is None:

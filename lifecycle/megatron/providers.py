@@ -14,38 +14,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING
+
+from lifecycle.runtime import ModelInputs, ModelProvider
 
 if TYPE_CHECKING:
     from megatron.core.transformer import ModuleSpec, TransformerConfig
     from torch.nn import Module
 
     from lifecycle.config import RunConfig
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelInputs:
-    """What a provider needs beyond the TransformerConfig, resolved by the services."""
-
-    vocab_size: int
-    seq_length: int
-    max_position_embeddings: int
-    transformer_impl: Literal["local", "transformer_engine"] = "local"
-    share_embeddings_and_output_weights: bool = True
-
-
-class ModelProvider(Protocol):
-    """Megatron's provider shape plus `inputs`; one call per virtual-pipeline chunk."""
-
-    def __call__(
-        self,
-        config: TransformerConfig,
-        *,
-        pre_process: bool,
-        post_process: bool,
-        vp_stage: int | None,
-        inputs: ModelInputs,
-    ) -> Module: ...
 
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

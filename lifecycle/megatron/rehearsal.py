@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING
 from lifecycle.errors import RehearsalError
 
 if TYPE_CHECKING:
-    from lifecycle.megatron._rehearsal_cuda import CpuDeviceMode
+    import torch
+
+    from lifecycle.megatron._rehearsal_cuda import CpuDeviceMode, Device
 
 _MARK = "_lifecycle_rehearsal"
 
@@ -254,12 +256,12 @@ def _zero(*_: object, **__: object) -> int:
 
 
 @contextlib.contextmanager
-def _device_index(device: object, /) -> Iterator[None]:
+def _device_index(device: Device, /) -> Iterator[None]:
     """`torch.accelerator.device_index(device)`: there is one device, nothing to switch."""
     yield None
 
 
-def _capability(device: object = None, /) -> dict[str, object]:
+def _capability(device: Device = None, /) -> dict[str, set[torch.dtype]]:
     """`torch.accelerator.get_device_capability()`: the dtypes the CPU rehearsal computes in."""
     import torch
 

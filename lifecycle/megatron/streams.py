@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, cast
 
+from lifecycle.log import JSONValue
+
 if TYPE_CHECKING:
     import numpy
     import torch
@@ -131,7 +133,7 @@ def restore(state: dict[str, object]) -> None:
         get_cuda_rng_tracker().set_states(tracker)
 
 
-def optimizer_counts(optimizer: object) -> dict[str, object]:
+def optimizer_counts(optimizer: object) -> dict[str, JSONValue]:
     """What a resume must bring back of a megatron optimizer (each of a ChainedOptimizer's): the distinct
     step counts in its parameters' states (Adam's `step`; [] before its first step) and its loss scale
     (None without a grad scaler)."""
@@ -173,7 +175,7 @@ class ResumeWindow:
     restored: dict[str, str] = field(default_factory=dict)
     callers: dict[str, str] = field(default_factory=dict)
     checked: bool = False
-    saved_optimizer: dict[str, object] | None = None
+    saved_optimizer: dict[str, JSONValue] | None = None
     """The optimizer counts the checkpoint was saved with (None: saved without them, or no optimizer)."""
     restored_position: dict[str, int] | None = None
     """The data position after the load (None where the caller did not say how to read it)."""
@@ -186,7 +188,7 @@ class ResumeWindow:
         cls,
         restored_step: int,
         optimizer: object = None,
-        saved_optimizer: dict[str, object] | None = None,
+        saved_optimizer: dict[str, JSONValue] | None = None,
         position: Callable[[], dict[str, int]] | None = None,
     ) -> ResumeWindow:
         """`position` reads the data position (e.g. consumed samples, iteration), now and at the first step."""
@@ -197,15 +199,15 @@ class ResumeWindow:
         window._watch()
         return window
 
-    def optimizer_fields(self) -> dict[str, object]:
+    def optimizer_fields(self) -> dict[str, JSONValue]:
         """`optimizer` (its counts now) and `saved_optimizer` for a record, each where it is known."""
         optimizer = self._optimizer() if self._optimizer is not None else None
-        fields: dict[str, object] = {} if optimizer is None else {"optimizer": optimizer_counts(optimizer)}
+        fields: dict[str, JSONValue] = {} if optimizer is None else {"optimizer": optimizer_counts(optimizer)}
         if self.saved_optimizer is not None:
             fields["saved_optimizer"] = self.saved_optimizer
         return fields
 
-    def _position_fields(self) -> dict[str, object]:
+    def _position_fields(self) -> dict[str, JSONValue]:
         """`position` (the data position now) and `restored_position` (after the load), where it is read."""
         if self._position is None or self.restored_position is None:
             return {}
@@ -238,7 +240,7 @@ class ResumeWindow:
             else:
                 delattr(patch.owner, patch.attr)
 
-    def check(self, step: int) -> dict[str, object] | None:
+    def check(self, step: int) -> dict[str, JSONValue] | None:
         """Close the window at step `step`'s start: the `streams_checked` record's fields; None when it
         was checked before (the first step only)."""
         if self.checked:

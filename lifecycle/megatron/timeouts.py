@@ -25,6 +25,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from lifecycle.log import JSONValue
+
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
@@ -60,7 +62,7 @@ def seconds(group: ProcessGroup) -> float | None:
     return max(found) if found else None
 
 
-def describe(group: ProcessGroup, globals_: dict[int, str]) -> dict[str, object]:
+def describe(group: ProcessGroup, globals_: dict[int, str]) -> dict[str, JSONValue]:
     """The group's name (megatron's `group_desc`, else its parallel_state global, else torch's name),
     backend(s) and size."""
     import torch.distributed as dist
@@ -113,7 +115,7 @@ class GroupWatch:
 
         if not isinstance(group, dist.ProcessGroup):
             if self._emit is not None:
-                absent: dict[str, object] = {"name": "(this rank is not in it)", "backend": None, "size": 0}
+                absent: dict[str, JSONValue] = {"name": "(this rank is not in it)", "backend": None, "size": 0}
                 self._emit(
                     "group_created", **absent, timeout_s=None, created_by=made_by, member=False, connect_s=took_s
                 )
@@ -135,7 +137,7 @@ class GroupWatch:
         self._emit, self._original, self._wrapper = None, None, None
 
 
-def read_back(configured_s: float, watch: GroupWatch) -> tuple[list[dict[str, object]], int]:
+def read_back(configured_s: float, watch: GroupWatch) -> tuple[list[dict[str, JSONValue]], int]:
     """Every group this rank is in but the world: name, backend, size, timeout read back, creator; a
     group megatron made here with a timeout other than `configured_s` gets it (`corrected_from`).
     Returns the entries and how many were corrected."""

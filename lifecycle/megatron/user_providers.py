@@ -30,14 +30,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 
 from lifecycle.errors import ProviderError
-from lifecycle.megatron.providers import PROVIDERS, GPTBuilder, HybridBuilder, ModelInputs, ModelProvider
+from lifecycle.megatron.providers import PROVIDERS, GPTBuilder, HybridBuilder
+from lifecycle.runtime import BuildsModel, ConfiguresModel, GivenProvider, ModelInputs, ModelProvider, ProvidesModel
 
 if TYPE_CHECKING:
     from megatron.core.transformer import TransformerConfig
     from torch.nn import Module
+
+    from bindings import Requested
 
 BUILDERS: dict[str, type[GPTBuilder] | type[HybridBuilder]] = {
     "gpt-builder": GPTBuilder,
@@ -71,7 +74,7 @@ def spec_problem(spec: str) -> str | None:
     return None
 
 
-def load_provider(spec: str) -> Callable[..., object]:
+def load_provider(spec: str) -> Callable[..., Module]:
     """The callable a spec names: a known name, `package.module:function` or `file.py:function`."""
     if spec in PROVIDERS:
         return PROVIDERS[spec]
@@ -88,7 +91,7 @@ def load_provider(spec: str) -> Callable[..., object]:
         raise _fail(
             f"provider {spec!r}: {target} has no attribute {attr!r}; its callables: {', '.join(public) or 'none'}", spec
         )
-    found: Callable[..., object] = getattr(module, attr)  # checked callable by `resolve_provider`
+    found: Callable[..., Module] = getattr(module, attr)  # checked callable by `resolve_provider`
     return found
 
 
@@ -121,7 +124,7 @@ def _import_file(path: str, spec: str) -> ModuleType:
     return module
 
 
-def name_of(provider: object) -> str:
+def name_of(provider: GivenProvider | ModelProvider) -> str:
     """module:qualname of a provider (its class for a callable instance)."""
     if isinstance(provider, (MegatronLMProvider, NoInputsProvider, ProvideObject, BuilderObject, Provider)):
         return provider.name
@@ -178,13 +181,13 @@ class ProvideObject:
     so the lifecycle's config is not passed. `asked`: the object's own fields when it was given (a
     dataclass), what MODEL_BUILT's settings check compares the model with; None for another object."""
 
-    def __init__(self, obj: object, *, name: str) -> None:
+    def __init__(self, obj: ProvidesModel, *, name: str) -> None:
         import bindings
 
         self.obj, self.name = obj, name
-        self.own_config = obj if dataclasses.is_dataclass(obj) else None
-        self.asked = bindings.requested(obj) if self.own_config is not None else None
-        params = inspect.signature(obj.provide).parameters  # type: ignore[attr-defined]
+        self.own_config: TransformerConfig | None = obj if dataclasses.is_dataclass(obj) else None
+        self.asked: Requested | None = bindings.requested(obj) if self.own_config is not None else None
+        params = inspect.signature(obj.provide).parameters
         var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         self.takes_vp_stage = "vp_stage" in params or var_kw
 
@@ -198,16 +201,7 @@ class ProvideObject:
         inputs: ModelInputs,
     ) -> Module:
         extra = {"vp_stage": vp_stage} if self.takes_vp_stage else {}
-        model: Module = self.obj.provide(pre_process=pre_process, post_process=post_process, **extra)  # type: ignore[attr-defined]
-        return model
-
-
-class _Builds(Protocol):
-    """Megatron-LM's `ModelBuilder`: `build_model` builds one chunk."""
-
-    def build_model(
-        self, pg_collection: object, *, pre_process: bool, post_process: bool, vp_stage: int | None
-    ) -> Module: ...
+        return self.obj.provide(pre_process=pre_process, post_process=post_process, **extra)
 
 
 class BuilderObject:
@@ -216,16 +210,19 @@ class BuilderObject:
     model config's own `transformer`, with the process groups megatron's `get_model` passes (those
     `initialize_model_parallel` made). `asked`: that transformer config's fields when it was given."""
 
-    def __init__(self, obj: object, *, name: str) -> None:
+    def __init__(self, obj: BuildsModel | ConfiguresModel, *, name: str) -> None:
         import bindings
 
         self.name = name
-        built = obj.get_builder_cls()(obj) if _configures(obj) else obj  # type: ignore[attr-defined]
-        self.builder = cast(_Builds, built)  # `_builds` found its build_model
-        model_config = obj if _configures(obj) else getattr(obj, "_model_config", None)
+        self.builder: BuildsModel
+        model_config: ConfiguresModel | None
+        if isinstance(obj, ConfiguresModel):
+            self.builder, model_config = obj.get_builder_cls()(obj), obj
+        else:
+            self.builder, model_config = obj, getattr(obj, "_model_config", None)
         own = getattr(model_config, "transformer", None)
-        self.own_config = own if dataclasses.is_dataclass(own) else None
-        self.asked = bindings.requested(own) if self.own_config is not None else None
+        self.own_config: TransformerConfig | None = own if dataclasses.is_dataclass(own) else None
+        self.asked: Requested | None = bindings.requested(own) if self.own_config is not None else None
 
     def __call__(
         self,
@@ -242,22 +239,31 @@ class BuilderObject:
         return self.builder.build_model(groups, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage)
 
 
-def _provides(obj: object) -> bool:
+@runtime_checkable
+class OwnsConfig(Protocol):
+    """A provider that builds from its own config (the adapters of provider objects above): MODEL_BUILT's
+    settings check asks for `asked`, that config's fields when it was given, with `own_config`'s dtypes."""
+
+    own_config: TransformerConfig | None
+    asked: Requested | None
+
+
+def _provides(obj: GivenProvider) -> TypeGuard[ProvidesModel]:
     return callable(getattr(obj, "provide", None)) and not inspect.isroutine(obj)
 
 
-def _builds(obj: object) -> bool:
+def _builds(obj: GivenProvider) -> TypeGuard[BuildsModel | ConfiguresModel]:
     """A ModelBuilder (`.build_model`) or a ModelConfig (`.get_builder_cls`), not a function or class."""
     if inspect.isroutine(obj) or inspect.isclass(obj):
         return False
     return callable(getattr(obj, "build_model", None)) or _configures(obj)
 
 
-def _configures(obj: object) -> bool:
+def _configures(obj: GivenProvider) -> TypeGuard[ConfiguresModel]:
     return callable(getattr(obj, "get_builder_cls", None))
 
 
-def _object_provider(obj: object, name: str) -> ModelProvider | None:
+def _object_provider(obj: GivenProvider, name: str) -> ModelProvider | None:
     """The adapter of a provider object (`.provide()`, a ModelBuilder, a ModelConfig); None otherwise."""
     if _provides(obj):
         return ProvideObject(obj, name=name)
@@ -266,7 +272,7 @@ def _object_provider(obj: object, name: str) -> ModelProvider | None:
     return None
 
 
-def adapt(fn: Callable[..., object], name: str) -> ModelProvider:
+def adapt(fn: Callable[..., Module], name: str) -> ModelProvider:
     """`fn` callable in our shape, whichever of the shapes it has (found by signature): ours,
     Megatron-LM's `model_provider`, an object with `.provide()`, a ModelBuilder or a ModelConfig."""
     found = _object_provider(fn, name)
@@ -290,7 +296,7 @@ def adapt(fn: Callable[..., object], name: str) -> ModelProvider:
     )
 
 
-def resolve_provider(provider: object) -> ModelProvider:
+def resolve_provider(provider: GivenProvider) -> ModelProvider:
     """A provider callable, a name or spec (`module:function`, `file.py:function`), None (gpt), or a
     `Provider` resolved before (its callable, not resolved again)."""
     if isinstance(provider, Provider):
@@ -307,7 +313,7 @@ def resolve_provider(provider: object) -> ModelProvider:
     return adapt(provider, name_of(provider))
 
 
-def display_name(provider: object) -> str:
+def display_name(provider: GivenProvider) -> str:
     """How errors name the provider the user gave: the spec string, or module:qualname."""
     if provider is None:
         return "gpt"
@@ -323,7 +329,7 @@ class Provider:
     name: str
 
     @classmethod
-    def of(cls, given: object) -> Provider:
+    def of(cls, given: GivenProvider) -> Provider:
         """`given` resolved (`resolve_provider`); a Provider is returned as it is."""
         if isinstance(given, Provider):
             return given

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from lifecycle.log import JSONValue
 from lifecycle.megatron.streams import inner_optimizers
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def _short(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
-def first_difference(whole: list[list[dict[str, object]]], resumed: list[list[dict[str, object]]]) -> str | None:
+def first_difference(whole: list[list[dict[str, JSONValue]]], resumed: list[list[dict[str, JSONValue]]]) -> str | None:
     """The first step (then rank, then value or tensor, in the model's order) where the uninterrupted and
     the resumed histories differ, in one line; None when every step is equal on every rank."""
     for index in range(max((len(steps) for steps in whole), default=0)):
@@ -93,7 +94,7 @@ def first_difference(whole: list[list[dict[str, object]]], resumed: list[list[di
     return None
 
 
-def _step_difference(a: dict[str, object] | None, resumed: list[dict[str, object]], index: int) -> str | None:
+def _step_difference(a: dict[str, JSONValue] | None, resumed: list[dict[str, JSONValue]], index: int) -> str | None:
     if a is None:
         return f"the uninterrupted run has no step {index + 1}"
     if index >= len(resumed):

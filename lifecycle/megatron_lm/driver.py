@@ -18,7 +18,7 @@ from lifecycle.megatron_lm.entry import (
     run_training,
 )
 from lifecycle.resilience import cycle_and_store, injectable
-from lifecycle.runtime import Options
+from lifecycle.runtime import GivenProvider, Options
 from lifecycle.runtime.frames import drop_frame_locals
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def pretrain(
     train_valid_test_dataset_provider: Callable[..., object],
     model_type: ModelType,
     forward_step_func: Callable[..., object],
-    model_provider: object = None,
+    model_provider: GivenProvider = None,
     process_non_loss_data_func: Callable[..., object] | None = None,
     get_embedding_ranks: Callable[..., list[int]] | None = None,
     get_position_embedding_ranks: Callable[..., list[int]] | None = None,

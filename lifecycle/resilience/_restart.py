@@ -23,7 +23,7 @@ import orjson
 from lifecycle.config import RunConfig
 from lifecycle.engine import Lifecycle, TripwirePolicy
 from lifecycle.errors import ConfigError
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 from lifecycle.megatron.distributed import decide_rehearsal
 from lifecycle.megatron.resources import hook_counts
 from lifecycle.megatron.train import checkpoint_step
@@ -32,7 +32,7 @@ from lifecycle.resilience import _nvrx
 from lifecycle.resilience._call import client_timeout_s, cycle_and_store, own_client
 from lifecycle.resilience._compat import installed_problem
 from lifecycle.resilience._sockets import CycleSockets
-from lifecycle.runtime import Options, world_size_of
+from lifecycle.runtime import GivenProvider, Options, world_size_of
 from lifecycle.runtime.frames import drop_frame_locals
 from states import LifecycleError, Plan, State
 
@@ -64,7 +64,7 @@ class InProcessRestart:
     def __init__(
         self,
         config: RunConfig,
-        provider: object = None,
+        provider: GivenProvider = None,
         log_dir: str | Path | None = None,
         *,
         max_cycles: int = 10,
@@ -85,7 +85,7 @@ class InProcessRestart:
         )
         self.max_cycles = max_cycles
         self.min_world_size = min_world_size
-        self.last_cause: dict[str, object] = {}
+        self.last_cause: dict[str, JSONValue] = {}
         """Who failed in the last cycle that failed, and why (`rank`, `error`), as this rank knows it."""
         self.port = port
         self.cycles = 0
@@ -169,7 +169,7 @@ class InProcessRestart:
             cause=cause.get("error"),
         )
 
-    def _final_cause(self) -> dict[str, object]:
+    def _final_cause(self) -> dict[str, JSONValue]:
         """The last cycle's first failure, read again once the wrapper gave up. Read at the fault it
         can be missed: the wrapper's restart request (a BaseException, delivered into this thread at
         any line) may land before `_abort` kept it, leaving the cycle before's cause or none (the
@@ -239,7 +239,9 @@ class InProcessRestart:
         a dataloader worker was left alive: measured.) The wrapper aborts the process groups, and
         the next cycle's `restart()` proves everything is gone."""
         self._failed = exc  # first: the wrapper's request can land while the cause is published
-        own = {} if _nvrx.is_restart_request(exc) else {"rank": self.lc.runtime.rank, "error": _error(exc)}
+        own: dict[str, JSONValue] = (
+            {} if _nvrx.is_restart_request(exc) else {"rank": self.lc.runtime.rank, "error": _error(exc)}
+        )
         if own:
             _publish(store, cycle, self.lc.runtime.rank, exc)
         # the first failure published, which a peer's own error (peer_failed) or the wrapper's
@@ -256,7 +258,7 @@ class InProcessRestart:
         failed, self._failed = self._failed, None
         drop_frame_locals(failed, tracebacks=True)
 
-    def _end(self, store: Store, cycle: int) -> dict[str, object]:
+    def _end(self, store: Store, cycle: int) -> dict[str, JSONValue]:
         """Log the end of `cycle` (who caused it) and release what it made, back to VALIDATED; the
         cause the first failed rank published."""
         lc = self.lc
@@ -290,7 +292,7 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-def _read_cause(store: Store, cycle: int) -> dict[str, object]:
+def _read_cause(store: Store, cycle: int) -> dict[str, JSONValue]:
     """What the rank that failed first in `cycle` published; {} when none did (a lost rank, a timeout)."""
     key = _CAUSE.format(cycle=cycle)
     with contextlib.suppress(Exception):

@@ -20,8 +20,17 @@ from lifecycle.runtime._protocol import ModelChunk as ModelChunk
 from lifecycle.runtime._protocol import Optimizer as Optimizer
 from lifecycle.runtime._protocol import Options as Options
 from lifecycle.runtime._protocol import PhaseContext as PhaseContext
+from lifecycle.runtime._protocol import ResumeCheck as ResumeCheck
 from lifecycle.runtime._protocol import Runtime as Runtime
+from lifecycle.runtime._protocol import Slot as Slot
+from lifecycle.runtime._protocol import Tokenizer as Tokenizer
 from lifecycle.runtime._protocol import Watch as Watch
+from lifecycle.runtime._providers import BuildsModel as BuildsModel
+from lifecycle.runtime._providers import ConfiguresModel as ConfiguresModel
+from lifecycle.runtime._providers import GivenProvider as GivenProvider
+from lifecycle.runtime._providers import ModelInputs as ModelInputs
+from lifecycle.runtime._providers import ModelProvider as ModelProvider
+from lifecycle.runtime._providers import ProvidesModel as ProvidesModel
 
 __all__ = [
     "adopt_launcher_identity",

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol, TypedDict, runtime_checkable
+from typing import TYPE_CHECKING, Generic, Protocol, TypedDict, TypeVar, runtime_checkable
 
 from bindings import BindingReport, Policy, SchedulerConfig
 from lifecycle.errors import ConfigError
+from lifecycle.log import JSONValue
+from lifecycle.runtime._providers import GivenProvider
 from states import Plan, SideEffect, Trigger
 
 if TYPE_CHECKING:
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
     from lifecycle.config import RunConfig
+
+
+T = TypeVar("T")
 
 
 class Tokenizer(Protocol):
@@ -65,7 +70,7 @@ class ResumeCheck(Protocol):
     `check` at the first step's start gives the `streams_checked` fields (None after the first call);
     `close` ends it unchecked."""
 
-    def check(self, step: int) -> dict[str, object] | None: ...
+    def check(self, step: int) -> dict[str, JSONValue] | None: ...
     def close(self) -> None: ...
 
 
@@ -146,13 +151,48 @@ class Runtime:
     rehearsal: Closeable | None = None
     imports: Imports | None = None
     """VALIDATED's heavy imports, for `lifecycle run`'s summary."""
-    extras: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
-    """The extension slot for states added outside the project (docs/extending.md): their objects
-    by name. The project's own code never uses it: what its phases make has a typed field above."""
+    slot_values: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    """What states added outside the project made, by `Slot` name: read and written through `slot`,
+    `with_slot` and `without_slot`, which check each value's type (docs/extending.md). The project's
+    own phases never use it: what they make has a typed field above."""
 
     @property
     def validated(self) -> bool:
         return self.fingerprint is not None
+
+    def slot(self, slot: Slot[T]) -> T | None:
+        """The value in `slot`, None when empty."""
+        value = self.slot_values.get(slot.name)
+        return None if value is None else slot.checked(value)
+
+    def with_slot(self, slot: Slot[T], value: T) -> Runtime:
+        """This record with `value` in `slot` (a TypeError if it is not the slot's type)."""
+        return replace(self, slot_values=MappingProxyType({**self.slot_values, slot.name: slot.checked(value)}))
+
+    def without_slot(self, slot: Slot[T]) -> Runtime:
+        """This record with `slot` empty (what the release of the state that filled it returns)."""
+        rest = {name: value for name, value in self.slot_values.items() if name != slot.name}
+        return replace(self, slot_values=MappingProxyType(rest))
+
+
+@dataclass(frozen=True, slots=True)
+class Slot(Generic[T]):
+    """A typed place in `Runtime` for what a state added outside the project makes:
+    `DATA = Slot("data", DataIterators)`, then `rt.with_slot(DATA, it)`, `rt.slot(DATA)` (a
+    `DataIterators | None`) and, in its release, `rt.without_slot(DATA)`."""
+
+    name: str
+    kind: type[T]
+    """The type every value in the slot has (a Protocol must be `runtime_checkable`)."""
+
+    def checked(self, value: object) -> T:
+        """`value`, when it is the slot's type; else a TypeError naming the slot."""
+        if not isinstance(value, self.kind):
+            raise TypeError(
+                f"runtime slot {self.name!r} holds {self.kind.__name__}, not {type(value).__name__}; "
+                f"put a {self.kind.__name__} in it, or declare another Slot"
+            )
+        return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,7 +234,7 @@ class PhaseContext(Protocol):
     @property
     def runtime(self) -> Runtime: ...
     @property
-    def provider(self) -> object: ...
+    def provider(self) -> GivenProvider: ...
     @property
     def plan(self) -> Plan: ...
     @property

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig
+from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
     from lifecycle.engine import Lifecycle
@@ -51,7 +52,7 @@ class GroupCount:
         """DISTRIBUTED's time outside torch's group constructors (megatron building rank lists)."""
         return max(0.0, self.distributed_s - self.member_s - self.non_member_s)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSONValue]:
         return {
             "created": self.created,
             "member": self.member,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lifecycle.config import ParallelConfig
+from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -44,12 +45,12 @@ class Placement:
     ep_group: tuple[int, ...]
     embedding_group: tuple[int, ...]
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, JSONValue]:
         return {
             f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in dataclasses.fields(self)
         }
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> dict[str, JSONValue]:
         """Coordinates, stage and embedding group, without the (long) group member lists."""
         out = {name: getattr(self, name) for name in ("rank", *COORDINATES, "first_stage", "last_stage")}
         out["embedding_group"] = list(self.embedding_group)

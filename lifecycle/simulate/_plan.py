@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 
 from lifecycle.config import RunConfig
+from lifecycle.log import JSONValue
 
 HOST_OPS_PER_S = 16_000.0
 """Store operations a second one TCPStore host serves to 512 or more connections on this 2-core
@@ -82,7 +83,7 @@ class Plan:
     def total_s(self) -> float:
         return sum(self.phases.values())
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSONValue]:
         return {
             "ranks": self.ranks,
             "nodes": self.ranks // self.ranks_per_node,

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig
+from lifecycle.log import JSONValue
 from lifecycle.simulate._groups import GroupCount, count_groups
 from lifecycle.simulate._store import StoreHost, Tally
 
@@ -79,8 +80,8 @@ class WatchCount:
     def ops_per_s(self) -> float:
         return self.phases["steady"].total * self.scale / self.window_s
 
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {
+    def to_json(self) -> dict[str, JSONValue]:
+        out: dict[str, JSONValue] = {
             "leaders": self.leaders,
             "interval_s": round(self.interval_s, 4),
             "poll_s": self.poll_s,
@@ -104,7 +105,7 @@ class WatchCount:
         return out
 
 
-def _phase_json(tally: Tally, ranks: int, per: float, scale: float) -> dict[str, object]:
+def _phase_json(tally: Tally, ranks: int, per: float, scale: float) -> dict[str, JSONValue]:
     """The host's counts of one phase (× `scale`, / `per` seconds), and per rank (of the `ranks` counted)."""
 
     def host(value: float) -> float:
@@ -266,7 +267,7 @@ class ScaleReport:
     def nodes(self) -> int:
         return self.watch.nodes
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JSONValue]:
         return {
             "ranks": self.ranks,
             "nodes": self.nodes,

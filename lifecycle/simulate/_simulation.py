@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from torch.nn import Module
 
     from lifecycle.engine import Lifecycle
-    from lifecycle.megatron.providers import ModelInputs
+    from lifecycle.runtime import ModelInputs
 
 UNTIL = (State.DISTRIBUTED, State.MODEL_BUILT)
 

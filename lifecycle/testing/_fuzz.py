@@ -23,7 +23,7 @@ from lifecycle.config import RunConfig
 from lifecycle.engine import InProcessPhases, Lifecycle, TripwirePolicy
 from lifecycle.errors import LifecycleError
 from lifecycle.log import ChainVerifier, events
-from lifecycle.runtime import Options, PhaseSet
+from lifecycle.runtime import GivenProvider, Options, PhaseSet
 from states import STARTUP_ORDER, TABLE, State, Trigger, find, releases
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def check_written_log(lc: Lifecycle) -> None:
 
 def lifecycle_state_machine(
     config: RunConfig | None = None,
-    provider: object = None,
+    provider: GivenProvider = None,
     phases_factory: Callable[[], PhaseSet] = InProcessPhases,
     tripwires: TripwirePolicy = "raise",
 ) -> type[RuleBasedStateMachine]:
@@ -166,7 +166,7 @@ def lifecycle_state_machine(
 
 
 def _fresh(
-    config: RunConfig, provider: object, phases_factory: Callable[[], PhaseSet], tripwires: TripwirePolicy
+    config: RunConfig, provider: GivenProvider, phases_factory: Callable[[], PhaseSet], tripwires: TripwirePolicy
 ) -> tuple[tempfile.TemporaryDirectory[str], Lifecycle]:
     """One example's lifecycle, keeping its records, with its own temporary log directory."""
     where = tempfile.TemporaryDirectory(prefix="lifecycle-fuzz-")

@@ -66,17 +66,21 @@ from states import STARTUP_ORDER, State, kept_by, rebinds, trains_in, Plan, Trig
 calls = []
 
 
+from lifecycle.runtime import Slot
+
+DATA = Slot("data", str)
+
+
 class DataReady:
-    """The new state's phase: opens 'iterators' (in the runtime's extras), closes them on release."""
+    """The new state's phase: opens 'iterators' (in a runtime slot of its own), closes them on release."""
 
     def enter(self, ctx):
         calls.append("enter")
-        return dataclasses.replace(ctx.runtime, extras=MappingProxyType({**ctx.runtime.extras, "data": "open"}))
+        return ctx.runtime.with_slot(DATA, "open")
 
     def release(self, ctx):
         calls.append("release")
-        extras = {k: v for k, v in ctx.runtime.extras.items() if k != "data"}
-        return dataclasses.replace(ctx.runtime, extras=MappingProxyType(extras))
+        return ctx.runtime.without_slot(DATA)
 
 
 def lifecycle(log_dir):
@@ -103,10 +107,10 @@ root = Path(sys.argv[1])
 lc = lifecycle(root / "clean")
 out["target"] = lc.target.name
 lc.advance_to(lc.target)
-out["data_at_target"] = lc.runtime.extras.get("data")
+out["data_at_target"] = lc.runtime.slot(DATA)
 step(lc, 1)
 lc.rebuild()
-out["data_after_rebuild"] = lc.runtime.extras.get("data")
+out["data_after_rebuild"] = lc.runtime.slot(DATA)
 lc.advance_to(lc.target)
 step(lc, 2)
 lc.restart()

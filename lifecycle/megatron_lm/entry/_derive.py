@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from lifecycle import launchers
 from lifecycle.config import Problem, RunConfig
+from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
     from megatron.training.config.container import PretrainConfigContainer
@@ -128,7 +129,7 @@ def _dtype(args: Namespace) -> str:
     return "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "fp32"
 
 
-def _model(args: Namespace) -> dict[str, object]:
+def _model(args: Namespace) -> dict[str, JSONValue]:
     return {
         "num_layers": args.num_layers,
         "hidden_size": args.hidden_size,
@@ -150,7 +151,7 @@ def _model(args: Namespace) -> dict[str, object]:
     }
 
 
-def _parallel(args: Namespace) -> dict[str, object]:
+def _parallel(args: Namespace) -> dict[str, JSONValue]:
     return {
         "tp": args.tensor_model_parallel_size,
         "pp": args.pipeline_model_parallel_size,
@@ -163,7 +164,7 @@ def _parallel(args: Namespace) -> dict[str, object]:
     }
 
 
-def _ddp(args: Namespace) -> dict[str, object]:
+def _ddp(args: Namespace) -> dict[str, JSONValue]:
     return {
         "overlap_grad_reduce": args.overlap_grad_reduce,
         "overlap_param_gather": args.overlap_param_gather,
@@ -176,7 +177,7 @@ def _ddp(args: Namespace) -> dict[str, object]:
     }
 
 
-def _optimizer(args: Namespace) -> dict[str, object]:
+def _optimizer(args: Namespace) -> dict[str, JSONValue]:
     return {
         "optimizer": "sgd" if args.optimizer == "sgd" else "adam",
         "lr": args.lr,

@@ -40,7 +40,7 @@ from lifecycle.megatron_lm.entry import _derive, _providers, _resources
 from lifecycle.megatron_lm.entry._distributed import initialize
 from lifecycle.megatron_lm.entry._handover import HandOver, releasing_distributed, releasing_services
 from lifecycle.redaction import redact
-from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
+from lifecycle.runtime import Entry, GivenProvider, PhaseContext, Runtime, Work
 from states import STARTUP_ORDER, SideEffect, State
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from torch.distributed import Store
 
     from lifecycle.config import Problem
-    from lifecycle.megatron.providers import ModelInputs
+    from lifecycle.runtime import ModelInputs
 
 
 @dataclass(kw_only=True)
@@ -62,7 +62,7 @@ class MegatronLMCall:
     train_valid_test_dataset_provider: Callable[..., object]
     model_type: ModelType
     forward_step_func: Callable[..., object]
-    model_provider: object = None
+    model_provider: GivenProvider = None
     """Any shape `_providers.problem` accepts (checked at VALIDATED), or None."""
     process_non_loss_data_func: Callable[..., object] | None = None
     get_embedding_ranks: Callable[..., list[int]] | None = None

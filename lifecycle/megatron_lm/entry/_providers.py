@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from megatron.core.transformer.module import MegatronModule
     from megatron.training.models.base import ModelBuilder, ModelConfig
 
-    from lifecycle.megatron.providers import ModelInputs
+    from lifecycle.runtime import ModelInputs
 
 KEYWORDS = ("pre_process", "post_process", "vp_stage", "config", "pg_collection")
 INSTEAD = (

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lifecycle.errors import ConfigError
+from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
     from megatron.training.config import PretrainConfigContainer
@@ -51,7 +52,7 @@ def _refuse(path: str, what: str, field: str = "megatron_config") -> ConfigError
     return ConfigError(f"{FLAG} {path}: {what}", field=field)
 
 
-def read_config_data(path: str, *, allow_targets: bool = False) -> dict[str, object]:
+def read_config_data(path: str, *, allow_targets: bool = False) -> dict[str, JSONValue]:
     """The file's YAML as plain data, checked (module docstring); megatron is not imported."""
     data = _parse(path, _read(path))
     nodes, references = _count(data)
