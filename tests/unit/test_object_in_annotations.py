@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("states", "bindings", "lifecycle")
 CAP = 620
-"""The most `object`s the annotations of `states/`, `bindings/` and `lifecycle/` may hold (791 before issue 35's typed seams; the target is 245)."""
+"""The most `object`s the annotations of `states/`, `bindings/` and `lifecycle/` may hold (791 before
+issue 35's typed seams; the target is 245)."""
 
 
 def _objects(node: ast.AST | None, aliases: dict[str, int]) -> int:
