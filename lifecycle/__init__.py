@@ -12,12 +12,28 @@ from lifecycle.config import RunConfig
 from lifecycle.engine import InProcessPhases, Lifecycle
 from lifecycle.errors import *  # noqa: F403 - the whole error tree, as errors.__all__ lists it
 from lifecycle.log import events
-from lifecycle.runtime import Around, Options, Phase, PhaseContext, Phases, PhaseSet, Runtime, Work
+from lifecycle.runtime import (
+    Around,
+    GivenProvider,
+    ModelInputs,
+    ModelProvider,
+    Options,
+    Phase,
+    PhaseContext,
+    Phases,
+    PhaseSet,
+    Runtime,
+    Slot,
+    Work,
+)
 
 __all__ = [
     "Around",
+    "GivenProvider",
     "InProcessPhases",
     "Lifecycle",
+    "ModelInputs",
+    "ModelProvider",
     "Options",
     "Phase",
     "PhaseContext",
@@ -25,6 +41,7 @@ __all__ = [
     "Phases",
     "RunConfig",
     "Runtime",
+    "Slot",
     "Work",
     "events",
 ]
