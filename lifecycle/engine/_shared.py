@@ -16,7 +16,6 @@ from typing import Literal
 
 from lifecycle.config import RunConfig
 from lifecycle.engine._machine import MachineModel
-from lifecycle.engine._work import default_phases
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
 from lifecycle.log import AuditLog
@@ -93,3 +92,10 @@ def elastic() -> dict[str, int]:
     """torchrun's restart count, when this process is a restart of an elastic job."""
     count = restart_count()
     return {} if count is None else {"restart_count": count}
+
+
+def default_phases() -> PhaseSet:
+    """The real phases on megatron-core (imported only when a lifecycle is made without phases)."""
+    from lifecycle.megatron import MegatronPhases
+
+    return MegatronPhases()

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from lifecycle.engine._failures import Failures
     from lifecycle.engine._ledger import Cycles
     from lifecycle.engine._shared import Shared
-    from lifecycle.runtime import Phase, PhaseSet, Runtime
+    from lifecycle.runtime import Phase, Runtime
 
 ENTERS: dict[Trigger, State] = {t: dest for t in Trigger if (dest := entered_by(t)) is not None}
 """The state each forward trigger enters, whose phase it runs."""
@@ -221,10 +221,3 @@ class EntryWork:
             validated=old,
             current=new,
         )
-
-
-def default_phases() -> PhaseSet:
-    """The real phases on megatron-core (imported only when a lifecycle is made without phases)."""
-    from lifecycle.megatron import MegatronPhases
-
-    return MegatronPhases()

@@ -138,12 +138,12 @@ from states._ordering import (
 from states._table import allowed_triggers, find
 
 if TYPE_CHECKING:  # lifecycle.megatron_lm refuses import below megatron-core 0.17: loaded when asked for
+    from lifecycle.megatron_lm.entry._call import MegatronLMCall
     from lifecycle.megatron_lm.entry._cuda import cuda_as_cpu
     from lifecycle.megatron_lm.entry._derive import disagreements, run_config, run_config_from_yaml
-    from lifecycle.megatron_lm.entry._phases import MegatronLMCall
 
 _MEGATRON_LM = {
-    "MegatronLMCall": "lifecycle.megatron_lm.entry._phases",
+    "MegatronLMCall": "lifecycle.megatron_lm.entry._call",
     "cuda_as_cpu": "lifecycle.megatron_lm.entry._cuda",
     "disagreements": "lifecycle.megatron_lm.entry._derive",
     "run_config": "lifecycle.megatron_lm.entry._derive",

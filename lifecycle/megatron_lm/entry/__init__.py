@@ -5,10 +5,10 @@ inside functions."""
 
 from __future__ import annotations
 
+from lifecycle.megatron_lm.entry._call import MegatronLMCall as MegatronLMCall
 from lifecycle.megatron_lm.entry._derive import args_from_container
 from lifecycle.megatron_lm.entry._derive import run_config as run_config
 from lifecycle.megatron_lm.entry._derive import run_config_from_yaml as run_config_from_yaml
-from lifecycle.megatron_lm.entry._phases import MegatronLMCall as MegatronLMCall
 from lifecycle.megatron_lm.entry._phases import MegatronLMPhases
 from lifecycle.megatron_lm.entry._quiet import quiet_library_loggers as quiet_library_loggers
 from lifecycle.megatron_lm.entry._train import TrainResult as TrainResult

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from megatron.core.process_groups_config import MultiModuleProcessGroupCollection, ProcessGroupCollection
     from torch.distributed import Store
 
-    from lifecycle.megatron_lm.entry._phases import MegatronLMCall
+    from lifecycle.megatron_lm.entry._call import MegatronLMCall
 
 
 class CpuStandIns:

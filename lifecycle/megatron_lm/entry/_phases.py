@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 from argparse import Namespace
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -37,46 +36,16 @@ from lifecycle.megatron.model_built import open_window
 from lifecycle.megatron.ranks import watched
 from lifecycle.megatron.settings import check_landed
 from lifecycle.megatron_lm.entry import _derive, _providers, _resources
+from lifecycle.megatron_lm.entry._call import MegatronLMCall as MegatronLMCall
 from lifecycle.megatron_lm.entry._distributed import initialize
 from lifecycle.megatron_lm.entry._handover import HandOver, releasing_distributed, releasing_services
 from lifecycle.redaction import redact
-from lifecycle.runtime import Entry, GivenProvider, PhaseContext, Runtime, Work
+from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
 from states import STARTUP_ORDER, SideEffect, State
 
 if TYPE_CHECKING:
-    from megatron.core.enums import ModelType
-    from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator
-    from megatron.core.process_groups_config import MultiModuleProcessGroupCollection, ProcessGroupCollection
-    from megatron.training.config.container import PretrainConfigContainer
-    from torch.distributed import Store
-
     from lifecycle.config import Problem
     from lifecycle.runtime import ModelInputs
-
-
-@dataclass(kw_only=True)
-class MegatronLMCall:
-    """The arguments of one `pretrain(...)` call, as Megatron-LM's signature names them."""
-
-    cfg_container: PretrainConfigContainer
-    train_valid_test_dataset_provider: Callable[..., object]
-    model_type: ModelType
-    forward_step_func: Callable[..., object]
-    model_provider: GivenProvider = None
-    """Any shape `_providers.problem` accepts (checked at VALIDATED), or None."""
-    process_non_loss_data_func: Callable[..., object] | None = None
-    get_embedding_ranks: Callable[..., list[int]] | None = None
-    get_position_embedding_ranks: Callable[..., list[int]] | None = None
-    non_loss_data_func: Callable[..., object] | None = None
-    store: Store | None = None
-    p2p_communicator: P2PCommunicator | None = None
-    pg_collection: ProcessGroupCollection | MultiModuleProcessGroupCollection | None = None
-    skip_model_parallel_init: bool = False
-    args: Namespace = field(default_factory=Namespace)
-    """Megatron-LM's arguments (`driver._megatron_args`)."""
-    args_validated: bool = False
-    checkpointing_context: dict[str, object] = field(default_factory=dict)
-    """Megatron-LM's `checkpointing_context`: one per call, filled by its checkpoint save and load."""
 
 
 class MegatronLMPhases(MegatronPhases):

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
     from bindings import SchedulerConfig
-    from lifecycle.megatron_lm.entry._phases import MegatronLMCall
+    from lifecycle.megatron_lm.entry._call import MegatronLMCall
     from lifecycle.runtime import ModelChunk, Optimizer
 
 
