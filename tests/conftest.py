@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,7 +85,26 @@ def _no_closed_wakeup_fd_left_set() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _lifecycles_left_open_are_shut_down() -> Iterator[None]:
+def _signal_handlers_put_back() -> Iterator[None]:
+    """The SIGINT/SIGTERM handlers in place before each test are put back after it (and after the
+    lifecycles it left open are shut down, the fixture below, which depends on this one). A test
+    that installed a handler of its own and kept it (a lambda standing for the user's), or a
+    lifecycle shut down on another thread, which cannot take its handlers off, handed them to every
+    later lifecycle as the handler before its own: a later test's Ctrl-C while training then went
+    to that stale chain and raised nothing (test_engine_signals' KeyboardInterrupt test, only after
+    other files had run)."""
+    import signal
+
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    if threading.current_thread() is threading.main_thread():
+        for signum, handler in before.items():
+            if handler is not None and signal.getsignal(signum) is not handler:
+                signal.signal(signum, handler)
+
+
+@pytest.fixture(autouse=True)
+def _lifecycles_left_open_are_shut_down(_signal_handlers_put_back: None) -> Iterator[None]:
     """A lifecycle a test left mid-startup keeps its SIGTERM/SIGINT handlers and signal watch armed
     for the rest of the session: a later test's signal, taken by that test's own handler, could reach
     the old watch, which then ended the whole pytest process with 130 three seconds later (issue
