@@ -20,10 +20,8 @@ from lifecycle.runtime._protocol import ModelChunk as ModelChunk
 from lifecycle.runtime._protocol import Optimizer as Optimizer
 from lifecycle.runtime._protocol import Options as Options
 from lifecycle.runtime._protocol import PhaseContext as PhaseContext
-from lifecycle.runtime._protocol import ResumeCheck as ResumeCheck
 from lifecycle.runtime._protocol import Runtime as Runtime
 from lifecycle.runtime._protocol import Slot as Slot
-from lifecycle.runtime._protocol import Tokenizer as Tokenizer
 from lifecycle.runtime._protocol import Watch as Watch
 from lifecycle.runtime._providers import BuildsModel as BuildsModel
 from lifecycle.runtime._providers import ConfiguresModel as ConfiguresModel
