@@ -41,26 +41,35 @@ Prints, per case, the median ratio (fault → last exit) / timeout_s over `--run
 (min–max), the median seconds to the last exit and to the last log record (the lifecycle's part;
 the rest is the interpreter tearing torch and megatron down). In `raise_and_linger` rank 1 holds
 on for `LINGER_S` on purpose, so only rank 0's exit is measured.
-`tests/integration/test_deadlines.py` runs the same cases once and asserts on them.
+
+Each rank is a fresh interpreter here (`LIFECYCLE_RANKS_START=spawn` unless set), as srun starts
+one, so that its teardown is measured. `tests/integration/test_deadlines.py` runs the same cases
+once and asserts on them, their ranks forked from the preloaded server (`run_ranks`' default
+without an accelerator), which leaves out the import and the teardown, not the lifecycle's part.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
+
+from lifecycle.launchers.local import start_process
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
 
 CASES = (
     "never_starts",
@@ -134,7 +143,7 @@ class CaseResult:
         return [r for r in self.records.get(rank, []) if r["event"] == name]
 
 
-# -- a rank (run as `python benchmarks/faults.py --worker CASE RANK PORT DIR TIMEOUT`) ----------
+# -- a rank (`worker`, started by `run_case` as `run_ranks` starts ranks: `start_process`) --------
 def _checked_provider(config: Any, **kwargs: Any) -> Any:
     """The tiny GPT, then an all-reduce of a weight checksum over the data-parallel group."""
     import torch
@@ -367,29 +376,25 @@ def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
     port = _free_port()
     ranks = {"never_starts": [0], "rank_0_never_starts": [1]}.get(case, [0, 1])
     launched_at = time.time()
-    procs = {
-        r: subprocess.Popen(
-            [sys.executable, __file__, "--worker", case, str(r), str(port), str(log_dir), str(timeout_s)],
-            stdout=subprocess.DEVNULL,
-            stderr=open(log_dir / f"stderr-{r}", "wb"),  # noqa: SIM115
-        )
-        for r in ranks
-    }
+    procs = {r: start_process(worker, case, r, port, log_dir, timeout_s, output=log_dir / f"stderr-{r}") for r in ranks}
     exit_at: dict[int, float] = {}
     hard_stop = time.monotonic() + timeout_s + 120
     if case == "sigterm_in_model_built":
         _sigterm_when_ready(procs[1], log_dir, hard_stop)
     while len(exit_at) < len(procs):
         for r, proc in procs.items():
-            if r not in exit_at and proc.poll() is not None:
+            if r not in exit_at and proc.exitcode is not None:
                 exit_at[r] = time.time()
-        if case in UNMEASURED and all(r in exit_at for r in procs if r != UNMEASURED[case]):
-            procs[UNMEASURED[case]].send_signal(signal.SIGCONT)  # a stopped rank may now end
+        stopped = procs.get(UNMEASURED.get(case, -1))
+        others_ended = all(r in exit_at for r in procs if procs[r] is not stopped)
+        if stopped is not None and stopped.exitcode is None and others_ended:
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.kill(stopped.pid or 0, signal.SIGCONT)  # a stopped rank may now end
         if time.monotonic() > hard_stop:
             for r, proc in procs.items():
                 if r not in exit_at:
                     proc.kill()
-                    proc.wait()
+                    proc.join()
                     exit_at[r] = time.time()
         time.sleep(0.02)
     records = {r: _read(log_dir / f"rank-{r:05d}.jsonl") for r in ranks}
@@ -417,19 +422,19 @@ def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
         fault_at=fault_at,
         launched_at=launched_at,
         exit_at=exit_at,
-        returncode={r: p.returncode for r, p in procs.items()},
+        returncode={r: -1 if p.exitcode is None else p.exitcode for r, p in procs.items()},  # all ended by now
         records=records,
         stderr={r: (log_dir / f"stderr-{r}").read_text(errors="replace") for r in ranks},
     )
 
 
-def _sigterm_when_ready(proc: subprocess.Popen[bytes], log_dir: Path, hard_stop: float) -> None:
+def _sigterm_when_ready(proc: BaseProcess, log_dir: Path, hard_stop: float) -> None:
     """SIGTERM rank 1 once its provider runs (rank 0 is then in its all-reduce); note the time."""
-    while not (log_dir / "ready").exists() and proc.poll() is None and time.monotonic() < hard_stop:
+    while not (log_dir / "ready").exists() and proc.exitcode is None and time.monotonic() < hard_stop:
         time.sleep(0.05)
     time.sleep(1.0)
     (log_dir / "fault_at").write_text(repr(time.time()))
-    proc.send_signal(signal.SIGTERM)
+    proc.terminate()
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -444,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=20.0, help="deadline for the cases that wait it out")
     parser.add_argument("--cases", default=",".join(CASES))
     args = parser.parse_args(argv)
+    os.environ.setdefault("LIFECYCLE_RANKS_START", "spawn")  # fresh interpreters: their teardown is measured
     print(
         f"{'case':<22} {'deadline':>9} {'median ratio':>13} {'spread':>17} {'median s':>9} {'record s':>9}  exit codes"
     )
@@ -466,7 +472,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        case, rank, port, log_dir, timeout = sys.argv[2:7]
-        sys.exit(worker(case, int(rank), int(port), Path(log_dir), float(timeout)))
     sys.exit(main())

@@ -12,11 +12,21 @@ Used by `lifecycle check-binding`, `lifecycle experiment` and multi-rank tests; 
 - bounds the user's callables inside a rank (`bounded`): one that does not return within
   `startup.timeout_s` ends its rank with one line naming it and the state.
 
+How ranks start (`start_method`): on a machine without an accelerator device, each rank is forked
+from one server that imported torch and megatron-core once (`_preload.py`), instead of importing
+them again (about 10 s of CPU a rank). The server is started by the first call and lives as long as
+this process; each rank still gets this process's working directory, `sys.path` and environment
+as they are at the call. Where an NVIDIA or AMD device exists, each rank is a fresh interpreter
+(spawn), because a process forked from one that reached the CUDA driver cannot use CUDA.
+`LIFECYCLE_RANKS_START=spawn` or `forkserver` chooses.
+
 The function must be importable (module level) and its result picklable.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import os
 import shutil
@@ -27,17 +37,17 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple, Unpack, cast
 
-from lifecycle.errors import RankFailed
+from lifecycle.errors import ConfigError, RankFailed
 from lifecycle.launchers import torchrun_env
 
 if TYPE_CHECKING:
-    from multiprocessing.context import SpawnProcess
+    from multiprocessing.context import ForkServerContext, ForkServerProcess, SpawnContext, SpawnProcess
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 EXIT_BOUND = 124
@@ -49,7 +59,29 @@ published nothing is found lost after `stale_s`, 8 s, and ended `grace_s`, 3 s, 
 KILL_AFTER_S = 5.0
 """How long a rank the owner stopped with SIGTERM has to release before SIGKILL."""
 TAIL_CHARS = 4000
+START_VARIABLE = "LIFECYCLE_RANKS_START"
+START_METHODS = ("forkserver", "spawn")
+ACCELERATOR_DEVICES = ("/dev/nvidiactl", "/dev/kfd")
+"""Device files whose presence means CUDA (or ROCm) may be reached: ranks are spawned there."""
+PRELOAD = "lifecycle.launchers._preload"
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+def start_method(environ: Mapping[str, str] | None = None) -> str:
+    """How `run_ranks` starts ranks: `LIFECYCLE_RANKS_START` when set, else "spawn" where an
+    accelerator device exists (`ACCELERATOR_DEVICES`) and "forkserver" where none does. A value
+    other than those in `START_METHODS` is refused in one line naming the variable."""
+    env = os.environ if environ is None else environ
+    chosen = env.get(START_VARIABLE, "").strip()
+    if chosen:
+        if chosen not in START_METHODS:
+            problem = (
+                f"{START_VARIABLE}={chosen!r} is not a way to start ranks; set it to forkserver or spawn, or unset it"
+            )
+            raise ConfigError(problem, field=START_VARIABLE, problems=[problem])
+        return chosen
+    return "spawn" if any(os.path.exists(device) for device in ACCELERATOR_DEVICES) else "forkserver"
 
 
 def die_with_parent(signum: int = signal.SIGTERM, *, parent: int | None = None) -> bool:
@@ -107,9 +139,32 @@ class _Rank:
     """One rank the owner started: its process, the read end of its reply pipe, its output file."""
 
     rank: int
-    process: SpawnProcess
+    process: SpawnProcess | ForkServerProcess
     reply: Connection
     output: Path
+
+
+def _enter(parent: int | None, output: str, environ: Mapping[str, str]) -> bool:
+    """The start of every process started here: leave the fork server (when forked), die with the
+    parent, write stdout and stderr to `output` (the owner reads it back when the process fails),
+    take the owner's environment as it was at the call. Whether this process was forked."""
+    forked = _leave_fork_server()
+    die_with_parent(parent=parent)
+    with open(output, "ab", buffering=0) as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+    os.environ.clear()  # a forked process has the server's environment: take the owner's at the call
+    os.environ.update(environ)
+    return forked
+
+
+def _leave(forked: bool) -> None:
+    """The end of every process started here: the server ends a forked one with os._exit, so run
+    what a spawned one's interpreter exit runs (atexit: a lifecycle left open is shut down)."""
+    if forked:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        atexit._run_exitfuncs()
 
 
 def _worker(
@@ -119,13 +174,11 @@ def _worker(
     port: int,
     args: Sequence[object],
     reply: Connection,
-    parent: int,
+    parent: int | None,
     output: str,
+    environ: Mapping[str, str],
 ) -> None:
-    die_with_parent(parent=parent)
-    with open(output, "ab", buffering=0) as out:  # the owner reads it back when this rank fails
-        os.dup2(out.fileno(), 1)
-        os.dup2(out.fileno(), 2)
+    forked = _enter(parent, output, environ)
     os.environ.update(torchrun_env(rank=rank, world_size=nproc, master_addr="127.0.0.1", master_port=port))
     try:
         result = (True, fn(*args))
@@ -133,6 +186,52 @@ def _worker(
         result = (False, (f"{type(exc).__name__}: {exc}", traceback.format_exc()))
     reply.send(result)
     reply.close()
+    _leave(forked)
+
+
+def _process(
+    target: Callable[[Unpack[Ts]], int],
+    args: tuple[Unpack[Ts]],
+    parent: int | None,
+    output: str,
+    environ: Mapping[str, str],
+) -> None:
+    forked = _enter(parent, output, environ)
+    try:
+        code = target(*args)
+    finally:
+        _leave(forked)
+    sys.exit(code)
+
+
+def start_process(
+    target: Callable[[Unpack[Ts]], int], *args: Unpack[Ts], output: Path
+) -> SpawnProcess | ForkServerProcess:
+    """Start `target(*args)` in a new process as `run_ranks` starts a rank (`start_method`; this
+    process's environment as it is now; dying with this process; stdout and stderr appended to
+    `output`) and return it, started. Its exit status is what `target` returns; the caller owns it
+    (`join`, `terminate`, `kill`, `exitcode`, `pid`). `target` must be importable (module level)."""
+    ctx, parent = _context(start_method())
+    proc = ctx.Process(target=_process, args=(target, args, parent, str(output), dict(os.environ)))
+    proc.start()
+    return proc
+
+
+def _leave_fork_server() -> bool:
+    """In a rank forked from the fork server, close the server's "alive" pipe that the stdlib hands
+    each child: the server ends when the last holder closes it, and ends its ranks then (they die
+    with it); a rank that held it would keep it, and so itself, alive after a SIGKILLed owner.
+    Nothing to do in a spawned rank. Whether this rank was forked from the server."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    fd: int | None = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None and getattr(server, "_forkserver_pid", None) is None:  # a child's, not an owner's
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        setattr(server, "_forkserver_alive_fd", None)  # noqa: B010  # not in the stubs
+        return True
+    return False
 
 
 def run_ranks(fn: Callable[..., T], nproc: int, *args: object, timeout_s: float = 600.0) -> list[T]:
@@ -141,17 +240,16 @@ def run_ranks(fn: Callable[..., T], nproc: int, *args: object, timeout_s: float 
     Raises `RankFailed` when a rank raised, ended without a result, or did not finish within
     `timeout_s`: `errors` maps each failed rank to one line, `output` to its traceback or the last
     lines it printed. No rank outlives the call."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
+    ctx, parent = _context(start_method())
     port, outputs = free_port(), Path(tempfile.mkdtemp(prefix="lifecycle-ranks-"))
     ranks: list[_Rank] = []
     previous = _exit_on_sigterm()
+    environ = dict(os.environ)
     try:
         for r in range(nproc):
             receive, send = ctx.Pipe(duplex=False)
             out = outputs / f"rank-{r:05d}.out"
-            proc = ctx.Process(target=_worker, args=(fn, r, nproc, port, args, send, os.getpid(), str(out)))
+            proc = ctx.Process(target=_worker, args=(fn, r, nproc, port, args, send, parent, str(out), environ))
             proc.start()
             send.close()
             ranks.append(_Rank(r, proc, receive, out))
@@ -170,6 +268,22 @@ def run_ranks(fn: Callable[..., T], nproc: int, *args: object, timeout_s: float 
             output=details,
         )
     return [cast(T, results[r]) for r in range(nproc)]  # what `fn` returned on that rank, pickled across
+
+
+def _context(method: str) -> tuple[SpawnContext | ForkServerContext, int | None]:
+    """The multiprocessing context for `method` and the pid each rank's parent has: this process
+    when spawned, the fork server (started here, preloaded, if not running) when forked."""
+    import multiprocessing as mp
+    from multiprocessing import forkserver
+
+    if method == "spawn":
+        return mp.get_context("spawn"), os.getpid()
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([PRELOAD])
+    server = forkserver._forkserver  # the stdlib's one server per process
+    server.ensure_running()
+    pid: int | None = getattr(server, "_forkserver_pid", None)  # not public; without it no early check
+    return ctx, pid
 
 
 def _exit_on_sigterm() -> signal.Handlers | Callable[..., object] | int | None:

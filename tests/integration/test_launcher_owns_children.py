@@ -177,17 +177,28 @@ def test_sigint_to_the_launcher_while_rank_0_is_blocked_on_a_stopped_peer_is_log
     _aborted_by(files[1].name, _records(files[1]), signal.SIGINT, err)  # released, or blocked in turn
 
 
-def _rank_processes_of(owner: int) -> list[int]:
-    """The spawned rank processes `owner` started (not multiprocessing's resource tracker)."""
+def _children_of(parent: int) -> list[tuple[int, bytes]]:
+    """(pid, command line) of each process whose parent is `parent`."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if _parent(int(entry.name)) == owner and b"spawn_main" in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
+                if _parent(int(entry.name)) == parent:
+                    found.append((int(entry.name), (entry / "cmdline").read_bytes()))
             except (OSError, ValueError):  # it ended meanwhile
                 continue
     return found
+
+
+def _rank_processes_of(owner: int) -> tuple[list[int], list[int]]:
+    """(the rank processes `owner` started, the fork server they were forked from, if any): spawned
+    ranks are its children; forked ones (`start_method`) are its fork server's. Not
+    multiprocessing's resource tracker."""
+    children = _children_of(owner)
+    servers = [pid for pid, cmd in children if b"forkserver" in cmd]
+    ranks = [pid for pid, cmd in children if b"spawn_main" in cmd]
+    ranks += [pid for server in servers for pid, _ in _children_of(server)]
+    return ranks, servers
 
 
 def _printed(pid: int) -> str:
@@ -198,12 +209,14 @@ def _printed(pid: int) -> str:
         return ""
 
 
+@pytest.mark.parametrize("start", ["forkserver", "spawn"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_check_binding_stopped_or_killed_takes_both_its_rank_processes_with_it(
-    tmp_path: Path, sig: signal.Signals
+    tmp_path: Path, sig: signal.Signals, start: str
 ) -> None:
     """Both ranks wait forever in the provider's import (default startup.timeout_s, 600 s) when the
-    command gets the signal."""
+    command gets the signal; ranks forked from the fork server (no accelerator here) and spawned
+    ones (where one exists) alike, and the fork server ends with its owner too."""
     provider = tmp_path / "waits.py"
     provider.write_text(
         "import sys, time\nprint('waiting for a licence', file=sys.stderr, flush=True)\ntime.sleep(3600)\n"
@@ -212,7 +225,7 @@ def test_check_binding_stopped_or_killed_takes_both_its_rank_processes_with_it(
     owner = subprocess.Popen(
         [sys.executable, "-m", "lifecycle", "check-binding", "--provider", f"{provider}:model_provider"],
         cwd=ROOT,
-        env=_env(),
+        env={**_env(), "LIFECYCLE_RANKS_START": start},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -221,8 +234,9 @@ def test_check_binding_stopped_or_killed_takes_both_its_rank_processes_with_it(
     try:
 
         def waiting() -> bool:
-            ranks[:] = _rank_processes_of(owner.pid)
-            return len(ranks) == 2 and all("waiting for a licence" in _printed(p) for p in ranks)
+            found, servers = _rank_processes_of(owner.pid)
+            ranks[:] = found + servers
+            return len(found) == 2 and all("waiting for a licence" in _printed(p) for p in found)
 
         _wait_for(waiting, owner, 120)
         outputs = Path(os.readlink(f"/proc/{ranks[0]}/fd/2")).parent  # the owner's files of its ranks' output
@@ -238,7 +252,7 @@ def test_check_binding_stopped_or_killed_takes_both_its_rank_processes_with_it(
                 os.kill(pid, signal.SIGKILL)
         if owner.poll() is None:
             owner.kill()
-    assert left == [], f"rank processes outlived check-binding's {sig.name}"
+    assert left == [], f"rank processes (or their fork server) outlived check-binding's {sig.name}"
     if sig is signal.SIGTERM:  # a SIGKILLed owner cannot clean up; one stopped by SIGTERM does
         assert (owner.returncode, outputs.exists()) == (128 + signal.SIGTERM, False)
     else:

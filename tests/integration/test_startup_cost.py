@@ -145,7 +145,9 @@ def _cases(root: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("startup-cost")
-    [result] = run_ranks(_cases, 1, str(root), timeout_s=600)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("LIFECYCLE_RANKS_START", "spawn")  # a fresh interpreter: nothing of torch imported yet
+        [result] = run_ranks(_cases, 1, str(root), timeout_s=600)
     result["root"] = root
     return result
 

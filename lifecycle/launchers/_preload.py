@@ -1,0 +1,45 @@
+"""What the ranks' fork server imports once, so that `run_ranks` does not pay it in every rank.
+
+A rank's own imports of torch and megatron-core take about 10 s of CPU each time (3.4 s torch,
+6.7 s megatron-core, of which 3.75 s is its fused kernels' `torch.compile` importing
+`torch._dynamo`). `run_ranks` forks its ranks from a server that imported them once (`local.py`,
+`start_method`). This module is what that server imports:
+
+- quietly: what the imports print (megatron-core's warnings that Transformer Engine and Apex are
+  absent) goes nowhere, so that the owner's terminal is not written by a process it did not ask to
+  print; a rank that imports megatron again sees no warning;
+- never failing: a module that cannot be imported is left to the rank, which imports it itself and
+  reports the error as it always did;
+- without CUDA: importing torch and megatron-core on a machine without an NVIDIA device reaches no
+  driver (`local.py` spawns instead where one exists).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+
+MODULES = ("torch", "torch.distributed", "megatron.core")
+"""Imported by the server, in order; every rank that runs megatron imports these."""
+
+
+def _preload() -> None:
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            for name in MODULES:
+                try:
+                    importlib.import_module(name)
+                except BaseException:  # the rank imports it again and reports the error
+                    break
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+_preload()
