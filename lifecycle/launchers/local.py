@@ -205,14 +205,19 @@ def _process(
 
 
 def start_process(
-    target: Callable[[Unpack[Ts]], int], *args: Unpack[Ts], output: Path
+    target: Callable[[Unpack[Ts]], int],
+    *args: Unpack[Ts],
+    output: Path,
+    environ: Mapping[str, str] | None = None,
 ) -> SpawnProcess | ForkServerProcess:
-    """Start `target(*args)` in a new process as `run_ranks` starts a rank (`start_method`; this
-    process's environment as it is now; dying with this process; stdout and stderr appended to
-    `output`) and return it, started. Its exit status is what `target` returns; the caller owns it
-    (`join`, `terminate`, `kill`, `exitcode`, `pid`). `target` must be importable (module level)."""
-    ctx, parent = _context(start_method())
-    proc = ctx.Process(target=_process, args=(target, args, parent, str(output), dict(os.environ)))
+    """Start `target(*args)` in a new process as `run_ranks` starts a rank (`start_method`; the
+    environment `environ`, by default this process's as it is now; dying with this process; stdout
+    and stderr appended to `output`) and return it, started. Its exit status is what `target`
+    returns; the caller owns it (`join`, `terminate`, `kill`, `exitcode`, `pid`). `target` must be
+    importable (module level)."""
+    env = dict(os.environ if environ is None else environ)
+    ctx, parent = _context(start_method(env))
+    proc = ctx.Process(target=_process, args=(target, args, parent, str(output), env))
     proc.start()
     return proc
 

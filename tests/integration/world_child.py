@@ -1,5 +1,5 @@
-"""One rank of the one-world tests (test_one_world.py), started with RANK, WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT and its job's LIFECYCLE_RUN_ID: `python -m tests.integration.world_child LOG_DIR`.
+"""One rank of the one-world tests (test_one_world.py), started (`start_process`) with RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT and its job's LIFECYCLE_RUN_ID in its environment.
 
 It drives a real Lifecycle to DISTRIBUTED and prints one JSON line: how it ended (`ok`, or the error's
 type and text) and the seconds from the Lifecycle's creation to that end."""
@@ -7,11 +7,10 @@ type and text) and the seconds from the Lifecycle's creation to that end."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 
-def main(log_dir: str) -> None:
+def main(log_dir: str) -> int:
     import torch
 
     from lifecycle import Lifecycle, LifecycleError, RunConfig
@@ -26,7 +25,4 @@ def main(log_dir: str) -> None:
     except LifecycleError as exc:
         out = {"ok": False, "type": type(exc).__name__, "error": str(exc)}
     print(json.dumps({**out, "elapsed_s": round(time.monotonic() - start, 3)}), flush=True)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])
+    return 0
