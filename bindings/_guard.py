@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
 from bindings._errors import BindingError, FinalizerNotCalled
 from bindings._watchdog import FIRST_STEP_FINALIZED, FIRST_STEP_NOT_FINALIZED, Emit
 
 _log = logging.getLogger("bindings.guard")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class GuardedConfig(Protocol):
@@ -85,8 +87,8 @@ class FirstStepGuard:
             self._config.finalize_model_grads_func = self._counter
         self._base = 0
 
-    def _guarded(self, inner: Callable[..., object]) -> Callable[..., object]:
-        def step(*args: object, **kwargs: object) -> object:
+    def _guarded(self, inner: Callable[P, R]) -> Callable[P, R]:
+        def step(*args: P.args, **kwargs: P.kwargs) -> R:
             self.after_step()
             return inner(*args, **kwargs)
 

@@ -16,10 +16,10 @@ from operator import add, eq, le, ne, not_
 from typing import cast, overload
 
 from lifecycle.audit._records import EARLIEST_TS, LATEST_TS
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 
 _EVENTS = events.ALL
-Column = tuple[object, ...]
+Column = tuple[JSONValue, ...]
 """One field of each record of a batch, in order."""
 
 

@@ -34,7 +34,7 @@ from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import Lines
 from lifecycle.audit._records import EARLIEST_TS, LATEST_TS, unreadable
 from lifecycle.errors import LogUnreadable
-from lifecycle.log import GENESIS, SUFFIX, events
+from lifecycle.log import GENESIS, SUFFIX, JSONValue, events
 
 _NO_HEAD = (None,) * 9
 _CUT = -SUFFIX
@@ -64,12 +64,12 @@ class _Typed(msgspec.Struct, gc=False):
 
     if TYPE_CHECKING:
 
-        def get(self, key: str, /) -> object: ...
+        def get(self, key: str, /) -> JSONValue: ...
 
 
-Head = tuple[object, ...]
+Head = tuple[JSONValue, ...]
 """A record's seq, prev_hash, hash, generation, rank, run_id, world_size, ts and event (`_NAMES`)."""
-_HEAD = cast("Callable[[object], Head]", itemgetter(*_NAMES))
+_HEAD = cast("Callable[[JSONValue], Head]", itemgetter(*_NAMES))
 """A parsed record's head; KeyError or TypeError on one that is not an object holding them (the
 callers catch both)."""
 
@@ -168,7 +168,7 @@ class Feeder:
         self,
         first: int,
         lines: list[bytes],
-        recs: Sequence[object],
+        recs: Sequence[JSONValue | _Typed],
         cols: tuple[Column, ...],
         heads: list[Head | None] | None,
         cut: int,
@@ -201,7 +201,7 @@ class Feeder:
                 self._one(first + i, lines[i], recs[i], cut)
                 i += 1
 
-    def _run(self, i: int, rec: object, head: Head | None, digest: str, breaks: list[int], n: int) -> int:
+    def _run(self, i: int, rec: JSONValue | _Typed, head: Head | None, digest: str, breaks: list[int], n: int) -> int:
         """The end of the run of records from `i` that continue their rank unchanged (or start a log
         as the writer starts one); `i` itself when record `i` must be checked on its own."""
         if head is None:
@@ -237,7 +237,7 @@ class Feeder:
         at = bisect_right(breaks, i)
         return breaks[at] if at < len(breaks) else n
 
-    def _one(self, lineno: int, line: bytes, rec: object, cut: int) -> None:
+    def _one(self, lineno: int, line: bytes, rec: JSONValue | _Typed, cut: int) -> None:
         if isinstance(rec, _Typed):  # a typed record: checked in full on the whole record, as orjson reads it
             try:
                 rec = _loads(line)
@@ -259,7 +259,13 @@ class Feeder:
 
 
 def _apply(
-    cur: RankAudit, first: int, i: int, end: int, recs: Sequence[object], cols: Sequence[Column], digests: Sequence[str]
+    cur: RankAudit,
+    first: int,
+    i: int,
+    end: int,
+    recs: Sequence[JSONValue | _Typed],
+    cols: Sequence[Column],
+    digests: Sequence[str],
 ) -> None:
     """Records [i, end) continue `cur` unchanged: call the handlers that matter, then advance it.
     Checked by `_run` and `chain_breaks`: each is a record with an int seq, a float ts, a known event."""
@@ -310,13 +316,13 @@ def _typed(lines: list[bytes], decode: Callable[[bytes], _Typed]) -> list[_Typed
         return None
 
 
-def _parse(lines: list[bytes]) -> tuple[list[object], orjson.JSONDecodeError | None]:
+def _parse(lines: list[bytes]) -> tuple[list[JSONValue], orjson.JSONDecodeError | None]:
     """The records parsed, up to the first line that is not JSON, and that line's error."""
     try:
         return list(map(_loads, lines)), None
     except orjson.JSONDecodeError:
         pass
-    recs: list[object] = []
+    recs: list[JSONValue] = []
     for line in lines:
         try:
             recs.append(_loads(line))
@@ -325,7 +331,7 @@ def _parse(lines: list[bytes]) -> tuple[list[object], orjson.JSONDecodeError | N
     raise AssertionError("unreachable: a line failed to parse once and then parsed")
 
 
-def _heads(recs: list[object]) -> list[Head | None]:
+def _heads(recs: list[JSONValue]) -> list[Head | None]:
     """Each record's chain, envelope, ts and event; None for one that is not an object holding them."""
     try:
         return list(map(_HEAD, recs))

@@ -32,14 +32,19 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import FrameType
-from typing import TYPE_CHECKING, cast
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, NotRequired, ParamSpec, TypedDict, TypeVar
 
 from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
     import numpy
     import torch
+    from megatron.core.optimizer import MegatronOptimizer
+    from numpy.typing import NDArray
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 ENTRY_POINTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("python", "random", ("seed", "setstate", "random", "randint", "randrange", "choice", "choices", "shuffle",
@@ -68,15 +73,15 @@ def digests() -> dict[str, str]:
     """A short hash of each random stream `capture` holds, by name (`python`, `numpy`, `torch`,
     `cuda:<i>`, `megatron:<tracker state>`): the streams a checkpoint saves are the ones checked."""
     state = capture()
-    kind, keys, pos, has_gauss, cached = cast("tuple[object, numpy.ndarray, int, int, float]", state["numpy"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
     out = {
         "python": _hash(pickle.dumps(state["python"])),
         "numpy": _hash(repr((kind, pos, has_gauss, cached)).encode() + keys.tobytes()),
-        "torch": _hash(_tensor_bytes(cast("torch.Tensor", state["torch"]))),
+        "torch": _hash(_tensor_bytes(state["torch"])),
     }
-    for device, tensor in enumerate(cast("list[torch.Tensor]", state.get("cuda", []))):
+    for device, tensor in enumerate(state.get("cuda", [])):
         out[f"cuda:{device}"] = _hash(_tensor_bytes(tensor))
-    for name, tensor in sorted(cast("dict[str, torch.Tensor]", state["tracker"]).items()):
+    for name, tensor in sorted(state["tracker"].items()):
         out[f"megatron:{name}"] = _hash(_tensor_bytes(tensor))
     return out
 
@@ -95,7 +100,21 @@ def _tracker_states() -> dict[str, torch.Tensor]:
     return states
 
 
-def capture() -> dict[str, object]:
+class StreamStates(TypedDict):
+    """What `capture` saves and `restore` puts back: each random stream's state on a rank."""
+
+    python: tuple[int, tuple[int, ...], float | None]
+    """`random.getstate()`: its version, the Mersenne Twister's state and the next Gaussian (None if none)."""
+    numpy: tuple[str, NDArray[numpy.uint32], int, int, float]
+    """`numpy.random.get_state()`, the legacy tuple: kind, keys, position, has_gauss, cached_gaussian."""
+    torch: torch.Tensor
+    tracker: dict[str, torch.Tensor]
+    """megatron's model-parallel RNG tracker's states by name."""
+    cuda: NotRequired[list[torch.Tensor]]
+    """Each CUDA device's state; absent where CUDA is not initialized."""
+
+
+def capture() -> StreamStates:
     """Every random stream's state on this rank, for a checkpoint: Python's, NumPy's, torch's CPU
     generator, each CUDA device's where CUDA is initialized, megatron's tracker states."""
     import random
@@ -103,7 +122,7 @@ def capture() -> dict[str, object]:
     import numpy
     import torch
 
-    state: dict[str, object] = {
+    state: StreamStates = {
         "python": random.getstate(),
         "numpy": numpy.random.get_state(),
         "torch": torch.get_rng_state(),
@@ -114,15 +133,15 @@ def capture() -> dict[str, object]:
     return state
 
 
-def restore(state: dict[str, object]) -> None:
+def restore(state: StreamStates) -> None:
     """Put back every stream `capture` saved (a CUDA state only where CUDA is initialized)."""
     import random
 
     import numpy
     import torch
 
-    random.setstate(state["python"])  # type: ignore[arg-type]
-    numpy.random.set_state(state["numpy"])  # type: ignore[arg-type]
+    random.setstate(state["python"])
+    numpy.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_initialized():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -133,7 +152,7 @@ def restore(state: dict[str, object]) -> None:
         get_cuda_rng_tracker().set_states(tracker)
 
 
-def optimizer_counts(optimizer: object) -> dict[str, JSONValue]:
+def optimizer_counts(optimizer: MegatronOptimizer) -> dict[str, JSONValue]:
     """What a resume must bring back of a megatron optimizer (each of a ChainedOptimizer's): the distinct
     step counts in its parameters' states (Adam's `step`; [] before its first step) and its loss scale
     (None without a grad scaler)."""
@@ -143,11 +162,11 @@ def optimizer_counts(optimizer: object) -> dict[str, JSONValue]:
         states = getattr(getattr(inner, "optimizer", None), "state", {})
         steps.update(float(state["step"]) for state in states.values() if "step" in state)
         if getattr(inner, "grad_scaler", None) is not None:
-            scales.append(float(inner.get_loss_scale()))  # type: ignore[attr-defined]  # it has a grad scaler
+            scales.append(float(inner.get_loss_scale()))  # it has a grad scaler
     return {"steps": sorted(steps), "loss_scale": scales[0] if scales else None}
 
 
-def inner_optimizers(optimizer: object) -> list[object]:
+def inner_optimizers(optimizer: MegatronOptimizer) -> list[MegatronOptimizer]:
     """A ChainedOptimizer's optimizers, or the optimizer itself."""
     return list(getattr(optimizer, "chained_optimizers", None) or [optimizer])
 
@@ -160,7 +179,7 @@ def family(stream: str) -> str:
 
 @dataclass(slots=True)
 class _Patch:
-    owner: object
+    owner: ModuleType | type
     attr: str
     original: object
     wrapper: object
@@ -180,14 +199,14 @@ class ResumeWindow:
     restored_position: dict[str, int] | None = None
     """The data position after the load (None where the caller did not say how to read it)."""
     _position: Callable[[], dict[str, int]] | None = None
-    _optimizer: weakref.ref[object] | None = None  # weakly: the window must not keep a released optimizer
+    _optimizer: weakref.ref[MegatronOptimizer] | None = None  # weakly: the window must not keep a released optimizer
     _patches: list[_Patch] = field(default_factory=list)
 
     @classmethod
     def open(
         cls,
         restored_step: int,
-        optimizer: object = None,
+        optimizer: MegatronOptimizer | None = None,
         saved_optimizer: dict[str, JSONValue] | None = None,
         position: Callable[[], dict[str, int]] | None = None,
     ) -> ResumeWindow:
@@ -221,7 +240,9 @@ class ResumeWindow:
     def _watch(self) -> None:
         for stream, owner_path, attrs in ENTRY_POINTS:
             owner = _resolve(owner_path)
-            for attr in attrs if owner is not None else ():
+            if owner is None:
+                continue
+            for attr in attrs:
                 original = getattr(owner, attr, None)
                 if callable(original):
                     own = attr in getattr(owner, "__dict__", {})
@@ -270,14 +291,14 @@ class ResumeWindow:
         }
 
 
-def _resolve(path: str) -> object | None:
+def _resolve(path: str) -> ModuleType | type | None:
     """The module (or class in a module) `path` names, if it is imported or importable; else None."""
     import importlib
 
     parts = path.split(".")
     for cut in range(len(parts), 0, -1):
         try:
-            target: object = importlib.import_module(".".join(parts[:cut]))
+            target: ModuleType | type | None = importlib.import_module(".".join(parts[:cut]))
         except ImportError:
             continue
         for name in parts[cut:]:
@@ -292,10 +313,8 @@ def _current(owner: object, attr: str) -> object:
     return own[attr] if attr in own else getattr(owner, attr, None)
 
 
-def _wrap(original: object, stream: str, entry: str, callers: dict[str, str]) -> Callable[..., object]:
-    fn: Callable[..., object] = original  # type: ignore[assignment]
-
-    def drawn(*args: object, **kwargs: object) -> object:
+def _wrap(fn: Callable[P, R], stream: str, entry: str, callers: dict[str, str]) -> Callable[P, R]:
+    def drawn(*args: P.args, **kwargs: P.kwargs) -> R:
         if stream not in callers and kwargs.get("generator") is None:  # a generator of one's own is no stream here
             callers[stream] = f"{_caller(sys._getframe(1))} ({entry})"
         return fn(*args, **kwargs)

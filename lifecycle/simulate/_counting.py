@@ -13,12 +13,15 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
     from datetime import timedelta
 
     from torch.distributed import Store
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 PROCESS_GROUPS = ("init_process_group", "new_group")
 """`new_subgroups*` build theirs with `new_group`: counted there, once."""
@@ -101,20 +104,20 @@ def counting() -> Iterator[Counts]:
             setattr(dist, name, original)
 
 
-def _counted(original: Callable[..., object], counts: Counts, kind: str) -> Callable[..., object]:
+def _counted(original: Callable[P, R], counts: Counts, kind: str) -> Callable[P, R]:
     @functools.wraps(original)
-    def counted(*args: object, **kwargs: object) -> object:
+    def counted(*args: P.args, **kwargs: P.kwargs) -> R:
         counts.add(kind)
         return original(*args, **kwargs)
 
     return counted
 
 
-def _store_counted(init: Callable[..., object], counts: Counts) -> Callable[..., object]:
+def _store_counted(init: Callable[P, R], counts: Counts) -> Callable[P, R]:
     """`init_process_group` with its `store=` wrapped by `counting_store`."""
 
     @functools.wraps(init)
-    def with_counted_store(*args: object, **kwargs: object) -> object:
+    def with_counted_store(*args: P.args, **kwargs: P.kwargs) -> R:
         store = kwargs.get("store")
         if store is not None:
             kwargs["store"] = counting_store(store, counts)

@@ -19,13 +19,16 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from lifecycle.config import RunConfig
 from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
     from lifecycle.engine import Lifecycle
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 GROUP_CONSTRUCTORS = ("new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group")
 
@@ -103,9 +106,9 @@ def _ranks_of(name: str, args: tuple[object, ...], kwargs: dict[str, object]) ->
     return None
 
 
-def _recorded(name: str, original: Callable[..., object], recorder: _Recorder) -> Callable[..., object]:
+def _recorded(name: str, original: Callable[P, R], recorder: _Recorder) -> Callable[P, R]:
     @functools.wraps(original)
-    def recorded(*args: object, **kwargs: object) -> object:
+    def recorded(*args: P.args, **kwargs: P.kwargs) -> R:
         recorder.depth += 1
         started = time.process_time()
         try:
