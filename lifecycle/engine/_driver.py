@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -29,7 +29,7 @@ from lifecycle.errors import GuardRejected, InvalidTransition, PhaseFailed, Star
 from lifecycle.log import events
 from lifecycle.megatron import steps as _steps
 from lifecycle.megatron.steps import StepHandle, StepResult, StepsSlot
-from lifecycle.runtime import GivenProvider, Options, PhaseSet, Runtime
+from lifecycle.runtime import GivenProvider, Options, OptionValues, PhaseSet, Runtime
 from states import (
     PLAN_TARGETS,
     STARTUP_ORDER,
@@ -61,7 +61,7 @@ class Lifecycle:
         plan: Plan | str | None = None,
         phases: PhaseSet | None = None,
         tripwires: TripwirePolicy = "raise",
-        options: Options | Mapping[str, object] | None = None,
+        options: Options | OptionValues | None = None,
         run_id: str | None = None,
     ) -> None:
         self._shared = shared = make_shared(

@@ -9,7 +9,6 @@ Only the driver moves the machine; the parts read `state` and replace `runtime`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -19,7 +18,16 @@ from lifecycle.engine._machine import MachineModel
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
 from lifecycle.log import AuditLog
-from lifecycle.runtime import GivenProvider, Options, PhaseSet, Runtime, rank_of, run_id_from_env, world_size_of
+from lifecycle.runtime import (
+    GivenProvider,
+    Options,
+    OptionValues,
+    PhaseSet,
+    Runtime,
+    rank_of,
+    run_id_from_env,
+    world_size_of,
+)
 from states import Plan, State, Trigger
 
 TripwirePolicy = Literal["raise", "warn", "off"]
@@ -57,7 +65,7 @@ def make_shared(
     plan: Plan | str | None,
     phases: PhaseSet | None,
     tripwires: TripwirePolicy,
-    options: Options | Mapping[str, object] | None,
+    options: Options | OptionValues | None,
     run_id: str | None,
 ) -> Shared:
     """The record a new lifecycle's parts share, from `Lifecycle`'s arguments."""

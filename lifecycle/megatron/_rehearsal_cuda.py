@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Callable, Iterator, Mapping
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -14,9 +14,10 @@ _POSITIONAL_DEVICE_FUNCS = frozenset({torch.Tensor.to})
 
 Device: TypeAlias = "torch.device | str | int | None"
 """A device argument as torch takes one (torch's own `_device_t`)."""
+T = TypeVar("T")
 
 
-def to_cpu_device(device: object) -> object:
+def to_cpu_device(device: T) -> T | str:
     """`"cuda"`, `"cuda:N"`, `torch.device("cuda", N)` and bare ints become `"cpu"`; others pass."""
     if isinstance(device, bool):
         return device
@@ -35,7 +36,7 @@ class CpuDeviceMode(TorchFunctionMode):  # type: ignore[misc]  # torch is not ty
     def __torch_function__(
         self,
         func: Callable[..., object],
-        types: object,
+        types: tuple[type, ...],
         args: tuple[object, ...] = (),
         kwargs: Mapping[str, object] | None = None,
     ) -> object:

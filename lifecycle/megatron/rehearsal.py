@@ -27,6 +27,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from lifecycle.errors import RehearsalError
@@ -41,7 +42,7 @@ _MARK = "_lifecycle_rehearsal"
 
 @dataclass(frozen=True, slots=True)
 class _Patch:
-    owner: object
+    owner: ModuleType | type
     name: str
     original: object
     had: bool
@@ -158,7 +159,7 @@ def _pop_mode(mode: CpuDeviceMode | None) -> None:
     mode.__exit__(None, None, None)
 
 
-def _replacements() -> list[tuple[object, str, object]]:
+def _replacements() -> list[tuple[ModuleType | type, str, object]]:
     import torch
     from megatron.core.tensor_parallel import random as mrandom
 
@@ -166,7 +167,7 @@ def _replacements() -> list[tuple[object, str, object]]:
 
     cuda_tensor = fake.tensor_cuda
     setattr(cuda_tensor, _MARK, True)
-    out: list[tuple[object, str, object]] = [
+    out: list[tuple[ModuleType | type, str, object]] = [
         (torch.Tensor, "cuda", cuda_tensor),
         (torch.Tensor, "type", fake.tensor_type_wrapper(torch.Tensor.type)),
     ]
@@ -191,7 +192,7 @@ def _device_mode_class() -> type[CpuDeviceMode]:
             def __torch_function__(
                 self,
                 func: Callable[..., object],
-                types: object,
+                types: tuple[type, ...],
                 args: tuple[object, ...] = (),
                 kwargs: Mapping[str, object] | None = None,
             ) -> object:
@@ -206,7 +207,7 @@ def _device_mode_class() -> type[CpuDeviceMode]:
 _UNPINNING_MODE: type[CpuDeviceMode] | None = None
 
 
-def _unpinned(self: object, *_: object, **__: object) -> object:
+def _unpinned(self: torch.Tensor, *_: object, **__: object) -> torch.Tensor:
     """`Tensor.pin_memory()`: pinned memory is for copies to a GPU; on CPU the tensor itself."""
     return self
 

@@ -18,7 +18,7 @@ from lifecycle.megatron_lm.entry import (
     run_training,
 )
 from lifecycle.resilience import cycle_and_store, injectable
-from lifecycle.runtime import GivenProvider, Options
+from lifecycle.runtime import GivenProvider, Options, OptionValues
 from lifecycle.runtime.frames import drop_frame_locals
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def pretrain(
     *,
     log_dir: str | Path | None = None,
     tripwires: TripwirePolicy = "raise",
-    options: Options | Mapping[str, object] | None = None,
+    options: Options | OptionValues | None = None,
 ) -> TrainResult:
     """Megatron-LM's `pretrain`, started by the lifecycle: same arguments, same training.
 
@@ -170,7 +170,7 @@ def _start_and_train(
     *,
     log_dir: str | Path | None,
     tripwires: TripwirePolicy,
-    options: Options | Mapping[str, object] | None,
+    options: Options | OptionValues | None,
 ) -> TrainResult:
     """The lifecycle's startup to its plan's target (in restart cycle `cycle`), then `train()`."""
     where = log_dir if log_dir is not None else os.environ.get(LOG_DIR_ENV)

@@ -14,7 +14,7 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -32,7 +32,7 @@ from lifecycle.resilience import _nvrx
 from lifecycle.resilience._call import client_timeout_s, cycle_and_store, own_client
 from lifecycle.resilience._compat import installed_problem
 from lifecycle.resilience._sockets import CycleSockets
-from lifecycle.runtime import GivenProvider, Options, world_size_of
+from lifecycle.runtime import GivenProvider, Options, OptionValues, world_size_of
 from lifecycle.runtime.frames import drop_frame_locals
 from states import LifecycleError, Plan, State
 
@@ -72,7 +72,7 @@ class InProcessRestart:
         plan: Plan | str | None = None,
         phases: PhaseSet | None = None,
         tripwires: TripwirePolicy = "raise",
-        options: Options | Mapping[str, object] | None = None,
+        options: Options | OptionValues | None = None,
         run_id: str | None = None,
         min_world_size: int | None = None,
     ) -> None:

@@ -19,6 +19,7 @@ from lifecycle.runtime._protocol import Imports as Imports
 from lifecycle.runtime._protocol import ModelChunk as ModelChunk
 from lifecycle.runtime._protocol import Optimizer as Optimizer
 from lifecycle.runtime._protocol import Options as Options
+from lifecycle.runtime._protocol import OptionValues as OptionValues
 from lifecycle.runtime._protocol import PhaseContext as PhaseContext
 from lifecycle.runtime._protocol import Runtime as Runtime
 from lifecycle.runtime._protocol import Slot as Slot

@@ -195,6 +195,16 @@ class Slot(Generic[T]):
         return value
 
 
+class OptionValues(TypedDict, total=False):
+    """`Options` as a mapping (`Lifecycle(options={"keep_records": True})`): any of its names, each
+    with its field's type; `Options.of` refuses a name that is not one."""
+
+    keep_records: bool
+    environment_checks: bool
+    binding_policy: Policy | None
+    capture_warnings: bool
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Options:
     """Engine options. `Lifecycle(options={...})` takes a mapping of these names too."""
@@ -211,7 +221,7 @@ class Options:
     process and console, and their logs describe the layout, the same on every environment."""
 
     @classmethod
-    def of(cls, value: Options | Mapping[str, object] | None) -> Options:
+    def of(cls, value: Options | OptionValues | None) -> Options:
         """`value` as Options; a misspelt or unknown name is a ConfigError naming the valid ones."""
         if value is None:
             return cls()
@@ -225,7 +235,7 @@ class Options:
                 field="options",
                 problems=unknown,
             )
-        return cls(**value)  # type: ignore[arg-type]  # names checked above; values are the caller's
+        return cls(**value)
 
 
 class PhaseContext(Protocol):

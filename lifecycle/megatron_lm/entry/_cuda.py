@@ -39,13 +39,13 @@ def _zero(*_: object, **__: object) -> int:
     return 0
 
 
-def extra_patches() -> list[tuple[object, str, object]]:
+def extra_patches() -> list[tuple[types.ModuleType | type, str, object]]:
     """(owner, attribute, stand-in) for what `megatron.training` reads beyond the rehearsal's patches."""
     import torch
     import torch._dynamo.config as dynamo_config
     from megatron.core.datasets import utils as dataset_utils
 
-    out: list[tuple[object, str, object]] = [
+    out: list[tuple[types.ModuleType | type, str, object]] = [
         (torch.cuda, "is_available", lambda: True),
         (torch.cuda, "device_count", lambda: 1),
         (torch.cuda, "set_device", lambda device: None),
@@ -68,9 +68,9 @@ class Patched:
     """Attributes replaced by `install`; `restore` puts them back, newest first. Idempotent."""
 
     def __init__(self) -> None:
-        self._saved: list[tuple[object, str, object, bool]] = []
+        self._saved: list[tuple[types.ModuleType | type, str, object, bool]] = []
 
-    def install(self, patches: list[tuple[object, str, object]]) -> Patched:
+    def install(self, patches: list[tuple[types.ModuleType | type, str, object]]) -> Patched:
         for owner, name, value in patches:
             self._saved.append((owner, name, getattr(owner, name, None), hasattr(owner, name)))
             setattr(owner, name, value)
