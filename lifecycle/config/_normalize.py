@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from lifecycle.config._records import RunConfig
+from lifecycle.log import JSONValue
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,11 +23,11 @@ class Normalization:
     """One rewrite: `field` was `given`, the run uses `used`, because `why`."""
 
     field: str
-    given: object
-    used: object
+    given: JSONValue
+    used: JSONValue
     why: str
 
-    def log_fields(self) -> dict[str, object]:
+    def log_fields(self) -> dict[str, JSONValue]:
         """The fields of the `config_normalized` record."""
         return {"field": self.field, "given": self.given, "used": self.used, "why": self.why}
 

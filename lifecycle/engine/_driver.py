@@ -26,7 +26,7 @@ from lifecycle.engine._shared import TripwirePolicy, elastic, make_shared
 from lifecycle.engine._side_effects import SideEffectRules
 from lifecycle.engine._work import RESUMING, EntryWork
 from lifecycle.errors import GuardRejected, InvalidTransition, PhaseFailed, StartupAborted
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 from lifecycle.megatron import steps as _steps
 from lifecycle.megatron.steps import StepHandle, StepResult, StepsSlot
 from lifecycle.runtime import GivenProvider, Options, OptionValues, PhaseSet, Runtime
@@ -380,7 +380,7 @@ class Lifecycle:
 
     def _completed(self, trigger: Trigger, source: State, duration: float) -> None:
         shared = self._shared
-        fields: dict[str, object] = {}
+        fields: dict[str, JSONValue] = {}
         if trigger is Trigger.FAIL:
             fields["reason"] = self._failures.reason
         shared.log.emit(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from lifecycle.config import Snapshot
 from lifecycle.engine._context import Context
 from lifecycle.errors import ConfigError, ConfigMutated
-from lifecycle.log import check_log_dir, events
+from lifecycle.log import JSONValue, check_log_dir, events
 from lifecycle.redaction import redact, redact_text
 from lifecycle.runtime.frames import drop_frame_locals
 from states import STARTUP_ORDER, TABLE, Plan, SideEffect, State, Trigger, entered_by, kept_by
@@ -168,7 +168,7 @@ class EntryWork:
     def _shut_down(self) -> None:
         """The shutdown's record, after the ledger's probe: what is still alive (`leaked`, once) and,
         after a log fault, what could not be logged, reported where it can be."""
-        fields: dict[str, object] = {}
+        fields: dict[str, JSONValue] = {}
         with contextlib.suppress(Exception):  # a probe that raises must not cost the shutdown its record
             if leaked := self._cycles.alive_at_shutdown(RELEASE_KEEP[Trigger.SHUTDOWN]):
                 fields["leaked"] = leaked

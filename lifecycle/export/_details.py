@@ -69,7 +69,7 @@ class _Record(Protocol):
     """A record as read here: a parsed dict, or the audit's typed record (`lifecycle.audit.Tap`);
     a field is any JSON value, None when absent."""
 
-    def get(self, key: str, /) -> object: ...
+    def get(self, key: str, /) -> JSONValue: ...
 
 
 class _Typed(_Record, Protocol):
@@ -83,11 +83,11 @@ class _Typed(_Record, Protocol):
     @property
     def rank(self) -> int: ...
     @property
-    def step(self) -> object: ...
+    def step(self) -> JSONValue: ...
     @property
-    def loss(self) -> object: ...
+    def loss(self) -> JSONValue: ...
     @property
-    def duration_s(self) -> object: ...
+    def duration_s(self) -> JSONValue: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -387,13 +387,13 @@ def _mark(event: str, rec: _Record, ts: float) -> Mark:
     )
 
 
-def _int(value: object) -> int | None:
+def _int(value: JSONValue) -> int | None:
     return value if type(value) is int else None
 
 
-def _num(value: object) -> float | None:
+def _num(value: JSONValue) -> float | None:
     return float(value) if type(value) is int or type(value) is float else None
 
 
-def _str(value: object) -> str | None:
+def _str(value: JSONValue) -> str | None:
     return value if type(value) is str else None

@@ -31,7 +31,7 @@ from lifecycle.config import LATEST, iteration_dir, latest_step, partial_dir
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
 from lifecycle.log import JSONValue, events
-from lifecycle.megatron.streams import capture, optimizer_counts, restore
+from lifecycle.megatron.streams import StreamStates, capture, optimizer_counts, restore
 
 if TYPE_CHECKING:
     from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedStateDict
@@ -118,7 +118,7 @@ def _sharded(model: list[MegatronModule], optimizer: MegatronOptimizer | None, *
     return state
 
 
-def _rng_object(data: object) -> ShardedObject:
+def _rng_object(data: StreamStates | None) -> ShardedObject:
     """This rank's random streams as one shard of `rng_state`, one shard per rank (a world of another
     size does not load them: `_load`)."""
     import torch.distributed as dist

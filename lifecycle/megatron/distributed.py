@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from lifecycle import launchers
 from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 from lifecycle.megatron._liveness import await_store_host as await_store_host  # public here too
 from lifecycle.megatron._liveness import is_timeout
 from lifecycle.megatron._world import World as World  # public here too (simulate counts it)
@@ -141,7 +141,7 @@ def store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> Distr
     """A client rank never reached the store's host (rank 0, or torchrun's agent): log and explain."""
     where = "{}:{}".format(*launchers.rendezvous() or ("MASTER_ADDR", "MASTER_PORT"))
     host = "torchrun's agent" if agent else "rank 0"
-    fields: dict[str, object] = {} if agent else {"missing": [0]}
+    fields: dict[str, JSONValue] = {} if agent else {"missing": [0]}
     ctx.emit(events.STATE_TIMEOUT, state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=timeout_s, **fields)
     return DistributedError(
         f"rendezvous timed out after {timeout_s:g} s: could not reach the store at {where} that {host} "

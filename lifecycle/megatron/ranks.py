@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import TYPE_CHECKING
 
 from lifecycle.errors import DistributedError
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 from lifecycle.megatron import _checkin, _world
 from lifecycle.megatron._failure import Failure, rank_list, read_first
 from lifecycle.megatron._liveness import HOST, connection_lost, is_timeout, kind_of, store_closed, timeout_error
@@ -257,7 +257,7 @@ class RankWatch:
         emit(events.PEER_FAILED, peer_rank=peer.rank, peer_state=peer.state, error=peer.error)
 
     def _timed_out(self, emit: Emit, trigger: str, state: str, missing: list[int] | None, *, rendezvous: bool) -> None:
-        fields: dict[str, object] = {"missing": missing} if missing is not None else {}
+        fields: dict[str, JSONValue] = {"missing": missing} if missing is not None else {}
         emit(events.STATE_TIMEOUT, state=state, trigger=trigger, timeout_s=self.timeout_s, **fields)
         if not rendezvous:
             return

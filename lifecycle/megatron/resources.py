@@ -9,11 +9,14 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from lifecycle.runtime import Runtime
 from lifecycle.runtime.signals import WATCH_THREAD
 from states import State
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 Probe = Callable[[], bool]
 
@@ -86,13 +89,13 @@ def _distributed(runtime: Runtime) -> list[tuple[str, Probe]]:
     return out
 
 
-def _process_groups() -> list[object]:
+def _process_groups() -> list[ProcessGroup]:
     """Every ProcessGroup that exists now: torch's registry (the default group and each `new_group`)
     and megatron's parallel state's globals (a group can outlive torch's registry there)."""
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    found: dict[int, object] = {}
+    found: dict[int, ProcessGroup] = {}
     world = getattr(dist.distributed_c10d, "_world", None)  # torch's registry (2.13 and 2.14)
     for group in list(getattr(world, "pg_map", None) or {}):
         found[id(group)] = group
@@ -102,7 +105,7 @@ def _process_groups() -> list[object]:
     return list(found.values())
 
 
-def _groups_gone(groups: list[object]) -> Probe:
+def _groups_gone(groups: list[ProcessGroup]) -> Probe:
     """Gone when none of `groups` is alive: a destroyed group that something still references keeps
     its gloo connections open, and a peer blocked in a collective with it waits for its timeout.
     ProcessGroup is a pybind object that `gc` does not track: only a weak reference sees it."""

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import torch
 
     from lifecycle.megatron.steps import Driver
+    from lifecycle.runtime import Optimizer
 
 
 @dataclass(slots=True)
@@ -61,7 +62,7 @@ def digest(lc: Driver, step: int, loss: float | None) -> StepDigest:
     return out
 
 
-def _optimizer_tensors(optimizer: object, names: dict[int, str]) -> dict[str, str]:
+def _optimizer_tensors(optimizer: Optimizer | None, names: dict[int, str]) -> dict[str, str]:
     """Each optimizer's parameters that are not the model's (fp32 main copies, distributed shards)
     and every state tensor, by the model parameter's name where it is one."""
     out: dict[str, str] = {}
