@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lifecycle.log import JSONValue
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,10 +22,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     grad.set_defaults(func=run_grad_sync)
 
 
-def table(rows: Sequence[Mapping[str, object]]) -> str:
+def table(rows: Sequence[Mapping[str, JSONValue]]) -> str:
     """A plain-text table, one line per (case, binding); list values are per rank."""
     head = ("case", "binding", "finalizer calls", "increased", "decreased", "stayed", "owned grad", "replicas equal")
-    lines: list[tuple[object, ...]] = [head]
+    lines: list[tuple[JSONValue, ...]] = [head]
     for row in rows:
         lines.append(
             (
@@ -41,11 +45,11 @@ def table(rows: Sequence[Mapping[str, object]]) -> str:
     return "\n".join(out) + "\n(values per rank: rank 0 / rank 1)"
 
 
-def _ranks(values: object) -> str:
+def _ranks(values: JSONValue) -> str:
     return " / ".join(str(v) for v in _items(values))
 
 
-def _items(values: object) -> Iterable[object]:
+def _items(values: JSONValue) -> Iterable[JSONValue]:
     """A row's per-rank values (a list in the experiment's rows)."""
     if not isinstance(values, Iterable):
         raise TypeError(f"expected per-rank values, got {values!r}")

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from lifecycle.config import RunConfig
     from lifecycle.engine import Lifecycle
     from lifecycle.megatron.user_providers import Provider
-    from lifecycle.runtime import PhaseSet
+    from lifecycle.runtime import Imports, PhaseSet
 
 Show = Callable[[str], None]
 
@@ -266,7 +266,7 @@ def _train_and_save(lc: Lifecycle, steps: int, show: Show) -> None:
         show(f"  saved checkpoint {saved}")
 
 
-def _show_imports(show: Show, imports: object) -> None:
+def _show_imports(show: Show, imports: Imports | None) -> None:
     """The heavy imports VALIDATED ran on a thread beside validation (its time above includes them)."""
     if isinstance(imports, Mapping):
         modules = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in imports["modules"].items())

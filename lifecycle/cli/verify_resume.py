@@ -158,7 +158,7 @@ def _report(runs: dict[str, list[dict[str, JSONValue]]], args: argparse.Namespac
     return 1
 
 
-def _window_line(window: object) -> str:
+def _window_line(window: JSONValue) -> str:
     if not isinstance(window, dict):
         return "no resume window was recorded"
     moved = window.get("moved") or []

@@ -133,7 +133,7 @@ def _new_records(rank: _Rank) -> list[tuple[float, dict[str, JSONValue]]]:
     return out
 
 
-def _int(value: object) -> int:
+def _int(value: JSONValue) -> int:
     """`int(value or 0)` of a record's field; 0 for a value that is not a number or a string."""
     return int(value) if value and isinstance(value, (int, float, str)) else 0
 

@@ -14,6 +14,8 @@ from lifecycle.export._model import RankTrace, Trace
 
 MAX_GROUPS = 48
 MAX_OUTLIERS = 32
+Signature = tuple[str | tuple[str, int] | None, ...]
+"""A rank's coarse timing: its state, its run id, then (state, binned log2 of its time over the median)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,7 +62,7 @@ def _groups(ranks: Sequence[RankTrace]) -> list[Row]:
     medians = _medians(ranks)
     width = 0.25
     while True:
-        groups: dict[tuple[object, ...], list[RankTrace]] = defaultdict(list)
+        groups: dict[Signature, list[RankTrace]] = defaultdict(list)
         for rank in ranks:
             groups[_signature(rank, medians, width)].append(rank)
         if len(groups) <= MAX_GROUPS or width > 64:
@@ -85,7 +87,7 @@ def _medians(ranks: Sequence[RankTrace]) -> dict[str, float]:
     return {s: sorted(v)[len(v) // 2] for s, v in values.items()}
 
 
-def _signature(rank: RankTrace, medians: dict[str, float], width: float) -> tuple[object, ...]:
+def _signature(rank: RankTrace, medians: dict[str, float], width: float) -> Signature:
     """Per state, log2 of the time over the state's median, in bins of `width` (0.25: ±19%)."""
     durations = _durations(rank)
     bins = tuple(

@@ -25,7 +25,9 @@ from lifecycle.runtime import Closeable, PhaseContext, Runtime
 from states import SideEffect
 
 if TYPE_CHECKING:
+    from megatron.core.timers import Timers
     from megatron.core.tokenizers import MegatronTokenizer
+    from torch.utils.tensorboard import SummaryWriter
 
 HF_EXTRA = "pip install 'megatron-lifecycle[hf]'"
 
@@ -81,9 +83,9 @@ def build_tokenizer(config: TokenizerConfig) -> NullTokenizer | MegatronTokenize
     return MegatronTokenizer.from_pretrained(tokenizer_path=config.path, metadata_path={"library": "huggingface"})
 
 
-def build_writers(ctx: PhaseContext, config: RunConfig) -> dict[str, object]:
+def build_writers(ctx: PhaseContext, config: RunConfig) -> dict[str, SummaryWriter | Timers]:
     """The writers and timers the config asks for: a TensorBoard writer, megatron's Timers."""
-    writers: dict[str, object] = {}
+    writers: dict[str, SummaryWriter | Timers] = {}
     if config.logging.tensorboard_dir:
         from torch.utils.tensorboard import SummaryWriter
 

@@ -21,6 +21,10 @@ from lifecycle.errors import ConfigError
 from lifecycle.log import events
 
 if TYPE_CHECKING:
+    from megatron.core.optimizer import MegatronOptimizer
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.module import MegatronModule
+
     from lifecycle.runtime import PhaseContext
 
 _PARALLEL: Final = {
@@ -66,9 +70,9 @@ def with_names(requested: bindings.Requested) -> bindings.Requested:
 
 def check_landed(
     ctx: PhaseContext,
-    model: Sequence[object],
-    optimizer: object,
-    provider_config: object,
+    model: Sequence[MegatronModule],
+    optimizer: MegatronOptimizer | None,
+    provider_config: TransformerConfig | None,
     requested: bindings.Requested,
 ) -> bindings.SettingsReport:
     """Compare, log `settings_checked`, and raise `SettingsNotLanded` for what did not land."""
