@@ -142,7 +142,7 @@ def install(target: SchedulerConfig, plan: Mapping[str, object], policy: Policy 
     )
 
 
-def _verify(chunks: Sequence[object], target: SchedulerConfig, installed: Mapping[str, object]) -> object:
+def _verify(chunks: Sequence[object], target: SchedulerConfig, installed: Mapping[str, object]) -> SchedulerConfig:
     from megatron.core.utils import get_model_config
 
     scheduler = get_model_config(chunks[0])
@@ -205,7 +205,7 @@ def bind_callbacks(
 
 def _report(
     target: SchedulerConfig,
-    scheduler: object,
+    scheduler: SchedulerConfig,
     provider_config: object,
     done: Installed,
     chunks: Sequence[object],

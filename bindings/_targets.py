@@ -8,17 +8,20 @@ several chunks share are compared once and named by all of them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from bindings._settings import Section, Target
+
+T = TypeVar("T")
 
 
 def _chunks(indices: Sequence[int]) -> str:
     return f"chunk {indices[0]}" if len(indices) == 1 else "chunks " + ", ".join(map(str, indices))
 
 
-def _grouped(objects: Sequence[object]) -> list[tuple[object, list[int]]]:
+def _grouped(objects: Sequence[T | None]) -> list[tuple[T, list[int]]]:
     """Distinct objects (by identity) in first-seen order, each with the indices that hold it."""
-    seen: dict[int, tuple[object, list[int]]] = {}
+    seen: dict[int, tuple[T, list[int]]] = {}
     for index, obj in enumerate(objects):
         if obj is not None:
             seen.setdefault(id(obj), (obj, []))[1].append(index)

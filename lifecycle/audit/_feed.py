@@ -102,7 +102,7 @@ as `dict.get` would (None when absent). Fields in sorted order, as the writer so
 finds each key at the next field."""
 decode_typed = msgspec.json.Decoder(Union[RECORD_TYPES]).decode  # noqa: UP007 - a union built at runtime
 """A line as the batch path decodes it: a record of `RECORD_TYPES` (msgspec raises on one that is not)."""
-Tap = Callable[[list[bytes], Sequence[object]], None]
+Tap = Callable[[list[bytes], Sequence[JSONValue | Record]], None]
 """Called with each batch's lines and their records (typed, or orjson dicts) before the audit reads
 them: what the export keeps of the records it would otherwise decode again. A plain audit has none.
 A tap declares in its `reads` attribute ({event: field names}) the fields it reads, beyond the
