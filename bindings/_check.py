@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
+from typing import TypeGuard
 
 from bindings._errors import BindingError
 from bindings._protocol import SLOTS, SchedulerConfig
@@ -111,7 +112,7 @@ def inspect_slots(
     *,
     optimizer: object = None,
     finalizer: object = None,
-    others: Sequence[tuple[object, str]] = (),
+    others: Sequence[tuple[SchedulerConfig, str]] = (),
 ) -> CheckReport:
     """`check_config`'s report against sources you choose: `scheduler` (the config the schedule
     reads) judged slot by slot against `wanted` (the rules' sources by slot, as `sources` gives).
@@ -141,20 +142,20 @@ def inspect_slots(
     )
 
 
-def _seen(config: object, where: str) -> ConfigSeen:
+def _seen(config: SchedulerConfig, where: str) -> ConfigSeen:
     held = tuple(s for s in SLOTS if getattr(config, s, None) is not None)
     return ConfigSeen(id=hex(id(config)), type=type(config).__name__, where=where, slots=held)
 
 
-def _is_config(obj: object) -> bool:
+def _is_config(obj: object) -> TypeGuard[SchedulerConfig]:
     return obj is not None and all(hasattr(obj, slot) for slot in SLOTS)
 
 
-def reachable_configs(chunks: Sequence[object], provider_config: object = None) -> list[tuple[object, str]]:
+def reachable_configs(chunks: Sequence[object], provider_config: object = None) -> list[tuple[SchedulerConfig, str]]:
     """Every distinct config (an object with all five of the scheduler's slots) reachable from the
     chunks' wrappers (`.module` chains, `.config`) and their submodules, and the provider's config,
     each with where it was found ("chunk 0.module.config"): where else callbacks may have been set."""
-    found: dict[int, tuple[object, str]] = {}
+    found: dict[int, tuple[SchedulerConfig, str]] = {}
 
     def add(config: object, where: str) -> None:
         if _is_config(config) and id(config) not in found:

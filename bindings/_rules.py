@@ -14,7 +14,7 @@ Megatron-LM's `train()` and Megatron-Bridge's `_update_model_config_funcs` bind 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 from bindings._errors import BindingError
 
@@ -31,6 +31,7 @@ CHUNK_METHODS: Final[dict[str, str]] = {
 
 PerChunk = Callable[..., object] | list[Callable[..., object]]
 """What a sync slot holds: the callable itself for one chunk, a list of one per chunk for several."""
+T = TypeVar("T")
 
 
 def align_grad_reduce_of(ddp_config: object, override: bool | None = None) -> bool:
@@ -61,7 +62,7 @@ def sources(ddp_config: object, *, optimizer: bool, align_grad_reduce: bool | No
     return wanted
 
 
-def per_chunk(callables: Sequence[Callable[..., object]]) -> PerChunk:
+def per_chunk(callables: Sequence[T]) -> T | list[T]:
     """Megatron's sync-slot convention: the callable itself for one chunk, a list for several."""
     if not callables:
         raise BindingError("a model has at least one chunk; got an empty list", chunks=0)

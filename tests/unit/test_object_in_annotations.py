@@ -20,8 +20,10 @@ the records' extra fields (JSON values), the ledger's process groups and the che
 streams were typed; 503 after the settings check's model, optimizer and config (megatron's
 classes), the writers, the CLI's experiment rows, imports and resume window, and the export's
 timing signature were typed; 485 after the audit's tap (JSON values or records), the binding's
-verified scheduler config and the settings targets' grouping (a TypeVar) were typed. The issue's
-target is 245.
+verified scheduler config and the settings targets' grouping (a TypeVar) were typed; 475 after
+the configs reachable from a model (a TypeGuard to the scheduler's config), `per_chunk` (a TypeVar),
+the rerun state's RNG states and the YAML's instantiation mode were typed. The issue's target is
+245.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("states", "bindings", "lifecycle")
-CAP = 485
+CAP = 475
 """The most `object`s the annotations of `states/`, `bindings/` and `lifecycle/` may hold (791 before
 issue 35's typed seams; the target is 245)."""
 

@@ -24,6 +24,7 @@ from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
 
 if TYPE_CHECKING:
+    import torch
     from megatron.core.process_groups_config import MultiModuleProcessGroupCollection, ProcessGroupCollection
     from torch.distributed import Store
 
@@ -61,10 +62,10 @@ def _rerun_state_machine(args: Namespace) -> None:
         initialize_rerun_state_machine,
     )
 
-    def state_save_func() -> dict[str, object]:
+    def state_save_func() -> dict[str, dict[str, torch.Tensor]]:
         return {"rng_tracker_states": tensor_parallel.get_cuda_rng_tracker().get_states()}
 
-    def state_restore_func(state_dict: dict[str, object]) -> None:
+    def state_restore_func(state_dict: dict[str, dict[str, torch.Tensor]]) -> None:
         if state_dict["rng_tracker_states"]:
             tensor_parallel.get_cuda_rng_tracker().set_states(state_dict["rng_tracker_states"])
 

@@ -26,6 +26,7 @@ from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
     from megatron.training.config import PretrainConfigContainer
+    from megatron.training.config.instantiate_utils import InstantiationMode
 
 MAX_BYTES = 1 << 20
 """A Megatron-LM config as `to_yaml` writes it is about 25 KB."""
@@ -87,7 +88,7 @@ def load_container(path: str, *, allow_targets: bool = False) -> PretrainConfigC
     return container
 
 
-def _lenient() -> object:
+def _lenient() -> InstantiationMode:
     """Megatron-LM's `from_yaml` default: keys the container does not know are dropped."""
     from megatron.training.config.instantiate_utils import InstantiationMode
 
