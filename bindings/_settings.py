@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 from bindings._derivations import derived
 from bindings._errors import SettingsNotLanded
@@ -31,6 +31,7 @@ from bindings._protocol import SLOTS
 
 Section = Literal["transformer", "ddp", "optimizer"]
 Kind = Literal["not-landed", "changed-after-validation", "invalid"]
+T = TypeVar("T")
 
 _SKIPPED: Final[frozenset[str]] = frozenset(SLOTS)
 """The callback slots: bound after MODEL_BUILT and judged by `bindings.check`, not here."""
@@ -282,7 +283,7 @@ def _refinalized(section: Section, obj: object, now: Mapping[str, object], where
     ]
 
 
-def _rebuilt(obj: object) -> object:
+def _rebuilt(obj: T) -> T:
     """A new instance of `obj`'s class from its init fields (lists, dicts, sets copied, so a
     `__post_init__` that edits them in place leaves `obj` alone), warnings silenced."""
     kwargs = {}

@@ -12,6 +12,7 @@ from lifecycle.config._intrinsic_values import check_dtype, check_optimizer, che
 from lifecycle.config._problems import Problem
 from lifecycle.config._problems import intrinsic as _p
 from lifecycle.config._records import RunConfig
+from lifecycle.log import JSONValue
 from lifecycle.redaction import redact_text
 
 _K = 1 << 10
@@ -66,9 +67,10 @@ ENDPOINT = re.compile(r"https?://[^\s/?#]+", re.IGNORECASE)
 _OWNERS = (check_positive_sizes, check_optimizer, check_dtype, check_vocab, check_rank)
 
 
-def value_of(c: RunConfig, name: str) -> object:
+def value_of(c: RunConfig, name: str) -> JSONValue:
     section, _, key = name.partition(".")
-    return getattr(getattr(c, section), key)
+    value: JSONValue = getattr(getattr(c, section), key)
+    return value
 
 
 def _fmt(x: float) -> str:

@@ -16,7 +16,7 @@ import copy
 import dataclasses
 import operator
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from bindings import SLOTS
 from lifecycle.config._records import RunConfig
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 # Written by bindings when callbacks are bound: drift there is expected, not a mutation.
 CALLBACK_FIELDS: frozenset[str] = frozenset(SLOTS)
+T = TypeVar("T")
 
 Drift = list[tuple[str, object, object]]
 
@@ -112,13 +113,13 @@ class Snapshot:
         return [] if same else config_drift(self.flat, self.config)
 
 
-def _getter(obj: DataclassInstance) -> Callable[[object], object]:
+def _getter(obj: DataclassInstance) -> Callable[[DataclassInstance], object]:
     names = [f.name for f in dataclasses.fields(obj)]
     get = operator.attrgetter(*names)
     return (lambda o: (get(o),)) if len(names) == 1 else get
 
 
-def _copy(value: object) -> object:
+def _copy(value: T) -> T:
     if isinstance(value, (list, dict, set)):
         return copy.copy(value)
     return value
