@@ -39,6 +39,9 @@ if TYPE_CHECKING:  # megatron's objects a binder receives
     from lifecycle.megatron.user_providers import Provider
     from lifecycle.runtime import ModelProvider
 
+    Binder = Callable[[list[Module], MegatronOptimizer | None, DistributedDataParallelConfig, TransformerConfig], None]
+    """A binding function: `binder(model, optimizer, ddp_config, provider_config)`, what `--binder` names."""
+
 BINDERS = ("lifecycle", "megatron-lm", "bridge")
 EXIT_HELP = """exit status: 0 every rank's binding is ok and every setting landed; 1 a slot is missing, wrong
 or stale, or a setting did not reach the model, on some rank (or a rank failed); 2 bad command-line or
@@ -251,7 +254,7 @@ def _clear_slots(holders: list[object]) -> None:
                 setattr(config, slot, None)
 
 
-def binder(spec: str) -> Callable[..., object]:
+def binder(spec: str) -> Binder:
     """The binding function `--binder` names."""
     if spec == "megatron-lm":
         return megatron_lm_binding
@@ -260,7 +263,7 @@ def binder(spec: str) -> Callable[..., object]:
     import importlib
 
     module, _, name = spec.partition(":")
-    found: Callable[..., object] = getattr(importlib.import_module(module), name)
+    found: Binder = getattr(importlib.import_module(module), name)
     return found
 
 

@@ -44,7 +44,7 @@ _HEAD = b'{"resourceSpans"'
 class LiveSpans:
     """One rank's spans, made from its log's records as they are written (`__call__(line)`)."""
 
-    def __init__(self, processor: SpanProcessor, exporter: object = None) -> None:
+    def __init__(self, processor: SpanProcessor, exporter: _FileExporter | None = None) -> None:
         self._processor = processor
         self._exporter = exporter
         self._sdk = _otlp.sdk()

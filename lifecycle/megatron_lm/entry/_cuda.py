@@ -24,6 +24,10 @@ from __future__ import annotations
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _compiled_helpers() -> None:
@@ -31,7 +35,7 @@ def _compiled_helpers() -> None:
     from megatron.core.datasets import helpers_cpp  # noqa: F401
 
 
-def _properties(device: object = None) -> types.SimpleNamespace:
+def _properties(device: torch.device | str | int | None = None) -> types.SimpleNamespace:
     return types.SimpleNamespace(major=9, minor=0, name="cpu-rehearsal", total_memory=0, multi_processor_count=1)
 
 
