@@ -276,11 +276,11 @@ class Lifecycle:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
         self._cycles.begin(cycle)
 
-    def cycle_trained(self, **fields: object) -> None:
+    def cycle_trained(self, **fields: JSONValue) -> None:
         """Log `cycle_started` as training starts: the ledger now, the config fingerprint, the caller's fields."""
         self._cycles.trained(**fields)
 
-    def end_cycle(self, **fields: object) -> None:
+    def end_cycle(self, **fields: JSONValue) -> None:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
         self._cycles.ended(**fields)
 

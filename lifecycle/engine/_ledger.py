@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lifecycle.errors import ResourceLeak
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 from states import State, Trigger
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class Cycles:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
         self.shared.log.rebind(cycle=cycle)
 
-    def trained(self, **fields: object) -> None:
+    def trained(self, **fields: JSONValue) -> None:
         """Log `cycle_started`: the ledger now (`STATE:resource`), the config fingerprint, `fields`."""
         self.shared.log.emit(
             events.CYCLE_STARTED,
@@ -124,7 +124,7 @@ class Cycles:
             **fields,
         )
 
-    def ended(self, **fields: object) -> None:
+    def ended(self, **fields: JSONValue) -> None:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
         self.shared.log.emit(events.CYCLE_ENDED, state=self.shared.state.name, **fields)
 

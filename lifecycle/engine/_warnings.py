@@ -67,7 +67,7 @@ class WarningCapture:
         self._console = console
         self._seen: set[tuple[str, str, str]] = set()
         self._count = 0
-        self._queue: deque[dict[str, object]] = deque()
+        self._queue: deque[dict[str, str | int | None]] = deque()  # a warning record's fields
         self._previous_show: Callable[..., None] = warnings.showwarning
         self._loggers: list[tuple[logging.Logger, bool, logging.Handler]] = []
         self._installed = False

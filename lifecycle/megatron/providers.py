@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from torch.nn import Module
 
     from lifecycle.config import RunConfig
+    from lifecycle.log import JSONValue
 
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -91,7 +92,7 @@ _NO_FUSIONS = {
 """The fused kernels are off: they need CUDA (and some Apex/TE), and the CPU rehearsal runs without."""
 
 
-def _model_fields(run: RunConfig, hybrid: bool) -> dict[str, object]:
+def _model_fields(run: RunConfig, hybrid: bool) -> dict[str, JSONValue]:
     model = run.model
     return {
         "num_layers": model.num_layers * (2 if hybrid else 1),

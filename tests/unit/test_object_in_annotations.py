@@ -25,7 +25,9 @@ the configs reachable from a model (a TypeGuard to the scheduler's config), `per
 the rerun state's RNG states and the YAML's instantiation mode were typed; 469 after the settings
 check's rebuilt config and the snapshot's copies (a TypeVar), the snapshot's getter and the bounds
 check's values (JSON values) were typed; 465 after the binding check's binders, the live export's
-file exporter and the CUDA stand-in's device were typed. The issue's target is 245.
+file exporter and the CUDA stand-in's device were typed; 459 after the restart cycle's record
+fields and the model's TransformerConfig fields (JSON values) and the queued warnings were typed.
+The issue's target is 245.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("states", "bindings", "lifecycle")
-CAP = 465
+CAP = 459
 """The most `object`s the annotations of `states/`, `bindings/` and `lifecycle/` may hold (791 before
 issue 35's typed seams; the target is 245)."""
 
