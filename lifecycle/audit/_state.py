@@ -77,7 +77,7 @@ class RankState:
         self.rank: int | None = None
         self.world_size: int | None = None
         self.generation = 0
-        self.envelope: tuple[object, ...] = ()  # (generation, rank, run_id, world_size)
+        self.envelope: tuple[int, int, str, int] | tuple[()] = ()  # (generation, rank, run_id, world_size)
         self.next_seq = 0
         self.prev: str | None = GENESIS
         self.records, self.line = 0, 0

@@ -307,7 +307,7 @@ def _resolve(path: str) -> ModuleType | type | None:
     return None
 
 
-def _current(owner: object, attr: str) -> object:
+def _current(owner: ModuleType | type, attr: str) -> object:
     """What `owner.attr` holds itself (a class's own dict, so a method is not bound)."""
     own = getattr(owner, "__dict__", {})
     return own[attr] if attr in own else getattr(owner, attr, None)
