@@ -523,3 +523,39 @@ def test_a_lost_node_once_reported_costs_no_more_than_two_operations_a_round(tmp
     for step in range(1, 11):
         w[0].tick(200.0 + step)
     assert dict(store.ops) == {"set": 10, "multi_get": 10}
+
+
+def test_a_watch_without_a_node_reads_the_store_at_its_first_tick_not_a_round_later() -> None:
+    """Joined to no node (no check-in: a watch of `first` only), the watch has no round of its own:
+    it reads the store at its first tick, a poll in, then at every tick."""
+    store = Counting()
+    watch = RankWatch(store, rank=0, world_size=2, timeout_s=24.0, poll_s=0.1)
+    first = watch.first_tick(100.0)
+    assert first == pytest.approx(100.1)
+    watch.tick(first)
+    assert sum(store.ops.values()) > 0, "its first tick read nothing of the store"
+
+
+class _Stop:
+    """The watcher's stop event, recording how long each wait would sleep; set after `waits` waits."""
+
+    def __init__(self, waits: int) -> None:
+        self.timeouts: list[float] = []
+        self.waits = waits
+
+    def wait(self, timeout: float) -> bool:
+        self.timeouts.append(timeout)
+        return len(self.timeouts) > self.waits
+
+    def set(self) -> None:
+        self.waits = 0
+
+
+def test_the_watcher_sleeps_only_until_its_next_tick_and_not_at_all_when_one_is_due(tmp_path: Path) -> None:
+    w = job(MemoryStore(), tmp_path, {"a": [0, 1]})
+    for rank, due_at_once in ((0, True), (1, False)):  # the leader's round (phase 0) is due at once
+        stop = _Stop(waits=3)
+        w[rank]._stop = stop  # type: ignore[assignment]  # the thread's loop, run here
+        w[rank]._watch()
+        assert len(stop.timeouts) == 4 and all(0.0 <= t <= w[rank].poll_s + 1e-6 for t in stop.timeouts), stop.timeouts
+        assert (stop.timeouts[0] < 0.01) is due_at_once, stop.timeouts
