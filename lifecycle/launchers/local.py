@@ -155,7 +155,20 @@ def _enter(parent: int | None, output: str, environ: Mapping[str, str]) -> bool:
         os.dup2(out.fileno(), 2)
     os.environ.clear()  # a forked process has the server's environment: take the owner's at the call
     os.environ.update(environ)
+    if forked:
+        _reseed()
     return forked
+
+
+def _reseed() -> None:
+    """A forked process starts with the server's random states. Python's `random` reseeds itself
+    after a fork and torch's default generator starts from one fixed seed in every interpreter; NumPy's
+    global generator would be the server's in every rank, where a fresh interpreter seeds it from the
+    OS: so it is seeded from the OS here (an unseeded draw differs between ranks and between runs,
+    as it does between launched ranks)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
 
 
 def _leave(forked: bool) -> None:

@@ -45,6 +45,23 @@ def test_a_ranks_exit_runs_its_atexit_hooks_however_it_was_started(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0", "rank-1"]
 
 
+def _an_unseeded_numpy_draw() -> int:
+    import numpy
+
+    return int(numpy.random.randint(2**62))
+
+
+@pytest.mark.parametrize("start", ["forkserver", "spawn"])
+def test_an_unseeded_numpy_draw_differs_between_ranks_and_between_runs_as_in_launched_ranks(
+    monkeypatch: pytest.MonkeyPatch, start: str
+) -> None:
+    """A rank that draws from NumPy's global generator without seeding it gets what a fresh
+    interpreter would: a seed from the OS, not the fork server's state shared by every rank."""
+    monkeypatch.setenv("LIFECYCLE_RANKS_START", start)
+    draws = run_ranks(_an_unseeded_numpy_draw, 2, timeout_s=300) + run_ranks(_an_unseeded_numpy_draw, 2, timeout_s=300)
+    assert len(set(draws)) == 4, draws
+
+
 @pytest.mark.parametrize("start", ["forkserver", "spawn"])
 def test_each_rank_has_the_callers_environment_at_the_call(monkeypatch: pytest.MonkeyPatch, start: str) -> None:
     monkeypatch.setenv("LIFECYCLE_RANKS_START", start)
