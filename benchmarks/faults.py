@@ -387,9 +387,9 @@ def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
                 exit_at[r] = time.time()
         stopped = procs.get(UNMEASURED.get(case, -1))
         others_ended = all(r in exit_at for r in procs if procs[r] is not stopped)
-        if stopped is not None and stopped.exitcode is None and others_ended:
+        if stopped is not None and stopped.pid is not None and stopped.exitcode is None and others_ended:
             with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-                os.kill(stopped.pid or 0, signal.SIGCONT)  # a stopped rank may now end
+                os.kill(stopped.pid, signal.SIGCONT)  # a stopped rank may now end (never pid 0: the group)
         if time.monotonic() > hard_stop:
             for r, proc in procs.items():
                 if r not in exit_at:
