@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 HOST_OPS_PER_S = 6000.0
 """The most operations a second the watch asks of the store's host, all nodes together: each node leader
-makes two a round, so a round lasts `max(poll_s, 2 * nodes / HOST_OPS_PER_S)` (5.5 s at 16,384 nodes).
+makes two a round, so a round lasts at least `2 * nodes / HOST_OPS_PER_S` (`round_s`: 5.5 s at 16,384 nodes).
 torchrun's c10d rendezvous keeps alive once per node every 5 s: 3,277 a second at 16,384 nodes."""
 
 
