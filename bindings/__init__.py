@@ -32,7 +32,12 @@ from bindings._entry import check, check_settings, guard_first_step, guard_forwa
 from bindings._errors import BindingConflict, BindingError, FinalizerNotCalled, SettingsNotLanded
 from bindings._guard import guard_config, scale_owner
 from bindings._protocol import SLOTS as SLOTS
+from bindings._protocol import DDPConfig as DDPConfig
+from bindings._protocol import Module as Module
+from bindings._protocol import Optimizer as Optimizer
 from bindings._protocol import Policy as Policy
+from bindings._protocol import ProcessGroup as ProcessGroup
+from bindings._protocol import ProcessGroups as ProcessGroups
 from bindings._protocol import SchedulerConfig as SchedulerConfig
 from bindings._report import BindingReport
 from bindings._rules import per_chunk, sources

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Final
 
 from bindings._errors import BindingConflict, BindingError
-from bindings._protocol import SLOTS, Policy, SchedulerConfig
+from bindings._protocol import SLOTS, DDPConfig, Module, Optimizer, Policy, ProcessGroups, SchedulerConfig
 from bindings._report import BindingReport, object_id
 from bindings._rules import (
     FINALIZER,
@@ -54,22 +54,22 @@ class Installed:
     finalizer: CountingFinalizer | None
 
 
-def finalizer(pg_collection: object = None) -> Callable[..., object]:
+def finalizer(pg_collection: ProcessGroups | None = None) -> Callable[..., None]:
     """megatron's `finalize_model_grads`, with `pg_collection` bound where the signature has it."""
     from megatron.core.distributed import finalize_model_grads
 
     accepts = "pg_collection" in inspect.signature(finalize_model_grads).parameters
     if pg_collection is not None and accepts:
         return functools.partial(finalize_model_grads, pg_collection=pg_collection)
-    fn: Callable[..., object] = finalize_model_grads
+    fn: Callable[..., None] = finalize_model_grads
     return fn
 
 
 def planned(
-    chunks: Sequence[object],
-    optimizer: object,
-    ddp_config: object,
-    pg_collection: object = None,
+    chunks: Sequence[Module],
+    optimizer: Optimizer | None,
+    ddp_config: DDPConfig | None,
+    pg_collection: ProcessGroups | None = None,
     align_grad_reduce: bool | None = None,
 ) -> dict[str, object]:
     """The callbacks the contract asks for, by slot, in `SLOTS` order (`optimizer` None: none of
@@ -88,7 +88,7 @@ def planned(
     return plan
 
 
-def _require_ddp(chunks: Sequence[object]) -> None:
+def _require_ddp(chunks: Sequence[Module]) -> None:
     for index, chunk in enumerate(chunks):
         if not (hasattr(chunk, "no_sync") and hasattr(chunk, "start_grad_sync")):
             raise BindingError(
@@ -142,7 +142,7 @@ def install(target: SchedulerConfig, plan: Mapping[str, object], policy: Policy 
     )
 
 
-def _verify(chunks: Sequence[object], target: SchedulerConfig, installed: Mapping[str, object]) -> SchedulerConfig:
+def _verify(chunks: Sequence[Module], target: SchedulerConfig, installed: Mapping[str, object]) -> SchedulerConfig:
     from megatron.core.utils import get_model_config
 
     scheduler = get_model_config(chunks[0])
@@ -163,8 +163,9 @@ def _verify(chunks: Sequence[object], target: SchedulerConfig, installed: Mappin
     return scheduler
 
 
-def chunk_list(model: object) -> list[object]:
-    """`model` as a list of chunks; a BindingError for anything but a list or tuple."""
+def chunk_list(model: Sequence[Module]) -> list[Module]:
+    """`model` as a list of chunks; a BindingError for anything but a list or tuple (a caller
+    without types may pass one chunk, `model[0]`)."""
     if not isinstance(model, (list, tuple)):
         raise BindingError(
             f"model is a {type(model).__name__}, not a list of model chunks; pass the list megatron's "
@@ -176,13 +177,13 @@ def chunk_list(model: object) -> list[object]:
 
 
 def bind_callbacks(
-    model: Sequence[object],
-    optimizer: object,
-    ddp_config: object,
+    model: Sequence[Module],
+    optimizer: Optimizer | None,
+    ddp_config: DDPConfig | None,
     *,
-    provider_config: object = None,
+    provider_config: SchedulerConfig | None = None,
     policy: Policy | None = None,
-    pg_collection: object = None,
+    pg_collection: ProcessGroups | None = None,
     align_grad_reduce: bool | None = None,
 ) -> BindingReport:
     """Bind the training callbacks for `model` (list of chunks) to the config its schedule reads.
@@ -206,11 +207,11 @@ def bind_callbacks(
 def _report(
     target: SchedulerConfig,
     scheduler: SchedulerConfig,
-    provider_config: object,
+    provider_config: SchedulerConfig | None,
     done: Installed,
-    chunks: Sequence[object],
-    optimizer: object,
-    ddp_config: object,
+    chunks: Sequence[Module],
+    optimizer: Optimizer | None,
+    ddp_config: DDPConfig | None,
     align: bool,
     policy: Policy | None,
 ) -> BindingReport:

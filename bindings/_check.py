@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import TypeGuard
 
 from bindings._errors import BindingError
-from bindings._protocol import SLOTS, SchedulerConfig
+from bindings._protocol import SLOTS, DDPConfig, Module, Optimizer, SchedulerConfig
 from bindings._report import object_id
 from bindings._rules import FINALIZER, SCALE_LOSS, chunk_entries, same, sources
 from bindings._verdict import CheckReport, ConfigSeen, SlotCheck, Verdict
@@ -55,7 +55,7 @@ def _entries(value: object) -> list[object]:
     return value if isinstance(value, list) else [value]
 
 
-def _stale(value: object, chunks: Sequence[object], method: str) -> bool:
+def _stale(value: object, chunks: Sequence[Module], method: str) -> bool:
     """Every entry is `method` bound to an object that is not one of the model's chunks."""
     owners = [getattr(e, "__self__", None) for e in _entries(value)]
     names = {getattr(e, "__name__", None) for e in _entries(value)}
@@ -63,7 +63,7 @@ def _stale(value: object, chunks: Sequence[object], method: str) -> bool:
     return names == {method} and all(o is not None and id(o) not in alive for o in owners)
 
 
-def _judge_scale(value: object, optimizer: object) -> Verdict:
+def _judge_scale(value: object, optimizer: Optimizer | None) -> Verdict:
     owner = getattr(value, "__self__", None)
     if getattr(value, "__name__", None) != SCALE_LOSS or owner is None:
         return "wrong"
@@ -73,7 +73,11 @@ def _judge_scale(value: object, optimizer: object) -> Verdict:
 
 
 def judge_slot(
-    source: str | None, value: object, chunks: Sequence[object], optimizer: object, finalizer: object
+    source: str | None,
+    value: object,
+    chunks: Sequence[Module],
+    optimizer: Optimizer | None,
+    finalizer: Callable[..., None] | None,
 ) -> Verdict:
     """One slot's verdict ("ok", "missing", "stale", "wrong") for `value`, what the slot holds.
     `source` is what the rules ask for (`sources(...)[slot]`; None: nothing); `chunks`, the model's
@@ -107,11 +111,11 @@ def _expected(source: str | None, chunks: int) -> str:
 
 def inspect_slots(
     scheduler: SchedulerConfig,
-    chunks: Sequence[object],
+    chunks: Sequence[Module],
     wanted: dict[str, str],
     *,
-    optimizer: object = None,
-    finalizer: object = None,
+    optimizer: Optimizer | None = None,
+    finalizer: Callable[..., None] | None = None,
     others: Sequence[tuple[SchedulerConfig, str]] = (),
 ) -> CheckReport:
     """`check_config`'s report against sources you choose: `scheduler` (the config the schedule
@@ -151,7 +155,9 @@ def _is_config(obj: object) -> TypeGuard[SchedulerConfig]:
     return obj is not None and all(hasattr(obj, slot) for slot in SLOTS)
 
 
-def reachable_configs(chunks: Sequence[object], provider_config: object = None) -> list[tuple[SchedulerConfig, str]]:
+def reachable_configs(
+    chunks: Sequence[Module], provider_config: SchedulerConfig | None = None
+) -> list[tuple[SchedulerConfig, str]]:
     """Every distinct config (an object with all five of the scheduler's slots) reachable from the
     chunks' wrappers (`.module` chains, `.config`) and their submodules, and the provider's config,
     each with where it was found ("chunk 0.module.config"): where else callbacks may have been set."""
@@ -170,15 +176,16 @@ def reachable_configs(chunks: Sequence[object], provider_config: object = None) 
             if inner is None:
                 break
             layer, path = inner, f"{path}.module"
-        named: Callable[[], Iterable[tuple[str, object]]] | None = getattr(layer, "named_modules", None)
+        named: Callable[[], Iterable[tuple[str, Module]]] | None = getattr(layer, "named_modules", None)
         for name, sub in named() if named is not None else ():
             add(getattr(sub, "config", None), f"{path}.{name}.config" if name else f"{path}.config")
     return list(found.values())
 
 
-def model_chunks(model: object) -> list[object]:
+def model_chunks(model: Sequence[Module]) -> list[Module]:
     """`model` as a non-empty list of chunks (what `check` and `guard_first_step` take), else a
-    BindingError naming what to pass (`check(model)`, not `check(model[0])`)."""
+    BindingError naming what to pass (`check(model)`, not `check(model[0])`, from a caller without
+    types)."""
     if not isinstance(model, (list, tuple)) or not model:
         raise BindingError(
             f"model is {'an empty list' if isinstance(model, (list, tuple)) else type(model).__name__}"
@@ -191,13 +198,13 @@ def model_chunks(model: object) -> list[object]:
 
 def check_config(
     scheduler: SchedulerConfig,
-    chunks: Sequence[object],
+    chunks: Sequence[Module],
     *,
-    ddp_config: object = None,
-    optimizer: object = None,
-    provider_config: object = None,
+    ddp_config: DDPConfig | None = None,
+    optimizer: Optimizer | None = None,
+    provider_config: SchedulerConfig | None = None,
     align_grad_reduce: bool | None = None,
-    finalizer: object = None,
+    finalizer: Callable[..., None] | None = None,
     chunk_config_ids: tuple[str, ...] = (),
 ) -> CheckReport:
     """`bindings.check` on a scheduler config you already hold, without megatron: `scheduler` (the

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from bindings._check import check_config, model_chunks
 from bindings._guard import FirstStepGuard, SteppingOptimizer, guard_config
+from bindings._protocol import DDPConfig, Module, Optimizer, SchedulerConfig
 from bindings._settings import Requested, SettingsReport, compare
 from bindings._targets import settings_targets
 from bindings._verdict import CheckReport
@@ -18,11 +19,11 @@ T = TypeVar("T")
 
 
 def check(
-    model: Sequence[object],
-    ddp_config: object = None,
-    optimizer: object = None,
+    model: Sequence[Module],
+    ddp_config: DDPConfig | None = None,
+    optimizer: Optimizer | None = None,
     *,
-    provider_config: object = None,
+    provider_config: SchedulerConfig | None = None,
     align_grad_reduce: bool | None = None,
 ) -> CheckReport:
     """Check the training callbacks on the config the scheduler reads for `model` (the chunks).
@@ -50,11 +51,11 @@ def check(
 
 
 def check_settings(
-    model: Sequence[object],
+    model: Sequence[Module],
     requested: Requested,
     *,
-    optimizer: object = None,
-    provider_config: object = None,
+    optimizer: Optimizer | None = None,
+    provider_config: SchedulerConfig | None = None,
     allow: Iterable[str] = (),
 ) -> SettingsReport:
     """Check that what was asked for (`requested`, from `bindings.requested(...)` taken before the
@@ -69,7 +70,7 @@ def check_settings(
 
 
 def guard_first_step(
-    model: Sequence[object], optimizer: SteppingOptimizer | None = None, *, steps: int = 1, emit: Emit | None = None
+    model: Sequence[Module], optimizer: SteppingOptimizer | None = None, *, steps: int = 1, emit: Emit | None = None
 ) -> FirstStepGuard:
     """Arm a `FirstStepGuard` on `get_model_config(model[0])`, after your setup bound callbacks.
 
@@ -92,7 +93,7 @@ def guard_forward_step(
 
     guards: list[FirstStepGuard] = []
 
-    def forward_step(data_iterator: object, model: object, *args: object, **kwargs: object) -> T:
+    def forward_step(data_iterator: object, model: Module, *args: object, **kwargs: object) -> T:
         if not guards and torch.is_grad_enabled():
             config = get_model_config(model)
             guards.append(guard_config(config, steps=steps, emit=emit, require_optimizer=True))

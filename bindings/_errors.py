@@ -50,4 +50,4 @@ class SettingsNotLanded(LifecycleError, ValueError):
     `fields` names each one, `mismatches` says what was requested and found, and where."""
 
     fields: list[str]
-    mismatches: list[dict[str, object]]
+    mismatches: list[dict[str, str]]

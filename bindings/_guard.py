@@ -166,7 +166,7 @@ def _message(calls: int, step: int, config: GuardedConfig) -> str:
     )
 
 
-def scale_owner(config: object) -> SteppingOptimizer | None:
+def scale_owner(config: GuardedConfig) -> SteppingOptimizer | None:
     """The optimizer a binding put on `config`: the object whose `scale_loss` its `grad_scale_func`
     is, or None when the slot is empty or holds a plain function."""
     return getattr(getattr(config, "grad_scale_func", None), "__self__", None)

@@ -1,8 +1,13 @@
-"""The config fields `bindings` writes, and the slot names in the order they are installed."""
+"""The config fields `bindings` writes, the slot names in the order they are installed, and megatron's
+objects as `bindings` reads them: Protocols of the attributes it touches (it imports neither torch
+nor megatron)."""
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol
+from collections.abc import Iterator
+from typing import Final, Literal, Protocol, TypeVar
+
+T = TypeVar("T")
 
 SLOTS: Final[tuple[str, ...]] = (
     "finalize_model_grads_func",
@@ -37,3 +42,56 @@ class SchedulerConfig(Protocol):
     def grad_sync_func(self) -> object: ...
     @property
     def param_sync_func(self) -> object: ...
+
+
+class Module(Protocol):
+    """A torch module as `bindings` reads one (a model chunk, a wrapper of one, a submodule): its
+    submodules, which `check` searches for configs set where the schedule never looks. A chunk's
+    `config`, `module` (a wrapper's inner module), `ddp_config` and the DDP wrapper's sync methods
+    are looked up by name, each where it may be missing."""
+
+    def named_modules(self) -> Iterator[tuple[str, Module]]: ...
+
+
+class Optimizer(Protocol):
+    """megatron's optimizer as `bindings` reads it: `scale_loss`, which `grad_scale_func` holds (the
+    loss it is given, scaled). A chained optimizer's `chained_optimizers` and each one's `config` are
+    looked up by name."""
+
+    def scale_loss(self, loss: T) -> T: ...
+
+
+class DDPConfig(Protocol):
+    """megatron's `DistributedDataParallelConfig` as the rules (`_rules.py`) read it. `align_grad_reduce`,
+    a training-loop setting, is looked up by name: megatron's config does not carry it."""
+
+    @property
+    def overlap_grad_reduce(self) -> bool: ...
+    @property
+    def overlap_param_gather(self) -> bool: ...
+    @property
+    def align_param_gather(self) -> bool: ...
+
+
+class ProcessGroup(Protocol):
+    """A torch process group: its size, and this rank's place in it."""
+
+    def size(self) -> int: ...
+    def rank(self) -> int: ...
+
+
+class ProcessGroups(Protocol):
+    """megatron's `ProcessGroupCollection`: the groups its `finalize_model_grads` reads (megatron-core
+    0.15 to 0.19; `embd` and `pos_embd` None where a model has no such group). `bindings` binds it to
+    the finalizer and reads none of them itself."""
+
+    @property
+    def tp(self) -> ProcessGroup: ...
+    @property
+    def pp(self) -> ProcessGroup: ...
+    @property
+    def embd(self) -> ProcessGroup | None: ...
+    @property
+    def pos_embd(self) -> ProcessGroup | None: ...
+    @property
+    def dp_cp(self) -> ProcessGroup: ...

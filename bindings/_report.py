@@ -6,6 +6,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TypedDict
 
 from bindings._protocol import SchedulerConfig
 from bindings._watchdog import FirstStepWatchdog
@@ -14,6 +15,21 @@ from bindings._watchdog import FirstStepWatchdog
 def object_id(obj: object | None) -> str | None:
     """The log's identity format: `"0x..."` of `id()`, or None."""
     return None if obj is None else hex(id(obj))
+
+
+class BoundFields(TypedDict):
+    """The fields of the `callbacks_bound` record that `BindingReport.log_fields` gives."""
+
+    target_type: str
+    target_id: str
+    scheduler_config_id: str
+    provider_config_id: str | None
+    copied: bool
+    slots: list[str]
+    chunks: int
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    policy: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, weakref_slot=True)
@@ -39,7 +55,7 @@ class BindingReport:
     target_ref: weakref.ReferenceType[SchedulerConfig] | None = field(default=None, compare=False, repr=False)
     installed_ids: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}), compare=False, repr=False)
 
-    def log_fields(self) -> dict[str, object]:
+    def log_fields(self) -> BoundFields:
         """The fields of the `callbacks_bound` record (docs/log-format.md)."""
         return {
             "target_type": self.target_type,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, TypeVar
 
 from bindings._errors import BindingError
+from bindings._protocol import DDPConfig, Module
 
 FINALIZER: Final = "finalize_model_grads"
 """The source of `finalize_model_grads_func`: megatron's function (possibly wrapped)."""
@@ -34,19 +35,19 @@ PerChunk = Callable[..., object] | list[Callable[..., object]]
 T = TypeVar("T")
 
 
-def align_grad_reduce_of(ddp_config: object, override: bool | None = None) -> bool:
+def align_grad_reduce_of(ddp_config: DDPConfig | None, override: bool | None = None) -> bool:
     """`align_grad_reduce` is a training-loop setting, not a field of megatron's DDP config."""
     if override is not None:
         return override
     return bool(getattr(ddp_config, "align_grad_reduce", True))
 
 
-def flag(ddp_config: object, name: str) -> bool:
+def flag(ddp_config: DDPConfig | None, name: str) -> bool:
     """A DDP setting, False where the config (or a missing config) lacks it."""
     return bool(getattr(ddp_config, name, False))
 
 
-def sources(ddp_config: object, *, optimizer: bool, align_grad_reduce: bool | None = None) -> dict[str, str]:
+def sources(ddp_config: DDPConfig | None, *, optimizer: bool, align_grad_reduce: bool | None = None) -> dict[str, str]:
     """The slots this DDP config asks for, in `SLOTS` order, each with its source: `FINALIZER`,
     `SCALE_LOSS`, or the name of the chunk method the slot holds per chunk."""
     wanted: dict[str, str] = {}
@@ -69,7 +70,7 @@ def per_chunk(callables: Sequence[T]) -> T | list[T]:
     return callables[0] if len(callables) == 1 else list(callables)
 
 
-def chunk_entries(chunks: Sequence[object], method: str) -> PerChunk:
+def chunk_entries(chunks: Sequence[Module], method: str) -> PerChunk:
     """What a sync slot holds for these chunks: `per_chunk` of each chunk's `method`."""
     return per_chunk([getattr(chunk, method) for chunk in chunks])
 

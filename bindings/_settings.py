@@ -23,15 +23,18 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Final, Literal, TypedDict, TypeVar
 
 from bindings._derivations import derived
 from bindings._errors import SettingsNotLanded
 from bindings._protocol import SLOTS
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 Section = Literal["transformer", "ddp", "optimizer"]
 Kind = Literal["not-landed", "changed-after-validation", "invalid"]
-T = TypeVar("T")
+C = TypeVar("C", bound="DataclassInstance")
 
 _SKIPPED: Final[frozenset[str]] = frozenset(SLOTS)
 """The callback slots: bound after MODEL_BUILT and judged by `bindings.check`, not here."""
@@ -70,10 +73,16 @@ def fields_of(obj: object) -> dict[str, object]:
 
 
 def requested(
-    transformer: object, ddp: object = None, optimizer: object = None, *, asked_as: Mapping[str, str] | None = None
+    transformer: object,
+    ddp: DataclassInstance | None = None,
+    optimizer: DataclassInstance | None = None,
+    *,
+    asked_as: Mapping[str, str] | None = None,
 ) -> Requested:
     """`Requested` from the configs as they are now: call it before the provider, DDP and the
-    optimizer see them (they may change them in place)."""
+    optimizer see them (they may change them in place). `transformer` is the config the provider is
+    given, or a provider object that is its own config; megatron's DDP and optimizer configs are
+    dataclasses. Each is read by `fields_of`."""
     return Requested(
         transformer=MappingProxyType(fields_of(transformer)),
         ddp=None if ddp is None else MappingProxyType(fields_of(ddp)),
@@ -142,8 +151,18 @@ class Mismatch:
             )
         return f"{self.name}{asked}: requested {self.requested}, found {self.found} on {self.where}"
 
-    def log_fields(self) -> dict[str, object]:
+    def log_fields(self) -> dict[str, str]:
+        """Its fields, each a string, without `asked_as` where it is None."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+class SettingsFields(TypedDict):
+    """The fields of the `settings_checked` record that `SettingsReport.log_fields` gives."""
+
+    objects: list[str]
+    compared: int
+    mismatches: list[dict[str, str]]
+    allowed: list[dict[str, str]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,7 +195,7 @@ class SettingsReport:
         lines += ["  allowed: " + m.line() for m in self.allowed]
         return "\n".join([head, *lines])
 
-    def log_fields(self) -> dict[str, object]:
+    def log_fields(self) -> SettingsFields:
         return {
             "objects": list(self.objects),
             "compared": self.compared,
@@ -199,8 +218,9 @@ class SettingsReport:
         )
 
 
-Target = tuple[Section, object, str]
-"""One object the runtime reads: its section, the object, and where it is (`chunk 0's config`)."""
+Target = tuple[Section, "DataclassInstance", str]
+"""One object the runtime reads: its section, the object (a megatron config, a dataclass), and where
+it is (`chunk 0's config`)."""
 
 
 def compare(requested: Requested, targets: Sequence[Target], allow: Iterable[str] = ()) -> SettingsReport:
@@ -258,7 +278,7 @@ def _differences(
     return out
 
 
-def _refinalized(section: Section, obj: object, now: Mapping[str, object], where: str) -> list[Mismatch]:
+def _refinalized(section: Section, obj: DataclassInstance, now: Mapping[str, object], where: str) -> list[Mismatch]:
     """Run `obj`'s `__post_init__` again on a copy of its fields (`dataclasses.replace`): a field it
     derives differently, or a refusal, means a field was set after validation."""
     if not now or not hasattr(obj, "__post_init__"):
@@ -283,11 +303,11 @@ def _refinalized(section: Section, obj: object, now: Mapping[str, object], where
     ]
 
 
-def _rebuilt(obj: T) -> T:
+def _rebuilt(obj: C) -> C:
     """A new instance of `obj`'s class from its init fields (lists, dicts, sets copied, so a
     `__post_init__` that edits them in place leaves `obj` alone), warnings silenced."""
     kwargs = {}
-    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+    for f in dataclasses.fields(obj):
         if f.init:
             value = getattr(obj, f.name)
             kwargs[f.name] = type(value)(value) if isinstance(value, (list, dict, set)) else value

@@ -8,9 +8,18 @@ several chunks share are compared once and named by all of them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from bindings._protocol import Module, Optimizer, SchedulerConfig
 from bindings._settings import Section, Target
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    class ModelConfig(SchedulerConfig, DataclassInstance, Protocol):
+        """What `get_model_config` gives: megatron's `TransformerConfig`, a dataclass holding the
+        scheduler's slots."""
+
 
 T = TypeVar("T")
 
@@ -29,11 +38,11 @@ def _grouped(objects: Sequence[T | None]) -> list[tuple[T, list[int]]]:
 
 
 def settings_targets(
-    chunks: Sequence[object],
-    config_of: Callable[[object], object],
+    chunks: Sequence[Module],
+    config_of: Callable[[Module], ModelConfig],
     *,
-    optimizer: object = None,
-    provider_config: object = None,
+    optimizer: Optimizer | None = None,
+    provider_config: SchedulerConfig | None = None,
 ) -> list[Target]:
     """(section, object, where) for every object to compare; `config_of` is megatron's
     `get_model_config`."""
@@ -55,7 +64,7 @@ def settings_targets(
     return out
 
 
-def _optimizer_targets(optimizer: object) -> list[Target]:
+def _optimizer_targets(optimizer: Optimizer | None) -> list[Target]:
     if optimizer is None:
         return []
     section: Section = "optimizer"

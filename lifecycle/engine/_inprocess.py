@@ -48,6 +48,10 @@ class SimChunk:
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         return iter(())
 
+    def named_modules(self) -> Iterator[tuple[str, SimChunk]]:
+        """Itself, with no submodules (a torch module lists itself first, named "")."""
+        return iter([("", self)])
+
 
 @dataclass(frozen=True)
 class SimTokenizer:

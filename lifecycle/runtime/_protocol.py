@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Generic, Protocol, TypedDict, TypeVar, runtime_checkable
 
-from bindings import BindingReport, Policy, SchedulerConfig
+from bindings import BindingReport, Module, Policy, SchedulerConfig
 from lifecycle.errors import ConfigError
 from lifecycle.log import JSONValue
 from lifecycle.runtime._providers import GivenProvider
@@ -44,8 +44,9 @@ class Tokenizer(Protocol):
     def vocab_size(self) -> int: ...
 
 
-class ModelChunk(Protocol):
-    """One model chunk (a `MegatronModule`, usually wrapped in megatron's DDP)."""
+class ModelChunk(Module, Protocol):
+    """One model chunk (a `MegatronModule`, usually wrapped in megatron's DDP): a torch module, as
+    `bindings` reads one, with its parameters."""
 
     def parameters(self) -> Iterator[torch.nn.Parameter]: ...
 
