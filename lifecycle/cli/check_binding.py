@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # megatron's objects a binder receives
     from lifecycle.config import RunConfig
     from lifecycle.engine import Lifecycle
     from lifecycle.megatron.user_providers import Provider
-    from lifecycle.runtime import ModelProvider
 
     Binder = Callable[[list[Module], MegatronOptimizer | None, DistributedDataParallelConfig, TransformerConfig], None]
     """A binding function: `binder(model, optimizer, ddp_config, provider_config)`, what `--binder` names."""
@@ -238,10 +237,10 @@ def bounded_provider(spec: str, limit_s: float) -> Provider:
     for kept in ("asked", "own_config"):  # a provider object's own config: what MODEL_BUILT's settings check asks for
         if hasattr(found.call, kept):
             setattr(call, kept, getattr(found.call, kept))
-    return Provider(call=cast("ModelProvider", call), name=found.name)
+    return Provider(call=call, name=found.name)
 
 
-def _clear_slots(holders: list[object]) -> None:
+def _clear_slots(holders: list[TransformerConfig | Module | None]) -> None:
     """Empty every callback slot on the given configs and on the configs of the given chunks."""
     from megatron.core.utils import get_model_config
 

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     import torch
 
 SLOTS = ("finalize_model_grads_func", "grad_scale_func")
-Slot = Callable[..., object] | list[Callable[..., object]] | None
-"""What a scheduler callback slot holds: a callable, one per model chunk, or nothing."""
+Slot = Callable[..., None] | list[Callable[..., None]] | None
+"""What a scheduler callback slot holds here: the no-op callback `_finalize` (binding installs it),
+one per model chunk, or nothing."""
 
 
 @dataclass

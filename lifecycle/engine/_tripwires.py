@@ -18,7 +18,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
 
 from states import SideEffect
 
@@ -40,6 +40,8 @@ TARGETS: tuple[tuple[str, str, SideEffect], ...] = (
 _TARGET_MODULES = frozenset(modname for modname, _, _ in TARGETS)
 Wrapped = Callable[..., object]
 """A patched torch/megatron function, or the tripwire that wraps it (arguments passed through)."""
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class _ImportHook(importlib.abc.MetaPathFinder):
@@ -90,13 +92,11 @@ class _Registry:
         owner: Owner | None = self.owner() if self.owner is not None else None
         return owner
 
-    def wrapper_for(self, original: Wrapped, target: str, kind: SideEffect) -> Wrapped:
-        known = self.originals.get(id(original))
-        if known is not None:
-            return known
+    def wrapper_for(self, original: Callable[P, R], target: str, kind: SideEffect) -> Callable[P, R]:
+        """A new tripwire around `original`, kept in `originals` (`patch_loaded` reuses it)."""
 
         @functools.wraps(original)
-        def tripwire(*args: object, **kwargs: object) -> object:
+        def tripwire(*args: P.args, **kwargs: P.kwargs) -> R:
             owner = REGISTRY.current()
             if owner is not None:
                 owner.tripwire(kind, target)
@@ -114,7 +114,8 @@ class _Registry:
             original = getattr(module, attr, None)
             if original is None or hasattr(original, "__lifecycle_tripwire__"):
                 continue
-            wrapper = self.wrapper_for(original, f"{modname}.{attr}", kind)
+            known = self.originals.get(id(original))
+            wrapper = known if known is not None else self.wrapper_for(original, f"{modname}.{attr}", kind)
             setattr(module, attr, wrapper)
             self.patches[(modname, attr)] = (module, original, wrapper)
 

@@ -37,17 +37,18 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, TypeVarTuple, Unpack, cast
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, TypeVarTuple, Unpack, cast
 
 from lifecycle.errors import ConfigError, RankFailed
 from lifecycle.launchers import torchrun_env
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, ForkServerProcess, SpawnContext, SpawnProcess
+    from types import FrameType
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 EXIT_BOUND = 124
@@ -66,6 +67,7 @@ ACCELERATOR_DEVICES = ("/dev/nvidiactl", "/dev/kfd")
 PRELOAD = "lifecycle.launchers._preload"
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
+P = ParamSpec("P")
 
 
 def start_method(environ: Mapping[str, str] | None = None) -> str:
@@ -106,12 +108,12 @@ def free_port() -> int:
         return port
 
 
-def bounded(fn: Callable[..., T], *, what: str, state: str, timeout_s: float) -> Callable[..., T]:
+def bounded(fn: Callable[P, T], *, what: str, state: str, timeout_s: float) -> Callable[P, T]:
     """`fn`, ended if a call does not return within `timeout_s`: the rank prints one line naming
     `what` (e.g. "binder mypkg:bind"), the bound and `state`, and exits `EXIT_BOUND` at once. A call
     blocked in native code cannot be interrupted, so the rank ends; its owner reports the line."""
 
-    def call(*args: object, **kwargs: object) -> T:
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
         def overran() -> None:
             rank = os.environ.get("RANK", "0")
             print(
@@ -181,11 +183,11 @@ def _leave(forked: bool) -> None:
 
 
 def _worker(
-    fn: Callable[..., object],
+    fn: Callable[[Unpack[Ts]], object],
     rank: int,
     nproc: int,
     port: int,
-    args: Sequence[object],
+    args: tuple[Unpack[Ts]],
     reply: Connection,
     parent: int | None,
     output: str,
@@ -252,7 +254,7 @@ def _leave_fork_server() -> bool:
     return False
 
 
-def run_ranks(fn: Callable[..., T], nproc: int, *args: object, timeout_s: float = 600.0) -> list[T]:
+def run_ranks(fn: Callable[[Unpack[Ts]], T], nproc: int, *args: Unpack[Ts], timeout_s: float = 600.0) -> list[T]:
     """Call `fn(*args)` on ranks 0..nproc-1 in fresh processes; return results ordered by rank.
 
     Raises `RankFailed` when a rank raised, ended without a result, or did not finish within
@@ -311,7 +313,7 @@ def _exit_on_sigterm() -> signal.Handlers | Callable[..., object] | int | None:
     if threading.current_thread() is not threading.main_thread():
         return None
 
-    def stop(signum: int, _frame: object) -> None:
+    def stop(signum: int, _frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)
 
     previous: signal.Handlers | Callable[..., object] | int | None = signal.signal(signal.SIGTERM, stop)

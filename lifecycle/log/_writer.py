@@ -16,11 +16,12 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 
 from lifecycle.log import events
 from lifecycle.log._chain import GENESIS
@@ -75,11 +76,12 @@ class _ChainWriter:
         self.sinks: list[Callable[[bytes], None]] = []  # fed each record's line once it left (AuditLog.add_sink)
         self.sink_faults: list[str] = []
 
-    def chain(self, _logger: object, _name: str, event_dict: MutableMapping[str, object]) -> bytes:
+    def chain(self, _logger: WrappedLogger, _name: str, event_dict: EventDict) -> bytes:
+        """structlog's processor: stamp the record's time, then chain it (`link`)."""
         event_dict["ts"] = self.clock()
         return self.link(event_dict)
 
-    def link(self, event_dict: MutableMapping[str, object]) -> bytes:
+    def link(self, event_dict: EventDict) -> bytes:
         event_dict["seq"] = self.seq
         event_dict["prev_hash"] = self.prev
         body = orjson.dumps(event_dict, option=orjson.OPT_SORT_KEYS, default=str)

@@ -22,7 +22,7 @@ from lifecycle.audit._ordering import SHOWN_BY
 from lifecycle.config import RunConfig
 from lifecycle.engine import InProcessPhases, Lifecycle, TripwirePolicy
 from lifecycle.errors import LifecycleError
-from lifecycle.log import ChainVerifier, events
+from lifecycle.log import ChainVerifier, JSONValue, events
 from lifecycle.runtime import GivenProvider, Options, PhaseSet
 from states import STARTUP_ORDER, TABLE, State, Trigger, find, releases
 
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from hypothesis.stateful import RuleBasedStateMachine
 
 
-def read_log(path: Path) -> list[dict[str, object]]:
+def read_log(path: Path) -> list[dict[str, JSONValue]]:
+    """The records of a log file, as JSON objects."""
     with open(path, "rb") as handle:
         return [orjson.loads(line) for line in handle if line.strip()]
 
