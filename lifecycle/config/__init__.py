@@ -21,6 +21,7 @@ from lifecycle.config._records import ParallelConfig as ParallelConfig
 from lifecycle.config._records import RunConfig as RunConfig
 from lifecycle.config._records import TokenizerConfig as TokenizerConfig
 from lifecycle.config._snapshot import CALLBACK_FIELDS, config_drift, require_unchanged, snapshot_config
+from lifecycle.config._snapshot import Change as Change
 from lifecycle.config._snapshot import Snapshot as Snapshot
 from lifecycle.config._snapshot import flatten as flatten
 from lifecycle.config._validation import raise_for as raise_for

@@ -109,7 +109,7 @@ def build(cls: type[_R], data: Mapping[str, JSONValue], where: str = "") -> _R:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     problems: list[str] = []
-    kwargs: dict[str, object] = {}  # the fields: values and built sections
+    kwargs: dict[str, JSONValue | DataclassInstance] = {}  # the fields: values and built sections
     for key, value in data.items():
         path = f"{where}{key}"
         if key not in names:
@@ -154,7 +154,7 @@ def _is_float(hint: object) -> bool:
     return hint is float or float in typing.get_args(hint)
 
 
-def _type_problem(hint: object, value: object) -> str | None:
+def _type_problem(hint: object, value: JSONValue) -> str | None:
     origin = typing.get_origin(hint)
     if origin is Literal:
         choices = typing.get_args(hint)

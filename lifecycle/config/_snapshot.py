@@ -16,11 +16,12 @@ import copy
 import dataclasses
 import operator
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from bindings import SLOTS
 from lifecycle.config._records import RunConfig
 from lifecycle.errors import ConfigMutated
+from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -29,12 +30,22 @@ if TYPE_CHECKING:
 CALLBACK_FIELDS: frozenset[str] = frozenset(SLOTS)
 T = TypeVar("T")
 
-Drift = list[tuple[str, object, object]]
+
+class Change(NamedTuple):
+    """One field that differs: its name (dotted for a RunConfig), its value then and its value now
+    (any field's value: megatron's configs hold tensors, process groups, functions)."""
+
+    field: str
+    old: object
+    new: object
 
 
-def flatten(data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+Drift = list[Change]
+
+
+def flatten(data: Mapping[str, JSONValue], prefix: str = "") -> dict[str, JSONValue]:
     """`{"a": {"b": 1}}` → `{"a.b": 1}`."""
-    out: dict[str, object] = {}
+    out: dict[str, JSONValue] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
@@ -44,12 +55,12 @@ def flatten(data: Mapping[str, object], prefix: str = "") -> dict[str, object]:
     return out
 
 
-def diff(old: Mapping[str, object], new: Mapping[str, object]) -> Drift:
+def diff(old: Mapping[str, JSONValue], new: Mapping[str, JSONValue]) -> Drift:
     """(dotted field, old, new) for every field that differs between two nested dicts."""
     return config_drift(flatten(old), flatten(new))
 
 
-def snapshot_config(obj: object) -> dict[str, object]:
+def snapshot_config(obj: object) -> Mapping[str, object]:
     """Every field of `obj` (RunConfig or any dataclass instance) and its value now."""
     if isinstance(obj, RunConfig):
         return flatten(obj.to_dict())
@@ -67,7 +78,7 @@ def config_drift(snapshot: Mapping[str, object], current: object, ignore: Iterab
     for name in sorted((set(snapshot) | set(now)) - skip):
         old, new = snapshot.get(name, missing), now.get(name, missing)
         if not _same(old, new):
-            out.append((name, None if old is missing else old, None if new is missing else new))
+            out.append(Change(name, None if old is missing else old, None if new is missing else new))
     return out
 
 

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from lifecycle.config import Snapshot
+from lifecycle.config import Change, Snapshot
 from lifecycle.engine._context import Context
 from lifecycle.errors import ConfigError, ConfigMutated
 from lifecycle.log import JSONValue, check_log_dir, events
@@ -206,7 +206,7 @@ class EntryWork:
             return
         changes = self.snapshot.changes()
         if not changes:
-            changes = list(self.shared.phases.drift(self.shared.runtime))
+            changes = [Change(name, old, new) for name, old, new in self.shared.phases.drift(self.shared.runtime)]
         if not changes:
             return
         for name, old, new in changes:
