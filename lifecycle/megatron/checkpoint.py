@@ -31,7 +31,8 @@ from lifecycle.config import LATEST, iteration_dir, latest_step, partial_dir
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
 from lifecycle.log import JSONValue, events
-from lifecycle.megatron.streams import StreamStates, capture, optimizer_counts, restore
+from lifecycle.megatron._counts import optimizer_counts, saved_counts
+from lifecycle.megatron.streams import StreamStates, capture, restore
 
 if TYPE_CHECKING:
     from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedStateDict
@@ -63,10 +64,16 @@ def _common(directory: str | None) -> dict[str, JSONValue]:
     step = latest_step(directory)
     if directory is None or step is None:
         return {}
+    return common_state(iteration_dir(directory, step))
+
+
+def common_state(path: Path) -> dict[str, JSONValue]:
+    """The common state (rank 0's non-sharded items) of the dist checkpoint at `path`, an `iter_`
+    directory; {} where there is none to read (no checkpoint, another format, a damaged one)."""
     from megatron.core import dist_checkpointing
 
     try:
-        common = dist_checkpointing.load_common_state_dict(str(iteration_dir(directory, step)))
+        common = dist_checkpointing.load_common_state_dict(str(path))
     except _read_errors():  # a corrupt checkpoint is reported, with its reason, where it is loaded
         return {}
     return common if isinstance(common, dict) else {}
@@ -90,6 +97,18 @@ def saved_optimizer_counts(directory: str | None) -> dict[str, JSONValue] | None
     (`streams.optimizer_counts`); None for a checkpoint saved without them."""
     value = _common(directory).get("optimizer_counts")
     return value if isinstance(value, dict) else None
+
+
+def megatron_lm_optimizer_counts(path: Path, iteration: int) -> dict[str, JSONValue] | None:
+    """The optimizer counts (`_counts.optimizer_counts`' shape) the Megatron-LM checkpoint at `path`, an
+    `iter_` directory, was saved with: read from the optimizer state its common state keeps
+    (`_counts.saved_counts`). None where it is not the checkpoint of `iteration`, holds no optimizer state
+    (`--no-save-optim`) or has no common state to read (Megatron-LM's legacy `torch` format)."""
+    common = common_state(path)
+    if common.get("iteration") != iteration or "optimizer" not in common:
+        return None
+    scale = getattr(common.get("args"), "loss_scale", None)  # a constant grad scaler's, which saves no state
+    return saved_counts(common["optimizer"], float(scale) if isinstance(scale, int | float) else None)
 
 
 def _metadata() -> dict[str, JSONValue]:

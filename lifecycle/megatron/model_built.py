@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import bindings
 from lifecycle.config import snapshot_config
 from lifecycle.errors import ConfigError
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 from lifecycle.megatron.checkpoint import checkpoint_source, load_at_build, saved_optimizer_counts
 from lifecycle.megatron.providers import model_inputs, provider_config
 from lifecycle.megatron.settings import check_landed, with_names
@@ -228,21 +229,28 @@ def open_window(
     step: int,
     optimizer: MegatronOptimizer | None,
     position: Callable[[], dict[str, int]] | None = None,
+    saved: Callable[[], dict[str, JSONValue] | None] | None = None,
 ) -> ResumeWindow | None:
     """After a checkpoint load (`step` > 0), at MODEL_BUILT's end: the streams hashed, the window to the
     first step opened (`streams_restored`); None for fresh weights. `position` reads the data position
-    where the caller knows it (the Megatron-LM drop-in's consumed samples and iteration)."""
+    where the caller knows it (the Megatron-LM drop-in's consumed samples and iteration); `saved` reads the
+    optimizer counts the loaded checkpoint was saved with where the caller loaded it (the drop-in: from
+    Megatron-LM's checkpoint), else they are the ones this lifecycle's save kept."""
     if step <= 0:
         return None
-    rt = ctx.runtime
-    source = checkpoint_source(rt.config, rt.generation)
-    saved = saved_optimizer_counts(source[0]) if source is not None and optimizer is not None else None
-    window = ResumeWindow.open(step, optimizer, saved, position)
+    read = saved if saved is not None else partial(_saved_here, ctx)
+    window = ResumeWindow.open(step, optimizer, read() if optimizer is not None else None, position)
     restored = {"step": step, "streams": dict(window.restored), "watched": window.watched}
     if window.restored_position is not None:
         restored["position"] = window.restored_position
     ctx.emit(events.STREAMS_RESTORED, **restored, **window.optimizer_fields())
     return window
+
+
+def _saved_here(ctx: PhaseContext) -> dict[str, JSONValue] | None:
+    """The optimizer counts the checkpoint `load_at_build` loaded was saved with (its common state)."""
+    source = checkpoint_source(ctx.runtime.config, ctx.runtime.generation)
+    return saved_optimizer_counts(source[0]) if source is not None else None
 
 
 def asked_for(run: RunConfig, provider: GivenProvider, *, training: bool) -> bindings.Requested:

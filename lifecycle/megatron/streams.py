@@ -36,6 +36,7 @@ from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, NotRequired, ParamSpec, TypedDict, TypeVar
 
 from lifecycle.log import JSONValue
+from lifecycle.megatron._counts import optimizer_counts
 
 if TYPE_CHECKING:
     import numpy
@@ -150,25 +151,6 @@ def restore(state: StreamStates) -> None:
         from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
 
         get_cuda_rng_tracker().set_states(tracker)
-
-
-def optimizer_counts(optimizer: MegatronOptimizer) -> dict[str, JSONValue]:
-    """What a resume must bring back of a megatron optimizer (each of a ChainedOptimizer's): the distinct
-    step counts in its parameters' states (Adam's `step`; [] before its first step) and its loss scale
-    (None without a grad scaler)."""
-    steps: set[float] = set()
-    scales: list[float] = []
-    for inner in inner_optimizers(optimizer):
-        states = getattr(getattr(inner, "optimizer", None), "state", {})
-        steps.update(float(state["step"]) for state in states.values() if "step" in state)
-        if getattr(inner, "grad_scaler", None) is not None:
-            scales.append(float(inner.get_loss_scale()))  # it has a grad scaler
-    return {"steps": sorted(steps), "loss_scale": scales[0] if scales else None}
-
-
-def inner_optimizers(optimizer: MegatronOptimizer) -> list[MegatronOptimizer]:
-    """A ChainedOptimizer's optimizers, or the optimizer itself."""
-    return list(getattr(optimizer, "chained_optimizers", None) or [optimizer])
 
 
 def family(stream: str) -> str:

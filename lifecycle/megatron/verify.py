@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from lifecycle.log import JSONValue
-from lifecycle.megatron.streams import inner_optimizers
+from lifecycle.megatron._counts import inner_optimizers
 
 if TYPE_CHECKING:
     import torch

@@ -86,6 +86,7 @@ from lifecycle.log._schema import fields_described, fields_of
 from lifecycle.log._schema_base import ENVELOPE
 from lifecycle.log._tail import Tail
 from lifecycle.log.schema import GENERATED_BEGIN, GENERATED_END
+from lifecycle.megatron._counts import saved_counts
 from lifecycle.megatron._hybrid import layer_pattern, local_stack_spec
 from lifecycle.megatron._imports import ImportJob
 from lifecycle.megatron._liveness import host_key, process_alive, store_closed
@@ -309,6 +310,7 @@ __all__ = [
     "run_id_from_env",
     "runtime_unknown_identity",
     "same_value",
+    "saved_counts",
     "seed_and_check",
     "services_are_ready",
     "settings_targets",

@@ -145,7 +145,8 @@ def after_return() -> dict[str, Any]:
 
 
 def lifecycle_resources() -> dict[str, Any]:
-    """What of the lifecycle's own is left in this process: its threads, the CPU stand-ins."""
+    """What of the lifecycle's own is left in this process: its threads, the CPU stand-ins, the resume
+    window's wrappers of the random draw and seed entry points."""
     import threading
 
     import torch
@@ -156,7 +157,27 @@ def lifecycle_resources() -> dict[str, Any]:
         "threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("lifecycle")),
         "rehearsal": is_active(),
         "cuda_available": bool(torch.cuda.is_available()),
+        "wrapped": still_wrapped(),
     }
+
+
+def still_wrapped() -> list[str]:
+    """The draw and seed entry points a resume window wraps (`streams.ENTRY_POINTS`) that still hold its
+    wrapper (a function defined in `lifecycle.megatron.streams`)."""
+    import importlib
+
+    from lifecycle.megatron.streams import ENTRY_POINTS
+
+    wrapped = []
+    for _, path, attrs in ENTRY_POINTS:
+        try:
+            owner = importlib.import_module(path)
+        except ImportError:  # a class: torch.Tensor, megatron's CudaRNGStatesTracker
+            module, _, name = path.rpartition(".")
+            owner = getattr(importlib.import_module(module), name)
+        held = {a: getattr(getattr(owner, a, None), "__module__", "") for a in attrs}
+        wrapped += [f"{path}.{a}" for a, module in held.items() if module == "lifecycle.megatron.streams"]
+    return wrapped
 
 
 def _one_rank_call(provider: Any = None) -> Any:

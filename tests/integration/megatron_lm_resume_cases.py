@@ -1,7 +1,7 @@
 """Children for test_megatron_lm_resume.py: the example script under the drop-in, trained 2 iterations
-with Megatron-LM's save, then resumed from it for 2 more: as is, and with two public resume bugs
-replayed in its dataset provider (which runs between the load and the first step). One rank process
-runs the three (`megatron_lm_runs.runs`)."""
+with Megatron-LM's save, then resumed from it for 2 more: as is, with two public resume bugs replayed in
+its dataset provider (which runs between the load and the first step), without the optimizer's state;
+and resumed with no step to train. One rank process runs the five (`megatron_lm_runs.runs`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,20 @@ GLOBAL_BATCH = 4  # the example script's --global-batch-size
 
 
 def order(checkpoints: str) -> list[tuple[str, str, int, tuple[str, ...]]]:
-    """The save, then each resume: (case, "lifecycle", TP, the script's extra arguments)."""
+    """The save, then each resume: (case, "lifecycle", TP, the script's extra arguments). `no_optim` loads
+    without the optimizer's state (`--no-load-optim`, Megatron-Bridge #3832's loss); `no_step` is told to
+    train to the iteration it loads, so no step comes."""
     saved = ("--save", checkpoints, "--save-interval", str(SAVED), "--train-iters", str(SAVED))
     # 2 more iterations: the scheduler's total changes with them, which Megatron-LM takes when told to
     resume = ("--load", checkpoints, "--train-iters", str(2 * SAVED), "--override-opt-param-scheduler")
-    return [("saved", "lifecycle", 1, saved), ("resumed", "lifecycle", 1, resume), ("replayed", "lifecycle", 1, resume)]
+    no_step = ("--load", checkpoints, "--train-iters", str(SAVED))
+    return [
+        ("saved", "lifecycle", 1, saved),
+        ("resumed", "lifecycle", 1, resume),
+        ("replayed", "lifecycle", 1, resume),
+        ("no_optim", "lifecycle", 1, (*resume, "--no-load-optim")),
+        ("no_step", "lifecycle", 1, no_step),
+    ]
 
 
 def warmup_draw() -> None:

@@ -122,7 +122,7 @@ def test_after_pretrain_returns_the_lifecycle_has_released_its_own_and_handed_ov
     runs: dict[str, Any],
 ) -> None:
     for rank, mine in enumerate(runs["lifecycle"]):
-        assert mine["own"] == {"threads": [], "rehearsal": False, "cuda_available": False}
+        assert mine["own"] == {"threads": [], "rehearsal": False, "cuda_available": False, "wrapped": []}
         recs = records(runs["logs"], rank)
         handed = {r["state"]: r["resources"] for r in recs if r["event"] == "resources_handed_over"}
         assert "process group" in handed["DISTRIBUTED"] and "Megatron-LM args" in handed["SERVICES_READY"]

@@ -79,7 +79,7 @@ def test_after_pretrain_returns_the_same_is_up_as_under_megatron_lm(scripts: dic
         assert theirs["after"]["initialized"] is True and theirs["after"]["rank"] == rank
         assert (theirs["after"]["tp"], theirs["after"]["pp"], theirs["after"]["dp"]) == (tp, pp, 2 // (tp * pp))
         assert mine["after"] == theirs["after"]
-        assert mine["own"] == {"threads": [], "rehearsal": False, "cuda_available": False}
+        assert mine["own"] == {"threads": [], "rehearsal": False, "cuda_available": False, "wrapped": []}
 
 
 def test_the_drop_ins_log_enters_every_state_records_each_step_and_audits_clean(scripts: dict[str, Any]) -> None:

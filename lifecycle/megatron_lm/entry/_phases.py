@@ -12,7 +12,8 @@
   tripwires; in a CPU rehearsal when CUDA is absent.
 - MODEL_BUILT: `setup_model_and_optimizer` (model from the container's ModelConfig or the provider
   called by keyword, DDP, optimizer, scheduler, checkpoint load); after a load, the resume window
-  opened as the real phase opens it, with Megatron-LM's data position (`model_built.open_window`).
+  opened as the real phase opens it, with Megatron-LM's data position and the optimizer counts its
+  checkpoint was saved with (`model_built.open_window`).
 - CALLBACKS_BOUND: the lifecycle's `bindings`, verified (lifecycle.megatron.callbacks_bound).
 
 From DISTRIBUTED on, a multi-rank job's entry work runs under the rank watch that DISTRIBUTED
@@ -25,13 +26,15 @@ import dataclasses
 from argparse import Namespace
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import bindings
 from lifecycle.config import normalize, raise_for, snapshot_config, validate
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
 from lifecycle.megatron import MegatronPhases
 from lifecycle.megatron import callbacks_bound as lifecycle_binding
+from lifecycle.megatron.checkpoint import megatron_lm_optimizer_counts
 from lifecycle.megatron.model_built import open_window
 from lifecycle.megatron.ranks import watched
 from lifecycle.megatron.settings import check_landed
@@ -198,7 +201,8 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         scheduler=scheduler,
         transformer_config_snapshot=snapshot_config(config),
         checkpoint_step=step,
-        resume_window=open_window(ctx, step, optimizer, partial(_position, call.args)),  # last: see model_built
+        # last: see model_built
+        resume_window=open_window(ctx, step, optimizer, partial(_position, call.args), partial(_saved, call.args)),
     )
 
 
@@ -206,6 +210,20 @@ def _position(args: Namespace) -> dict[str, int]:
     """Megatron-LM's data position: its samples consumed and its iteration (the sampler starts from
     them; `train()` advances both after each step, so at the first step's start they are the load's)."""
     return {"consumed_samples": int(args.consumed_train_samples), "iteration": int(args.iteration)}
+
+
+def _saved(args: Namespace) -> dict[str, JSONValue] | None:
+    """The optimizer counts the checkpoint Megatron-LM's load read was saved with, from its common state:
+    `args.load`'s directory of the iteration loaded. A newer non-persistent checkpoint preferred to it, or
+    an `--override-ckpt-iteration`, leaves `args.iteration` another, and nothing is compared."""
+    from megatron.training import checkpointing
+
+    loaded = getattr(checkpointing, "get_loaded_iteration", None)  # megatron-core 0.19; the iteration loaded
+    iteration = loaded() if loaded is not None else args.iteration
+    if not args.load or not isinstance(iteration, int) or iteration <= 0:
+        return None
+    path = Path(checkpointing.get_checkpoint_name(args.load, iteration, return_base_dir=True))
+    return megatron_lm_optimizer_counts(path, int(args.iteration))
 
 
 def _asked(call: MegatronLMCall) -> bindings.Requested:
