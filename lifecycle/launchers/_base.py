@@ -32,6 +32,7 @@ class Launcher:
     task = ""  # one process of it, as its users say: "SLURM task", "Open MPI rank"
     rank_variable = ""  # set in each process it starts: the evidence that there are several
     size_variable = ""  # where it puts the world size
+    count_variable = ""  # the processes this launch started, when not `size_variable` (srun: the step's)
     evidence: tuple[str, ...] = ()  # any of them set: this process is one of several
 
     def started(self, environ: Mapping[str, str]) -> bool:
@@ -42,6 +43,12 @@ class Launcher:
 
     def run_id(self, environ: Mapping[str, str]) -> str | None:
         return None
+
+    def launched(self, environ: Mapping[str, str]) -> int | None:
+        """How many processes the launch that started this one started (its own count, which the
+        one-world check holds WORLD_SIZE against), or None where it does not say."""
+        value = environ.get(self.count_variable or self.size_variable, "")
+        return int(value) if value.isdigit() else None
 
     def unknown(self, environ: Mapping[str, str]) -> str | None:
         """Why this process's place cannot be known as it stands: started by this launcher, one of

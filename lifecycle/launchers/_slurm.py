@@ -14,6 +14,7 @@ _RANGE = re.compile(r"\[([^\[\]]*)\]")
 
 class Slurm(Launcher):
     name, task, rank_variable, size_variable = "srun", "SLURM task", "SLURM_PROCID", "SLURM_NTASKS"
+    count_variable = "SLURM_STEP_NUM_TASKS"  # this srun step's tasks (SLURM_NTASKS: the allocation's)
     evidence = ("SLURM_PROCID",)
 
     def implied(self, environ: Mapping[str, str]) -> dict[str, str]:

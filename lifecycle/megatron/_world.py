@@ -128,14 +128,14 @@ def scheduler_split(environ: Mapping[str, str], world_size: int) -> str | None:
             f"step runs on {step_nodes} nodes (SLURM_STEP_NUM_NODES): each node formed a world of its own. "
             "Give every node's torchrun the same --rdzv-endpoint and --nnodes, not --standalone"
         )
-    for variable, rank_variable in (
-        ("SLURM_STEP_NUM_TASKS", "SLURM_PROCID"),
-        ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
-    ):
-        declared = _int(environ, variable)
-        if "TORCHELASTIC_RUN_ID" in environ or declared is None or environ.get(rank_variable) != environ.get("RANK"):
+    for launcher in launchers.LAUNCHERS:  # each launcher that started this rank: its own count
+        if launcher.size_variable == "WORLD_SIZE" or "TORCHELASTIC_RUN_ID" in environ:
+            continue  # torchrun's count is WORLD_SIZE itself
+        declared = launcher.launched(environ)
+        if declared is None or environ.get(launcher.rank_variable) != environ.get("RANK"):
             continue
         if declared != world_size:
+            variable = launcher.count_variable or launcher.size_variable
             return (
                 f"the launcher started {declared} ranks ({variable}={declared}) but WORLD_SIZE is {world_size}: "
                 "the ranks would form worlds that never meet, or wait for ranks that never come. Leave WORLD_SIZE "

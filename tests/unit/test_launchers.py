@@ -8,8 +8,9 @@ from collections.abc import Mapping
 import pytest
 
 from lifecycle import RunConfig, launchers
-from lifecycle.errors import ConfigError
+from lifecycle.errors import ConfigError, DistributedError
 from lifecycle.launchers import Slurm, port_for
+from lifecycle.megatron.distributed import checked
 from lifecycle.runtime import adopt_launcher_identity
 from lifecycle.testing import (
     IDENTITY_VARIABLES,
@@ -110,27 +111,29 @@ def test_adopting_under_mpirun_gives_rank_world_size_and_one_run_id(monkeypatch:
     assert adopt_launcher_identity() == {}  # adopted once: nothing left to set
 
 
-class Flux(Launcher):
+class Acme(Launcher):
     """A launcher the project does not ship, added the documented way (docs/extending.md)."""
 
-    name, task, rank_variable, size_variable = "flux run", "Flux task", "FLUX_TASK_RANK", "FLUX_JOB_SIZE"
-    evidence = ("FLUX_TASK_RANK",)
+    name, task, rank_variable, size_variable = "acme run", "Acme task", "ACME_TASK_RANK", "ACME_JOB_SIZE"
+    evidence = ("ACME_TASK_RANK",)
 
     def implied(self, environ: Mapping[str, str]) -> dict[str, str]:
-        return {"RANK": environ["FLUX_TASK_RANK"], "WORLD_SIZE": environ.get("FLUX_JOB_SIZE", "1")}
+        return {"RANK": environ["ACME_TASK_RANK"], "WORLD_SIZE": environ.get("ACME_JOB_SIZE", "1")}
 
     def run_id(self, environ: Mapping[str, str]) -> str | None:
-        return f"flux-{environ['FLUX_JOB_ID']}" if "FLUX_JOB_ID" in environ else None
+        return f"acme-{environ['ACME_JOB_ID']}" if "ACME_JOB_ID" in environ else None
 
 
 def test_a_new_launcher_is_one_class_in_the_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    flux = {"FLUX_TASK_RANK": "1", "FLUX_JOB_SIZE": "2", "FLUX_JOB_ID": "f7"}
-    assert implied_identity(flux) == {}
-    monkeypatch.setattr(launchers, "LAUNCHERS", (*launchers.LAUNCHERS, Flux()))
-    assert implied_identity(flux) == {"RANK": "1", "WORLD_SIZE": "2"}
-    assert launcher_run_id(flux) == "flux-f7"
-    assert "Flux task 1 of 2" in (unknown_identity(flux) or "")
-    assert "FLUX_JOB_SIZE (flux run does)" in (unknown_identity({"FLUX_TASK_RANK": "1"}) or "")
+    acme = {"ACME_TASK_RANK": "1", "ACME_JOB_SIZE": "2", "ACME_JOB_ID": "a7"}
+    assert implied_identity(acme) == {}
+    monkeypatch.setattr(launchers, "LAUNCHERS", (*launchers.LAUNCHERS, Acme()))
+    assert implied_identity(acme) == {"RANK": "1", "WORLD_SIZE": "2"}
+    assert launcher_run_id(acme) == "acme-a7"
+    assert "Acme task 1 of 2" in (unknown_identity(acme) or "")
+    assert "ACME_JOB_SIZE (acme run does)" in (unknown_identity({"ACME_TASK_RANK": "1"}) or "")
+    with pytest.raises(DistributedError, match="ACME_JOB_SIZE=4"):  # the one-world check asks it too
+        checked(0, 2, 0, {"ACME_TASK_RANK": "1", "ACME_JOB_SIZE": "4", "RANK": "1"})
 
 
 def test_torchruns_own_variables_read_from_a_given_environment_or_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
