@@ -26,6 +26,11 @@ of the windows with the watch, over that of every sample without: a pair's windo
 some 2,000 samples, so its p99 is its 20th slowest, and one busy moment of another process on the
 host's CPU moves it). The last line is `foreground p99 with watch / without: R`, pooled, for the
 largest size.
+
+`--control`: the node leaders' watch connections go to a second host, on the simulated ranks' CPUs
+(the keys their rounds read copied there after the check-in). The workers do the same work and
+make the same operations, but none at the timed host: what is left of the ratio is not the host's
+work for the watch (no node-lost or published-failure figure then).
 """
 
 from __future__ import annotations
@@ -89,9 +94,10 @@ def _store(port: int, *, host: bool = False) -> Any:
     )
 
 
-def serve(port: int, ready: Any, stop: Any) -> None:
-    """The store's host: a TCPStore server (libuv) until `stop` is set."""
-    _pin(ranks=False)
+def serve(port: int, ready: Any, stop: Any, beside_ranks: bool = False) -> None:
+    """The store's host: a TCPStore server (libuv) until `stop` is set (`beside_ranks`: the control's
+    second host, on the simulated ranks' CPUs)."""
+    _pin(ranks=beside_ranks)
     store = _store(port, host=True)
     ready.set()
     stop.wait()
@@ -137,8 +143,9 @@ class Control:
         return sum(v.value for v in self.known)
 
 
-def work(port: int, ranks: range, world: int, board: str, control: Control, me: int) -> None:
-    """A worker: its ranks' watches, registered, checked in, then ticked as `control` says."""
+def work(port: int, ranks: range, world: int, board: str, control: Control, me: int, watch_port: int) -> None:
+    """A worker: its ranks' watches, registered, checked in, then ticked as `control` says; the leaders'
+    watch connections go to `watch_port` (the timed host's own port, but for the control)."""
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -148,7 +155,8 @@ def work(port: int, ranks: range, world: int, board: str, control: Control, me: 
     counter = [0]
     nodes = len({rank // RANKS_PER_NODE for rank in ranks})
     with ThreadPoolExecutor(32) as pool:  # a connection takes 0.1-0.2 s here (round trips), not CPU
-        stores = list(pool.map(lambda _: Counted(_store(port), counter), range(len(ranks) + nodes)))
+        stores = list(pool.map(lambda _: Counted(_store(port), counter), range(len(ranks))))
+        stores += list(pool.map(lambda _: Counted(_store(watch_port), counter), range(nodes)))
     spare = stores[len(ranks) :]  # the node leaders' watch connections, made ahead (the watch opens one a node)
     watches = []
     for rank, store in zip(ranks, stores, strict=False):
@@ -249,14 +257,19 @@ def foreground(client: Any, seconds: float) -> dict[str, list[float]]:
 class Job:
     """A store host and `procs` workers holding `world` simulated ranks, checked in and joined."""
 
-    def __init__(self, world: int, procs: int) -> None:
+    def __init__(self, world: int, procs: int, *, elsewhere: bool = False) -> None:
+        """`elsewhere`: the control, the leaders' watch connections to a second host on the ranks' CPUs."""
         self.ctx = mp.get_context("fork")
         self.port = _free_port()
         self.stop = self.ctx.Event()
-        hosted = self.ctx.Event()
-        self.server = self.ctx.Process(target=serve, args=(self.port, hosted, self.stop), daemon=True)
-        self.server.start()
-        hosted.wait(30)
+        watch_port = _free_port() if elsewhere else self.port
+        self.servers = []
+        for port, beside in ((self.port, False), (watch_port, True))[: 1 + elsewhere]:
+            hosted = self.ctx.Event()
+            server = self.ctx.Process(target=serve, args=(port, hosted, self.stop, beside), daemon=True)
+            server.start()
+            hosted.wait(30)
+            self.servers.append(server)
         self.board = tempfile.TemporaryDirectory(prefix="lifecycle-bench-store-")
         self.control = Control(self.ctx, procs)
         nodes = world // RANKS_PER_NODE
@@ -264,7 +277,9 @@ class Job:
         self.slices = [range(cuts[i], cuts[i + 1]) for i in range(procs)]
         started = time.monotonic()
         self.workers = [
-            self.ctx.Process(target=work, args=(self.port, part, world, self.board.name, self.control, i), daemon=True)
+            self.ctx.Process(
+                target=work, args=(self.port, part, world, self.board.name, self.control, i, watch_port), daemon=True
+            )
             for i, part in enumerate(self.slices)
         ]
         for worker in self.workers:
@@ -273,6 +288,11 @@ class Job:
             if not event.wait(600):
                 raise SystemExit("the simulated ranks did not check in within 600 s")
         self.checkin_s = time.monotonic() - started
+        if elsewhere:  # the keys the leaders' rounds read, as the check-in left them on the timed host
+            source, copy = _store(self.port), _store(watch_port)
+            copy.set("first", source.get("first"))
+            for index in range(1, nodes + 1):
+                copy.set(f"beat/{index}", source.get(f"beat/{index}"))
         self.control.mode.value = 1  # every watch starts at once, as the job's watcher threads would
         self.world = world
 
@@ -283,7 +303,8 @@ class Job:
             if worker.is_alive():
                 worker.kill()
         self.stop.set()
-        self.server.join(10)
+        for server in self.servers:
+            server.join(10)
         self.board.cleanup()
 
 
@@ -303,8 +324,8 @@ def until_known(job: Job, mode: int, target: int, limit_s: float) -> float:
     return float("inf")
 
 
-def measure(world: int, procs: int, repeats: int, window: float, fresh_up_to: int) -> dict[str, Any]:
-    job = Job(world, procs)
+def measure(world: int, procs: int, repeats: int, window: float, fresh_up_to: int, control: bool) -> dict[str, Any]:
+    job = Job(world, procs, elsewhere=control)
     client = _store(job.port)
     rows: dict[str, list[float]] = {}
     pooled: dict[str, list[float]] = {}  # every sample of the windows with the watch, and without
@@ -324,13 +345,15 @@ def measure(world: int, procs: int, repeats: int, window: float, fresh_up_to: in
         published = client.get("first") if client.check(["first"]) else b""
         if published:  # a false alarm: the simulated ranks fell behind their own stale_s
             print(f"  a failure was published while the load was measured: {published[:300]!r}", flush=True)
-        rows["node lost, known by all s"] = [until_known(job, 2, (world // 2) // RANKS_PER_NODE * RANKS_PER_NODE, 60)]
+        if not control:  # the control's failures go to the other host
+            target = (world // 2) // RANKS_PER_NODE * RANKS_PER_NODE
+            rows["node lost, known by all s"] = [until_known(job, 2, target, 60)]
     finally:
         job.close()
     rows["check-in s"] = [job.checkin_s]
     for key, samples in pooled.items():
         rows[f"{key.split()[0]} p99 {key.split()[1]}, pooled"] = [pct(samples, 0.99)]
-    if world <= fresh_up_to:  # a fresh job: the store of the first one holds the lost node's failure
+    if world <= fresh_up_to and not control:  # a fresh job: the store of the first one holds the lost node's failure
         job = Job(world, procs)
         try:
             rows["published failure known by all s"] = [until_known(job, 3, world // 3, 60)]
@@ -346,6 +369,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--window", type=float, default=4.0)
     parser.add_argument("--fresh-up-to", type=int, default=1024, help="a published failure up to this size")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="the leaders' watch connections go to a second host on the ranks' CPUs: the same work and traffic, "
+        "none of it at the timed host (what of the ratio is not the host's work for the watch)",
+    )
     args = parser.parse_args()
     # The reverse lookup torch makes as a TCPStore connects ("The hostname of the client socket cannot be
     # retrieved") waits for a resolver that never answers here, 5 s for about one connection in 25, one at
@@ -365,9 +394,9 @@ def main() -> None:
         f"poll {POLL_S} s; {args.repeats} ABAB pairs of {args.window:g} s; CPUs {os.cpu_count()}, "
         f"load {os.getloadavg()[0]:.1f}; RLIMIT_NOFILE {soft} -> {hard}"
     )
-    ratio = float("nan")
+    ratio, control = float("nan"), args.control
     for world in sizes:
-        rows = measure(world, args.procs, args.repeats, args.window, args.fresh_up_to)
+        rows = measure(world, args.procs, args.repeats, args.window, args.fresh_up_to, args.control)
         print(f"{world:,} ranks ({world // RANKS_PER_NODE:,} nodes): median (min-max) over {args.repeats}")
         for name, values in rows.items():
             unit = "" if name.endswith(" s") or "ops/s" in name else " µs"
@@ -381,9 +410,10 @@ def main() -> None:
         with_, without = summed["with"], summed["without"]
         ratio = with_ / without
         print(f"  foreground p99 with / without, pooled: {ratio:.2f} ({with_:,.0f} / {without:,.0f} µs)")
-        print(f"  ops/s served by the host with the watch: {statistics.median(rows['watch ops/s with']):,.0f}")
+        where = "the second host (control)" if control else "the host"
+        print(f"  ops/s served by {where} with the watch: {statistics.median(rows['watch ops/s with']):,.0f}")
     print(f"load at the end: {os.getloadavg()[0]:.1f}")
-    print(f"foreground p99 with watch / without: {ratio:.2f}")
+    print(f"foreground p99 with watch{' elsewhere (control)' if args.control else ''} / without: {ratio:.2f}")
 
 
 if __name__ == "__main__":
