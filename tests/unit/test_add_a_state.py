@@ -1,12 +1,16 @@
 """Adding a state to the main chain: the states package, and a phase registered for the new state;
 nothing in the engine, the log or the audit changes (docs/extending.md counts the files).
 
-The test writes a copy of `states/` with one more state after CALLBACKS_BOUND, DATA_READY, entered
-by `load_data`, made the target of the training plan (a plan whose target moved). A child process
-that imports that copy instead of the real one drives it end to end with the in-process phases, a
-phase registered for DATA_READY, and audits the logs: a clean run has no finding; a step logged at
-CALLBACKS_BOUND (no longer where the plan trains) is LA030; a step on a rebuilt model that was not
-bound again is LA004. One child process for all of it.
+The test writes a copy of `states/` with one more state after the last of the chain, WARMED_UP,
+entered by `warm_up`, made the target of the training plan (a plan whose target moved). The name is
+one no real extension takes (docs/extending.md adds DATA_READY / `load_data` for real). The copy's
+edits anchor on what any chain has (the first state after the chain, FAILED; the first release
+trigger, REBUILD) and extend `STARTUP_ORDER`, `PLAN_TARGETS` and `TABLE` at the end of their
+modules, so a state added to the real chain does not break them. A child process that imports that
+copy instead of the real one drives it end to end with the in-process phases, a phase registered for
+WARMED_UP, and audits the logs: a clean run has no finding; a step logged at CALLBACKS_BOUND (no
+longer where the plan trains) is LA030; a step on a rebuilt model that was not bound again is
+LA004. One child process for all of it.
 """
 
 from __future__ import annotations
@@ -17,40 +21,46 @@ from pathlib import Path
 import pytest
 
 from lifecycle.testing import RuleId
+from states import STARTUP_ORDER
 from tests.child_python import last_json_of
 
 ROOT = Path(__file__).resolve().parents[2]
+CHAIN = [s.name for s in STARTUP_ORDER]
+"""The real chain, which the copy extends by WARMED_UP."""
 
 EDITS = {
     "_enums.py": [
-        (
-            '    CALLBACKS_BOUND = "CALLBACKS_BOUND"\n',
-            '    CALLBACKS_BOUND = "CALLBACKS_BOUND"\n    DATA_READY = "DATA_READY"\n',
-        ),
-        (
-            '    BIND_CALLBACKS = "bind_callbacks"\n',
-            '    BIND_CALLBACKS = "bind_callbacks"\n    LOAD_DATA = "load_data"\n',
-        ),
-        ("    State.CALLBACKS_BOUND,\n)", "    State.CALLBACKS_BOUND,\n    State.DATA_READY,\n)"),
-        ("    Plan.TRAINING: State.CALLBACKS_BOUND,", "    Plan.TRAINING: State.DATA_READY,"),
+        ('    FAILED = "FAILED"\n', '    WARMED_UP = "WARMED_UP"\n    FAILED = "FAILED"\n'),
+        ('    REBUILD = "rebuild"\n', '    WARM_UP = "warm_up"\n    REBUILD = "rebuild"\n'),
     ],
-    "_table.py": [
-        (
-            "        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND),\n",
-            "        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND, State.DATA_READY),\n",
-        ),
-        (
-            "State.MODEL_BUILT, State.CALLBACKS_BOUND, State.FAILED),",
-            "State.MODEL_BUILT, State.CALLBACKS_BOUND, State.DATA_READY, State.FAILED),",
-        ),
-        (
-            "    Transition(\n        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND",
-            "    Transition(\n        sources=(State.CALLBACKS_BOUND,),\n        trigger=Trigger.LOAD_DATA,\n"
-            "        dest=State.DATA_READY,\n        guards=(plan_reaches_destination,),\n"
-            '        doc="Open the data iterators.",\n    ),\n'
-            "    Transition(\n        sources=(State.MODEL_BUILT, State.CALLBACKS_BOUND",
-        ),
-    ],
+}
+APPENDED = {
+    "_enums.py": """
+STARTUP_ORDER = (*STARTUP_ORDER, State.WARMED_UP)
+PLAN_TARGETS[Plan.TRAINING] = State.WARMED_UP
+""",
+    # every row that leaves the chain's old last state (a release, a failure, the shutdown) leaves the
+    # new one too, and a row enters the new one from it
+    "_table.py": """
+import dataclasses as _dataclasses
+
+_BEFORE = STARTUP_ORDER[-2]
+TABLE = (
+    *(
+        _dataclasses.replace(row, sources=(*row.sources, State.WARMED_UP))
+        if _BEFORE in row.sources and State.WARMED_UP not in row.sources
+        else row
+        for row in TABLE
+    ),
+    Transition(
+        sources=(_BEFORE,),
+        trigger=Trigger.WARM_UP,
+        dest=State.WARMED_UP,
+        guards=(plan_reaches_destination,),
+        doc="Warm up.",
+    ),
+)
+""",
 }
 
 CHILD = r'''
@@ -68,23 +78,23 @@ calls = []
 
 from lifecycle.runtime import Slot
 
-DATA = Slot("data", str)
+WARM = Slot("warm", str)
 
 
-class DataReady:
-    """The new state's phase: opens 'iterators' (in a runtime slot of its own), closes them on release."""
+class WarmedUp:
+    """The new state's phase: warms up (a runtime slot of its own), forgets it on release."""
 
     def enter(self, ctx):
         calls.append("enter")
-        return ctx.runtime.with_slot(DATA, "open")
+        return ctx.runtime.with_slot(WARM, "warm")
 
     def release(self, ctx):
         calls.append("release")
-        return ctx.runtime.without_slot(DATA)
+        return ctx.runtime.without_slot(WARM)
 
 
 def lifecycle(log_dir):
-    phases = InProcessPhases().register(State.DATA_READY, DataReady())
+    phases = InProcessPhases().register(State.WARMED_UP, WarmedUp())
     return Lifecycle(RunConfig(), log_dir=log_dir, phases=phases, options={"keep_records": True})
 
 
@@ -107,10 +117,10 @@ root = Path(sys.argv[1])
 lc = lifecycle(root / "clean")
 out["target"] = lc.target.name
 lc.advance_to(lc.target)
-out["data_at_target"] = lc.runtime.slot(DATA)
+out["warm_at_target"] = lc.runtime.slot(WARM)
 step(lc, 1)
 lc.rebuild()
-out["data_after_rebuild"] = lc.runtime.slot(DATA)
+out["warm_after_rebuild"] = lc.runtime.slot(WARM)
 lc.advance_to(lc.target)
 step(lc, 2)
 lc.restart()
@@ -124,7 +134,7 @@ out["clean"] = findings(root / "clean")
 
 lc = lifecycle(root / "early-step")
 lc.advance_to(State.CALLBACKS_BOUND)
-step(lc, 1)  # bound, but the plan trains at DATA_READY
+step(lc, 1)  # bound, but the plan trains at WARMED_UP
 lc.shutdown()
 out["early_step"] = findings(root / "early-step")
 
@@ -143,12 +153,12 @@ print(json.dumps(out))
 def _states_with_a_new_state(where: Path) -> Path:
     copy = where / "states"
     shutil.copytree(ROOT / "states", copy, ignore=shutil.ignore_patterns("__pycache__"))
-    for name, edits in EDITS.items():
+    for name in EDITS.keys() | APPENDED.keys():
         text = (copy / name).read_text()
-        for old, new in edits:
+        for old, new in EDITS.get(name, []):
             assert text.count(old) == 1, f"states/{name} changed: update this test's edit of {old!r}"
             text = text.replace(old, new)
-        (copy / name).write_text(text)
+        (copy / name).write_text(text + APPENDED.get(name, ""))
     return copy
 
 
@@ -161,23 +171,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 
 def test_the_new_state_is_in_the_chain_and_the_derived_facts_follow_the_table(run: dict[str, object]) -> None:
-    assert run["order"] == [
-        "CONFIGURED",
-        "VALIDATED",
-        "SERVICES_READY",
-        "DISTRIBUTED",
-        "MODEL_BUILT",
-        "CALLBACKS_BOUND",
-        "DATA_READY",
-    ]
-    assert (run["target"], run["trains_in"]) == ("DATA_READY", "DATA_READY")
+    assert run["order"] == [*CHAIN, "WARMED_UP"]
+    assert (run["target"], run["trains_in"]) == ("WARMED_UP", "WARMED_UP")
     assert run["rebuild_keeps"] == "DISTRIBUTED" and run["rebinds"] == ["rebuild", "restart"]
 
 
 def test_the_new_state_is_driven_end_to_end_with_the_in_process_phases(run: dict[str, object]) -> None:
-    startup = ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND", "DATA_READY"]
-    assert run["states"] == [*startup, "DISTRIBUTED", *startup[3:], *startup, "SHUT_DOWN"]
-    assert run["data_at_target"] == "open" and run["data_after_rebuild"] is None
+    startup = [*CHAIN[1:], "WARMED_UP"]
+    after_rebuild = startup[startup.index("DISTRIBUTED") + 1 :]
+    assert run["states"] == [*startup, "DISTRIBUTED", *after_rebuild, *startup, "SHUT_DOWN"]
+    assert run["warm_at_target"] == "warm" and run["warm_after_rebuild"] is None
     # entered three times, released by the rebuild, the restart and the shutdown
     assert run["calls"] == ["enter", "release", "enter", "release", "enter", "release"]
     assert run["clean"] == []

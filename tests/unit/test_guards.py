@@ -16,7 +16,7 @@ from lifecycle.testing import (
     plan_reaches_destination,
     services_are_ready,
 )
-from states import TABLE, Facts, Plan, State, Trigger, rule
+from states import PLAN_TARGETS, TABLE, Facts, Plan, State, Trigger, rule
 
 ALL_GUARDS = sorted({guard for row in TABLE for guard in row.guards}, key=lambda f: f.__name__)
 
@@ -118,9 +118,13 @@ def test_convert_plan_is_refused_past_services_by_guard(make_lc) -> None:
 
 def test_inference_plan_never_binds_callbacks(make_lc) -> None:
     lc = make_lc(plan="inference")
-    lc.advance_to(State.MODEL_BUILT)
-    with pytest.raises(GuardRejected):
-        lc.bind_callbacks()
+    target = PLAN_TARGETS[Plan.INFERENCE]
+    lc.advance_to(target)
+    with pytest.raises(GuardRejected, match="plan_reaches_destination"):
+        lc.advance_to(State.CALLBACKS_BOUND)
+    assert lc.state is target and not [
+        r for r in lc.records if r["event"] == "side_effect" and r["kind"] == "callbacks"
+    ]
 
 
 def test_rl_plan_refuses_restart(make_lc) -> None:

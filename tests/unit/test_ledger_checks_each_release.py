@@ -16,9 +16,10 @@ import pytest
 
 from lifecycle import InProcessPhases, ResourceLeak, Runtime
 from lifecycle.testing import Ledger, LedgerEntry
-from states import State
+from states import STARTUP_ORDER, State, Trigger, releases
 
-ORDER = (State.SERVICES_READY, State.DISTRIBUTED, State.MODEL_BUILT, State.CALLBACKS_BOUND)
+ORDER = tuple(s for s in STARTUP_ORDER if releases(Trigger.RESTART, s))
+"""The states whose work a restart releases (SERVICES_READY to the end of the chain), in order."""
 
 
 class Resourceful(InProcessPhases):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import os
 import signal
 import time
@@ -24,7 +25,7 @@ from lifecycle import InProcessPhases, Lifecycle, PhaseContext, RunConfig, Runti
 from lifecycle.audit import audit
 from lifecycle.log import GENESIS, AuditLog
 from lifecycle.testing import AuditResult, Entry
-from states import State
+from states import PLAN_TARGETS, SIDE_EFFECT_OWNERS, STARTUP_ORDER, Plan, State, forward_trigger
 
 FP = "f" * 64
 Events = list[tuple[str, dict[str, Any]]]
@@ -147,76 +148,68 @@ class ProviderTargetPhases(InProcessPhases):
         return _bind_on(ctx, dataclasses.replace(ctx.runtime, model=tuple(holder)), scheduler=ctx.runtime.model)
 
 
+def _clean_bodies(model_id: str, provider_id: str, fp: str) -> dict[str, Events]:
+    """What each forward trigger of the minimal training startup logs between its transition's
+    start and its completion (a trigger not here logs a side effect per kind it owns)."""
+    return {
+        "validate": [("config_validated", dict(fingerprint=fp, config={}, environment=True))],
+        "start_services": [
+            ("side_effect", dict(kind="tokenizer", trigger="start_services")),
+            ("services_ready", dict(tokenizer="T", vocab_size=8, vocab_source="explicit")),
+        ],
+        "init_distributed": [
+            ("side_effect", dict(kind=k, trigger="init_distributed"))
+            for k in ("process_group", "parallel_state", "rng")
+        ]
+        + [("distributed_initialized", dict(backend="gloo", tp=1, pp=1, cp=1, ep=1, dp=1, vpp=None))],
+        "build_model": [
+            ("side_effect", dict(kind="model", trigger="build_model")),
+            ("model_built", dict(chunks=1, model_config_id=model_id, provider_config_id=provider_id, optimizer=True)),
+        ],
+        "bind_callbacks": [
+            ("side_effect", dict(kind="callbacks", trigger="bind_callbacks")),
+            (
+                "callbacks_bound",
+                dict(
+                    target_type="TransformerConfig",
+                    target_id=model_id,
+                    scheduler_config_id=model_id,
+                    provider_config_id=provider_id,
+                    copied=True,
+                    slots=["finalize_model_grads_func"],
+                    chunks=1,
+                    overlap_grad_reduce=False,
+                    overlap_param_gather=False,
+                    policy="refuse",
+                ),
+            ),
+        ],
+    }
+
+
 def clean_events(*, model_id: str = "0x10", provider_id: str = "0x20", fp: str = FP) -> Events:
-    """The minimal training startup of docs/log-format.md, then one step and a shutdown."""
+    """The minimal training startup of docs/log-format.md, then one step and a shutdown. Its
+    transitions are the table's forward chain to the training plan's target (`STARTUP_ORDER`,
+    `forward_trigger`); a state added to the chain is entered here with the side effects its trigger
+    owns, and nothing else."""
+    target = PLAN_TARGETS[Plan.TRAINING]
     ev: Events = [
         (
             "lifecycle_started",
-            dict(plan="training", target="CALLBACKS_BOUND", policy="raise", pid=1, host="h", rehearsal=None),
+            dict(plan="training", target=target.name, policy="raise", pid=1, host="h", rehearsal=None),
         )
     ]
-    steps = [
-        (
-            "validate",
-            "CONFIGURED",
-            "VALIDATED",
-            [("config_validated", dict(fingerprint=fp, config={}, environment=True))],
-        ),
-        (
-            "start_services",
-            "VALIDATED",
-            "SERVICES_READY",
-            [
-                ("side_effect", dict(kind="tokenizer", trigger="start_services")),
-                ("services_ready", dict(tokenizer="T", vocab_size=8, vocab_source="explicit")),
-            ],
-        ),
-        (
-            "init_distributed",
-            "SERVICES_READY",
-            "DISTRIBUTED",
-            [
-                ("side_effect", dict(kind=k, trigger="init_distributed"))
-                for k in ("process_group", "parallel_state", "rng")
-            ]
-            + [("distributed_initialized", dict(backend="gloo", tp=1, pp=1, cp=1, ep=1, dp=1, vpp=None))],
-        ),
-        (
-            "build_model",
-            "DISTRIBUTED",
-            "MODEL_BUILT",
-            [
-                ("side_effect", dict(kind="model", trigger="build_model")),
-                (
-                    "model_built",
-                    dict(chunks=1, model_config_id=model_id, provider_config_id=provider_id, optimizer=True),
-                ),
-            ],
-        ),
-        (
-            "bind_callbacks",
-            "MODEL_BUILT",
-            "CALLBACKS_BOUND",
-            [
-                ("side_effect", dict(kind="callbacks", trigger="bind_callbacks")),
-                (
-                    "callbacks_bound",
-                    dict(
-                        target_type="TransformerConfig",
-                        target_id=model_id,
-                        scheduler_config_id=model_id,
-                        provider_config_id=provider_id,
-                        copied=True,
-                        slots=["finalize_model_grads_func"],
-                        chunks=1,
-                        overlap_grad_reduce=False,
-                        overlap_param_gather=False,
-                        policy="refuse",
-                    ),
-                ),
-            ],
-        ),
-    ]
+    bodies = _clean_bodies(model_id, provider_id, fp)
+    chain = STARTUP_ORDER[: target.startup_index + 1]
+    steps = []
+    for source, dest in itertools.pairwise(chain):
+        trigger = forward_trigger(dest)
+        owned: Events = [
+            ("side_effect", dict(kind=kind.value, trigger=trigger.value))
+            for kind, owner in SIDE_EFFECT_OWNERS.items()
+            if owner is trigger
+        ]
+        steps.append((trigger.value, source.name, dest.name, bodies.get(trigger.value, owned)))
     for trigger, source, dest, body in steps:
         ev.append(("transition_started", dict(trigger=trigger, source=source)))
         ev += body
@@ -235,12 +228,10 @@ def clean_events(*, model_id: str = "0x10", provider_id: str = "0x20", fp: str =
     ev += [
         ("step_completed", dict(step=1, loss=1.0, duration_s=0.1)),
         ("first_step_finalized", dict(finalizer_calls=1)),
-        ("lifecycle_shutdown", dict(source="CALLBACKS_BOUND")),
+        ("lifecycle_shutdown", dict(source=target.name)),
         (
             "transition_completed",
-            dict(
-                trigger="shutdown", source="CALLBACKS_BOUND", dest="SHUT_DOWN", duration_s=0.01, config_fingerprint=fp
-            ),
+            dict(trigger="shutdown", source=target.name, dest="SHUT_DOWN", duration_s=0.01, config_fingerprint=fp),
         ),
     ]
     return ev
