@@ -22,10 +22,12 @@ pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no m
 
 from lifecycle.launchers.local import run_ranks
 from lifecycle.testing import leaked
+from states import PLAN_TARGETS, STARTUP_ORDER, Plan
 from tests.integration import megatron_lm_cases, megatron_lm_runs
 
 pytestmark = pytest.mark.slow
-STATES = ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"]
+# the states the drop-in's training startup enters: the chain after CONFIGURED, to the training plan's target
+STATES = [s.name for s in STARTUP_ORDER[1 : PLAN_TARGETS[Plan.TRAINING].startup_index + 1]]
 
 
 # (TP, extra arguments, the slots train() would have bound a second time, in its order)

@@ -26,12 +26,14 @@ pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no m
 
 from lifecycle.launchers.local import run_ranks
 from lifecycle.testing import leaked
+from states import PLAN_TARGETS, STARTUP_ORDER, Plan
 from tests.integration import megatron_lm_script_cases
 
 pytestmark = pytest.mark.slow
 LAYOUTS = megatron_lm_script_cases.LAYOUTS
 ORDER = [(which, layout) for layout in LAYOUTS for which in ("lifecycle", "megatron")]
-STATES = ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND"]
+# the states the drop-in's training startup enters: the chain after CONFIGURED, to the training plan's target
+STATES = [s.name for s in STARTUP_ORDER[1 : PLAN_TARGETS[Plan.TRAINING].startup_index + 1]]
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,13 @@ import pytest
 pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
 
 from lifecycle.launchers.local import run_ranks
+from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State
 from tests.integration import megatron_lm_cases
 
 pytestmark = pytest.mark.slow
-BUILT = ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND", "SHUT_DOWN"]
+# the states the drop-in's training startup enters (the chain after CONFIGURED, to the training plan's
+# target), then the shutdown
+BUILT = [*(s.name for s in STARTUP_ORDER[1 : PLAN_TARGETS[Plan.TRAINING].startup_index + 1]), State.SHUT_DOWN.name]
 
 
 @pytest.fixture(scope="module")
