@@ -3,7 +3,7 @@ nothing in the engine, the log or the audit changes (docs/extending.md counts th
 
 The test writes a copy of `states/` with one more state after the last of the chain, WARMED_UP,
 entered by `warm_up`, made the target of the training plan (a plan whose target moved). The name is
-one no real extension takes (docs/extending.md adds DATA_READY / `load_data` for real). The copy's
+one no real extension takes (docs/extending.md measured adding DATA_READY / `load_data`). The copy's
 edits anchor on what any chain has (the first state after the chain, FAILED; the first release
 trigger, REBUILD) and extend `STARTUP_ORDER`, `PLAN_TARGETS` and `TABLE` at the end of their
 modules, so a state added to the real chain does not break them. A child process that imports that
