@@ -8,8 +8,8 @@ The faults are `benchmarks/faults.py`'s cases (2-rank gloo jobs on the tiny GPT,
 MASTER_ADDR/MASTER_PORT set by hand) and its launch faults: two jobs on one endpoint, a WORLD_SIZE
 that differs, every node a world of its own (torchrun `--standalone` under a 2-node srun step), a
 refused setting. For each, a follower (`follow_verdict`, as the CLI runs it: at once for a rank's own
-failure, up to 1 s more when only its peers name it) watches the log directory from the launch; its
-verdict is compared with `CORPUS`.
+failure or one its peers name lost, up to 1 s more when they name another failure) watches the log
+directory from the launch; its verdict is compared with `CORPUS`.
 Prints one row a case and, last, `verdicts right: R of N` and the fault-to-verdict seconds (median,
 max). `tests/integration/test_deadlines.py` checks the verdict of each case it runs against `CORPUS`.
 """

@@ -26,6 +26,7 @@ def fail(
     error_type: str | None = None,
     field: str | None = None,
     missing: tuple[int, ...] = (),
+    peer_lost: bool = False,
 ) -> None:
     """Keep this failure of the rank (`RankState.fail`: the first one counts) at the record being
     read: in the rank's state now and during its open trigger unless `state`/`trigger` say otherwise."""
@@ -42,6 +43,7 @@ def fail(
             error_type=error_type,
             field=field,
             missing=missing,
+            peer_lost=peer_lost,
             new_group=_fresh_group(audit),
         )
     )
@@ -82,7 +84,7 @@ def startup_aborted(audit: RankState, rec: Record, ts: float) -> None:
     )
 
 
-@reads("peer_rank", "peer_state", "error")
+@reads("peer_rank", "peer_state", "error", "peer_kind")
 def peer_failed(audit: RankState, rec: Record, ts: float) -> None:
     peer = rec.get("peer_rank")
     peer = peer if type(peer) is int else None
@@ -90,7 +92,7 @@ def peer_failed(audit: RankState, rec: Record, ts: float) -> None:
         f"stopped in state {audit.state}{_during(audit)} because peer rank "
         f"{peer} failed in state {str(rec.get('peer_state'))[:40]}: {str(rec.get('error'))[:200]}"
     )
-    fail(audit, "peer_failed", ts, message, peer=peer)
+    fail(audit, "peer_failed", ts, message, peer=peer, peer_lost=rec.get("peer_kind") == "lost")
 
 
 @reads("state", "missing", "trigger", "timeout_s")

@@ -60,6 +60,9 @@ class Failure:
     field: str | None = None
     missing: tuple[int, ...] = ()
     """The ranks a `state_timeout` names as never arrived (the culprits of a rendezvous timeout)."""
+    peer_lost: bool = False
+    """A `peer_failed` that names a rank declared lost (`peer_kind` `lost`): gone or frozen, it writes no
+    record of its own after it (the verdict's follower does not wait for one)."""
     new_group: str | None = None
     """A group this rank made after CALLBACKS_BOUND with no step completed since (LA029): a wait that
     fails then is most likely its lazy first collective, which some rank skipped (the verdict reads it)."""

@@ -3,9 +3,11 @@
 Follows the rank files of a log directory as the ranks write them, feeding each rank's audit the
 records completed since the last pass (one read per file a pass, from where the last one stopped).
 When any rank's log shows a failure it returns the verdict at once if the root cause is a rank's own
-failure (a transition that failed, a timeout); when the culprit is so far only named by its peers
+failure (a transition that failed, a timeout). When the culprit is so far only named by its peers
 (`peer_failed`, written by a victim before the culprit's own record can be), it waits up to `grace_s`
-for the culprit's own record. It also returns when every rank
+for the culprit's own record, unless the victim names it lost (`peer_kind` `lost`: gone, or frozen past
+`stale_s`): such a rank wrote its last record before it was declared lost, so one more pass over every
+file, begun after the pass that found the victim's record, has all of them. It also returns when every rank
 of the world shut down (a clean verdict), when a rank shut down and the others have been silent for
 `stall_s`, or when no rank wrote for `idle_timeout_s`: the logs are then judged as they stand, and a
 log that stopped short is a rank that died.
@@ -51,10 +53,17 @@ class _Followed:
         return bool(lines)
 
 
-def _own(streams: list[RankAudit]) -> bool:
-    """Every failed run's root cause is a rank's own failure (not only named by its peers)."""
-    causes = root_causes([s for s in streams if s.records and s.rank is not None])
-    return bool(causes) and all(c.kind in CAUSE_KINDS for c in causes)
+def _known(streams: list[RankAudit]) -> str | None:
+    """`own`: every failed run's root cause is a rank's own failure; `lost`: each one is that or a rank its
+    peers name lost (no record of its own will come); None: a culprit's own record may still come."""
+    live = [s for s in streams if s.records and s.rank is not None]
+    causes = root_causes(live)
+    if not causes:
+        return None
+    if all(c.kind in CAUSE_KINDS for c in causes):
+        return "own"
+    lost = {(s.run_id, s.failure.peer) for s in live if s.failure is not None and s.failure.peer_lost}
+    return "lost" if all(c.kind in CAUSE_KINDS or (c.run_id, c.rank) in lost for c in causes) else None
 
 
 def _settled(ranks: Iterable[_Followed], now: float, stall_s: float) -> bool:
@@ -78,7 +87,7 @@ def follow_verdict(
     """Follow `log_dir` until a failure is known (plus `grace_s`), every rank shut down, nothing was
     written for `idle_timeout_s`, or `stop()` is true; the verdict then."""
     ranks: dict[Path, _Followed] = {}
-    last_change, failed_at = time.monotonic(), None
+    last_change, failed_at, reread = time.monotonic(), None, False
     while True:
         changed = False
         for path in sorted(Path(log_dir).glob("rank-*.jsonl")):
@@ -88,8 +97,12 @@ def follow_verdict(
         streams = [r.audit for r in ranks.values()]
         if failed_at is None and any(s.failure is not None for s in streams):
             failed_at = now
-        if failed_at is not None and _own(streams):
-            break  # the culprit's own record is in: nothing more to wait for
+        known = _known(streams) if failed_at is not None else None
+        if known == "own" or (known == "lost" and reread):
+            break  # the culprit's own record is in, or none will come: nothing more to wait for
+        reread = known == "lost"  # the lost rank's file, read before the victim's, may lack its last records
+        if reread:
+            continue  # so read every file once more, at once
         world = max((s.world_size or 0 for s in streams), default=0)
         finished = len(streams) >= world > 0 and all(s.shut for s in streams)
         idle = now - last_change > idle_timeout_s or _settled(ranks.values(), now, stall_s)

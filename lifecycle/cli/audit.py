@@ -61,7 +61,8 @@ def _follow_arguments(parser: argparse.ArgumentParser) -> None:
         "--follow",
         action="store_true",
         help="with --format verdict: follow the log directory while the ranks write it; the verdict as soon as "
-        "the first failure is known (after --grace seconds), or when every rank shut down",
+        "the first failure is known (one that only its peers name and not as lost: after --grace seconds), "
+        "or when every rank shut down",
     )
     parser.add_argument("--output", metavar="FILE", help="with --follow: also write the verdict to FILE (atomically)")
     parser.add_argument("--grace", type=at_least_zero, default=1.0, metavar="S", help=argparse.SUPPRESS)

@@ -64,6 +64,13 @@ class PeerFailed(Record, frozen=True, kw_only=True, tag="peer_failed"):
         str,
         Meta(description='what it published: `"Type: message"`, or for a lost rank why it was declared lost'),
     ]
+    peer_kind: Annotated[
+        str | UnsetType,
+        Meta(
+            description="how it failed: `exception`, `signal`, `timeout`, or `lost` (gone, or silent past "
+            "`stale_s`: it writes no record of its own); absent in logs written before it was added"
+        ),
+    ] = UNSET
 
 
 class LogWriteFailed(Record, frozen=True, kw_only=True, tag="log_write_failed"):

@@ -7,6 +7,10 @@ record (disk full, I/O error) that record and every later one go to stderr as JS
 
 With `LIFECYCLE_STRICT_RECORDS=1` in the environment when a log is created (the test suite sets it),
 `emit` refuses a field that neither its event's type in `lifecycle.log.schema` nor the envelope declares.
+
+`emit` takes one record at a time: the rank watch's thread logs `peer_failed` while the main thread may
+still be logging its own records, and each record's link in the chain (`seq`, `prev_hash`) and its
+place in the file must be the same.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import contextlib
 import hashlib
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -178,6 +183,7 @@ class AuditLog:
         self._lock_fd: int | None = None
         self._claimed: Path | None = None
         self._strict = _strict_fields() if os.environ.get(STRICT_RECORDS) == "1" else None  # once per log
+        self._emitting = threading.RLock()  # reentrant: a signal handler on the emitting thread may log too
         self._logger = self._make_logger()
 
     def _make_logger(self) -> structlog.BoundLogger:
@@ -222,18 +228,19 @@ class AuditLog:
                 f"log event {event!r} has no field {', '.join(map(repr, sorted(unknown)))}: "
                 "add it to lifecycle/log/schema.py"
             )
-        before = self._writer.fault
-        self._logger.msg(event, **fields)
-        fault = self._writer.fault
-        if before is None and fault is not None:
-            self._logger.msg(
-                events.LOG_WRITE_FAILED,
-                path=str(self.path),
-                errno=fault.errno,
-                error=redact(str(fault)),
-                failed_event=event,
-            )
-        self._sink_warnings()
+        with self._emitting:
+            before = self._writer.fault
+            self._logger.msg(event, **fields)
+            fault = self._writer.fault
+            if before is None and fault is not None:
+                self._logger.msg(
+                    events.LOG_WRITE_FAILED,
+                    path=str(self.path),
+                    errno=fault.errno,
+                    error=redact(str(fault)),
+                    failed_event=event,
+                )
+            self._sink_warnings()
 
     def add_sink(self, sink: Callable[[bytes], None]) -> None:
         """Feed `sink` each record's line (bytes, with its newline) once it is written, the held ones

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Failure:
-    """What a failed rank publishes. `kind`: exception, signal or timeout."""
+    """What a failed rank publishes. `kind`: exception, signal or timeout; `lost` when another rank names
+    one that is gone or stood still (it writes no record of its own)."""
 
     rank: int
     state: str

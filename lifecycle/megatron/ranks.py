@@ -78,6 +78,7 @@ class RankWatch:
         self._watcher_store, self._exit, self._lock = watcher_store, exit_process, threading.Lock()
         self._active: ActiveWork | None = None
         self._noticed: tuple[Failure, float] | None = None  # `_state`: what the main thread's work is in
+        self._named: Failure | None = None  # the failure this rank's `peer_failed` named (logged once)
         self._store_gone, self.failed, self._stop = False, False, threading.Event()
         self._thread: threading.Thread | None = None
         self._node = Node(peers={}, leader=None, board=None)  # what `join_node` learns
@@ -254,7 +255,12 @@ class RankWatch:
         return peer
 
     def _peer_failed(self, emit: Emit, peer: Failure) -> None:
-        emit(events.PEER_FAILED, peer_rank=peer.rank, peer_state=peer.state, error=peer.error)
+        """Log `peer_failed` naming `peer`, once (the watcher may name a lost peer before the main thread does)."""
+        with self._lock:
+            if self._named == peer:
+                return
+            self._named = peer
+        emit(events.PEER_FAILED, peer_rank=peer.rank, peer_state=peer.state, error=peer.error, peer_kind=peer.kind)
 
     def _timed_out(self, emit: Emit, trigger: str, state: str, missing: list[int] | None, *, rendezvous: bool) -> None:
         fields: dict[str, JSONValue] = {"missing": missing} if missing is not None else {}
@@ -381,11 +387,16 @@ class RankWatch:
 
     def _escalate(self, active: ActiveWork, now: float) -> None:
         """End a process whose main thread stayed blocked past the grace or the deadline (unless it got a
-        signal). A `lost` peer gets a shorter grace: no process is left to close the collective's sockets."""
+        signal). A `lost` peer gets a shorter grace: no process is left to close the collective's sockets;
+        and it is named in the log at once, not at the grace's end: no record of its own will come, so a
+        follower of the logs (`lifecycle audit --format verdict --follow`) has its verdict a grace sooner."""
         noticed = self._noticed
-        grace = min(self.grace_s, 1.0) if noticed is not None and noticed[0].kind == "lost" else self.grace_s
+        lost = noticed is not None and noticed[0].kind == "lost"
+        grace = min(self.grace_s, 1.0) if lost else self.grace_s
         if signals.pending_signal() is not None:  # the signal watch logs `startup_aborted` and ends it
             return
+        if noticed is not None and lost:
+            self._peer_failed(active.emit, noticed[0])  # once; the main thread's own error then logs no second
         if noticed is not None and now - max(noticed[1], active.started) >= grace:
             self._peer_failed(active.emit, noticed[0])
         elif active.deadline and now - active.started >= self.timeout_s + self.grace_s:

@@ -194,6 +194,7 @@ def test_a_rank_stopped_at_step_2_is_declared_lost_by_its_heartbeat_and_the_othe
     peer = result.events(0, "peer_failed")
     assert [(p["peer_rank"], p["peer_state"]) for p in peer] == [(1, "CALLBACKS_BOUND")]
     assert "stood still" in peer[0]["error"]  # its watcher's beat on the node's board
+    assert peer[0]["peer_kind"] == "lost"  # a follower of the logs gives its verdict without waiting for rank 1's
     assert result.returncode[0] == EXIT_CODE  # blocked in an all-reduce with a live, silent peer
     assert _exit_after_fault(result, 0) <= 8.0 + 1.0 + 10.0  # stale_s + the lost grace, under load
 

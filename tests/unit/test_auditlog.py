@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import sys
+import threading
 from pathlib import Path
 
 import orjson
@@ -102,3 +104,31 @@ def test_the_log_file_is_valid_json_lines_even_with_odd_values(tmp_path: Path) -
     step, mutated = [orjson.loads(x) for x in (tmp_path / "rank-00000.jsonl").read_bytes().splitlines()]
     assert step["loss"] is None and mutated["current"] == "/x"
     assert record_hash(step) == step["hash"] and record_hash(mutated) == mutated["hash"]
+
+
+def test_records_emitted_from_two_threads_at_once_keep_one_unbroken_chain(tmp_path: Path) -> None:
+    """The rank watch's thread logs `peer_failed` while the main thread may still log its own records."""
+    log = AuditLog(run_id="r", rank=0, world_size=1)
+    path = log.open(tmp_path)
+    assert path is not None
+
+    def emit_many() -> None:
+        for n in range(2000):
+            log.emit(ev.WARNING, category="c", module="m", message="x", lineno=n)
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can: inside a record's chaining too
+    try:
+        threads = [threading.Thread(target=emit_many) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(before)
+    log.close()
+    records, prev = read_log(path), GENESIS
+    assert [r["seq"] for r in records] == list(range(4000))
+    for rec in records:
+        assert rec["prev_hash"] == prev and record_hash(rec) == rec["hash"]
+        prev = str(rec["hash"])

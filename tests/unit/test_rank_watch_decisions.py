@@ -349,7 +349,9 @@ def test_an_error_while_a_peer_failed_first_makes_this_rank_its_victim() -> None
         "MODEL_BUILT. The root cause is on rank 0"
     )
     assert caught.value.field == "startup" and isinstance(caught.value.__cause__, RuntimeError)
-    assert emitted == [("peer_failed", {"peer_rank": 0, "peer_state": "DISTRIBUTED", "error": "boom on 0"})]
+    assert emitted == [
+        ("peer_failed", {"peer_rank": 0, "peer_state": "DISTRIBUTED", "error": "boom on 0", "peer_kind": "exception"})
+    ]
     assert "failure/2" not in store.data and watch.failed and watch._active is None
 
 
@@ -557,7 +559,7 @@ def active(emitted: Emitted, started: float, *, deadline: bool = True) -> Active
     return ActiveWork(emitted, "build_model", "MODEL_BUILT", started, deadline)
 
 
-@pytest.mark.parametrize(("kind", "grace"), [("exception", 3.0), ("timeout", 3.0), ("lost", 1.0)])
+@pytest.mark.parametrize(("kind", "grace"), [("exception", 3.0), ("timeout", 3.0)])
 def test_a_blocked_victim_is_ended_its_grace_after_the_failure_was_noticed(kind: str, grace: float) -> None:
     exits: list[int] = []
     watch, emitted = make(rank=1, exits=exits), Emitted()
@@ -566,7 +568,46 @@ def test_a_blocked_victim_is_ended_its_grace_after_the_failure_was_noticed(kind:
     assert exits == [] and emitted == []
     watch._escalate(active(emitted, 90.0), 100.0 + grace)
     assert exits == [EXIT_CODE] and watch._stop.is_set()
-    assert emitted == [("peer_failed", {"peer_rank": 2, "peer_state": "DISTRIBUTED", "error": "boom on 2"})]
+    fields = {"peer_rank": 2, "peer_state": "DISTRIBUTED", "error": "boom on 2", "peer_kind": kind}
+    assert emitted == [("peer_failed", fields)]
+
+
+def test_a_lost_peer_is_named_in_the_log_at_once_and_the_blocked_victim_ended_a_second_later() -> None:
+    """No record of a lost rank's own will come: the victim names it as soon as its watcher knows (a
+    follower of the logs need not wait), and still leaves the collective a second to raise by itself."""
+    exits: list[int] = []
+    watch, emitted = make(rank=1, exits=exits), Emitted()
+    watch._noticed = (failure(2, "lost"), 100.0)
+    watch._escalate(active(emitted, 90.0), 100.0)
+    fields = {"peer_rank": 2, "peer_state": "DISTRIBUTED", "error": "boom on 2", "peer_kind": "lost"}
+    assert exits == [] and emitted == [("peer_failed", fields)]
+    watch._escalate(active(emitted, 90.0), 100.99)
+    assert exits == [] and len(emitted) == 1
+    watch._escalate(active(emitted, 90.0), 101.0)
+    assert exits == [EXIT_CODE] and watch._stop.is_set() and emitted == [("peer_failed", fields)], "named once"
+
+
+def test_a_lost_peer_named_by_the_watcher_is_not_named_again_when_the_collective_raises() -> None:
+    store = MemoryStore()
+    lost = failure(2, "lost")
+    store.set("first", lost.encode())
+    watch, emitted = make(store, rank=1), Emitted()
+    watch._noticed = (lost, 100.0)
+    with pytest.raises(DistributedError), watch.watching(emitted, "build_model", "MODEL_BUILT"):
+        watch._escalate(watch._active, 100.0)  # type: ignore[arg-type]  # set by `watching`
+        raise RuntimeError("Connection closed by peer")
+    assert [(e, f["peer_rank"], f["peer_kind"]) for e, f in emitted] == [("peer_failed", 2, "lost")]
+
+
+def test_a_lost_peer_is_not_named_by_a_rank_that_got_a_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lifecycle.runtime import signals
+
+    exits: list[int] = []
+    watch, emitted = make(rank=1, exits=exits), Emitted()
+    watch._noticed = (failure(2, "lost"), 100.0)
+    monkeypatch.setattr(signals, "pending_signal", lambda: 15)
+    watch._escalate(active(emitted, 90.0), 105.0)
+    assert exits == [] and emitted == [], "the signal watch logs startup_aborted and ends it"
 
 
 def test_a_short_grace_is_not_made_longer_for_a_lost_peer() -> None:

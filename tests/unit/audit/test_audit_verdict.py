@@ -15,6 +15,7 @@ from test_audit_cause import aborted, peer_failed, rank_log, until
 
 from lifecycle.audit import audit, verdict
 from lifecycle.cli import main
+from lifecycle.log import Tail
 from lifecycle.testing import VERDICT_VERSION, follow_verdict
 
 
@@ -198,3 +199,60 @@ def test_a_timeout_once_a_step_completed_after_the_group_was_made_stays_infrastr
     """Every rank used the group in that step: a later hang is not its lazy first collective."""
     doc = _lazy_group_skipped(tmp_path, between=1)
     assert (doc["class"], doc["action"]) == ("infrastructure", "RESTART") and "LA029" not in doc["reason"]
+
+
+def lost(peer: int) -> tuple[str, dict[str, Any]]:
+    """A victim's `peer_failed` naming `peer` lost (frozen: its watcher stood still), as the rank watch writes it."""
+    error = "its watcher (pid 7) stood still for 8 s: stopped or hung"
+    return "peer_failed", {"peer_rank": peer, "peer_state": "DISTRIBUTED", "error": error, "peer_kind": "lost"}
+
+
+def test_following_names_a_rank_declared_lost_without_waiting_for_a_record_of_its_own(tmp_path: Path) -> None:
+    """A lost rank (gone, or frozen past stale_s) writes nothing more: the verdict does not wait the grace."""
+    head = until("build_model")
+    rank_log(tmp_path, 1, head, start=100.0, world=2)  # frozen in build_model: its log just stops
+    rank_log(tmp_path, 0, [*head, lost(1)], start=100.0, world=2, at={len(head): 110.0})
+    started = time.monotonic()
+    doc = follow_verdict(tmp_path, poll_s=0.01, grace_s=60.0)
+    assert time.monotonic() - started < 30.0, "not the grace"
+    assert (doc["culprit"], doc["state"], doc["phase"]) == ({"rank": 1, "host": "h"}, "DISTRIBUTED", "build_model")
+    assert (doc["class"], doc["action"], doc["exclude_hosts"]) == ("infrastructure", "RESTART", ["h"])
+
+
+@pytest.mark.parametrize("kind", ["exception", None])  # None: a log written before `peer_kind`
+def test_following_waits_the_grace_for_the_own_record_of_a_rank_named_but_not_lost(
+    tmp_path: Path, kind: str | None
+) -> None:
+    head = until("build_model")
+    named = ("peer_failed", {"peer_rank": 1, "peer_state": "DISTRIBUTED", "error": "RuntimeError: x"})
+    if kind is not None:
+        named[1]["peer_kind"] = kind
+    rank_log(tmp_path, 1, head, start=100.0, world=2)
+    rank_log(tmp_path, 0, [*head, named], start=100.0, world=2, at={len(head): 110.0})
+    started = time.monotonic()
+    doc = follow_verdict(tmp_path, poll_s=0.01, grace_s=0.5)
+    assert time.monotonic() - started >= 0.5 and doc["culprit"]["rank"] == 1
+
+
+def test_a_lost_ranks_last_records_written_between_two_reads_are_in_the_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follower read rank 0's file; rank 0 then went on into bind_callbacks and froze; rank 1 named it lost,
+    and the follower read that in the same pass: one more pass, begun after it, has rank 0's last records."""
+    whole = rank_log(tmp_path / "whole", 0, until("bind_callbacks"), start=100.0, world=2)
+    lines = whole.read_bytes().splitlines(keepends=True)
+    run = tmp_path / "run"
+    rank_log(run, 1, [*until("bind_callbacks"), lost(0)], start=100.0, world=2)
+    culprit = run / "rank-00000.jsonl"
+    culprit.write_bytes(b"".join(lines[: len(until("build_model"))]))
+    real = Tail.read
+
+    def read(tail: Tail) -> list[bytes]:
+        got = real(tail)
+        if tail.path == culprit and culprit.stat().st_size < whole.stat().st_size:
+            culprit.write_bytes(b"".join(lines))  # written after the follower read it, before rank 1 named it lost
+        return got
+
+    monkeypatch.setattr(Tail, "read", read)
+    doc = follow_verdict(run, poll_s=0.01, grace_s=60.0)
+    assert (doc["culprit"]["rank"], doc["state"], doc["phase"]) == (0, "MODEL_BUILT", "bind_callbacks")
