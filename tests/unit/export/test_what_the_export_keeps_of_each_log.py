@@ -74,18 +74,24 @@ def test_a_rank_that_fails_in_its_second_cycle_failed_in_that_cycle_only(tmp_pat
 def test_a_config_validated_at_the_instant_its_cycle_starts_belongs_to_that_cycle(tmp_path: Path) -> None:
     w = ChainWriter("run-c", 0, 1)
     _cycle(w, T, 0, "node0", FP_A)
-    w.emit(T + 10, "lifecycle_started", plan="training", target="CALLBACKS_BOUND", policy="raise", attempt=1)
-    w.emit(T + 10, "config_validated", fingerprint=FP_B, config={})
+    w.emit(
+        T + 10, "lifecycle_started", plan="training", target="CALLBACKS_BOUND", policy="raise", attempt=1, host="node0"
+    )
+    w.emit(T + 10, "config_validated", fingerprint=FP_B, config={"train": {"seed": 1}})
     first, second = load([str(_write(tmp_path / "logs", w))]).cycles
     assert (first.fingerprints, second.fingerprints) == ((FP_A,), (FP_B,))
+    assert second.changes == (f"config fingerprint: {FP_A[:12]} -> {FP_B[:12]}", "train.seed: 0 -> 1")
 
 
 def test_a_log_continued_from_an_earlier_file_is_one_cycle_from_its_first_record(tmp_path: Path) -> None:
     w = ChainWriter("run-c", 0, 1)
     _cycle(w, T, 3, "node0", FP_A)
     w.lines = w.lines[1:]  # its lifecycle_started is in the earlier file
-    (cycle,) = load([str(_write(tmp_path / "logs", w))]).cycles
+    trace = load([str(_write(tmp_path / "logs", w))])
+    (cycle,) = trace.cycles
     assert (cycle.attempt, cycle.start, cycle.ranks, cycle.hosts) == (0, T + 0.25, 1, 0)
+    (rank,) = trace.ranks
+    assert [(seg.trigger, attempt) for seg, attempt in rank.segments] == [("validate", 0)]  # drawn in cycle 0
 
 
 def test_marks_name_the_state_a_failure_happened_in_and_a_peer_failure_the_peer(tmp_path: Path) -> None:
@@ -203,3 +209,214 @@ def test_a_failure_stamped_in_whole_seconds_is_a_mark_of_the_first_rank(tmp_path
     w.emit(int(T) + 1, "peer_failed", peer_rank=1, peer_state="VALIDATED", error="gone")
     (rank,) = load([str(_write(tmp_path / "logs", w))]).ranks
     assert [(m.ts, m.event) for m in rank.marks if m.kind == "failure"] == [(T + 1, "peer_failed")]
+
+
+def _ranks(world: int) -> list[ChainWriter]:
+    writers = [ChainWriter("run-s", r, world) for r in range(world)]
+    for w in writers:
+        _cycle(w, T, 0, "node0", FP_A)
+    return writers
+
+
+@pytest.mark.parametrize(
+    ("written", "kept"),
+    [
+        ({"loss": 0.5, "duration_s": 0.25}, (T + 3, 0, 0.5, 0.25)),  # no step number: step 0
+        ({"step": "3", "loss": 0.5, "duration_s": 0.25}, (T + 3, 0, 0.5, 0.25)),
+        ({"step": 3, "loss": "0.5", "duration_s": 0.25}, (T + 3, 3, None, 0.25)),
+        ({"step": 3, "loss": 0.5, "duration_s": "0.25"}, (T + 3, 3, 0.5, None)),
+    ],
+)
+def test_a_step_whose_field_is_not_a_number_is_kept_without_it_on_every_rank(
+    tmp_path: Path, written: dict[str, object], kept: tuple[object, ...]
+) -> None:
+    """Rank 0's log is read whole, rank 1's steps come from the audit's typed records: a step number
+    or a time that is not a number is not drawn as one on either (step 0, no loss, no time)."""
+    writers = _ranks(2)
+    for w in writers:
+        w.emit(T + 2, "step_completed", step=2, loss=0.75, duration_s=0.5)
+        w.emit(T + 3, "step_completed", **written)
+    for rank in load([str(_write(tmp_path / "logs", *writers))]).ranks:
+        assert rank.steps == ((T + 2, 2, 0.75, 0.5), kept), rank.rank
+
+
+def test_each_field_of_a_mark_is_cut_to_160_characters(tmp_path: Path) -> None:
+    (w,) = _ranks(1)
+    error = "RuntimeError: " + "x" * 300
+    w.emit(T + 1, "peer_failed", peer_rank=1, peer_state="VALIDATED", error=error)
+    (rank,) = load([str(_write(tmp_path / "logs", w))]).ranks
+    (mark,) = [m for m in rank.marks if m.kind == "failure"]
+    assert mark.detail == f"error={error[:160]}, peer_rank=1, peer_state=VALIDATED"
+
+
+def test_a_log_whose_kept_record_has_a_time_that_is_not_a_number_is_refused_naming_its_line(tmp_path: Path) -> None:
+    """The audit's tap sees the record before the audit refuses it: the export's error is the
+    audit's (file, line, field), not a crash on the time it could not read."""
+    writers = _ranks(2)
+    writers[1].emit(T + 1, "peer_failed", peer_rank=0, peer_state="VALIDATED", error="gone")
+    writers[1].lines[-1] = writers[1].lines[-1].replace(f'"ts":{T + 1}'.encode(), b'"ts":"soon"')
+    with pytest.raises(LogUnreadable, match=r"rank-00001.jsonl:5: field 'ts' is 'soon', expected a number"):
+        load([str(_write(tmp_path / "logs", *writers))])
+
+
+def test_a_transition_started_the_instant_the_one_before_completed_is_drawn_unfinished(tmp_path: Path) -> None:
+    (w,) = _ranks(1)
+    w.emit(T + 0.5, "transition_started", trigger="start_services", source="VALIDATED")
+    w.emit(T + 2, "peer_failed", peer_rank=1, peer_state="VALIDATED", error="gone")
+    (rank,) = load([str(_write(tmp_path / "logs", w))]).ranks
+    assert rank.unfinished == ("start_services", T + 0.5, T + 2)
+
+
+def test_a_failure_whose_transition_started_in_an_earlier_file_draws_no_unfinished_transition(tmp_path: Path) -> None:
+    """The file continues a log: its first record is after the transition started, so there is no
+    start to draw it from (not the epoch)."""
+    w = ChainWriter("run-u", 0, 2)
+    w.emit(T, "warning", category="UserWarning", module="x", message="continued", lineno=None)
+    error = {
+        "trigger": "start_services",
+        "source": "VALIDATED",
+        "error_type": "OSError",
+        "error": "disk",
+        "duration_s": 9,
+    }
+    w.emit(T + 1, "transition_failed", **error)
+    (rank,) = load([str(_write(tmp_path / "logs", w))]).ranks
+    assert rank.failed and rank.unfinished is None
+
+
+def test_what_changed_between_cycles_is_read_from_rank_0_when_its_logs_are_given_last(tmp_path: Path) -> None:
+    """Two nodes' log directories, the one holding rank 0 given second: the configs compared are
+    still rank 0's (only the first rank's log is read for them)."""
+    writers = [ChainWriter("run-c", r, 2) for r in range(2)]
+    for w in writers:
+        _cycle(w, T, 0, "node0", FP_A)
+        _cycle(w, T + 10, 1, "node0", FP_A)
+    node0, node1 = _write(tmp_path / "node0", writers[0]), _write(tmp_path / "node1", writers[1])
+    _, second = load([str(node1), str(node0)]).cycles
+    assert second.changes == ("train.seed: 0 -> 1",)
+
+
+@pytest.mark.parametrize(
+    ("line", "written", "changed", "ts"),
+    [(1, b'"policy":"raise"', b'"policy":"warn"', T), (5, b'"error":"gone"', b'"error":"lost"', T + 1)],
+)
+def test_a_changed_first_or_last_record_of_another_rank_is_a_finding_mark_at_its_time(
+    tmp_path: Path, line: int, written: bytes, changed: bytes, ts: float
+) -> None:
+    """Rank 1's log is not read again whole: the time of the line a finding points at, its first
+    or its last, is read on its own."""
+    writers = _ranks(2)
+    writers[1].emit(T + 1, "peer_failed", peer_rank=0, peer_state="VALIDATED", error="gone")
+    assert written in writers[1].lines[line - 1]
+    writers[1].lines[line - 1] = writers[1].lines[line - 1].replace(written, changed)
+    rank = load([str(_write(tmp_path / "logs", *writers))]).ranks[1]
+    found = [m for m in rank.marks if m.kind == "finding" and "changed" in m.detail]
+    assert [m.ts for m in found] == [ts]
+
+
+def test_the_logs_of_two_runs_are_ordered_by_rank_then_run_id(tmp_path: Path) -> None:
+    runs = {}
+    for run_id in ("run-b", "run-a"):
+        writers = [ChainWriter(run_id, r, 2) for r in range(2)]
+        for w in writers:
+            _cycle(w, T, 0, "node0", FP_A)
+        runs[run_id] = str(_write(tmp_path / run_id, *writers))
+    trace = load([runs["run-b"], runs["run-a"]])
+    assert [(r.rank, r.audit.run_id) for r in trace.ranks] == [(0, "run-a"), (0, "run-b"), (1, "run-a"), (1, "run-b")]
+
+
+def test_a_file_holding_two_ranks_keeps_each_ranks_steps(tmp_path: Path) -> None:
+    """A node's logs concatenated into one file (read by the audit's tap, as every file but rank
+    0's): its steps are told apart by rank."""
+    writers = _ranks(3)
+    for w in writers:
+        w.emit(T + 2, "step_completed", step=w.base["rank"], loss=0.75, duration_s=0.5)
+    node = tmp_path / "node1.jsonl"
+    node.write_bytes(b"".join(writers[1].lines + writers[2].lines))
+    trace = load([str(_write(tmp_path / "node0", writers[0])), str(node)])
+    assert [(r.rank, r.steps) for r in trace.ranks] == [(r, ((T + 2, r, 0.75, 0.5),)) for r in range(3)]
+
+
+def test_a_log_whose_kept_record_has_an_event_that_is_not_a_name_is_refused_naming_its_line(tmp_path: Path) -> None:
+    writers = _ranks(2)
+    writers[1].emit(T + 1, "peer_failed", peer_rank=0, peer_state="VALIDATED", error="gone")
+    writers[1].lines[-1] = writers[1].lines[-1].replace(b'"event":"peer_failed"', b'"event":["peer_failed"]')
+    with pytest.raises(LogUnreadable, match=r"rank-00001.jsonl:5: "):
+        load([str(_write(tmp_path / "logs", *writers))])
+
+
+def test_a_cycle_that_failed_before_validating_its_config_compares_no_config(tmp_path: Path) -> None:
+    (w,) = _ranks(1)
+    w.emit(
+        T + 10, "lifecycle_started", plan="training", target="CALLBACKS_BOUND", policy="raise", attempt=1, host="node0"
+    )
+    w.emit(T + 10.25, "transition_started", trigger="validate", source="CONFIGURED")
+    error = {
+        "trigger": "validate",
+        "source": "CONFIGURED",
+        "error_type": "ConfigError",
+        "error": "bad",
+        "duration_s": 0.25,
+    }
+    w.emit(T + 10.5, "transition_failed", **error)
+    _, second = load([str(_write(tmp_path / "logs", w))]).cycles
+    assert (second.failed, second.fingerprints) == ((0,), ())
+    assert second.changes == (f"config fingerprint: {FP_A[:12]} -> none",)
+
+
+def test_a_transition_the_rank_failed_in_the_instant_it_started_is_drawn_unfinished(tmp_path: Path) -> None:
+    (w,) = _ranks(1)
+    w.emit(T + 2, "transition_started", trigger="start_services", source="VALIDATED")
+    w.emit(T + 2, "peer_failed", peer_rank=1, peer_state="VALIDATED", error="gone")
+    (rank,) = load([str(_write(tmp_path / "logs", w))]).ranks
+    assert rank.unfinished == ("start_services", T + 2, T + 2)
+
+
+def test_eight_missing_ranks_are_all_named(tmp_path: Path) -> None:
+    writers = [ChainWriter("run-c", r, 9) for r in range(9)]
+    for w in writers:
+        _cycle(w, T, 0, "node0", FP_A)
+    _cycle(writers[0], T + 10, 1, "node0", FP_A)
+    _, second = load([str(_write(tmp_path / "logs", *writers))]).cycles
+    assert second.changes[0] == "ranks: 9 -> 1, missing 1,2,3,4,5,6,7,8"
+
+
+def test_what_a_continued_log_did_before_its_first_start_is_drawn_in_its_first_cycle(tmp_path: Path) -> None:
+    """The file starts mid-run (its process's lifecycle_started is in an earlier file), then the
+    rank restarts twice: the transition before the first start is not drawn in a later cycle."""
+    w = ChainWriter("run-c", 0, 1)
+    _cycle(w, T, 0, "node0", FP_A)
+    w.lines = w.lines[1:]
+    _cycle(w, T + 10, 1, "node0", FP_A)
+    _cycle(w, T + 20, 2, "node0", FP_A)
+    (rank,) = load([str(_write(tmp_path / "logs", w))]).ranks
+    assert [(seg.start, attempt) for seg, attempt in rank.segments] == [(T + 0.25, 1), (T + 10.25, 1), (T + 20.25, 2)]
+
+
+def test_a_rank_whose_log_is_one_record_is_exported(tmp_path: Path) -> None:
+    """Rank 1 died right after it started: the audit's tap is given a batch of one record."""
+    writers = [ChainWriter("run-o", r, 2) for r in range(2)]
+    _cycle(writers[0], T, 0, "node0", FP_A)
+    writers[1].emit(T, "lifecycle_started", plan="training", target="CALLBACKS_BOUND", policy="raise", host="node1")
+    trace = load([str(_write(tmp_path / "logs", *writers))])
+    assert [(r.rank, [a.host for a in r.attempts]) for r in trace.ranks] == [(0, ["node0"]), (1, ["node1"])]
+
+
+def test_a_finding_mark_holds_the_first_300_characters_of_its_message(tmp_path: Path) -> None:
+    (w,) = _ranks(1)
+    w.emit(T + 1, "transition_started", trigger="start_services", source="VALIDATED")
+    failed = {"trigger": "start_services", "source": "VALIDATED", "error": "x" * 300, "duration_s": 1}
+    w.emit(T + 2, "transition_failed", error_type="E" * 300, **failed)
+    (rank,) = load([str(_write(tmp_path / "logs", w))]).ranks
+    found = [(f.message, m.detail) for f in rank.audit.findings() for m in rank.marks if m.event == f.rule]
+    assert found and all(len(message) > 300 and detail == message[:300] for message, detail in found)
+
+
+def test_a_cycle_lists_its_first_40_changes(tmp_path: Path) -> None:
+    w = ChainWriter("run-c", 0, 1)
+    for attempt in range(2):
+        t = T + 10 * attempt
+        w.emit(t, "lifecycle_started", plan="training", target="CALLBACKS_BOUND", policy="raise", attempt=attempt)
+        w.emit(t + 0.5, "config_validated", fingerprint=FP_A, config={f"k{i:02d}": attempt for i in range(50)})
+    _, second = load([str(_write(tmp_path / "logs", w))]).cycles
+    assert second.changes == tuple(f"k{i:02d}: 0 -> 1" for i in range(40))
