@@ -1,5 +1,5 @@
 """Time to the first training step: the example script (`examples/pretrain_gpt_tiny.py`) with
-`lifecycle.megatron_lm.pretrain` against Megatron-LM's own `pretrain` (inside the CPU stand-ins the
+`lifecycle.lm_dropin.pretrain` against Megatron-LM's own `pretrain` (inside the CPU stand-ins the
 drop-in also uses), 2 gloo ranks, ABBA order.
 
     python benchmarks/dropin.py [--runs 4] [--tp 1] [--num-workers 2]
@@ -54,7 +54,7 @@ def first_step(which: str, tp: int, log_dir: str, workers: int = 2) -> float:
     else:
         from functools import partial
 
-        from lifecycle.megatron_lm import pretrain as dropin
+        from lifecycle.lm_dropin import pretrain as dropin
 
         arguments.get_device_arch_version = lambda: 9  # the script's own TP>1 read, before pretrain
         script.main(pretrain=partial(dropin, log_dir=log_dir), extra_argv=argv)

@@ -150,7 +150,7 @@ def _checked_provider(config: Any, **kwargs: Any) -> Any:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    from lifecycle.megatron.providers import PROVIDERS
+    from lifecycle.core_entry.providers import PROVIDERS
 
     model = PROVIDERS["gpt"](config, **kwargs)
     total = torch.stack([p.detach().float().sum() for p in model.parameters()]).sum().reshape(1)
@@ -186,7 +186,7 @@ def _exit_on_sigterm(signum: int, _frame: Any) -> None:
 
 
 def _kill_before_parallel_state(fault_file: Path) -> None:
-    from lifecycle.megatron import distributed
+    from lifecycle.core_entry import distributed
 
     def kill(*_args: Any) -> Any:
         fault_file.write_text(repr(time.time()))
@@ -261,7 +261,7 @@ def _provider(case: str, rank: int, log_dir: Path) -> Any:
 def _kill_store_host_in_checkin(fault_file: Path) -> None:
     """Rank 0, the store's host (no agent), SIGKILLs itself in DISTRIBUTED's check-in, before it checks in:
     once rank 1 has checked in and waits in the store for every rank (the store host lost mid-rendezvous)."""
-    from lifecycle.megatron.ranks import RankWatch
+    from lifecycle.core_entry.ranks import RankWatch
 
     def check_in(self: RankWatch, _ctx: Any) -> None:
         while not self.store.check(["checkin/1"]):
@@ -275,7 +275,7 @@ def _kill_store_host_in_checkin(fault_file: Path) -> None:
 
 def _fail_in_services(fault_file: Path, action: str) -> None:
     """SERVICES_READY's tokenizer build fails on this rank: an I/O error, a SIGKILL or a SIGTERM."""
-    from lifecycle.megatron import services_ready
+    from lifecycle.core_entry import services_ready
 
     def build(*_args: Any) -> Any:
         fault_file.write_text(repr(time.time()))
@@ -343,11 +343,11 @@ def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> 
     try:
         lc.advance_to(State.CALLBACKS_BOUND)
         if case in STEP_FAULTS:
-            from lifecycle.megatron.train import train_steps
+            from lifecycle.core_entry.train import train_steps
 
             train_steps(lc, 3, _step_fault(case, rank, log_dir / "fault_at"))
         elif case == "lazy_group_skipped":
-            from lifecycle.megatron.train import train_steps
+            from lifecycle.core_entry.train import train_steps
 
             train_steps(lc, 3, _lazy_group_step(rank, log_dir / "fault_at", timeout_s))
     except BaseException as exc:

@@ -40,7 +40,7 @@ def _lifecycle() -> Any:
 
 def _block(lc: Any, steps: int, guarded: bool) -> list[float]:
     from bindings import guard_first_step
-    from lifecycle.megatron.train import train_steps
+    from lifecycle.core_entry.train import train_steps
 
     guard = guard_first_step(list(lc.runtime.model), lc.runtime.optimizer, steps=steps) if guarded else None
     durations = [r.duration_s for r in train_steps(lc, steps)]

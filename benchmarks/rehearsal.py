@@ -75,7 +75,7 @@ def lifecycle_rank(log_dir: str, store_port: int) -> dict[str, Any]:
     imported = time.time()
 
     from lifecycle import Lifecycle
-    from lifecycle.megatron.train import train_steps
+    from lifecycle.core_entry.train import train_steps
     from states import State
 
     start, cpu, started = time.perf_counter(), time.process_time(), time.time()
@@ -147,9 +147,9 @@ def plain_rank(_log_dir: str, store_port: int) -> dict[str, Any]:
     imported = time.time()
 
     # the lifecycle's megatron helpers, imported before the clock starts as `Lifecycle` is
-    from lifecycle.megatron import model_built, providers, train
-    from lifecycle.megatron.rehearsal import cpu_rehearsal
-    from lifecycle.megatron.services_ready import NullTokenizer
+    from lifecycle.core_entry import model_built, providers, train
+    from lifecycle.core_entry.rehearsal import cpu_rehearsal
+    from lifecycle.core_entry.services_ready import NullTokenizer
 
     helpers = {"model_built": model_built, "providers": providers, "train": train}
     clock, cpu, started = _Clock(), time.process_time(), time.time()

@@ -1,4 +1,4 @@
-"""Cost of the resume window (`lifecycle.megatron.streams`): hashing every random stream and wrapping the
+"""Cost of the resume window (`lifecycle.core_entry.streams`): hashing every random stream and wrapping the
 draw and seed entry points after a checkpoint load, then hashing them again and taking the wrappers off
 at the first step, against that first step.
 
@@ -37,7 +37,7 @@ def _durations(log: Path) -> tuple[float, float]:
 
 def _alone(repeat: int) -> float:
     """open + check, the whole window's own work, `repeat` times: the median."""
-    from lifecycle.megatron.streams import ResumeWindow
+    from lifecycle.core_entry.streams import ResumeWindow
 
     times = []
     for _ in range(repeat):
@@ -49,8 +49,8 @@ def _alone(repeat: int) -> float:
 
 def rank_work(root: str, rounds: int, repeat: int) -> list[tuple[float, float, float]]:
     from lifecycle import Lifecycle, RunConfig
-    from lifecycle.megatron.checkpoint import save_after_steps
-    from lifecycle.megatron.train import train_steps
+    from lifecycle.core_entry.checkpoint import save_after_steps
+    from lifecycle.core_entry.train import train_steps
     from states import State
 
     with Lifecycle(RunConfig.preset("tiny-gpt", [*TINY, f"checkpoint.save={root}/ck"]), "gpt", f"{root}/save") as lc:

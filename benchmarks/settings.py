@@ -28,8 +28,8 @@ PROVIDERS = ("gpt", "copying", "gpt-builder", "hybrid-builder")
 
 
 def _provider(name: str) -> Any:
-    from lifecycle.megatron.providers import PROVIDERS as SHIPPED
-    from lifecycle.megatron.providers import GPTBuilder, HybridBuilder
+    from lifecycle.core_entry.providers import PROVIDERS as SHIPPED
+    from lifecycle.core_entry.providers import GPTBuilder, HybridBuilder
 
     return {"gpt-builder": GPTBuilder, "hybrid-builder": HybridBuilder}.get(name, lambda: SHIPPED[name])()
 
@@ -47,7 +47,7 @@ def _durations(log: Path) -> tuple[float, float]:
 
 def _alone(lc: Any, repeat: int) -> float:
     import bindings
-    from lifecycle.megatron.model_built import asked_for
+    from lifecycle.core_entry.model_built import asked_for
 
     rt = lc.runtime
     times = []

@@ -256,7 +256,7 @@ def main() -> None:
         plain = {kind: _median_of_medians(runs, "plain", kind) for kind in ("wall", "cpu")}
         print(
             f"time a rank, megatron alone (median)      : {plain['wall']:.3f} s wall, {plain['cpu']:.3f} s CPU   "
-            f"(lifecycle/megatron {lifecycle['cpu'] / plain['cpu']:.2f}x in CPU time)"
+            f"(lifecycle/core_entry {lifecycle['cpu'] / plain['cpu']:.2f}x in CPU time)"
         )
     one = statistics.median(r["peak_one_mb"] for r in runs)
     base = statistics.median(r["base_mb"] for r in runs)

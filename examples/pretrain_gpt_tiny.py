@@ -19,7 +19,7 @@ from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_
 from megatron.training.arguments import parse_and_validate_args
 from megatron.training.utils import is_first_or_last_pipeline_stage
 
-from lifecycle.megatron_lm import pretrain  # was: from megatron.training import pretrain
+from lifecycle.lm_dropin import pretrain  # was: from megatron.training import pretrain
 
 TINY_GPT = [
     "--num-layers",

@@ -1,7 +1,7 @@
 """megatron-lifecycle: Megatron training startup as an explicit, audited finite-state machine.
 
 `import lifecycle` imports neither torch nor megatron; phases import them when they run.
-Named parts (each a package, layered one way): `config`, `log`, `runtime`, `megatron`, `engine`,
+Named parts (each a package, layered one way): `config`, `log`, `runtime`, `core_entry`, `engine`,
 `audit`, `cli`; `errors` holds the whole error tree (docs/architecture.md).
 """
 

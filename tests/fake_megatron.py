@@ -1,4 +1,4 @@
-"""Stand-ins for the few megatron modules `lifecycle.megatron_lm.entry` imports lazily, so that the
+"""Stand-ins for the few megatron modules `lifecycle.lm_dropin.entry` imports lazily, so that the
 Megatron-LM YAML loader and the RunConfig derivation run in tests/unit without torch or megatron.
 
 `install(monkeypatch)` puts them in `sys.modules` (monkeypatch takes them out again before the unit

@@ -1,5 +1,5 @@
 """LA028 `group-timeout` and LA029 `group-after-binding`: the process-group records DISTRIBUTED and its
-`new_group` watch write (`lifecycle.megatron.timeouts`), read back.
+`new_group` watch write (`lifecycle.core_entry.timeouts`), read back.
 
 LA028: a group whose timeout, read back from the group, is not `startup.timeout_s`. One shorter is the
 dangerous one: every rank waiting in that group while one rank does work of its own for longer (a

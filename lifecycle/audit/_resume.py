@@ -1,5 +1,5 @@
 """LA027 `resume-diverged`: the `streams_checked` record the first step after a checkpoint load writes
-(`lifecycle.megatron.streams`), read back: a random stream drawn from or re-seeded between the load and
+(`lifecycle.core_entry.streams`), read back: a random stream drawn from or re-seeded between the load and
 the first step, a first step that does not continue the checkpoint's, a data position (consumed samples,
 iteration) at the first step that is not the one the load left, or an optimizer whose step counts or loss
 scale at the first step are not those the checkpoint was saved with."""

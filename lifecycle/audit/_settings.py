@@ -1,5 +1,5 @@
 """LA026 `setting-not-landed`: the `settings_checked` record MODEL_BUILT writes
-(`lifecycle.megatron.settings`), read back: each setting asked for that the model does not carry."""
+(`lifecycle.core_entry.settings`), read back: each setting asked for that the model does not carry."""
 
 from __future__ import annotations
 

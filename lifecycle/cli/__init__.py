@@ -50,7 +50,7 @@ class Parser(argparse.ArgumentParser):
 
 def version() -> str:
     """`lifecycle --version`: the project's, torch's and megatron-core's versions (metadata only)."""
-    from lifecycle.megatron.compat import versions
+    from lifecycle.core_entry.compat import versions
 
     found = versions()
     return f"{found.pop('megatron-lifecycle')} ({', '.join(f'{k} {v}' for k, v in found.items())})"

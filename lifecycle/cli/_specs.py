@@ -13,7 +13,7 @@ import ast
 import importlib.util
 from pathlib import Path
 
-from lifecycle.megatron.user_providers import NAMES, spec_problem
+from lifecycle.core_entry.user_providers import NAMES, spec_problem
 
 
 def provider_problem(spec: str) -> str | None:

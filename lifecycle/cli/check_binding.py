@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, cast
 
 from lifecycle.cli._inputs import EXIT_INPUT
 from lifecycle.cli._specs import callable_problem, provider_problem
+from lifecycle.core_entry.user_providers import NAMES
 from lifecycle.log import JSONValue
-from lifecycle.megatron.user_providers import NAMES
 from lifecycle.redaction import redact_text
 
 if TYPE_CHECKING:  # megatron's objects a binder receives
@@ -35,8 +35,8 @@ if TYPE_CHECKING:  # megatron's objects a binder receives
     from torch.nn import Module
 
     from lifecycle.config import RunConfig
+    from lifecycle.core_entry.user_providers import Provider
     from lifecycle.engine import Lifecycle
-    from lifecycle.megatron.user_providers import Provider
 
     Binder = Callable[[list[Module], MegatronOptimizer | None, DistributedDataParallelConfig, TransformerConfig], None]
     """A binding function: `binder(model, optimizer, ddp_config, provider_config)`, what `--binder` names."""
@@ -214,7 +214,7 @@ def _build_bind_check(config: RunConfig, provider: Provider, binder_spec: str, s
 def _settings_report(lc: Lifecycle) -> str:
     """MODEL_BUILT's settings comparison, made again on the built model, as text."""
     from bindings import check_settings
-    from lifecycle.megatron.model_built import asked_for
+    from lifecycle.core_entry.model_built import asked_for
 
     rt = lc.runtime
     asked = asked_for(rt.config, lc.provider, training=rt.optimizer is not None)
@@ -229,8 +229,8 @@ def timeout_s(config: RunConfig) -> float:
 
 def bounded_provider(spec: str, limit_s: float) -> Provider:
     """The provider `spec` names, its import and each call bounded by `limit_s` (`bounded`)."""
+    from lifecycle.core_entry.user_providers import Provider
     from lifecycle.launchers.local import bounded
-    from lifecycle.megatron.user_providers import Provider
 
     found = bounded(Provider.of, what=f"importing provider {spec}", state="CONFIGURED", timeout_s=limit_s)(spec)
     call = bounded(found.call, what=f"provider {found.name}", state="DISTRIBUTED → MODEL_BUILT", timeout_s=limit_s)

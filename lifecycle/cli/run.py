@@ -28,14 +28,14 @@ from lifecycle.cli._launch import (
 )
 from lifecycle.cli._specs import callable_problem, provider_problem
 from lifecycle.config import flatten
-from lifecycle.megatron.user_providers import NAMES
+from lifecycle.core_entry.user_providers import NAMES
 from lifecycle.redaction import redact_text
 from states import PLAN_TARGETS, STARTUP_ORDER, Plan, State, training_state
 
 if TYPE_CHECKING:
     from lifecycle.config import RunConfig
+    from lifecycle.core_entry.user_providers import Provider
     from lifecycle.engine import Lifecycle
-    from lifecycle.megatron.user_providers import Provider
     from lifecycle.runtime import Imports, PhaseSet
 
 Show = Callable[[str], None]
@@ -142,11 +142,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _megatron_config(args: argparse.Namespace, launching: bool) -> RunConfig:
     """The RunConfig derived from a Megatron-LM YAML config (needs megatron-core>=0.17)."""
-    from lifecycle.megatron_lm import require_megatron_training
+    from lifecycle.lm_dropin import require_megatron_training
 
     require_megatron_training()
     from lifecycle.config import RunConfig
-    from lifecycle.megatron_lm.entry import run_config_from_yaml
+    from lifecycle.lm_dropin.entry import run_config_from_yaml
 
     world = launch_world_size(args) if launching else None
     world = world or launchers.world_size() or 1
@@ -182,8 +182,8 @@ def _refuse(message: str) -> int:
 
 
 def _drive_rank(args: argparse.Namespace, config: RunConfig) -> int:
+    from lifecycle.core_entry.user_providers import Provider
     from lifecycle.errors import ConfigError, LifecycleError, ProviderError, StartupAborted
-    from lifecycle.megatron.user_providers import Provider
     from lifecycle.runtime import adopt_launcher_identity, world_size_of
 
     if launchers.inside_torchrun():  # launched: end with the launcher
@@ -248,8 +248,8 @@ def _phases(spec: str | None) -> PhaseSet | None:
 
 def _train_and_save(lc: Lifecycle, steps: int, show: Show) -> None:
     """`steps` training steps (continuing from a loaded checkpoint's step), then `checkpoint.save`."""
-    from lifecycle.megatron.checkpoint import save_after_steps
-    from lifecycle.megatron.train import StepResult, checkpoint_step, train_steps
+    from lifecycle.core_entry.checkpoint import save_after_steps
+    from lifecycle.core_entry.train import StepResult, checkpoint_step, train_steps
 
     start = checkpoint_step(lc.runtime)
     if start:

@@ -3,7 +3,7 @@
 Three runs, each in fresh processes on `--nproc` CPU ranks: 2K steps uninterrupted; K steps and a save;
 a load of that save and K more steps (`--steps K`). After every step each rank records its loss, the
 norm of its gradients, and a hash of every parameter and optimizer state tensor
-(`lifecycle.megatron.verify`). The two histories are compared step by step: the first step, rank and
+(`lifecycle.core_entry.verify`). The two histories are compared step by step: the first step, rank and
 value or tensor that differ are printed, or that every one is equal. The resumed run's window from the
 load to its first step (`streams_checked`, audit rule LA027) is printed too.
 
@@ -22,8 +22,8 @@ from typing import cast
 
 from lifecycle.cli._inputs import EXIT_INPUT, at_least
 from lifecycle.cli._specs import provider_problem
+from lifecycle.core_entry.user_providers import NAMES
 from lifecycle.log import JSONValue
-from lifecycle.megatron.user_providers import NAMES
 from lifecycle.redaction import redact_text
 
 EXIT_HELP = """exit status: 0 every step is bitwise equal on every rank; 1 a step differs (or a rank failed);
@@ -137,7 +137,7 @@ def _failed(part: str, errors: dict[int, str]) -> int:
 
 
 def _report(runs: dict[str, list[dict[str, JSONValue]]], args: argparse.Namespace) -> int:
-    from lifecycle.megatron.verify import first_difference
+    from lifecycle.core_entry.verify import first_difference
 
     whole = [cast("list[dict[str, JSONValue]]", rank["steps"]) for rank in runs["whole"]]
     resumed = [
@@ -180,11 +180,11 @@ def run_part(config_data: dict[str, JSONValue], provider_spec: str, steps: int, 
     import warnings
 
     from lifecycle.config import RunConfig
+    from lifecycle.core_entry.checkpoint import save_after_steps
+    from lifecycle.core_entry.train import checkpoint_step, train_steps
+    from lifecycle.core_entry.user_providers import Provider
+    from lifecycle.core_entry.verify import StepDigest, digest
     from lifecycle.engine import Lifecycle
-    from lifecycle.megatron.checkpoint import save_after_steps
-    from lifecycle.megatron.train import checkpoint_step, train_steps
-    from lifecycle.megatron.user_providers import Provider
-    from lifecycle.megatron.verify import StepDigest, digest
     from states import State
 
     warnings.simplefilter("ignore")

@@ -1,7 +1,7 @@
 """The engine: `Lifecycle` (the driver API over `states.TABLE` on a `transitions` machine), its
 guards, tripwires and side-effect rules, and the light in-process phases.
 
-Imports neither torch nor megatron; the default phases (`lifecycle.megatron`) import them when
+Imports neither torch nor megatron; the default phases (`lifecycle.core_entry`) import them when
 they run.
 """
 

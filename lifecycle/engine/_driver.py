@@ -17,6 +17,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig
+from lifecycle.core_entry import steps as _steps
+from lifecycle.core_entry.steps import StepHandle, StepResult, StepsSlot
 from lifecycle.engine import _tripwires, _warnings
 from lifecycle.engine._failures import Failures, track
 from lifecycle.engine._guarding import Guards
@@ -27,8 +29,6 @@ from lifecycle.engine._side_effects import SideEffectRules
 from lifecycle.engine._work import RESUMING, EntryWork
 from lifecycle.errors import GuardRejected, InvalidTransition, PhaseFailed, StartupAborted
 from lifecycle.log import JSONValue, events
-from lifecycle.megatron import steps as _steps
-from lifecycle.megatron.steps import StepHandle, StepResult, StepsSlot
 from lifecycle.runtime import GivenProvider, Options, OptionValues, PhaseSet, Runtime
 from states import (
     PLAN_TARGETS,
@@ -73,7 +73,7 @@ class Lifecycle:
         self._failures = Failures(shared, shutdown=self.shutdown, move=self._move)
         self._work = EntryWork(shared, cycles=self._cycles, failures=self._failures, declare=self._rules.declare)
         self.steps_slot = StepsSlot()
-        """The step book of the current binding (`lifecycle.megatron.steps.steps_for`)."""
+        """The step book of the current binding (`lifecycle.core_entry.steps.steps_for`)."""
         self._machine = build_machine(shared.model)
         shared.log.emit(
             events.LIFECYCLE_STARTED,
@@ -284,7 +284,7 @@ class Lifecycle:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
         self._cycles.ended(**fields)
 
-    # -- training steps (lifecycle.megatron.steps: one implementation, shared with train_steps) ---
+    # -- training steps (lifecycle.core_entry.steps: one implementation, shared with train_steps) ---
     @contextmanager
     def step(self, n: int) -> Iterator[StepHandle]:
         """Around one hand-written training step (forward/backward and optimizer step inside).

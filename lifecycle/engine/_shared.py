@@ -38,7 +38,7 @@ class Shared:
     config: RunConfig
     plan: Plan
     provider: GivenProvider
-    """The model provider as the user gave it: the entry work resolves it (megatron/user_providers.py)."""
+    """The model provider as the user gave it: the entry work resolves it (core_entry/user_providers.py)."""
     options: Options
     policy: TripwirePolicy
     phases: PhaseSet
@@ -104,6 +104,6 @@ def elastic() -> dict[str, int]:
 
 def default_phases() -> PhaseSet:
     """The real phases on megatron-core (imported only when a lifecycle is made without phases)."""
-    from lifecycle.megatron import MegatronPhases
+    from lifecycle.core_entry import MegatronPhases
 
     return MegatronPhases()

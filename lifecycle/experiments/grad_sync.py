@@ -161,7 +161,7 @@ def _build(
     name: str, binding: str
 ) -> tuple[list[DistributedDataParallel], MegatronOptimizer, CountingFinalizer | None]:
     """Copying provider, DDP, distributed Adam, callbacks bound as `binding` says."""
-    from lifecycle.megatron.model_built import (
+    from lifecycle.core_entry.model_built import (
         build_optimizer,
         megatron_ddp_config,
         prepare_chunk,
@@ -239,7 +239,7 @@ def rank_main(cases: tuple[str, ...], bindings: tuple[str, ...]) -> list[RankRes
 
     import torch.distributed as dist
 
-    from lifecycle.megatron.rehearsal import cpu_rehearsal
+    from lifecycle.core_entry.rehearsal import cpu_rehearsal
 
     warnings.simplefilter("ignore")  # megatron's CPU-fallback warnings would bury the table
     dist.init_process_group("gloo")

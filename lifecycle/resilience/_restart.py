@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, TypeVar
 import orjson
 
 from lifecycle.config import RunConfig
+from lifecycle.core_entry.distributed import decide_rehearsal
+from lifecycle.core_entry.resources import hook_counts
+from lifecycle.core_entry.train import checkpoint_step
 from lifecycle.engine import Lifecycle, TripwirePolicy
 from lifecycle.errors import ConfigError
 from lifecycle.log import JSONValue, events
-from lifecycle.megatron.distributed import decide_rehearsal
-from lifecycle.megatron.resources import hook_counts
-from lifecycle.megatron.train import checkpoint_step
 from lifecycle.redaction import redact_text
 from lifecycle.resilience import _nvrx
 from lifecycle.resilience._call import client_timeout_s, cycle_and_store, own_client
@@ -183,7 +183,7 @@ class InProcessRestart:
         """The CPU rehearsal's patches, once per process for every cycle (DISTRIBUTED then uses them)."""
         import torch
 
-        from lifecycle.megatron.rehearsal import cpu_rehearsal, is_active
+        from lifecycle.core_entry.rehearsal import cpu_rehearsal, is_active
 
         on, _ = decide_rehearsal(self.lc.runtime.config.rehearsal, bool(torch.cuda.is_available()))
         if not on or is_active():

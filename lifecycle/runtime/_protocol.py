@@ -2,7 +2,7 @@
 
 Each state's phase (`_phases.py`) is called inside the owning transition and returns the next
 `Runtime` (derived with `dataclasses.replace`). This layer imports neither torch nor megatron at
-run time (nor `lifecycle.megatron`, a layer above), so the fields are typed by the Protocols below
+run time (nor `lifecycle.core_entry`, a layer above), so the fields are typed by the Protocols below
 (what the engine, the phases and the training loop use of those objects), or by megatron's and
 torch's classes named for the type checker only (`TYPE_CHECKING`).
 """
@@ -67,7 +67,7 @@ class Closeable(Protocol):
 
 
 class ResumeCheck(Protocol):
-    """The window from a checkpoint load to the first step (`lifecycle.megatron.streams.ResumeWindow`):
+    """The window from a checkpoint load to the first step (`lifecycle.core_entry.streams.ResumeWindow`):
     `check` at the first step's start gives the `streams_checked` fields (None after the first call);
     `close` ends it unchecked."""
 
@@ -76,7 +76,7 @@ class ResumeCheck(Protocol):
 
 
 class Watch(Protocol):
-    """The deadlines and failure broadcast of a multi-rank job (`lifecycle.megatron.ranks.RankWatch`):
+    """The deadlines and failure broadcast of a multi-rank job (`lifecycle.core_entry.ranks.RankWatch`):
     what the phases, the step loop and the release use of it."""
 
     failed: bool

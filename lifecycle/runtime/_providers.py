@@ -2,7 +2,7 @@
 
 torchtitan's `TrainSpec` names its builders by type; here the shapes a user may give are Protocols,
 so the engine (which imports neither torch nor megatron) and the entry work agree on them. The entry
-work resolves the given provider into a `ModelProvider` (`lifecycle.megatron.user_providers`).
+work resolves the given provider into a `ModelProvider` (`lifecycle.core_entry.user_providers`).
 """
 
 from __future__ import annotations

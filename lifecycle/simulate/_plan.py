@@ -234,7 +234,7 @@ def measure_import() -> tuple[float, float]:
     lifecycle's entry work in a fresh process (alone: nothing else imported first)."""
     code = (
         "import time; t, c = time.perf_counter(), time.process_time(); import torch, "
-        "megatron.core.parallel_state, lifecycle.megatron.distributed; "
+        "megatron.core.parallel_state, lifecycle.core_entry.distributed; "
         "print(time.perf_counter() - t, time.process_time() - c)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)

@@ -1,7 +1,7 @@
 """The scale report of `lifecycle simulate --scale`: what a job of N ranks asks of its store host and
 how many process groups each rank creates, counted by running the real code, not by a formula.
 
-- The rank watch: N real `RankWatch` objects (lifecycle/megatron/ranks.py), `ranks_per_node` to a
+- The rank watch: N real `RankWatch` objects (lifecycle/core_entry/ranks.py), `ranks_per_node` to a
   node, each on its own connection to one counting in-memory store (`StoreHost`), the node-local
   boards in a temporary directory (on /dev/shm where there is one, as on a node's tmpfs). Phases:
   - check_in: every rank registers, then every rank waits for all (`register`, `await_all`);
@@ -39,7 +39,7 @@ from lifecycle.simulate._groups import GroupCount, count_groups
 from lifecycle.simulate._store import StoreHost, Tally
 
 if TYPE_CHECKING:
-    from lifecycle.megatron.ranks import RankWatch
+    from lifecycle.core_entry.ranks import RankWatch
 
 PHASES = ("check_in", "join", "steady", "stop")
 FULL_NODES = 2048
@@ -181,8 +181,8 @@ def _watches(
     host: StoreHost, ranks: int, ranks_per_node: int, board: str, *, timeout_s: float, poll_s: float
 ) -> list[RankWatch]:
     """One real `RankWatch` a rank, each on its own connection to `host`, boards under `board`."""
-    from lifecycle.megatron.distributed import World
-    from lifecycle.megatron.ranks import RankWatch
+    from lifecycle.core_entry.distributed import World
+    from lifecycle.core_entry.ranks import RankWatch
 
     watches = []
     for rank in range(ranks):

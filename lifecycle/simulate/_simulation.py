@@ -271,7 +271,7 @@ def _drive(
 def _warm_up_tokenizer(vocab_size: int) -> None:
     """megatron's null tokenizer imports transformers on first use (1-4 s): pay it once per process,
     before the first rank, so that rank's SERVICES_READY is timed like the others'."""
-    from lifecycle.megatron.compat import megatron_null_tokenizer
+    from lifecycle.core_entry.compat import megatron_null_tokenizer
 
     megatron_null_tokenizer(vocab_size)
 

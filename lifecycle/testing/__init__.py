@@ -45,6 +45,11 @@ from lifecycle.config._records import DDPConfig, TokenizerConfig
 from lifecycle.config._snapshot import Snapshot, flatten
 from lifecycle.config._snapshot import diff as config_diff
 from lifecycle.config._validation import check_names
+from lifecycle.core_entry._counts import saved_counts
+from lifecycle.core_entry._hybrid import layer_pattern, local_stack_spec
+from lifecycle.core_entry._imports import ImportJob
+from lifecycle.core_entry._liveness import host_key, process_alive, store_closed
+from lifecycle.core_entry.checkpoint import damaged_file, load_at_build, load_failure_reason, publish_save
 from lifecycle.engine._failures import SignalTrap, track
 from lifecycle.engine._ledger import Ledger, LedgerEntry
 from lifecycle.engine._machine import MachineModel, build_raw_machine
@@ -86,11 +91,6 @@ from lifecycle.log._schema import fields_described, fields_of
 from lifecycle.log._schema_base import ENVELOPE
 from lifecycle.log._tail import Tail
 from lifecycle.log.schema import GENERATED_BEGIN, GENERATED_END
-from lifecycle.megatron._counts import saved_counts
-from lifecycle.megatron._hybrid import layer_pattern, local_stack_spec
-from lifecycle.megatron._imports import ImportJob
-from lifecycle.megatron._liveness import host_key, process_alive, store_closed
-from lifecycle.megatron.checkpoint import damaged_file, load_at_build, load_failure_reason, publish_save
 from lifecycle.redaction._shapes import SHAPES, may_hold_credentials
 from lifecycle.resilience._call import cycle_and_store, injectable
 from lifecycle.resilience._compat import installed_problem, megatron_nvrx_minimum, pair_problem
@@ -138,17 +138,17 @@ from states._ordering import (
 )
 from states._table import allowed_triggers, find
 
-if TYPE_CHECKING:  # lifecycle.megatron_lm refuses import below megatron-core 0.17: loaded when asked for
-    from lifecycle.megatron_lm.entry._call import MegatronLMCall
-    from lifecycle.megatron_lm.entry._cuda import cuda_as_cpu
-    from lifecycle.megatron_lm.entry._derive import disagreements, run_config, run_config_from_yaml
+if TYPE_CHECKING:  # lifecycle.lm_dropin refuses import below megatron-core 0.17: loaded when asked for
+    from lifecycle.lm_dropin.entry._call import MegatronLMCall
+    from lifecycle.lm_dropin.entry._cuda import cuda_as_cpu
+    from lifecycle.lm_dropin.entry._derive import disagreements, run_config, run_config_from_yaml
 
 _MEGATRON_LM = {
-    "MegatronLMCall": "lifecycle.megatron_lm.entry._call",
-    "cuda_as_cpu": "lifecycle.megatron_lm.entry._cuda",
-    "disagreements": "lifecycle.megatron_lm.entry._derive",
-    "run_config": "lifecycle.megatron_lm.entry._derive",
-    "run_config_from_yaml": "lifecycle.megatron_lm.entry._derive",
+    "MegatronLMCall": "lifecycle.lm_dropin.entry._call",
+    "cuda_as_cpu": "lifecycle.lm_dropin.entry._cuda",
+    "disagreements": "lifecycle.lm_dropin.entry._derive",
+    "run_config": "lifecycle.lm_dropin.entry._derive",
+    "run_config_from_yaml": "lifecycle.lm_dropin.entry._derive",
 }
 
 

@@ -177,8 +177,8 @@ def stale_case() -> dict[str, Any]:
     import megatron_cases as mc
 
     from bindings import check
-    from lifecycle.megatron.model_built import build_chunks, build_optimizer, wrap_ddp
-    from lifecycle.megatron.providers import gpt_provider, model_inputs
+    from lifecycle.core_entry.model_built import build_chunks, build_optimizer, wrap_ddp
+    from lifecycle.core_entry.providers import gpt_provider, model_inputs
 
     with mc.parallel():
         run = mc.run_config(ddp={"overlap_grad_reduce": True})

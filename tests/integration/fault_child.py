@@ -22,9 +22,9 @@ from typing import Any
 import orjson
 
 from lifecycle import GuardRejected, Lifecycle, LifecycleError, PhaseContext, RunConfig, Runtime
+from lifecycle.core_entry import MegatronPhases
 from lifecycle.errors import StartupAborted
 from lifecycle.log import events
-from lifecycle.megatron import MegatronPhases
 from lifecycle.testing import Entry
 from states import STARTUP_ORDER, State, forward_trigger
 
@@ -102,7 +102,7 @@ def released() -> dict[str, Any]:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    from lifecycle.megatron.rehearsal import is_active
+    from lifecycle.core_entry.rehearsal import is_active
 
     try:
         torch.manual_seed(0)
@@ -186,7 +186,7 @@ def other_thread_shutdown(log_dir: str) -> dict[str, Any]:
     anything changes; from the starting thread it then releases everything."""
     import threading
 
-    from lifecycle.megatron.rehearsal import is_active
+    from lifecycle.core_entry.rehearsal import is_active
 
     lc = Lifecycle(RunConfig.preset("tiny-gpt", [*TINY, f"logging.log_dir={log_dir}"]))
     lc.advance_to(State.CALLBACKS_BOUND)

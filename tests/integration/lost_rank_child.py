@@ -17,7 +17,7 @@ from typing import Any
 def train(lc: Any) -> dict[str, Any]:
     import torch.distributed as dist
 
-    from lifecycle.megatron.train import train_steps
+    from lifecycle.core_entry.train import train_steps
 
     worlds = [dist.get_world_size()]
 

@@ -84,7 +84,7 @@ def rehearsal_group() -> Iterator[None]:
 
     import torch.distributed as dist
 
-    from lifecycle.megatron.rehearsal import cpu_rehearsal
+    from lifecycle.core_entry.rehearsal import cpu_rehearsal
 
     warnings.simplefilter("ignore")
     dist.init_process_group("gloo")
@@ -97,7 +97,7 @@ def rehearsal_group() -> Iterator[None]:
 
 def build(run: RunConfig, provider: Any = None, plan: Plan = Plan.TRAINING) -> PhaseCtx:
     """MODEL_BUILT through the real phase; the returned ctx holds the new runtime."""
-    from lifecycle.megatron import model_built
+    from lifecycle.core_entry import model_built
 
     ctx = PhaseCtx(Runtime(config=run, vocab_size=VOCAB, distributed=True), provider, plan)
     ctx.runtime = model_built.enter(ctx)
@@ -106,7 +106,7 @@ def build(run: RunConfig, provider: Any = None, plan: Plan = Plan.TRAINING) -> P
 
 def bind(ctx: PhaseCtx, **options: Any) -> PhaseCtx:
     """CALLBACKS_BOUND through the real phase, on the same ctx."""
-    from lifecycle.megatron import callbacks_bound
+    from lifecycle.core_entry import callbacks_bound
 
     ctx.trigger, ctx.options = Trigger.BIND_CALLBACKS, Options.of(options)
     ctx.runtime = callbacks_bound.enter(ctx)
@@ -115,7 +115,7 @@ def bind(ctx: PhaseCtx, **options: Any) -> PhaseCtx:
 
 def release_all(ctx: PhaseCtx) -> PhaseCtx:
     """What rebuild does: unbind, drop model and optimizer (keep services, process groups)."""
-    from lifecycle.megatron import callbacks_bound, model_built
+    from lifecycle.core_entry import callbacks_bound, model_built
 
     ctx.trigger = Trigger.REBUILD
     ctx.runtime = model_built.release(ctx, callbacks_bound.release(ctx, ctx.runtime))

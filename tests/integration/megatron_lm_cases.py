@@ -108,7 +108,7 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
 
     from megatron.training import arguments
 
-    from lifecycle.megatron_lm import pretrain as dropin
+    from lifecycle.lm_dropin import pretrain as dropin
 
     # The script's own parse_and_validate_args runs before pretrain and, for TP > 1, reads the GPU's
     # architecture; on this CPU machine the script gets the stand-in's answer (Hopper).
@@ -151,7 +151,7 @@ def lifecycle_resources() -> dict[str, Any]:
 
     import torch
 
-    from lifecycle.megatron.rehearsal import is_active
+    from lifecycle.core_entry.rehearsal import is_active
 
     return {
         "threads": sorted(t.name for t in threading.enumerate() if t.name.startswith("lifecycle")),
@@ -163,10 +163,10 @@ def lifecycle_resources() -> dict[str, Any]:
 
 def still_wrapped() -> list[str]:
     """The draw and seed entry points a resume window wraps (`streams.ENTRY_POINTS`) that still hold its
-    wrapper (a function defined in `lifecycle.megatron.streams`)."""
+    wrapper (a function defined in `lifecycle.core_entry.streams`)."""
     import importlib
 
-    from lifecycle.megatron.streams import ENTRY_POINTS
+    from lifecycle.core_entry.streams import ENTRY_POINTS
 
     wrapped = []
     for _, path, attrs in ENTRY_POINTS:
@@ -176,7 +176,7 @@ def still_wrapped() -> list[str]:
             module, _, name = path.rpartition(".")
             owner = getattr(importlib.import_module(module), name)
         held = {a: getattr(getattr(owner, a, None), "__module__", "") for a in attrs}
-        wrapped += [f"{path}.{a}" for a, module in held.items() if module == "lifecycle.megatron.streams"]
+        wrapped += [f"{path}.{a}" for a, module in held.items() if module == "lifecycle.core_entry.streams"]
     return wrapped
 
 
@@ -243,7 +243,7 @@ def misordered() -> dict[str, Any]:
     process groups created in SERVICES_READY, and seeding moved into MODEL_BUILT."""
     from megatron.training import initialize as mi
 
-    from lifecycle.megatron_lm.entry import MegatronLMPhases
+    from lifecycle.lm_dropin.entry import MegatronLMPhases
     from states import State
 
     call = _one_rank_call()
@@ -283,8 +283,8 @@ def provider_shapes(tensorboard_dir: str) -> dict[str, Any]:
     from megatron.training.argument_utils import gpt_config_from_args
     from megatron.training.models.gpt import GPTModelBuilder
 
-    from lifecycle.megatron.providers import gpt_provider
-    from lifecycle.megatron_lm.entry import MegatronLMPhases
+    from lifecycle.core_entry.providers import gpt_provider
+    from lifecycle.lm_dropin.entry import MegatronLMPhases
 
     call = _one_rank_call(provider=lambda: None)
     model_cfg = gpt_config_from_args(call.args)
@@ -329,7 +329,7 @@ def mismatch() -> dict[str, Any]:
 
     from megatron.training.argument_utils import gpt_config_from_args
 
-    from lifecycle.megatron_lm.entry import MegatronLMPhases
+    from lifecycle.lm_dropin.entry import MegatronLMPhases
 
     call = _one_rank_call(provider=lambda: None)
     container = call.cfg_container
@@ -348,7 +348,7 @@ def ledgers(tensorboard_dir: str) -> dict[str, Any]:
 
     from megatron.training import global_vars
 
-    from lifecycle.megatron_lm.entry import args_from_container
+    from lifecycle.lm_dropin.entry import args_from_container
 
     call = _one_rank_call()
     out = {"adopted": _ledger_of(call)}
@@ -368,7 +368,7 @@ def _ledger_of(call: Any) -> dict[str, Any]:
     from megatron.training import global_vars
 
     from lifecycle import Lifecycle
-    from lifecycle.megatron_lm.entry import MegatronLMPhases
+    from lifecycle.lm_dropin.entry import MegatronLMPhases
     from lifecycle.testing import leaked, run_config
     from states import State
 

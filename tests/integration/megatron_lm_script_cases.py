@@ -2,7 +2,7 @@
 vendored in tests/fixtures with its LICENSE and the two repository modules it imports), run as
 `__main__` with its own command line on spawned gloo ranks: once as Megatron-LM ships it (the
 vendored text without its one added import line, inside the CPU stand-ins) and once as vendored,
-with `from lifecycle.megatron_lm import pretrain`.
+with `from lifecycle.lm_dropin import pretrain`.
 
 Each rank records, per `train_step`: the loss and the grad norm `train_step` returns, and the
 finalizer calls seen by a counting wrapper the harness puts around `config.finalize_model_grads_func`
@@ -20,7 +20,7 @@ from tests.integration.megatron_lm_cases import Counting, after_return, lifecycl
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TAG = "megatron_lm_core_v0.19.0"
-ONE_CHANGE = "from lifecycle.megatron_lm import pretrain  # the one change: was megatron.training's pretrain\n"
+ONE_CHANGE = "from lifecycle.lm_dropin import pretrain  # the one change: was megatron.training's pretrain\n"
 MODULES = ("gpt_builders", "model_provider")
 """Repository modules `pretrain_gpt.py` imports (not in the wheel), vendored unchanged."""
 

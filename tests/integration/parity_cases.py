@@ -79,7 +79,7 @@ def vpp_one() -> dict[str, Any]:
     """pp=2 with vpp=1: normalized to no virtual pipeline, trains 3 steps, rebuild clears every slot."""
     from megatron.core.utils import get_model_config
 
-    from lifecycle.megatron.train import train_steps
+    from lifecycle.core_entry.train import train_steps
 
     with _lifecycle("parallel.pp=2", "parallel.vpp=1", "ddp.overlap_grad_reduce=true") as lc:
         config = get_model_config(lc.runtime.model[0])
@@ -104,7 +104,7 @@ def dist_opt_train(*overrides: str, defer: bool = True) -> dict[str, Any]:
     """train_steps with the distributed optimizer and overlapped, aligned param gather."""
     from megatron.core.utils import get_model_config
 
-    from lifecycle.megatron.train import train_steps
+    from lifecycle.core_entry.train import train_steps
 
     with _lifecycle(*DIST_OPT, *overrides) as lc:
         _CURRENT[:] = lc.runtime.model
@@ -130,7 +130,7 @@ def _one_step(lc: Lifecycle, step: int) -> float | None:
     """A hand-written step: megatron's schedule and optimizer on the lifecycle's model."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    from lifecycle.megatron import train
+    from lifecycle.core_entry import train
 
     rt = lc.runtime
     data = train.synthetic_batches(rt.config, rt.vocab_size or 200, 7 + rt.rank + 10 * step)
@@ -203,7 +203,7 @@ def failing_first_step() -> dict[str, Any]:
 
     from megatron.core.utils import get_model_config
 
-    from lifecycle.megatron.train import train_steps
+    from lifecycle.core_entry.train import train_steps
 
     with _lifecycle(*DIST_OPT, *PP2_VPP2) as lc:
         config = get_model_config(lc.runtime.model[0])

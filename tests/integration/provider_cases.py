@@ -11,7 +11,7 @@ VOCAB = 1024  # the tiny-gpt preset's 1000 tokens padded to a multiple of 128
 
 
 def ours(config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any) -> Any:
-    from lifecycle.megatron.providers import gpt_provider
+    from lifecycle.core_entry.providers import gpt_provider
 
     return gpt_provider(config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage, inputs=inputs)
 
@@ -34,7 +34,7 @@ def _gpt(config: Any, pre_process: bool, post_process: bool, vp_stage: int | Non
 def core_transformer_config_from_args() -> Any:
     """What Megatron-LM's `pretrain_gpt.py` gets from `get_args()`: a TransformerConfig of its own."""
     from lifecycle import RunConfig
-    from lifecycle.megatron.providers import transformer_config
+    from lifecycle.core_entry.providers import transformer_config
 
     return transformer_config(RunConfig.preset("tiny-gpt"))
 

@@ -44,7 +44,7 @@ def _summary(lc: Lifecycle) -> dict[str, Any]:
 
 
 def _train(lc: Lifecycle, steps: int) -> list[Any]:
-    from lifecycle.megatron.train import train_steps
+    from lifecycle.core_entry.train import train_steps
 
     return [(r.loss, r.finalizer_calls) for r in train_steps(lc, steps)]
 

@@ -80,8 +80,8 @@ def train(fault_cycles: int, fault_step: int, steps: int = 6) -> Any:
     def run(lc: Any) -> dict[str, Any]:
         import torch.distributed
 
-        from lifecycle.megatron.checkpoint import save_after_steps
-        from lifecycle.megatron.train import checkpoint_step, train_steps
+        from lifecycle.core_entry.checkpoint import save_after_steps
+        from lifecycle.core_entry.train import checkpoint_step, train_steps
 
         start = checkpoint_step(lc.runtime)
         losses: list[tuple[int, float | None]] = []
@@ -140,7 +140,7 @@ def release_fails(root: str) -> dict[str, Any]:
 
     import torch
 
-    from lifecycle.megatron import MegatronPhases
+    from lifecycle.core_entry import MegatronPhases
     from lifecycle.resilience import InProcessRestart
     from states import State, Trigger
 

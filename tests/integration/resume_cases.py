@@ -88,7 +88,7 @@ def _hand_step(lc: Lifecycle, data: Iterator[Any]) -> float | None:
     """A hand-written step: megatron's schedule and the lifecycle's optimizer."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
-    from lifecycle.megatron import train
+    from lifecycle.core_entry import train
 
     rt = lc.runtime
     for chunk in rt.model or ():
@@ -110,7 +110,7 @@ def _hand_step(lc: Lifecycle, data: Iterator[Any]) -> float | None:
 def offset_4565(lc: Lifecycle, start: int) -> int:
     """Megatron-Bridge #4565: the resume offset applied twice; the first step is numbered (and fed) as
     step 2 × start + 1."""
-    from lifecycle.megatron import train
+    from lifecycle.core_entry import train
 
     step = 2 * start + 1
     data = train.synthetic_batches(lc.runtime.config, lc.runtime.vocab_size or 256, 7, skip=2 * start)
@@ -128,8 +128,8 @@ def _save(root: str, provider: str) -> int:
     """`SAVED` steps of `provider`, saved under root/ck; the child processes left after the save."""
     import multiprocessing
 
-    from lifecycle.megatron.checkpoint import save_after_steps
-    from lifecycle.megatron.train import train_steps
+    from lifecycle.core_entry.checkpoint import save_after_steps
+    from lifecycle.core_entry.train import train_steps
 
     config = RunConfig.preset("tiny-gpt", [*TINY, f"checkpoint.save={root}/ck", f"logging.log_dir={root}/fresh"])
     with Lifecycle(config, provider) as lc:
@@ -140,7 +140,7 @@ def _save(root: str, provider: str) -> int:
 
 
 def _resume(root: str, label: str, hook: Callable[[Lifecycle], None] | None, provider: str = "gpt") -> dict[str, Any]:
-    from lifecycle.megatron.train import checkpoint_step, train_steps
+    from lifecycle.core_entry.train import checkpoint_step, train_steps
 
     log_dir = f"{root}/{label}"
     config = RunConfig.preset("tiny-gpt", [*TINY, f"checkpoint.load={root}/ck", f"logging.log_dir={log_dir}"])
@@ -195,7 +195,7 @@ class _Counted:
 
 def counting_provider(config: Any, **kw: Any) -> Any:
     """The gpt provider's model, with `_Counted` on it (`lifecycle verify-resume` finds the difference)."""
-    from lifecycle.megatron.providers import gpt_provider
+    from lifecycle.core_entry.providers import gpt_provider
 
     model = gpt_provider(config, **kw)
     model.register_forward_hook(_Counted())

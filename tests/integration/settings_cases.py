@@ -24,7 +24,7 @@ RECOMPUTE = ["model.recompute_granularity=full", "model.recompute_method=uniform
 
 
 def _gpt(config: Any, **kw: Any) -> Any:
-    from lifecycle.megatron.providers import gpt_provider
+    from lifecycle.core_entry.providers import gpt_provider
 
     return gpt_provider(config, **kw)
 
@@ -109,7 +109,7 @@ def bridge_style(drop: bool = False) -> Any:
     from megatron.core.models.gpt import GPTModel
     from megatron.core.transformer import TransformerConfig
 
-    from lifecycle.megatron.providers import layer_spec
+    from lifecycle.core_entry.providers import layer_spec
 
     @dataclasses.dataclass
     class BridgeStyleProvider(TransformerConfig):
@@ -218,7 +218,7 @@ def callbacks_6067() -> dict[str, Any]:
     """Megatron-Bridge #6067 / NeMo-RL #3789: Bridge's own binder (0.3.1, vendored) on a copying provider:
     the settings check passes (the callbacks are bound later), `bindings.check` names the finalizer."""
     import bindings
-    from lifecycle.megatron.providers import copying_provider
+    from lifecycle.core_entry.providers import copying_provider
     from tests.integration import foreign_binders
 
     with Lifecycle(RunConfig.preset("tiny-gpt", TINY), copying_provider, tempfile.mkdtemp()) as lc:
@@ -251,7 +251,7 @@ SETTINGS = {
 
 
 def _shipped(name: str) -> Any:
-    from lifecycle.megatron.providers import PROVIDERS, GPTBuilder, HybridBuilder
+    from lifecycle.core_entry.providers import PROVIDERS, GPTBuilder, HybridBuilder
 
     return {"gpt-builder": GPTBuilder, "hybrid-builder": HybridBuilder}.get(name, lambda: PROVIDERS[name])()
 

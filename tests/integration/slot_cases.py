@@ -29,7 +29,7 @@ def _validated(overrides: dict[str, Any], pp: int, vpp: int | None) -> Any:
     import megatron_cases as mc
 
     from lifecycle import Options, Runtime
-    from lifecycle.megatron import validated
+    from lifecycle.core_entry import validated
     from states import Trigger
 
     run = mc.run_config(pp=pp, vpp=vpp, ddp=overrides, training={"num_microbatches": 2})

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.slow
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ENTRY_MODULES = [
-    f"lifecycle.megatron.{s}" for s in ("validated", "services_ready", "distributed", "model_built", "callbacks_bound")
+    f"lifecycle.core_entry.{s}"
+    for s in ("validated", "services_ready", "distributed", "model_built", "callbacks_bound")
 ]
 CASES = [
     ("dp2", "training", (), {"steps": 1}),

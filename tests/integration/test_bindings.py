@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 
 def _provider(kind: str) -> Any:
-    from lifecycle.megatron.providers import GPTBuilder, HybridBuilder
+    from lifecycle.core_entry.providers import GPTBuilder, HybridBuilder
 
     builders = {"hybrid": HybridBuilder(), "gpt_builder": GPTBuilder()}
     return builders.get(kind, kind)

@@ -27,7 +27,7 @@ class SwitchingProvider:
         self.mode = SEQUENCE[0]
 
     def __call__(self, config: Any, **kwargs: Any) -> Any:
-        from lifecycle.megatron.providers import PROVIDERS
+        from lifecycle.core_entry.providers import PROVIDERS
 
         return PROVIDERS[self.mode](config, **kwargs)
 
@@ -36,7 +36,7 @@ def _generation(lc: Any, provider: SwitchingProvider, mode: str, targets: list[A
     """One generation; `targets` holds weak references to the earlier generations' bound configs."""
     from megatron.core.utils import get_model_config
 
-    from lifecycle.megatron.train import train_steps
+    from lifecycle.core_entry.train import train_steps
     from states import State
 
     provider.mode = mode

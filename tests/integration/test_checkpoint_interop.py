@@ -28,7 +28,7 @@ class GPTModelProvider:
     """`gpt_provider` behind a provider of the user's: the GPT-shaped config, so a GPTModel."""
 
     def __call__(self, config: Any, **kwargs: Any) -> Any:
-        from lifecycle.megatron.providers import gpt_provider
+        from lifecycle.core_entry.providers import gpt_provider
 
         return gpt_provider(config, **kwargs)
 
@@ -50,8 +50,8 @@ def _digests(lc: Any) -> list[str]:
 def _run(config: Any, steps: int, provider: Any) -> dict[str, Any]:
     """Build (loading when the config says so), the weights then, `steps` steps, save when asked."""
     from lifecycle import Lifecycle, LifecycleError, PhaseFailed
-    from lifecycle.megatron.checkpoint import save_after_steps
-    from lifecycle.megatron.train import checkpoint_step, train_steps
+    from lifecycle.core_entry.checkpoint import save_after_steps
+    from lifecycle.core_entry.train import checkpoint_step, train_steps
     from states import State
 
     try:
@@ -92,7 +92,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def cases(root: Path) -> list[dict[str, Any]]:
-    from lifecycle.megatron.compat import gpt_model_deprecated
+    from lifecycle.core_entry.compat import gpt_model_deprecated
 
     if not gpt_model_deprecated():
         pytest.skip("megatron-core before 0.19: the shipped providers build GPTModel, nothing to translate")

@@ -29,7 +29,7 @@ class FailsOnSecondBuild:
         self.builds = 0
 
     def __call__(self, config: Any, **kwargs: Any) -> Any:
-        from lifecycle.megatron.providers import gpt_provider
+        from lifecycle.core_entry.providers import gpt_provider
 
         self.builds += 1
         if self.builds == 2:
@@ -44,15 +44,15 @@ def _config(root: str, name: str, *overrides: str) -> Any:
 
 
 def _losses(lc: Any, steps: int) -> list[tuple[int, float | None]]:
-    from lifecycle.megatron.train import train_steps
+    from lifecycle.core_entry.train import train_steps
 
     return [(r.step, r.loss) for r in train_steps(lc, steps)]
 
 
 def _run(config: Any, steps: int, provider: Any = "gpt") -> dict[str, Any]:
     from lifecycle import Lifecycle, LifecycleError, PhaseFailed
-    from lifecycle.megatron.checkpoint import save_after_steps
-    from lifecycle.megatron.train import checkpoint_step
+    from lifecycle.core_entry.checkpoint import save_after_steps
+    from lifecycle.core_entry.train import checkpoint_step
     from states import State
 
     try:
@@ -69,7 +69,7 @@ def _run(config: Any, steps: int, provider: Any = "gpt") -> dict[str, Any]:
 
 def _restart_case(root: str) -> dict[str, Any]:
     from lifecycle import Lifecycle, LifecycleError
-    from lifecycle.megatron.checkpoint import save_after_steps
+    from lifecycle.core_entry.checkpoint import save_after_steps
     from states import State
 
     config = _config(root, "restart", f"checkpoint.save={root}/restart-ck")
@@ -116,7 +116,7 @@ def _full_disk_case(root: str, disk: str) -> dict[str, Any]:
     import torch.distributed as dist
 
     from lifecycle import Lifecycle
-    from lifecycle.megatron.checkpoint import save_after_steps
+    from lifecycle.core_entry.checkpoint import save_after_steps
     from states import State
 
     out: dict[str, Any] = {}

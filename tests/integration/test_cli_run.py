@@ -93,7 +93,7 @@ def test_a_rank_failure_under_nproc_2_ends_with_the_ranks_own_lines_not_torchrun
     provider = tmp_path / "fails_on_rank_1.py"
     provider.write_text(
         "import os\n"
-        "from lifecycle.megatron.providers import PROVIDERS\n"
+        "from lifecycle.core_entry.providers import PROVIDERS\n"
         "def provider(config, *, pre_process, post_process, vp_stage, inputs):\n"
         "    if os.environ['RANK'] == '1':\n"
         "        raise RuntimeError('injected: rank 1 cannot build')\n"

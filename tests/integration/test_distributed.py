@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 def _startup(*overrides: str) -> tuple[RecordingContext, Any]:
     """VALIDATED → SERVICES_READY → DISTRIBUTED with the real entry work."""
-    from lifecycle.megatron import distributed, services_ready, validated
+    from lifecycle.core_entry import distributed, services_ready, validated
 
     config = RunConfig.preset("tiny-gpt", list(overrides))
     ctx = RecordingContext.for_config(config)
@@ -58,7 +58,7 @@ def _release_and_check(ctx: RecordingContext, runtime: Any) -> dict[str, Any]:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    from lifecycle.megatron import distributed, rehearsal
+    from lifecycle.core_entry import distributed, rehearsal
 
     original_cuda = runtime.rehearsal._patches[0].original if runtime.rehearsal else None
     after = distributed.release(ctx, runtime)
@@ -86,7 +86,7 @@ def _through_lifecycle() -> dict[str, Any]:
     import torch.distributed as dist
 
     from lifecycle import Lifecycle
-    from lifecycle.megatron import rehearsal
+    from lifecycle.core_entry import rehearsal
     from states import State
 
     lc = Lifecycle(RunConfig.preset("tiny-gpt", ["parallel.tp=2"]), options={"keep_records": True})
@@ -101,8 +101,8 @@ def _through_lifecycle() -> dict[str, Any]:
 def _refusal_and_failure_checks() -> dict[str, Any]:
     import torch.distributed as dist
 
+    from lifecycle.core_entry import rehearsal
     from lifecycle.errors import DistributedError
-    from lifecycle.megatron import rehearsal
 
     out: dict[str, Any] = {}
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -113,7 +113,7 @@ def _refusal_and_failure_checks() -> dict[str, Any]:
     out["still_theirs"] = dist.is_initialized()
     dist.destroy_process_group()
     try:  # bypass validation: tp=2 on one rank fails inside megatron, part-way through
-        from lifecycle.megatron import distributed
+        from lifecycle.core_entry import distributed
 
         config = RunConfig.preset("tiny-gpt", ["parallel.tp=2"])
         distributed.enter(RecordingContext.for_config(config, trigger=Trigger.INIT_DISTRIBUTED))
@@ -149,7 +149,7 @@ def _one_rank_checks() -> dict[str, Any]:
 
 
 def _inside_a_callers_rehearsal() -> dict[str, Any]:
-    from lifecycle.megatron import distributed, rehearsal
+    from lifecycle.core_entry import distributed, rehearsal
 
     with rehearsal.cpu_rehearsal():
         ctx, runtime = _startup()

@@ -16,7 +16,7 @@ def _fuzz_real_phases(examples: int) -> tuple[bool, int, str]:
     from hypothesis import HealthCheck, settings
 
     from lifecycle import RunConfig
-    from lifecycle.megatron import MegatronPhases
+    from lifecycle.core_entry import MegatronPhases
     from lifecycle.testing import lifecycle_state_machine
 
     config = RunConfig.preset("tiny-gpt", ["model.hidden_size=32", "model.seq_length=16"])

@@ -100,7 +100,7 @@ def test_where_nvrx_is_not_installed_nothing_is_injected_without_it() -> None:
 
 def test_the_drop_in_pretrain_declares_the_wrapper_for_injection() -> None:
     pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
-    from lifecycle.megatron_lm import pretrain
+    from lifecycle.lm_dropin import pretrain
     from lifecycle.resilience import CallWrapperSlot
 
     params = inspect.signature(pretrain).parameters

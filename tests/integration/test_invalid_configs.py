@@ -9,7 +9,7 @@ import pytest
 
 from lifecycle import ConfigError, RunConfig
 from lifecycle.config import probe_environment, validate
-from lifecycle.megatron import validated
+from lifecycle.core_entry import validated
 from tests.integration.invalid_configs import CASES, CPU_ENV
 from tests.phase_context import RecordingContext
 

@@ -1,6 +1,6 @@
 """The one-import change: the example `pretrain_gpt.py`-style script run with Megatron-LM's own
-`pretrain` (inside the CPU stand-ins: the rehearsal plus `lifecycle/megatron_lm/entry/_cuda.py`) and
-with `lifecycle.megatron_lm.pretrain`, on 2 gloo ranks, DP=2 and TP=2, 5 iterations each.
+`pretrain` (inside the CPU stand-ins: the rehearsal plus `lifecycle/lm_dropin/entry/_cuda.py`) and
+with `lifecycle.lm_dropin.pretrain`, on 2 gloo ranks, DP=2 and TP=2, 5 iterations each.
 
 What a user relies on: the same per-iteration losses (from `train_step`, not the averaged log line),
 a startup log that enters every state in order and audits clean, the scheduler slots holding what

@@ -30,7 +30,7 @@ def _bad_calls(log_dir: str) -> dict[str, Any]:
     from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args
     from megatron.training.arguments import parse_and_validate_args
 
-    from lifecycle.megatron_lm import pretrain
+    from lifecycle.lm_dropin import pretrain
 
     sys.argv[1:] = script.TINY_GPT
     args = parse_and_validate_args()

@@ -31,7 +31,7 @@ def test_the_guides_script_is_the_example_script_with_the_one_import() -> None:
     assert block.startswith("# file: pretrain_gpt.py\n")
     assert block.removeprefix("# file: pretrain_gpt.py\n") == (ROOT / "examples" / "pretrain_gpt_tiny.py").read_text()
     diff = re.findall(r"```diff\n(.*?)```", section(), flags=re.S)[0]
-    theirs, mine = "from megatron.training import pretrain", "from lifecycle.megatron_lm import pretrain"
+    theirs, mine = "from megatron.training import pretrain", "from lifecycle.lm_dropin import pretrain"
     assert diff.splitlines() == [f"-{theirs}", f"+{mine}"]
     assert mine in block and theirs not in block.replace(f"# was: {theirs}", "")
 

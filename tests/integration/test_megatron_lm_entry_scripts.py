@@ -1,7 +1,7 @@
 """Megatron-LM's own entry script, one import changed, behaves exactly as under Megatron-LM.
 
 `pretrain_gpt.py` at core_v0.19.0 (tests/fixtures, with Megatron-LM's LICENSE; changed only by one
-added import line, `from lifecycle.megatron_lm import pretrain`) runs as `__main__` with its own
+added import line, `from lifecycle.lm_dropin import pretrain`) runs as `__main__` with its own
 command line: tiny sizes, mock data, the null tokenizer, Megatron-LM's default `--num-workers` (2
 data loader workers with pinned memory), on 2 gloo ranks with DP=2, with TP=2 and with PP=2. Each runs twice
 in the same CPU emulation: as Megatron-LM ships it (the import line taken out; Megatron-LM's

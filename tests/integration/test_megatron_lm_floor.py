@@ -1,4 +1,4 @@
-"""The version floor: `lifecycle.megatron_lm` needs megatron-core>=0.17 (its wheel ships
+"""The version floor: `lifecycle.lm_dropin` needs megatron-core>=0.17 (its wheel ships
 `megatron.training`). Below it, importing the package raises ExtraNotInstalled naming the version
 and the extra, and the rest of the lifecycle keeps working. Runs in either environment: on the
 floor it imports for real; on 0.17+ it reads an older version from the package metadata."""
@@ -18,8 +18,8 @@ HAS_TRAINING = importlib.util.find_spec("megatron.training") is not None
 
 
 def _import_fresh() -> None:
-    sys.modules.pop("lifecycle.megatron_lm", None)
-    importlib.import_module("lifecycle.megatron_lm")
+    sys.modules.pop("lifecycle.lm_dropin", None)
+    importlib.import_module("lifecycle.lm_dropin")
 
 
 @pytest.mark.skipif(HAS_TRAINING, reason="megatron.training is installed: the floor's import is shown below")
@@ -36,13 +36,13 @@ def test_an_older_megatron_core_is_refused_by_version_not_by_a_failed_import(mon
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.15.3")
     with pytest.raises(ExtraNotInstalled, match=r"installed: 0\.15\.3"):
         _import_fresh()
-    sys.modules.pop("lifecycle.megatron_lm", None)
+    sys.modules.pop("lifecycle.lm_dropin", None)
 
 
 def test_the_rest_of_the_lifecycle_imports_and_runs_without_it() -> None:
     code = (
-        "import lifecycle, lifecycle.cli, lifecycle.megatron, lifecycle.engine\n"
-        "try:\n    import lifecycle.megatron_lm\n"
+        "import lifecycle, lifecycle.cli, lifecycle.core_entry, lifecycle.engine\n"
+        "try:\n    import lifecycle.lm_dropin\n"
         "except lifecycle.ExtraNotInstalled as e:\n    print('refused', e.extra)\n"
         "import sys; print('torch' in sys.modules, 'megatron.core' in sys.modules)"
     )

@@ -1,4 +1,4 @@
-"""The drop-in's resumes are watched (issue 37): the example script under `lifecycle.megatron_lm.pretrain`
+"""The drop-in's resumes are watched (issue 37): the example script under `lifecycle.lm_dropin.pretrain`
 trained 2 iterations with Megatron-LM's save, then resumed from it with Megatron-LM's load. MODEL_BUILT
 hashes every random stream and reads Megatron-LM's data position (consumed samples, iteration) after the
 load; the first `train_step` reads them again.
@@ -28,8 +28,8 @@ import pytest
 pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
 
 from lifecycle.audit import audit
+from lifecycle.core_entry.checkpoint import megatron_lm_optimizer_counts
 from lifecycle.launchers.local import run_ranks
-from lifecycle.megatron.checkpoint import megatron_lm_optimizer_counts
 from tests.integration import megatron_lm_resume_cases as cases
 from tests.integration import megatron_lm_runs
 

@@ -23,7 +23,7 @@ class RecordingProvider:
         self.calls: list[tuple[bool, bool, int | None]] = []
 
     def __call__(self, config: Any, *, pre_process: bool, post_process: bool, vp_stage: int | None, inputs: Any) -> Any:
-        from lifecycle.megatron.providers import gpt_provider
+        from lifecycle.core_entry.providers import gpt_provider
 
         self.calls.append((pre_process, post_process, vp_stage))
         return gpt_provider(
@@ -84,7 +84,7 @@ def _optimizer_types(optimizer: Any) -> list[str]:
 def _inference() -> dict[str, Any]:
     import megatron_cases as mc
 
-    from lifecycle.megatron import model_built
+    from lifecycle.core_entry import model_built
     from states import Plan
 
     with mc.parallel():
@@ -123,7 +123,7 @@ def _stock_final_norm_error() -> str | None:
     from megatron.core.models.hybrid.hybrid_block import HybridStack
     from megatron.core.models.hybrid.hybrid_model import HybridModel
 
-    from lifecycle.megatron.providers import transformer_config
+    from lifecycle.core_entry.providers import transformer_config
     from lifecycle.testing import local_stack_spec
 
     spec = dataclasses.replace(local_stack_spec(), module=HybridStack, params={})
@@ -147,7 +147,7 @@ def _hybrid() -> dict[str, Any]:
 
     import megatron_cases as mc
 
-    from lifecycle.megatron import compat
+    from lifecycle.core_entry import compat
 
     if not compat.gpt_model_deprecated():
         return {}
@@ -253,7 +253,7 @@ def test_inference_plan_builds_the_model_without_ddp_or_optimizer(
 
 
 def _default_model() -> str:
-    from lifecycle.megatron.compat import gpt_model_deprecated
+    from lifecycle.core_entry.compat import gpt_model_deprecated
 
     return "HybridModel" if gpt_model_deprecated() else "GPTModel"
 

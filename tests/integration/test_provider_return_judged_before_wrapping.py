@@ -1,6 +1,6 @@
 """What a provider returned, judged before megatron wraps it (`check_chunk`), on real torch modules
 and without megatron: one module per call, a torch.nn.Module, a config megatron can reach. Pinned down
-for scripts/mutation (`megatron.user_providers`); tests/integration/test_user_providers.py runs the
+for scripts/mutation (`core_entry.user_providers`); tests/integration/test_user_providers.py runs the
 same refusals end to end. torch is imported inside the tests, so that a mutant the unit tests kill
 never pays for it."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from lifecycle.core_entry.user_providers import check_chunk
 from lifecycle.errors import ProviderError
-from lifecycle.megatron.user_providers import check_chunk
 
 STAGE = (False, True, 1)
 

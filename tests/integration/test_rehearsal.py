@@ -135,7 +135,7 @@ def _rehearsal_checks() -> dict[str, Any]:
     from megatron.core.tensor_parallel import random as mrandom
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
-    from lifecycle.megatron import rehearsal
+    from lifecycle.core_entry import rehearsal
 
     targets = [
         (torch.Tensor, "cuda"),
@@ -295,7 +295,7 @@ def test_every_patch_is_undone_on_exit(two_ranks: list[dict[str, Any]]) -> None:
 def test_rehearsals_do_not_nest_and_must_close_on_their_thread() -> None:
     import torch
 
-    from lifecycle.megatron import rehearsal
+    from lifecycle.core_entry import rehearsal
 
     original = torch.Tensor.cuda
     with rehearsal.cpu_rehearsal() as outer:

@@ -21,7 +21,7 @@ PROVIDER = """
 import os
 import signal
 
-from lifecycle.megatron.providers import PROVIDERS
+from lifecycle.core_entry.providers import PROVIDERS
 
 
 def provider(config, *, pre_process, post_process, vp_stage, inputs):

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lifecycle import ConfigError, RunConfig, events
-from lifecycle.megatron import services_ready
-from lifecycle.megatron.vocab import resolve_vocab_size
+from lifecycle.core_entry import services_ready
+from lifecycle.core_entry.vocab import resolve_vocab_size
 from states import SideEffect, Trigger
 from tests.phase_context import RecordingContext
 
@@ -46,7 +46,7 @@ def _start(*overrides: str) -> tuple[RecordingContext, object]:
 def test_the_default_null_tokenizer_behaves_as_megatrons_and_its_vocab_is_padded() -> None:
     import torch.distributed as dist
 
-    from lifecycle.megatron.compat import megatron_null_tokenizer, null_tokenizer_eod_in_vocab
+    from lifecycle.core_entry.compat import megatron_null_tokenizer, null_tokenizer_eod_in_vocab
 
     ctx, runtime = _start()
     megatrons = megatron_null_tokenizer(1000)

@@ -23,7 +23,7 @@ import atexit, sys, threading
 def released():
     import torch.distributed as dist
     from megatron.core import parallel_state
-    from lifecycle.megatron.rehearsal import is_active
+    from lifecycle.core_entry.rehearsal import is_active
     return (dist.is_initialized(), parallel_state.model_parallel_is_initialized(), is_active())
 
 atexit.register(lambda: print("at exit:", released(), flush=True))  # runs after the lifecycle's own
@@ -52,7 +52,7 @@ INTERRUPTING_PHASES = """
 import os
 import signal
 
-from lifecycle.megatron import MegatronPhases
+from lifecycle.core_entry import MegatronPhases
 from states import State
 
 

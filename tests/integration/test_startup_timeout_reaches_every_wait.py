@@ -41,7 +41,7 @@ def _observe(env: dict[str, str]) -> dict[str, Any]:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    from lifecycle.megatron import distributed, services_ready, validated
+    from lifecycle.core_entry import distributed, services_ready, validated
 
     saved = {k: os.environ.pop(k) for k in LAUNCHER if k in os.environ}
     os.environ.update(env)
@@ -113,8 +113,8 @@ PREFIX = "megatron-lifecycle/attempt-{}/init-{}/k"
 @pytest.fixture
 def rendezvous(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, int]]:
     """MASTER_ADDR:MASTER_PORT on a free local port, no other launcher variable; forgets its store."""
+    from lifecycle.core_entry import distributed
     from lifecycle.launchers.local import free_port
-    from lifecycle.megatron import distributed
 
     for key in (*LAUNCHER, "TORCHELASTIC_RESTART_COUNT"):
         monkeypatch.delenv(key, raising=False)
@@ -133,7 +133,7 @@ def _host(where: tuple[str, int], world: int = 2) -> Any:
 
 
 def test_each_initialization_gets_its_own_prefix_on_one_long_lived_store(rendezvous: tuple[str, int]) -> None:
-    from lifecycle.megatron.distributed import STORES, rendezvous_store
+    from lifecycle.core_entry.distributed import STORES, rendezvous_store
 
     rendezvous_store(0, 1, 10.0).set("k", "first")
     rendezvous_store(0, 1, 10.0).set("k", "second")
@@ -147,7 +147,7 @@ def test_each_initialization_gets_its_own_prefix_on_one_long_lived_store(rendezv
 def test_each_attempt_of_torchruns_agent_gets_its_own_keys(
     rendezvous: tuple[str, int], monkeypatch: pytest.MonkeyPatch, count: str, attempt: int
 ) -> None:
-    from lifecycle.megatron.distributed import STORES, rendezvous_store
+    from lifecycle.core_entry.distributed import STORES, rendezvous_store
 
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", count)
     rendezvous_store(0, 1, 10.0).set("k", "v")
@@ -155,7 +155,7 @@ def test_each_attempt_of_torchruns_agent_gets_its_own_keys(
 
 
 def test_the_store_waits_ten_minutes_unless_told_otherwise(rendezvous: tuple[str, int]) -> None:
-    from lifecycle.megatron.distributed import STORES, rendezvous_store
+    from lifecycle.core_entry.distributed import STORES, rendezvous_store
 
     rendezvous_store(0, 2)
     assert STORES[rendezvous][0].timeout == timedelta(seconds=600)
@@ -164,7 +164,7 @@ def test_the_store_waits_ten_minutes_unless_told_otherwise(rendezvous: tuple[str
 
 
 def test_rank_0_hosts_the_store_without_waiting_for_the_others(rendezvous: tuple[str, int]) -> None:
-    from lifecycle.megatron.distributed import rendezvous_store
+    from lifecycle.core_entry.distributed import rendezvous_store
 
     rendezvous_store(0, 2, 1.0).set("k", "v")  # rank 1 never comes: the host does not wait for it
     client = _host_client(rendezvous)
@@ -181,7 +181,7 @@ def _host_client(where: tuple[str, int]) -> Any:
 def test_a_rank_that_does_not_host_the_store_joins_its_host(
     rendezvous: tuple[str, int], monkeypatch: pytest.MonkeyPatch, rank: int, agent: bool
 ) -> None:
-    from lifecycle.megatron.distributed import rendezvous_store
+    from lifecycle.core_entry.distributed import rendezvous_store
 
     if agent:
         monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
@@ -197,7 +197,7 @@ def _store_config(timeout_s: float = 10.0) -> RunConfig:
 def _checked_in(rank: int, world: int, provided: Any = None) -> tuple[Any, Any, RecordingContext]:
     import dataclasses
 
-    from lifecycle.megatron.distributed import checked_in_store
+    from lifecycle.core_entry.distributed import checked_in_store
 
     ctx = RecordingContext.for_config(_store_config(), trigger=Trigger.INIT_DISTRIBUTED)
     ctx.runtime = dataclasses.replace(ctx.runtime, rendezvous_store=provided)
@@ -227,8 +227,8 @@ def test_a_failed_rendezvous_is_blamed_on_the_host_only_when_a_client_timed_out(
     error: Exception,
     unreachable: bool,
 ) -> None:
+    from lifecycle.core_entry import distributed
     from lifecycle.errors import DistributedError
-    from lifecycle.megatron import distributed
 
     def failing(*_: Any) -> Any:
         raise error
@@ -248,8 +248,8 @@ def test_a_failed_rendezvous_is_blamed_on_the_host_only_when_a_client_timed_out(
 def test_a_client_whose_host_never_listens_times_out_naming_rank_0(rendezvous: tuple[str, int]) -> None:
     import dataclasses
 
+    from lifecycle.core_entry.distributed import checked_in_store
     from lifecycle.errors import DistributedError
-    from lifecycle.megatron.distributed import checked_in_store
 
     ctx = RecordingContext.for_config(_store_config(1.0), trigger=Trigger.INIT_DISTRIBUTED)
     ctx.runtime = dataclasses.replace(ctx.runtime, rendezvous_store=None)
@@ -263,7 +263,7 @@ def test_a_client_whose_host_never_listens_times_out_naming_rank_0(rendezvous: t
 def test_the_watcher_knows_who_hosts_the_store_and_whether_it_may_end_the_process(
     rendezvous: tuple[str, int], monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    from lifecycle.megatron import distributed
+    from lifecycle.core_entry import distributed
 
     host = None if how == "rank 0" else _host(rendezvous)
     if how == "agent":
@@ -287,7 +287,7 @@ def test_a_provided_stores_keys_count_the_restarts_since_it_was_provided_not_the
     both (with the generation in them, the ranks waited for each other until the deadline)."""
     import dataclasses
 
-    from lifecycle.megatron.distributed import checked_in_store
+    from lifecycle.core_entry.distributed import checked_in_store
 
     host = _host(rendezvous, world=1)
     ctx = RecordingContext.for_config(_store_config(), trigger=Trigger.INIT_DISTRIBUTED)
@@ -307,7 +307,7 @@ def test_a_process_group_that_fails_to_start_stops_the_watcher(rendezvous: tuple
 
     import torch.distributed as dist
 
-    from lifecycle.megatron.distributed import init_process_group
+    from lifecycle.core_entry.distributed import init_process_group
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # someone else's
     try:
@@ -322,7 +322,7 @@ def test_a_process_group_that_fails_to_start_stops_the_watcher(rendezvous: tuple
 def test_the_fake_backend_simulates_the_configured_rank_without_a_store() -> None:
     import torch.distributed as dist
 
-    from lifecycle.megatron.distributed import init_process_group
+    from lifecycle.core_entry.distributed import init_process_group
 
     config = RunConfig.preset("tiny-gpt", ["backend=fake", "parallel.rank=1", "parallel.world_size=4"])
     ctx = RecordingContext.for_config(config, trigger=Trigger.INIT_DISTRIBUTED)
@@ -337,7 +337,7 @@ def test_the_fake_backend_simulates_the_configured_rank_without_a_store() -> Non
 def test_the_release_gives_back_the_launchers_rank_and_world_size() -> None:
     """A restart cycle's next failure before DISTRIBUTED (its SERVICES_READY, say) is published
     under `runtime.rank`: it must still be this process's rank, not 0 (the cause then named rank 0)."""
-    from lifecycle.megatron import distributed, services_ready, validated
+    from lifecycle.core_entry import distributed, services_ready, validated
 
     config = RunConfig.preset("tiny-gpt", ["backend=fake", "parallel.rank=3", "parallel.world_size=4"])
     ctx = RecordingContext.for_config(config)

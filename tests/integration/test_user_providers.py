@@ -28,8 +28,8 @@ BAD = ["hides_config", "returns_list", "returns_tuple", "returns_module_list", "
 
 def _drive(provider: Any, log_dir: str) -> dict[str, Any]:
     from lifecycle import Lifecycle, LifecycleError, PhaseFailed, RunConfig
-    from lifecycle.megatron.train import train_steps
-    from lifecycle.megatron.user_providers import resolve_provider
+    from lifecycle.core_entry.train import train_steps
+    from lifecycle.core_entry.user_providers import resolve_provider
     from states import State
 
     out: dict[str, Any] = {}

@@ -8,7 +8,7 @@ import pytest
 
 from lifecycle import ConfigError, RunConfig, events
 from lifecycle.config import probe_environment, validate
-from lifecycle.megatron import validated
+from lifecycle.core_entry import validated
 from states import Plan
 from tests.phase_context import RecordingContext
 

@@ -1,7 +1,7 @@
 """Which checkpoint a run loads and how a save is published, without megatron: the layout's names, the
 marker, the refusal VALIDATED makes, the choice between `checkpoint.save` and `checkpoint.load` after
 a restart, and the rename that makes a save visible. Pinned down for scripts/mutation
-(`config.checkpoints`, `megatron.checkpoint`); tests/integration/test_checkpoints.py runs the same on
+(`config.checkpoints`, `core_entry.checkpoint`); tests/integration/test_checkpoints.py runs the same on
 2 ranks with megatron's dist_checkpointing."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lifecycle import RunConfig
-from lifecycle.megatron.checkpoint import checkpoint_source, save_after_steps
+from lifecycle.core_entry.checkpoint import checkpoint_source, save_after_steps
 from lifecycle.testing import (
     LATEST,
     checkpoint_problem,

@@ -137,7 +137,7 @@ def test_version_prints_the_project_torch_and_megatron_core_versions(capsys: pyt
 
 
 def test_help_says_what_exit_1_and_2_mean_and_offers_only_providers_that_resolve() -> None:
-    from lifecycle.megatron.user_providers import NAMES, load_provider
+    from lifecycle.core_entry.user_providers import NAMES, load_provider
 
     run_parser = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
     text = " ".join(run_parser.format_help().split())

@@ -10,9 +10,9 @@ import pytest
 
 from lifecycle import RunConfig
 from lifecycle.cli import build_parser, load
+from lifecycle.core_entry.providers import PROVIDERS
+from lifecycle.core_entry.user_providers import MegatronLMProvider, Provider, display_name, resolve_provider
 from lifecycle.errors import ConfigError, ProviderError
-from lifecycle.megatron.providers import PROVIDERS
-from lifecycle.megatron.user_providers import MegatronLMProvider, Provider, display_name, resolve_provider
 
 MEGATRON_LM_SHAPED = (
     "def model_provider(pre_process=True, post_process=True):\n    return (pre_process, post_process)\n"
@@ -68,8 +68,8 @@ def test_run_flags_win_over_set_and_a_log_dir_stays_as_typed(tmp_path: Path) -> 
 
 
 def test_a_resolved_provider_gets_the_config_of_the_callable_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lifecycle.megatron import compat
-    from lifecycle.megatron.providers import builds_hybrid
+    from lifecycle.core_entry import compat
+    from lifecycle.core_entry.providers import builds_hybrid
 
     monkeypatch.setattr(compat, "megatron_core_version", lambda: (0, 19, 2))  # GPTModel deprecated there
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle.megatron import compat
+from lifecycle.core_entry import compat
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ def _loaded_after(statement: str) -> list[str]:
 
 def test_importing_the_packages_pulls_in_neither_torch_nor_megatron() -> None:
     loaded = _loaded_after(
-        "import lifecycle, states, bindings, lifecycle.cli, lifecycle.log, lifecycle.megatron, "
+        "import lifecycle, states, bindings, lifecycle.cli, lifecycle.log, lifecycle.core_entry, "
         "lifecycle.audit, lifecycle.testing, lifecycle.export.diagram"
     )
     assert [m for m in loaded if m in HEAVY] == []
@@ -43,8 +43,8 @@ def _imported_names(path: Path) -> set[str]:
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module.split(".")[0])
-        elif isinstance(node, ast.ImportFrom) and node.module in ("lifecycle", "lifecycle.megatron"):
-            names.add("lifecycle.megatron")
+        elif isinstance(node, ast.ImportFrom) and node.module in ("lifecycle", "lifecycle.core_entry"):
+            names.add("lifecycle.core_entry")
     return names
 
 

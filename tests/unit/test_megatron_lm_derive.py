@@ -1,4 +1,4 @@
-"""One source of truth (`lifecycle.megatron_lm.entry`): the RunConfig the startup log records is
+"""One source of truth (`lifecycle.lm_dropin.entry`): the RunConfig the startup log records is
 derived from Megatron-LM's arguments field by field; a container that says something else than the
 arguments about the model is reported; arguments derived from a YAML container take its values.
 Megatron's parser and `validate_args` are stood in for (tests/fake_megatron.py)."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lifecycle.errors import ConfigError
-from lifecycle.megatron_lm.entry import args_from_container
+from lifecycle.lm_dropin.entry import args_from_container
 from lifecycle.testing import disagreements, run_config, run_config_from_yaml
 from tests import fake_megatron
 from tests.fake_megatron import ARGS, section
@@ -326,7 +326,7 @@ def test_what_megatron_refuses_of_a_yaml_config_is_one_line_naming_the_file(
 def test_importing_the_entry_loads_neither_torch_nor_megatron() -> None:
     """`--megatron-config` checks the file before megatron is imported: the module deriving the
     RunConfig names megatron's container in annotations only."""
-    code = "import sys, lifecycle.megatron_lm.entry; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    code = "import sys, lifecycle.lm_dropin.entry; print(sorted({m.split('.')[0] for m in sys.modules}))"
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert {"torch", "megatron"} & set(ast.literal_eval(out.stdout.strip())) == set()

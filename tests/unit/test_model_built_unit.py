@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 
 from lifecycle import RunConfig
+from lifecycle.core_entry.model_built import init_te_user_buffers
+from lifecycle.core_entry.providers import PROVIDERS, model_inputs, padded_vocab_size
+from lifecycle.core_entry.user_providers import resolve_provider
 from lifecycle.errors import ConfigError, ProviderError
-from lifecycle.megatron.model_built import init_te_user_buffers
-from lifecycle.megatron.providers import PROVIDERS, model_inputs, padded_vocab_size
-from lifecycle.megatron.user_providers import resolve_provider
 
 
 def test_no_provider_means_the_tiny_gpt_provider() -> None:
@@ -62,8 +62,8 @@ def test_only_the_shipped_providers_get_a_hybrid_config_where_gptmodel_is_deprec
     release: tuple[int, ...],
     hybrid: bool,
 ) -> None:
-    from lifecycle.megatron import compat
-    from lifecycle.megatron.providers import GPTBuilder, HybridBuilder, builds_hybrid
+    from lifecycle.core_entry import compat
+    from lifecycle.core_entry.providers import GPTBuilder, HybridBuilder, builds_hybrid
 
     monkeypatch.setattr(compat, "megatron_core_version", lambda: release)
     shipped = [*PROVIDERS.values(), GPTBuilder(), HybridBuilder()]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from lifecycle import ConfigError, InProcessPhases, PhaseFailed, Phases, Work
-from lifecycle.megatron import PHASES, MegatronPhases
+from lifecycle.core_entry import PHASES, MegatronPhases
 from states import STARTUP_ORDER, State
 
 
@@ -68,8 +68,8 @@ def test_a_wrapped_phase_runs_around_the_registered_one_and_releases_through_it(
 def test_the_real_phases_give_their_survivors_time_to_end_and_the_in_process_ones_none() -> None:
     """Megatron's resources end in other threads and processes (a worker exiting, a gloo work
     unwinding after an abort): the ledger probes them again for `settle_s` before a leak."""
-    from lifecycle.megatron.resources import SETTLE_S
-    from lifecycle.megatron_lm.entry import MegatronLMPhases
+    from lifecycle.core_entry.resources import SETTLE_S
+    from lifecycle.lm_dropin.entry import MegatronLMPhases
 
     assert MegatronPhases.settle_s == SETTLE_S == 5.0
     assert MegatronLMPhases.settle_s == SETTLE_S

@@ -1,6 +1,6 @@
 """Your provider, without megatron: how a `--provider` value is read and loaded, which of the two
 shapes a callable has and how it is then called, how it is named in errors, and how deep megatron's
-`get_model_config` is followed. Pinned down for scripts/mutation (`megatron.user_providers`)."""
+`get_model_config` is followed. Pinned down for scripts/mutation (`core_entry.user_providers`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.errors import ProviderError
-from lifecycle.megatron.providers import PROVIDERS
-from lifecycle.megatron.user_providers import (
+from lifecycle.core_entry.providers import PROVIDERS
+from lifecycle.core_entry.user_providers import (
     BUILDERS,
     MegatronLMProvider,
     NoInputsProvider,
@@ -26,6 +25,7 @@ from lifecycle.megatron.user_providers import (
     resolve_provider,
     spec_problem,
 )
+from lifecycle.errors import ProviderError
 
 HERE = Path(__file__)
 
@@ -233,7 +233,7 @@ def test_the_config_is_found_directly_or_through_up_to_32_modules() -> None:
 def test_a_provider_is_resolved_once_named_as_given_and_frozen() -> None:
     import dataclasses
 
-    from lifecycle.megatron.user_providers import Provider
+    from lifecycle.core_entry.user_providers import Provider
 
     resolved = Provider.of("gpt")
     assert resolved.name == "gpt" and resolved.call is resolve_provider("gpt")
@@ -245,7 +245,7 @@ def test_a_provider_is_resolved_once_named_as_given_and_frozen() -> None:
 def test_an_object_with_provide_builds_from_itself_and_asks_for_its_own_fields_as_given() -> None:
     import dataclasses
 
-    from lifecycle.megatron.user_providers import ProvideObject
+    from lifecycle.core_entry.user_providers import ProvideObject
 
     @dataclasses.dataclass
     class BridgeShaped:
@@ -274,7 +274,7 @@ def test_an_object_with_provide_builds_from_itself_and_asks_for_its_own_fields_a
 def test_a_model_builder_or_model_config_builds_from_its_own_transformer_as_given() -> None:
     import dataclasses
 
-    from lifecycle.megatron.user_providers import BuilderObject
+    from lifecycle.core_entry.user_providers import BuilderObject
 
     @dataclasses.dataclass
     class Transformer:

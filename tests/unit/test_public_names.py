@@ -17,21 +17,21 @@ import lifecycle.audit._audit as a
 from lifecycle.log._lock import LOCK_NAME
 from lifecycle.audit import _feed, audit
 from states._guards import g
-monkeypatch.setattr("lifecycle.megatron.distributed._STORES", {})
+monkeypatch.setattr("lifecycle.core_entry.distributed._STORES", {})
 from lifecycle.audit import RankAudit
 import lifecycle.__main__
-from lifecycle.megatron import distributed, train
-import lifecycle.megatron.checkpoint
+from lifecycle.core_entry import distributed, train
+import lifecycle.core_entry.checkpoint
 import os
 
 train._forward_step(distributed.enter)
-lifecycle.megatron.checkpoint._publish.__name__
+lifecycle.core_entry.checkpoint._publish.__name__
 monkeypatch.setattr(audit, "_cause", None)
 getattr(RankAudit, "_chain")
 os._exit, os.write, distributed.__doc__, _feed.Feeder
 CHILD = """
 import sys
-from lifecycle.megatron import _phases
+from lifecycle.core_entry import _phases
 """
 NOTE = "see lifecycle.log._writer: import nothing from it, as the docs say"
 '''
@@ -42,12 +42,12 @@ NOTE = "see lifecycle.log._writer: import nothing from it, as the docs say"
         "lifecycle.audit._feed",
         "states._guards",
         "states._guards.g",
-        "lifecycle.megatron.distributed._STORES",
-        "lifecycle.megatron.train._forward_step",
-        "lifecycle.megatron.checkpoint._publish",
+        "lifecycle.core_entry.distributed._STORES",
+        "lifecycle.core_entry.train._forward_step",
+        "lifecycle.core_entry.checkpoint._publish",
         "lifecycle.audit.audit._cause",
         "lifecycle.audit.RankAudit._chain",
-        "lifecycle.megatron._phases",
+        "lifecycle.core_entry._phases",
     }
 
 

@@ -1,4 +1,4 @@
-"""The watcher's decisions one by one (lifecycle.megatron.ranks), on a store in memory and with the
+"""The watcher's decisions one by one (lifecycle.core_entry.ranks), on a store in memory and with the
 clock passed in: which peer is lost and which finished, when a heartbeat stood still long enough,
 when the store's host is gone, when the main thread is ended, and what a failure in a watched phase
 publishes and raises. No thread and no torch; tests/unit/test_rank_watch_verdicts.py runs the same
@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.errors import DistributedError
-from lifecycle.megatron.ranks import (
+from lifecycle.core_entry.ranks import (
     EXIT_CODE,
     ActiveWork,
     Failure,
@@ -28,6 +27,7 @@ from lifecycle.megatron.ranks import (
     watched,
     watched_step,
 )
+from lifecycle.errors import DistributedError
 from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
 
 CLOSED = RuntimeError("Failed to recv, got 0 bytes. Connection was likely closed.")
@@ -501,7 +501,7 @@ def test_the_wait_for_a_verdict_ends_with_the_verdict_or_at_its_limit() -> None:
 WATCH_LEFT_RUNNING = """
 import sys
 import time
-from lifecycle.megatron.ranks import RankWatch
+from lifecycle.core_entry.ranks import RankWatch
 
 class Store:
     def add(self, key, amount): return 1

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from lifecycle.core_entry.ranks import EXIT_CODE, Failure, RankWatch
 from lifecycle.errors import DistributedError
-from lifecycle.megatron.ranks import EXIT_CODE, Failure, RankWatch
 from lifecycle.testing import process_alive, store_closed
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle.megatron.distributed import decide_rehearsal
+from lifecycle.core_entry.distributed import decide_rehearsal
 
 
 @pytest.mark.parametrize(
@@ -24,6 +24,6 @@ def test_importing_the_distributed_phase_imports_neither_torch_nor_megatron() ->
     import subprocess
     import sys
 
-    code = "import lifecycle.megatron.distributed, sys; print('torch' in sys.modules, 'megatron' in sys.modules)"
+    code = "import lifecycle.core_entry.distributed, sys; print('torch' in sys.modules, 'megatron' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

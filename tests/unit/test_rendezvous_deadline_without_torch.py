@@ -1,4 +1,4 @@
-"""The deadline of DISTRIBUTED's rendezvous without torch (lifecycle.megatron.distributed): waiting for
+"""The deadline of DISTRIBUTED's rendezvous without torch (lifecycle.core_entry.distributed): waiting for
 the store's host on real sockets, and what a client rank says when that host never came.
 tests/integration/test_startup_timeout_reaches_every_wait.py reads the deadline back from the process groups.
 """
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from lifecycle.core_entry.distributed import await_store_host, store_unreachable
 from lifecycle.errors import DistributedError
-from lifecycle.megatron.distributed import await_store_host, store_unreachable
 
 
 class Ctx:

@@ -1,5 +1,5 @@
 """The optimizer counts read back from the optimizer state a Megatron-LM checkpoint's common state keeps
-(`saved_counts`, the lifecycle.megatron internal), in each layout megatron-core 0.19 writes (tensors as floats
+(`saved_counts`, the lifecycle.core_entry internal), in each layout megatron-core 0.19 writes (tensors as floats
 here: the reader takes a one-element tensor as a number). The FP32 optimizer's is the one a real
 checkpoint holds (tests/integration/test_megatron_lm_resume.py reads it from Megatron-LM's own)."""
 

@@ -13,7 +13,7 @@ import pytest
 
 from lifecycle import ExtraNotInstalled, ImportHung, LifecycleError
 from lifecycle.audit import audit, blame
-from lifecycle.megatron import compat, services_ready
+from lifecycle.core_entry import compat, services_ready
 from lifecycle.testing import TokenizerConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICES_ON_THE_NULL_PATH = """
 import sys
 from lifecycle import RunConfig
-from lifecycle.megatron import compat, services_ready
+from lifecycle.core_entry import compat, services_ready
 from states import Plan, Trigger
 from tests.phase_context import RecordingContext
 config = RunConfig.preset("tiny-gpt", ["plan=convert"])
 ctx = RecordingContext.for_config(config, trigger=Trigger.START_SERVICES, plan=Plan.CONVERT)
 runtime = services_ready.enter(ctx)
-from lifecycle.megatron.compat import null_tokenizer_eod_in_vocab
+from lifecycle.core_entry.compat import null_tokenizer_eod_in_vocab
 assert runtime.tokenizer.vocab_size == (1000 if null_tokenizer_eod_in_vocab() else 1001), runtime
 assert runtime.vocab_size == 1024, runtime
 print(sorted({m.split('.')[0] for m in sys.modules}))

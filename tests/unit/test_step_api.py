@@ -56,7 +56,7 @@ def test_parameter_sync_is_a_no_op_without_the_distributed_optimizers_overlapped
 
 
 def test_a_rebuilt_and_rebound_model_gets_new_step_bookkeeping() -> None:
-    from lifecycle.megatron.steps import steps_for
+    from lifecycle.core_entry.steps import steps_for
 
     with _lifecycle() as lc:
         lc.advance_to(State.CALLBACKS_BOUND)

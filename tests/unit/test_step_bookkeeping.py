@@ -1,7 +1,7 @@
 """The step bookkeeping's decisions, on chunks that record what megatron's DDP would be asked to do
 (no torch): when step 1's parameter gather is deferred and when it comes back, what a failed step
 undoes, what the watchdog's refusal leaves, and when `sync_params` gathers. Pinned down for
-scripts/mutation (`megatron.steps`); tests/integration/test_parity.py runs the same on megatron
+scripts/mutation (`core_entry.steps`); tests/integration/test_parity.py runs the same on megatron
 with the distributed optimizer on 2 ranks."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 
 from bindings import BindingReport, CountingFinalizer, FinalizerNotCalled
 from lifecycle import RunConfig, Runtime
+from lifecycle.core_entry.ranks import RankWatch
+from lifecycle.core_entry.steps import StepHandle, StepResult, Steps, StepsSlot, overlapped_gather, steps_for
 from lifecycle.errors import DistributedError, LifecycleError
-from lifecycle.megatron.ranks import RankWatch
-from lifecycle.megatron.steps import StepHandle, StepResult, Steps, StepsSlot, overlapped_gather, steps_for
 from lifecycle.testing import FirstStepWatchdog
 from states import State
 

@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("states", "bindings", "lifecycle")
 
 AT_THE_BOUNDARY: dict[str, tuple[int, str]] = {
-    "lifecycle/megatron_lm/driver.py": (1, "Megatron-LM's pretrain's locals(), each of its own parameter's type"),
-    "lifecycle/megatron_lm/entry/_bound_once.py": (
+    "lifecycle/lm_dropin/driver.py": (1, "Megatron-LM's pretrain's locals(), each of its own parameter's type"),
+    "lifecycle/lm_dropin/entry/_bound_once.py": (
         1,
         "megatron's config class, whose unbound methods are called with the instance",
     ),

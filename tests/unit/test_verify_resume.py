@@ -1,4 +1,4 @@
-"""`lifecycle verify-resume`'s comparison (`lifecycle.megatron.verify.first_difference`), without torch: the
+"""`lifecycle verify-resume`'s comparison (`lifecycle.core_entry.verify.first_difference`), without torch: the
 first step that differs, then the first rank, then the loss, the gradient norm and each tensor in the
 model's order; a step one run lacks; None when every step is equal on every rank."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 
-from lifecycle.megatron.verify import first_difference
+from lifecycle.core_entry.verify import first_difference
 
 
 def step(number: int, loss: str = "2.5", **tensors: str) -> dict[str, object]:

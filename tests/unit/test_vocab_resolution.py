@@ -1,4 +1,4 @@
-"""Vocab resolution (lifecycle.megatron.vocab): precedence, padding and the errors that name the fix.
+"""Vocab resolution (lifecycle.core_entry.vocab): precedence, padding and the errors that name the fix.
 
 Pure, no torch: the module is imported without megatron. Kills the mutants scripts/mutation makes.
 """
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lifecycle.core_entry.vocab import padded_vocab_size, resolve_vocab_size
 from lifecycle.errors import ConfigError
-from lifecycle.megatron.vocab import padded_vocab_size, resolve_vocab_size
 
 
 @given(tok=st.integers(1, 300_000), div=st.integers(1, 512), tp=st.integers(1, 64))

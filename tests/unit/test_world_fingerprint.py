@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from lifecycle.core_entry.distributed import World, checked
+from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.errors import DistributedError
-from lifecycle.megatron.distributed import World, checked
-from lifecycle.megatron.ranks import RankWatch
 from tests.unit.test_rank_watch_nodes import Counting
 
 

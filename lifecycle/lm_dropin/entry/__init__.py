@@ -1,0 +1,20 @@
+"""Entry work done by Megatron-LM's own functions (`megatron.training`), one per state, and the
+run of Megatron-LM's `train()` after CALLBACKS_BOUND. Sits beside `lifecycle.core_entry`, whose
+rehearsal, releases, bindings and step bookkeeping it reuses; torch and megatron are imported
+inside functions."""
+
+from __future__ import annotations
+
+from lifecycle.lm_dropin.entry._call import MegatronLMCall as MegatronLMCall
+from lifecycle.lm_dropin.entry._derive import args_from_container
+from lifecycle.lm_dropin.entry._derive import run_config as run_config
+from lifecycle.lm_dropin.entry._derive import run_config_from_yaml as run_config_from_yaml
+from lifecycle.lm_dropin.entry._phases import MegatronLMPhases
+from lifecycle.lm_dropin.entry._quiet import quiet_library_loggers as quiet_library_loggers
+from lifecycle.lm_dropin.entry._train import TrainResult as TrainResult
+from lifecycle.lm_dropin.entry._train import run_training as run_training
+
+__all__ = [
+    "MegatronLMPhases",
+    "args_from_container",
+]

@@ -1,0 +1,248 @@
+"""DISTRIBUTED with Megatron-LM's functions, in `initialize_megatron`'s order, then the JIT warm-up
+that `pretrain` runs right after it (it draws random numbers: the same draws in the same order
+reproduce Megatron-LM's losses).
+
+Once Megatron-LM's `_initialize_distributed` has made the process group, a multi-rank job gets the
+lifecycle's rank watch on its store (`lifecycle.core_entry.ranks`, as the lifecycle's own DISTRIBUTED
+starts it): the rest of startup and every `train_step` run under the failure broadcast, so a rank
+that fails is named on every rank (`peer_failed`) and no rank waits for it past the grace."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from argparse import Namespace
+from contextlib import nullcontext
+from typing import TYPE_CHECKING
+
+from lifecycle import launchers
+from lifecycle.core_entry.distributed import stay_alive
+from lifecycle.core_entry.lone import lone_watch
+from lifecycle.core_entry.ranks import RankWatch
+from lifecycle.log import events
+from lifecycle.runtime import PhaseContext, Runtime
+from states import SideEffect
+
+if TYPE_CHECKING:
+    import torch
+    from megatron.core.process_groups_config import MultiModuleProcessGroupCollection, ProcessGroupCollection
+    from torch.distributed import Store
+
+    from lifecycle.lm_dropin.entry._call import MegatronLMCall
+
+
+class CpuStandIns:
+    """The CPU rehearsal and the patches `megatron.training` needs on top (`_cuda.py`); one close."""
+
+    def __init__(self) -> None:
+        from lifecycle.core_entry.rehearsal import start_rehearsal
+        from lifecycle.lm_dropin.entry._cuda import Patched, extra_patches
+
+        self.rehearsal = start_rehearsal()
+        try:
+            self.extra = Patched().install(extra_patches())
+        except BaseException:
+            self.rehearsal.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            self.extra.restore()
+        finally:
+            self.rehearsal.close()
+
+
+def _rerun_state_machine(args: Namespace) -> None:
+    """`initialize_megatron`'s rerun state machine, with its RNG-tracker save and restore."""
+    from megatron.core import tensor_parallel
+    from megatron.core.rerun_state_machine import (
+        RerunDiagnostic,
+        RerunErrorInjector,
+        RerunMode,
+        initialize_rerun_state_machine,
+    )
+
+    def state_save_func() -> dict[str, dict[str, torch.Tensor]]:
+        return {"rng_tracker_states": tensor_parallel.get_cuda_rng_tracker().get_states()}
+
+    def state_restore_func(state_dict: dict[str, dict[str, torch.Tensor]]) -> None:
+        if state_dict["rng_tracker_states"]:
+            tensor_parallel.get_cuda_rng_tracker().set_states(state_dict["rng_tracker_states"])
+
+    initialize_rerun_state_machine(
+        state_save_func=state_save_func,
+        state_restore_func=state_restore_func,
+        mode=RerunMode(args.rerun_mode),
+        error_injector=RerunErrorInjector(
+            error_injection_rate=args.error_injection_rate,
+            error_injection_type=RerunDiagnostic(args.error_injection_type),
+        ),
+        result_rejected_tracker_filename=args.result_rejected_tracker_filename,
+    )
+
+
+def _seed(ctx: PhaseContext, call: MegatronLMCall) -> None:
+    from megatron.training import initialize as mi
+
+    args, groups = call.args, call.pg_collection
+    ctx.side_effect(SideEffect.RNG)
+    mi._set_random_seed(
+        args.seed,
+        args.data_parallel_random_init,
+        args.te_rng_tracker,
+        args.inference_rng_tracker,
+        use_cudagraphable_rng=args.cuda_graph_impl != "none",
+        pp_group=getattr(groups, "pp", None),
+        dp_group=getattr(groups, "dp", None),
+        tp_group=getattr(groups, "tp", None),
+        ep_group=getattr(groups, "ep", None),
+        etp_group=getattr(groups, "expt_tp", None),
+    )
+
+
+def _groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
+    """Process group and parallel state: Megatron-LM's `_initialize_distributed`."""
+    import torch.distributed as dist
+    from megatron.training import initialize as mi
+
+    ctx.side_effect(SideEffect.PROCESS_GROUP)
+    ctx.side_effect(SideEffect.PARALLEL_STATE)
+    mi._initialize_distributed(
+        call.get_embedding_ranks,
+        call.get_position_embedding_ranks,
+        call.store,
+        skip_model_parallel_init=call.skip_model_parallel_init,
+    )
+    ctx.set_rank(rank=dist.get_rank(), world_size=dist.get_world_size())
+
+
+def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
+    """Rehearsal (without CUDA), rerun state machine, groups, seeds, autoresume, dataset helper,
+    TP communicators, JIT warm-up; a failure part-way undoes what was created."""
+    import torch
+    import torch.distributed as dist
+
+    from lifecycle.core_entry.distributed import decide_rehearsal, refuse_if_initialized
+
+    args = call.args
+    refuse_if_initialized()
+    on, reason = decide_rehearsal(ctx.runtime.config.rehearsal, bool(torch.cuda.is_available()))
+    if on:
+        ctx.side_effect(SideEffect.CUDA_DEVICE)
+    stand_ins = CpuStandIns() if on else None
+    try:
+        ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
+        groups, watch = _initialize_megatron(ctx, call)
+    except BaseException:
+        _undo(stand_ins)
+        raise
+    _emit_initialized(ctx, args)
+    return dataclasses.replace(
+        ctx.runtime,
+        distributed=True,
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        backend=args.distributed_backend,
+        pg_collection=groups,
+        rehearsal=stand_ins,
+        rank_watch=watch,
+    )
+
+
+def _initialize_megatron(
+    ctx: PhaseContext, call: MegatronLMCall
+) -> tuple[ProcessGroupCollection | MultiModuleProcessGroupCollection, RankWatch | None]:
+    """`initialize_megatron`'s steps, then `pretrain`'s JIT warm-up; the process groups, and the rank
+    watch of a multi-rank job (stopped here if what follows it fails)."""
+    from megatron.core.process_groups_config import ProcessGroupCollection
+
+    _rerun_state_machine(call.args)
+    _groups(ctx, call)
+    watch = _watch(ctx, call)
+    try:
+        with watch.phase(ctx, "DISTRIBUTED") if watch is not None else nullcontext():
+            _after_groups(ctx, call)
+    except BaseException:
+        if watch is not None:
+            watch.stop()
+        raise
+    return call.pg_collection or ProcessGroupCollection.use_mpu_process_groups(), watch
+
+
+def _watch(ctx: PhaseContext, call: MegatronLMCall) -> RankWatch | None:
+    """The rank watch of a multi-rank job, checked in and started on the process group's store, under
+    this generation's prefix; a lone watch (its deadlines only) for one rank; none for a fake process
+    group. Under a restart wrapper
+    (`store=`) the watcher never ends the process: the wrapper restarts it in place."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    if call.args.fake_process_group:
+        return None
+    if dist.get_world_size() == 1:  # under a restart wrapper (`store=`) its own timeouts bound it
+        return lone_watch(ctx.runtime.config.startup.timeout_s) if call.store is None else None
+    base: Store = distributed_c10d._get_default_store()
+    store = dist.PrefixStore(f"megatron-lifecycle/ranks/generation-{ctx.runtime.generation}", base)
+    watch = RankWatch(
+        store,
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        timeout_s=ctx.runtime.config.startup.timeout_s,
+        watcher_store=store.clone,
+        store_host=None if launchers.agent_store() else 0,
+        exit_process=stay_alive if call.store is not None else os._exit,
+        interruptible=call.store is not None,
+    )
+    watch.check_in(ctx)
+    watch.start()
+    return watch
+
+
+def _after_groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
+    """Seeds, autoresume, the dataset helper, TP communicators and the JIT warm-up."""
+    from megatron.training import initialize as mi
+
+    args = call.args
+    _seed(ctx, call)
+    mi._init_autoresume()
+    mi._compile_dependencies()
+    if args.tp_comm_overlap:
+        mi._initialize_tp_communicators()
+    mi.set_jit_fusion_options(tp_size=args.tensor_model_parallel_size)
+
+
+def _emit_initialized(ctx: PhaseContext, args: Namespace) -> None:
+    """The DISTRIBUTED_INITIALIZED record: the parallel sizes and this rank's place in each group."""
+    from megatron.core import parallel_state as ps
+
+    parallel = ctx.runtime.config.parallel
+    ctx.emit(
+        events.DISTRIBUTED_INITIALIZED,
+        backend=args.distributed_backend,
+        tp=parallel.tp,
+        pp=parallel.pp,
+        cp=parallel.cp,
+        ep=parallel.ep,
+        dp=ps.get_data_parallel_world_size(),
+        vpp=parallel.vpp,
+        ranks={
+            "tp": ps.get_tensor_model_parallel_rank(),
+            "pp": ps.get_pipeline_model_parallel_rank(),
+            "cp": ps.get_context_parallel_rank(),
+            "ep": ps.get_expert_model_parallel_rank(),
+            "dp": ps.get_data_parallel_rank(),
+        },
+    )
+
+
+def _undo(stand_ins: CpuStandIns | None) -> None:
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    try:
+        parallel_state.destroy_model_parallel()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    finally:
+        if stand_ins is not None:
+            stand_ins.close()
