@@ -388,14 +388,16 @@ class RankWatch:
     def _escalate(self, active: ActiveWork, now: float) -> None:
         """End a process whose main thread stayed blocked past the grace or the deadline (unless it got a
         signal). A `lost` peer gets a shorter grace: no process is left to close the collective's sockets;
-        and it is named in the log at once, not at the grace's end: no record of its own will come, so a
-        follower of the logs (`lifecycle audit --format verdict --follow`) has its verdict a grace sooner."""
+        and it is named in the log one poll after it was noticed, not at the grace's end: no record of its
+        own will come, so a follower of the logs (`lifecycle audit --format verdict --follow`) has its verdict
+        sooner. The poll lets a signal that came with it (a stopped process continued with SIGINT pending, its
+        peer gone meanwhile) reach the signal watch first: then the signal, not the peer, ends this rank."""
         noticed = self._noticed
         lost = noticed is not None and noticed[0].kind == "lost"
         grace = min(self.grace_s, 1.0) if lost else self.grace_s
         if signals.pending_signal() is not None:  # the signal watch logs `startup_aborted` and ends it
             return
-        if noticed is not None and lost:
+        if noticed is not None and lost and now >= noticed[1] + self.poll_s:  # the next tick, or later
             self._peer_failed(active.emit, noticed[0])  # once; the main thread's own error then logs no second
         if noticed is not None and now - max(noticed[1], active.started) >= grace:
             self._peer_failed(active.emit, noticed[0])

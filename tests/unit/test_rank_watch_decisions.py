@@ -572,19 +572,38 @@ def test_a_blocked_victim_is_ended_its_grace_after_the_failure_was_noticed(kind:
     assert emitted == [("peer_failed", fields)]
 
 
-def test_a_lost_peer_is_named_in_the_log_at_once_and_the_blocked_victim_ended_a_second_later() -> None:
-    """No record of a lost rank's own will come: the victim names it as soon as its watcher knows (a
-    follower of the logs need not wait), and still leaves the collective a second to raise by itself."""
+def test_a_lost_peer_is_named_in_the_log_one_poll_after_it_is_noticed_and_the_victim_ended_a_second_later() -> None:
+    """No record of a lost rank's own will come: the victim names it at the watcher's next poll (a
+    follower of the logs need not wait for the grace), and still leaves the collective a second to raise
+    by itself. The poll first lets a signal that came with it reach the signal watch (the next test)."""
     exits: list[int] = []
     watch, emitted = make(rank=1, exits=exits), Emitted()
     watch._noticed = (failure(2, "lost"), 100.0)
     watch._escalate(active(emitted, 90.0), 100.0)
+    assert exits == [] and emitted == [], "not in the tick that noticed it"
+    watch._escalate(active(emitted, 90.0), 100.0 + watch.poll_s)
     fields = {"peer_rank": 2, "peer_state": "DISTRIBUTED", "error": "boom on 2", "peer_kind": "lost"}
     assert exits == [] and emitted == [("peer_failed", fields)]
     watch._escalate(active(emitted, 90.0), 100.99)
     assert exits == [] and len(emitted) == 1
     watch._escalate(active(emitted, 90.0), 101.0)
     assert exits == [EXIT_CODE] and watch._stop.is_set() and emitted == [("peer_failed", fields)], "named once"
+
+
+def test_a_lost_peer_noticed_as_a_stopped_rank_continues_is_not_named_when_its_signal_reaches_the_watch_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rank stopped (SIGSTOP) with a SIGINT on its way finds its peer gone when it continues: the signal
+    watch marks the signal within the poll, and the signal, not the peer, ends this rank."""
+    from lifecycle.runtime import signals
+
+    exits: list[int] = []
+    watch, emitted = make(rank=1, exits=exits), Emitted()
+    watch._noticed = (failure(2, "lost"), 100.0)
+    watch._escalate(active(emitted, 90.0), 100.0)  # the tick that noticed it, as the process continued
+    monkeypatch.setattr(signals, "pending_signal", lambda: 2)  # the signal watch marks the SIGINT
+    watch._escalate(active(emitted, 90.0), 100.0 + watch.poll_s)
+    assert emitted == [] and exits == []
 
 
 def test_a_lost_peer_named_by_the_watcher_is_not_named_again_when_the_collective_raises() -> None:
@@ -594,7 +613,8 @@ def test_a_lost_peer_named_by_the_watcher_is_not_named_again_when_the_collective
     watch, emitted = make(store, rank=1), Emitted()
     watch._noticed = (lost, 100.0)
     with pytest.raises(DistributedError), watch.watching(emitted, "build_model", "MODEL_BUILT"):
-        watch._escalate(watch._active, 100.0)  # type: ignore[arg-type]  # set by `watching`
+        watch._escalate(watch._active, 100.0 + watch.poll_s)  # type: ignore[arg-type]  # set by `watching`
+        assert len(emitted) == 1, "the watcher named it"
         raise RuntimeError("Connection closed by peer")
     assert [(e, f["peer_rank"], f["peer_kind"]) for e, f in emitted] == [("peer_failed", 2, "lost")]
 
