@@ -39,6 +39,7 @@ from bindings._protocol import Policy as Policy
 from bindings._protocol import ProcessGroup as ProcessGroup
 from bindings._protocol import ProcessGroups as ProcessGroups
 from bindings._protocol import SchedulerConfig as SchedulerConfig
+from bindings._protocol import SlotValue as SlotValue
 from bindings._report import BindingReport
 from bindings._rules import per_chunk, sources
 from bindings._settings import Requested as Requested

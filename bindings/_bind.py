@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Final
 
 from bindings._errors import BindingConflict, BindingError
-from bindings._protocol import SLOTS, DDPConfig, Module, Optimizer, Policy, ProcessGroups, SchedulerConfig
+from bindings._protocol import SLOTS, DDPConfig, Module, Optimizer, Policy, ProcessGroups, SchedulerConfig, SlotValue
 from bindings._report import BindingReport, object_id
 from bindings._rules import (
     FINALIZER,
@@ -48,10 +48,10 @@ _PAUSED: Final = "param_sync_func"
 class Installed:
     """What one installation did on one config object."""
 
-    installed: dict[str, object]
+    installed: dict[str, SlotValue]
     kept: tuple[str, ...]
     replaced: tuple[str, ...]
-    finalizer: CountingFinalizer | None
+    finalizer: CountingFinalizer[..., None] | None
 
 
 def finalizer(pg_collection: ProcessGroups | None = None) -> Callable[..., None]:
@@ -71,13 +71,13 @@ def planned(
     ddp_config: DDPConfig | None,
     pg_collection: ProcessGroups | None = None,
     align_grad_reduce: bool | None = None,
-) -> dict[str, object]:
+) -> dict[str, SlotValue]:
     """The callbacks the contract asks for, by slot, in `SLOTS` order (`optimizer` None: none of
     its callbacks)."""
     wanted = sources(ddp_config, optimizer=optimizer is not None, align_grad_reduce=align_grad_reduce)
     if flag(ddp_config, "overlap_grad_reduce") or flag(ddp_config, "overlap_param_gather"):
         _require_ddp(chunks)
-    plan: dict[str, object] = {}
+    plan: dict[str, SlotValue] = {}
     for slot, source in wanted.items():
         if source == FINALIZER:
             plan[slot] = CountingFinalizer(finalizer(pg_collection))
@@ -101,7 +101,7 @@ def _require_ddp(chunks: Sequence[Module]) -> None:
             )
 
 
-def install(target: SchedulerConfig, plan: Mapping[str, object], policy: Policy | None = None) -> Installed:
+def install(target: SchedulerConfig, plan: Mapping[str, SlotValue], policy: Policy | None = None) -> Installed:
     """Write `plan` onto `target`, slot by slot, honouring `policy` on conflicts.
 
     Conflicts are all checked before anything is written, so a refused binding writes nothing.
@@ -142,7 +142,7 @@ def install(target: SchedulerConfig, plan: Mapping[str, object], policy: Policy 
     )
 
 
-def _verify(chunks: Sequence[Module], target: SchedulerConfig, installed: Mapping[str, object]) -> SchedulerConfig:
+def _verify(chunks: Sequence[Module], target: SchedulerConfig, installed: Mapping[str, SlotValue]) -> SchedulerConfig:
     from megatron.core.utils import get_model_config
 
     scheduler = get_model_config(chunks[0])
@@ -237,7 +237,7 @@ def _report(
     )
 
 
-def _ours(value: object, ident: int) -> bool:
+def _ours(value: SlotValue, ident: int) -> bool:
     """`value` is what binding installed, or a list the schedule made from it.
 
     megatron's interleaved schedule rewrites a single `grad_sync_func`/`param_sync_func` into
@@ -275,7 +275,7 @@ def unbind_callbacks(report: BindingReport) -> tuple[str, ...]:
     return tuple(cleared)
 
 
-def pause_param_sync(report: BindingReport) -> object:
+def pause_param_sync(report: BindingReport) -> SlotValue:
     """Take `param_sync_func` off the bound config and return it (None when nothing was there).
 
     Megatron-LM does this for the first training step with the distributed optimizer and

@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import TypeGuard
 
 from bindings._errors import BindingError
-from bindings._protocol import SLOTS, DDPConfig, Module, Optimizer, SchedulerConfig
+from bindings._protocol import SLOTS, DDPConfig, Module, Optimizer, SchedulerConfig, SlotValue
 from bindings._report import object_id
 from bindings._rules import FINALIZER, SCALE_LOSS, chunk_entries, same, sources
 from bindings._verdict import CheckReport, ConfigSeen, SlotCheck, Verdict
@@ -35,7 +35,7 @@ def unwrap_finalizer(value: object) -> object:
     return value
 
 
-def describe_slot(value: object) -> str:
+def describe_slot(value: SlotValue) -> str:
     """A slot's value in words, as a `SlotCheck.found` says it: `nothing`, `Owner.method at 0x..`, a
     function's name, `Wrapper(function)` for a wrapped finalizer, a list of these."""
     if value is None:
@@ -51,11 +51,11 @@ def describe_slot(value: object) -> str:
     return label if inner is value else f"{type(value).__name__}({label})"
 
 
-def _entries(value: object) -> list[object]:
+def _entries(value: SlotValue) -> Sequence[SlotValue]:
     return value if isinstance(value, list) else [value]
 
 
-def _stale(value: object, chunks: Sequence[Module], method: str) -> bool:
+def _stale(value: SlotValue, chunks: Sequence[Module], method: str) -> bool:
     """Every entry is `method` bound to an object that is not one of the model's chunks."""
     owners = [getattr(e, "__self__", None) for e in _entries(value)]
     names = {getattr(e, "__name__", None) for e in _entries(value)}
@@ -63,7 +63,7 @@ def _stale(value: object, chunks: Sequence[Module], method: str) -> bool:
     return names == {method} and all(o is not None and id(o) not in alive for o in owners)
 
 
-def _judge_scale(value: object, optimizer: Optimizer | None) -> Verdict:
+def _judge_scale(value: SlotValue, optimizer: Optimizer | None) -> Verdict:
     owner = getattr(value, "__self__", None)
     if getattr(value, "__name__", None) != SCALE_LOSS or owner is None:
         return "wrong"
@@ -74,7 +74,7 @@ def _judge_scale(value: object, optimizer: Optimizer | None) -> Verdict:
 
 def judge_slot(
     source: str | None,
-    value: object,
+    value: SlotValue,
     chunks: Sequence[Module],
     optimizer: Optimizer | None,
     finalizer: Callable[..., None] | None,

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import Concatenate, ParamSpec, TypeVar, cast
 
 from bindings._check import check_config, model_chunks
 from bindings._guard import FirstStepGuard, SteppingOptimizer, guard_config
@@ -16,6 +16,9 @@ from bindings._verdict import CheckReport
 from bindings._watchdog import Emit
 
 T = TypeVar("T")
+D = TypeVar("D")
+M = TypeVar("M", bound=Module)
+P = ParamSpec("P")
 
 
 def check(
@@ -83,8 +86,8 @@ def guard_first_step(
 
 
 def guard_forward_step(
-    forward_step_func: Callable[..., T], *, steps: int = 1, emit: Emit | None = None
-) -> Callable[..., T]:
+    forward_step_func: Callable[Concatenate[D, M, P], T], *, steps: int = 1, emit: Emit | None = None
+) -> Callable[Concatenate[D, M, P], T]:
     """Wrap a Megatron-LM `forward_step_func` so its first training call arms the guard from inside
     `train()`, after `train()` bound the callbacks: `pretrain(..., guard_forward_step(fwd))`.
     A scheduler config without `grad_scale_func` by then is refused with `BindingError`."""
@@ -93,11 +96,12 @@ def guard_forward_step(
 
     guards: list[FirstStepGuard] = []
 
-    def forward_step(data_iterator: object, model: Module, *args: object, **kwargs: object) -> T:
+    def forward_step(data_iterator: D, model: M, *args: P.args, **kwargs: P.kwargs) -> T:
         if not guards and torch.is_grad_enabled():
             config = get_model_config(model)
             guards.append(guard_config(config, steps=steps, emit=emit, require_optimizer=True))
         return forward_step_func(data_iterator, model, *args, **kwargs)
 
     forward_step.guard = guards  # type: ignore[attr-defined]  # the armed guard, for callers
-    return forward_step
+    # data_iterator and model stay nameable as in Megatron-LM's forward_step; callers pass them by position
+    return cast("Callable[Concatenate[D, M, P], T]", forward_step)

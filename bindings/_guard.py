@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import ParamSpec, Protocol, TypeVar
+from types import TracebackType
+from typing import Generic, ParamSpec, Protocol, TypeVar
 
 from bindings._errors import BindingError, FinalizerNotCalled
 from bindings._watchdog import FIRST_STEP_FINALIZED, FIRST_STEP_NOT_FINALIZED, Emit
@@ -25,7 +26,7 @@ R = TypeVar("R")
 class GuardedConfig(Protocol):
     """What the guard reads and writes of the scheduler's config (megatron's `TransformerConfig`)."""
 
-    finalize_model_grads_func: object
+    finalize_model_grads_func: Callable[..., None] | None
 
 
 class SteppingOptimizer(Protocol):
@@ -34,16 +35,16 @@ class SteppingOptimizer(Protocol):
     step: Callable[..., object]
 
 
-class StepCounter:
+class StepCounter(Generic[P, R]):
     """What the guard puts in `finalize_model_grads_func`: calls through, counting."""
 
     __slots__ = ("calls", "fn")
 
-    def __init__(self, fn: Callable[..., object]) -> None:
+    def __init__(self, fn: Callable[P, R]) -> None:
         self.fn = fn
         self.calls = 0
 
-    def __call__(self, *args: object, **kwargs: object) -> object:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         self.calls += 1
         return self.fn(*args, **kwargs)
 
@@ -70,7 +71,7 @@ class FirstStepGuard:
             raise ValueError(f"steps={steps}: the guard checks at least the first step; pass 1")
         self._config, self.steps = config, steps
         self._emit: Emit = emit or _log_emit
-        self._counter: StepCounter | None = None
+        self._counter: StepCounter[..., None] | None = None
         self._optimizer: SteppingOptimizer | None = None  # whose step is wrapped, until disarm
         self._previous: Callable[..., object] | None = None
         self.checked = 0
@@ -140,7 +141,9 @@ class FirstStepGuard:
     def __enter__(self) -> FirstStepGuard:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.disarm()
 
 

@@ -4,7 +4,8 @@ nor megatron)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Final, Literal, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -23,6 +24,20 @@ Policy = Literal["keep", "replace"]
 `None` (the default) refuses with `BindingConflict`."""
 
 
+class LossScaler(Protocol):
+    """What `grad_scale_func` holds: the optimizer's `scale_loss` (the loss it is given, scaled)."""
+
+    def __call__(self, loss: T, /) -> T: ...
+
+
+Sync = Callable[..., None] | Callable[[], AbstractContextManager[None]]
+"""What a sync slot holds for one chunk: the DDP wrapper's `start_grad_sync` or `start_param_sync`,
+or its `no_sync` (a context in which gradients are not reduced)."""
+SlotValue = Callable[..., None] | LossScaler | Sync | list[Sync] | None
+"""What a scheduler slot holds: megatron's `finalize_model_grads` (wrapped), the optimizer's
+`scale_loss`, a sync callable for one chunk or a list of one per chunk, or nothing."""
+
+
 class SchedulerConfig(Protocol):
     """The fields of megatron's `TransformerConfig` that `bind_callbacks` writes.
 
@@ -33,15 +48,15 @@ class SchedulerConfig(Protocol):
     """
 
     @property
-    def finalize_model_grads_func(self) -> object: ...
+    def finalize_model_grads_func(self) -> SlotValue: ...
     @property
-    def grad_scale_func(self) -> object: ...
+    def grad_scale_func(self) -> SlotValue: ...
     @property
-    def no_sync_func(self) -> object: ...
+    def no_sync_func(self) -> SlotValue: ...
     @property
-    def grad_sync_func(self) -> object: ...
+    def grad_sync_func(self) -> SlotValue: ...
     @property
-    def param_sync_func(self) -> object: ...
+    def param_sync_func(self) -> SlotValue: ...
 
 
 class Module(Protocol):

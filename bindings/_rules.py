@@ -13,11 +13,11 @@ Megatron-LM's `train()` and Megatron-Bridge's `_update_model_config_funcs` bind 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Final, TypeVar
 
 from bindings._errors import BindingError
-from bindings._protocol import DDPConfig, Module
+from bindings._protocol import DDPConfig, Module, SlotValue, Sync
 
 FINALIZER: Final = "finalize_model_grads"
 """The source of `finalize_model_grads_func`: megatron's function (possibly wrapped)."""
@@ -30,8 +30,6 @@ CHUNK_METHODS: Final[dict[str, str]] = {
 }
 """The sync slots and the DDP chunk method each holds, one entry per chunk."""
 
-PerChunk = Callable[..., object] | list[Callable[..., object]]
-"""What a sync slot holds: the callable itself for one chunk, a list of one per chunk for several."""
 T = TypeVar("T")
 
 
@@ -70,12 +68,12 @@ def per_chunk(callables: Sequence[T]) -> T | list[T]:
     return callables[0] if len(callables) == 1 else list(callables)
 
 
-def chunk_entries(chunks: Sequence[Module], method: str) -> PerChunk:
+def chunk_entries(chunks: Sequence[Module], method: str) -> Sync | list[Sync]:
     """What a sync slot holds for these chunks: `per_chunk` of each chunk's `method`."""
     return per_chunk([getattr(chunk, method) for chunk in chunks])
 
 
-def same(current: object, new: object) -> bool:
+def same(current: SlotValue, new: SlotValue) -> bool:
     """Whether a slot's value is the one planned: the same object, an equal bound method, or a
     list of such, entry by entry."""
     if isinstance(current, list) and isinstance(new, list):

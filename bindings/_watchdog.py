@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Generic, ParamSpec, TypeVar
 
 from bindings._errors import FinalizerNotCalled
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 Emit = Callable[..., None]
 
@@ -13,16 +17,16 @@ FIRST_STEP_FINALIZED = "first_step_finalized"
 FIRST_STEP_NOT_FINALIZED = "first_step_not_finalized"
 
 
-class CountingFinalizer:
+class CountingFinalizer(Generic[P, R]):
     """Wraps megatron's `finalize_model_grads`; the scheduler calls this object, which counts."""
 
     __slots__ = ("__weakref__", "calls", "fn")
 
-    def __init__(self, fn: Callable[..., object]) -> None:
+    def __init__(self, fn: Callable[P, R]) -> None:
         self.fn = fn
         self.calls = 0
 
-    def __call__(self, *args: object, **kwargs: object) -> object:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         self.calls += 1
         return self.fn(*args, **kwargs)
 
@@ -42,13 +46,13 @@ class FirstStepWatchdog:
 
     __slots__ = ("_finalizer", "_start", "checked")
 
-    def __init__(self, finalizer: CountingFinalizer) -> None:
+    def __init__(self, finalizer: CountingFinalizer[..., None]) -> None:
         self._finalizer = finalizer
         self._start = finalizer.calls
         self.checked = False
 
     @property
-    def finalizer(self) -> CountingFinalizer:
+    def finalizer(self) -> CountingFinalizer[..., None]:
         """The installed finalizer object (its `calls` count every call since binding)."""
         return self._finalizer
 

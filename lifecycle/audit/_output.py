@@ -18,6 +18,7 @@ import stat
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 
 _SAMPLE = 4096
 _TAIL = 65536
@@ -132,5 +133,7 @@ class Appender:
     def __enter__(self) -> Appender:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.close(failed=kind is not None)

@@ -27,7 +27,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
+from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING
 
 from lifecycle.errors import RehearsalError
@@ -91,7 +91,9 @@ class Rehearsal:
     def __enter__(self) -> Rehearsal:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.close()
 
 

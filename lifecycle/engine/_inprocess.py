@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
-from bindings import BindingReport, install
+from bindings import BindingReport, SlotValue, install
 from lifecycle.log import events
 from lifecycle.runtime import PhaseContext, Phases, Runtime
 from states import SideEffect, State
@@ -25,21 +25,19 @@ if TYPE_CHECKING:
     import torch
 
 SLOTS = ("finalize_model_grads_func", "grad_scale_func")
-Slot = Callable[..., None] | list[Callable[..., None]] | None
-"""What a scheduler callback slot holds here: the no-op callback `_finalize` (binding installs it),
-one per model chunk, or nothing."""
 
 
 @dataclass
 class SimConfig:
-    """Stands in for a TransformerConfig: the attributes bindings write."""
+    """Stands in for a TransformerConfig: the attributes bindings write (binding installs the no-op
+    callback `_finalize`)."""
 
     num_layers: int = 2
-    finalize_model_grads_func: Slot = None
-    grad_scale_func: Slot = None
-    no_sync_func: Slot = None
-    grad_sync_func: Slot = None
-    param_sync_func: Slot = None
+    finalize_model_grads_func: SlotValue = None
+    grad_scale_func: SlotValue = None
+    no_sync_func: SlotValue = None
+    grad_sync_func: SlotValue = None
+    param_sync_func: SlotValue = None
 
 
 @dataclass

@@ -130,7 +130,7 @@ def _bind(
     optimizer: MegatronOptimizer,
     ddp_config: DistributedDataParallelConfig,
     provider_cfg: TransformerConfig,
-) -> CountingFinalizer | None:
+) -> CountingFinalizer[..., None] | None:
     """Install the callbacks; return the counting finalizer."""
     from bindings import bind_callbacks, install, planned
 
@@ -159,7 +159,7 @@ def _owned_grad(ddp: DistributedDataParallel, param: torch.nn.Parameter) -> list
 
 def _build(
     name: str, binding: str
-) -> tuple[list[DistributedDataParallel], MegatronOptimizer, CountingFinalizer | None]:
+) -> tuple[list[DistributedDataParallel], MegatronOptimizer, CountingFinalizer[..., None] | None]:
     """Copying provider, DDP, distributed Adam, callbacks bound as `binding` says."""
     from lifecycle.core_entry.model_built import (
         build_optimizer,

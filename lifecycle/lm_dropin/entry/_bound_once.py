@@ -24,29 +24,31 @@ import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lifecycle.errors import BindingError
 
 if TYPE_CHECKING:
     from megatron.core.transformer import TransformerConfig
 
+    from bindings import SlotValue
+
 SLOTS = ("finalize_model_grads_func", "grad_scale_func", "no_sync_func", "grad_sync_func", "param_sync_func")
 TRAINING = "megatron.training.training"
 """The module whose writes are `train()`'s own binding (`train`, `train_step`)."""
 
-Replaced = Callable[[str, object, object, str], None]
+Replaced = Callable[[str, "SlotValue", "SlotValue", str], None]
 """`replaced(slot, what was there, what replaced it, the writer as module:function)`."""
 
 
-def same(a: object, b: object) -> bool:
+def same(a: SlotValue, b: SlotValue) -> bool:
     """Two slot values bind the same callables (bound methods compare by owner and function)."""
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return a is b or (a is not None and b is not None and a == b)
 
 
-def _nothing(slot: str, was: object, now: object, writer: str) -> None:
+def _nothing(slot: str, was: SlotValue, now: SlotValue, writer: str) -> None:
     return None
 
 
@@ -56,12 +58,12 @@ class _Watch:
 
     base: Any  # Any: megatron's config class, whose unbound methods are called with `self`
     replaced: Replaced
-    views: dict[str, object]
+    views: dict[str, SlotValue]
     """What train() reads back of a slot it is still writing: unbound (None) for its check that
     no_sync_func is unset, then its own one-element list until it writes the single callable."""
     dropped: list[str] = field(default_factory=list)
-    foreign: dict[str, object] = field(default_factory=dict)  # slot -> what the first write not train()'s replaced
-    foreign_now: dict[str, object] = field(default_factory=dict)  # slot -> what the last such write put there
+    foreign: dict[str, SlotValue] = field(default_factory=dict)  # slot -> what the first write not train()'s replaced
+    foreign_now: dict[str, SlotValue] = field(default_factory=dict)  # slot -> what the last such write put there
 
 
 @contextmanager
@@ -69,7 +71,7 @@ def bound_once(config: TransformerConfig, replaced: Replaced = _nothing) -> Iter
     """While the block runs, `config`'s callback slots take no second binding from Megatron-LM's
     training module; yields the slots whose second binding was dropped, in order. Writes by anyone
     else go through, each reported to `replaced`."""
-    views: dict[str, object] = {"no_sync_func": None} if getattr(config, "no_sync_func", None) is not None else {}
+    views: dict[str, SlotValue] = {"no_sync_func": None} if getattr(config, "no_sync_func", None) is not None else {}
     w = _Watch(base=type(config), replaced=replaced, views=views)
 
     def __getattribute__(self: TransformerConfig, name: str) -> object:
@@ -103,6 +105,7 @@ def _slot_setattr(w: _Watch) -> Callable[[TransformerConfig, str, object], None]
         if name not in SLOTS:
             w.base.__setattr__(self, name, value)
             return
+        value = cast("SlotValue", value)  # a callback slot of megatron's config: what its schedule calls
         writer = sys._getframe(1)
         module = str(writer.f_globals.get("__name__", "?"))
         if module != TRAINING:  # not train()'s binding: as under Megatron-LM, and logged
@@ -119,7 +122,9 @@ def _slot_setattr(w: _Watch) -> Callable[[TransformerConfig, str, object], None]
     return __setattr__
 
 
-def _goes_through(name: str, value: object, current: object, views: dict[str, object], dropped: list[str]) -> bool:
+def _goes_through(
+    name: str, value: SlotValue, current: SlotValue, views: dict[str, SlotValue], dropped: list[str]
+) -> bool:
     """Whether a binding write of `value` to slot `name`, which holds `current`, goes through: a
     second binding is dropped (recorded in `dropped`), train()'s one-element list of the bound
     callable is shown back from `views`, a different callable over a bound one is refused."""
@@ -139,7 +144,7 @@ def _goes_through(name: str, value: object, current: object, views: dict[str, ob
     return True
 
 
-def short(value: object) -> str:
+def short(value: SlotValue) -> str:
     """A slot value named by its functions (never a model's repr): a function or method by its
     qualified name, a partial by its function's, any other callable by its type."""
     entries = value if isinstance(value, list) else [value]

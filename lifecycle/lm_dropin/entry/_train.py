@@ -17,7 +17,7 @@ from lifecycle.log import events
 if TYPE_CHECKING:
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-    from bindings import SchedulerConfig
+    from bindings import SchedulerConfig, SlotValue
     from lifecycle.lm_dropin.entry._call import MegatronLMCall
     from lifecycle.runtime import ModelChunk, Optimizer
 
@@ -147,7 +147,7 @@ def _train(
     return iteration, flops
 
 
-def _replaced(lc: Driver, slot: str, was: object, now: object, writer: str) -> None:
+def _replaced(lc: Driver, slot: str, was: SlotValue, now: SlotValue, writer: str) -> None:
     """A write to a callback slot during `train()` that is not `train()`'s own binding: logged."""
     lc.record(events.CALLBACK_REPLACED, slot=slot, was=short(was), now=short(now), writer=writer)
 
