@@ -15,7 +15,7 @@ from lifecycle.audit._reader import file_rank
 from lifecycle.audit._records import EARLIEST_TS, LATEST_TS, MAX_STEP_BACK_S, Failure, unreadable
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
-from lifecycle.log import events, line_hash_matches
+from lifecycle.log import JSONValue, events, line_hash_matches
 from states import State
 
 _EVENTS = events.ALL
@@ -28,7 +28,7 @@ class RankAudit(RankState):
 
     __slots__ = ()
 
-    def feed(self, rec: Mapping[str, object], line: bytes, lineno: int) -> None:
+    def feed(self, rec: Mapping[str, JSONValue], line: bytes, lineno: int) -> None:
         """Audit one parsed record; `line` is its raw bytes without the newline."""
         self.line = lineno
         event = rec.get("event")
@@ -81,7 +81,7 @@ class RankAudit(RankState):
         self.rank = rank
         self.world_size = ws
 
-    def _clock(self, ts: float, seq: object, event: str) -> None:
+    def _clock(self, ts: float, seq: JSONValue, event: str) -> None:
         if not EARLIEST_TS <= ts < LATEST_TS:
             self.flag(
                 RuleId.IMPOSSIBLE_TIMESTAMP,
@@ -114,7 +114,7 @@ class RankAudit(RankState):
             "(lifecycle/events.py): this is not a megatron-lifecycle log",
         )
 
-    def _chain(self, rec: Mapping[str, object], line: bytes, lineno: int) -> None:
+    def _chain(self, rec: Mapping[str, JSONValue], line: bytes, lineno: int) -> None:
         seq = rec.get("seq")
         digest = rec.get("hash")
         prev = rec.get("prev_hash")
@@ -149,7 +149,7 @@ class RankAudit(RankState):
             return f"log starts at seq {seq}, not 0: its head is missing (truncated)"
         return f"seq {seq} follows seq {self.next_seq - 1}: records were removed, inserted or reordered"
 
-    def _bad_envelope(self, rec: Mapping[str, object], lineno: int) -> Exception:
+    def _bad_envelope(self, rec: Mapping[str, JSONValue], lineno: int) -> Exception:
         expected = {
             "event": "a str",
             "ts": "a number",

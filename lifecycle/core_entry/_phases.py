@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from lifecycle.config import CALLBACK_FIELDS, config_drift
+from lifecycle.config import CALLBACK_FIELDS, Change, config_drift
 from lifecycle.core_entry import callbacks_bound, distributed, model_built, services_ready, validated
 from lifecycle.core_entry._imports import validate_while_importing
 from lifecycle.core_entry.ranks import mark_failed, watched
@@ -75,10 +75,10 @@ class MegatronPhases(Phases):
         """What `state`'s entry work made, with a probe each (the engine's ledger)."""
         return resources(state, runtime)
 
-    def drift(self, runtime: Runtime) -> list[tuple[str, object, object]]:
+    def drift(self, runtime: Runtime) -> list[Change]:
         """Fields of the model's TransformerConfig changed since MODEL_BUILT (callback slots excepted)."""
         snapshot = runtime.transformer_config_snapshot
         if snapshot is None or runtime.transformer_config is None:
             return []
         changes = config_drift(snapshot, runtime.transformer_config, ignore=CALLBACK_FIELDS)
-        return [(f"transformer_config.{name}", old, new) for name, old, new in changes]
+        return [Change(f"transformer_config.{name}", old, new) for name, old, new in changes]

@@ -114,7 +114,7 @@ def _model_fields(run: RunConfig, hybrid: bool) -> dict[str, JSONValue]:
     }
 
 
-def builds_hybrid(provider: object) -> bool:
+def builds_hybrid(provider: ModelProvider) -> bool:
     """Whether `provider` is one of the default providers, which build a HybridModel where
     megatron-core deprecates GPTModel (`compat.gpt_model_deprecated`), else a GPTModel."""
     from lifecycle.core_entry.compat import gpt_model_deprecated
@@ -123,7 +123,7 @@ def builds_hybrid(provider: object) -> bool:
     return default and gpt_model_deprecated()
 
 
-def provider_config(run: RunConfig, provider: object) -> TransformerConfig:
+def provider_config(run: RunConfig, provider: ModelProvider) -> TransformerConfig:
     """The TransformerConfig the lifecycle gives `provider`: a hybrid one for a default provider
     that builds a HybridModel, the GPT-shaped one (`num_layers` blocks) for every other provider."""
     return transformer_config(run, hybrid=builds_hybrid(provider))

@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from lifecycle.log import JSONValue
 
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
 Emit = Callable[..., None]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _SKIPPED = ("torch.", "lifecycle.core_entry.timeouts")
 _HELPERS = ("create_group",)  # megatron's wrapper of new_group: its caller made the group
@@ -98,13 +100,7 @@ class GroupWatch:
         import torch.distributed as dist
 
         original = dist.new_group
-
-        def new_group(*args: object, **kwargs: object) -> object:
-            start = time.perf_counter()
-            group = original(*args, **kwargs)
-            self._created(group, creator(2), time.perf_counter() - start)
-            return group
-
+        new_group = _timed(original, self._created)
         self._original, self._wrapper = original, new_group
         dist.new_group = new_group
         return self
@@ -135,6 +131,18 @@ class GroupWatch:
         if self._original is not None and dist.new_group is self._wrapper:
             dist.new_group = self._original
         self._emit, self._original, self._wrapper = None, None, None
+
+
+def _timed(original: Callable[P, R], created: Callable[[R, str, float], None]) -> Callable[P, R]:
+    """`new_group` that tells `created` each group it made, its creator and how long it took."""
+
+    def new_group(*args: P.args, **kwargs: P.kwargs) -> R:
+        start = time.perf_counter()
+        group = original(*args, **kwargs)
+        created(group, creator(2), time.perf_counter() - start)
+        return group
+
+    return new_group
 
 
 def read_back(configured_s: float, watch: GroupWatch) -> tuple[list[dict[str, JSONValue]], int]:

@@ -347,12 +347,12 @@ class Provider:
         return self.call(config, pre_process=pre_process, post_process=post_process, vp_stage=vp_stage, inputs=inputs)
 
 
-def reachable_config(module: object) -> object:
+def reachable_config(module: Module) -> TransformerConfig | None:
     """The config megatron's `get_model_config` would find: `.config`, else through `.module`."""
     seen = 0
     while not hasattr(module, "config") and hasattr(module, "module") and seen < 32:
         module, seen = getattr(module, "module", None), seen + 1
-    config: object = getattr(module, "config", None)
+    config: TransformerConfig | None = getattr(module, "config", None)
     return config
 
 

@@ -12,8 +12,12 @@ loads neither torch nor megatron.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from lifecycle.errors import ExtraNotInstalled
+
+if TYPE_CHECKING:
+    from lifecycle.lm_dropin.entry import TrainResult
 
 MINIMUM = (0, 17)
 INSTALL = "pip install 'megatron-lifecycle[megatron-lm]' (megatron-core>=0.17)"
@@ -52,7 +56,7 @@ def require_megatron_training() -> None:
 require_megatron_training()
 
 
-def __getattr__(name: str) -> Callable[..., object]:
+def __getattr__(name: str) -> Callable[..., TrainResult]:
     if name == "pretrain":
         from lifecycle.lm_dropin.driver import pretrain
 

@@ -28,9 +28,10 @@ if TYPE_CHECKING:
     from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator
     from megatron.core.process_groups_config import MultiModuleProcessGroupCollection, ProcessGroupCollection
     from megatron.training.config.container import PretrainConfigContainer
+    from nvidia_resiliency_ext.inprocess import CallWrapper
     from torch.distributed import Store
 
-    from lifecycle.lm_dropin.entry import TrainResult
+    from lifecycle.lm_dropin.entry import DatasetProvider, ForwardStep, TrainResult
 
 LOG_DIR_ENV = "LIFECYCLE_LOG_DIR"
 
@@ -38,16 +39,16 @@ LOG_DIR_ENV = "LIFECYCLE_LOG_DIR"
 @injectable
 def pretrain(
     cfg_container: PretrainConfigContainer,
-    train_valid_test_dataset_provider: Callable[..., object],
+    train_valid_test_dataset_provider: DatasetProvider,
     model_type: ModelType,
-    forward_step_func: Callable[..., object],
+    forward_step_func: ForwardStep,
     model_provider: GivenProvider = None,
-    process_non_loss_data_func: Callable[..., object] | None = None,
+    process_non_loss_data_func: Callable[..., None] | None = None,
     get_embedding_ranks: Callable[..., list[int]] | None = None,
     get_position_embedding_ranks: Callable[..., list[int]] | None = None,
     non_loss_data_func: Callable[..., object] | None = None,
     store: Store | None = None,
-    inprocess_call_wrapper: object = None,
+    inprocess_call_wrapper: CallWrapper | None = None,
     p2p_communicator: P2PCommunicator | None = None,
     pg_collection: ProcessGroupCollection | MultiModuleProcessGroupCollection | None = None,
     skip_model_parallel_init: bool = False,

@@ -33,7 +33,7 @@ TIMEOUTS = ("soft_timeout", "hard_timeout", "barrier_timeout", "completion_timeo
 """The wrapper's own timeouts, read back into the restart cycles' `cycle_started` record."""
 
 
-def read_timeouts(wrapper: object) -> dict[str, float | None]:
+def read_timeouts(wrapper: inprocess.Wrapper) -> dict[str, float | None]:
     """The wrapper's own timeouts in seconds, read back from it (`soft_s`, ...; None where this
     release keeps none under that name)."""
     out: dict[str, float | None] = {}

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from lifecycle.config import Change
 from lifecycle.errors import ConfigError
 from lifecycle.runtime._protocol import PhaseContext, Runtime
 from states import STARTUP_ORDER, State
@@ -30,7 +31,7 @@ class PhaseSet(Protocol):
 
     def phase_for(self, state: State) -> Phase | None: ...
 
-    def drift(self, runtime: Runtime) -> list[tuple[str, object, object]]:
+    def drift(self, runtime: Runtime) -> list[Change]:
         """Fields of objects built from the validated config that changed since (empty if none)."""
 
 
@@ -108,6 +109,6 @@ class Phases:
     def phase_for(self, state: State) -> Phase | None:
         return self._by_state.get(state)
 
-    def drift(self, runtime: Runtime) -> list[tuple[str, object, object]]:
+    def drift(self, runtime: Runtime) -> list[Change]:
         """Nothing built here is checked for drift unless a subclass says how."""
         return []

@@ -36,7 +36,7 @@ def read_log(path: Path) -> list[dict[str, JSONValue]]:
         return [orjson.loads(line) for line in handle if line.strip()]
 
 
-def leaked(records: Iterable[Mapping[str, object]]) -> list[tuple[str, str]]:
+def leaked(records: Iterable[Mapping[str, JSONValue]]) -> list[tuple[str, str]]:
     """(state, resource) of every resource a log says was alive after its release: `resource_leaked`
     records (a rebuild, a restart) and the shutdown record's `leaked`."""
     out = []

@@ -5,6 +5,8 @@ inside functions."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lifecycle.lm_dropin.entry._call import MegatronLMCall as MegatronLMCall
 from lifecycle.lm_dropin.entry._derive import args_from_container
 from lifecycle.lm_dropin.entry._derive import run_config as run_config
@@ -13,6 +15,10 @@ from lifecycle.lm_dropin.entry._phases import MegatronLMPhases
 from lifecycle.lm_dropin.entry._quiet import quiet_library_loggers as quiet_library_loggers
 from lifecycle.lm_dropin.entry._train import TrainResult as TrainResult
 from lifecycle.lm_dropin.entry._train import run_training as run_training
+
+if TYPE_CHECKING:
+    from lifecycle.lm_dropin.entry._call import DatasetProvider as DatasetProvider
+    from lifecycle.lm_dropin.entry._call import ForwardStep as ForwardStep
 
 __all__ = [
     "MegatronLMPhases",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 from lifecycle.core_entry.steps import Driver, steps_for
 from lifecycle.lm_dropin.entry._bound_once import bound_once, short
@@ -16,10 +16,17 @@ from lifecycle.log import events
 
 if TYPE_CHECKING:
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    from megatron.core.rerun_state_machine import RerunDataIterator
 
     from bindings import SchedulerConfig, SlotValue
     from lifecycle.lm_dropin.entry._call import MegatronLMCall
     from lifecycle.runtime import ModelChunk, Optimizer
+
+    DataIterator: TypeAlias = "RerunDataIterator | list[RerunDataIterator | None] | None"
+    """One of Megatron-LM's train/valid/test iterators: a `RerunDataIterator`, a list of them (one per
+    validation set), or None (no such data on this rank)."""
+    DataIterators: TypeAlias = "DataIterator | list[DataIterator]"
+    """A `DataIterator`, or one per virtual-pipeline chunk."""
 
 
 class TrainResult(TypedDict):
@@ -31,7 +38,7 @@ class TrainResult(TypedDict):
     second_binding_dropped: list[str]
 
 
-def data_iterators(call: MegatronLMCall, chunks: int) -> tuple[object, object, object]:
+def data_iterators(call: MegatronLMCall, chunks: int) -> tuple[DataIterators, DataIterators, DataIterators]:
     """Megatron-LM's train/valid/test iterators (one per virtual-pipeline chunk when it has them);
     only Megatron-LM reads them."""
     import inspect
@@ -45,7 +52,7 @@ def data_iterators(call: MegatronLMCall, chunks: int) -> tuple[object, object, o
         return train, valid, test
     if "vp_stage" not in inspect.signature(provider).parameters:
         raise TypeError("vp_stage must be a kwarg in train_valid_test_dataset_provider with virtual pipelines")
-    out: tuple[list[object], list[object], list[object]] = ([], [], [])
+    out: tuple[list[DataIterator], list[DataIterator], list[DataIterator]] = ([], [], [])
     for stage in range(chunks):
         bound = functools.partial(provider, vp_stage=stage)
         bound.is_distributed = getattr(provider, "is_distributed", False)  # type: ignore[attr-defined]  # Megatron-LM's marker
@@ -120,8 +127,8 @@ def _train(
     model: list[ModelChunk],
     optimizer: Optimizer | None,
     scheduler: OptimizerParamScheduler | None,
-    train_it: object,
-    valid_it: object,
+    train_it: DataIterators,
+    valid_it: DataIterators,
     config: SchedulerConfig | None,
     ckpt: dict[str, object],
 ) -> tuple[int, float]:
@@ -156,8 +163,8 @@ def _evaluate(
     call: MegatronLMCall,
     model: list[ModelChunk],
     iteration: int,
-    valid_it: object,
-    test_it: object,
+    valid_it: DataIterators,
+    test_it: DataIterators,
     config: SchedulerConfig | None,
 ) -> None:
     from megatron.training import get_args
