@@ -172,11 +172,11 @@ def _agree(
     ]
 
 
-def _short(value: object, common: object) -> str:
+def _short(value: str, common: str | None) -> str:
     return str(value)[:16]
 
 
-def _state(value: object, common: object) -> str:
+def _state(value: str, common: str | None) -> str:
     return str(value)
 
 

@@ -57,7 +57,7 @@ class RankWatch:
         store_host: int | None = 0,
         poll_s: float = 0.5,
         grace_s: float = 3.0,
-        exit_process: Callable[[int], object] = os._exit,
+        exit_process: Callable[[int], None] = os._exit,
         interruptible: bool = False,
         node: str | None = None,
         board_dir: str | None = None,

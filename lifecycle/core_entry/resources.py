@@ -16,7 +16,9 @@ from lifecycle.runtime.signals import WATCH_THREAD
 from states import State
 
 if TYPE_CHECKING:
+    from megatron.core.timers import Timers
     from torch.distributed import ProcessGroup
+    from torch.utils.tensorboard import SummaryWriter
 
 Probe = Callable[[], bool]
 
@@ -55,7 +57,7 @@ def _services(runtime: Runtime) -> list[tuple[str, Probe]]:
     return out
 
 
-def _closed(writer: object) -> Probe:
+def _closed(writer: SummaryWriter | Timers) -> Probe:
     try:
         ref = weakref.ref(writer)
     except TypeError:
