@@ -147,10 +147,10 @@ def _check_flags(args: argparse.Namespace) -> str | None:
             if given:
                 return f"{flag}: {mode} covers every rank of the job at once; drop {flag}, or drop {mode}"
     if args.log_dir:
-        from lifecycle.log import check_log_dir
+        from lifecycle.log import LogDir
 
         log_dir = Path(args.log_dir)
-        problem = check_log_dir(log_dir)
+        problem = LogDir(log_dir).problem()
         if problem:
             return f"--log-dir: {problem}"
         if any(log_dir.glob("rank-*.jsonl")):

@@ -15,7 +15,7 @@ from lifecycle.config._problems import TE_EXTRA, Environment, Problem
 from lifecycle.config._problems import environment as _e
 from lifecycle.config._records import RunConfig
 from lifecycle.launchers import identity_variables
-from lifecycle.log import check_log_dir
+from lifecycle.log import LogDir
 from lifecycle.redaction import redact_text
 
 OPTIONAL_MODULES = ("transformer_engine", "apex", "torch_memory_saver", "transformers", "tensorboard")
@@ -34,7 +34,7 @@ def probe_environment(config: RunConfig) -> Environment:
         modules=frozenset(m for m in OPTIONAL_MODULES + OTEL_MODULES if _importable(m)),
         existing_dirs=frozenset(p for p in paths if Path(p).is_dir()),
         env=identity_variables(),
-        log_dir_problem=check_log_dir(Path(log_dir)) if log_dir else None,
+        log_dir_problem=LogDir(log_dir or None).problem(),
         checkpoint_problem=checkpoint_problem(config.checkpoint.load) if config.checkpoint.load else None,
     )
 

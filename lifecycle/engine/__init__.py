@@ -13,6 +13,7 @@ from lifecycle.engine._driver import TripwirePolicy as TripwirePolicy
 from lifecycle.engine._failures import shut_down_open
 from lifecycle.engine._inprocess import InProcessPhases as InProcessPhases
 from lifecycle.engine._inprocess import SimConfig, copying_provider
+from lifecycle.engine._shared import before_log_opens
 from lifecycle.engine._warnings import quiet_library_loggers as quiet_library_loggers
 
 
@@ -24,6 +25,7 @@ def open_lifecycles() -> list[Lifecycle]:
 
 __all__ = [
     "SimConfig",
+    "before_log_opens",
     "copying_provider",
     "open_lifecycles",
     "shut_down_open",

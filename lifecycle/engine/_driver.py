@@ -7,6 +7,7 @@ triggers: guards, then the entry work, then the machine's move and the completio
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -261,7 +262,10 @@ class Lifecycle:
     # -- the ledger and restart cycles (lifecycle.resilience) -------------------------------------
     def provide(self, *, rendezvous_store: Store | None) -> None:
         """Hand DISTRIBUTED a store to rendezvous on instead of MASTER_ADDR (`Runtime.rendezvous_store`)."""
-        self._cycles.provide(rendezvous_store=rendezvous_store)
+        shared = self._shared
+        shared.runtime = dataclasses.replace(
+            shared.runtime, rendezvous_store=rendezvous_store, rendezvous_generation=shared.runtime.generation
+        )
 
     @property
     def cycle(self) -> int:
@@ -361,7 +365,7 @@ class Lifecycle:
             self._failures.running = False  # a signal is the startup's again, until the target
             if trigger in RESUMING and shared.policy != "off":
                 _tripwires.arm(self._rules)  # only once the guards let it through: a refusal changes nothing
-            self._work.enter(trigger)
+            self._enter(trigger)
             self._trigger(trigger)
         except GuardRejected:
             raise
@@ -369,6 +373,26 @@ class Lifecycle:
             self._failures.on_phase_error(trigger, source, exc, time.perf_counter() - started)
         finally:
             shared.active = None
+
+    def _enter(self, trigger: Trigger) -> None:
+        """The entry work, then the runtime it left, which only the driver assigns; a restart whose
+        release failed began its generation all the same."""
+        shared = self._shared
+        try:
+            runtime = self._work.enter(trigger, rank_known=self._rank_known)
+        except Exception:
+            if trigger is Trigger.RESTART:
+                shared.runtime = self._work.next_generation(shared.runtime)
+            raise
+        shared.runtime = runtime
+        self._work.entered(trigger)
+
+    def _rank_known(self, rank: int, world_size: int) -> None:
+        """A phase learned this rank's place (DISTRIBUTED): later records carry it."""
+        shared = self._shared
+        shared.runtime = dataclasses.replace(shared.runtime, rank=rank, world_size=world_size)
+        if rank != shared.log.rank or world_size != shared.log.world_size:
+            shared.log.rebind(rank=rank, world_size=world_size)
 
     def _trigger(self, trigger: Trigger) -> None:
         self._machine.events[trigger.value].trigger(self._shared.model)

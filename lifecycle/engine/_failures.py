@@ -19,7 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
 from lifecycle.errors import LifecycleError, PhaseFailed, RehearsalError, StartupAborted
-from lifecycle.log import check_log_dir, events
+from lifecycle.log import events
 from lifecycle.redaction import redact_text
 from lifecycle.runtime import signals
 from lifecycle.runtime.signals import SignalWatch
@@ -172,12 +172,10 @@ class Failures:
         """Make sure the first failure leaves a record even before the log was opened (a failure in
         validate): open the log now, or send its records to stderr when the directory is the
         problem. Returns what the error message should add."""
-        if self.shared.log_dir is None or self.shared.log.is_open or self.shared.log.fault is not None:
+        if self.shared.log_dir.path is None or self.shared.log.is_open or self.shared.log.fault is not None:
             return ""
-        problem = check_log_dir(self.shared.log_dir)
-        refused = None if problem else self.shared.log.claim(self.shared.log_dir, self.shared.config.logging.existing)
-        problem = problem or (refused[1] if refused else None)
-        if problem is None and self.shared.log.open(self.shared.log_dir) is not None:
+        opened, problem = self.shared.log_dir.open_after_failure(self.shared.log)
+        if opened is not None:
             return ""
         self.shared.log.to_stderr()
         if problem is None:

@@ -17,7 +17,6 @@ can start (the ledger, the fingerprint, how long the restart took); `end_cycle` 
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import time
 from collections.abc import Callable
@@ -29,8 +28,6 @@ from lifecycle.log import JSONValue, events
 from states import State, Trigger
 
 if TYPE_CHECKING:
-    from torch.distributed import Store
-
     from lifecycle.engine._shared import Shared
 
 Probe = Callable[[], bool]
@@ -102,14 +99,6 @@ class Cycles:
     def __init__(self, shared: Shared) -> None:
         self.shared = shared
         self.ledger = Ledger()
-
-    def provide(self, *, rendezvous_store: Store | None) -> None:
-        """Hand the entry work a store to rendezvous on (`Runtime.rendezvous_store`; None: no more),
-        in this generation (`Runtime.rendezvous_generation`)."""
-        shared = self.shared
-        shared.runtime = dataclasses.replace(
-            shared.runtime, rendezvous_store=rendezvous_store, rendezvous_generation=shared.runtime.generation
-        )
 
     def begin(self, cycle: int) -> None:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""

@@ -3,12 +3,17 @@ machine's model, the runtime record and the trigger running now.
 
 `Lifecycle` owns one `Shared` and its parts (side-effect rules, failure handling, entry work, the
 ledger and cycles, the step book); each part holds the `Shared` and keeps its own state besides.
-Only the driver moves the machine; the parts read `state` and replace `runtime`.
+Only the driver moves the machine and assigns `runtime`; the parts read them and return new runtimes.
+
+What must see a lifecycle's log before it opens (the live export of `logging.otel`) registers here
+from outside the engine (`before_log_opens`), so that the engine imports none of it.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -17,7 +22,7 @@ from lifecycle.config import RunConfig
 from lifecycle.engine._machine import MachineModel
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
-from lifecycle.log import AuditLog
+from lifecycle.log import AuditLog, LogDir
 from lifecycle.runtime import (
     GivenProvider,
     Options,
@@ -31,6 +36,16 @@ from lifecycle.runtime import (
 from states import Plan, State, Trigger
 
 TripwirePolicy = Literal["raise", "warn", "off"]
+LogListener = Callable[[RunConfig, AuditLog], None]
+"""Called with a lifecycle's config and log before the log opens (VALIDATE)."""
+_LOG_LISTENERS: list[LogListener] = []
+
+
+def before_log_opens(listener: LogListener) -> None:
+    """Call `listener(config, log)` before the log of each lifecycle made from now on opens. `import
+    lifecycle` registers the live export (`logging.otel`) this way; the engine never imports it."""
+    if listener not in _LOG_LISTENERS:
+        _LOG_LISTENERS.append(listener)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -42,7 +57,8 @@ class Shared:
     options: Options
     policy: TripwirePolicy
     phases: PhaseSet
-    log_dir: Path | None
+    log_dir: LogDir
+    """The log directory's one owner: which, whether it can hold the log, claiming and opening it."""
     log: AuditLog
     runtime: Runtime
     model: MachineModel = field(default_factory=MachineModel)
@@ -77,7 +93,9 @@ def make_shared(
         )
     runtime = Runtime(config=config, rank=rank_of(config), world_size=world_size_of(config))
     opts = Options.of(options)
-    log_dir = log_dir if log_dir is not None else config.logging.log_dir
+    owner = LogDir.resolve(log_dir, config.logging.log_dir, existing=config.logging.existing)
+    for listener in _LOG_LISTENERS:
+        owner.before_open(functools.partial(listener, config))
     return Shared(
         config=config,
         plan=Plan(plan if plan is not None else config.plan),
@@ -85,7 +103,7 @@ def make_shared(
         options=opts,
         policy=tripwires,
         phases=phases if phases is not None else default_phases(),
-        log_dir=Path(log_dir) if log_dir is not None else None,
+        log_dir=owner,
         log=AuditLog(
             run_id=run_id or run_id_from_env(),
             rank=runtime.rank,

@@ -1,7 +1,8 @@
 """The engine's own part of some transitions' entry work: finding a state's phase, what VALIDATE adds
-(log directory and its policy, the snapshot, opening the log), the releases (each phase after the
-state the trigger keeps, newest first), and the mutation check before every transition. A part
-of `Lifecycle`."""
+(the fingerprint, the log directory claimed from its owner, the snapshot, the validation logged,
+the log opened), the releases (each phase after the state the trigger keeps, newest first), and the
+mutation check before every transition. A part of `Lifecycle`. It returns runtimes; the driver
+assigns them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 from lifecycle.config import Change, Snapshot
 from lifecycle.engine._context import Context
 from lifecycle.errors import ConfigError, ConfigMutated
-from lifecycle.log import JSONValue, check_log_dir, events
+from lifecycle.log import JSONValue, events
 from lifecycle.redaction import redact, redact_text
 from lifecycle.runtime.frames import drop_frame_locals
 from states import STARTUP_ORDER, TABLE, Plan, SideEffect, State, Trigger, entered_by, kept_by
@@ -49,9 +50,10 @@ class EntryWork:
         self.phase_logged_validation = False
         self.pending_error: BaseException | None = None
 
-    def enter(self, trigger: Trigger) -> None:
-        """Run `trigger`'s work: the entered state's phase, the release of the states it leaves
-        (then the ledger's check), or telling the phases this rank failed."""
+    def enter(self, trigger: Trigger, *, rank_known: Callable[[int, int], None]) -> Runtime:
+        """Run `trigger`'s work and return the runtime it leaves, which the driver assigns before
+        `entered`: the entered state's phase, the release of the states it leaves, or telling the
+        phases this rank failed. A phase tells the driver this rank's place by `rank_known`."""
         shared = self.shared
         ctx = Context(
             runtime=shared.runtime,
@@ -61,33 +63,31 @@ class EntryWork:
             options=shared.options,
             declare=self._declare,
             record=self.emit_from_phase,
-            rank_known=self.set_rank,
+            rank_known=rank_known,
         )
         dest = ENTERS.get(trigger)
         if dest is not None:
             runtime = self.phase(dest).enter(ctx)
-            if trigger is Trigger.VALIDATE:
-                shared.runtime = self.validated(runtime)
-            else:
-                shared.runtime = runtime
-                self._cycles.register(trigger, dest)
-        elif trigger in RELEASE_KEEP:
-            shared.runtime = self.release(ctx, trigger)
-            del ctx  # it holds the released runtime: the ledger checks that nothing does
-            self.released(trigger)
-        elif trigger is Trigger.FAIL:
+            return self.validated(runtime) if trigger is Trigger.VALIDATE else runtime
+        if trigger in RELEASE_KEEP:
+            return self.release(ctx, trigger)  # the context, holding the released runtime, goes with this frame
+        if trigger is Trigger.FAIL:
             self._failures.phases_failed(shared.state)
+        return shared.runtime
+
+    def entered(self, trigger: Trigger) -> None:
+        """Once the driver holds the new runtime: the ledger registers what the entered state made, or
+        checks that nothing holds what a release dropped (`released`)."""
+        dest = ENTERS.get(trigger)
+        if dest is not None and trigger is not Trigger.VALIDATE:
+            self._cycles.register(trigger, dest)
+        elif trigger in RELEASE_KEEP:
+            self.released(trigger)
 
     def emit_from_phase(self, event: str, fields: dict[str, object]) -> None:
         if event == events.CONFIG_VALIDATED:
             self.phase_logged_validation = True
         self.shared.log.emit(event, **fields)
-
-    def set_rank(self, rank: int, world_size: int) -> None:
-        shared = self.shared
-        shared.runtime = dataclasses.replace(shared.runtime, rank=rank, world_size=world_size)
-        if rank != shared.log.rank or world_size != shared.log.world_size:
-            shared.log.rebind(rank=rank, world_size=world_size)
 
     def phase(self, state: State) -> Phase:
         phase = self.shared.phases.phase_for(state)
@@ -115,19 +115,28 @@ class EntryWork:
         return runtime
 
     def validated(self, runtime: Runtime) -> Runtime:
-        fingerprint = self.shared.config.fingerprint()
-        if runtime.fingerprint is None:
-            runtime = dataclasses.replace(runtime, fingerprint=fingerprint)
-        existing = self.shared.config.logging.existing
-        if self.shared.log_dir is not None:
-            problem = check_log_dir(self.shared.log_dir)
-            if problem:
-                raise ConfigError(f"logging.log_dir: {problem}", field="logging.log_dir", problems=[problem])
-            refused = self.shared.log.claim(self.shared.log_dir, existing)
-            if refused:
-                field, problem = refused
-                raise ConfigError(f"{field}: {problem}", field=field, problems=[problem])
+        """What VALIDATE adds to its phase: the fingerprint, the log directory claimed, the config's
+        snapshot, the validation logged, the log opened."""
+        runtime = self._fingerprinted(runtime)
+        self._claim_log_dir()
         self.snapshot = Snapshot(self.shared.config)
+        self._log_validation(runtime)
+        self.shared.log_dir.open(self.shared.log)
+        return runtime
+
+    def _fingerprinted(self, runtime: Runtime) -> Runtime:
+        fingerprint = self.shared.config.fingerprint()
+        return runtime if runtime.fingerprint is not None else dataclasses.replace(runtime, fingerprint=fingerprint)
+
+    def _claim_log_dir(self) -> None:
+        """Make the log directory this run's (`LogDir.claim`), or raise ConfigError naming why not."""
+        refused = self.shared.log_dir.claim(self.shared.log)
+        if refused:
+            field, problem = refused
+            raise ConfigError(f"{field}: {problem}", field=field, problems=[problem])
+
+    def _log_validation(self, runtime: Runtime) -> None:
+        """`config_validated`, unless the phase logged it itself."""
         if not self.phase_logged_validation:
             self.shared.log.emit(
                 events.CONFIG_VALIDATED,
@@ -135,22 +144,13 @@ class EntryWork:
                 config=redact(self.shared.config.to_dict()),
                 environment=self.shared.plan is not Plan.CONVERT,
             )
-        if self.shared.log_dir is not None and not self.shared.log.is_open:
-            if self.shared.config.logging.otel:  # before open: the held records feed the live spans too
-                from lifecycle.export import attach_live_spans
-
-                attach_live_spans(self.shared.log, self.shared.config.logging.otel)
-            self.shared.log.open(self.shared.log_dir, overwrite=existing == "overwrite")
-        return runtime
 
     def release(self, ctx: Context, trigger: Trigger) -> Runtime:
         try:
             runtime = self.release_after(ctx, RELEASE_KEEP[trigger])
         except Exception as exc:
-            if trigger is Trigger.RESTART:  # begun is counted: see `_next_generation`
-                self.shared.runtime = self._next_generation(self.shared.runtime)
             if trigger is not Trigger.SHUTDOWN:
-                raise
+                raise  # a restart's is counted as begun: the driver moves to `next_generation`
             self.shared.log.emit(
                 events.TRANSITION_FAILED,
                 trigger=trigger.value,
@@ -162,7 +162,7 @@ class EntryWork:
             self.pending_error = exc
             runtime = dataclasses.replace(self.shared.runtime, model=None, optimizer=None, binding=None)
         if trigger is Trigger.RESTART:
-            runtime = self._next_generation(runtime)
+            runtime = self.next_generation(runtime)
         return runtime
 
     def _shut_down(self) -> None:
@@ -177,7 +177,7 @@ class EntryWork:
             fields.update(log_fault=str(self.shared.log.fault), unlogged=unlogged, lost=lost)
         self.shared.log.emit(events.LIFECYCLE_SHUTDOWN, source=self.shared.state.name, **fields)
 
-    def _next_generation(self, runtime: Runtime) -> Runtime:
+    def next_generation(self, runtime: Runtime) -> Runtime:
         """`runtime` in the generation after this lifecycle's, which later records carry. A restart
         whose release failed counts too: it began a new generation. Ranks may still differ in
         generation (one restarted by a wrapper while at VALIDATED makes one restart fewer), so

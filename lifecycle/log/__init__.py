@@ -1,5 +1,6 @@
 """The per-rank startup log: event names, the hash-chained writer, its chain verifier, redaction,
-and the log directory policy (`logging.existing`): whether a file is one of our logs and where its
+the log directory's one owner (`LogDir`: which directory, whether it can hold the log, claiming and
+opening it), and the log directory policy (`logging.existing`): whether a file is one of our logs and where its
 chain ends (`inspect_log`, `ChainEnd`), which run a directory holds, and what `--overwrite` removes;
 the complete lines of a rank file still being written (`Tail`).
 
@@ -13,6 +14,7 @@ from lifecycle.log import events as events
 from lifecycle.log._chain import GENESIS, ChainVerifier, record_hash
 from lifecycle.log._chain import SUFFIX as SUFFIX
 from lifecycle.log._chain import line_hash_matches as line_hash_matches
+from lifecycle.log._dir import LogDir
 from lifecycle.log._files import check_log_dir
 from lifecycle.log._tail import Tail as Tail
 from lifecycle.log._values import Fields as Fields
@@ -23,6 +25,7 @@ __all__ = [
     "GENESIS",
     "AuditLog",
     "ChainVerifier",
+    "LogDir",
     "check_log_dir",
     "record_hash",
 ]

@@ -275,7 +275,7 @@ class AuditLog:
         return self._writer.records
 
     def claim(self, log_dir: Path, policy: str) -> tuple[str, str] | None:
-        """Make `log_dir` this run's (validated already by `check_log_dir`): create it, share its lock
+        """Make `log_dir` this run's (its owner, `LogDir`, found no problem first): create it, share its lock
         with this run's other ranks, and check this rank's file is absent or one of our logs.
         (field, why) when it cannot be had: another run holds the lock, a file is not ours, or
         `policy` (logging.existing) refuses another run's logs. Idempotent for the same directory."""

@@ -26,6 +26,7 @@ from lifecycle import (
     StartupAborted,
 )
 from lifecycle.engine import shut_down_open
+from lifecycle.log import LogDir
 from lifecycle.testing import SignalTrap, track
 from states import State
 
@@ -155,7 +156,7 @@ def test_a_failure_before_the_log_opened_opens_it_to_record_the_failure(make_lc:
 
 def test_without_a_log_dir_a_failure_adds_nothing_about_the_log(make_lc: Any) -> None:
     lc = make_lc(phases=Raises("validate", ValueError("bad")))
-    lc._shared.log_dir = None
+    lc._shared.log_dir = LogDir(None)
     with pytest.raises(PhaseFailed) as caught:
         lc.validate()
     assert str(caught.value).endswith("create a new Lifecycle with it.")
