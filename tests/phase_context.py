@@ -4,6 +4,7 @@ declares and emits, and refuses side effects outside their owning trigger like t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lifecycle import Options, RunConfig, Runtime
@@ -18,6 +19,7 @@ class RecordingContext:
     plan: Plan = Plan.TRAINING
     provider: Any = None
     options: Options = field(default_factory=Options)
+    log_dir: Path | None = None
     side_effects: list[SideEffect] = field(default_factory=list)
     emitted: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     ranks: list[tuple[int, int]] = field(default_factory=list)

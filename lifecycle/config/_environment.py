@@ -23,12 +23,14 @@ OTEL_MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
 """What `logging.otel` needs: the SDK for a file, and the OTLP/HTTP exporter for an endpoint."""
 
 
-def probe_environment(config: RunConfig) -> Environment:
-    """Read the facts environment checks need (imports torch to ask about CUDA; creates nothing)."""
+def probe_environment(config: RunConfig, log_dir: str | Path | None = None) -> Environment:
+    """Read the facts environment checks need (imports torch to ask about CUDA; creates nothing).
+    `log_dir`: the run's log directory where a lifecycle was given one (`Lifecycle(log_dir=)`);
+    by default the config's `logging.log_dir`."""
     import torch
 
     paths = [p for p in (config.tokenizer.path, config.checkpoint.load) if p]
-    log_dir = config.logging.log_dir
+    log_dir = log_dir if log_dir is not None else config.logging.log_dir
     return Environment(
         cuda=bool(torch.cuda.is_available()),
         modules=frozenset(m for m in OPTIONAL_MODULES + OTEL_MODULES if _importable(m)),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from lifecycle.config import normalize, raise_for, validate
+from lifecycle.config import normalize, probe_environment, raise_for, validate
 from lifecycle.log import events
 from lifecycle.redaction import redact
 from lifecycle.runtime import PhaseContext, Runtime
@@ -31,7 +31,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     config = ctx.runtime.config
     environment = environment_checks(ctx)
     used, rewrites = normalize(config)
-    raise_for(validate(used, environment=environment))
+    raise_for(validate(used, environment=probe_environment(used, ctx.log_dir) if environment else False))
     for rewrite in rewrites:
         ctx.emit(events.CONFIG_NORMALIZED, **rewrite.log_fields())
     fingerprint = config.fingerprint()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from lifecycle.runtime import GivenProvider, Options, Runtime
 from states import Plan, SideEffect, Trigger
@@ -19,6 +20,8 @@ class Context:
     provider: GivenProvider
     plan: Plan
     options: Options
+    log_dir: Path | None
+    """The run's startup-log directory as its one owner (`LogDir`) holds it, or None."""
     declare: Callable[[SideEffect, Runtime], None]
     record: Callable[[str, dict[str, object]], None]
     rank_known: Callable[[int, int], None]

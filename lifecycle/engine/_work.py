@@ -61,6 +61,7 @@ class EntryWork:
             provider=shared.provider,
             plan=shared.plan,
             options=shared.options,
+            log_dir=shared.log_dir.path,
             declare=self._declare,
             record=self.emit_from_phase,
             rank_known=rank_known,

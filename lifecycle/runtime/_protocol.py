@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Generic, Protocol, TypedDict, TypeVar, runtime_checkable
 
@@ -252,6 +253,9 @@ class PhaseContext(Protocol):
     def trigger(self) -> Trigger: ...
     @property
     def options(self) -> Options: ...
+    @property
+    def log_dir(self) -> Path | None:
+        """The run's startup-log directory (`Lifecycle(log_dir=)`, else `logging.log_dir`), or None."""
 
     def side_effect(self, kind: SideEffect) -> None:
         """Declare a side effect; raises unless the active transition owns it and VALIDATED passed."""

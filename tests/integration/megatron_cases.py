@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lifecycle import Options, RunConfig, Runtime
@@ -28,6 +29,7 @@ class PhaseCtx:
     plan: Plan = Plan.TRAINING
     trigger: Trigger = Trigger.BUILD_MODEL
     options: Options = field(default_factory=Options)
+    log_dir: Path | None = None
     records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def side_effect(self, kind: SideEffect) -> None:

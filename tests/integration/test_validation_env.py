@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 
-from lifecycle import ConfigError, RunConfig, events
+from lifecycle import ConfigError, Lifecycle, RunConfig, events
 from lifecycle.config import probe_environment, validate
 from lifecycle.core_entry import validated
 from states import Plan
@@ -55,3 +56,16 @@ def test_the_launcher_environment_is_read_by_the_probe(monkeypatch: pytest.Monke
     config = RunConfig.preset("tiny-gpt", ["parallel.tp=2"])
     assert probe_environment(config).env["WORLD_SIZE"] == "3"
     assert [(p.check, p.field) for p in validate(config)] == [("launcher", "WORLD_SIZE")]
+
+
+def test_validate_judges_the_log_dir_the_lifecycle_was_given_not_the_configs(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("a file, not a directory")
+    configured, given = tmp_path / "f" / "logs", tmp_path / "given"  # the config's cannot be created
+    config = RunConfig.preset("tiny-gpt", [f"logging.log_dir={configured}"])
+    with pytest.raises(ConfigError, match="logging.log_dir"):
+        validated.enter(RecordingContext.for_config(config))  # no directory given: the config's is judged
+    runtime = validated.enter(RecordingContext.for_config(config, log_dir=given))
+    assert runtime.validated
+    with Lifecycle(config, log_dir=given, tripwires="off") as lc:
+        lc.validate()
+    assert [p.name for p in given.glob("rank-*.jsonl")] == ["rank-00000.jsonl"]
