@@ -7,7 +7,8 @@ at the first step, against that first step.
 2 gloo ranks (spawned, the CPU rehearsal), tiny-gpt with tp=2: a save at step 2, then `--rounds`
 resumes, each training one step. From each rank's log: the check's own `duration_s` (`streams_checked`)
 and the first step's (`step_completed`). Then, on the resumed model, open + check alone `--repeat` times
-for a steady figure of the whole window. Printed: medians over rounds and ranks, the spread (min-max),
+for a steady figure of the whole window, and again with a DataLoader given (`watch_data`: its generator,
+its dataset's NumPy Generator and RandomState). Printed: medians over rounds and ranks, the spread (min-max),
 the ratio window / first step, and the load average. Target: under 1 % of the first step.
 """
 
@@ -35,19 +36,44 @@ def _durations(log: Path) -> tuple[float, float]:
     return float(check), float(step)
 
 
-def _alone(repeat: int) -> float:
-    """open + check, the whole window's own work, `repeat` times: the median."""
+class _Augmented:
+    """A dataset with a NumPy generator and a legacy RandomState of its own (the window swaps both)."""
+
+    def __init__(self) -> None:
+        import numpy
+
+        self.rng = numpy.random.default_rng(5)
+        self.legacy = numpy.random.RandomState(6)
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> float:
+        return index + float(self.rng.random())
+
+
+def _alone(repeat: int, data: bool) -> float:
+    """open + check, the whole window's own work, `repeat` times: the median. With `data`, a shuffling
+    DataLoader with its own generator over `_Augmented` is given too (`watch_data`: 3 data streams)."""
+    import torch
+
     from lifecycle.core_entry.streams import ResumeWindow
 
+    loader = torch.utils.data.DataLoader(
+        _Augmented(), batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(1)
+    )
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        ResumeWindow.open(2).check(3)
+        window = ResumeWindow.open(2)
+        if data:
+            window.watch_data(loader)
+        window.check(3)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def rank_work(root: str, rounds: int, repeat: int) -> list[tuple[float, float, float]]:
+def rank_work(root: str, rounds: int, repeat: int) -> list[tuple[float, float, float, float]]:
     from lifecycle import Lifecycle, RunConfig
     from lifecycle.core_entry.checkpoint import save_after_steps
     from lifecycle.core_entry.train import train_steps
@@ -63,10 +89,10 @@ def rank_work(root: str, rounds: int, repeat: int) -> list[tuple[float, float, f
         with Lifecycle(config, "gpt", tempfile.mkdtemp(prefix=f"bench-resume-{round_}-")) as lc:
             lc.advance_to(State.CALLBACKS_BOUND)
             train_steps(lc, 1)
-            alone = _alone(repeat)
+            alone, data = _alone(repeat, data=False), _alone(repeat, data=True)
             log = lc.log_path
         check, step = _durations(Path(str(log)))
-        out.append((check, step, alone))
+        out.append((check, step, alone, data))
     return out
 
 
@@ -84,12 +110,21 @@ def main() -> None:
     check = [r[0] * 1e3 for r in rows]
     step = [r[1] * 1e3 for r in rows]
     alone = [r[2] * 1e3 for r in rows]
+    data = [r[3] * 1e3 for r in rows]
     print(f"resume window, 2 ranks, tiny-gpt tp=2, {args.rounds} rounds; load {load:.2f}")
-    for label, values in (("check at the first step", check), ("open + check alone", alone), ("first step", step)):
+    shown = (
+        ("check at the first step", check),
+        ("open + check alone", alone),
+        ("open + watch_data (3 data streams) + check", data),
+        ("first step", step),
+    )
+    for label, values in shown:
         spread = f"{min(values):.3f}-{max(values):.3f}"
         print(f"{label}: median {statistics.median(values):.3f} ms (spread {spread})")
-    ratio = statistics.median(a / s for a, s in zip(alone, step, strict=True))
-    print(f"window / first step: {ratio:.4f} (target < 0.01); load after: {os.getloadavg()[0]:.2f}")
+    for label, values in (("window", alone), ("window with data", data)):
+        ratio = statistics.median(a / s for a, s in zip(values, step, strict=True))
+        print(f"{label} / first step: {ratio:.4f} (target < 0.01)")
+    print(f"load after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """LA027 `resume-diverged`: the `streams_checked` record the first step after a checkpoint load writes
-(`lifecycle.core_entry.streams`), read back: a random stream drawn from or re-seeded between the load and
-the first step, a first step that does not continue the checkpoint's, a data position (consumed samples,
-iteration) at the first step that is not the one the load left, or an optimizer whose step counts or loss
-scale at the first step are not those the checkpoint was saved with."""
+(`lifecycle.core_entry.streams`), read back: a random stream drawn from or re-seeded between the load and the
+first step (a global one, or one of the data's own: `data:<path>`), a first step that does not continue the
+checkpoint's, a data position (consumed samples, iteration) at the first step that is not the one the load
+left, or an optimizer whose step counts or loss scale at the first step are not those the checkpoint was saved
+with."""
 
 from __future__ import annotations
 
@@ -34,11 +35,18 @@ def _streams(rec: Record) -> str | None:
         return None
     shown = "; ".join(_describe(m) for m in moved[:_SHOWN])
     more = f"; and {len(moved) - _SHOWN} more" if len(moved) > _SHOWN else ""
+    data = any(isinstance(m, dict) and str(m.get("stream", "")).startswith("data:") for m in moved)
     return (
         f"{len(moved)} random stream{'s' if len(moved) != 1 else ''} moved between the checkpoint load (step "
         f"{restored}) and the first step: {shown}{more}; the resumed run is not the uninterrupted one. Draw "
-        "or seed after the first step, or from a generator of your own"
+        "or seed after the first step, or from a generator of your own" + (_DATA_FIX if data else "")
     )
+
+
+_DATA_FIX = (
+    "; a data: stream is the data's own generator or sampler position: create the data iterator before the "
+    "load (or restore its generator's state after creating it), and draw from the dataset's generator only in a step"
+)
 
 
 def _step(rec: Record) -> str | None:

@@ -16,10 +16,20 @@ stream or re-seed one: a draw there makes the resumed run differ from the uninte
   the load, shows (Megatron-Bridge #3832);
 - where the caller knows the data position (the Megatron-LM drop-in: Megatron-LM's consumed samples
   and iteration), it is read at both ends too: the first step must start where the load left it (an
-  offset applied twice, Megatron-Bridge #4565; data from sample 0, #3503 and #5987).
+  offset applied twice, Megatron-Bridge #4565; data from sample 0, #3503 and #5987);
+- the data the training loop is given (`watch_data`: the drop-in's train iterator, or what a caller
+  names) is searched for its own generators and sampler positions (`lifecycle.core_entry._data_streams`
+  says which are found and which are not); each is a stream `data:<path>` (`data:loader.generator`,
+  `data:sampler.generator`, `data:dataset.rng`), hashed when given and at the first step. A torch
+  generator drawn from in the window (a DataLoader iterator created after the load draws its base
+  seed from the loader's), before or after it was given, is named with its caller: torch's draws pass
+  it as `generator=` through the wrapped entry points. A NumPy generator on a dataset is swapped for a
+  watched one of its own type until the check.
 
-Cost: one hash of each stream's state twice (a few KiB each) and ~40 attribute swaps per resume; no
-store key, connection, collective or process group, at any world size.
+Cost: one hash of each stream's state twice (a few KiB each) and ~40 attribute swaps per resume; per
+data stream found, two hashes (a torch generator's 5 KiB state, a NumPy bit generator's few hundred
+bytes) and, for a NumPy one on a dataset, two attribute swaps. No store key, connection, collective or
+process group, at any world size.
 """
 
 from __future__ import annotations
@@ -33,10 +43,12 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
-from typing import TYPE_CHECKING, NotRequired, ParamSpec, TypedDict, TypeVar
+from typing import TYPE_CHECKING, NotRequired, ParamSpec, Protocol, TypedDict, TypeVar
 
 from lifecycle.core_entry._counts import optimizer_counts
+from lifecycle.core_entry._data_streams import Data, DataGenerator, Found, Swap, find, watch
 from lifecycle.log import JSONValue
+from lifecycle.runtime import Runtime
 
 if TYPE_CHECKING:
     import numpy
@@ -183,6 +195,13 @@ class ResumeWindow:
     _position: Callable[[], dict[str, int]] | None = None
     _optimizer: weakref.ref[MegatronOptimizer] | None = None  # weakly: the window must not keep a released optimizer
     _patches: list[_Patch] = field(default_factory=list)
+    data: list[Found] = field(default_factory=list)
+    """The data's streams `watch_data` found (`data:<path>`)."""
+    data_restored: dict[str, str] = field(default_factory=dict)
+    """Each data stream's hash when it was given."""
+    drawn: dict[int, tuple[torch.Generator, str]] = field(default_factory=dict)
+    """id → (generator, first caller) of each generator a wrapped entry point was given (`generator=`)."""
+    _swaps: list[Swap] = field(default_factory=list)
 
     @classmethod
     def open(
@@ -228,12 +247,50 @@ class ResumeWindow:
                 original = getattr(owner, attr, None)
                 if callable(original):
                     own = attr in getattr(owner, "__dict__", {})
-                    wrapper = _wrap(original, stream, f"{owner_path}.{attr}", self.callers)
+                    wrapper = _wrap(original, stream, f"{owner_path}.{attr}", self.callers, self.drawn)
                     setattr(owner, attr, wrapper)
                     self._patches.append(_Patch(owner, attr, original, wrapper, own))
 
+    def watch_data(self, *data: Data, **named: DataGenerator) -> list[str]:
+        """Hash the streams of `data` (and the generators `named`, as `data:<name>`) until the check; the
+        names of those found. A NumPy generator on a dataset is watched for its caller (module doc)."""
+        if self.checked:
+            return []
+        known = {f.key for f in self.data}
+        for stream in find(*data, **named):
+            if stream.key in known or stream.name in self.data_restored:
+                continue
+            self.data.append(stream)
+            self.data_restored[stream.name] = stream.digest()
+            swap = watch(stream, self.callers, caller)
+            if swap is not None:
+                self._swaps.append(swap)
+        return [f.name for f in self.data]
+
+    def _data_moved(self) -> list[dict[str, str]]:
+        """Each data stream whose hash changed since it was given, or that a torch draw was given."""
+        out = []
+        for stream in self.data:
+            found = stream.digest()
+            drawn = self.drawn.get(stream.key) if stream.torch else None
+            if drawn is None and found == self.data_restored[stream.name]:
+                continue
+            who = drawn[1] if drawn is not None else self.callers.get(stream.name)
+            out.append(
+                {
+                    "stream": stream.name,
+                    "restored": self.data_restored[stream.name],
+                    "found": found,
+                    "caller": who or "unknown: not through a watched entry point",
+                }
+            )
+        return out
+
     def close(self) -> None:
         """Take the wrappers off (each one still in place; one someone replaced since stays theirs)."""
+        swaps, self._swaps = self._swaps, []
+        for swap in reversed(swaps):
+            swap.undo()
         patches, self._patches = self._patches, []
         for patch in reversed(patches):
             if _current(patch.owner, patch.attr) is not patch.wrapper:
@@ -262,15 +319,36 @@ class ResumeWindow:
             for name in sorted(set(self.restored) | set(found))
             if self.restored.get(name) != found.get(name)
         ]
+        moved += self._data_moved()
+        self.drawn.clear()  # the generators drawn from are not kept past the check
+        data: dict[str, JSONValue] = {"data": dict(self.data_restored)} if self.data else {}
         return {
             "step": step,
             "restored_step": self.restored_step,
             "moved": moved,
-            "streams": len(found),
+            "streams": len(found) + len(self.data),
+            **data,
             **self.optimizer_fields(),
             **self._position_fields(),
             "duration_s": time.perf_counter() - started,
         }
+
+
+class _Driven(Protocol):
+    @property
+    def runtime(self) -> Runtime: ...
+
+
+def watch_data(lc: _Driven, *data: Data, **named: DataGenerator) -> list[str]:
+    """After a checkpoint load, before the first step: hash the random streams of the data the training
+    loop is given (DataLoaders, their iterators, samplers, datasets; a list is its items) and of the
+    generators `named` (`data:<name>`), and check them at the first step. The names of the streams
+    found; [] without a resume window (fresh weights, or after the first step)."""
+    window = lc.runtime.resume_window
+    if not isinstance(window, ResumeWindow):
+        return []
+    roots = [item for root in data for item in (root if isinstance(root, (list, tuple)) else [root])]
+    return window.watch_data(*roots, **named)
 
 
 def _resolve(path: str) -> ModuleType | type | None:
@@ -295,17 +373,27 @@ def _current(owner: ModuleType | type, attr: str) -> object:
     return own[attr] if attr in own else getattr(owner, attr, None)
 
 
-def _wrap(fn: Callable[P, R], stream: str, entry: str, callers: dict[str, str]) -> Callable[P, R]:
+def _wrap(
+    fn: Callable[P, R],
+    stream: str,
+    entry: str,
+    callers: dict[str, str],
+    generators: dict[int, tuple[torch.Generator, str]],
+) -> Callable[P, R]:
     def drawn(*args: P.args, **kwargs: P.kwargs) -> R:
-        if stream not in callers and kwargs.get("generator") is None:  # a generator of one's own is no stream here
-            callers[stream] = f"{_caller(sys._getframe(1))} ({entry})"
+        generator = kwargs.get("generator")
+        if generator is not None:  # a generator of one's own is no global stream; it may be the data's
+            if id(generator) not in generators:
+                generators[id(generator)] = (generator, f"{caller(sys._getframe(1))} ({entry})")
+        elif stream not in callers:
+            callers[stream] = f"{caller(sys._getframe(1))} ({entry})"
         return fn(*args, **kwargs)
 
     drawn.__wrapped__ = fn  # type: ignore[attr-defined]
     return drawn
 
 
-def _caller(frame: FrameType | None) -> str:
+def caller(frame: FrameType | None) -> str:
     """file:line in function of the first frame outside torch, numpy, megatron's RNG and the standard
     library: the code that asked for the draw."""
     first = frame

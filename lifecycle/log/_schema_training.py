@@ -137,11 +137,20 @@ class StreamsChecked(Record, frozen=True, kw_only=True, tag="streams_checked"):
     moved: Annotated[
         list[dict[str, str]],
         Meta(
-            description="each stream whose state changed since the load: stream, restored, found (hashes), caller "
+            description="each stream whose state changed since the load (a `data:` stream: since it was given, or "
+            "that a torch draw took as `generator=` in the window): stream, restored, found (hashes), caller "
             "(file:line in function (entry point) of the first draw or seed)"
         ),
     ]
-    streams: Annotated[int, Meta(description="streams hashed")]
+    streams: Annotated[int, Meta(description="streams hashed, the data's included")]
+    data: Annotated[
+        dict[str, str] | UnsetType,
+        Meta(
+            description="each random stream of the data the training loop was given (`data:<path>`: a DataLoader's, "
+            "a sampler's or a dataset's generator, a sampler's position) → its short hash when it was given; "
+            "absent when no data was given or none was found ([adopting.md](adopting.md#checkpoints))"
+        ),
+    ] = UNSET
     optimizer: OptimizerCounts = UNSET
     saved_optimizer: SavedCounts = UNSET
     position: Annotated[

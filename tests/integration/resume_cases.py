@@ -73,6 +73,56 @@ def own_generators(lc: Lifecycle) -> None:
     random.Random(3).random()
 
 
+class NumpyDataset:
+    """A map-style dataset that augments each sample with a NumPy generator of its own."""
+
+    def __init__(self) -> None:
+        import numpy
+
+        self.rng = numpy.random.default_rng(5)
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> float:
+        return index + float(self.rng.random())  # the augmentation's draw
+
+
+def _loader(dataset: Any = None) -> Any:
+    """A shuffling DataLoader with a generator of its own: its base seed and its order are drawn from it."""
+    import torch
+
+    generator = torch.Generator().manual_seed(11)
+    return torch.utils.data.DataLoader(dataset or list(range(8)), batch_size=2, shuffle=True, generator=generator)
+
+
+def data_clean(lc: Lifecycle) -> None:
+    """A DataLoader with its own generator and a dataset with its own, given to the window after the load
+    and first iterated in the first step: nothing of the data's moves."""
+    from lifecycle.core_entry.streams import watch_data
+
+    watch_data(lc, _loader(NumpyDataset()))
+
+
+def data_loader_generator(lc: Lifecycle) -> None:
+    """Megatron-Bridge #5257 with `DataLoader(generator=g)`: its iterator, made after the load, draws the
+    base seed from the loader's own generator."""
+    from lifecycle.core_entry.streams import watch_data
+
+    loader = _loader()
+    watch_data(lc, loader)
+    iter(loader)
+
+
+def data_numpy_dataset(lc: Lifecycle) -> None:
+    """A dataset's own NumPy generator drawn before the first step (a sample looked at after the load)."""
+    from lifecycle.core_entry.streams import watch_data
+
+    dataset = NumpyDataset()
+    watch_data(lc, _loader(dataset))
+    dataset[0]
+
+
 HOOKS: dict[str, Callable[[Lifecycle], None] | None] = {
     "clean": None,
     "warmup_5255": warmup_5255,
@@ -81,6 +131,9 @@ HOOKS: dict[str, Callable[[Lifecycle], None] | None] = {
     "tracker_reseed": tracker_reseed,
     "optimizer_3832": optimizer_3832,
     "own_generators": own_generators,
+    "data_clean": data_clean,
+    "data_loader_generator": data_loader_generator,
+    "data_numpy_dataset": data_numpy_dataset,
 }
 
 

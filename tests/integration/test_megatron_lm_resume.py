@@ -76,6 +76,8 @@ def test_a_drop_in_resume_records_every_stream_and_the_data_position_after_megat
     assert (checked["step"], checked["restored_step"]) == (SAVED + 1, SAVED)
     assert checked["position"] == checked["restored_position"] == restored["position"]
     assert [r["step"] for r in _records(logs, "resumed", "step_completed")] == [SAVED + 1, SAVED + 2]
+    # the train iterator given to the window: megatron's batch sampler's position, through RerunDataIterator
+    assert "data:batch_sampler" in checked["data"]
 
 
 def test_megatron_lms_own_train_iterator_draws_its_base_seed_after_the_load_and_is_named(logs: Path) -> None:

@@ -56,6 +56,32 @@ def test_draws_from_generators_of_ones_own_move_no_stream(cases: dict[str, Any])
     assert case["checked"][0]["moved"] == [] and case["la027"] == []
 
 
+def test_a_resume_with_a_data_loader_of_its_own_generator_finds_nothing(cases: dict[str, Any]) -> None:
+    [checked] = cases["data_clean"]["checked"]
+    assert set(checked["data"]) == {"data:loader.generator", "data:dataset.rng"}
+    assert checked["moved"] == [] and cases["data_clean"]["la027"] == []
+
+
+@pytest.mark.parametrize(
+    ("label", "stream", "caller"),
+    [
+        ("data_loader_generator", "data:loader.generator", "in data_loader_generator (torch.Tensor.random_)"),
+        ("data_numpy_dataset", "data:dataset.rng", "in __getitem__ (numpy.random._generator.Generator.random)"),
+    ],
+)
+def test_a_data_generator_drawn_between_the_load_and_the_first_step_is_named_with_its_caller(
+    cases: dict[str, Any], label: str, stream: str, caller: str
+) -> None:
+    case = cases[label]
+    [checked] = case["checked"]
+    [moved] = checked["moved"]  # the data's own generator only: no global stream moved
+    assert moved["stream"] == stream and moved["restored"] != moved["found"]
+    assert moved["caller"].startswith("tests/integration/resume_cases.py:") and moved["caller"].endswith(caller)
+    [finding] = case["la027"]
+    assert f"{stream} by tests/integration/resume_cases.py:" in finding
+    assert "create the data iterator before the load" in finding
+
+
 @pytest.mark.parametrize(
     ("label", "streams", "caller"),
     [

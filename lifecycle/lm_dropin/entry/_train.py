@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 from lifecycle.core_entry.steps import Driver, steps_for
+from lifecycle.core_entry.streams import watch_data
 from lifecycle.lm_dropin.entry._bound_once import bound_once, short
 from lifecycle.log import events
 
@@ -103,6 +104,7 @@ def run_training(lc: Driver, call: MegatronLMCall) -> TrainResult:
     scheduler, ckpt = rt.scheduler, call.checkpointing_context
     config = rt.transformer_config
     train_it, valid_it, test_it = data_iterators(call, len(model))
+    watch_data(lc, train_it)  # after a load: the train data's own generators are checked at the first step
     iteration, flops = args.iteration, args.num_floating_point_operations_so_far
     dropped: list[str] = []
     losses: list[float | None] = []

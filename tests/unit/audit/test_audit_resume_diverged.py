@@ -75,3 +75,19 @@ def test_each_divergence_of_one_record_is_said_in_its_one_finding(tmp_path: Path
     loaded = {"consumed_samples": 8, "iteration": 2}
     [message] = findings(tmp_path, [WARMUP], position={"consumed_samples": 0, "iteration": 2}, restored_position=loaded)
     assert message.startswith("1 random stream moved") and "; and the data position at the first step" in message
+
+
+def test_a_data_generator_drawn_before_the_first_step_is_a_finding_naming_it_with_the_data_fix(
+    tmp_path: Path,
+) -> None:
+    drawn = {
+        "stream": "data:loader.generator",
+        "restored": "bf5f",
+        "found": "bf5f",  # drawn before the loop gave it: the hash agrees, the draw was seen
+        "caller": "train.py:40 in build (torch.Tensor.random_)",
+    }
+    [message] = findings(tmp_path, [drawn], data={"data:loader.generator": "bf5f"})
+    assert "data:loader.generator by train.py:40 in build (torch.Tensor.random_)" in message
+    assert "create the data iterator before the load" in message
+    [global_only] = findings(tmp_path / "global", [WARMUP])
+    assert "data iterator" not in global_only
