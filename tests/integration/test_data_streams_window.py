@@ -125,3 +125,13 @@ def test_a_megatron_sampler_whose_consumed_samples_changed_is_a_moved_position()
     assert window.watch_data(iterator) == ["data:batch_sampler"]
     sampler.consumed_samples = 16  # the resume offset applied again
     assert "data:batch_sampler" in _moved(window)
+
+
+def test_a_distributed_sampler_whose_epoch_was_set_in_the_window_is_a_moved_position() -> None:
+    import torch
+
+    sampler = torch.utils.data.DistributedSampler(list(range(8)), num_replicas=1, rank=0, seed=3)
+    window = ResumeWindow.open(2)
+    assert window.watch_data(_loader(sampler=sampler)) == ["data:loader.generator", "data:sampler"]
+    sampler.set_epoch(1)  # its order is drawn from seed + epoch
+    assert list(_moved(window)) == ["data:sampler"]
