@@ -18,10 +18,11 @@ then:
 
 Not found: a generator deeper than that (a dataset's dataset's), one held in a local variable or a
 sampler iterator's frame, Python's `random.Random` instances, a dataset without `__dict__`. The caller
-names those itself (`watch_data(lc, name=generator)`).
+names those itself (`watch_data(lc, name=generator)`). A re-seed (`manual_seed`, a state set) and a position set
+by assignment show by their hash, with no caller.
 
 A NumPy generator found on a dataset is replaced there, while the window is open, by a watched one of
-its own type sharing its state, so a draw through the dataset is attributed to its caller; `Watched.undo`
+its own type sharing its state, so a draw through the dataset is attributed to its caller; `Swap.undo`
 puts the original back. A torch generator needs no wrapper: torch's draws take it as `generator=`, through
 the entry points the window wraps anyway.
 """
