@@ -39,6 +39,7 @@ import os
 import pickle
 import sys
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -257,14 +258,17 @@ class ResumeWindow:
         if self.checked:
             return []
         known = {f.key for f in self.data}
-        for stream in find(*data, **named):
-            if stream.key in known or stream.name in self.data_restored:
-                continue
-            self.data.append(stream)
-            self.data_restored[stream.name] = stream.digest()
-            swap = watch(stream, self.callers, caller)
-            if swap is not None:
-                self._swaps.append(swap)
+        try:
+            for stream in find(*data, **named):
+                if stream.key in known or stream.name in self.data_restored:
+                    continue
+                self.data.append(stream)
+                self.data_restored[stream.name] = stream.digest()
+                swap = watch(stream, self.callers, caller)
+                if swap is not None:
+                    self._swaps.append(swap)
+        except Exception as exc:  # a user object's attribute that raises: watch what was found, train on
+            warnings.warn(f"the resume window stopped looking for the data's generators: {exc!r}", stacklevel=2)
         return [f.name for f in self.data]
 
     def _data_moved(self) -> list[dict[str, str]]:

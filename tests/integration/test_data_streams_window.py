@@ -135,3 +135,25 @@ def test_a_distributed_sampler_whose_epoch_was_set_in_the_window_is_a_moved_posi
     assert window.watch_data(_loader(sampler=sampler)) == ["data:loader.generator", "data:sampler"]
     sampler.set_epoch(1)  # its order is drawn from seed + epoch
     assert list(_moved(window)) == ["data:sampler"]
+
+
+class Hostile:
+    """A dataset whose attributes raise something other than AttributeError when read."""
+
+    def __init__(self) -> None:
+        self.rng = numpy.random.default_rng(5)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("__dict__", "rng"):
+            raise RuntimeError(f"{name} is not for you")
+        return object.__getattribute__(self, name)
+
+
+def test_data_whose_attributes_raise_is_left_unwatched_with_a_warning_and_the_loop_goes_on() -> None:
+    window = ResumeWindow.open(2)
+    loader = _loader(Hostile())
+    assert window.watch_data(named=numpy.random.default_rng(1)) == ["data:named"]
+    with pytest.warns(UserWarning, match="stopped looking for the data's generators: RuntimeError"):
+        found = window.watch_data(loader)
+    assert found == ["data:named"]  # this data is not watched; the window and the loop go on
+    assert _moved(window) == {}
