@@ -24,7 +24,7 @@ from types import MappingProxyType
 
 from lifecycle.config import RunConfig, normalize, validate
 from lifecycle.errors import ImportHung
-from lifecycle.log import events
+from lifecycle.log import records
 from lifecycle.runtime import Imports, PhaseContext, Runtime
 from states import PLAN_TARGETS, Plan, State
 
@@ -161,5 +161,5 @@ def validate_while_importing(
             waited_s=report.waited_s,
             failed=dict(report.failed),
         )
-        ctx.emit(events.IMPORTS, **fields)
+        ctx.emit(records.Imports(**fields))
     return dataclasses.replace(runtime, imports=fields)  # for `lifecycle run`'s summary

@@ -6,9 +6,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass
 
+from lifecycle.log.records import Record
 from lifecycle.runtime import PhaseContext, Watch
 
-Emit = Callable[..., None]
+Emit = Callable[[Record], None]
 
 
 @dataclass(frozen=True, slots=True)

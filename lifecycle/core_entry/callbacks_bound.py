@@ -6,7 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from lifecycle.errors import BindingError
-from lifecycle.log import events
+from lifecycle.log import records
 from states import SideEffect
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def enter(ctx: PhaseContext) -> Runtime:
         pg_collection=rt.pg_collection,
         align_grad_reduce=rt.config.ddp.align_grad_reduce,
     )
-    ctx.emit(events.CALLBACKS_BOUND, **report.log_fields())
+    ctx.emit(records.CallbacksBound(**report.log_fields()))
     return dataclasses.replace(rt, binding=report)
 
 
@@ -49,5 +49,5 @@ def release(ctx: PhaseContext, runtime: Runtime) -> Runtime:
     if not isinstance(report, BindingReport):
         return dataclasses.replace(runtime, binding=None)
     slots = unbind_callbacks(report)
-    ctx.emit(events.CALLBACKS_UNBOUND, target_id=report.target_id, slots=list(slots))
+    ctx.emit(records.CallbacksUnbound(target_id=report.target_id, slots=list(slots)))
     return dataclasses.replace(runtime, binding=None)

@@ -32,7 +32,7 @@ from lifecycle.core_entry._counts import optimizer_counts, saved_counts
 from lifecycle.core_entry.streams import StreamStates, capture, restore
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
-from lifecycle.log import JSONValue, events
+from lifecycle.log import JSONValue, records
 
 if TYPE_CHECKING:
     from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedStateDict
@@ -309,14 +309,15 @@ def load_at_build(ctx: PhaseContext, model: list[MegatronModule], optimizer: Meg
     started = time.perf_counter()
     step, retargeted, streams = _load(directory, field, model, optimizer)
     ctx.emit(
-        events.CHECKPOINT_LOADED,
-        path=str(iteration_dir(directory, step)),
-        step=step,
-        source=field,
-        optimizer=optimizer is not None,
-        streams=streams,
-        duration_s=time.perf_counter() - started,
-        **({"retargeted_from": retargeted} if retargeted else {}),
+        records.CheckpointLoaded(
+            path=str(iteration_dir(directory, step)),
+            step=step,
+            source=field,
+            optimizer=optimizer is not None,
+            streams=streams,
+            duration_s=time.perf_counter() - started,
+            retargeted_from=retargeted if retargeted else records.UNSET,
+        )
     )
     return step
 
@@ -332,7 +333,7 @@ def save_after_steps(lc: Driver, step: int) -> Path | None:
     steps_for(lc).sync_params("before_checkpoint_save")  # the shards this rank does not own are current
     started = time.perf_counter()
     path = save_checkpoint(directory, step, list(rt.model), rt.optimizer, rt.vocab_size)
-    lc.record(events.CHECKPOINT_SAVED, path=str(path), step=step, duration_s=time.perf_counter() - started)
+    lc.record(records.CheckpointSaved(path=str(path), step=step, duration_s=time.perf_counter() - started))
     return path
 
 

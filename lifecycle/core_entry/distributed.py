@@ -29,7 +29,7 @@ from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.core_entry.rehearsal import Rehearsal, is_active, start_rehearsal
 from lifecycle.core_entry.timeouts import GroupWatch, log_timeouts
 from lifecycle.errors import DistributedError
-from lifecycle.log import JSONValue, events
+from lifecycle.log import records
 from lifecycle.runtime import Closeable, PhaseContext, Runtime, rank_of, world_size_of
 from states import SideEffect
 
@@ -141,8 +141,8 @@ def store_unreachable(ctx: PhaseContext, timeout_s: float, agent: bool) -> Distr
     """A client rank never reached the store's host (rank 0, or torchrun's agent): log and explain."""
     where = "{}:{}".format(*launchers.rendezvous() or ("MASTER_ADDR", "MASTER_PORT"))
     host = "torchrun's agent" if agent else "rank 0"
-    fields: dict[str, JSONValue] = {} if agent else {"missing": [0]}
-    ctx.emit(events.STATE_TIMEOUT, state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=timeout_s, **fields)
+    missing = records.UNSET if agent else [0]
+    ctx.emit(records.StateTimeout(state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=timeout_s, missing=missing))
     return DistributedError(
         f"rendezvous timed out after {timeout_s:g} s: could not reach the store at {where} that {host} "
         f"hosts{'' if agent else '; missing: rank 0'}. Start {host}, or raise startup.timeout_s",
@@ -312,7 +312,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     watch: RankWatch | None = None
     groups_watch = GroupWatch().installed() if config.backend != "fake" else None  # who creates each group
     try:
-        ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
+        ctx.emit((records.RehearsalEnabled if on else records.RehearsalDisabled)(reason=reason))
         rank, world, watch = init_process_group(ctx, config, real_cuda=not on)
         ctx.set_rank(rank=rank, world_size=world)
         with watch.phase(ctx, "DISTRIBUTED") if watch is not None else nullcontext():
@@ -347,15 +347,16 @@ def _log_initialized(ctx: PhaseContext, config: RunConfig, coords: dict[str, int
 
     par = config.parallel
     ctx.emit(
-        events.DISTRIBUTED_INITIALIZED,
-        backend=config.backend,
-        tp=par.tp,
-        pp=par.pp,
-        cp=par.cp,
-        ep=par.ep,
-        dp=ps.get_data_parallel_world_size(),
-        vpp=par.vpp,
-        ranks=coords,
+        records.DistributedInitialized(
+            backend=config.backend,
+            tp=par.tp,
+            pp=par.pp,
+            cp=par.cp,
+            ep=par.ep,
+            dp=ps.get_data_parallel_world_size(),
+            vpp=par.vpp,
+            ranks=coords,
+        )
     )
 
 

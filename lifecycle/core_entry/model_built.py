@@ -24,7 +24,7 @@ from lifecycle.core_entry.settings import check_landed, with_names
 from lifecycle.core_entry.streams import ResumeWindow
 from lifecycle.core_entry.user_providers import OwnsConfig, check_chunk, display_name, resolve_provider
 from lifecycle.errors import ConfigError
-from lifecycle.log import JSONValue, events
+from lifecycle.log import JSONValue, records
 from states import Plan, SideEffect
 
 if TYPE_CHECKING:
@@ -204,11 +204,12 @@ def enter(ctx: PhaseContext) -> Runtime:
     runtime_config = get_model_config(model[0])
     te_buffers = init_te_user_buffers(run, runtime_config)
     ctx.emit(
-        events.MODEL_BUILT,
-        chunks=len(model),
-        model_config_id=hex(id(runtime_config)),
-        provider_config_id=hex(id(config)),
-        optimizer=optimizer is not None,
+        records.ModelBuilt(
+            chunks=len(model),
+            model_config_id=hex(id(runtime_config)),
+            provider_config_id=hex(id(config)),
+            optimizer=optimizer is not None,
+        )
     )
     return dataclasses.replace(
         rt,
@@ -240,10 +241,10 @@ def open_window(
         return None
     read = saved if saved is not None else partial(_saved_here, ctx)
     window = ResumeWindow.open(step, optimizer, read() if optimizer is not None else None, position)
-    restored = {"step": step, "streams": dict(window.restored), "watched": window.watched}
+    restored: dict[str, JSONValue] = {"step": step, "streams": dict(window.restored), "watched": window.watched}
     if window.restored_position is not None:
         restored["position"] = window.restored_position
-    ctx.emit(events.STREAMS_RESTORED, **restored, **window.optimizer_fields())
+    ctx.emit(records.from_fields(records.StreamsRestored, restored | window.optimizer_fields()))
     return window
 
 

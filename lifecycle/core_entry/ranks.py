@@ -33,7 +33,7 @@ from lifecycle.core_entry._watched import mark_failed as mark_failed
 from lifecycle.core_entry._watched import watched as watched
 from lifecycle.core_entry._watched import watched_step as watched_step
 from lifecycle.errors import DistributedError
-from lifecycle.log import JSONValue, events
+from lifecycle.log import records
 from lifecycle.runtime import PhaseContext, signals
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ class RankWatch:
     def _rendezvous_timed_out(self, ctx: PhaseContext) -> DistributedError:
         """Log `state_timeout`; the first rank of each node names the missing ranks (the others count them)."""
         if self._own_index is None:
-            ctx.emit(events.STATE_TIMEOUT, state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=self.timeout_s)
+            ctx.emit(records.StateTimeout(state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=self.timeout_s))
             return _checkin.timed_out(self.world_size, self.timeout_s, arrived=int(self.store.add("arrived", 0)))
         self._timed_out(ctx.emit, ctx.trigger.value, "DISTRIBUTED", missing := self.missing(), rendezvous=True)
         return _checkin.timed_out(self.world_size, self.timeout_s, missing=missing)
@@ -260,11 +260,11 @@ class RankWatch:
             if self._named == peer:
                 return
             self._named = peer
-        emit(events.PEER_FAILED, peer_rank=peer.rank, peer_state=peer.state, error=peer.error, peer_kind=peer.kind)
+        emit(records.PeerFailed(peer_rank=peer.rank, peer_state=peer.state, error=peer.error, peer_kind=peer.kind))
 
     def _timed_out(self, emit: Emit, trigger: str, state: str, missing: list[int] | None, *, rendezvous: bool) -> None:
-        fields: dict[str, JSONValue] = {"missing": missing} if missing is not None else {}
-        emit(events.STATE_TIMEOUT, state=state, trigger=trigger, timeout_s=self.timeout_s, **fields)
+        listed = missing if missing is not None else records.UNSET
+        emit(records.StateTimeout(state=state, trigger=trigger, timeout_s=self.timeout_s, missing=listed))
         if not rendezvous:
             return
         error = f"rendezvous timed out; missing: {rank_list(missing or [])}"

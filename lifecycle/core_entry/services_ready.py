@@ -20,7 +20,7 @@ from lifecycle.config import RunConfig, TokenizerConfig
 from lifecycle.core_entry import compat
 from lifecycle.core_entry.vocab import resolve_vocab_size
 from lifecycle.errors import ExtraNotInstalled
-from lifecycle.log import events
+from lifecycle.log import records
 from lifecycle.runtime import Closeable, PhaseContext, Runtime
 from states import SideEffect
 
@@ -126,10 +126,9 @@ def enter(ctx: PhaseContext) -> Runtime:
     )
     writers = build_writers(ctx, config)
     ctx.emit(
-        events.SERVICES_READY,
-        tokenizer=None if tokenizer is None else type(tokenizer).__name__,
-        vocab_size=size,
-        vocab_source=source,
+        records.ServicesReady(
+            tokenizer=None if tokenizer is None else type(tokenizer).__name__, vocab_size=size, vocab_source=source
+        )
     )
     return dataclasses.replace(
         ctx.runtime,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 import bindings
 from lifecycle.config import DDPConfig, ModelConfig, OptimizerConfig
 from lifecycle.errors import ConfigError
-from lifecycle.log import events
+from lifecycle.log import records
 
 if TYPE_CHECKING:
     from megatron.core.optimizer import MegatronOptimizer
@@ -89,6 +89,6 @@ def check_landed(
             field="settings.allow_mismatch",
             problems=list(report.unknown_allowed),
         )
-    ctx.emit(events.SETTINGS_CHECKED, **report.log_fields(), duration_s=round(time.perf_counter() - start, 6))
+    ctx.emit(records.SettingsChecked(**report.log_fields(), duration_s=round(time.perf_counter() - start, 6)))
     report.raise_if_bad()
     return report

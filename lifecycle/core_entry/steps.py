@@ -29,7 +29,7 @@ from typing import Protocol, cast
 from bindings import BindingReport
 from lifecycle.core_entry.ranks import watched_step
 from lifecycle.errors import LifecycleError
-from lifecycle.log import events
+from lifecycle.log import records
 from lifecycle.runtime import Runtime
 from states import Plan, State, training_state, trains_in
 
@@ -66,7 +66,7 @@ class Driver(Protocol):
     def target(self) -> State: ...
     @property
     def runtime(self) -> Runtime: ...
-    def record(self, event: str, **fields: object) -> None: ...
+    def record(self, record: records.Record) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +139,7 @@ class Steps:
         window = self._lc.runtime.resume_window
         checked = window.check(step) if window is not None else None  # once per load, whatever follows
         if checked is not None:
-            self._lc.record(events.STREAMS_CHECKED, **checked)
+            self._lc.record(records.from_fields(records.StreamsChecked, checked))
         if self.first_pending and self.gather and self.defer_first_gather and not self._deferred:
             from bindings import pause_param_sync
 
@@ -149,10 +149,9 @@ class Steps:
                 self._paused = pause_param_sync(self.binding)
             self._deferred = True
             self._lc.record(
-                events.PARAM_GATHER_DEFERRED,
-                step=step,
-                chunks=len(self._model),
-                param_sync_func=self._paused is not None,
+                records.ParamGatherDeferred(
+                    step=step, chunks=len(self._model), param_sync_func=self._paused is not None
+                )
             )
         self._started = time.perf_counter()
 
@@ -160,7 +159,7 @@ class Steps:
         """After step `step`'s optimizer step: watchdog, gather resumed after step 1, `step_completed`."""
         watchdog = getattr(self.binding, "watchdog", None)
         try:
-            calls = watchdog.after_step(self._lc.record) if watchdog is not None else None
+            calls = watchdog.after_step(records.first_step(self._lc.record)) if watchdog is not None else None
         except BaseException:  # FinalizerNotCalled: the step does not count as completed
             self.abort(step)
             raise
@@ -170,7 +169,7 @@ class Steps:
         started, self._started = self._started, None
         duration = time.perf_counter() - started if started is not None else 0.0
         self.last_step = step
-        self._lc.record(events.STEP_COMPLETED, step=step, loss=loss, duration_s=duration)
+        self._lc.record(records.StepCompleted(step=step, loss=loss, duration_s=duration))
         return StepResult(step=step, loss=loss, duration_s=duration, finalizer_calls=calls)
 
     def _resume(self, step: int) -> None:
@@ -181,7 +180,7 @@ class Steps:
         if isinstance(self.binding, BindingReport):
             resume_param_sync(self.binding, self._paused)
         self._paused, self._deferred = None, False
-        self._lc.record(events.PARAM_GATHER_RESUMED, step=step, chunks=len(self._model))
+        self._lc.record(records.ParamGatherResumed(step=step, chunks=len(self._model)))
 
     def abort(self, step: int) -> None:
         """The step raised before `end`: undo a deferral (hooks and `param_sync_func` back, so the
@@ -220,7 +219,7 @@ class Steps:
         with self.watched(self.last_step or 0):
             for chunk in self._model:
                 chunk.start_param_sync(force_sync=True)
-        self._lc.record(events.PARAMS_SYNCED, reason=reason, step=self.last_step, chunks=len(self._model))
+        self._lc.record(records.ParamsSynced(reason=reason, step=self.last_step, chunks=len(self._model)))
         return True
 
 

@@ -23,14 +23,14 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypedDict, TypeVar
 
-from lifecycle.log import JSONValue
+from lifecycle.log import JSONValue, records
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-Emit = Callable[..., None]
+Emit = Callable[[records.Record], None]
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -64,7 +64,15 @@ def seconds(group: ProcessGroup) -> float | None:
     return max(found) if found else None
 
 
-def describe(group: ProcessGroup, globals_: dict[int, str]) -> dict[str, JSONValue]:
+class GroupFacts(TypedDict):
+    """A group's name, backend(s) and size, as `group_created` and `timeouts_read` name them."""
+
+    name: str
+    backend: str | None
+    size: int
+
+
+def describe(group: ProcessGroup, globals_: dict[int, str]) -> GroupFacts:
     """The group's name (megatron's `group_desc`, else its parallel_state global, else torch's name),
     backend(s) and size."""
     import torch.distributed as dist
@@ -111,15 +119,17 @@ class GroupWatch:
 
         if not isinstance(group, dist.ProcessGroup):
             if self._emit is not None:
-                absent: dict[str, JSONValue] = {"name": "(this rank is not in it)", "backend": None, "size": 0}
+                absent = GroupFacts(name="(this rank is not in it)", backend=None, size=0)
                 self._emit(
-                    "group_created", **absent, timeout_s=None, created_by=made_by, member=False, connect_s=took_s
+                    records.GroupCreated(**absent, timeout_s=None, created_by=made_by, member=False, connect_s=took_s)
                 )
             return
         self.creators[group.group_name], self.seconds[group.group_name] = made_by, round(took_s, 6)
         if self._emit is not None:
-            facts = describe(group, {}) | {"timeout_s": seconds(group), "connect_s": round(took_s, 6)}
-            self._emit("group_created", **facts, created_by=made_by)
+            facts = describe(group, {})
+            self._emit(
+                records.GroupCreated(**facts, timeout_s=seconds(group), connect_s=round(took_s, 6), created_by=made_by)
+            )
 
     def log_from_now(self, emit: Emit) -> None:
         self._emit = emit
@@ -155,7 +165,9 @@ def read_back(configured_s: float, watch: GroupWatch) -> tuple[list[dict[str, JS
     for group in list(c10d._world.pg_map):
         if group is c10d._world.default_pg:
             continue
-        entry = describe(group, names) | {"timeout_s": seconds(group)}
+        facts = describe(group, names)
+        entry: dict[str, JSONValue] = {"name": facts["name"], "backend": facts["backend"], "size": facts["size"]}
+        entry["timeout_s"] = seconds(group)
         entry["created_by"] = watch.creators.get(group.group_name, "?")
         entry["connect_s"] = watch.seconds.get(group.group_name)
         found = entry["timeout_s"]
@@ -179,12 +191,13 @@ def log_timeouts(emit: Emit, configured_s: float, watch: GroupWatch, *, watch_s:
     except (AttributeError, RuntimeError, ValueError):
         store_s = None
     emit(
-        "timeouts_read",
-        configured_s=configured_s,
-        world_s=seconds(world) if world is not None else None,
-        store_s=store_s,
-        watch_s=watch_s,
-        groups=groups,
-        corrected=corrected,
+        records.TimeoutsRead(
+            configured_s=configured_s,
+            world_s=seconds(world) if world is not None else None,
+            store_s=store_s,
+            watch_s=watch_s,
+            groups=[dict(group) for group in groups],
+            corrected=corrected,
+        )
     )
     watch.log_from_now(emit)

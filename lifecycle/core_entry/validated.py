@@ -14,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from lifecycle.config import normalize, probe_environment, raise_for, validate
-from lifecycle.log import events
-from lifecycle.redaction import redact
+from lifecycle.log import records
 from lifecycle.runtime import PhaseContext, Runtime
 from states import Plan
 
@@ -33,12 +32,11 @@ def enter(ctx: PhaseContext) -> Runtime:
     used, rewrites = normalize(config)
     raise_for(validate(used, environment=probe_environment(used, ctx.log_dir) if environment else False))
     for rewrite in rewrites:
-        ctx.emit(events.CONFIG_NORMALIZED, **rewrite.log_fields())
+        ctx.emit(records.ConfigNormalized(field=rewrite.field, given=rewrite.given, used=rewrite.used, why=rewrite.why))
     fingerprint = config.fingerprint()
     ctx.emit(
-        events.CONFIG_VALIDATED,
-        fingerprint=fingerprint,
-        config=redact(config.to_dict()),
-        environment=environment,
+        records.ConfigValidated(
+            fingerprint=fingerprint, config=records.redacted(config.to_dict()), environment=environment
+        )
     )
     return dataclasses.replace(ctx.runtime, config=used, fingerprint=fingerprint)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lifecycle.log.records import Record
 from lifecycle.runtime import GivenProvider, Options, Runtime
 from states import Plan, SideEffect, Trigger
 
@@ -23,14 +24,14 @@ class Context:
     log_dir: Path | None
     """The run's startup-log directory as its one owner (`LogDir`) holds it, or None."""
     declare: Callable[[SideEffect, Runtime], None]
-    record: Callable[[str, dict[str, object]], None]
+    record: Callable[[Record], None]
     rank_known: Callable[[int, int], None]
 
     def side_effect(self, kind: SideEffect) -> None:
         self.declare(kind, self.runtime)
 
-    def emit(self, event: str, **fields: object) -> None:
-        self.record(event, fields)
+    def emit(self, record: Record) -> None:
+        self.record(record)
 
     def set_rank(self, *, rank: int, world_size: int) -> None:
         self.rank_known(rank, world_size)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from lifecycle.config import RunConfig
 from lifecycle.core_entry import steps as _steps
@@ -23,13 +23,14 @@ from lifecycle.core_entry.steps import StepHandle, StepResult, StepsSlot
 from lifecycle.engine import _tripwires, _warnings
 from lifecycle.engine._failures import Failures, track
 from lifecycle.engine._guarding import Guards
-from lifecycle.engine._ledger import Cycles
+from lifecycle.engine._ledger import CauseFields, CycleFields, Cycles
 from lifecycle.engine._machine import build_machine
 from lifecycle.engine._shared import TripwirePolicy, elastic, make_shared
 from lifecycle.engine._side_effects import SideEffectRules
 from lifecycle.engine._work import RESUMING, EntryWork
 from lifecycle.errors import GuardRejected, InvalidTransition, PhaseFailed, StartupAborted
-from lifecycle.log import JSONValue, events
+from lifecycle.log import records
+from lifecycle.log.records import Record
 from lifecycle.runtime import GivenProvider, Options, OptionValues, PhaseSet, Runtime
 from states import (
     PLAN_TARGETS,
@@ -76,15 +77,16 @@ class Lifecycle:
         self.steps_slot = StepsSlot()
         """The step book of the current binding (`lifecycle.core_entry.steps.steps_for`)."""
         self._machine = build_machine(shared.model)
-        shared.log.emit(
-            events.LIFECYCLE_STARTED,
-            plan=shared.plan.value,
-            target=self.target.name,
-            policy=tripwires,
-            pid=os.getpid(),
-            host=socket.gethostname(),
-            rehearsal=config.rehearsal,
-            **elastic(),
+        shared.log.write(
+            records.LifecycleStarted(
+                plan=shared.plan.value,
+                target=self.target.name,
+                policy=tripwires,
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                rehearsal=config.rehearsal,
+                restart_count=elastic(),
+            )
         )
         if tripwires != "off":
             _tripwires.arm(self._rules)
@@ -147,11 +149,12 @@ class Lifecycle:
         """Why the log file stopped taking records (they went to stderr since), or None."""
         return self._shared.log.fault
 
-    def record(self, event: str, **fields: object) -> None:
-        """Add a record to this rank's startup log (training code logs `step_completed` this way).
+    def record(self, record: Record) -> None:
+        """Add a record to this rank's startup log: a type of `lifecycle.log.records`, its fields set
+        (training code logs `lc.record(StepCompleted(step=..., loss=..., duration_s=...))`).
         Never raises because of the log: a write failure moves the lifecycle to FAILED instead."""
         with self._shared.lock:
-            self._shared.log.emit(event, **fields)
+            self._shared.log.write(record)
             if self._failures.new_log_fault() is not None:
                 self._failures.fail_for_log(None, self.state, raise_=False)
 
@@ -280,11 +283,11 @@ class Lifecycle:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
         self._cycles.begin(cycle)
 
-    def cycle_trained(self, **fields: JSONValue) -> None:
+    def cycle_trained(self, **fields: Unpack[CycleFields]) -> None:
         """Log `cycle_started` as training starts: the ledger now, the config fingerprint, the caller's fields."""
         self._cycles.trained(**fields)
 
-    def end_cycle(self, **fields: JSONValue) -> None:
+    def end_cycle(self, **fields: Unpack[CauseFields]) -> None:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
         self._cycles.ended(**fields)
 
@@ -338,7 +341,7 @@ class Lifecycle:
         if trigger in _FORWARD or trigger is Trigger.RESTART:
             failures.trap.install()
         _tripwires.refresh()
-        shared.log.emit(events.TRANSITION_STARTED, trigger=trigger.value, source=source.name)
+        shared.log.write(records.TransitionStarted(trigger=trigger.value, source=source.name))
         if trigger in _FORWARD and failures.new_log_fault() is not None:
             failures.fail_for_log(trigger, source)  # do not start work the log cannot record
         started = time.perf_counter()
@@ -404,17 +407,15 @@ class Lifecycle:
 
     def _completed(self, trigger: Trigger, source: State, duration: float) -> None:
         shared = self._shared
-        fields: dict[str, JSONValue] = {}
-        if trigger is Trigger.FAIL:
-            fields["reason"] = self._failures.reason
-        shared.log.emit(
-            events.TRANSITION_COMPLETED,
-            trigger=trigger.value,
-            source=source.name,
-            dest=self.state.name,
-            duration_s=duration,
-            config_fingerprint=shared.runtime.fingerprint,
-            **fields,
+        shared.log.write(
+            records.TransitionCompleted(
+                trigger=trigger.value,
+                source=source.name,
+                dest=self.state.name,
+                duration_s=duration,
+                config_fingerprint=shared.runtime.fingerprint,
+                reason=self._failures.reason if trigger is Trigger.FAIL else records.UNSET,
+            )
         )
         if self.state in (self.target, State.FAILED, State.SHUT_DOWN):
             # Tripwires guard the startup only: user code recovering from a failure may seed and

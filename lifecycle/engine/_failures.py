@@ -19,7 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
 from lifecycle.errors import LifecycleError, PhaseFailed, RehearsalError, StartupAborted
-from lifecycle.log import events
+from lifecycle.log import records
 from lifecycle.redaction import redact_text
 from lifecycle.runtime import signals
 from lifecycle.runtime.signals import SignalWatch
@@ -121,14 +121,15 @@ class Failures:
             self.log_aborted(exc)
         else:
             field = getattr(exc, "field", None)
-            self.shared.log.emit(
-                events.TRANSITION_FAILED,
-                trigger=trigger.value,
-                source=source.name,
-                error_type=type(exc).__name__,
-                error=redact_text(str(exc)),
-                duration_s=duration,
-                **({"field": field} if isinstance(field, str) else {}),
+            self.shared.log.write(
+                records.TransitionFailed(
+                    trigger=trigger.value,
+                    source=source.name,
+                    error_type=type(exc).__name__,
+                    error=redact_text(str(exc)),
+                    duration_s=duration,
+                    field=field if isinstance(field, str) else records.UNSET,
+                )
             )
         self.shared.active = None
         self.force_fail(f"{trigger.value}: {type(exc).__name__}")
@@ -155,7 +156,7 @@ class Failures:
         if find(self.shared.state, Trigger.FAIL) is None:
             return
         self.reason = reason
-        self.shared.log.emit(events.TRANSITION_STARTED, trigger=Trigger.FAIL.value, source=self.shared.state.name)
+        self.shared.log.write(records.TransitionStarted(trigger=Trigger.FAIL.value, source=self.shared.state.name))
         source = self.shared.state
         self.phases_failed(source)
         self._move(Trigger.FAIL, source, 0.0)
@@ -196,13 +197,14 @@ class Failures:
         this was a user's own call (`record`, a tripwire), which must not fail because of our log."""
         fault = self.shared.log.fault
         name = trigger.value if trigger is not None else "record"
-        self.shared.log.emit(
-            events.TRANSITION_FAILED,
-            trigger=name,
-            source=source.name,
-            error_type=type(fault).__name__,
-            error=redact_text(str(fault)),
-            duration_s=0.0,
+        self.shared.log.write(
+            records.TransitionFailed(
+                trigger=name,
+                source=source.name,
+                error_type=type(fault).__name__,
+                error=redact_text(str(fault)),
+                duration_s=0.0,
+            )
         )
         self.force_fail(f"log_write_failed: {fault}")
         if raise_:
@@ -255,12 +257,10 @@ class Failures:
         self.aborting = self.abort_logged = True
         active = self.shared.active
         aborted = StartupAborted(signum, state=self.shared.state.name, trigger=active.value if active else None)
-        self.shared.log.emit(
-            events.STARTUP_ABORTED,
-            signal=aborted.signal,
-            state=aborted.state,
-            trigger=aborted.trigger,
-            blocked_s=round(waited_s, 1),
+        self.shared.log.write(
+            records.StartupAborted(
+                signal=aborted.signal, state=aborted.state, trigger=aborted.trigger, blocked_s=round(waited_s, 1)
+            )
         )
         during = f" during {aborted.trigger}()" if aborted.trigger else ""
         line = (
@@ -275,8 +275,8 @@ class Failures:
     def log_aborted(self, aborted: StartupAborted) -> None:
         if not self.abort_logged:
             self.abort_logged = True
-            self.shared.log.emit(
-                events.STARTUP_ABORTED, signal=aborted.signal, state=aborted.state, trigger=aborted.trigger
+            self.shared.log.write(
+                records.StartupAborted(signal=aborted.signal, state=aborted.state, trigger=aborted.trigger)
             )
 
     # -- SIGTERM / SIGINT after the startup (training) ------------------------------------------
@@ -298,7 +298,7 @@ class Failures:
         if self.received_logged or self.shared.state is State.SHUT_DOWN or os.getpid() != self.trap.pid:
             return
         self.received_logged = True
-        self.shared.log.emit(events.SIGNAL_RECEIVED, signal=signal.Signals(signum).name, state=self.shared.state.name)
+        self.shared.log.write(records.SignalReceived(signal=signal.Signals(signum).name, state=self.shared.state.name))
 
     def pass_on(self, signum: int, frame: FrameType | None) -> None:
         """A signal after the startup reached its target belongs to the training: log it, then do

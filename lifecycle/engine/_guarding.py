@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lifecycle.errors import GuardRejected, InvalidTransition
-from lifecycle.log import events
+from lifecycle.log import records
 from states import Facts, Guard, State, Transition, Trigger, allowed_triggers, rule
 
 if TYPE_CHECKING:
@@ -32,8 +32,8 @@ class Guards:
     def undefined(self, trigger: Trigger, source: State) -> None:
         """`trigger` has no row from `source`: logged, and raised as InvalidTransition."""
         allowed = allowed_triggers(source)
-        self.shared.log.emit(
-            events.INVALID_TRANSITION, trigger=trigger.value, source=source.name, allowed=[t.value for t in allowed]
+        self.shared.log.write(
+            records.InvalidTransition(trigger=trigger.value, source=source.name, allowed=[t.value for t in allowed])
         )
         raise InvalidTransition(
             f"{trigger.value} is not defined from {source.name}; allowed from there: "
@@ -45,12 +45,10 @@ class Guards:
 
     def _reject(self, row: Transition, guard: Guard, facts: Facts) -> None:
         reason = rule(guard)
-        self.shared.log.emit(
-            events.GUARD_REJECTED,
-            trigger=row.trigger.value,
-            source=facts.state.name,
-            guard=guard.__name__,
-            reason=reason,
+        self.shared.log.write(
+            records.GuardRejected(
+                trigger=row.trigger.value, source=facts.state.name, guard=guard.__name__, reason=reason
+            )
         )
         if facts.state is State.FAILED and not facts.config_validated:
             reason += "; nothing was validated (validate failed): fix the config and create a new Lifecycle with it"

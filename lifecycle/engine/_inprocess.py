@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from bindings import BindingReport, SlotValue, install
-from lifecycle.log import events
+from lifecycle.log import records
 from lifecycle.runtime import PhaseContext, Phases, Runtime
 from states import SideEffect, State
 
@@ -128,7 +128,7 @@ class _Services(_Phase):
     def build(self, ctx: PhaseContext) -> Runtime:
         ctx.side_effect(SideEffect.TOKENIZER)
         vocab = ctx.runtime.config.model.vocab_size or ctx.runtime.config.tokenizer.vocab_size
-        ctx.emit(events.SERVICES_READY, tokenizer="SimTokenizer", vocab_size=vocab, vocab_source="tokenizer")
+        ctx.emit(records.ServicesReady(tokenizer="SimTokenizer", vocab_size=vocab, vocab_source="tokenizer"))
         return dataclasses.replace(
             ctx.runtime, services_ready=True, tokenizer=SimTokenizer(vocab), vocab_size=vocab, vocab_source="tokenizer"
         )
@@ -145,14 +145,15 @@ class _Distributed(_Phase):
             ctx.side_effect(kind)
         p = ctx.runtime.config.parallel
         ctx.emit(
-            events.DISTRIBUTED_INITIALIZED,
-            backend="sim",
-            tp=p.tp,
-            pp=p.pp,
-            cp=p.cp,
-            ep=p.ep,
-            dp=max(1, ctx.runtime.world_size // (p.tp * p.pp * p.cp)),
-            vpp=p.vpp,
+            records.DistributedInitialized(
+                backend="sim",
+                tp=p.tp,
+                pp=p.pp,
+                cp=p.cp,
+                ep=p.ep,
+                dp=max(1, ctx.runtime.world_size // (p.tp * p.pp * p.cp)),
+                vpp=p.vpp,
+            )
         )
         return dataclasses.replace(ctx.runtime, distributed=True, backend="sim")
 
@@ -170,11 +171,12 @@ class _Model(_Phase):
         provider_config = SimConfig(num_layers=ctx.runtime.config.model.num_layers)
         chunks = tuple(provider(provider_config, pre_process=True, post_process=True, vp_stage=None) for _ in range(1))
         ctx.emit(
-            events.MODEL_BUILT,
-            chunks=len(chunks),
-            model_config_id=hex(id(chunks[0].config)),
-            provider_config_id=hex(id(provider_config)),
-            optimizer=True,
+            records.ModelBuilt(
+                chunks=len(chunks),
+                model_config_id=hex(id(chunks[0].config)),
+                provider_config_id=hex(id(provider_config)),
+                optimizer=True,
+            )
         )
         return dataclasses.replace(
             ctx.runtime,
@@ -214,7 +216,7 @@ class _Callbacks(_Phase):
             installed_ids=MappingProxyType({s: id(v) for s, v in done.installed.items()}),
         )
         fields = report.log_fields()
-        ctx.emit(events.CALLBACKS_BOUND, **fields)
+        ctx.emit(records.CallbacksBound(**fields))
         return dataclasses.replace(ctx.runtime, binding=report)
 
     def release(self, ctx: PhaseContext) -> Runtime:
@@ -222,5 +224,5 @@ class _Callbacks(_Phase):
         if rt.binding is not None and rt.transformer_config is not None:
             for slot in SLOTS:
                 setattr(rt.transformer_config, slot, None)
-            ctx.emit(events.CALLBACKS_UNBOUND, target_id=hex(id(rt.transformer_config)), slots=list(SLOTS))
+            ctx.emit(records.CallbacksUnbound(target_id=hex(id(rt.transformer_config)), slots=list(SLOTS)))
         return dataclasses.replace(rt, binding=None)

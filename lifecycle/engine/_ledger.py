@@ -21,10 +21,12 @@ import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
+
+import msgspec
 
 from lifecycle.errors import ResourceLeak
-from lifecycle.log import JSONValue, events
+from lifecycle.log import records
 from states import State, Trigger
 
 if TYPE_CHECKING:
@@ -32,6 +34,26 @@ if TYPE_CHECKING:
 
 Probe = Callable[[], bool]
 """True when the resource is gone."""
+
+
+class CycleFields(TypedDict, total=False):
+    """The caller's fields of `cycle_started` (`lifecycle.log.records.CycleStarted` says what each means)."""
+
+    world_size: int
+    launched_world_size: int
+    pid: int
+    resumed_step: int
+    hooks: dict[str, int]
+    restart_s: float | None
+    restart_timeouts: dict[str, float | None]
+
+
+class CauseFields(TypedDict, total=False):
+    """The caller's fields of `cycle_ended` (`lifecycle.log.records.CycleEnded`)."""
+
+    cause_rank: int | None
+    cause: str | None
+    fault_ts: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,18 +126,19 @@ class Cycles:
         """Start restart cycle `cycle`: every later record carries it in its `cycle` field."""
         self.shared.log.rebind(cycle=cycle)
 
-    def trained(self, **fields: JSONValue) -> None:
-        """Log `cycle_started`: the ledger now (`STATE:resource`), the config fingerprint, `fields`."""
-        self.shared.log.emit(
-            events.CYCLE_STARTED,
+    def trained(self, **fields: Unpack[CycleFields]) -> None:
+        """Log `cycle_started`: the ledger now (`STATE:resource`), the config fingerprint, `fields`
+        (`world_size`: the log's unless given)."""
+        record = records.CycleStarted(
             ledger=[f"{s}:{n}" for s, n in self.ledger.names()],
             fingerprint=self.shared.runtime.fingerprint,
-            **fields,
+            world_size=self.shared.log.world_size,
         )
+        self.shared.log.write(msgspec.structs.replace(record, **fields))
 
-    def ended(self, **fields: JSONValue) -> None:
-        """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`, ...) in the cycle that ends."""
-        self.shared.log.emit(events.CYCLE_ENDED, state=self.shared.state.name, **fields)
+    def ended(self, **fields: Unpack[CauseFields]) -> None:
+        """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`) in the cycle that ends."""
+        self.shared.log.write(records.CycleEnded(state=self.shared.state.name, **fields))
 
     def register(self, trigger: Trigger, dest: State) -> None:
         """What the phases say state `dest` made, each with the probe that says it is gone."""
@@ -136,11 +159,11 @@ class Cycles:
         settle_s = float(getattr(self.shared.phases, "settle_s", 0.0))
         survivors = self.ledger.survivors(keep, settle_s)
         for entry, waited in self.ledger.lingered:
-            self.shared.log.emit(
-                events.RESOURCE_LINGERED, resource=entry.name, state=entry.state.name, lingered_s=waited
+            self.shared.log.write(
+                records.ResourceLingered(resource=entry.name, state=entry.state.name, lingered_s=waited)
             )
         for entry in survivors:
-            self.shared.log.emit(events.RESOURCE_LEAKED, resource=entry.name, state=entry.state.name)
+            self.shared.log.write(records.ResourceLeaked(resource=entry.name, state=entry.state.name))
         if survivors:
             first = survivors[0]
             names = ", ".join(f"{e.name} ({e.state.name})" for e in survivors)

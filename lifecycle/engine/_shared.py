@@ -23,6 +23,7 @@ from lifecycle.engine._machine import MachineModel
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
 from lifecycle.log import AuditLog, LogDir
+from lifecycle.log.records import UNSET, UnsetType
 from lifecycle.runtime import (
     GivenProvider,
     Options,
@@ -114,10 +115,10 @@ def make_shared(
     )
 
 
-def elastic() -> dict[str, int]:
+def elastic() -> int | UnsetType:
     """torchrun's restart count, when this process is a restart of an elastic job."""
     count = restart_count()
-    return {} if count is None else {"restart_count": count}
+    return UNSET if count is None else count
 
 
 def default_phases() -> PhaseSet:

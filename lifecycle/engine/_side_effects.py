@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from lifecycle.engine._guarding import facts_of
 from lifecycle.errors import SideEffectBeforeValidation, SideEffectError, TripwireViolation
-from lifecycle.log import events
+from lifecycle.log import records
 from states import SIDE_EFFECT_OWNERS, SIDE_EFFECTS_NEED_VALIDATION, Ordering, SideEffect, unmet
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class SideEffectRules:
         active = shared.active
         broken = self._broken(kind, runtime)
         if broken is None and active is owner:
-            shared.log.emit(events.SIDE_EFFECT, kind=kind.value, trigger=owner.value)
+            shared.log.write(records.SideEffect(kind=kind.value, trigger=owner.value))
             return
         error: type[SideEffectError] = SideEffectError
         if broken is SIDE_EFFECTS_NEED_VALIDATION:
@@ -42,13 +42,14 @@ class SideEffectRules:
         else:
             assert broken is not None
             reason = f"{kind.value} before {broken.needs.name}: {broken.says}"
-        shared.log.emit(
-            events.SIDE_EFFECT_REFUSED,
-            kind=kind.value,
-            trigger=active.value if active else None,
-            owner=owner.value,
-            state=shared.state.name,
-            reason=reason,
+        shared.log.write(
+            records.SideEffectRefused(
+                kind=kind.value,
+                trigger=active.value if active else None,
+                owner=owner.value,
+                state=shared.state.name,
+                reason=reason,
+            )
         )
         raise error(f"refused: {reason}", kind=kind, owner=owner, state=shared.state, trigger=active)
 
@@ -57,17 +58,18 @@ class SideEffectRules:
         owner = SIDE_EFFECT_OWNERS[kind]
         shared = self.shared
         if shared.active is owner and self._broken(kind) is None:
-            shared.log.emit(events.SIDE_EFFECT, kind=kind.value, trigger=owner.value)
+            shared.log.write(records.SideEffect(kind=kind.value, trigger=owner.value))
             return
         active = shared.active.value if shared.active else None
-        shared.log.emit(
-            events.TRIPWIRE_VIOLATION,
-            target=target,
-            kind=kind.value,
-            owner=owner.value,
-            state=shared.state.name,
-            trigger=active,
-            policy=shared.policy,
+        shared.log.write(
+            records.TripwireViolation(
+                target=target,
+                kind=kind.value,
+                owner=owner.value,
+                state=shared.state.name,
+                trigger=active,
+                policy=shared.policy,
+            )
         )
         if shared.policy == "raise":
             where = f"during {active}()" if active else f"in state {shared.state.name}"

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TextIO
 
-from lifecycle.log import events
+from lifecycle.log import records
 from lifecycle.redaction import redact_text
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class WarningCapture:
         self._console = console
         self._seen: set[tuple[str, str, str]] = set()
         self._count = 0
-        self._queue: deque[dict[str, str | int | None]] = deque()  # a warning record's fields
+        self._queue: deque[records.WarningRecorded] = deque()
         self._previous_show: Callable[..., None] = warnings.showwarning
         self._loggers: list[tuple[logging.Logger, bool, logging.Handler]] = []
         self._installed = False
@@ -117,7 +117,7 @@ class WarningCapture:
     def add(self, category: str, module: str, message: str, lineno: int | None) -> None:
         """One warning, queued for the log (and counted for the closing line)."""
         text = redact_text(message)[:_MESSAGE_CAP]
-        self._queue.append({"category": category, "module": module, "message": text, "lineno": lineno})
+        self._queue.append(records.WarningRecorded(category=category, module=module, message=text, lineno=lineno))
         self._seen.add((category, module, text))
         self._count += 1
         self._flush(block=False)
@@ -128,7 +128,7 @@ class WarningCapture:
             return
         try:
             while self._queue:  # the log itself, not `record`: a log that fails here is the engine's to
-                self._lc.log.emit(events.WARNING, **self._queue.popleft())  # notice at its next step
+                self._lc.log.write(self._queue.popleft())  # notice at its next step
         finally:
             lock.release()
 

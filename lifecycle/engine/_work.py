@@ -11,11 +11,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from lifecycle.config import Change, Snapshot
 from lifecycle.engine._context import Context
 from lifecycle.errors import ConfigError, ConfigMutated
-from lifecycle.log import JSONValue, events
-from lifecycle.redaction import redact, redact_text
+from lifecycle.log import records
+from lifecycle.redaction import redact_text
 from lifecycle.runtime.frames import drop_frame_locals
 from states import STARTUP_ORDER, TABLE, Plan, SideEffect, State, Trigger, entered_by, kept_by
 
@@ -85,10 +87,10 @@ class EntryWork:
         elif trigger in RELEASE_KEEP:
             self.released(trigger)
 
-    def emit_from_phase(self, event: str, fields: dict[str, object]) -> None:
-        if event == events.CONFIG_VALIDATED:
+    def emit_from_phase(self, record: records.Record) -> None:
+        if isinstance(record, records.ConfigValidated):
             self.phase_logged_validation = True
-        self.shared.log.emit(event, **fields)
+        self.shared.log.write(record)
 
     def phase(self, state: State) -> Phase:
         phase = self.shared.phases.phase_for(state)
@@ -139,11 +141,12 @@ class EntryWork:
     def _log_validation(self, runtime: Runtime) -> None:
         """`config_validated`, unless the phase logged it itself."""
         if not self.phase_logged_validation:
-            self.shared.log.emit(
-                events.CONFIG_VALIDATED,
-                fingerprint=runtime.fingerprint,
-                config=redact(self.shared.config.to_dict()),
-                environment=self.shared.plan is not Plan.CONVERT,
+            self.shared.log.write(
+                records.ConfigValidated(
+                    fingerprint=runtime.fingerprint or self.shared.config.fingerprint(),
+                    config=records.redacted(self.shared.config.to_dict()),
+                    environment=self.shared.plan is not Plan.CONVERT,
+                )
             )
 
     def release(self, ctx: Context, trigger: Trigger) -> Runtime:
@@ -152,13 +155,14 @@ class EntryWork:
         except Exception as exc:
             if trigger is not Trigger.SHUTDOWN:
                 raise  # a restart's is counted as begun: the driver moves to `next_generation`
-            self.shared.log.emit(
-                events.TRANSITION_FAILED,
-                trigger=trigger.value,
-                source=self.shared.state.name,
-                error_type=type(exc).__name__,
-                error=redact_text(str(exc)),
-                duration_s=0.0,
+            self.shared.log.write(
+                records.TransitionFailed(
+                    trigger=trigger.value,
+                    source=self.shared.state.name,
+                    error_type=type(exc).__name__,
+                    error=redact_text(str(exc)),
+                    duration_s=0.0,
+                )
             )
             self.pending_error = exc
             runtime = dataclasses.replace(self.shared.runtime, model=None, optimizer=None, binding=None)
@@ -169,14 +173,14 @@ class EntryWork:
     def _shut_down(self) -> None:
         """The shutdown's record, after the ledger's probe: what is still alive (`leaked`, once) and,
         after a log fault, what could not be logged, reported where it can be."""
-        fields: dict[str, JSONValue] = {}
+        leaked: list[dict[str, str]] | records.UnsetType = records.UNSET
         with contextlib.suppress(Exception):  # a probe that raises must not cost the shutdown its record
-            if leaked := self._cycles.alive_at_shutdown(RELEASE_KEEP[Trigger.SHUTDOWN]):
-                fields["leaked"] = leaked
+            leaked = self._cycles.alive_at_shutdown(RELEASE_KEEP[Trigger.SHUTDOWN]) or records.UNSET
+        record = records.LifecycleShutdown(source=self.shared.state.name, leaked=leaked)
         if self.shared.log.fault is not None:
             unlogged, lost = self.shared.log.unlogged
-            fields.update(log_fault=str(self.shared.log.fault), unlogged=unlogged, lost=lost)
-        self.shared.log.emit(events.LIFECYCLE_SHUTDOWN, source=self.shared.state.name, **fields)
+            record = msgspec.structs.replace(record, log_fault=str(self.shared.log.fault), unlogged=unlogged, lost=lost)
+        self.shared.log.write(record)
 
     def next_generation(self, runtime: Runtime) -> Runtime:
         """`runtime` in the generation after this lifecycle's, which later records carry. A restart
@@ -185,7 +189,7 @@ class EntryWork:
         rendezvous keys never name it (`Runtime.rendezvous_generation`)."""
         runtime = dataclasses.replace(runtime, generation=self.shared.runtime.generation + 1)
         self.shared.log.rebind(generation=runtime.generation)
-        self.shared.log.emit(events.GENERATION_STARTED, reason="restart")
+        self.shared.log.write(records.GenerationStarted(reason="restart"))
         return runtime
 
     def released(self, trigger: Trigger) -> None:
@@ -211,7 +215,7 @@ class EntryWork:
         if not changes:
             return
         for name, old, new in changes:
-            self.shared.log.emit(events.CONFIG_MUTATED, field=name, validated=old, current=new)
+            self.shared.log.write(records.ConfigMutated(field=name, validated=old, current=new))
         name, old, new = changes[0]
         self._failures.force_fail(f"config_mutated: {name}")
         raise ConfigMutated(

@@ -28,7 +28,7 @@ from lifecycle.export import _otlp
 from lifecycle.export._details import _KEEP, Details, Mark, _take
 from lifecycle.export._encode import encode
 from lifecycle.export._model import _rank
-from lifecycle.log import AuditLog, JSONValue, events
+from lifecycle.log import AuditLog, JSONValue, events, records
 from lifecycle.redaction import redact_text
 
 if TYPE_CHECKING:
@@ -263,12 +263,13 @@ def attach(log: AuditLog, target: str | None) -> None:
     try:
         sink = live_spans(target)
     except Exception as exc:  # the spans are a view: never a reason to stop the run
-        log.emit(
-            events.WARNING,
-            category="OtelExportFailed",
-            module="lifecycle.export",
-            message=redact_text(f"logging.otel {target!r}: {type(exc).__name__}: {exc}")[:500],
-            lineno=None,
+        log.write(
+            records.WarningRecorded(
+                category="OtelExportFailed",
+                module="lifecycle.export",
+                message=redact_text(f"logging.otel {target!r}: {type(exc).__name__}: {exc}")[:500],
+                lineno=None,
+            )
         )
         return
     log.add_sink(sink)

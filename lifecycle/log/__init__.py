@@ -11,6 +11,7 @@ one chain definition (`_chain`). Imports neither torch nor megatron.
 from __future__ import annotations
 
 from lifecycle.log import events as events
+from lifecycle.log import records as records
 from lifecycle.log._chain import GENESIS, ChainVerifier, record_hash
 from lifecycle.log._chain import SUFFIX as SUFFIX
 from lifecycle.log._chain import line_hash_matches as line_hash_matches

@@ -1,4 +1,11 @@
-"""The envelope every record carries (`Record`), the base of every event's type (`lifecycle.log.schema`)."""
+"""The envelope every record carries (`Record`), the base of every event's type (`lifecycle.log.schema`).
+
+A writer builds an event's struct with the event's own fields only (`ModelBuilt(chunks=1, ...)`) and
+hands it to `AuditLog.write`, which adds the envelope. So the envelope's fields have placeholder
+defaults (0, "") that no written record keeps: a value a writer gives one is not written (the log's
+own run, rank, clock and chain are). An event may declare an envelope name again as its own field
+(`cycle_started` does `world_size`); then the record's value is written.
+"""
 
 from __future__ import annotations
 
@@ -16,12 +23,12 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
     """The fields every record has (the envelope). `event` is the tag that picks the record's type:
     each event's struct subclasses this one with `tag=<event name>`."""
 
-    ts: Annotated[float, Meta(description="wall-clock time, Unix seconds")]
-    seq: Annotated[int, Meta(description="0, 1, 2, ... per file, no gaps")]
-    run_id: Annotated[str, Meta(description="same on every rank of one run")]
-    rank: Annotated[int, Meta(description="global rank")]
-    world_size: Annotated[int, Meta(description="number of ranks")]
-    generation: Annotated[int, Meta(description="0, then +1 at every `restart` (also one whose release failed)")]
+    ts: Annotated[float, Meta(description="wall-clock time, Unix seconds")] = 0.0
+    seq: Annotated[int, Meta(description="0, 1, 2, ... per file, no gaps")] = 0
+    run_id: Annotated[str, Meta(description="same on every rank of one run")] = ""
+    rank: Annotated[int, Meta(description="global rank")] = 0
+    world_size: Annotated[int, Meta(description="number of ranks")] = 0
+    generation: Annotated[int, Meta(description="0, then +1 at every `restart` (also one whose release failed)")] = 0
     cycle: Annotated[
         int | UnsetType,
         Meta(
@@ -29,11 +36,11 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
             "wrapper calls the training function again; 0 without it (older logs lack the field: read it as 0)"
         ),
     ] = UNSET
-    prev_hash: Annotated[str, Meta(description="`hash` of the previous record of this file; 64 zeros for `seq` 0")]
+    prev_hash: Annotated[str, Meta(description="`hash` of the previous record of this file; 64 zeros for `seq` 0")] = ""
     hash: Annotated[
         str,
         Meta(description="SHA-256 hex of `orjson.dumps(record_without_hash, option=orjson.OPT_SORT_KEYS)`"),
-    ]
+    ] = ""
 
 
 class Field(NamedTuple):
@@ -67,6 +74,20 @@ def described(cls: type[msgspec.Struct]) -> tuple[Field, ...]:
         meaning = next((m.description for m in get_args(hint)[1:] if isinstance(m, Meta)), None) or ""
         out.append(Field(name, type_text(hint), meaning, UnsetType in get_args(get_args(hint)[0])))
     return tuple(out)
+
+
+_BODIES: dict[type[Record], tuple[str, tuple[str, ...]]] = {}
+
+
+def body_fields(cls: type[Record]) -> tuple[str, tuple[str, ...]]:
+    """`cls`'s event and the fields its writer gives: all but the envelope's (an
+    envelope name `cls` declares again is its own). Computed once per type: the writer asks per record."""
+    known = _BODIES.get(cls)
+    if known is None:
+        own = inspect.get_annotations(cls)
+        names = tuple(name for name in cls.__struct_fields__ if name not in Record.__struct_fields__ or name in own)
+        known = _BODIES[cls] = (str(cls.__struct_config__.tag), names)
+    return known
 
 
 ENVELOPE: Final = MappingProxyType({"event": EVENT_MEANING, **{f.name: f.meaning for f in described(Record)}})

@@ -218,7 +218,9 @@ class CallbacksBound(Record, frozen=True, kw_only=True, tag="callbacks_bound"):
     target_type: Annotated[str, Meta(description="the type of the config the callbacks were bound on")]
     target_id: Annotated[str, Meta(description="that config (`0x...` identity)")]
     scheduler_config_id: Annotated[str, Meta(description="the config the schedules read (`0x...` identity)")]
-    provider_config_id: Annotated[str, Meta(description="the provider's config (`0x...` identity)")]
+    provider_config_id: Annotated[
+        str | None, Meta(description="the provider's config (`0x...` identity); null when it has none")
+    ]
     copied: Annotated[bool, Meta(description="the target is a copy of the provider's config")]
     slots: Annotated[list[str], Meta(description="the callback slots installed")]
     chunks: Annotated[int, Meta(description="model chunks bound")]

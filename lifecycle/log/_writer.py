@@ -5,10 +5,15 @@ and written, unchanged, when `open()` is called. Writing never raises: when the 
 record (disk full, I/O error) that record and every later one go to stderr as JSON lines, a
 `log_write_failed` record says why, and `fault` holds the error for the engine to act on.
 
-With `LIFECYCLE_STRICT_RECORDS=1` in the environment when a log is created (the test suite sets it),
-`emit` refuses a field that neither its event's type in `lifecycle.log.schema` nor the envelope declares.
+Writers construct an event's record type (`lifecycle.log.records`) and `write` it: the record
+carries the event's own fields, the writer adds the envelope (see `_schema_base`). Its fields are
+written as they are given, a field left UNSET is absent, so the bytes are those `emit(event, **fields)`
+wrote. `emit`, the record by name, is kept for tools and tests that write a log by hand: nothing in
+the packages calls it (a unit test checks). With `LIFECYCLE_STRICT_RECORDS=1` in the environment when a
+log is created (the test suite sets it), `emit` refuses a field that neither its event's type in
+`lifecycle.log.schema` nor the envelope declares.
 
-`emit` takes one record at a time: the rank watch's thread logs `peer_failed` while the main thread may
+A log takes one record at a time: the rank watch's thread logs `peer_failed` while the main thread may
 still be logging its own records, and each record's link in the chain (`seq`, `prev_hash`) and its
 place in the file must be the same.
 """
@@ -24,6 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import orjson
 import structlog
 from structlog.typing import EventDict, WrappedLogger
@@ -33,6 +39,8 @@ from lifecycle.log._chain import GENESIS
 from lifecycle.log._files import ChainEnd, existing_policy_problem, inspect_log, rank_file, removable_ranks
 from lifecycle.log._lock import lock_log_dir
 from lifecycle.log._redact import may_hold_credentials, redact, redact_text
+from lifecycle.log._schema_base import Record, body_fields
+from lifecycle.log._schema_faults import LogWriteFailed, WarningRecorded
 
 _NEW = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 _ENVELOPE = frozenset({"event", "ts", "seq", "prev_hash", "run_id", "rank", "world_size", "generation", "cycle"})
@@ -46,6 +54,12 @@ def _strict_fields() -> Callable[[str], frozenset[str]]:
     from lifecycle.log._schema import record_fields
 
     return record_fields
+
+
+def fields_written(record: Record) -> tuple[str, dict[str, object]]:
+    """`record`'s event and the fields its writer gave (not the envelope's; none left UNSET)."""
+    event, names = body_fields(type(record))
+    return event, {name: value for name in names if (value := getattr(record, name)) is not msgspec.UNSET}
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -159,7 +173,7 @@ class _ChainWriter:
 
 
 class AuditLog:
-    """One rank's startup log. `emit(event, **fields)`; `open(dir)` once the directory is validated.
+    """One rank's startup log. `write(record)`; `open(dir)` once the directory is validated.
     `clock` gives each record's `ts`, seconds since the epoch (`time.time`; a test or a replay tool
     may place records at chosen moments)."""
 
@@ -217,10 +231,15 @@ class AuditLog:
         self.cycle = self.cycle if cycle is None else cycle
         self._logger = self._make_logger()
 
+    def write(self, record: Record) -> None:
+        """Log one record, its envelope added (values redacted; a value that is not JSON is written
+        as its `str`). Never raises for the file: see `fault`."""
+        self._write(*fields_written(record))
+
     def emit(self, event: str, **fields: object) -> None:
-        """Log one record (values redacted; a value that is not JSON is written as its `str`, so any
-        object is taken). Never raises for the file: see `fault`. Raises
-        ValueError for an unknown event, and in strict mode (`STRICT_RECORDS`) for an unknown field."""
+        """Log one record given by name, for a log written by hand (the packages `write` typed
+        records). Raises ValueError for an unknown event, and in strict mode (`STRICT_RECORDS`) for an
+        unknown field."""
         if event not in events.ALL:
             raise ValueError(f"unknown log event {event!r}: add it to lifecycle/log/events.py")
         if self._strict is not None and (unknown := fields.keys() - self._strict(event)):
@@ -228,18 +247,18 @@ class AuditLog:
                 f"log event {event!r} has no field {', '.join(map(repr, sorted(unknown)))}: "
                 "add it to lifecycle/log/schema.py"
             )
+        self._write(event, fields)
+
+    def _write(self, event: str, fields: dict[str, object]) -> None:
         with self._emitting:
             before = self._writer.fault
             self._logger.msg(event, **fields)
             fault = self._writer.fault
             if before is None and fault is not None:
-                self._logger.msg(
-                    events.LOG_WRITE_FAILED,
-                    path=str(self.path),
-                    errno=fault.errno,
-                    error=redact(str(fault)),
-                    failed_event=event,
+                failed = LogWriteFailed(
+                    path=str(self.path), errno=fault.errno, error=redact_text(str(fault)), failed_event=event
                 )
+                self._log(failed)
             self._sink_warnings()
 
     def add_sink(self, sink: Callable[[bytes], None]) -> None:
@@ -251,9 +270,12 @@ class AuditLog:
     def _sink_warnings(self) -> None:
         while self._writer.sink_faults:
             message = redact_text(self._writer.sink_faults.pop(0))[:500]
-            self._logger.msg(
-                events.WARNING, category="LogSinkFailed", module="lifecycle.log", message=message, lineno=None
-            )
+            self._log(WarningRecorded(category="LogSinkFailed", module="lifecycle.log", message=message, lineno=None))
+
+    def _log(self, record: Record) -> None:
+        """Write one of the log's own records (the caller holds `_emitting`, or is `open`)."""
+        event, fields = fields_written(record)
+        self._logger.msg(event, **fields)
 
     @property
     def is_open(self) -> bool:
@@ -365,9 +387,7 @@ class AuditLog:
         assert fault is not None
         if path.is_file() and path.stat().st_size == 0:  # an empty rank file would audit as clean
             path.unlink(missing_ok=True)
-        self._logger.msg(
-            events.LOG_WRITE_FAILED, path=str(path), errno=fault.errno, error=redact(str(fault)), failed_event=None
-        )
+        self._log(LogWriteFailed(path=str(path), errno=fault.errno, error=redact_text(str(fault)), failed_event=None))
 
     def to_stderr(self) -> None:
         """The log directory cannot be used: write the held records, and all later ones, to stderr."""

@@ -26,7 +26,7 @@ from lifecycle.core_entry.resources import hook_counts
 from lifecycle.core_entry.train import checkpoint_step
 from lifecycle.engine import Lifecycle, TripwirePolicy
 from lifecycle.errors import ConfigError
-from lifecycle.log import JSONValue, events
+from lifecycle.log import JSONValue, records
 from lifecycle.redaction import redact_text
 from lifecycle.resilience import _nvrx
 from lifecycle.resilience._call import client_timeout_s, cycle_and_store, own_client
@@ -148,13 +148,14 @@ class InProcessRestart:
         cause = self._final_cause()
         spent = self.cycles >= self.max_cycles
         self.lc.record(
-            events.RESTARTS_EXHAUSTED,
-            cycles=self.cycles,
-            max_cycles=self.max_cycles,
-            min_world_size=floor,
-            cause_rank=cause.get("rank"),
-            cause=cause.get("error"),
-            reason="max_cycles" if spent else "min_world_size",
+            records.RestartsExhausted(
+                cycles=self.cycles,
+                max_cycles=self.max_cycles,
+                min_world_size=floor,
+                cause_rank=_int(cause.get("rank")),
+                cause=_text(cause.get("error")),
+                reason="max_cycles" if spent else "min_world_size",
+            )
         )
         fault = f"rank {cause['rank']}: {cause.get('error')}" if "rank" in cause else "not published (a lost rank?)"
         why = (
@@ -263,7 +264,12 @@ class InProcessRestart:
         cause the first failed rank published."""
         lc = self.lc
         cause = _read_cause(store, cycle)
-        lc.end_cycle(cause_rank=cause.get("rank"), cause=cause.get("error"), fault_ts=cause.get("ts"))
+        fault_ts = cause.get("ts")
+        lc.end_cycle(
+            cause_rank=_int(cause.get("rank")),
+            cause=_text(cause.get("error")),
+            fault_ts=fault_ts if isinstance(fault_ts, (int, float)) else None,
+        )
         if lc.state is not State.VALIDATED:
             lc.restart()
         return cause
@@ -290,6 +296,14 @@ def _publish(store: Store, cycle: int, rank: int, exc: BaseException) -> None:
 
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def _int(value: JSONValue) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _text(value: JSONValue) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _read_cause(store: Store, cycle: int) -> dict[str, JSONValue]:

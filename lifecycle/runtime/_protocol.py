@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypedDict, TypeVar, runtime
 from bindings import BindingReport, Module, Policy, SchedulerConfig
 from lifecycle.errors import ConfigError
 from lifecycle.log import JSONValue
+from lifecycle.log.records import Record
 from lifecycle.runtime._providers import GivenProvider
 from states import Plan, SideEffect, Trigger
 
@@ -85,7 +86,7 @@ class Watch(Protocol):
 
     def phase(self, ctx: PhaseContext, state: str) -> AbstractContextManager[None]: ...
     def watching(
-        self, emit: Callable[..., None], trigger: str, state: str, *, deadline: bool = True
+        self, emit: Callable[[Record], None], trigger: str, state: str, *, deadline: bool = True
     ) -> AbstractContextManager[None]: ...
     def peer_failure(self) -> object | None: ...
     def mark_failed(self, state: str, reason: str) -> None: ...
@@ -260,8 +261,8 @@ class PhaseContext(Protocol):
     def side_effect(self, kind: SideEffect) -> None:
         """Declare a side effect; raises unless the active transition owns it and VALIDATED passed."""
 
-    def emit(self, event: str, **fields: object) -> None:
-        """Write a startup-log record (event names from lifecycle/log/events.py)."""
+    def emit(self, record: Record) -> None:
+        """Write a startup-log record: an event's type from `lifecycle.log.records`, its fields set."""
 
     def set_rank(self, *, rank: int, world_size: int) -> None:
         """Tell the log this process's rank once the process group knows it."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig
 from lifecycle.errors import ConfigError, LifecycleError
-from lifecycle.log import events
+from lifecycle.log import records
 from lifecycle.simulate._counting import counting
 from lifecycle.simulate._layout import Layout, Placement, observe
 from states import STARTUP_ORDER, State
@@ -246,7 +246,7 @@ def _drive(
     sim: Simulation, lc: Lifecycle, rank: int, expected: Placement
 ) -> tuple[Placement, tuple[str, ...], int | None]:
     """Advance `lc` state by state, counting what each state creates; compare the placement."""
-    lc.record(events.SIMULATION_STARTED, simulated=len(sim.ranks), selection=sim.selection, until=sim.until.name)
+    lc.record(records.SimulationStarted(simulated=len(sim.ranks), selection=sim.selection, until=sim.until.name))
     with counting() as counts:
         for reached in STARTUP_ORDER[1 : STARTUP_ORDER.index(sim.until) + 1]:
             counts.state = reached.name
@@ -257,12 +257,13 @@ def _drive(
     if lc.runtime.model is not None:
         parameters = sum(p.numel() for chunk in lc.runtime.model for p in chunk.parameters())
     lc.record(
-        events.RANK_SIMULATED,
-        placement=observed.summary(),
-        agrees=not mismatches,
-        mismatches=list(mismatches),
-        parameters=parameters,
-        counts=counts.table,
+        records.RankSimulated(
+            placement=dict(observed.summary()),
+            agrees=not mismatches,
+            mismatches=list(mismatches),
+            parameters=parameters,
+            counts=counts.table,
+        )
     )
     return observed, mismatches, parameters
 

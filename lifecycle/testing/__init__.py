@@ -90,6 +90,7 @@ from lifecycle.log._redact import REDACTED, is_secret_key, redact, redact_text
 from lifecycle.log._schema import fields_described, fields_of
 from lifecycle.log._schema_base import ENVELOPE
 from lifecycle.log._tail import Tail
+from lifecycle.log._writer import fields_written
 from lifecycle.log.schema import GENERATED_BEGIN, GENERATED_END
 from lifecycle.redaction._shapes import SHAPES, may_hold_credentials
 from lifecycle.resilience._call import cycle_and_store, injectable
@@ -247,6 +248,7 @@ __all__ = [
     "expand_nodelist",
     "fields_described",
     "fields_of",
+    "fields_written",
     "find",
     "fire_and_check",
     "first_run_id",

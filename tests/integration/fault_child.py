@@ -24,7 +24,7 @@ import orjson
 from lifecycle import GuardRejected, Lifecycle, LifecycleError, PhaseContext, RunConfig, Runtime
 from lifecycle.core_entry import MegatronPhases
 from lifecycle.errors import StartupAborted
-from lifecycle.log import events
+from lifecycle.log import records
 from lifecycle.testing import Entry
 from states import STARTUP_ORDER, State, forward_trigger
 
@@ -90,7 +90,11 @@ class FaultyPhases(MegatronPhases):
                 # tmpfs keeps the free bytes of the log's last page: records of this state's entry
                 # work use them up (8 x ~0.7 KiB > one 4 KiB page), so its next write meets ENOSPC
                 for _ in range(8):
-                    ctx.emit(events.WARNING, category="UserWarning", module="fault_child", message="x" * 512, lineno=0)
+                    ctx.emit(
+                        records.WarningRecorded(
+                            category="UserWarning", module="fault_child", message="x" * 512, lineno=0
+                        )
+                    )
         if kind == "signal":
             print("READY", flush=True)
             time.sleep(120)

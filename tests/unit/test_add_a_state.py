@@ -70,6 +70,7 @@ from types import MappingProxyType
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
 from lifecycle.audit import audit
+from lifecycle.log.records import FirstStepFinalized, StepCompleted
 from lifecycle.testing import check_written_log
 from states import STARTUP_ORDER, State, kept_by, rebinds, trains_in, Plan, Trigger
 
@@ -100,8 +101,8 @@ def lifecycle(log_dir):
 
 def step(lc, n):
     """A binding's first step, with the first-step watchdog's record."""
-    lc.record("step_completed", step=n, loss=1.0, duration_s=0.01)
-    lc.record("first_step_finalized", finalizer_calls=1)
+    lc.record(StepCompleted(step=n, loss=1.0, duration_s=0.01))
+    lc.record(FirstStepFinalized(finalizer_calls=1))
 
 
 def findings(log_dir):

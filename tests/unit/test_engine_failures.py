@@ -15,6 +15,7 @@ import pytest
 
 from lifecycle import ConfigError, GuardRejected, InProcessPhases, Lifecycle, PhaseFailed, RunConfig
 from lifecycle.audit import audit
+from lifecycle.log import records
 from lifecycle.testing import check_log, read_log
 from states import State
 
@@ -69,7 +70,7 @@ def test_a_users_own_record_call_never_raises_for_the_log_but_the_lifecycle_fail
     lc = make_lc()
     lc.advance_to(State.CALLBACKS_BOUND)
     disk_full_after(monkeypatch, 0)
-    lc.record("step_completed", step=1, loss=1.0, duration_s=0.1)
+    lc.record(records.StepCompleted(step=1, loss=1.0, duration_s=0.1))
     assert lc.state is State.FAILED
     lc.shutdown()
     assert lc.state is State.SHUT_DOWN

@@ -36,8 +36,8 @@ def undeclared(source: str, errors: dict[str, type[states.LifecycleError]]) -> l
             continue
         func = node.func
         name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-        if name not in errors:
-            continue
+        if name not in errors or (isinstance(func, ast.Attribute) and ast.unparse(func.value) == "records"):
+            continue  # `records.GuardRejected(...)`: the log record of the same name (lifecycle.log.records)
         fields = declared(errors[name])
         out += [f"{name}({kw.arg or '**'}=) at line {node.lineno}" for kw in node.keywords if kw.arg not in fields]
     return out

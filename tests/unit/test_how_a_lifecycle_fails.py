@@ -26,7 +26,7 @@ from lifecycle import (
     StartupAborted,
 )
 from lifecycle.engine import shut_down_open
-from lifecycle.log import LogDir
+from lifecycle.log import LogDir, records
 from lifecycle.testing import SignalTrap, track
 from states import State
 
@@ -436,12 +436,12 @@ def test_a_log_that_fails_is_reported_once_however_many_records_follow(
     lc = make_lc()
     lc.advance_to(State.CALLBACKS_BOUND)
     for step in (1, 2):
-        lc.record("step_completed", step=step, loss=1.0, duration_s=0.1)  # many checks, no fault yet
+        lc.record(records.StepCompleted(step=step, loss=1.0, duration_s=0.1))  # many checks, no fault yet
     assert lc.state is State.CALLBACKS_BOUND
 
     disk_full_after(monkeypatch, 0)  # the log file's writes fail from now on; stderr's still work
     for step in (3, 4, 5):
-        lc.record("step_completed", step=step, loss=1.0, duration_s=0.1)
+        lc.record(records.StepCompleted(step=step, loss=1.0, duration_s=0.1))
     monkeypatch.undo()
     assert lc.state is State.FAILED
     lc.shutdown()
@@ -551,17 +551,18 @@ def test_a_blocked_signal_reported_while_an_abort_runs_changes_nothing(make_lc: 
 BLOCKED_REPORT = """
 import signal, sys
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
+from lifecycle.log.records import StartupAborted
 from states import State, Trigger
 
 lc = Lifecycle(RunConfig(), None, sys.argv[1], phases=InProcessPhases(), tripwires="off")
 lc.advance_to(State.SERVICES_READY)
 if sys.argv[2] == "during":
     lc._shared.active = Trigger.INIT_DISTRIBUTED  # its entry work sits in native code
-emit = lc._shared.log.emit
+write = lc._shared.log.write
 
-def emit_then_handler_runs(event, **fields):
-    emit(event, **fields)
-    if event == "startup_aborted":  # the main thread runs its handler just now: it must be ignored
+def write_then_handler_runs(record):
+    write(record)
+    if isinstance(record, StartupAborted):  # the main thread runs its handler just now: it must be ignored
         try:
             lc._failures.on_signal(signal.SIGINT, None)
         except BaseException as exc:
@@ -569,7 +570,7 @@ def emit_then_handler_runs(event, **fields):
         else:
             print("IGNORED", flush=True)
 
-lc._shared.log.emit = emit_then_handler_runs
+lc._shared.log.write = write_then_handler_runs
 lc._failures.on_signal_blocked(int(sys.argv[3]), 12.345)
 print("RETURNED", flush=True)
 """

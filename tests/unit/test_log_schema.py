@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
-from lifecycle.log import AuditLog, events
+from lifecycle.log import AuditLog, events, records
 from lifecycle.log.schema import SCHEMA, markdown
 from lifecycle.testing import ENVELOPE, GENERATED_BEGIN, GENERATED_END, READS, fields_of, read_log
 from lifecycle.testing import fields_described as described
@@ -60,15 +60,22 @@ def test_a_field_only_sometimes_present_defaults_to_unset_and_no_other_has_a_def
         assert {name for name, default in defaults.items() if default is not msgspec.NODEFAULT} == optional, event
 
 
-def test_strict_mode_refuses_a_field_the_events_schema_lacks(
-    make_lc: Callable[..., Lifecycle], monkeypatch: pytest.MonkeyPatch
+def test_a_record_with_a_field_its_events_type_lacks_cannot_be_built(make_lc: Callable[..., Lifecycle]) -> None:
+    lc = make_lc()
+    with pytest.raises(TypeError, match="'bogus'"):
+        lc.record(records.StepCompleted(step=1, loss=None, duration_s=0.1, bogus=1))
+    lc.record(records.StepCompleted(step=1, loss=0.5, duration_s=0.1))
+    assert lc.records[-1]["event"] == events.STEP_COMPLETED and "bogus" not in str(lc.records)
+
+
+def test_strict_mode_refuses_a_field_the_events_schema_lacks_in_a_log_written_by_name(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(STRICT, "1")
-    lc = make_lc()
+    log = AuditLog(run_id="r", rank=0, world_size=1, keep_records=True)
     with pytest.raises(ValueError, match=r"step_completed.*'bogus'.*add it to lifecycle/log/schema\.py"):
-        lc.record(events.STEP_COMPLETED, step=1, loss=None, duration_s=0.1, bogus=1)
-    lc.record(events.STEP_COMPLETED, step=1, loss=0.5, duration_s=0.1)
-    assert lc.records[-1]["event"] == events.STEP_COMPLETED and "bogus" not in str(lc.records)
+        log.emit(events.STEP_COMPLETED, step=1, loss=None, duration_s=0.1, bogus=1)
+    assert log.records == []
 
 
 def test_without_strict_mode_a_log_takes_any_field(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,8 +88,7 @@ def test_without_strict_mode_a_log_takes_any_field(monkeypatch: pytest.MonkeyPat
 def test_the_records_of_a_whole_startup_and_shutdown_have_their_events_types(tmp_path: Path) -> None:
     with Lifecycle(RunConfig(), log_dir=tmp_path, phases=InProcessPhases()) as lc:
         lc.advance_to(State.CALLBACKS_BOUND)
-        lc.record(events.STEP_COMPLETED, step=1, loss=2.5, duration_s=0.01)
-    records = read_log(tmp_path / "rank-00000.jsonl")
-    for record in records:
+        lc.record(records.StepCompleted(step=1, loss=2.5, duration_s=0.01))
+    for record in read_log(tmp_path / "rank-00000.jsonl"):
         typed = msgspec.convert(record, SCHEMA[str(record["event"])])
         assert msgspec.to_builtins(typed) == record

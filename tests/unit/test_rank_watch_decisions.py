@@ -28,6 +28,7 @@ from lifecycle.core_entry.ranks import (
     watched_step,
 )
 from lifecycle.errors import DistributedError
+from lifecycle.log.records import Record
 from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
 
 CLOSED = RuntimeError("Failed to recv, got 0 bytes. Connection was likely closed.")
@@ -79,8 +80,8 @@ class Ctx:
         self.trigger = SimpleNamespace(value="init_distributed")
         self.runtime = SimpleNamespace(rank_watch=watch)
 
-    def emit(self, event: str, **fields: Any) -> None:
-        self.emitted(event, **fields)
+    def emit(self, record: Record) -> None:
+        self.emitted(record)
 
 
 # -- timing and naming ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from lifecycle.core_entry.ranks import EXIT_CODE, HOST_OPS_PER_S, Failure, RankWatch
+from lifecycle.log.records import Record
 from lifecycle.testing import host_key
 from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
 
@@ -38,8 +39,8 @@ class Ctx:
         self.emitted = Emitted()
         self.trigger = SimpleNamespace(value="init_distributed")
 
-    def emit(self, event: str, **fields: Any) -> None:
-        self.emitted(event, **fields)
+    def emit(self, record: Record) -> None:
+        self.emitted(record)
 
 
 def dead_pid() -> int:

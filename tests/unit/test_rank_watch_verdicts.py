@@ -15,7 +15,8 @@ import pytest
 
 from lifecycle.core_entry.ranks import EXIT_CODE, Failure, RankWatch
 from lifecycle.errors import DistributedError
-from lifecycle.testing import process_alive, store_closed
+from lifecycle.log.records import Record
+from lifecycle.testing import fields_written, process_alive, store_closed
 
 
 class MemoryStore:
@@ -62,8 +63,8 @@ class MemoryStore:
 
 
 class Emitted(list[tuple[str, dict[str, Any]]]):
-    def __call__(self, event: str, **fields: Any) -> None:
-        self.append((event, fields))
+    def __call__(self, record: Record) -> None:
+        self.append(fields_written(record))
 
 
 def _dead_pid() -> int:
@@ -208,8 +209,8 @@ class _Ctx:
     class trigger:  # mimics Trigger.INIT_DISTRIBUTED
         value = "init_distributed"
 
-    def emit(self, event: str, **fields: Any) -> None:
-        raise AssertionError(f"unexpected {event}")
+    def emit(self, record: Record) -> None:
+        raise AssertionError(f"unexpected {record}")
 
 
 class RankShouldRestart(BaseException):

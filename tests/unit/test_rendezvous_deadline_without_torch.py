@@ -13,6 +13,8 @@ import pytest
 
 from lifecycle.core_entry.distributed import await_store_host, store_unreachable
 from lifecycle.errors import DistributedError
+from lifecycle.log.records import Record
+from lifecycle.testing import fields_written
 
 
 class Ctx:
@@ -20,8 +22,8 @@ class Ctx:
         self.emitted: list[tuple[str, dict[str, Any]]] = []
         self.trigger = type("T", (), {"value": "init_distributed"})
 
-    def emit(self, event: str, **fields: Any) -> None:
-        self.emitted.append((event, fields))
+    def emit(self, record: Record) -> None:
+        self.emitted.append(fields_written(record))
 
 
 def test_a_store_host_that_listens_is_found_at_once() -> None:

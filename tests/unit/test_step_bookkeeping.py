@@ -20,7 +20,8 @@ from lifecycle import RunConfig, Runtime
 from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.core_entry.steps import StepHandle, StepResult, Steps, StepsSlot, overlapped_gather, steps_for
 from lifecycle.errors import DistributedError, LifecycleError
-from lifecycle.testing import FirstStepWatchdog
+from lifecycle.log.records import Record
+from lifecycle.testing import FirstStepWatchdog, fields_written
 from states import State
 
 OVERLAP = ["ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=true", "ddp.overlap_param_gather=true"]
@@ -59,7 +60,8 @@ class Driver:
         self.records: list[dict[str, Any]] = []
         self.steps_slot = StepsSlot()
 
-    def record(self, event: str, **fields: Any) -> None:
+    def record(self, record: Record) -> None:
+        event, fields = fields_written(record)
         self.records.append({"event": event, **fields})
 
     def events(self) -> list[str]:

@@ -19,7 +19,7 @@ from lifecycle import launchers
 from lifecycle.core_entry.distributed import stay_alive
 from lifecycle.core_entry.lone import lone_watch
 from lifecycle.core_entry.ranks import RankWatch
-from lifecycle.log import events
+from lifecycle.log import records
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
 
@@ -131,7 +131,7 @@ def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
         ctx.side_effect(SideEffect.CUDA_DEVICE)
     stand_ins = CpuStandIns() if on else None
     try:
-        ctx.emit(events.REHEARSAL_ENABLED if on else events.REHEARSAL_DISABLED, reason=reason)
+        ctx.emit((records.RehearsalEnabled if on else records.RehearsalDisabled)(reason=reason))
         groups, watch = _initialize_megatron(ctx, call)
     except BaseException:
         _undo(stand_ins)
@@ -217,21 +217,22 @@ def _emit_initialized(ctx: PhaseContext, args: Namespace) -> None:
 
     parallel = ctx.runtime.config.parallel
     ctx.emit(
-        events.DISTRIBUTED_INITIALIZED,
-        backend=args.distributed_backend,
-        tp=parallel.tp,
-        pp=parallel.pp,
-        cp=parallel.cp,
-        ep=parallel.ep,
-        dp=ps.get_data_parallel_world_size(),
-        vpp=parallel.vpp,
-        ranks={
-            "tp": ps.get_tensor_model_parallel_rank(),
-            "pp": ps.get_pipeline_model_parallel_rank(),
-            "cp": ps.get_context_parallel_rank(),
-            "ep": ps.get_expert_model_parallel_rank(),
-            "dp": ps.get_data_parallel_rank(),
-        },
+        records.DistributedInitialized(
+            backend=args.distributed_backend,
+            tp=parallel.tp,
+            pp=parallel.pp,
+            cp=parallel.cp,
+            ep=parallel.ep,
+            dp=ps.get_data_parallel_world_size(),
+            vpp=parallel.vpp,
+            ranks={
+                "tp": ps.get_tensor_model_parallel_rank(),
+                "pp": ps.get_pipeline_model_parallel_rank(),
+                "cp": ps.get_context_parallel_rank(),
+                "ep": ps.get_expert_model_parallel_rank(),
+                "dp": ps.get_data_parallel_rank(),
+            },
+        )
     )
 
 

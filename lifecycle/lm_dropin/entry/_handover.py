@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from lifecycle.core_entry.services_ready import without_services
 from lifecycle.lm_dropin.entry._resources import GLOBALS
-from lifecycle.log import events
+from lifecycle.log import records
 from lifecycle.runtime import Entry, PhaseContext, Runtime, rank_of, world_size_of
 from states import State
 
@@ -78,7 +78,7 @@ def releasing_distributed(handover: HandOver, ctx: PhaseContext, release: Entry)
         if runtime.rehearsal is not None:
             runtime.rehearsal.close()
     ctx.emit(
-        events.RESOURCES_HANDED_OVER, state=State.DISTRIBUTED.name, resources=sorted(MEGATRON_LMS[State.DISTRIBUTED])
+        records.ResourcesHandedOver(state=State.DISTRIBUTED.name, resources=sorted(MEGATRON_LMS[State.DISTRIBUTED]))
     )
     return dataclasses.replace(
         runtime,
@@ -103,5 +103,5 @@ def releasing_services(handover: HandOver, ctx: PhaseContext, release: Entry) ->
     kept = [name for var, name in GLOBALS.items() if getattr(global_vars, var, None) is not None]
     if getattr(calculator, "_GLOBAL_NUM_MICROBATCHES_CALCULATOR", None) is not None:
         kept.append("Megatron-LM micro-batch calculator")
-    ctx.emit(events.RESOURCES_HANDED_OVER, state=State.SERVICES_READY.name, resources=sorted(kept))
+    ctx.emit(records.ResourcesHandedOver(state=State.SERVICES_READY.name, resources=sorted(kept)))
     return dataclasses.replace(without_services(ctx.runtime), megatron_lm_globals=False)

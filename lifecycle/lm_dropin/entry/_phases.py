@@ -41,8 +41,7 @@ from lifecycle.lm_dropin.entry import _derive, _providers, _resources
 from lifecycle.lm_dropin.entry._call import MegatronLMCall as MegatronLMCall
 from lifecycle.lm_dropin.entry._distributed import initialize
 from lifecycle.lm_dropin.entry._handover import HandOver, releasing_distributed, releasing_services
-from lifecycle.log import JSONValue, events
-from lifecycle.redaction import redact
+from lifecycle.log import JSONValue, records
 from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
 from states import STARTUP_ORDER, SideEffect, State
 
@@ -113,13 +112,12 @@ def _validate(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         problems += _megatron_validation(call.args)
     raise_for(problems)
     for rewrite in rewrites:
-        ctx.emit(events.CONFIG_NORMALIZED, **rewrite.log_fields())
+        ctx.emit(records.ConfigNormalized(field=rewrite.field, given=rewrite.given, used=rewrite.used, why=rewrite.why))
     fingerprint = run.fingerprint()
     ctx.emit(
-        events.CONFIG_VALIDATED,
-        fingerprint=fingerprint,
-        config=redact(run.to_dict()),
-        environment=ctx.options.environment_checks,
+        records.ConfigValidated(
+            fingerprint=fingerprint, config=records.redacted(run.to_dict()), environment=ctx.options.environment_checks
+        )
     )
     return dataclasses.replace(ctx.runtime, config=used, fingerprint=fingerprint)
 
@@ -144,10 +142,11 @@ def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         if v is not None
     }
     ctx.emit(
-        events.SERVICES_READY,
-        tokenizer=type(tokenizer).__name__,
-        vocab_size=args.padded_vocab_size,
-        vocab_source="parse_and_validate_args" if adopted else "set_global_variables",
+        records.ServicesReady(
+            tokenizer=type(tokenizer).__name__,
+            vocab_size=args.padded_vocab_size,
+            vocab_source="parse_and_validate_args" if adopted else "set_global_variables",
+        )
     )
     from types import MappingProxyType
 
@@ -185,11 +184,12 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     config = get_model_config(model[0])
     step = int(getattr(call.args, "iteration", 0) or 0)  # Megatron-LM's load set it: > 0 after a load
     ctx.emit(
-        events.MODEL_BUILT,
-        chunks=len(model),
-        model_config_id=hex(id(config)),
-        provider_config_id=hex(id(config)),
-        optimizer=optimizer is not None,
+        records.ModelBuilt(
+            chunks=len(model),
+            model_config_id=hex(id(config)),
+            provider_config_id=hex(id(config)),
+            optimizer=optimizer is not None,
+        )
     )
     return dataclasses.replace(
         rt,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeAlias, TypedDict
 from lifecycle.core_entry.steps import Driver, steps_for
 from lifecycle.core_entry.streams import watch_data
 from lifecycle.lm_dropin.entry._bound_once import bound_once, short
-from lifecycle.log import events
+from lifecycle.log import records
 
 if TYPE_CHECKING:
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
@@ -158,7 +158,7 @@ def _train(
 
 def _replaced(lc: Driver, slot: str, was: SlotValue, now: SlotValue, writer: str) -> None:
     """A write to a callback slot during `train()` that is not `train()`'s own binding: logged."""
-    lc.record(events.CALLBACK_REPLACED, slot=slot, was=short(was), now=short(now), writer=writer)
+    lc.record(records.CallbackReplaced(slot=slot, was=short(was), now=short(now), writer=writer))
 
 
 def _evaluate(

@@ -23,7 +23,7 @@ import orjson
 
 from lifecycle import InProcessPhases, Lifecycle, PhaseContext, RunConfig, Runtime
 from lifecycle.audit import audit
-from lifecycle.log import GENESIS, AuditLog
+from lifecycle.log import GENESIS, AuditLog, records
 from lifecycle.testing import AuditResult, Entry
 from states import PLAN_TARGETS, SIDE_EFFECT_OWNERS, STARTUP_ORDER, Plan, State, forward_trigger
 
@@ -64,10 +64,10 @@ def train_and_shut_down(lc: Lifecycle, *, steps: int = 2, finalizer_calls: int =
     """What `lifecycle run` does once bound: steps, the first-step finalizer record, shutdown."""
     lc.advance_to(lc.target)
     for step in range(1, steps + 1):
-        lc.record("step_completed", step=step, loss=1.0 / step, duration_s=0.01)
+        lc.record(records.StepCompleted(step=step, loss=1.0 / step, duration_s=0.01))
         if step == 1:
-            event = "first_step_finalized" if finalizer_calls == 1 else "first_step_not_finalized"
-            lc.record(event, finalizer_calls=finalizer_calls)
+            kind = records.FirstStepFinalized if finalizer_calls == 1 else records.FirstStepNotFinalized
+            lc.record(kind(finalizer_calls=finalizer_calls))
     lc.shutdown()
 
 
@@ -109,7 +109,6 @@ class OldModelPhases(InProcessPhases):
 def _bind_on(ctx: PhaseContext, runtime: Runtime, *, scheduler: Any) -> Runtime:
     """Bind to `runtime.model[0].config` while the scheduler reads `scheduler[0].config`: the slots
     the in-process phases bind, each a no-op as theirs."""
-    from lifecycle.log import events
     from states import SideEffect
 
     ctx.side_effect(SideEffect.CALLBACKS)
@@ -117,17 +116,18 @@ def _bind_on(ctx: PhaseContext, runtime: Runtime, *, scheduler: Any) -> Runtime:
     for slot in InProcessPhases.SLOTS:
         setattr(target, slot, _no_op)
     ctx.emit(
-        events.CALLBACKS_BOUND,
-        target_type=type(target).__name__,
-        target_id=hex(id(target)),
-        scheduler_config_id=hex(id(scheduler[0].config)),
-        provider_config_id=hex(id(ctx.runtime.provider_config)),
-        copied=True,
-        slots=list(InProcessPhases.SLOTS),
-        chunks=1,
-        overlap_grad_reduce=False,
-        overlap_param_gather=False,
-        policy="refuse",
+        records.CallbacksBound(
+            target_type=type(target).__name__,
+            target_id=hex(id(target)),
+            scheduler_config_id=hex(id(scheduler[0].config)),
+            provider_config_id=hex(id(ctx.runtime.provider_config)),
+            copied=True,
+            slots=list(InProcessPhases.SLOTS),
+            chunks=1,
+            overlap_grad_reduce=False,
+            overlap_param_gather=False,
+            policy="refuse",
+        )
     )
     return dataclasses.replace(ctx.runtime, binding={"target_id": id(target), "slots": InProcessPhases.SLOTS})
 

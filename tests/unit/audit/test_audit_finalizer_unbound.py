@@ -8,15 +8,15 @@ from pathlib import Path
 from audit_logs import engine_rank
 
 from lifecycle.audit import audit
-from lifecycle.log import events
+from lifecycle.log import records
 
 
 def replaced_then_shut_down(log_dir: Path, *, slot: str, now: str) -> list[str]:
     lc = engine_rank(log_dir)
     lc.advance_to(lc.target)
-    lc.record(events.CALLBACK_REPLACED, slot=slot, was="partial(finalize_model_grads)", now=now, writer="prof:hook")
-    lc.record("step_completed", step=1, loss=1.0, duration_s=0.01)
-    lc.record("first_step_finalized", finalizer_calls=1)
+    lc.record(records.CallbackReplaced(slot=slot, was="partial(finalize_model_grads)", now=now, writer="prof:hook"))
+    lc.record(records.StepCompleted(step=1, loss=1.0, duration_s=0.01))
+    lc.record(records.FirstStepFinalized(finalizer_calls=1))
     lc.shutdown()
     return [f.message for f in audit([str(log_dir)], jobs=1).findings if f.rule == "LA024"]
 

@@ -11,6 +11,7 @@ from audit_logs import engine_rank
 
 from lifecycle.audit import audit
 from lifecycle.export import load
+from lifecycle.log import records
 from lifecycle.testing import report_data, text
 from states import State
 
@@ -27,15 +28,21 @@ def findings(
     lc = engine_rank(log_dir, 0, 1)
     lc.advance_to(State.DISTRIBUTED)
     lc.record(
-        "timeouts_read", configured_s=600.0, world_s=world_s, store_s=600.0, watch_s=600.0, groups=groups, corrected=0
+        records.TimeoutsRead(
+            configured_s=600.0, world_s=world_s, store_s=600.0, watch_s=600.0, groups=groups, corrected=0
+        )
     )
     if later is not None:
         lc.record(
-            "group_created", name="EARLY", backend="cpu:gloo", size=2, timeout_s=later, created_by="train.py:setup:3"
+            records.GroupCreated(
+                name="EARLY", backend="cpu:gloo", size=2, timeout_s=later, created_by="train.py:setup:3", connect_s=0.01
+            )
         )
         lc.advance_to(State.CALLBACKS_BOUND)
         lc.record(
-            "group_created", name="LATE", backend="cpu:gloo", size=2, timeout_s=600.0, created_by="train.py:step:9"
+            records.GroupCreated(
+                name="LATE", backend="cpu:gloo", size=2, timeout_s=600.0, created_by="train.py:step:9", connect_s=0.01
+            )
         )
     lc.shutdown()
     result = audit([str(log_dir / "rank-00000.jsonl")], jobs=1)
@@ -82,7 +89,9 @@ def test_the_audit_text_shows_each_runs_timeout_map_and_the_ranks_that_read_othe
         lc.advance_to(State.DISTRIBUTED)
         groups = [group("DATA_PARALLEL_GROUP", 600.0), corrected, group("EMBEDDING_GROUP", last)]
         lc.record(
-            "timeouts_read", configured_s=600.0, world_s=600.0, store_s=600.0, watch_s=600.0, groups=groups, corrected=1
+            records.TimeoutsRead(
+                configured_s=600.0, world_s=600.0, store_s=600.0, watch_s=600.0, groups=groups, corrected=1
+            )
         )
         lc.shutdown()
     report = text(audit([str(tmp_path)], jobs=1)).splitlines()
@@ -96,7 +105,9 @@ def test_the_audit_text_shows_each_runs_timeout_map_and_the_ranks_that_read_othe
 def test_the_html_report_carries_each_runs_timeout_map(tmp_path: Path) -> None:
     lc = engine_rank(tmp_path, 0, 1)
     lc.advance_to(State.DISTRIBUTED)
-    lc.record("timeouts_read", configured_s=600.0, world_s=600.0, store_s=None, watch_s=None, groups=[], corrected=0)
+    lc.record(
+        records.TimeoutsRead(configured_s=600.0, world_s=600.0, store_s=None, watch_s=None, groups=[], corrected=0)
+    )
     lc.shutdown()
     [timeouts] = report_data(load([str(tmp_path)]))["timeouts"]
     assert timeouts == {
@@ -111,10 +122,10 @@ def test_the_html_report_carries_each_runs_timeout_map(tmp_path: Path) -> None:
 def test_the_timeout_map_shows_the_in_process_restart_wrappers_own_timeouts(tmp_path: Path) -> None:
     lc = engine_rank(tmp_path, 0, 1)
     lc.advance_to(State.DISTRIBUTED)
-    lc.record("timeouts_read", configured_s=60.0, world_s=60.0, store_s=60.0, watch_s=60.0, groups=[], corrected=0)
+    lc.record(records.TimeoutsRead(configured_s=60.0, world_s=60.0, store_s=60.0, watch_s=60.0, groups=[], corrected=0))
     lc.advance_to(State.CALLBACKS_BOUND)
     wrapper = {"soft_s": 180.0, "hard_s": 360.0, "barrier_s": 540.0, "completion_s": 540.0, "heartbeat_s": None}
-    lc.record("cycle_started", ledger=[], fingerprint=None, world_size=1, restart_timeouts=wrapper)
+    lc.record(records.CycleStarted(ledger=[], fingerprint=None, world_size=1, restart_timeouts=wrapper))
     lc.shutdown()
     [timeouts] = report_data(load([str(tmp_path)]))["timeouts"]
     assert timeouts["line"] == (
@@ -127,10 +138,10 @@ def test_the_timeout_map_shows_the_restart_wrappers_store_client_timeout_last(tm
     """Our own connection to the wrapper's store (`store_client_s`, read back from the client) after nvrx's own."""
     lc = engine_rank(tmp_path, 0, 1)
     lc.advance_to(State.DISTRIBUTED)
-    lc.record("timeouts_read", configured_s=60.0, world_s=60.0, store_s=60.0, watch_s=60.0, groups=[], corrected=0)
+    lc.record(records.TimeoutsRead(configured_s=60.0, world_s=60.0, store_s=60.0, watch_s=60.0, groups=[], corrected=0))
     lc.advance_to(State.CALLBACKS_BOUND)
     wrapper = {"store_client_s": 300.0, "soft_s": 180.0, "heartbeat_s": 30.0}
-    lc.record("cycle_started", ledger=[], fingerprint=None, world_size=1, restart_timeouts=wrapper)
+    lc.record(records.CycleStarted(ledger=[], fingerprint=None, world_size=1, restart_timeouts=wrapper))
     lc.shutdown()
     [timeouts] = report_data(load([str(tmp_path)]))["timeouts"]
     assert timeouts["line"].endswith("; in-process restart wrapper: soft 180 s, heartbeat 30 s, store client 300 s")

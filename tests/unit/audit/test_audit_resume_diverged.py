@@ -11,6 +11,7 @@ from pathlib import Path
 from audit_logs import engine_rank
 
 from lifecycle.audit import audit
+from lifecycle.log import records
 
 WARMUP = {"stream": "torch", "restored": "a365", "found": "af54", "caller": "train.py:88 in warmup (torch.rand)"}
 
@@ -21,7 +22,7 @@ def findings(
     lc = engine_rank(log_dir, 0, 1)
     lc.advance_to(lc.target)
     fields = {"step": step, "restored_step": restored, "moved": moved, "streams": 6, **optimizer}
-    lc.record("streams_checked", **fields, duration_s=0.0003)
+    lc.record(records.StreamsChecked(**fields, duration_s=0.0003))
     lc.shutdown()
     result = audit([str(log_dir / "rank-00000.jsonl")], jobs=1)
     assert all(f.rule != "LA027" or f.rank == 0 for f in result.findings)

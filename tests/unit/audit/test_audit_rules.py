@@ -22,6 +22,7 @@ from audit_logs import (
 
 from lifecycle import ConfigMutated, InProcessPhases, PhaseFailed
 from lifecycle.audit import audit
+from lifecycle.log import records
 from states import State
 
 
@@ -101,7 +102,7 @@ def test_training_after_a_rebuild_without_rebinding_is_reported(tmp_path: Path) 
     lc.advance_to(State.CALLBACKS_BOUND)
     lc.rebuild()
     lc.advance_to(State.MODEL_BUILT)
-    lc.record("step_completed", step=1, loss=1.0, duration_s=0.01)
+    lc.record(records.StepCompleted(step=1, loss=1.0, duration_s=0.01))
     lc.shutdown()
     result = audit([str(tmp_path)], jobs=1)
     assert "LA004" in {f.rule for f in result.findings}

@@ -9,6 +9,7 @@ from pathlib import Path
 from audit_logs import engine_rank
 
 from lifecycle.audit import audit
+from lifecycle.log import records
 
 DROPPED = {
     "section": "transformer",
@@ -25,12 +26,9 @@ def findings(log_dir: Path, mismatches: list[dict[str, str]], allowed: list[dict
     lc = engine_rank(log_dir, 0, 1)
     lc.advance_to(lc.target)
     lc.record(
-        "settings_checked",
-        objects=["chunk 0's config"],
-        compared=134,
-        mismatches=mismatches,
-        allowed=allowed,
-        duration_s=0.001,
+        records.SettingsChecked(
+            objects=["chunk 0's config"], compared=134, mismatches=mismatches, allowed=allowed, duration_s=0.001
+        )
     )
     lc.shutdown()
     result = audit([str(log_dir / "rank-00000.jsonl")], jobs=1)

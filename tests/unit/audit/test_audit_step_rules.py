@@ -9,11 +9,12 @@ from audit_logs import audit_rules, engine_rank, train_and_shut_down
 
 from lifecycle import Lifecycle
 from lifecycle.audit import audit
+from lifecycle.log import records
 from states import State
 
 
 def _step(lc: Lifecycle, step: int) -> None:
-    lc.record("step_completed", step=step, loss=1.0, duration_s=0.01)
+    lc.record(records.StepCompleted(step=step, loss=1.0, duration_s=0.01))
 
 
 def test_a_clean_training_run_has_no_step_findings(tmp_path: Path) -> None:
@@ -24,7 +25,7 @@ def test_a_clean_training_run_has_no_step_findings(tmp_path: Path) -> None:
 def test_the_watchdog_record_before_the_step_record_is_accepted(tmp_path: Path) -> None:
     lc = engine_rank(tmp_path)
     lc.advance_to(State.CALLBACKS_BOUND)
-    lc.record("first_step_finalized", finalizer_calls=1)  # what the step API writes: watchdog first
+    lc.record(records.FirstStepFinalized(finalizer_calls=1))  # what the step API writes: watchdog first
     _step(lc, 1)
     lc.shutdown()
     assert audit_rules(tmp_path) == set()
@@ -43,7 +44,7 @@ def test_a_step_before_callbacks_are_bound_is_reported_with_its_state(tmp_path: 
 def test_a_step_after_a_rebuild_back_to_distributed_is_reported(tmp_path: Path) -> None:
     lc = engine_rank(tmp_path)
     lc.advance_to(State.CALLBACKS_BOUND)
-    lc.record("first_step_finalized", finalizer_calls=1)
+    lc.record(records.FirstStepFinalized(finalizer_calls=1))
     _step(lc, 1)
     lc.rebuild()
     _step(lc, 2)
@@ -74,7 +75,7 @@ def test_steps_without_the_first_step_record_are_reported_once_per_binding(tmp_p
 def test_a_rebound_model_needs_its_own_first_step_record(tmp_path: Path) -> None:
     lc = engine_rank(tmp_path)
     lc.advance_to(State.CALLBACKS_BOUND)
-    lc.record("first_step_finalized", finalizer_calls=1)
+    lc.record(records.FirstStepFinalized(finalizer_calls=1))
     _step(lc, 1)
     lc.rebuild()
     lc.advance_to(State.CALLBACKS_BOUND)

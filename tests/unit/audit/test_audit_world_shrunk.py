@@ -8,6 +8,7 @@ from pathlib import Path
 from audit_logs import engine_rank
 
 from lifecycle.audit import audit
+from lifecycle.log import records
 
 
 def cycles(log_dir: Path, worlds: list[int], launched: int = 2) -> list[str]:
@@ -20,8 +21,8 @@ def cycles(log_dir: Path, worlds: list[int], launched: int = 2) -> list[str]:
         lc.begin_cycle(cycle)
         lc.advance_to(lc.target)
         lc.cycle_trained(world_size=world, launched_world_size=launched)
-        lc.record("step_completed", step=1, loss=1.0, duration_s=0.01)
-        lc.record("first_step_finalized", finalizer_calls=1)
+        lc.record(records.StepCompleted(step=1, loss=1.0, duration_s=0.01))
+        lc.record(records.FirstStepFinalized(finalizer_calls=1))
     lc.shutdown()
     result = audit([str(log_dir / "rank-00000.jsonl")], jobs=1)
     return [f.message for f in result.findings if f.rule == "LA025"]

@@ -15,6 +15,7 @@ import pytest
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
 from lifecycle.config import Environment, validate
 from lifecycle.export import load
+from lifecycle.log import records
 from lifecycle.testing import ROOT, write_otlp
 from states import STARTUP_ORDER, State
 from tests.otlp_spans import flat_spans
@@ -45,7 +46,7 @@ def test_spans_are_written_as_the_run_goes_and_equal_the_export_of_its_logs(tmp_
         lc.validate()
         seen[f"{r} validated"] = names(live)
         lc.advance_to(State.CALLBACKS_BOUND)
-        lc.record("step_completed", step=1, loss=0.5, duration_s=0.01)
+        lc.record(records.StepCompleted(step=1, loss=0.5, duration_s=0.01))
         seen[f"{r} bound"] = names(live)
         lc.shutdown()
     assert seen["0 validated"] == ["VALIDATED"]  # written at its transition_completed, the root still open
