@@ -13,9 +13,11 @@ are checked against (issue 35):
   opening; an absent `attempt` says the file was new), so `None` cannot mean absent. A field
   without a default is in every record of its event (it may still be null where its type says so).
 - `fields_of(event)`: the fields the event's struct declares itself (not the envelope; an event
-  may declare an envelope name again, as `cycle_started` does `world_size`). With
-  `LIFECYCLE_STRICT_RECORDS=1` (the test suite sets it) `AuditLog.emit` refuses any other field
-  but the envelope's (`record_fields(event)`: the names a record of `event` may have).
+  may declare an envelope name again, as `cycle_started` does `world_size`).
+- Writers construct these types (`lifecycle.log.records` re-exports them) and `AuditLog.write` them;
+  the writer fills the envelope. A log written by name (`AuditLog.emit`: tests, tools) is checked
+  with `LIFECYCLE_STRICT_RECORDS=1` (the test suite sets it): it refuses any field but the event's and
+  the envelope's (`record_fields(event)`).
 
 docs/log-format.md's table of events is generated from here: `python -m lifecycle.log.schema
 --markdown` prints it, `--write docs/log-format.md` replaces it (a unit test compares them).
