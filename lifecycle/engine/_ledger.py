@@ -23,8 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
-import msgspec
-
 from lifecycle.errors import ResourceLeak
 from lifecycle.log import records
 from states import State, Trigger
@@ -129,12 +127,14 @@ class Cycles:
     def trained(self, **fields: Unpack[CycleFields]) -> None:
         """Log `cycle_started`: the ledger now (`STATE:resource`), the config fingerprint, `fields`
         (`world_size`: the log's unless given)."""
-        record = records.CycleStarted(
-            ledger=[f"{s}:{n}" for s, n in self.ledger.names()],
-            fingerprint=self.shared.runtime.fingerprint,
-            world_size=self.shared.log.world_size,
+        fields.setdefault("world_size", self.shared.log.world_size)
+        self.shared.log.write(
+            records.CycleStarted(
+                ledger=[f"{s}:{n}" for s, n in self.ledger.names()],
+                fingerprint=self.shared.runtime.fingerprint,
+                **fields,
+            )
         )
-        self.shared.log.write(msgspec.structs.replace(record, **fields))
 
     def ended(self, **fields: Unpack[CauseFields]) -> None:
         """Log `cycle_ended` (`cause_rank`, `cause`, `fault_ts`) in the cycle that ends."""

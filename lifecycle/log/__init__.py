@@ -1,8 +1,9 @@
-"""The per-rank startup log: event names, the hash-chained writer, its chain verifier, redaction,
-the log directory's one owner (`LogDir`: which directory, whether it can hold the log, claiming and
-opening it), and the log directory policy (`logging.existing`): whether a file is one of our logs and where its
-chain ends (`inspect_log`, `ChainEnd`), which run a directory holds, and what `--overwrite` removes;
-the complete lines of a rank file still being written (`Tail`).
+"""The per-rank startup log: event names, the record types writers build (`records`), the
+hash-chained writer, its chain verifier, redaction, the log directory's one owner (`LogDir`: which
+directory, whether it can hold the log, claiming and opening it), and the log directory policy
+(`logging.existing`): whether a file is one of our logs and where its chain ends (`inspect_log`,
+`ChainEnd`), which run a directory holds, and what `--overwrite` removes; the complete lines of a
+rank file still being written (`Tail`).
 
 The writer (`AuditLog`) and every reader (`lifecycle audit`, `lifecycle.testing.check_log`) share
 one chain definition (`_chain`). Imports neither torch nor megatron.
