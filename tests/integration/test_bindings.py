@@ -134,13 +134,14 @@ def _watchdog_case() -> dict[str, Any]:
     import megatron_cases as mc
 
     from lifecycle.errors import FinalizerNotCalled
+    from lifecycle.log.records import first_step
 
     out: dict[str, Any] = {}
     with mc.parallel():
         ctx = mc.bind(mc.build(mc.run_config(), "gpt"))
         mc.train_step(ctx.runtime, 3)
-        out["ok"] = ctx.runtime.binding.watchdog.after_step(ctx.emit)
-        out["again"] = ctx.runtime.binding.watchdog.after_step(ctx.emit)
+        out["ok"] = ctx.runtime.binding.watchdog.after_step(first_step(ctx.emit))
+        out["again"] = ctx.runtime.binding.watchdog.after_step(first_step(ctx.emit))
         events = [(e, f) for e, f in ctx.records if e.startswith("first_step")]
         ctx = mc.bind(mc.build(mc.run_config(), "gpt"))
         model, batch = ctx.runtime.model[0], mc.batches(1)[0]
@@ -148,7 +149,7 @@ def _watchdog_case() -> dict[str, Any]:
         loss.mean().backward()
         ctx.runtime.optimizer.step()
         try:
-            ctx.runtime.binding.watchdog.after_step(ctx.emit)
+            ctx.runtime.binding.watchdog.after_step(first_step(ctx.emit))
         except FinalizerNotCalled as exc:
             out["error"] = {"calls": exc.finalizer_calls, "message": str(exc)}
         out["events"] = events + [(e, f) for e, f in ctx.records if e.startswith("first_step")]
