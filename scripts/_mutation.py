@@ -65,12 +65,13 @@ def sync_copy() -> None:
             shutil.copy2(src, dest)
 
 
-def test_command(tests: list[str]) -> str:
+def test_command(module: dict) -> str:
+    """pytest of the module's tests, on the interpreter its entry names (`python`, relative to the
+    repository: `.venv-floor/bin/python` for code whose tests need the floor's packages), else .venv's."""
+    python = ROOT / module["python"] if "python" in module else VENV / "python"
+    tests = module["tests"]
     # PYTHONPATH makes the copy win over the editable install, in the test process and its children.
-    return (
-        f"env PYTHONPATH={WORK} {VENV / 'python'} -m pytest -x -q -p no:cacheprovider --no-header "
-        f"-W ignore {' '.join(tests)}"
-    )
+    return f"env PYTHONPATH={WORK} {python} -m pytest -x -q -p no:cacheprovider --no-header -W ignore {' '.join(tests)}"
 
 
 def fingerprint(module: dict, run: dict, base: Path = WORK) -> str:
@@ -90,7 +91,7 @@ def write_config(module: dict, run: dict) -> Path:
         f"module-path = [{paths}]\n"
         f"timeout = {float(run['timeout'])}\n"
         "excluded-modules = []\n"
-        f'test-command = "{test_command(module["tests"])}"\n\n'
+        f'test-command = "{test_command(module)}"\n\n'
         '[cosmic-ray.distributor]\nname = "local"\n'
     )
     return config
@@ -98,7 +99,7 @@ def write_config(module: dict, run: dict) -> Path:
 
 def baseline(module: dict) -> None:
     """The unmutated tests must pass (else every mutant would look killed); this also warms __pycache__."""
-    done = subprocess.run(test_command(module["tests"]).split(), cwd=WORK, capture_output=True, text=True)
+    done = subprocess.run(test_command(module).split(), cwd=WORK, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"{module['name']}: the tests fail without any mutant; fix them first:\n{done.stdout[-3000:]}")
 

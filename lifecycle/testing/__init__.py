@@ -95,6 +95,8 @@ from lifecycle.log.schema import GENERATED_BEGIN, GENERATED_END
 from lifecycle.redaction._shapes import SHAPES, may_hold_credentials
 from lifecycle.resilience._call import cycle_and_store, injectable
 from lifecycle.resilience._compat import installed_problem, megatron_nvrx_minimum, pair_problem
+from lifecycle.resilience._nvrx import is_restart_abort, is_restart_request
+from lifecycle.resilience._nvrx import wrap as restart_wrap
 from lifecycle.resilience._restart import refuse_incompatible
 from lifecycle.resilience._sockets import CycleSockets
 from lifecycle.runtime._identity import (
@@ -262,6 +264,8 @@ __all__ = [
     "inspect_log",
     "install",
     "installed_problem",
+    "is_restart_abort",
+    "is_restart_request",
     "is_secret_key",
     "iteration_dir",
     "latest_step",
@@ -305,6 +309,7 @@ __all__ = [
     "removable_ranks",
     "rendezvous",
     "report_data",
+    "restart_wrap",
     "rows",
     "rules_url_problem",
     "run_config",
