@@ -29,5 +29,7 @@ __all__ = [
     "ChainVerifier",
     "LogDir",
     "check_log_dir",
+    "events",
     "record_hash",
+    "records",
 ]

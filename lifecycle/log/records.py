@@ -101,3 +101,9 @@ def from_fields(kind: type[R], fields: Mapping[str, JSONValue]) -> R:
     `kind` lacks is a TypeError here; their types are not checked by mypy."""
     build: Callable[..., R] = kind
     return build(**fields)
+
+
+__all__ = sorted(  # the record types (one per event) and what writers build them with; counted as `records`
+    [name for name, value in dict(globals()).items() if isinstance(value, type) and issubclass(value, Record)]
+    + ["UNSET", "UnsetType", "first_step", "from_fields", "redacted"]
+)

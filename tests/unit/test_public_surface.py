@@ -3,9 +3,11 @@ publishing internals, 162 -> 343 names; the count and the rule are in docs/archi
 
 Counted: the literal entries of `__all__` in every public module of states, bindings and lifecycle
 (no `_private` part in its path), except `lifecycle.testing`, which hands tests the internals and
-promises nothing. Two `__all__` are computed, not listed, and count as the names they stand for
+promises nothing. Three `__all__` are computed, not listed, and count as the names they stand for
 elsewhere: `lifecycle.log.events` (its event-name constants, the log's vocabulary, counted as the one
-name `events`) and `lifecycle`'s `+= errors.__all__` (the error tree, counted in `lifecycle.errors`).
+name `events` in `lifecycle.log`), `lifecycle.log.records` (one record type per event, the log's
+format, counted as the one name `records` there) and `lifecycle`'s `+= errors.__all__` (the error
+tree, counted in `lifecycle.errors`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CAP = 200
 NOT_COUNTED = ("lifecycle.testing",)
-COMPUTED = {"lifecycle.log.events", "lifecycle"}
+COMPUTED = {"lifecycle.log.events", "lifecycle.log.records", "lifecycle"}
 # Each module's count when the cap was set (issue 35): what a failure compares against.
 SET_AT = {
     "bindings": 29,
@@ -93,7 +95,7 @@ def test_the_packages_publish_at_most_200_names() -> None:
     )
 
 
-def test_no_module_computes_its_public_names_except_the_two_counted_elsewhere() -> None:
+def test_no_module_computes_its_public_names_except_the_three_counted_elsewhere() -> None:
     computed = {name for name, path in _public_modules() if _all_entries(path)[1]}
     assert computed == COMPUTED
 
