@@ -319,7 +319,7 @@ def enter(ctx: PhaseContext) -> Runtime:
             coords = init_parallel_state(ctx, config)
             _seed(ctx, config, coords["pp"])
             groups = ProcessGroupCollection.use_mpu_process_groups()
-        _log_initialized(ctx, config, coords)
+        log_initialized(ctx, config.backend, coords)
         if groups_watch is not None:
             log_timeouts(ctx.emit, config.startup.timeout_s, groups_watch, watch_s=watch.timeout_s if watch else None)
     except BaseException:
@@ -342,20 +342,16 @@ def enter(ctx: PhaseContext) -> Runtime:
     )
 
 
-def _log_initialized(ctx: PhaseContext, config: RunConfig, coords: dict[str, int]) -> None:
+def log_initialized(ctx: PhaseContext, backend: str, coords: dict[str, int]) -> None:
+    """The DISTRIBUTED_INITIALIZED record, for both phase sets: the parallel sizes (the config's; data
+    parallel as megatron formed it) and this rank's place in each group (`coords`)."""
     from megatron.core import parallel_state as ps
 
-    par = config.parallel
+    par = ctx.runtime.config.parallel
+    dp = ps.get_data_parallel_world_size()
     ctx.emit(
         records.DistributedInitialized(
-            backend=config.backend,
-            tp=par.tp,
-            pp=par.pp,
-            cp=par.cp,
-            ep=par.ep,
-            dp=ps.get_data_parallel_world_size(),
-            vpp=par.vpp,
-            ranks=coords,
+            backend=backend, tp=par.tp, pp=par.pp, cp=par.cp, ep=par.ep, dp=dp, vpp=par.vpp, ranks=coords
         )
     )
 

@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from lifecycle import launchers
-from lifecycle.core_entry.distributed import stay_alive
+from lifecycle.core_entry.distributed import log_initialized, stay_alive
 from lifecycle.core_entry.lone import lone_watch
 from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.log import records
@@ -212,28 +212,17 @@ def _after_groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
 
 
 def _emit_initialized(ctx: PhaseContext, args: Namespace) -> None:
-    """The DISTRIBUTED_INITIALIZED record: the parallel sizes and this rank's place in each group."""
+    """The DISTRIBUTED_INITIALIZED record, with this rank's place in each group as megatron formed it."""
     from megatron.core import parallel_state as ps
 
-    parallel = ctx.runtime.config.parallel
-    ctx.emit(
-        records.DistributedInitialized(
-            backend=args.distributed_backend,
-            tp=parallel.tp,
-            pp=parallel.pp,
-            cp=parallel.cp,
-            ep=parallel.ep,
-            dp=ps.get_data_parallel_world_size(),
-            vpp=parallel.vpp,
-            ranks={
-                "tp": ps.get_tensor_model_parallel_rank(),
-                "pp": ps.get_pipeline_model_parallel_rank(),
-                "cp": ps.get_context_parallel_rank(),
-                "ep": ps.get_expert_model_parallel_rank(),
-                "dp": ps.get_data_parallel_rank(),
-            },
-        )
-    )
+    coords = {
+        "tp": ps.get_tensor_model_parallel_rank(),
+        "pp": ps.get_pipeline_model_parallel_rank(),
+        "cp": ps.get_context_parallel_rank(),
+        "ep": ps.get_expert_model_parallel_rank(),
+        "dp": ps.get_data_parallel_rank(),
+    }
+    log_initialized(ctx, args.distributed_backend, coords)
 
 
 def _undo(stand_ins: CpuStandIns | None) -> None:
