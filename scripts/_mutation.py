@@ -189,7 +189,11 @@ def score(module: dict, run: dict, equivalents: list[dict]) -> Score:
             (
                 e["reason"]
                 for e in equivalents
-                if e["path"] == path and e["operator"] == operator and e["code"] == text and e.get("col", col) == col
+                if e["path"] == path
+                and e["operator"] == operator
+                and e["code"] == text
+                and e.get("col", col) == col
+                and e.get("line", line) == line
             ),
             None,
         )

@@ -133,7 +133,7 @@ class Failures:
             )
         self.shared.active = None
         self.force_fail(f"{trigger.value}: {type(exc).__name__}")
-        where = self.record_where()
+        where = self.record_where(str(exc))
         if not self.shared.runtime.validated:
             way_out = (
                 "The lifecycle is FAILED with nothing validated, so restart() cannot help: fix the "
@@ -169,10 +169,11 @@ class Failures:
             with contextlib.suppress(Exception):  # best effort: the failure itself is what matters
                 hook(self.shared.runtime, source.name, redact_text(self.reason))
 
-    def record_where(self) -> str:
+    def record_where(self, said: str) -> str:
         """Make sure the first failure leaves a record even before the log was opened (a failure in
         validate): open the log now, or send its records to stderr when the directory is the
-        problem. Returns what the error message should add."""
+        problem. Returns what the error message (`said` so far) should add: why the directory could
+        not take the log, unless `said` already says it."""
         if self.shared.log_dir.path is None or self.shared.log.is_open or self.shared.log.fault is not None:
             return ""
         opened, problem = self.shared.log_dir.open_after_failure(self.shared.log)
@@ -182,7 +183,8 @@ class Failures:
         if problem is None:
             fault = self.shared.log.fault
             return f" The startup log went to stderr as JSON lines: {self.shared.log.path} cannot be written ({fault})."
-        return " The startup log went to stderr as JSON lines, because logging.log_dir cannot take it (above)."
+        why = " (above)" if problem in said else f": {redact_text(problem)}"
+        return f" The startup log went to stderr as JSON lines, because logging.log_dir cannot take it{why}."
 
     # -- a log that cannot be written -------------------------------------------------------------
     def new_log_fault(self) -> OSError | None:

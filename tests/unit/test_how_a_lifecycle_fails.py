@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -162,7 +163,7 @@ def test_without_a_log_dir_a_failure_adds_nothing_about_the_log(make_lc: Any) ->
     assert str(caught.value).endswith("create a new Lifecycle with it.")
 
 
-def test_a_log_dir_held_by_another_run_sends_the_failure_to_stderr(
+def test_a_log_dir_held_by_another_run_sends_the_failure_to_stderr_naming_the_holder(
     make_lc: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     other = make_lc(log_dir=tmp_path / "held")
@@ -170,9 +171,28 @@ def test_a_log_dir_held_by_another_run_sends_the_failure_to_stderr(
     lc = make_lc(phases=Raises("validate", ValueError("bad")), log_dir=tmp_path / "held")
     with pytest.raises(PhaseFailed) as caught:
         lc.validate()
-    assert str(caught.value).endswith(
-        "The startup log went to stderr as JSON lines, because logging.log_dir cannot take it (above)."
-    )
+    said = str(caught.value)
+    assert "ValueError: bad" in said, "the failure itself comes first"
+    assert said.endswith(
+        "The startup log went to stderr as JSON lines, because logging.log_dir cannot take it: "
+        f"log_dir {str(tmp_path / 'held')!r} is in use by run {other.run_id!r} on host {socket.gethostname()!r} "
+        f"(pid {os.getpid()}; .lifecycle.lock): two runs cannot write one log directory at once; wait for that "
+        "run to end, or choose another log directory."
+    ), "the directory's problem is not above: this failure is another one"
+    assert '"transition_failed"' in capfd.readouterr().err
+
+
+def test_a_log_dir_refused_at_validate_is_named_once_with_the_log_sent_to_stderr(
+    make_lc: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    other = make_lc(log_dir=tmp_path / "held")
+    other.validate()
+    lc = make_lc(log_dir=tmp_path / "held")
+    with pytest.raises(ConfigError) as caught:
+        lc.validate()
+    said = str(caught.value)
+    assert caught.value.field == "logging.log_dir" and said.count(f"is in use by run {other.run_id!r}") == 1
+    assert said.endswith("because logging.log_dir cannot take it (above).")
     assert '"transition_failed"' in capfd.readouterr().err
 
 
