@@ -3,7 +3,10 @@
 For the engine's own tests, the fuzzer and the overhead benchmark. They declare the same side
 effects as the real phases, build a model whose chunks hold a copy of the provider's config (as a
 copying provider would) and bind to `model[0].config` through `bindings.install`, so their logs
-have the real shape.
+have the real shape. A state of the table with no light phase of its own (one added to the chain,
+whose real work is in `core_entry`) gets a pass-through one: its trigger counts for `fail_on`, it
+declares and logs nothing, so the engine logs its transition and nothing else, as the audit and
+`check_log` read any state's.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 from bindings import BindingReport, SlotValue, install
 from lifecycle.log import records
 from lifecycle.runtime import PhaseContext, Phases, Runtime
-from states import SideEffect, State
+from states import STARTUP_ORDER, SideEffect, State
 
 if TYPE_CHECKING:
     import torch
@@ -79,7 +82,8 @@ def _finalize(*_args: object, **_kwargs: object) -> None:
 
 class InProcessPhases(Phases):
     """A PhaseSet with no torch or megatron: every side effect is declared, none is performed.
-    `fail_on` names a trigger whose phase raises (once per call, for the engine's failure tests)."""
+    `fail_on` names a trigger whose phase raises (once per call, for the engine's failure tests).
+    Every startup state of the table has a phase: the five below, a pass-through for any other."""
 
     SLOTS: ClassVar[tuple[str, ...]] = SLOTS
     """The scheduler callbacks CALLBACKS_BOUND binds (a no-op in each) and its release clears."""
@@ -94,6 +98,9 @@ class InProcessPhases(Phases):
                 State.CALLBACKS_BOUND: _Callbacks(self),
             }
         )
+        for state in STARTUP_ORDER[1:]:
+            if self.phase_for(state) is None:
+                self.register(state, _Phase(self))
         self.fail_on = fail_on
         self.calls: list[str] = []
 
@@ -105,7 +112,8 @@ class InProcessPhases(Phases):
 
 @dataclass(frozen=True)
 class _Phase:
-    """An in-process phase: entry work named by its trigger (`fail_on`); by default nothing to release."""
+    """An in-process phase: entry work named by its trigger (`fail_on`); by default nothing to build
+    and nothing to release (the pass-through of a state with no light phase of its own)."""
 
     owner: InProcessPhases
 

@@ -10,7 +10,8 @@ modules, so a state added to the real chain does not break them. A child process
 copy instead of the real one drives it end to end with the in-process phases, a phase registered for
 WARMED_UP, and audits the logs: a clean run has no finding; a step logged at CALLBACKS_BOUND (no
 longer where the plan trains) is LA030; a step on a rebuilt model that was not bound again is
-LA004. One child process for all of it.
+LA004. With no phase registered for WARMED_UP, the in-process phases pass through it and the run
+is as clean. One child process for all of it.
 """
 
 from __future__ import annotations
@@ -147,6 +148,21 @@ lc.build_model()
 step(lc, 2)  # the rebuilt model was never bound
 lc.shutdown()
 out["no_rebind"] = findings(root / "no-rebind")
+
+# no phase registered for WARMED_UP: the in-process phases pass through it
+try:
+    lc = Lifecycle(RunConfig(), log_dir=root / "pass-through", phases=InProcessPhases(), options={"keep_records": True})
+    lc.advance_to(lc.target)
+    step(lc, 1)
+    lc.rebuild()
+    lc.advance_to(lc.target)
+    step(lc, 2)
+    check_written_log(lc)
+    lc.shutdown()
+    out["pass_through"] = [r["dest"] for r in lc.records if r["event"] == "transition_completed"]
+    out["pass_through_clean"] = findings(root / "pass-through")
+except Exception as exc:
+    out["pass_through"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(out))
 '''
 
@@ -185,6 +201,15 @@ def test_the_new_state_is_driven_end_to_end_with_the_in_process_phases(run: dict
     # entered three times, released by the rebuild, the restart and the shutdown
     assert run["calls"] == ["enter", "release", "enter", "release", "enter", "release"]
     assert run["clean"] == []
+
+
+def test_a_new_state_with_no_light_phase_of_its_own_is_passed_through_by_the_in_process_phases(
+    run: dict[str, object],
+) -> None:
+    startup = [*CHAIN[1:], "WARMED_UP"]
+    after_rebuild = startup[startup.index("DISTRIBUTED") + 1 :]
+    assert run["pass_through"] == [*startup, "DISTRIBUTED", *after_rebuild, "SHUT_DOWN"]
+    assert run["pass_through_clean"] == []
 
 
 def test_a_plan_whose_target_moved_gets_the_training_rules_at_its_new_target(run: dict[str, object]) -> None:
