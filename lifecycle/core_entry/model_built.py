@@ -12,7 +12,7 @@ Inference plans stop after building the model: no DDP wrapper, no optimizer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -201,27 +201,50 @@ def enter(ctx: PhaseContext) -> Runtime:
     step = load_at_build(ctx, model, optimizer)
     own = provider.own_config if isinstance(provider, OwnsConfig) else None  # a provider object's config
     check_landed(ctx, model, optimizer, own if own is not None else config, asked)
-    runtime_config = get_model_config(model[0])
-    te_buffers = init_te_user_buffers(run, runtime_config)
+    te_buffers = init_te_user_buffers(run, get_model_config(model[0]))
+    rt = dataclasses.replace(rt, te_user_buffers=te_buffers)
+    return built(ctx, rt, model, optimizer, provider_config=config, ddp_config=ddp_config, step=step)
+
+
+def built(
+    ctx: PhaseContext,
+    runtime: Runtime,
+    model: Sequence[MegatronModule],
+    optimizer: MegatronOptimizer | None,
+    *,
+    provider_config: TransformerConfig | None,
+    ddp_config: DistributedDataParallelConfig | None,
+    step: int,
+    position: Callable[[], dict[str, int]] | None = None,
+    saved: Callable[[], dict[str, JSONValue] | None] | None = None,
+) -> Runtime:
+    """MODEL_BUILT's end, for both phase sets: the MODEL_BUILT record and `runtime` holding what was
+    built. The model's config is megatron's `get_model_config(model[0])`; `provider_config` is the
+    config the provider was given (None: the model's own, as Megatron-LM builds it from its arguments).
+    The resume window opens last (`open_window`, with `position` and `saved`): nothing after it can
+    fail to take it off."""
+    from megatron.core.utils import get_model_config
+
+    config = get_model_config(model[0])
+    given = config if provider_config is None else provider_config
     ctx.emit(
         records.ModelBuilt(
             chunks=len(model),
-            model_config_id=hex(id(runtime_config)),
-            provider_config_id=hex(id(config)),
+            model_config_id=hex(id(config)),
+            provider_config_id=hex(id(given)),
             optimizer=optimizer is not None,
         )
     )
     return dataclasses.replace(
-        rt,
-        transformer_config=runtime_config,
-        provider_config=config,
+        runtime,
+        transformer_config=config,
+        provider_config=given,
         model=tuple(model),
         optimizer=optimizer,
         ddp_config=ddp_config,
-        te_user_buffers=te_buffers,
         checkpoint_step=step,
-        transformer_config_snapshot=snapshot_config(runtime_config),
-        resume_window=open_window(ctx, step, optimizer),  # last: nothing after it can fail to take it off
+        transformer_config_snapshot=snapshot_config(config),
+        resume_window=open_window(ctx, step, optimizer, position, saved),
     )
 
 

@@ -11,9 +11,9 @@
   random numbers, so it runs where `pretrain` runs it: right after the seeds), all under the
   tripwires; in a CPU rehearsal when CUDA is absent.
 - MODEL_BUILT: `setup_model_and_optimizer` (model from the container's ModelConfig or the provider
-  called by keyword, DDP, optimizer, scheduler, checkpoint load); after a load, the resume window
-  opened as the real phase opens it, with Megatron-LM's data position and the optimizer counts its
-  checkpoint was saved with (`model_built.open_window`).
+  called by keyword, DDP, optimizer, scheduler, checkpoint load); its record and runtime made by the
+  real phase's `model_built.built`, which opens the resume window after a load with Megatron-LM's
+  data position and the optimizer counts its checkpoint was saved with.
 - CALLBACKS_BOUND: the lifecycle's `bindings`, verified (lifecycle.core_entry.callbacks_bound).
 
 From DISTRIBUTED on, a multi-rank job's entry work runs under the rank watch that DISTRIBUTED
@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import bindings
-from lifecycle.config import normalize, raise_for, snapshot_config, validate
+from lifecycle.config import normalize, raise_for, validate
 from lifecycle.core_entry import MegatronPhases
 from lifecycle.core_entry import callbacks_bound as lifecycle_binding
 from lifecycle.core_entry.checkpoint import megatron_lm_optimizer_counts
-from lifecycle.core_entry.model_built import open_window
+from lifecycle.core_entry.model_built import built
 from lifecycle.core_entry.ranks import watched
 from lifecycle.core_entry.settings import check_landed
 from lifecycle.lm_dropin.entry import _derive, _providers, _resources
@@ -166,7 +166,6 @@ def _created(rt: Runtime) -> Runtime:
 
 
 def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
-    from megatron.core.utils import get_model_config
     from megatron.training.training import setup_model_and_optimizer
 
     rt = ctx.runtime
@@ -181,28 +180,16 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         pg_collection=rt.pg_collection,
     )
     check_landed(ctx, model, optimizer, None, asked)
-    config = get_model_config(model[0])
-    step = int(getattr(call.args, "iteration", 0) or 0)  # Megatron-LM's load set it: > 0 after a load
-    ctx.emit(
-        records.ModelBuilt(
-            chunks=len(model),
-            model_config_id=hex(id(config)),
-            provider_config_id=hex(id(config)),
-            optimizer=optimizer is not None,
-        )
-    )
-    return dataclasses.replace(
-        rt,
-        transformer_config=config,
-        provider_config=config,
-        model=tuple(model),
-        optimizer=optimizer,
+    return built(
+        ctx,
+        dataclasses.replace(rt, scheduler=scheduler),
+        model,
+        optimizer,
+        provider_config=None,  # Megatron-LM builds from its arguments: the model's config
         ddp_config=call.cfg_container.ddp,
-        scheduler=scheduler,
-        transformer_config_snapshot=snapshot_config(config),
-        checkpoint_step=step,
-        # last: see model_built
-        resume_window=open_window(ctx, step, optimizer, partial(_position, call.args), partial(_saved, call.args)),
+        step=int(getattr(call.args, "iteration", 0) or 0),  # Megatron-LM's load set it: > 0 after a load
+        position=partial(_position, call.args),
+        saved=partial(_saved, call.args),
     )
 
 
