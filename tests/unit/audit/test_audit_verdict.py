@@ -17,6 +17,7 @@ from lifecycle.audit import audit, verdict
 from lifecycle.cli import main
 from lifecycle.log import Tail
 from lifecycle.testing import VERDICT_VERSION, follow_verdict
+from states import STARTUP_ORDER, State
 
 
 def failing(trigger: str, source: str, error_type: str, error: str, **field: str) -> tuple[str, dict[str, Any]]:
@@ -255,4 +256,5 @@ def test_a_lost_ranks_last_records_written_between_two_reads_are_in_the_verdict(
 
     monkeypatch.setattr(Tail, "read", read)
     doc = follow_verdict(run, poll_s=0.01, grace_s=60.0)
-    assert (doc["culprit"]["rank"], doc["state"], doc["phase"]) == (0, "MODEL_BUILT", "bind_callbacks")
+    binds_from = STARTUP_ORDER[State.CALLBACKS_BOUND.startup_index - 1].name
+    assert (doc["culprit"]["rank"], doc["state"], doc["phase"]) == (0, binds_from, "bind_callbacks")
