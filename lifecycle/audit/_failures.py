@@ -3,6 +3,8 @@ timeout. Each keeps the rank's first failure (`RankState.fail`) for LA013 and th
 
 from __future__ import annotations
 
+from typing import cast
+
 from lifecycle.audit._fields import Record, reads
 from lifecycle.audit._records import Failure
 from lifecycle.audit._rules import RuleId
@@ -86,8 +88,7 @@ def startup_aborted(audit: RankState, rec: Record, ts: float) -> None:
 
 @reads("peer_rank", "peer_state", "error", "peer_kind")
 def peer_failed(audit: RankState, rec: Record, ts: float) -> None:
-    peer = rec.get("peer_rank")
-    peer = peer if type(peer) is int else None
+    peer = cast("int | None", rec.get("peer_rank"))
     message = (
         f"stopped in state {audit.state}{_during(audit)} because peer rank "
         f"{peer} failed in state {str(rec.get('peer_state'))[:40]}: {str(rec.get('error'))[:200]}"
@@ -98,11 +99,11 @@ def peer_failed(audit: RankState, rec: Record, ts: float) -> None:
 @reads("state", "missing", "trigger", "timeout_s")
 def state_timeout(audit: RankState, rec: Record, ts: float) -> None:
     state = str(rec.get("state") or audit.state)[:40]
-    missing = rec.get("missing")
+    missing = cast("list[int] | None", rec.get("missing"))
     waiting = f", waiting for ranks {str(missing)[:120]}" if missing else ""
     trigger = rec.get("trigger")
     during = f" during {str(trigger)[:40]!r}" if trigger else _during(audit)
-    ranks = tuple(r for r in missing[:64] if type(r) is int) if isinstance(missing, list) else ()
+    ranks = tuple(missing[:64]) if missing is not None else ()
     message = f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}"
     fail(audit, "timeout", ts, message, state=state, missing=ranks)
 

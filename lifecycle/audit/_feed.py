@@ -22,7 +22,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import compress, islice
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Annotated, Any, Union, cast
+from typing import Annotated, Union, cast
 
 import msgspec
 import orjson
@@ -33,6 +33,8 @@ from lifecycle.audit._handlers import HANDLERS, READS, WANTED
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import Lines
 from lifecycle.audit._records import EARLIEST_TS, LATEST_TS, unreadable
+from lifecycle.audit._typed import READ_TYPES, as_read, typed_fields
+from lifecycle.audit._typed import Typed as _Typed
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import GENESIS, SUFFIX, JSONValue, events
 
@@ -56,17 +58,6 @@ _NAMES = (*(name for name, _ in _ENVELOPE), "event")  # the order of the columns
 _TYPED_HEAD = attrgetter(*_NAMES)
 
 
-_get = object.__getattribute__  # rec.get(name): C, and a field its handler did not declare raises AttributeError
-
-
-class _Typed(msgspec.Struct, gc=False):
-    """The record types of the batch path (below)."""
-
-    if TYPE_CHECKING:
-
-        def get(self, key: str, /) -> JSONValue: ...
-
-
 Head = tuple[JSONValue, ...]
 """A record's seq, prev_hash, hash, generation, rank, run_id, world_size, ts and event (`_NAMES`)."""
 _HEAD = cast("Callable[[JSONValue], Head]", itemgetter(*_NAMES))
@@ -77,7 +68,7 @@ callers catch both)."""
 def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], ...]:
     def fields(event: str) -> list[tuple[str, object] | tuple[str, object, None]]:
         names = {*READS.get(event, ()), *more.get(event, ())} - _IN_ENVELOPE
-        return sorted([*_ENVELOPE, *((name, Any, None) for name in names)])
+        return sorted([*_ENVELOPE, *typed_fields(event, names)])
 
     return tuple(
         msgspec.defstruct(
@@ -86,7 +77,7 @@ def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], .
             bases=(_Typed,),
             tag_field="event",
             tag=event,
-            namespace={"event": event, "get": _get},
+            namespace={"event": event, "get": _Typed.get},
             module=__name__,
             gc=False,
             kw_only=True,
@@ -97,7 +88,8 @@ def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], .
 
 RECORD_TYPES = _types({})
 """One record type per event, as the batch path decodes it: the envelope, typed (checked in C),
-and the fields its handler reads (`READS`), any JSON value; `event` is its tag, `get` reads a field
+and the fields its handler reads (`READS`), each typed as the schema says (`_typed.typed_fields`:
+checked in C too; None when absent); `event` is its tag, `get` reads a field
 as `dict.get` would (None when absent). Fields in sorted order, as the writer sorts keys: msgspec
 finds each key at the next field."""
 decode_typed = msgspec.json.Decoder(Union[RECORD_TYPES]).decode  # noqa: UP007 - a union built at runtime
@@ -285,6 +277,33 @@ def _apply(
 
 
 def _handle(
+    cur: RankAudit, first: int, i: int, end: int, recs: Sequence[Record], tss: Sequence[float], evs: Sequence[str]
+) -> None:
+    if type(recs[i]) is dict:  # parsed by orjson: read as the types the batch path decodes, each record
+        recs, refused = _as_read(cur.source, first, i, end, recs, evs)
+        if refused is not None:  # handle those before the one refused, as if read one by one
+            at, error = refused
+            _handle_typed(cur, first, i, at, recs, tss, evs)
+            cur.line = first + at
+            raise error
+    _handle_typed(cur, first, i, end, recs, tss, evs)
+
+
+def _as_read(
+    source: str, first: int, i: int, end: int, recs: Sequence[Record], evs: Sequence[str]
+) -> tuple[list[Record], tuple[int, LogUnreadable] | None]:
+    """Parsed records [i, end) with the fields their handlers read as their types (`_typed.as_read`);
+    the first that has a field of another type, and why, if one has."""
+    out = list(recs)
+    for j in compress(range(i, end), map(READ_TYPES.__contains__, islice(evs, i, end))):
+        try:
+            out[j] = as_read(source, first + j, evs[j], cast("dict[str, JSONValue]", recs[j]))
+        except LogUnreadable as error:
+            return out, (j, error)
+    return out, None
+
+
+def _handle_typed(
     cur: RankAudit, first: int, i: int, end: int, recs: Sequence[Record], tss: Sequence[float], evs: Sequence[str]
 ) -> None:
     j = i

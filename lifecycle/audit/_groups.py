@@ -11,31 +11,33 @@ communicator is made lazily, at its first collective, inside a step (Megatron-LM
 
 from __future__ import annotations
 
+from typing import cast
+
 from lifecycle.audit._fields import Record
 from lifecycle.audit._records import TimeoutMap
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
+from lifecycle.log import JSONValue
 
 TIMEOUTS = ("configured_s", "world_s", "store_s", "watch_s", "groups")
 _CORRECTED_SHOWN = 5
 
 
-def _map(configured: float, rec: Record, groups: list[object]) -> TimeoutMap:
+def _map(configured: float, rec: Record, groups: list[dict[str, JSONValue]]) -> TimeoutMap:
     found: dict[float | None, int] = {}
     corrected: list[tuple[str, float]] = []
     for group in groups:
-        if isinstance(group, dict):
-            t = _seconds(group.get("timeout_s"))
-            found[t] = found.get(t, 0) + 1
-            was = _seconds(group.get("corrected_from"))
-            if was is not None and len(corrected) < _CORRECTED_SHOWN:
-                corrected.append((str(group.get("name", "?"))[:80], was))
+        t = _seconds(group.get("timeout_s"))
+        found[t] = found.get(t, 0) + 1
+        was = _seconds(group.get("corrected_from"))
+        if was is not None and len(corrected) < _CORRECTED_SHOWN:
+            corrected.append((str(group.get("name", "?"))[:80], was))
     order = sorted(found.items(), key=lambda item: -(item[0] or 0.0))
     return TimeoutMap(
         configured,
-        _seconds(rec.get("world_s")),
-        _seconds(rec.get("store_s")),
-        _seconds(rec.get("watch_s")),
+        cast("float | None", rec.get("world_s")),
+        cast("float | None", rec.get("store_s")),
+        cast("float | None", rec.get("watch_s")),
         sum(found.values()),
         tuple(order),
         tuple(corrected),
@@ -70,18 +72,16 @@ def _differs(name: str, by: str, found: float, configured: float) -> str:
 
 
 def timeouts_read(audit: RankState, rec: Record, ts: float) -> None:
-    configured = _seconds(rec.get("configured_s"))
+    configured = cast("float | None", rec.get("configured_s"))
     if configured is None:
         return
     audit.configured_timeout_s = configured
-    groups = rec.get("groups")
-    audit.timeouts = _map(configured, rec, groups if isinstance(groups, list) else [])
-    world = _seconds(rec.get("world_s"))
+    groups = cast("list[dict[str, JSONValue]] | None", rec.get("groups")) or []
+    audit.timeouts = _map(configured, rec, groups)
+    world = cast("float | None", rec.get("world_s"))
     if world is not None and world != configured:
         audit.flag(RuleId.GROUP_TIMEOUT, _differs("the default process group", "init_process_group", world, configured))
-    for group in groups if isinstance(groups, list) else []:
-        if not isinstance(group, dict):
-            continue
+    for group in groups:
         found = _seconds(group.get("timeout_s"))
         if found is not None and found != configured:
             name, by = str(group.get("name", "?")), str(group.get("created_by", "?"))
@@ -90,7 +90,7 @@ def timeouts_read(audit: RankState, rec: Record, ts: float) -> None:
 
 def group_created(audit: RankState, rec: Record, ts: float) -> None:
     name, by = str(rec.get("name") or "?"), str(rec.get("created_by") or "?")
-    found, configured = _seconds(rec.get("timeout_s")), audit.configured_timeout_s
+    found, configured = cast("float | None", rec.get("timeout_s")), audit.configured_timeout_s
     if found is not None and configured is not None and found != configured:
         audit.flag(RuleId.GROUP_TIMEOUT, _differs(name, by, found, configured))
     if audit.state == "CALLBACKS_BOUND":

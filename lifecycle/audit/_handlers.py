@@ -1,7 +1,9 @@
 """Per-event rules: one function per startup-log event the audit looks inside (docs/log-format.md).
 
-Called for a few records per transition, in the reader's hot loop: plain dict reads, no helpers
-on the common path.
+Called for a few records per transition, in the reader's hot loop: plain reads, no helpers on the
+common path. Each field a handler declares (`@reads`) comes as its type in the log's schema, or None
+where the record lacks it (`_typed`, on both of the reader's paths): a handler checks a value's
+presence and meaning, not its type.
 """
 
 from __future__ import annotations
@@ -39,13 +41,6 @@ def _str(audit: RankState, rec: Record, key: str) -> str:
     raise _bad(audit, rec, key, "a str")
 
 
-def _optional_str(audit: RankState, rec: Record, key: str) -> str | None:
-    value = rec.get(key)
-    if type(value) is str or value is None:
-        return value
-    raise _bad(audit, rec, key, "a str")
-
-
 def _state(audit: RankState, rec: Record, key: str) -> str:
     value = rec.get(key)
     name = _STATES.get(value) if type(value) is str else None
@@ -64,13 +59,13 @@ def _trigger(audit: RankState, rec: Record) -> str:
 
 @reads("attempt", "plan", "target", "host")
 def started(audit: RankState, rec: Record, ts: float) -> None:
-    audit.host = _optional_str(audit, rec, "host")
-    attempt = rec.get("attempt")
-    if type(attempt) is int and attempt > 0:  # a new attempt continuing this log
+    audit.host = cast("str | None", rec.get("host"))
+    attempt = cast("int | None", rec.get("attempt"))
+    if attempt is not None and attempt > 0:  # a new attempt continuing this log
         _new_attempt(audit)
         audit.attempt_no = attempt
         audit.cycles.setdefault((attempt, 0), {})  # joined with the other ranks' by `attempts`
-    audit.plan = _optional_str(audit, rec, "plan")
+    audit.plan = cast("str | None", rec.get("plan"))
     if rec.get("target") is not None:
         audit.target = _state(audit, rec, "target")
     elif audit.plan in _PLAN_TARGETS:  # an older record without `target`: the plan decides it
@@ -196,15 +191,15 @@ def tripwire(audit: RankState, rec: Record, ts: float) -> None:
 @reads("model_config_id")
 def model_built(audit: RankState, rec: Record, ts: float) -> None:
     audit.model_gen = True
-    audit.model_id = _optional_str(audit, rec, "model_config_id")
+    audit.model_id = cast("str | None", rec.get("model_config_id"))
     if audit.rebind_pending:
         audit.rebuilt = True
 
 
 @reads("target_id", "scheduler_config_id", "target_type")
 def callbacks_bound(audit: RankState, rec: Record, ts: float) -> None:
-    target = _optional_str(audit, rec, "target_id")
-    scheduler = _optional_str(audit, rec, "scheduler_config_id")
+    target = cast("str | None", rec.get("target_id"))
+    scheduler = cast("str | None", rec.get("scheduler_config_id"))
     _ordering.binding_ordered(audit)
     if target != scheduler:
         audit.flag(
@@ -255,12 +250,12 @@ def first_step_not_finalized(audit: RankState, rec: Record, ts: float) -> None:
 @reads("started_ts", "duration_s", "waited_s")
 def imports(audit: RankState, rec: Record, ts: float) -> None:
     """The heavy-import step is its own segment; the open state's time excludes the main thread's wait."""
-    values = [rec.get(key) for key in ("started_ts", "duration_s", "waited_s")]
-    if not all(type(v) in (int, float) for v in values):
+    values = cast("list[float | None]", [rec.get(key) for key in ("started_ts", "duration_s", "waited_s")])
+    if None in values:
         raise unreadable(
             audit.source, audit.line, "imports: fields 'started_ts', 'duration_s' and 'waited_s' must be numbers"
         )
-    start, duration, waited = map(float, cast("list[float]", values))  # checked above: numbers
+    start, duration, waited = cast("list[float]", values)  # checked above: present
     if len(audit.segments) < _CAP:
         audit.segments.append(Segment(events.IMPORTS, events.IMPORTS, start, start + duration, audit.generation))
     if audit.open_trigger is not None:
@@ -272,16 +267,15 @@ def shutdown(audit: RankState, rec: Record, ts: float) -> None:
     """`leaked`: what the ledger found still alive at the shutdown (older logs: `resource_leaked`
     records after this one)."""
     audit.shut = True
-    leaked = rec.get("leaked")
-    for entry in leaked[:64] if isinstance(leaked, list) else ():
-        if isinstance(entry, dict):
-            _failures.leak(audit, entry.get("resource"), entry.get("state"))
+    leaked = cast("list[dict[str, str]] | None", rec.get("leaked")) or ()
+    for entry in leaked[:64]:
+        _failures.leak(audit, entry.get("resource"), entry.get("state"))
 
 
 @reads("simulated")
 def simulation(audit: RankState, rec: Record, ts: float) -> None:
-    value = rec.get("simulated")
-    if type(value) is not int or value < 1:
+    value = cast("int | None", rec.get("simulated"))
+    if value is None or value < 1:
         raise unreadable(
             audit.source,
             audit.line,
@@ -323,13 +317,9 @@ def warning(audit: RankState, rec: Record, ts: float) -> None:
 def rank_simulated(audit: RankState, rec: Record, ts: float) -> None:
     """`counts`: per state entered, what the simulated rank created and issued (process groups,
     collectives); kept for `--blame`. Absent in logs of older simulations."""
-    value = rec.get("counts")
-    if isinstance(value, dict):
-        audit.counts = {
-            str(state)[:40]: {str(k)[:40]: v for k, v in row.items() if type(v) is int}
-            for state, row in list(value.items())[:32]
-            if isinstance(row, dict)
-        }
+    value = cast("dict[str, dict[str, int]] | None", rec.get("counts"))
+    if value is not None:
+        audit.counts = {state[:40]: {k[:40]: v for k, v in row.items()} for state, row in list(value.items())[:32]}
 
 
 HANDLERS: dict[str, Handler] = {

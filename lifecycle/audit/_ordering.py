@@ -16,7 +16,7 @@ transition releases the state (`states.releases`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from lifecycle.audit._fields import Record, reads
 from lifecycle.log import events
@@ -60,13 +60,14 @@ class LogOrdering:
     """The `kind`s of `side_effect` records it constrains; None: every record `record` names."""
     shown: Shown
 
-    def applies(self, rec: Record) -> bool:
-        return self.kinds is None or rec.get("kind") in self.kinds
+    def applies(self, kind: str | None) -> bool:
+        """Whether it constrains a record of its `record` whose `kind` field is `kind` (None: it has none)."""
+        return self.kinds is None or kind in self.kinds
 
-    def what(self, rec: Record) -> str:
-        """What the record says happened, for `check_log`'s problem."""
+    def what(self, kind: str | None) -> str:
+        """What a record of its `record` with `kind` says happened, for `check_log`'s problem."""
         if self.record == events.SIDE_EFFECT:
-            return f"side effect {rec.get('kind')}"
+            return f"side effect {kind}"
         return next(said for record, said in OWN_RECORDS.values() if record == self.record)
 
 
@@ -104,7 +105,7 @@ reader then skips them)."""
 @reads("kind", "trigger")
 def side_effect(audit: RankState, rec: Record, ts: float) -> None:
     for rule in _ON_SIDE_EFFECT:
-        if not getattr(audit, rule.shown.fact) and rule.applies(rec):
+        if not getattr(audit, rule.shown.fact) and rule.applies(cast("str | None", rec.get("kind"))):
             audit.flag(
                 rule.id,
                 f"side effect {str(rec.get('kind'))!r} (trigger {rec.get('trigger')!r}) "

@@ -15,6 +15,7 @@ from lifecycle.audit._reader import file_rank
 from lifecycle.audit._records import EARLIEST_TS, LATEST_TS, MAX_STEP_BACK_S, Failure, unreadable
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
+from lifecycle.audit._typed import as_read
 from lifecycle.log import JSONValue, events, line_hash_matches
 from states import State
 
@@ -61,7 +62,7 @@ class RankAudit(RankState):
             raise self._unknown(event, lineno)
         handler = HANDLERS.get(event)
         if handler is not None:
-            handler(self, rec, ts)
+            handler(self, as_read(self.source, lineno, event, rec), ts)
 
     def begin(self, gen: int, rank: int, run_id: str, ws: int, ts: float) -> None:
         """Start the log with a first record that the batch reader checked: what `feed` would set."""

@@ -7,18 +7,19 @@ with."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from lifecycle.audit._fields import Record
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
+from lifecycle.log import JSONValue
 
 READS = ("step", "restored_step", "moved", "optimizer", "saved_optimizer", "position", "restored_position")
 _SHOWN = 3  # streams named in the finding; the rest are counted
 
 
-def _describe(entry: object) -> str:
-    if not isinstance(entry, dict):
-        return repr(entry)[:60]
-    return f"{str(entry.get('stream', '?'))[:40]} by {str(entry.get('caller', '?'))[:160]}"
+def _describe(entry: dict[str, str]) -> str:
+    return f"{entry.get('stream', '?')[:40]} by {entry.get('caller', '?')[:160]}"
 
 
 def streams_checked(audit: RankState, rec: Record, ts: float) -> None:
@@ -30,12 +31,12 @@ def streams_checked(audit: RankState, rec: Record, ts: float) -> None:
 
 
 def _streams(rec: Record) -> str | None:
-    moved, restored = rec.get("moved"), rec.get("restored_step")
-    if not isinstance(moved, list) or not moved:
+    moved, restored = cast("list[dict[str, str]] | None", rec.get("moved")), rec.get("restored_step")
+    if not moved:
         return None
     shown = "; ".join(_describe(m) for m in moved[:_SHOWN])
     more = f"; and {len(moved) - _SHOWN} more" if len(moved) > _SHOWN else ""
-    data = any(isinstance(m, dict) and str(m.get("stream", "")).startswith("data:") for m in moved)
+    data = any(m.get("stream", "").startswith("data:") for m in moved)
     return (
         f"{len(moved)} random stream{'s' if len(moved) != 1 else ''} moved between the checkpoint load (step "
         f"{restored}) and the first step: {shown}{more}; the resumed run is not the uninterrupted one. Draw "
@@ -50,8 +51,8 @@ _DATA_FIX = (
 
 
 def _step(rec: Record) -> str | None:
-    step, restored = rec.get("step"), rec.get("restored_step")
-    if not isinstance(step, int) or not isinstance(restored, int) or step == restored + 1:
+    step, restored = cast("tuple[int | None, int | None]", (rec.get("step"), rec.get("restored_step")))
+    if step is None or restored is None or step == restored + 1:
         return None
     return (
         f"the first step after loading the checkpoint of step {restored} is step {step}, not {restored + 1}: "
@@ -60,8 +61,8 @@ def _step(rec: Record) -> str | None:
 
 
 def _position(rec: Record) -> str | None:
-    position, loaded = rec.get("position"), rec.get("restored_position")
-    if not isinstance(position, dict) or not isinstance(loaded, dict) or position == loaded:
+    position, loaded = cast("tuple[dict[str, int] | None, ...]", (rec.get("position"), rec.get("restored_position")))
+    if position is None or loaded is None or position == loaded:
         return None
     keys = sorted(set(position) | set(loaded))
     changed = ", ".join(f"{k} {loaded.get(k)} → {position.get(k)}" for k in keys if position.get(k) != loaded.get(k))
@@ -73,8 +74,9 @@ def _position(rec: Record) -> str | None:
 
 
 def _optimizer(rec: Record) -> str | None:
-    optimizer, saved = rec.get("optimizer"), rec.get("saved_optimizer")
-    if not isinstance(optimizer, dict) or not isinstance(saved, dict) or optimizer == saved:
+    optimizer = cast("dict[str, JSONValue] | None", rec.get("optimizer"))
+    saved = cast("dict[str, JSONValue] | None", rec.get("saved_optimizer"))
+    if optimizer is None or saved is None or optimizer == saved:
         return None
     return (
         f"the optimizer state at the first step is not the checkpoint's: step counts {optimizer.get('steps')} "

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from lifecycle.audit._fields import Record
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
@@ -11,10 +13,8 @@ READS = ("mismatches",)
 _SHOWN = 4  # fields named in the finding; the rest are counted
 
 
-def _describe(entry: object) -> str:
-    if not isinstance(entry, dict):
-        return repr(entry)[:60]
-    name = str(entry.get("field", "?"))[:60]
+def _describe(entry: dict[str, str]) -> str:
+    name = entry.get("field", "?")[:60]
     section = entry.get("section")
     if section not in (None, "transformer"):
         name = f"{str(section)[:20]}.{name}"
@@ -29,8 +29,8 @@ def _describe(entry: object) -> str:
 
 
 def settings_checked(audit: RankState, rec: Record, ts: float) -> None:
-    mismatches = rec.get("mismatches")
-    if not isinstance(mismatches, list) or not mismatches:
+    mismatches = cast("list[dict[str, str]] | None", rec.get("mismatches"))
+    if not mismatches:
         return
     shown = "; ".join(_describe(m) for m in mismatches[:_SHOWN])
     more = f"; and {len(mismatches) - _SHOWN} more" if len(mismatches) > _SHOWN else ""

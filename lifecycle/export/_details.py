@@ -74,7 +74,8 @@ class _Record(Protocol):
 
 class _Typed(_Record, Protocol):
     """The audit's typed record: its envelope checked (`event`, `ts`, `rank`), and as attributes the
-    fields of `Collect.reads` (those of a step below), each any JSON value."""
+    fields of `Collect.reads` (those of a step below), each of its type in the log's schema or None
+    (`lifecycle.log.schema.read_type`; a line with another type is parsed by orjson instead)."""
 
     @property
     def event(self) -> str: ...

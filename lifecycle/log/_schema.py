@@ -4,13 +4,14 @@ writer's strict mode checks. Public through `lifecycle.log.schema`, which docume
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
-from typing import Final
+from types import MappingProxyType, UnionType
+from typing import Annotated, Final, Union, get_args, get_origin, get_type_hints
 
 import msgspec
+from msgspec import UnsetType
 
 from lifecycle.log import events
-from lifecycle.log._schema_base import ENVELOPE, Field, Record, described
+from lifecycle.log._schema_base import ENVELOPE, Field, Record, described, type_text
 from lifecycle.log._schema_faults import (
     CycleEnded,
     CycleStarted,
@@ -147,3 +148,26 @@ def fields_described(event: str) -> tuple[Field, ...]:
 def record_fields(event: str) -> frozenset[str]:
     """Every name a record of `event` may have: the envelope's and `fields_of(event)`."""
     return _NAMES[event]
+
+
+def read_type(event: str, name: str) -> object:
+    """The type a reader gets field `name` of `event`'s records as (the envelope's included): its
+    type in the schema, or None where the record lacks it (a field only sometimes present, or an
+    older log's). KeyError for a name the event's type does not declare."""
+    hint = get_type_hints(SCHEMA[event], include_extras=True)[name]
+    if get_origin(hint) is Annotated:
+        hint = get_args(hint)[0]
+    args = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    kept = tuple(arg for arg in args if arg is not UnsetType)
+    return Union[(*kept, type(None))]
+
+
+def not_of_type(event: str, rec: Mapping[str, object], error: msgspec.ValidationError) -> str:
+    """Why record `rec` of `event` is not of its type (`error`, msgspec's), in words:
+    `<event>: field 'x' is <value>, expected <type>`, the type as the schema says it."""
+    text = str(error)  # msgspec says where: "Expected `int | null`, got `str` - at `$.chunks[0]`"
+    name = text.rpartition("`$.")[2].split("`")[0].split("[")[0].split(".")[0]
+    hint = get_type_hints(SCHEMA.get(event, Record), include_extras=True).get(name) if "`$." in text else None
+    if hint is None or name not in rec:
+        return f"{event}: {text[:200]}"
+    return f"{event}: field {name!r} is {repr(rec[name])[:60]}, expected {type_text(hint)}"

@@ -13,8 +13,9 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+import msgspec
 import orjson
 
 from lifecycle.audit import LOG_ORDERING
@@ -23,6 +24,8 @@ from lifecycle.config import RunConfig
 from lifecycle.engine import InProcessPhases, Lifecycle, TripwirePolicy
 from lifecycle.errors import LifecycleError
 from lifecycle.log import ChainVerifier, JSONValue, events
+from lifecycle.log.records import Record, TransitionCompleted
+from lifecycle.log.schema import SCHEMA, not_of_type
 from lifecycle.runtime import GivenProvider, Options, PhaseSet
 from states import STARTUP_ORDER, TABLE, State, Trigger, find, releases
 
@@ -61,34 +64,56 @@ def reachable_states() -> frozenset[State]:
 
 
 def check_log(records: Iterable[Mapping[str, object]]) -> list[str]:
-    """Problems with one rank's records: hash chain, path through the table, ordering rules (those
-    of `states.ORDERING` a log can show, as `lifecycle.audit.LOG_ORDERING` reads them)."""
+    """Problems with one rank's records: each read as its event's type (`lifecycle.log.schema`; one
+    that is not is a problem naming the event and the field), hash chain, path through the table,
+    ordering rules (those of `states.ORDERING` a log can show, as `lifecycle.audit.LOG_ORDERING`
+    reads them)."""
     problems: list[str] = []
     chain = ChainVerifier()
     held: set[State] = set()  # the states whose work the records show exists, not released since
     state = STARTUP_ORDER[0].name
-    for i, rec in enumerate(records):
-        if chain.check(rec) is not None:
+    for i, given in enumerate(records):
+        if chain.check(given) is not None:
             problems.append(f"record {i}: hash chain broken")
-        event = rec.get("event")
-        event = event if isinstance(event, str) else ""
+        rec = _typed(i, given, problems)
+        if rec is None:
+            continue
+        event = _tag(rec)
         for rule in LOG_ORDERING.get(event, ()):
-            if rule.needs not in held and rule.applies(rec):
-                problems.append(f"record {i}: {rule.what(rec)} before {rule.needs.name}")
+            if rule.needs not in held and rule.applies(kind := getattr(rec, "kind", None)):
+                problems.append(f"record {i}: {rule.what(kind)} before {rule.needs.name}")
         if event in SHOWN_BY:
             held.add(SHOWN_BY[event])
-        if event == events.TRANSITION_COMPLETED:
+        if isinstance(rec, TransitionCompleted):
             state = _followed(i, rec, state, problems)
-            held = {work for work in held if not releases(Trigger(rec["trigger"]), work)}
+            held = {work for work in held if not releases(Trigger(rec.trigger), work)}
     return problems
 
 
-def _followed(i: int, rec: Mapping[str, object], state: str, problems: list[str]) -> str:
+def _tag(rec: Record) -> str:
+    return str(type(rec).__struct_config__.tag)
+
+
+def _typed(i: int, rec: Mapping[str, object], problems: list[str]) -> Record | None:
+    """Record `rec` as its event's type; None, and a problem, when it is not one."""
+    event = rec.get("event")
+    cls = SCHEMA.get(event) if type(event) is str else None
+    if cls is None:
+        problems.append(f"record {i}: event {str(event)[:60]!r} is not a startup-log event")
+        return None
+    try:
+        return cast(Record, msgspec.convert(dict(rec), cls))
+    except msgspec.ValidationError as error:
+        problems.append(f"record {i}: {not_of_type(str(event), rec, error)}")
+        return None
+
+
+def _followed(i: int, rec: TransitionCompleted, state: str, problems: list[str]) -> str:
     """The state a `transition_completed` record moves to; a problem when the table has no such step."""
-    row = find(State[str(rec["source"])], Trigger(rec["trigger"]))
-    if rec["source"] != state or row is None or row.dest.name != rec["dest"]:
-        problems.append(f"record {i}: {rec['source']} -{rec['trigger']}-> {rec['dest']} is not a table path")
-    return str(rec["dest"])
+    row = find(State[rec.source], Trigger(rec.trigger)) if rec.source in State.__members__ else None
+    if rec.source != state or row is None or row.dest.name != rec.dest:
+        problems.append(f"record {i}: {rec.source} -{rec.trigger}-> {rec.dest} is not a table path")
+    return rec.dest
 
 
 def fire_and_check(lc: Lifecycle, trigger: Trigger) -> None:

@@ -48,4 +48,4 @@ def test_a_simulation_record_without_a_rank_count_is_unreadable(tmp_path: Path) 
     write_events(tmp_path, [ev[0], ("simulation_started", dict(simulated="all")), *ev[1:]], world=2)
     result = audit([str(tmp_path)], jobs=1)
     assert result.exit_code == 2
-    assert "field 'simulated' is 'all', expected a positive int" in str(result.errors[0])
+    assert "simulation_started: field 'simulated' is 'all', expected int" in str(result.errors[0])
