@@ -36,23 +36,18 @@ from lifecycle.audit._records import EARLIEST_TS, LATEST_TS, unreadable
 from lifecycle.audit._typed import READ_TYPES, as_read, typed_fields
 from lifecycle.audit._typed import Typed as _Typed
 from lifecycle.errors import LogUnreadable
-from lifecycle.log import GENESIS, SUFFIX, JSONValue, events
+from lifecycle.log import GENESIS, SUFFIX, JSONValue, events, records
 
 _NO_HEAD = (None,) * 9
 _CUT = -SUFFIX
 _EVENTS = events.ALL
 _loads, _sha256 = orjson.loads, hashlib.sha256
 _HASH = Annotated[str, msgspec.Meta(min_length=64, max_length=64)]
-_ENVELOPE = (
-    ("seq", int),
-    ("prev_hash", _HASH),
-    ("hash", _HASH),
-    ("generation", int),
-    ("rank", int),
-    ("run_id", str),
-    ("world_size", int),
-    ("ts", float),
-)
+_COLUMNS = ("seq", "prev_hash", "hash", "generation", "rank", "run_id", "world_size", "ts")  # `event` after them
+_SCHEMA_ENVELOPE = {f.name: f.type for f in msgspec.structs.fields(records.Record)}
+_ENVELOPE = tuple(
+    (name, _HASH if name in ("prev_hash", "hash") else _SCHEMA_ENVELOPE[name]) for name in _COLUMNS
+)  # the schema's envelope types (`records.Record`); a hash is also 64 characters long
 _IN_ENVELOPE = frozenset(name for name, _ in _ENVELOPE)
 _NAMES = (*(name for name, _ in _ENVELOPE), "event")  # the order of the columns in _records
 _TYPED_HEAD = attrgetter(*_NAMES)
