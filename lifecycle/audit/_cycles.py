@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from lifecycle.audit._fields import Record, reads
 from lifecycle.audit._rules import RuleId
@@ -31,7 +32,7 @@ ENDED = ("cause_rank", "cause", "fault_ts", "cycle")
 
 
 def _key(audit: RankState, cycle: object) -> tuple[int, int]:
-    return audit.attempt_no, cycle if type(cycle) is int else 0
+    return audit.attempt_no, cast("int | None", cycle) or 0  # absent in older logs: cycle 0
 
 
 def cycle_started(audit: RankState, rec: Record, ts: float) -> None:
@@ -44,9 +45,9 @@ def cycle_started(audit: RankState, rec: Record, ts: float) -> None:
         hooks=rec.get("hooks"),
         started_ts=ts,
     )
-    _restart_timeouts(audit, rec.get("restart_timeouts"))
-    world, launched = rec.get("world_size"), rec.get("launched_world_size")
-    if type(world) is int and type(launched) is int and world < launched:
+    _restart_timeouts(audit, cast("dict[str, float | None] | None", rec.get("restart_timeouts")))
+    world, launched = cast("tuple[int | None, int | None]", (rec.get("world_size"), rec.get("launched_world_size")))
+    if world is not None and launched is not None and world < launched:
         audit.flag(
             RuleId.WORLD_SHRUNK,
             f"cycle {rec.get('cycle')} trained with {world} of the {launched} ranks launched: a rank was "
@@ -55,14 +56,14 @@ def cycle_started(audit: RankState, rec: Record, ts: float) -> None:
         )
 
 
-def _restart_timeouts(audit: RankState, found: object) -> None:
+def _restart_timeouts(audit: RankState, found: dict[str, float | None] | None) -> None:
     """The restart wrapper's own timeouts join the rank's timeout map (DISTRIBUTED's `timeouts_read`)."""
-    if not isinstance(found, dict) or audit.timeouts is None:
+    if found is None or audit.timeouts is None:
         return
     # nvrx's, in the order it applies them, then our own connection to its store's
     order = ("soft_s", "hard_s", "barrier_s", "completion_s", "heartbeat_s", "store_client_s")
-    names = sorted(map(str, found), key=lambda n: (order.index(n) if n in order else len(order), n))
-    read = tuple((n, v if isinstance(v := found[n], (int, float)) else None) for n in names)
+    names = sorted(found, key=lambda n: (order.index(n) if n in order else len(order), n))
+    read = tuple((n, found[n]) for n in names)
     audit.timeouts = audit.timeouts._replace(restart=read)
 
 

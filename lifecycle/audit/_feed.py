@@ -1,17 +1,19 @@
 """Stream one input's lines into its ranks' audits.
 
 Lines come in batches. Each batch is decoded by msgspec into typed records that hold the envelope
-(`seq`, `prev_hash`, `hash`, `generation`, `rank`, `run_id`, `world_size`, `ts`, `event`, with
-their types checked in C) and only the fields the handlers read (`_handlers.FIELDS`); a batch that
-does not decode so (a field of another type, a missing one, a line that is not JSON or not UTF-8)
-is parsed with orjson instead. Each record's hash is computed on its bytes as the writer laid them
-out (the sorted-keys body, then `,"hash":"<hex>"}`), and the batch is checked in C (list
-comparisons, `map`, `compress`): a run of records that continues its rank's chain with the same
-envelope, consecutive `seq`s, matching hashes, known events and a clock that does not go backwards
-is applied by calling only the handlers that matter (a run of steps in the training state is counted,
-not handled one by one). Every other record — the first of a log, a damaged one, one of another
-rank on an interleaved stdin — goes to `RankAudit.feed` as an orjson dict, which checks it in full
-(re-serializing it for the hash when its bytes are laid out any other way).
+(`seq`, `prev_hash`, `hash`, `generation`, `rank`, `run_id`, `world_size`, `ts`, `event`, with their
+types checked in C) and only the fields the handlers read (`_handlers.READS`), each as the log's
+schema types it (`_typed`); a batch that does not decode so (a field of another type, a missing one,
+a line that is not JSON or not UTF-8) is parsed with orjson instead, and a parsed record is
+converted to the same types before a handler reads it. Each record's hash is computed on its bytes
+as the writer laid them out (the sorted-keys body, then `,"hash":"<hex>"}`), and the batch is
+checked in C (list comparisons, `map`, `compress`): a run of records that continues its rank's chain
+with the same envelope, consecutive `seq`s, matching hashes, known events and a clock that does not
+go backwards is applied by calling only the handlers that matter (a run of steps in the training
+state is counted, not handled one by one). Every other record — the first of a log, a damaged one,
+one of another rank on an interleaved stdin — goes to `RankAudit.feed` as an orjson dict, which
+checks it in full (re-serializing it for the hash when its bytes are laid out any other way) and
+converts it too.
 """
 
 from __future__ import annotations

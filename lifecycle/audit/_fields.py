@@ -11,8 +11,9 @@ if TYPE_CHECKING:
 
 
 class Record(Protocol):
-    """What a handler reads a record through: a parsed dict, or the batch reader's typed record.
-    A field is any JSON value (None when absent): the handler checks the type it needs."""
+    """What a handler reads a record through: the reader's typed record (`_typed`). Each field the
+    handler declares (`reads`) is of its type in the log's schema, or None when the record lacks it;
+    the handler checks presence and meaning, not type."""
 
     def get(self, key: str, /) -> object: ...
 
