@@ -264,10 +264,7 @@ def open_window(
         return None
     read = saved if saved is not None else partial(_saved_here, ctx)
     window = ResumeWindow.open(step, optimizer, read() if optimizer is not None else None, position)
-    restored: dict[str, JSONValue] = {"step": step, "streams": dict(window.restored), "watched": window.watched}
-    if window.restored_position is not None:
-        restored["position"] = window.restored_position
-    ctx.emit(records.from_fields(records.StreamsRestored, restored | window.optimizer_fields()))
+    ctx.emit(window.restored_record())
     return window
 
 

@@ -139,7 +139,7 @@ class Steps:
         window = self._lc.runtime.resume_window
         checked = window.check(step) if window is not None else None  # once per load, whatever follows
         if checked is not None:
-            self._lc.record(records.from_fields(records.StreamsChecked, checked))
+            self._lc.record(checked)
         if self.first_pending and self.gather and self.defer_first_gather and not self._deferred:
             from bindings import pause_param_sync
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, NotRequired, ParamSpec, Protocol, TypedDict, T
 
 from lifecycle.core_entry._counts import optimizer_counts
 from lifecycle.core_entry._data_streams import Data, DataGenerator, Found, Swap, find, watch
-from lifecycle.log import JSONValue
+from lifecycle.log import JSONValue, records
 from lifecycle.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -220,19 +220,23 @@ class ResumeWindow:
         window._watch()
         return window
 
-    def optimizer_fields(self) -> dict[str, JSONValue]:
-        """`optimizer` (its counts now) and `saved_optimizer` for a record, each where it is known."""
+    def _counts(self) -> tuple[dict[str, JSONValue] | None, dict[str, JSONValue] | None]:
+        """The optimizer's counts now (None without an optimizer, or a released one) and the counts the
+        checkpoint was saved with (None for one saved without them)."""
         optimizer = self._optimizer() if self._optimizer is not None else None
-        fields: dict[str, JSONValue] = {} if optimizer is None else {"optimizer": optimizer_counts(optimizer)}
-        if self.saved_optimizer is not None:
-            fields["saved_optimizer"] = self.saved_optimizer
-        return fields
+        return (None if optimizer is None else optimizer_counts(optimizer)), self.saved_optimizer
 
-    def _position_fields(self) -> dict[str, JSONValue]:
-        """`position` (the data position now) and `restored_position` (after the load), where it is read."""
-        if self._position is None or self.restored_position is None:
-            return {}
-        return {"position": self._position(), "restored_position": self.restored_position}
+    def restored_record(self) -> records.StreamsRestored:
+        """The `streams_restored` record of this window, just opened."""
+        now, saved = self._counts()
+        return records.StreamsRestored(
+            step=self.restored_step,
+            streams=dict(self.restored),
+            watched=self.watched,
+            optimizer=records.UNSET if now is None else dict(now),
+            saved_optimizer=records.UNSET if saved is None else dict(saved),
+            position=records.UNSET if self.restored_position is None else self.restored_position,
+        )
 
     @property
     def watched(self) -> int:
@@ -304,9 +308,9 @@ class ResumeWindow:
             else:
                 delattr(patch.owner, patch.attr)
 
-    def check(self, step: int) -> dict[str, JSONValue] | None:
-        """Close the window at step `step`'s start: the `streams_checked` record's fields; None when it
-        was checked before (the first step only)."""
+    def check(self, step: int) -> records.StreamsChecked | None:
+        """Close the window at step `step`'s start: the `streams_checked` record; None when it was
+        checked before (the first step only)."""
         if self.checked:
             return None
         started = time.perf_counter()
@@ -325,17 +329,20 @@ class ResumeWindow:
         ]
         moved += self._data_moved()
         self.drawn.clear()  # the generators drawn from are not kept past the check
-        data: dict[str, JSONValue] = {"data": dict(self.data_restored)} if self.data else {}
-        return {
-            "step": step,
-            "restored_step": self.restored_step,
-            "moved": moved,
-            "streams": len(found) + len(self.data),
-            **data,
-            **self.optimizer_fields(),
-            **self._position_fields(),
-            "duration_s": time.perf_counter() - started,
-        }
+        read = self._position is not None and self.restored_position is not None
+        now, saved = self._counts()
+        return records.StreamsChecked(
+            step=step,
+            restored_step=self.restored_step,
+            moved=moved,
+            streams=len(found) + len(self.data),
+            data=dict(self.data_restored) if self.data else records.UNSET,
+            optimizer=records.UNSET if now is None else dict(now),
+            saved_optimizer=records.UNSET if saved is None else dict(saved),
+            position=self._position() if read and self._position is not None else records.UNSET,
+            restored_position=self.restored_position if read and self.restored_position is not None else records.UNSET,
+            duration_s=time.perf_counter() - started,
+        )
 
 
 class _Driven(Protocol):

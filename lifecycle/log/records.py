@@ -11,7 +11,6 @@ and docs/log-format.md. Imports neither torch nor megatron (nor builds the schem
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TypeVar
 
 from msgspec import UNSET as UNSET
 from msgspec import UnsetType as UnsetType
@@ -93,17 +92,7 @@ def first_step(write: Callable[[Record], None]) -> Callable[..., None]:
     return emit
 
 
-R = TypeVar("R", bound=Record)
-
-
-def from_fields(kind: type[R], fields: Mapping[str, JSONValue]) -> R:
-    """A `kind` record from `fields` that a module built as a dict (the resume window's): a name
-    `kind` lacks is a TypeError here; their types are not checked by mypy."""
-    build: Callable[..., R] = kind
-    return build(**fields)
-
-
 __all__ = sorted(  # the record types (one per event) and what writers build them with; counted as `records`
     [name for name, value in dict(globals()).items() if isinstance(value, type) and issubclass(value, Record)]
-    + ["UNSET", "UnsetType", "first_step", "from_fields", "redacted"]
+    + ["UNSET", "UnsetType", "first_step", "redacted"]
 )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypedDict, TypeVar, runtime
 
 from bindings import BindingReport, Module, Policy, SchedulerConfig
 from lifecycle.errors import ConfigError
-from lifecycle.log import JSONValue
+from lifecycle.log import records
 from lifecycle.log.records import Record
 from lifecycle.runtime._providers import GivenProvider
 from states import Plan, SideEffect, Trigger
@@ -70,10 +70,10 @@ class Closeable(Protocol):
 
 class ResumeCheck(Protocol):
     """The window from a checkpoint load to the first step (`lifecycle.core_entry.streams.ResumeWindow`):
-    `check` at the first step's start gives the `streams_checked` fields (None after the first call);
+    `check` at the first step's start gives the `streams_checked` record (None after the first call);
     `close` ends it unchecked."""
 
-    def check(self, step: int) -> dict[str, JSONValue] | None: ...
+    def check(self, step: int) -> records.StreamsChecked | None: ...
     def close(self) -> None: ...
 
 
