@@ -12,6 +12,7 @@ loads neither torch nor megatron.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import takewhile
 from typing import TYPE_CHECKING
 
 from lifecycle.errors import ExtraNotInstalled
@@ -34,9 +35,10 @@ def installed_version() -> str | None:
 
 
 def _release(text: str) -> tuple[int, ...]:
+    """(major, minor) of a version: each part's leading digits ("0.16rc1" is 0.16, not 0.161)."""
     parts = []
     for piece in text.split(".")[:2]:
-        digits = "".join(c for c in piece if c.isdigit()) or "0"
+        digits = "".join(takewhile(str.isdigit, piece)) or "0"
         parts.append(int(digits))
     return tuple(parts)
 

@@ -142,16 +142,33 @@ from states._ordering import (
 from states._table import allowed_triggers, find
 
 if TYPE_CHECKING:  # lifecycle.lm_dropin refuses import below megatron-core 0.17: loaded when asked for
+    from lifecycle.lm_dropin.driver import refuse_bad_arguments
+    from lifecycle.lm_dropin.entry._bound_once import bound_once
+    from lifecycle.lm_dropin.entry._bound_once import short as slot_value_text
     from lifecycle.lm_dropin.entry._call import MegatronLMCall
-    from lifecycle.lm_dropin.entry._cuda import cuda_as_cpu
+    from lifecycle.lm_dropin.entry._cuda import Patched, cuda_as_cpu
     from lifecycle.lm_dropin.entry._derive import disagreements, run_config, run_config_from_yaml
+    from lifecycle.lm_dropin.entry._handover import HandOver, releasing_distributed, releasing_services
+    from lifecycle.lm_dropin.entry._providers import KeywordProvider
+    from lifecycle.lm_dropin.entry._providers import problem as provider_problem
+    from lifecycle.lm_dropin.entry._quiet import quiet_library_loggers as lm_dropin_quiet_library_loggers
 
-_MEGATRON_LM = {
+_MEGATRON_LM = {  # name: its module, or "module:name" where it is known by another name there
+    "HandOver": "lifecycle.lm_dropin.entry._handover",
+    "KeywordProvider": "lifecycle.lm_dropin.entry._providers",
     "MegatronLMCall": "lifecycle.lm_dropin.entry._call",
+    "Patched": "lifecycle.lm_dropin.entry._cuda",
+    "bound_once": "lifecycle.lm_dropin.entry._bound_once",
     "cuda_as_cpu": "lifecycle.lm_dropin.entry._cuda",
     "disagreements": "lifecycle.lm_dropin.entry._derive",
+    "lm_dropin_quiet_library_loggers": "lifecycle.lm_dropin.entry._quiet:quiet_library_loggers",
+    "provider_problem": "lifecycle.lm_dropin.entry._providers:problem",
+    "refuse_bad_arguments": "lifecycle.lm_dropin.driver",
+    "releasing_distributed": "lifecycle.lm_dropin.entry._handover",
+    "releasing_services": "lifecycle.lm_dropin.entry._handover",
     "run_config": "lifecycle.lm_dropin.entry._derive",
     "run_config_from_yaml": "lifecycle.lm_dropin.entry._derive",
+    "slot_value_text": "lifecycle.lm_dropin.entry._bound_once:short",
 }
 
 
@@ -159,7 +176,8 @@ def __getattr__(name: str) -> object:
     """The drop-in's internals, imported on first use (raises `ExtraNotInstalled` where it is absent)."""
     if name not in _MEGATRON_LM:
         raise AttributeError(f"module 'lifecycle.testing' has no attribute {name!r}")
-    return getattr(importlib.import_module(_MEGATRON_LM[name]), name)
+    module, _, there = _MEGATRON_LM[name].partition(":")
+    return getattr(importlib.import_module(module), there or name)
 
 
 __all__ = [
@@ -199,7 +217,9 @@ __all__ = [
     "FirstStepGuard",
     "FirstStepWatchdog",
     "Guard",
+    "HandOver",
     "ImportJob",
+    "KeywordProvider",
     "Launcher",
     "Ledger",
     "LedgerEntry",
@@ -209,6 +229,7 @@ __all__ = [
     "Mismatch",
     "Normalization",
     "OpenMPI",
+    "Patched",
     "PlanConstants",
     "PlanCounts",
     "RankAudit",
@@ -227,6 +248,7 @@ __all__ = [
     "allowed_triggers",
     "as_json",
     "attempts",
+    "bound_once",
     "build_raw_machine",
     "check_log",
     "check_names",
@@ -275,6 +297,7 @@ __all__ = [
     "lifecycle_state_machine",
     "line_hash_matches",
     "live_spans",
+    "lm_dropin_quiet_library_loggers",
     "load_at_build",
     "load_failure_reason",
     "local_stack_spec",
@@ -296,6 +319,7 @@ __all__ = [
     "predict",
     "preset_names",
     "process_alive",
+    "provider_problem",
     "publish_save",
     "quiet_library_loggers",
     "rank_file",
@@ -305,7 +329,10 @@ __all__ = [
     "read_log",
     "redact",
     "redact_text",
+    "refuse_bad_arguments",
     "refuse_incompatible",
+    "releasing_distributed",
+    "releasing_services",
     "removable_ranks",
     "rendezvous",
     "report_data",
@@ -322,6 +349,7 @@ __all__ = [
     "services_are_ready",
     "settings_targets",
     "simulate_rank",
+    "slot_value_text",
     "slurm_identity_env",
     "spans",
     "store_closed",

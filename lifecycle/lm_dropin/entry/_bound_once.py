@@ -127,7 +127,8 @@ def _goes_through(
 ) -> bool:
     """Whether a binding write of `value` to slot `name`, which holds `current`, goes through: a
     second binding is dropped (recorded in `dropped`), train()'s one-element list of the bound
-    callable is shown back from `views`, a different callable over a bound one is refused."""
+    callable is shown back from `views`, train()'s first binding of a slot goes through (its
+    one-element list, then the callable in it), a different callable over a bound one is refused."""
     views.pop(name, None)
     if isinstance(value, list) and len(value) == 1 and not isinstance(current, list) and same(value[0], current):
         views[name] = value  # train() takes the single callable out of its list next
@@ -135,6 +136,8 @@ def _goes_through(
     if same(value, current):
         dropped.append(name)
         return False
+    if isinstance(current, list) and len(current) == 1 and same(current[0], value):
+        return True  # train() takes the single callable out of the one-element list it bound itself
     if current is not None:
         raise BindingError(
             f"Megatron-LM's train() would bind {name} to {short(value)} but the lifecycle bound "

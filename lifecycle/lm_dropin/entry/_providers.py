@@ -10,6 +10,7 @@ reported with its name and file:line.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, cast
@@ -33,8 +34,8 @@ INSTEAD = (
 
 def where(obj: object) -> str:
     """file:line where `obj` (or its class) was defined, or its module when that is unknown."""
+    obj = obj.func if isinstance(obj, functools.partial) else obj
     target = obj if inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isclass(obj) else type(obj)
-    target = getattr(target, "func", target)  # functools.partial
     target = inspect.unwrap(target) if callable(target) else target
     try:
         file = inspect.getsourcefile(target) or "?"
@@ -61,9 +62,11 @@ def _kind(obj: object) -> str | None:
         return "builder"
     if isinstance(obj, ModelConfig):
         return "model_config"
+    if inspect.isclass(obj):  # a provider's class where its instance belongs (`GPTModelProvider`, not `(...)`)
+        return None
     if callable(getattr(obj, "provide", None)):
         return "bridge"
-    if not callable(obj) or inspect.isclass(obj):
+    if not callable(obj):
         return None
     try:
         params = inspect.signature(obj).parameters
@@ -80,11 +83,11 @@ def problem(obj: object) -> str | None:
     """Why `obj` cannot be a model provider (≤ 300 characters), or None when it can (or is None)."""
     if obj is None or _kind(obj) is not None:
         return None
-    message = f"model_provider: a {type(obj).__name__} (defined at {where(obj)}) is not a model provider; {INSTEAD}"
-    if len(message) > 300:
-        short = where(obj)[-80:]
-        message = f"model_provider: a {type(obj).__name__} (defined at …{short}) is not a model provider; {INSTEAD}"
-    return message[:300]
+    head, place, tail = f"model_provider: a {type(obj).__name__} (defined at ", where(obj), ") is not a model provider"
+    room = 300 - len(head) - len(tail) - len(f"; {INSTEAD}")  # the fix is never cut: the place is
+    if len(place) > room:
+        place = "…" + place[len(place) - max(room - 1, 0) :]
+    return f"{head}{place}{tail}; {INSTEAD}"[:300]
 
 
 class _Bridge(Protocol):
