@@ -152,6 +152,8 @@ if TYPE_CHECKING:  # lifecycle.lm_dropin refuses import below megatron-core 0.17
     from lifecycle.lm_dropin.entry._providers import KeywordProvider
     from lifecycle.lm_dropin.entry._providers import problem as provider_problem
     from lifecycle.lm_dropin.entry._quiet import quiet_library_loggers as lm_dropin_quiet_library_loggers
+    from lifecycle.lm_dropin.entry._resources import dropping_scheduler, release_globals, release_services
+    from lifecycle.lm_dropin.entry._resources import resources as lm_dropin_resources
 
 _MEGATRON_LM = {  # name: its module, or "module:name" where it is known by another name there
     "HandOver": "lifecycle.lm_dropin.entry._handover",
@@ -161,9 +163,13 @@ _MEGATRON_LM = {  # name: its module, or "module:name" where it is known by anot
     "bound_once": "lifecycle.lm_dropin.entry._bound_once",
     "cuda_as_cpu": "lifecycle.lm_dropin.entry._cuda",
     "disagreements": "lifecycle.lm_dropin.entry._derive",
+    "dropping_scheduler": "lifecycle.lm_dropin.entry._resources",
     "lm_dropin_quiet_library_loggers": "lifecycle.lm_dropin.entry._quiet:quiet_library_loggers",
+    "lm_dropin_resources": "lifecycle.lm_dropin.entry._resources:resources",
     "provider_problem": "lifecycle.lm_dropin.entry._providers:problem",
     "refuse_bad_arguments": "lifecycle.lm_dropin.driver",
+    "release_globals": "lifecycle.lm_dropin.entry._resources",
+    "release_services": "lifecycle.lm_dropin.entry._resources",
     "releasing_distributed": "lifecycle.lm_dropin.entry._handover",
     "releasing_services": "lifecycle.lm_dropin.entry._handover",
     "run_config": "lifecycle.lm_dropin.entry._derive",
@@ -267,6 +273,7 @@ __all__ = [
     "diff",
     "disagreements",
     "distributed_is_initialized",
+    "dropping_scheduler",
     "encode",
     "existing_policy_problem",
     "expand_nodelist",
@@ -298,6 +305,7 @@ __all__ = [
     "line_hash_matches",
     "live_spans",
     "lm_dropin_quiet_library_loggers",
+    "lm_dropin_resources",
     "load_at_build",
     "load_failure_reason",
     "local_stack_spec",
@@ -331,6 +339,8 @@ __all__ = [
     "redact_text",
     "refuse_bad_arguments",
     "refuse_incompatible",
+    "release_globals",
+    "release_services",
     "releasing_distributed",
     "releasing_services",
     "removable_ranks",
