@@ -55,6 +55,14 @@ class Bridge:
         return {"provide": True, "pre_process": pre_process, "vp_stage": vp_stage}
 
 
+class FailingBridge:
+    def provide(self, pre_process: bool) -> None:
+        raise RuntimeError("no bridge")
+
+    def model_provider(self, pre_process: bool, post_process: bool) -> None:
+        raise RuntimeError("no method")
+
+
 class Builder(ModelBuilder):  # type: ignore[misc]  # megatron ships no types
     def build_model(self, pg_collection: Any, pre_process: Any = None, post_process: Any = None, vp_stage: Any = None):  # type: ignore[no-untyped-def]
         made = {"pg_collection": pg_collection, "pre_process": pre_process, "post_process": post_process}
@@ -76,6 +84,14 @@ class NotAProvider:
 
 
 def no_keywords(size: int) -> None: ...
+
+
+class Unreadable:
+    """Takes `pre_process`, but says its signature is something inspect cannot read."""
+
+    __signature__ = 3
+
+    def __call__(self, pre_process: bool) -> None: ...
 
 
 def call(provider: object, **given: Any) -> Any:
@@ -123,15 +139,40 @@ def test_a_callable_taking_none_of_the_keywords_is_refused_naming_its_type_and_l
         assert message.endswith(f"{line_of(defined)}) is not a model provider; {INSTEAD}") and len(message) == 300
 
 
-def test_a_refusal_that_fits_names_the_whole_place(monkeypatch: pytest.MonkeyPatch) -> None:
-    with tempfile.TemporaryDirectory(dir="/tmp") as short:  # a place of ~25 characters
-        (Path(short) / "p.py").write_text("def build(size):\n    return size\n")
-        monkeypatch.syspath_prepend(short)
-        from p import build  # type: ignore[import-not-found]
+HEAD = "model_provider: a function (defined at "
+TAIL = f") is not a model provider; {INSTEAD}"
 
-        expected = f"model_provider: a function (defined at {short}/p.py:1) is not a model provider; {INSTEAD}"
-        assert provider_problem(build) == expected
+
+def provider_at(monkeypatch: pytest.MonkeyPatch, directory: Path) -> Any:
+    """`build(size)` (no keyword of get_model's) defined on line 1 of `directory`/p.py."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "p.py").write_text("def build(size):\n    return size\n")
+    monkeypatch.syspath_prepend(str(directory))
+    monkeypatch.delitem(sys.modules, "p", raising=False)
+    from p import build  # type: ignore[import-not-found]
+
     monkeypatch.delitem(sys.modules, "p")
+    return build
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_a_refusal_names_the_whole_place_while_it_fits_in_300_characters(
+    monkeypatch: pytest.MonkeyPatch, over: int
+) -> None:
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:
+        room = 300 - len(HEAD) - len(TAIL)  # what the place may take
+        pad = room - len(f"{short}/x/p.py:1") + over
+        place = f"{short}/{'x' * (pad + 1)}/p.py:1"
+        message = provider_problem(provider_at(monkeypatch, Path(place.removesuffix("/p.py:1"))))
+    assert message is not None and message.endswith(TAIL) and len(message) == 300
+    assert message == (f"{HEAD}{place}{TAIL}" if not over else f"{HEAD}…{place[-(room - 1) :]}{TAIL}")
+
+
+def test_a_type_name_too_long_for_any_place_still_names_the_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    kind = "Provider" + "X" * 120
+    message = provider_problem(type(kind, (), {})())
+    assert message is not None and message.startswith(f"model_provider: a {kind} (defined at …) is not a model")
+    assert len(message) == 300
 
 
 @pytest.mark.parametrize(
@@ -142,6 +183,8 @@ def test_a_refusal_that_fits_names_the_whole_place(monkeypatch: pytest.MonkeyPat
         (3, "int", "builtins"),
         ("gpt", "str", "builtins"),
         (print, "builtin_function_or_method", "builtins"),
+        (max, "builtin_function_or_method", "builtins"),  # its signature cannot be read (ValueError)
+        (Unreadable(), "Unreadable", HERE),  # nor can its (TypeError)
     ],
 )
 def test_a_class_or_a_value_is_refused(obj: object, kind: str, where: str) -> None:
@@ -210,3 +253,13 @@ def test_a_decorated_or_partial_provider_is_named_where_its_function_is_defined(
         call(functools.partial(broken, 3))
     assert caught.value.provider == f"{__name__}.broken" and f"{line_of(broken)})" in str(caught.value)
     assert str(caught.value).endswith("raised RuntimeError: broken at 3")
+
+
+def test_a_bridge_object_or_a_method_that_raises_is_named_by_its_class_and_line() -> None:
+    with pytest.raises(ProviderError) as caught:
+        call(FailingBridge())
+    assert caught.value.provider == f"{__name__}.FailingBridge" and f"{line_of(FailingBridge)})" in str(caught.value)
+    with pytest.raises(ProviderError) as caught:
+        call(FailingBridge().model_provider)
+    assert caught.value.provider == f"{__name__}.FailingBridge.model_provider"
+    assert f"{line_of(FailingBridge.model_provider)})" in str(caught.value)

@@ -192,6 +192,13 @@ def test_distributed_registers_the_rerun_state_machine_and_the_cpu_patches(monke
     rerun_state_machine.destroy_rerun_state_machine()
     patches.restore()
     assert [gone() for _, gone in made] == [True, True]
+    freed = Patched().install([(owner, "is_available", lambda: True)])  # type: ignore[list-item]
+    runtime = dataclasses.replace(runtime, rehearsal=types.SimpleNamespace(extra=freed, close=lambda: None))  # type: ignore[arg-type]
+    [(_, patched_gone)] = lm_dropin_resources(State.DISTRIBUTED, runtime)
+    assert not patched_gone()
+    del runtime, freed
+    gc.collect()
+    assert patched_gone()  # freed with its patches in place: nothing of it is held
 
 
 def test_distributed_without_either_registers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

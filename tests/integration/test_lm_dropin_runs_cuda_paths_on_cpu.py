@@ -40,6 +40,7 @@ def test_inside_cuda_as_cpu_megatron_training_sees_one_capable_device_with_no_me
         assert torch.cuda.set_device(0) is None and torch.cuda.reset_peak_memory_stats() is None
         properties = torch.cuda.get_device_properties(0)
         assert (properties.major, properties.minor, properties.name) == (9, 0, "cpu-rehearsal")
+        assert (properties.total_memory, properties.multi_processor_count) == (0, 1)
         assert torch.cuda.get_device_capability() == torch.cuda.get_device_capability(0) == (9, 0)
         used = [torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated(0), torch.cuda.memory_reserved()]
         assert [*used, torch.cuda.max_memory_reserved(device=0)] == [0, 0, 0, 0]

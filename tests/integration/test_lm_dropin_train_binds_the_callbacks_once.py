@@ -148,6 +148,14 @@ def test_a_different_callable_from_train_is_refused_naming_both() -> None:
     assert c.grad_scale_func is None
 
 
+def test_a_binding_for_another_number_of_chunks_is_refused() -> None:
+    model = [Chunk(), Chunk()]
+    c = bound(model, Optimizer())
+    three = r"bind no_sync_func to \[Chunk.no_sync, Chunk.no_sync, Chunk.no_sync\] but"
+    with pytest.raises(BindingError, match=three), bound_once(c):
+        TRAIN["bind"](c, [*model, Chunk()], None, finalize_model_grads)
+
+
 def wrap_the_finalizer(c: TransformerConfig, wrapper: object) -> None:
     c.finalize_model_grads_func = wrapper
 
