@@ -168,6 +168,12 @@ def test_a_refusal_names_the_whole_place_while_it_fits_in_300_characters(
     assert message == (f"{HEAD}{place}{TAIL}" if not over else f"{HEAD}…{place[-(room - 1) :]}{TAIL}")
 
 
+def test_a_provider_without_source_is_placed_by_its_module() -> None:
+    cell: dict[str, Any] = {"__name__": "notebook_cell"}
+    exec("def build(size):\n    return size\n", cell)  # as a notebook or `python -c` defines it
+    assert provider_problem(cell["build"]) == f"{HEAD}notebook_cell{TAIL}"
+
+
 def test_a_type_name_too_long_for_any_place_still_names_the_type(monkeypatch: pytest.MonkeyPatch) -> None:
     kind = "Provider" + "X" * 120
     message = provider_problem(type(kind, (), {})())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import subprocess
 import sys
 from types import ModuleType
 
@@ -66,3 +67,15 @@ def test_the_package_offers_pretrain_and_nothing_else(monkeypatch: pytest.Monkey
         package.train  # noqa: B018
     with pytest.raises(ImportError, match="cannot import name 'initialize_megatron'"):
         exec("from lifecycle.lm_dropin import initialize_megatron", {})
+
+
+def test_an_older_megatron_core_is_refused_before_any_of_the_drop_in_is_loaded() -> None:
+    code = (
+        "import importlib.metadata, sys\n"
+        "importlib.metadata.version = lambda name: '0.15.3'\n"
+        "try:\n    import lifecycle.lm_dropin\n"
+        "except Exception as e:\n    print(type(e).__name__)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('lifecycle.lm_dropin')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split("\n")[:2] == ["ExtraNotInstalled", "[]"]
