@@ -37,7 +37,7 @@ def _loader(dataset: Any = None, **kwargs: Any) -> Any:
 def _moved(window: ResumeWindow) -> dict[str, dict[str, str]]:
     checked = window.check(3)
     assert checked is not None
-    return {m["stream"]: m for m in checked["moved"]}  # type: ignore[union-attr, index, call-overload]
+    return {m["stream"]: m for m in checked.moved}
 
 
 def test_the_generators_of_a_loader_its_sampler_and_its_dataset_are_found_and_a_clean_window_moves_none() -> None:

@@ -69,7 +69,7 @@ def test_the_window_is_checked_once_and_names_the_first_caller() -> None:
     torch.rand(2)  # the second draw does not replace the first caller
     checked = window.check(4)
     assert checked is not None and window.watched == 0
-    [moved] = [m for m in checked["moved"] if m["stream"] == "torch"]  # type: ignore[attr-defined]
+    [moved] = [m for m in checked.moved if m["stream"] == "torch"]
     assert moved["caller"].startswith("tests/integration/test_streams_window.py:")
     assert moved["caller"].endswith("in test_the_window_is_checked_once_and_names_the_first_caller (torch.rand)")
     assert window.check(5) is None
@@ -83,4 +83,4 @@ def test_a_draw_from_a_generator_of_ones_own_moves_no_stream(draw: str) -> None:
     if draw == "generator":
         torch.rand(2, generator=torch.Generator().manual_seed(1))
     checked = window.check(4)
-    assert checked is not None and checked["moved"] == [] and window.callers == {}
+    assert checked is not None and checked.moved == [] and window.callers == {}
