@@ -30,7 +30,7 @@ def import_with(monkeypatch: pytest.MonkeyPatch, installed: str | None) -> Modul
         return installed
 
     monkeypatch.setattr(importlib.metadata, "version", version)
-    monkeypatch.delitem(sys.modules, "lifecycle.lm_dropin")
+    monkeypatch.delitem(sys.modules, "lifecycle.lm_dropin", raising=False)  # another test may have taken it out
     monkeypatch.setattr(lifecycle, "lm_dropin", lifecycle.lm_dropin)
     return importlib.import_module("lifecycle.lm_dropin")
 
