@@ -269,3 +269,20 @@ def test_a_bridge_object_or_a_method_that_raises_is_named_by_its_class_and_line(
         call(FailingBridge().model_provider)
     assert caught.value.provider == f"{__name__}.FailingBridge.model_provider"
     assert f"{line_of(FailingBridge.model_provider)})" in str(caught.value)
+
+
+def test_a_provider_wrapped_by_a_decorator_from_another_file_is_named_at_its_own_file_and_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "user_logging.py").write_text(
+        "import functools\n\n\ndef logged(fn):\n    @functools.wraps(fn)\n"
+        "    def wrapper(*args, **kwargs):\n        return fn(*args, **kwargs)\n\n    return wrapper\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from user_logging import logged  # type: ignore[import-not-found]
+
+    monkeypatch.delitem(sys.modules, "user_logging")
+
+    with pytest.raises(ProviderError) as caught:
+        call(logged(broken))
+    assert f"/{line_of(broken)})" in str(caught.value)  # its file, not the decorator's
