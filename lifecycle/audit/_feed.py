@@ -43,7 +43,7 @@ from lifecycle.log import GENESIS, SUFFIX, JSONValue, events, records
 _NO_HEAD = (None,) * 9
 _CUT = -SUFFIX
 _EVENTS = events.ALL
-_loads, _sha256 = orjson.loads, hashlib.sha256
+_loads, _EMPTY = orjson.loads, hashlib.sha256()
 _HASH = Annotated[str, msgspec.Meta(min_length=64, max_length=64)]
 _COLUMNS = ("seq", "prev_hash", "hash", "generation", "rank", "run_id", "world_size", "ts")  # `event` after them
 _SCHEMA_ENVELOPE = {f.name: f.type for f in msgspec.structs.fields(records.Record)}
@@ -101,11 +101,12 @@ batch path applies at once; every other record is checked on its own (`RankAudit
 
 
 @functools.cache
-def _decoder(reads: tuple[tuple[str, tuple[str, ...]], ...]) -> Callable[[bytes], _Typed]:
-    return msgspec.json.Decoder(Union[_types(dict(reads))]).decode if reads else decode_typed  # noqa: UP007
+def _decoder(reads: tuple[tuple[str, tuple[str, ...]], ...]) -> Callable[[bytes], list[_Typed]]:
+    types = _types(dict(reads)) if reads else RECORD_TYPES
+    return msgspec.json.Decoder(list[Union[types]]).decode  # type: ignore[valid-type]  # noqa: UP007 - a union built at runtime
 
 
-def _tap_decoder(tap: Tap) -> Callable[[bytes], _Typed]:
+def _tap_decoder(tap: Tap) -> Callable[[bytes], list[_Typed]]:
     reads: Mapping[str, Sequence[str]] = getattr(tap, "reads", {})
     return _decoder(tuple(sorted((event, tuple(sorted(names))) for event, names in reads.items())))
 
@@ -124,7 +125,7 @@ class Feeder:
         self.router = _Router(name, self.streams, limit)
         self.cur: RankAudit | None = None
         self.tap = tap
-        self.decode = decode_typed if tap is None else _tap_decoder(tap)
+        self.decode = _decoder(()) if tap is None else _tap_decoder(tap)
         self.applied: Callable[[int, int], object] | None = getattr(tap, "applied", None)
 
     def feed(self, lines: Lines) -> None:
@@ -163,9 +164,7 @@ class Feeder:
         cut: int,
     ) -> None:
         n = len(recs)
-        joined = b"".join(
-            [_sha256(line[:_CUT] + b"}").digest() for line in (lines if n == len(lines) else lines[:n])]
-        ).hex()  # hexed at once: one call, not one per record
+        joined = _digests(lines if n == len(lines) else lines[:n])
         digests: Sequence[str]
         if heads is None and type(recs[0]) is not dict and typed_clean(cols, joined):
             digests, breaks = HexDigests(joined), []
@@ -247,6 +246,18 @@ class Feeder:
         raise unreadable(self.name, lineno, f"not a JSON record ({str(error).split(':')[0][:80]})") from None
 
 
+def _digests(lines: list[bytes]) -> str:
+    """Each line's SHA-256 as the writer computed it (its body without the `hash` field), hex, joined:
+    hexed at once (one call, not one per record); a copy of an empty hash costs less than a new one."""
+    digests: list[bytes] = []
+    append, fresh = digests.append, _EMPTY.copy
+    for line in lines:
+        h = fresh()
+        h.update(line[:_CUT] + b"}")
+        append(h.digest())
+    return b"".join(digests).hex()
+
+
 def _apply(
     cur: RankAudit,
     first: int,
@@ -322,12 +333,17 @@ def _handle_typed(
             j = end
 
 
-def _typed(lines: list[bytes], decode: Callable[[bytes], _Typed]) -> list[_Typed] | None:
+def _typed(lines: list[bytes], decode: Callable[[bytes], list[_Typed]]) -> list[_Typed] | None:
     """The batch decoded as typed records, or None when one line does not decode so (then orjson
     reads the batch and the records are checked as they are). Only for ASCII lines: msgspec does
-    not check that the text of a field it skips is UTF-8; orjson does."""
+    not check that the text of a field it skips is UTF-8; orjson does. Decoded as one JSON array (one
+    call, not one per line): a line holding more or less than one record gives another count, or text
+    that is not an array of records. (Lines that pair up into as many records another way, `{a},{`
+    then `b}`, give records whose hashes are not their lines' digests: `_one` reads each such line
+    alone, and refuses it.)"""
     try:
-        return list(map(decode, lines))
+        typed = decode(b"[" + b",".join(lines) + b"]")
+        return typed if len(typed) == len(lines) else None
     except (msgspec.DecodeError, RecursionError):  # RecursionError: nested deeper than msgspec decodes
         return None
 

@@ -509,3 +509,24 @@ def test_invalid_utf8_in_a_field_no_handler_reads_is_not_json(tmp_path: Path, te
     path.write_bytes(b"\n".join(lines) + b"\n")
     result = audit([str(path)], jobs=1)
     assert [str(e) for e in result.errors] and "not a JSON record" in str(result.errors[0])
+
+
+_SIX = [("lifecycle_started", {"plan": "training"}), *[("transition_started", {"trigger": "validate"})] * 5]
+
+
+@pytest.mark.parametrize(
+    ("mangle", "line"),
+    [
+        (lambda ls: [*ls[:2], ls[2] + b"," + ls[3], *ls[4:]], 3),  # two records on one line
+        (lambda ls: [*ls[:2], ls[2] + b",{", ls[3][1:], *ls[4:]], 3),  # a record split across two lines
+        (lambda ls: [*ls[:2], ls[2][:-1], b"}", *ls[3:]], 3),  # a record's last brace on a line of its own
+    ],
+)
+def test_a_line_that_is_not_exactly_one_record_is_refused_at_its_line(tmp_path: Path, mangle: Any, line: int) -> None:
+    """The batch reader decodes a file's lines as one array; a line that is not one record must
+    still be refused at its own line, as reading it alone refuses it, not paired up with another."""
+    path = tmp_path / "rank-00003.jsonl"
+    _write(path, _SIX, "none", 0)
+    path.write_bytes(b"\n".join(mangle(path.read_bytes().splitlines())) + b"\n")
+    result = audit([str(path)], jobs=1)
+    assert len(result.errors) == 1 and str(result.errors[0]).startswith(f"{path}:{line}: not a JSON record")
