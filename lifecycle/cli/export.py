@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         except ExtraNotInstalled as exc:
             print(f"lifecycle export: {exc}", file=sys.stderr)
             return EXIT_UNREADABLE
+        except LogUnreadable as exc:
+            print(f"lifecycle export: {printable(str(exc))}", file=sys.stderr)
+            return EXIT_UNREADABLE
         except OSError as exc:
             return cannot_write(args.output, exc)
         print(f"wrote {count} spans to {printable(str(args.output))}")

@@ -17,38 +17,16 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
-from typing import ClassVar, Protocol, Union, cast
+from typing import ClassVar, Protocol, cast
 
 import msgspec
 import orjson
 
+from lifecycle.export._reads import CONFIG, MARKS, READS, read, step_struct
 from lifecycle.log import JSONValue, events
 
-MARKS = {
-    events.TRIPWIRE_VIOLATION: "violation",
-    events.SIDE_EFFECT_REFUSED: "violation",
-    events.GUARD_REJECTED: "violation",
-    events.INVALID_TRANSITION: "violation",
-    events.CONFIG_MUTATED: "violation",
-    events.FIRST_STEP_NOT_FINALIZED: "violation",
-    events.PEER_FAILED: "failure",
-    events.STATE_TIMEOUT: "failure",
-    events.STARTUP_ABORTED: "failure",
-    events.SIGNAL_RECEIVED: "failure",
-    events.TRANSITION_FAILED: "failure",
-    events.LOG_WRITE_FAILED: "failure",
-}
-"""Events drawn as instants, and their kind."""
-_KEEP = frozenset(
-    {
-        *MARKS,
-        events.LIFECYCLE_STARTED,
-        events.CONFIG_VALIDATED,
-        events.DISTRIBUTED_INITIALIZED,
-        events.STEP_COMPLETED,
-        events.GENERATION_STARTED,
-    }
-)
+_KEEP = frozenset(READS)
+"""The events whose records the export keeps something of."""
 _FIND = re.compile(b'"event":"(' + b"|".join(sorted(e.encode() for e in _KEEP)) + b')"')
 """The writer sorts keys, so a record's event is in its bytes as `"event":"<name>"`; a string value
 cannot hold it unescaped (its quotes would be escaped)."""
@@ -63,19 +41,20 @@ _StepRow = tuple[float, int, float | None, float | None]
 """A step as kept: (time, step, loss, duration_s)."""
 Config = dict[str, JSONValue]
 """A `config_validated` record's config: nested JSON objects."""
+Where = tuple[str, int]
+"""A record's file and line (1-based): what a refusal names."""
 
 
 class _Record(Protocol):
-    """A record as read here: a parsed dict, or the audit's typed record (`lifecycle.audit.Tap`);
-    a field is any JSON value, None when absent."""
+    """A record as read here, typed (`_reads.Read`, or the audit's typed record `lifecycle.audit.Tap`):
+    each field its reader declared (`READS`) of its type in the log's schema, None when absent."""
 
     def get(self, key: str, /) -> JSONValue: ...
 
 
-class _Typed(_Record, Protocol):
-    """The audit's typed record: its envelope checked (`event`, `ts`, `rank`), and as attributes the
-    fields of `Collect.reads` (those of a step below), each of its type in the log's schema or None
-    (`lifecycle.log.schema.read_type`; a line with another type is parsed by orjson instead)."""
+class _Step(_Record, Protocol):
+    """A typed record with its envelope checked (`event`, `ts`, `rank`) and the fields of a step
+    (`READS`), as the schema types them (`lifecycle.log.schema.read_type`) or None."""
 
     @property
     def event(self) -> str: ...
@@ -84,11 +63,11 @@ class _Typed(_Record, Protocol):
     @property
     def rank(self) -> int: ...
     @property
-    def step(self) -> JSONValue: ...
+    def step(self) -> int | None: ...
     @property
-    def loss(self) -> JSONValue: ...
+    def loss(self) -> float | None: ...
     @property
-    def duration_s(self) -> JSONValue: ...
+    def duration_s(self) -> float | None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,90 +112,76 @@ class Details:
 
 def read_details(path: str, lines_wanted: Collection[int] = (), *, configs: bool = True) -> dict[int, Details]:
     """rank -> Details for the records of the file at `path`. `lines_wanted` (1-based) get their
-    time recorded in `line_ts`; `configs` keeps each `config_validated`'s config dict."""
+    time recorded in `line_ts`; `configs` keeps each `config_validated`'s config dict. LogUnreadable
+    when a field read is of another type than the log's schema says."""
     out: dict[int, Details] = {}
     with open(path, "rb") as fh:
         data = fh.read()
     lines = data.splitlines()
-    if not _whole(out, lines, configs):
-        _by_line(out, data, configs)
+    if not _whole(out, path, lines, configs):
+        _by_line(out, path, data, configs)
     if lines_wanted:
         wanted = set(lines_wanted)
         for lineno, line in enumerate(lines, 1):
             if lineno in wanted:
-                _record(out, line, None, configs, lineno)
+                _record(out, (path, lineno), line, None, configs)
     return out
 
 
-class _Any(msgspec.Struct, gc=False):
-    """Any record, for the first look: its event, and what a step has."""
-
-    event: str
-    ts: float
-    rank: int
-    step: Union[int, None] = None  # noqa: UP007  # msgspec reads the annotation at runtime on 3.10
-    loss: Union[float, None] = None  # noqa: UP007
-    duration_s: Union[float, None] = None  # noqa: UP007
+_ANY = step_struct(event=True)
+"""Any record, for the first look: its event, rank and time, and what a step has."""
+_decode_all = msgspec.json.Decoder(list[_ANY]).decode  # type: ignore[valid-type]  # a struct made at runtime
+_STEPS = step_struct(event=False)
+"""A step: its rank and time, and what a step has."""
+_decode_steps = msgspec.json.Decoder(list[_STEPS]).decode  # type: ignore[valid-type]  # same
 
 
-_decode_all = msgspec.json.Decoder(list[_Any]).decode
-
-
-def _whole(out: dict[int, Details], lines: list[bytes], configs: bool) -> bool:
+def _whole(out: dict[int, Details], source: str, lines: list[bytes], configs: bool) -> bool:
     """The file decoded in one call (C), then only its wanted records looked at; False when some
     line does not decode so (damaged, or a field of another type): then line by line."""
     try:
-        records = _decode_all(b"[" + b",".join(lines) + b"]")
+        records = cast("list[_Step]", _decode_all(b"[" + b",".join(lines) + b"]"))
     except msgspec.DecodeError:
         return False
-    steps: list[_Any] = []
-    for line, rec in zip(lines, records, strict=True):
-        event = rec.event
-        if event == events.STEP_COMPLETED:
+    steps: list[_Step] = []
+    for i in compress(range(len(records)), map(_KEEP.__contains__, map(_EVENT, records))):
+        rec = records[i]
+        if rec.event == _STEP:
             steps.append(rec)
-        elif event in _KEEP:
-            _record(out, line, event, configs, None)
+        else:
+            _record(out, (source, i + 1), lines[i], rec.event, configs)
     _add_steps(out, ((r.rank, (r.ts, r.step or 0, r.loss, r.duration_s)) for r in steps))
     return True
 
 
-def _by_line(out: dict[int, Details], data: bytes, configs: bool) -> None:
-    steps: list[bytes] = []
+def _by_line(out: dict[int, Details], source: str, data: bytes, configs: bool) -> None:
+    steps: list[tuple[Where, bytes]] = []
+    at, lineno = 0, 1
     for match in _FIND.finditer(data):
         start = data.rfind(b"\n", 0, match.start()) + 1
+        lineno, at = lineno + data.count(b"\n", at, start), start
         end = data.find(b"\n", match.end())
         line = data[start : end if end >= 0 else len(data)]
         event = match.group(1).decode()
-        if event == events.STEP_COMPLETED:
-            steps.append(line)
+        if event == _STEP:
+            steps.append(((source, lineno), line))
         else:
-            _record(out, line, event, configs, None)
+            _record(out, (source, lineno), line, event, configs)
     _steps(out, steps, configs)
 
 
-class _Step(msgspec.Struct, gc=False):
-    ts: float
-    rank: int
-    step: int = 0
-    loss: Union[float, None] = None  # noqa: UP007  # msgspec reads the annotation at runtime on 3.10
-    duration_s: Union[float, None] = None  # noqa: UP007
-
-
-_decode_steps = msgspec.json.Decoder(list[_Step]).decode
-
-
-def _steps(out: dict[int, Details], lines: list[bytes], configs: bool) -> None:
+def _steps(out: dict[int, Details], steps: list[tuple[Where, bytes]], configs: bool) -> None:
     """The steps of a file decoded in one call (the bulk of the records read here); a batch that
     does not decode so (a field of another type) goes record by record."""
-    if not lines:
+    if not steps:
         return
     try:
-        decoded = _decode_steps(b"[" + b",".join(lines) + b"]")
+        decoded = cast("list[_Step]", _decode_steps(b"[" + b",".join(line for _, line in steps) + b"]"))
     except msgspec.DecodeError:
-        for line in lines:
-            _record(out, line, events.STEP_COMPLETED, configs, None)
+        for where, line in steps:
+            _record(out, where, line, _STEP, configs)
         return
-    _add_steps(out, ((r.rank, (r.ts, r.step, r.loss, r.duration_s)) for r in decoded))
+    _add_steps(out, ((r.rank, (r.ts, r.step or 0, r.loss, r.duration_s)) for r in decoded))
 
 
 class Collect:
@@ -225,35 +190,31 @@ class Collect:
     `read_details(source, configs=False)` (without line times): steps are read from the audit's
     typed records, the few other records kept are parsed from their line."""
 
-    __slots__ = ("out", "source")
-    reads: ClassVar[dict[str, tuple[str, ...]]] = {
-        events.STEP_COMPLETED: ("duration_s", "loss", "step"),
-        events.LIFECYCLE_STARTED: ("attempt", "host", "pid", "plan", "restart_count"),
-        events.CONFIG_VALIDATED: ("fingerprint",),
-        events.DISTRIBUTED_INITIALIZED: ("cp", "dp", "ep", "pp", "ranks", "tp", "vpp"),
-        events.GENERATION_STARTED: ("generation",),
-    }
+    __slots__ = ("out", "seen", "source")
+    reads: ClassVar[dict[str, tuple[str, ...]]] = {event: READS[event] for event in _KEEP - MARKS.keys()}
     """The fields read on the audit's typed records (`lifecycle.audit.Tap`): what `_take` reads of
-    the records kept that are neither steps nor marks (those are parsed from their line)."""
+    the records kept that are not marks (those are parsed from their line)."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.out: dict[int, Details] = {}
+        self.seen = 0  # the lines given so far: the audit gives them all, in order
 
     def __call__(self, lines: list[bytes], recs: Sequence[object]) -> None:
-        out = self.out
+        out, first, source = self.out, self.seen + 1, self.source
+        self.seen += len(lines)
         if not recs or not isinstance(recs[0], msgspec.Struct):  # parsed by orjson: any JSON value
-            for rec in recs:
+            for lineno, rec in enumerate(recs, first):
                 event = rec.get("event") if type(rec) is dict else None
                 if type(event) is str and event in _KEEP:
-                    _put(out, rec, event, False, None)
+                    _put(out, (source, lineno), cast("JSONValue", rec), event, False)
             return
-        typed = cast("Sequence[_Typed]", recs)  # a batch's records are all typed, or none is
+        typed = cast("Sequence[_Step]", recs)  # a batch's records are all typed, or none is
         evs = list(map(_EVENT, typed))
         for i in compress(range(len(recs)), map(_OTHERS.__contains__, evs)):  # the few kept that are not steps
             event = evs[i]
             if event in MARKS:
-                _record(out, lines[i], event, False, None)
+                _record(out, (source, first + i), lines[i], event, False)
                 continue
             rec = typed[i]
             _take(_of(out, rec.rank), event, rec, False, rec.ts)
@@ -262,22 +223,17 @@ class Collect:
             _typed_steps(out, steps)
 
 
-def _typed_steps(out: dict[int, Details], steps: list[_Typed]) -> None:
-    """The steps of a batch of typed records: at once (C) when they are of one rank and their fields
-    of the usual types, else one by one."""
+def _typed_steps(out: dict[int, Details], steps: list[_Step]) -> None:
+    """The steps of a batch of typed records: at once (C) when they are of one rank and hold each
+    field, else one by one."""
     ranks, nums, losses, times = (list(map(get, steps)) for get in _STEP_FIELDS)
-    if (
-        len(set(ranks)) == 1
-        and set(map(type, nums)) == {int}
-        and set(map(type, losses)) == {float}
-        and set(map(type, times)) == {float}
-    ):
+    if len(set(ranks)) == 1 and None not in nums and None not in losses and None not in times:
         details = _of(out, ranks[0])
         room = _MAX_STEPS - len(details.steps)
         if room > 0:
             details.steps += list(zip(map(_TS, steps[:room]), nums[:room], losses[:room], times[:room], strict=True))
         return
-    _add_steps(out, ((r.rank, (r.ts, _int(r.step) or 0, _num(r.loss), _num(r.duration_s))) for r in steps))
+    _add_steps(out, ((r.rank, (r.ts, r.step or 0, r.loss, r.duration_s)) for r in steps))
 
 
 def _add_steps(out: dict[int, Details], steps: Iterable[tuple[int, _StepRow]]) -> None:
@@ -304,36 +260,37 @@ def line_times(path: str, lines_wanted: Collection[int], out: dict[int, Details]
         lines = fh.read().splitlines()
     for lineno in sorted(wanted):
         if 0 < lineno <= len(lines):
-            _record(out, lines[lineno - 1], None, False, lineno)
+            _record(out, (path, lineno), lines[lineno - 1], None, False)
 
 
-def _record(out: dict[int, Details], line: bytes, event: str | None, configs: bool, lineno: int | None) -> None:
+def _record(out: dict[int, Details], where: Where, line: bytes, event: str | None, configs: bool) -> None:
     try:
         rec = _loads(line)
     except orjson.JSONDecodeError:
         return  # a damaged record: the audit has reported it
-    _put(out, rec, event, configs, lineno)
+    _put(out, where, rec, event, configs)
 
 
-def _put(out: dict[int, Details], rec: object, event: str | None, configs: bool, lineno: int | None) -> None:
-    if type(rec) is not dict:
+def _put(out: dict[int, Details], where: Where, rec: JSONValue, event: str | None, configs: bool) -> None:
+    """Keep what parsed record `rec` of `event` says (None: only its time, into `line_ts`), read as
+    the schema types its fields (`_reads.read`); one without a rank and a time is the audit's."""
+    typed = read(*where, event, rec, configs=configs)
+    if typed is None:
         return
-    rank, ts = rec.get("rank"), rec.get("ts")
-    if type(rank) is not int or (type(ts) is not int and type(ts) is not float):
-        return
-    details = _of(out, rank)
-    if lineno is not None:
-        details.line_ts[lineno] = float(ts)
-    elif event is not None:
-        _take(details, event, rec, configs, float(ts))
+    details = _of(out, typed.rank)
+    if event is None:
+        details.line_ts[where[1]] = typed.ts
+    else:
+        _take(details, event, typed, configs, typed.ts)
 
 
 def _take(d: Details, event: str, rec: _Record, configs: bool, ts: float) -> None:
-    """Keep what record `rec` (a dict, or a typed record that has the fields of `Collect.reads`) at
-    time `ts` says."""
-    if event == events.STEP_COMPLETED:
+    """Keep what typed record `rec` (with the fields of `READS`; the config where `configs`) at time
+    `ts` says."""
+    if event == _STEP:
         if len(d.steps) < _MAX_STEPS:
-            d.steps.append((ts, _int(rec.get("step")) or 0, _num(rec.get("loss")), _num(rec.get("duration_s"))))
+            step = cast("_Step", rec)
+            d.steps.append((ts, step.step or 0, step.loss, step.duration_s))
     elif event in MARKS:
         if len(d.marks) < _MAX_MARKS:
             d.marks.append(_mark(event, rec, ts))
@@ -341,60 +298,32 @@ def _take(d: Details, event: str, rec: _Record, configs: bool, ts: float) -> Non
         d.attempts.append(
             Attempt(
                 ts=ts,
-                attempt=_int(rec.get("attempt")) or 0,
-                restart_count=_int(rec.get("restart_count")),
-                host=_str(rec.get("host")),
-                pid=_int(rec.get("pid")),
-                plan=_str(rec.get("plan")),
+                attempt=cast("int | None", rec.get("attempt")) or 0,
+                restart_count=cast("int | None", rec.get("restart_count")),
+                host=cast("str | None", rec.get("host")),
+                pid=cast("int | None", rec.get("pid")),
+                plan=cast("str | None", rec.get("plan")),
             )
         )
     elif event == events.CONFIG_VALIDATED:
-        config = rec.get("config") if configs else None
-        d.configs.append((ts, _str(rec.get("fingerprint")), config if isinstance(config, dict) else None))
+        config = cast("Config | None", rec.get(CONFIG) if configs else None)
+        d.configs.append((ts, cast("str | None", rec.get("fingerprint")), config))
     elif event == events.DISTRIBUTED_INITIALIZED:
-        ranks = rec.get("ranks")
-        d.coords = {k: v for k, v in ranks.items() if type(v) is int} if isinstance(ranks, dict) else {}
-        d.sizes = {k: v for k in ("tp", "pp", "cp", "ep", "dp", "vpp") if type(v := rec.get(k)) is int}
+        d.coords = dict(cast("dict[str, int] | None", rec.get("ranks")) or {})
+        d.sizes = {k: cast("int", v) for k in ("tp", "pp", "cp", "ep", "dp", "vpp") if (v := rec.get(k)) is not None}
     elif event == events.GENERATION_STARTED:
-        d.generations.append((ts, _int(rec.get("generation")) or 0))
+        d.generations.append((ts, cast("int | None", rec.get("generation")) or 0))
 
 
 def _mark(event: str, rec: _Record, ts: float) -> Mark:
-    """The fields that say what happened, in one line."""
-    names = (
-        "target",
-        "kind",
-        "guard",
-        "reason",
-        "field",
-        "error_type",
-        "error",
-        "peer_rank",
-        "peer_state",
-        "signal",
-        "missing",
-        "finalizer_calls",
-        "trigger",
-    )
-    detail = ", ".join(f"{n}={str(v)[:160]}" for n in names if (v := rec.get(n)) not in (None, "", []))
-    state = rec.get("state") if event != events.PEER_FAILED else rec.get("peer_state")
+    """The fields that say what happened (`MARKS`), in one line."""
+    shown = MARKS[event]
+    detail = ", ".join(f"{n}={str(v)[:160]}" for n in shown.detail if (v := rec.get(n)) not in (None, "", []))
     return Mark(
         ts=ts,
         event=event,
-        kind=MARKS[event],
+        kind=shown.kind,
         detail=detail,
-        state=_str(state) or _str(rec.get("source")),
-        peer=_int(rec.get("peer_rank")) if event == events.PEER_FAILED else None,
+        state=cast("str | None", rec.get(shown.state)) or None if shown.state else None,
+        peer=cast("int | None", rec.get("peer_rank")) if event == events.PEER_FAILED else None,
     )
-
-
-def _int(value: JSONValue) -> int | None:
-    return value if type(value) is int else None
-
-
-def _num(value: JSONValue) -> float | None:
-    return float(value) if type(value) is int or type(value) is float else None
-
-
-def _str(value: JSONValue) -> str | None:
-    return value if type(value) is str else None

@@ -4,7 +4,10 @@ Follows the rank files of a log directory as the ranks write them and, through t
 opentelemetry-sdk, ends a state's span as soon as its `transition_completed` (or the failure) is
 written, and a rank's `megatron.startup` root span when the rank shuts down or fails. Each span is
 written at once as one OTLP JSON request per line (JSON Lines, as the OpenTelemetry Collector's
-file exporter writes them). The records are not checked here: `lifecycle audit` does that after.
+file exporter writes them). The records are not checked here (`lifecycle audit` does that after),
+but each field read is read as the log's schema types it (`_reads.FOLLOWS`): a record whose field
+has another type ends the following with LogUnreadable naming its file, line, event and field, the
+spans still open ended with that error.
 The output is appended to only when it is OTLP JSON we wrote (`lifecycle.audit.Appender`); a
 failed write (a full disk) ends the following with that OSError, the lines before it whole.
 """
@@ -12,15 +15,17 @@ failed write (a full disk) ends the following with that OSError, the lines befor
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import orjson
 
 from lifecycle.audit import Appender
+from lifecycle.errors import LogUnreadable
 from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, nanos, ours, sdk
-from lifecycle.log import JSONValue, Tail, events
+from lifecycle.export._reads import FOLLOWS, Followed, followed
+from lifecycle.log import Tail, events
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -43,6 +48,7 @@ class _Rank:
 
     def __init__(self, path: Path) -> None:
         self.tail = Tail(path)
+        self.lines = 0  # read so far
         self.root: Span | None = None
         self.open: dict[str, tuple[Span, float]] = {}
         self.done = False
@@ -70,7 +76,12 @@ def follow(
         world = 0
         while True:
             stopping = stop is not None and stop()  # asked before this pass: what was written is still read
-            changed, world = _read_pass(Path(log_dir), ranks, tracer, world)
+            try:
+                changed, world = _read_pass(Path(log_dir), ranks, tracer, world)
+            except LogUnreadable as exc:  # the spans so far end with why
+                for rank in ranks.values():
+                    _close(rank, time.time_ns(), error=str(exc))
+                raise
             now = time.monotonic()
             last_change = now if changed else last_change
             if exporter.error is not None:
@@ -111,37 +122,31 @@ def _read_pass(
     changed = False
     for path in sorted(log_dir.glob("rank-*.jsonl")):
         rank = ranks.setdefault(path, _Rank(path))
-        for ts, rec in _new_records(rank):
+        for rec in _new_records(path, rank):
             changed = True
-            size = rec.get("world_size")
-            world = max(world, size if isinstance(size, int) else 0)
-            _apply(tracer(str(rec.get("run_id"))), rank, rec, ts)
+            world = max(world, rec.world_size or 0)
+            _apply(tracer(str(rec.run_id)), rank, rec, rec.ts or 0.0)
     return changed, world
 
 
-def _new_records(rank: _Rank) -> list[tuple[float, dict[str, JSONValue]]]:
-    """The records completed since the last pass, each with its time (one without is skipped)."""
-    out = []
+def _new_records(path: Path, rank: _Rank) -> Iterator[Followed]:
+    """The records completed since the last pass, typed (`_reads.followed`) one at a time, so that
+    those before a refused one are applied; one that is not JSON, of no known event or without its
+    time is skipped. LogUnreadable for a field of another type."""
     for line in rank.tail.read():
+        rank.lines += 1
         try:
-            rec = orjson.loads(line)
+            rec = followed(str(path), rank.lines, orjson.loads(line))
         except orjson.JSONDecodeError:
             continue
-        ts = rec.get("ts") if isinstance(rec, dict) else None
-        if type(ts) is int or type(ts) is float:
-            out.append((ts, rec))
-    return out
+        if rec is not None and rec.ts is not None:
+            yield rec
 
 
-def _int(value: JSONValue) -> int:
-    """`int(value or 0)` of a record's field; 0 for a value that is not a number or a string."""
-    return int(value) if value and isinstance(value, (int, float, str)) else 0
-
-
-def _apply(tracer: Tracer, rank: _Rank, rec: Mapping[str, JSONValue], ts: float) -> None:
+def _apply(tracer: Tracer, rank: _Rank, rec: Followed, ts: float) -> None:
     from opentelemetry import trace as api
 
-    event, ns = rec.get("event"), nanos(ts)
+    event, ns = rec.event, nanos(ts)
     if event == events.LIFECYCLE_STARTED or (rank.root is None and not rank.done):
         _close(rank, ns, error=None)
         rank.done = False
@@ -149,10 +154,10 @@ def _apply(tracer: Tracer, rank: _Rank, rec: Mapping[str, JSONValue], ts: float)
             ROOT,
             start_time=ns,
             attributes={
-                "lifecycle.run_id": str(rec.get("run_id")),
-                "lifecycle.rank": _int(rec.get("rank")),
-                "lifecycle.world_size": _int(rec.get("world_size")),
-                "nvrx.cycle": _int(rec.get("attempt")),
+                "lifecycle.run_id": str(rec.run_id),
+                "lifecycle.rank": rec.rank or 0,
+                "lifecycle.world_size": rec.world_size or 0,
+                "nvrx.cycle": (cast("int | None", rec.get("attempt")) if event == events.LIFECYCLE_STARTED else 0) or 0,
             },
         )
     if rank.root is None:  # after the rank's end: the records of its shutdown or FAILED
@@ -166,13 +171,13 @@ def _apply(tracer: Tracer, rank: _Rank, rec: Mapping[str, JSONValue], ts: float)
     elif event == events.TRANSITION_COMPLETED:
         _completed(rank, rec, ns)
     elif event in _ENDS and event != events.LIFECYCLE_SHUTDOWN:
-        rank.root.add_event(
-            str(event), timestamp=ns, attributes={"lifecycle.detail": str(rec.get("error") or rec.get("signal") or "")}
-        )
-        _close(rank, ns, error=f"{event}: {rec.get('error') or rec.get('signal') or rec.get('state') or ''}")
+        said = {name: value for name in FOLLOWS[event] if (value := rec.get(name))}  # error or signal, state
+        detail = next((value for name, value in said.items() if name != "state"), "")
+        rank.root.add_event(event, timestamp=ns, attributes={"lifecycle.detail": str(detail)})
+        _close(rank, ns, error=f"{event}: {next(iter(said.values()), '')}")
 
 
-def _completed(rank: _Rank, rec: Mapping[str, JSONValue], ns: int) -> None:
+def _completed(rank: _Rank, rec: Followed, ns: int) -> None:
     """A transition's span is named for the state it reached; a rank that reached its end closes."""
     span, _ = rank.open.pop(str(rec.get("trigger")), (None, 0.0))
     if span is not None:

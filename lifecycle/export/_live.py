@@ -18,8 +18,8 @@ import contextlib
 import logging
 import os
 import stat
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 import orjson
 
@@ -28,7 +28,8 @@ from lifecycle.export import _otlp
 from lifecycle.export._details import _KEEP, Details, Mark, _take
 from lifecycle.export._encode import encode
 from lifecycle.export._model import _rank
-from lifecycle.log import AuditLog, JSONValue, events, records
+from lifecycle.export._reads import read
+from lifecycle.log import AuditLog, events, records
 from lifecycle.redaction import redact_text
 
 if TYPE_CHECKING:
@@ -67,17 +68,20 @@ class LiveSpans:
             self._audit.next_seq, self._audit.prev = rec.get("seq", 0), rec.get("prev_hash")
         self._lineno += 1
         marks = len(self._details.marks)
-        self._audit.feed(rec, record, self._lineno)
+        self._audit.feed(rec, record, self._lineno)  # its envelope checked: LogUnreadable if not
         event = rec["event"]
-        ts = self._details.line_ts[self._lineno] = float(rec["ts"])
+        typed = read(self._audit.source, self._lineno, event if event in _KEEP else None, rec)
+        if typed is None:  # no rank or time: the audit refused it
+            return
+        ts = self._details.line_ts[self._lineno] = typed.ts
         if event in _KEEP:
-            _take(self._details, event, rec, False, ts)
+            _take(self._details, event, typed, False, ts)
         ending = self._audit.state == _SHUT_DOWN and event == events.TRANSITION_COMPLETED
         if ending:  # the log's end: the rules on the whole log, before the last state's span is written
             self._finish_audit()
         self._pending += self._details.marks[marks:] + self._new_findings()
         if event == events.LIFECYCLE_STARTED or self._lineno == 1:
-            self._open_root(rec, ts)
+            self._open_root(cast("int | None", typed.get("attempt")) if event == events.LIFECYCLE_STARTED else None, ts)
         root = self._root
         if root is not None:
             self._write_segments(root)
@@ -94,11 +98,11 @@ class LiveSpans:
         for provider in self._providers.values():
             provider.shutdown()
 
-    def _open_root(self, rec: Mapping[str, JSONValue], ts: float) -> None:
+    def _open_root(self, number: int | None, ts: float) -> None:
+        """The root span of attempt `number` (0 when the record that opens it has none)."""
         if self._root is not None:
             self._close_root(self._root)
-        number = rec.get("attempt")
-        attempt = number if type(number) is int else 0
+        attempt = number or 0
         key = (self._audit.run_id, attempt)
         if key not in self._providers:
             self._providers[key] = self._sdk(

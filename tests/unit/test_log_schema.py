@@ -12,7 +12,18 @@ import pytest
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
 from lifecycle.log import AuditLog, events, records
 from lifecycle.log.schema import SCHEMA, markdown
-from lifecycle.testing import ENVELOPE, GENERATED_BEGIN, GENERATED_END, READS, fields_of, read_log
+from lifecycle.testing import (
+    ENVELOPE,
+    EXPORT_CONFIG,
+    EXPORT_READS,
+    FOLLOWED,
+    FOLLOWS,
+    GENERATED_BEGIN,
+    GENERATED_END,
+    READS,
+    fields_of,
+    read_log,
+)
 from lifecycle.testing import fields_described as described
 from states import State
 
@@ -43,6 +54,23 @@ def test_every_field_the_audit_reads_is_in_its_events_schema_or_the_envelope() -
         if field not in fields_of(event) and field not in ENVELOPE
     ]
     assert missing == [], f"the audit reads fields lifecycle/log/schema.py does not declare: {missing}"
+
+
+def test_every_field_the_export_reads_is_in_its_events_schema_or_the_envelope() -> None:
+    """The details (`export`, `report`, the live spans) and `export --follow` read each record
+    through a struct of these fields, typed by the schema: a field it has no type for is a mistake."""
+    reads = {
+        "details": {**EXPORT_READS, events.CONFIG_VALIDATED: (*EXPORT_READS[events.CONFIG_VALIDATED], EXPORT_CONFIG)},
+        "follow": {event: (*FOLLOWED, *FOLLOWS.get(event, ())) for event in SCHEMA},
+    }
+    missing = [
+        f"{reader}: {event}.{field}"
+        for reader, by_event in reads.items()
+        for event, fields in by_event.items()
+        for field in fields
+        if field not in fields_of(event) and field not in ENVELOPE
+    ]
+    assert missing == [], f"the export reads fields lifecycle/log/schema.py does not declare: {missing}"
 
 
 def test_every_field_of_the_schema_and_the_envelope_says_what_it_means() -> None:

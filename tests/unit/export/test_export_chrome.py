@@ -130,19 +130,39 @@ def test_unreadable_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.
     assert not (tmp_path / "t.json").exists()
 
 
-def test_a_record_of_unexpected_types_is_read_line_by_line_and_kept(tmp_path: Path) -> None:
+def _steps_after_bound(tmp_path: Path, loss: object) -> Path:
+    """The clean log with two steps once CALLBACKS_BOUND, the second's loss `loss`; its file."""
     from export_logs import clean_events, clock, write_events
 
     ev = clean_events()
     steps = [
         ("step_completed", {"step": 1, "loss": 2.5, "duration_s": 0.1}),
-        ("step_completed", {"step": 2, "loss": "inf?", "duration_s": 0.2}),
+        ("step_completed", {"step": 2, "loss": loss, "duration_s": 0.2}),
     ]
     at = next(i for i, (e, f) in enumerate(ev) if e == "transition_completed" and f.get("dest") == "CALLBACKS_BOUND")
     ev[at + 1 : at + 1] = steps
     with clock(100.0 + i for i in range(len(ev))):
         write_events(tmp_path / "logs", ev)
+    return tmp_path / "logs" / "rank-00000.jsonl"
+
+
+def test_a_step_without_a_loss_is_a_counter_of_its_number_and_time(tmp_path: Path) -> None:
+    _steps_after_bound(tmp_path, None)
     trace = validate(export(tmp_path, tmp_path / "logs"))
     counters = [e["args"] for e in trace if e["ph"] == "C"]
     assert {"loss": 2.5, "step_time_s": 0.1, "step": 1} in counters
-    assert {"step_time_s": 0.2, "step": 2} in counters  # its loss is not a number: only its time
+    assert {"step_time_s": 0.2, "step": 2} in counters
+
+
+@pytest.mark.parametrize(("command", "name"), [("export", "trace.json"), ("report", "report.html")])
+def test_a_step_whose_loss_is_not_a_number_is_one_line_naming_its_line_event_and_field_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, name: str
+) -> None:
+    log = _steps_after_bound(tmp_path, "inf?")
+    line = next(n for n, text in enumerate(log.read_bytes().splitlines(), 1) if b'"inf?"' in text)
+    assert main([command, str(tmp_path / "logs"), "-o", str(tmp_path / name)]) == 2
+    out = capsys.readouterr()
+    assert out.err.splitlines() == [
+        f"lifecycle {command}: {log}:{line}: step_completed: field 'loss' is 'inf?', expected float | None"
+    ]
+    assert not (tmp_path / name).exists()

@@ -19,8 +19,9 @@ from lifecycle.testing import read_details, write_chrome
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """24 ranks with the audit benchmark's faults (a rank that died, a tampered loss, a straggler, a
-    wrong target), a log cut in the middle of its last line, and two whose last steps'
-    fields are of other types (one with non-ASCII text: read by orjson, not typed)."""
+    wrong target), a log cut in the middle of its last line, and two whose next-to-last step has no
+    number and no loss and a time in whole seconds (one with non-ASCII text: read by orjson, not
+    typed; the other typed, its batch's steps kept one by one)."""
     logs = tmp_path_factory.mktemp("faulty")
     write_run(logs, 24, steps=6)
     cut = logs / "rank-00003.jsonl"
@@ -28,7 +29,7 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for rank, note in ((24, "déjà"), (25, "ascii")):  # orjson reads the first's batch, msgspec the other's
         w = ChainWriter("bench", rank, 26)
         rank_records(w, 1.7e9, steps=4, slow=1.0, fault=None)
-        w.emit(1.7e9 + 50, "step_completed", step=9.5, loss="nan", duration_s=True, note=note)
+        w.emit(1.7e9 + 50, "step_completed", loss=None, duration_s=2, note=note)
         w.emit(1.7e9 + 51, "step_completed", step=10, loss=2, duration_s=0.5)
         (logs / f"rank-{rank:05d}.jsonl").write_bytes(b"".join(w.lines))
     return logs
@@ -44,7 +45,7 @@ def test_the_taps_keep_what_a_second_read_finds(faulty: Path) -> None:
         assert found == read_details(source, configs=False), source
     for rank in (24, 25):
         steps = kept[str(faulty / f"rank-{rank:05d}.jsonl")][rank].steps
-        assert steps[-2:] == [(1.7e9 + 50, 0, None, None), (1.7e9 + 51, 10, 2.0, 0.5)]
+        assert steps[-2:] == [(1.7e9 + 50, 0, None, 2.0), (1.7e9 + 51, 10, 2.0, 0.5)]
 
 
 def _read_again(self: Collect, source: str) -> None:

@@ -85,15 +85,6 @@ def test_a_failure_event_on_the_root_says_the_error_or_the_signal(tmp_path: Path
     assert statuses == ["peer_failed: RuntimeError: gone", "signal_received: SIGTERM"]
 
 
-def test_a_record_whose_cycle_is_not_a_number_is_followed_as_cycle_0(tmp_path: Path) -> None:
-    w = ChainWriter("run-f", 0, 1)
-    w.emit(T, "lifecycle_started", plan="training", target="CALLBACKS_BOUND", policy="raise", attempt=[1], pid=7)
-    _validated(w)
-    (root,) = [s for s in _followed(_write(tmp_path / "logs", w), tmp_path / "out.jsonl") if s["name"] == ROOT]
-    cycle = next(a["value"] for a in root["attributes"] if a["key"] == "nvrx.cycle")
-    assert cycle == {"intValue": "0"}
-
-
 def test_a_timed_out_rank_ends_its_root_naming_the_state_it_waited_in(tmp_path: Path) -> None:
     w = ChainWriter("run-f", 0, 2)
     _started(w)

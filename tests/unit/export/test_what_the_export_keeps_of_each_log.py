@@ -5,6 +5,7 @@ rank's log and the others', a damaged log read line by line, `load` by name and 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -219,25 +220,38 @@ def _ranks(world: int) -> list[ChainWriter]:
 
 
 @pytest.mark.parametrize(
-    ("written", "kept"),
+    ("written", "refused"),
     [
-        ({"loss": 0.5, "duration_s": 0.25}, (T + 3, 0, 0.5, 0.25)),  # no step number: step 0
-        ({"step": "3", "loss": 0.5, "duration_s": 0.25}, (T + 3, 0, 0.5, 0.25)),
-        ({"step": 3, "loss": "0.5", "duration_s": 0.25}, (T + 3, 3, None, 0.25)),
-        ({"step": 3, "loss": 0.5, "duration_s": "0.25"}, (T + 3, 3, 0.5, None)),
+        ({"step": "3", "loss": 0.5, "duration_s": 0.25}, "field 'step' is '3', expected int"),
+        ({"step": 3, "loss": "0.5", "duration_s": 0.25}, "field 'loss' is '0.5', expected float | None"),
+        ({"step": 3, "loss": 0.5, "duration_s": "0.25"}, "field 'duration_s' is '0.25', expected float"),
     ],
 )
-def test_a_step_whose_field_is_not_a_number_is_kept_without_it_on_every_rank(
-    tmp_path: Path, written: dict[str, object], kept: tuple[object, ...]
+def test_a_step_whose_field_is_not_a_number_is_refused_naming_its_file_line_and_field_on_every_rank(
+    tmp_path: Path, written: dict[str, object], refused: str
 ) -> None:
-    """Rank 0's log is read whole, rank 1's steps come from the audit's typed records: a step number
-    or a time that is not a number is not drawn as one on either (step 0, no loss, no time)."""
+    """Rank 0's log is read again whole, every rank's by the audit's tap: on each the step is
+    refused as the audit refuses a record (file:line: event: field), not drawn without its field."""
     writers = _ranks(2)
     for w in writers:
         w.emit(T + 2, "step_completed", step=2, loss=0.75, duration_s=0.5)
         w.emit(T + 3, "step_completed", **written)
+    logs = _write(tmp_path / "logs", *writers)
+    for rank in (0, 1):
+        path = logs / f"rank-{rank:05d}.jsonl"
+        with pytest.raises(LogUnreadable, match=re.escape(f"{path}:6: step_completed: {refused}")):
+            read_details(str(path))
+        with pytest.raises(LogUnreadable, match=re.escape(f"{path}:6: step_completed: {refused}")):
+            load([str(path)])
+
+
+def test_a_step_without_its_number_or_loss_is_kept_without_them_on_every_rank(tmp_path: Path) -> None:
+    writers = _ranks(2)
+    for w in writers:
+        w.emit(T + 2, "step_completed", step=2, loss=0.75, duration_s=0.5)
+        w.emit(T + 3, "step_completed", loss=None, duration_s=1)
     for rank in load([str(_write(tmp_path / "logs", *writers))]).ranks:
-        assert rank.steps == ((T + 2, 2, 0.75, 0.5), kept), rank.rank
+        assert rank.steps == ((T + 2, 2, 0.75, 0.5), (T + 3, 0, None, 1.0)), rank.rank
 
 
 def test_each_field_of_a_mark_is_cut_to_160_characters(tmp_path: Path) -> None:
