@@ -4,10 +4,11 @@ steps, violations, peer failures, and the time of each record a finding points a
 `Collect` picks them as the audit decodes each record (a tap on its batches), so the logs are
 decoded once; `read_details` reads a file again (the first rank's, for its configs, and the
 reference the taps are tested against), `line_times` the lines findings point at. The audit has
-already checked every record (hash chain, envelope, order); these only pick. In a second read a
-line's event is found in its bytes (the writer sorts keys, so `"event":"..."` is there verbatim)
-and only the lines of the events below are parsed: most of a log (transitions, side effects) is
-skipped without being decoded.
+already checked every record (hash chain, envelope, order); these only pick, each field as the
+log's schema types it (`_reads.READS`: a record parsed by orjson is converted first, and one whose
+field has another type is unreadable, as in the audit). In a second read a line's event is found in
+its bytes (the writer sorts keys, so `"event":"..."` is there verbatim) and only the lines of the
+events kept are parsed: most of a log (transitions, side effects) is skipped without being decoded.
 """
 
 from __future__ import annotations
