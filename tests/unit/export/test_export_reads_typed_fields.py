@@ -129,3 +129,21 @@ def test_a_live_record_whose_field_is_of_another_type_is_refused_naming_its_line
     expected = "live:2: side_effect_refused: field 'reason' is ['no'], expected str"
     with pytest.raises(LogUnreadable, match=re.escape(expected)):
         live(w.lines[1])
+
+
+def test_a_record_of_each_event_is_read_without_a_field_its_reader_did_not_declare(tmp_path: Path) -> None:
+    """Each reader gets a struct of the fields it declares (`EXPORT_READS`, `FOLLOWS`) and reading
+    any other raises AttributeError: one bare record of every event, through every branch of the
+    details and of `--follow`, finds a field read but not declared before a log does."""
+    pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
+    from lifecycle.log.schema import SCHEMA
+    from lifecycle.testing import ROOT, follow
+
+    lines = [orjson.dumps({"event": event, "rank": 0, "ts": T + i}) + b"\n" for i, event in enumerate(SCHEMA)]
+    (tmp_path / "logs").mkdir()
+    path = tmp_path / "logs" / "rank-00000.jsonl"
+    path.write_bytes(b"".join(lines))
+    (details,) = read_details(str(path), range(1, len(lines) + 1)).values()
+    assert len(details.marks) == 12 and len(details.line_ts) == len(SCHEMA)
+    follow(log_dir=tmp_path / "logs", output=tmp_path / "out.jsonl", idle_timeout_s=0.1, poll_s=0.01)
+    assert ROOT in _spans(tmp_path / "out.jsonl")
