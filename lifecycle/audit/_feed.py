@@ -35,10 +35,11 @@ from lifecycle.audit._handlers import HANDLERS, READS, WANTED
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import Lines
 from lifecycle.audit._records import EARLIEST_TS, LATEST_TS, unreadable
-from lifecycle.audit._typed import READ_TYPES, as_read, typed_fields
+from lifecycle.audit._typed import READ_TYPES, as_read
 from lifecycle.audit._typed import Typed as _Typed
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import GENESIS, SUFFIX, JSONValue, events, records
+from lifecycle.log.schema import read_fields
 
 _NO_HEAD = (None,) * 9
 _CUT = -SUFFIX
@@ -65,7 +66,7 @@ callers catch both)."""
 def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], ...]:
     def fields(event: str) -> list[tuple[str, object] | tuple[str, object, None]]:
         names = {*READS.get(event, ()), *more.get(event, ())} - _IN_ENVELOPE
-        return sorted([*_ENVELOPE, *typed_fields(event, names)])
+        return sorted([*_ENVELOPE, *read_fields(event, names)])
 
     return tuple(
         msgspec.defstruct(
@@ -85,7 +86,7 @@ def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], .
 
 RECORD_TYPES = _types({})
 """One record type per event, as the batch path decodes it: the envelope, typed (checked in C),
-and the fields its handler reads (`READS`), each typed as the schema says (`_typed.typed_fields`:
+and the fields its handler reads (`READS`), each typed as the schema says (`schema.read_fields`:
 checked in C too; None when absent); `event` is its tag, `get` reads a field
 as `dict.get` would (None when absent). Fields in sorted order, as the writer sorts keys: msgspec
 finds each key at the next field."""

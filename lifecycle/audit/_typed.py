@@ -7,7 +7,7 @@ None where the record lacks it, on both paths; a record whose field has another 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 import msgspec
@@ -15,7 +15,7 @@ import msgspec
 from lifecycle.audit._handlers import READS
 from lifecycle.audit._records import unreadable
 from lifecycle.log import JSONValue
-from lifecycle.log.schema import not_of_type, read_type
+from lifecycle.log.schema import not_of_type, read_fields
 
 
 class Typed(msgspec.Struct, gc=False):
@@ -29,15 +29,10 @@ class Typed(msgspec.Struct, gc=False):
         get = object.__getattribute__  # C; a field its handler did not declare raises AttributeError
 
 
-def typed_fields(event: str, names: Iterable[str]) -> list[tuple[str, object, None]]:
-    """`event`'s fields `names`, each typed as the schema says (None when absent), in sorted order."""
-    return [(name, read_type(event, name), None) for name in sorted(names)]
-
-
 def _read_struct(event: str, names: tuple[str, ...]) -> type[Typed]:
     made = msgspec.defstruct(
         f"Read_{event}",
-        typed_fields(event, names),
+        read_fields(event, names),
         bases=(Typed,),
         namespace={"event": event, "get": Typed.get},  # `get` in its own namespace: found first
         module=__name__,

@@ -18,7 +18,7 @@ import msgspec
 
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import JSONValue, events, records
-from lifecycle.log.schema import SCHEMA, not_of_type, read_type
+from lifecycle.log.schema import SCHEMA, not_of_type, read_fields
 
 
 class Shown(NamedTuple):
@@ -119,7 +119,7 @@ def _struct(
         [
             *((("event", str),) if tag else ()),
             *((name, _ENVELOPE[name]) for name in kept),
-            *((n, read_type(event, n), None) for n in sorted(names)),
+            *read_fields(event, names),
         ],
         bases=(base,),
         namespace={"get": base.get} | ({} if tag else {"event": event}),  # `get` in its own namespace: found first

@@ -3,7 +3,7 @@ writer's strict mode checks. Public through `lifecycle.log.schema`, which docume
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType, UnionType
 from typing import Annotated, Final, Union, get_args, get_origin, get_type_hints
 
@@ -160,6 +160,12 @@ def read_type(event: str, name: str) -> object:
     args = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
     kept = tuple(arg for arg in args if arg is not UnsetType)
     return Union[(*kept, type(None))]
+
+
+def read_fields(event: str, names: Iterable[str]) -> list[tuple[str, object, None]]:
+    """Fields `names` of `event` as a reader's struct declares them (`msgspec.defstruct`): each of its
+    `read_type`, None when absent, in sorted order (as the writer sorts keys)."""
+    return [(name, read_type(event, name), None) for name in sorted(names)]
 
 
 def not_of_type(event: str, rec: Mapping[str, object], error: msgspec.ValidationError) -> str:

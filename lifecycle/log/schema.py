@@ -13,8 +13,10 @@ are checked against (issue 35):
   opening; an absent `attempt` says the file was new), so `None` cannot mean absent. A field
   without a default is in every record of its event (it may still be null where its type says so).
 - `read_type(event, name)`: the type a reader gets a field as: its type here, or None where a
-  record lacks it; the audit (`lifecycle/audit/_typed.py`) and `lifecycle.testing.check_log`
-  read the records through these types, and say why one is not of its type with `not_of_type`.
+  record lacks it; `read_fields(event, names)`: those fields as a reader's struct declares them. The
+  audit (`lifecycle/audit/_typed.py`), the export (`lifecycle/export/_reads.py`) and
+  `lifecycle.testing.check_log` read the records through these types, and say why one is not of its
+  type with `not_of_type`.
 - `fields_of(event)`: the fields the event's struct declares itself (not the envelope; an event
   may declare an envelope name again, as `cycle_started` does `world_size`).
 - Writers construct these types (`lifecycle.log.records` re-exports them) and `AuditLog.write` them;
@@ -35,6 +37,7 @@ from typing import Final
 
 from lifecycle.log._schema import SCHEMA, fields_described
 from lifecycle.log._schema import not_of_type as not_of_type
+from lifecycle.log._schema import read_fields as read_fields
 from lifecycle.log._schema import read_type as read_type
 from lifecycle.log._schema_base import Field
 
