@@ -226,13 +226,16 @@ def _emit_initialized(ctx: PhaseContext, args: Namespace) -> None:
 
 
 def _undo(stand_ins: CpuStandIns | None) -> None:
+    """What a failed DISTRIBUTED made: parallel state, process group, rerun state machine, stand-ins."""
     import torch.distributed as dist
     from megatron.core import parallel_state
+    from megatron.core.rerun_state_machine import destroy_rerun_state_machine
 
     try:
         parallel_state.destroy_model_parallel()
         if dist.is_initialized():
             dist.destroy_process_group()
+        destroy_rerun_state_machine()  # DISTRIBUTED's release, which would, runs only once it was entered
     finally:
         if stand_ins is not None:
             stand_ins.close()

@@ -1,0 +1,215 @@
+"""The drop-in's `pretrain` on a world of one rank in the test process (gloo, no rank launched): the
+example script's tiny GPT goes through each state with Megatron-LM's own function for it, trains two
+steps on CPU with the same losses as Megatron-LM's own `pretrain`, logs each state and step, and
+returns with what Megatron-LM's leaves up; a failure in DISTRIBUTED names megatron's error and
+undoes what DISTRIBUTED made. The two-rank runs (TP 2, a peer's failure, resume) are
+tests/integration/test_megatron_lm*.py's, launched ranks."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
+
+import torch
+import torch.distributed as dist
+from megatron.core import mpu, num_microbatches_calculator, rerun_state_machine
+from megatron.core.enums import ModelType
+from megatron.training import global_vars, training
+from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args
+from megatron.training.arguments import parse_and_validate_args
+
+from lifecycle.errors import PhaseFailed
+from lifecycle.lm_dropin import pretrain
+from lifecycle.testing import cuda_as_cpu
+from tests.integration.megatron_lm_cases import ROOT, after_return, lifecycle_resources
+
+sys.path.insert(0, str(ROOT / "examples"))
+import pretrain_gpt_tiny as script  # the example script, importable once its folder is on the path
+
+STEPS = ["--train-iters", "2"]
+
+
+@contextmanager
+def one_rank() -> Iterator[None]:
+    """A world of one on a free port, the script's argv put back, and Megatron-LM's globals unset after."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv, step = list(sys.argv), training.train_step
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
+            env.setenv(name, value)
+        env.setenv("MASTER_PORT", str(port))
+        sys.argv[:] = ["pretrain_gpt_tiny.py"]  # the script's main puts its arguments after the first
+        try:
+            yield
+        finally:
+            sys.argv[:] = argv
+            training.train_step = step
+            if dist.is_initialized():
+                mpu.destroy_model_parallel()
+                dist.destroy_process_group()
+            global_vars.unset_global_variables()
+            rerun_state_machine.destroy_rerun_state_machine()
+            num_microbatches_calculator.destroy_num_microbatches_calculator()
+
+
+def _records(log_dir: Path) -> list[dict[str, Any]]:
+    lines = (log_dir / "rank-00000.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["event"] != "warning"]
+
+
+def _megatrons_losses() -> list[float]:
+    """Megatron-LM's own `pretrain` of the same script, inside the CPU stand-ins: its per-step losses."""
+    from megatron.training import pretrain as megatrons
+
+    losses: list[float] = []
+    original = training.train_step
+
+    def train_step(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        losses.append(float(out[0]["lm loss"]))
+        return out
+
+    training.train_step = train_step
+    with cuda_as_cpu():
+        script.main(pretrain=megatrons, extra_argv=STEPS)
+    return losses
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The script run with the drop-in, then with Megatron-LM's own `pretrain`, each from a fresh world."""
+    log_dir = tmp_path_factory.mktemp("dropin")
+    out: dict[str, Any] = {}
+    for run in ("dropin", "megatron"):
+        with one_rank():
+            if run == "megatron":
+                out["megatron_losses"] = _megatrons_losses()
+                continue
+            out["result"] = script.main(pretrain=lambda *a: pretrain(*a, log_dir=log_dir), extra_argv=STEPS)
+            out["step_after"] = training.train_step
+            out["rerun"] = rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE is not None
+            out["after"] = after_return()
+            out["own"] = lifecycle_resources()
+    out["records"] = _records(log_dir)
+    return out
+
+
+def _events(records: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
+    return [r for r in records if r["event"] == event]
+
+
+def test_a_tiny_gpt_pretrained_through_the_drop_in_returns_its_last_iteration_and_a_loss_per_step(
+    trained: dict[str, Any],
+) -> None:
+    result = trained["result"]
+    assert result["iteration"] == 2
+    assert len(result["losses"]) == 2 and all(isinstance(loss, float) for loss in result["losses"])
+    assert result["second_binding_dropped"] == ["grad_scale_func"]  # train() binds what the lifecycle bound
+
+
+def test_the_drop_in_trains_with_the_same_losses_as_megatron_lms_own_pretrain(trained: dict[str, Any]) -> None:
+    assert trained["result"]["losses"] == pytest.approx(trained["megatron_losses"], rel=1e-6)
+
+
+def test_the_startup_log_enters_each_state_in_order_and_records_each_step_with_its_loss(
+    trained: dict[str, Any],
+) -> None:
+    records = trained["records"]
+    entered = [r["dest"] for r in _events(records, "transition_completed")]
+    assert entered == ["VALIDATED", "SERVICES_READY", "DISTRIBUTED", "MODEL_BUILT", "CALLBACKS_BOUND", "SHUT_DOWN"]
+    steps = _events(records, "step_completed")
+    assert [(r["step"], r["loss"]) for r in steps] == list(enumerate(trained["result"]["losses"], start=1))
+    assert [r["finalizer_calls"] for r in _events(records, "first_step_finalized")] == [1]
+
+
+def test_distributed_is_megatrons_one_rank_gloo_world_seeded_in_a_cpu_rehearsal(trained: dict[str, Any]) -> None:
+    records = trained["records"]
+    assert [r["reason"] for r in _events(records, "rehearsal_enabled")] == ["cuda absent"]
+    (initialized,) = _events(records, "distributed_initialized")
+    assert (initialized["backend"], initialized["ranks"]) == ("gloo", {"tp": 0, "pp": 0, "cp": 0, "ep": 0, "dp": 0})
+    kinds = {r["kind"] for r in _events(records, "side_effect") if r["trigger"] == "init_distributed"}
+    assert kinds == {"cuda_device", "process_group", "parallel_state", "rng"}
+
+
+def test_services_adopt_the_arguments_the_script_parsed(trained: dict[str, Any]) -> None:
+    (ready,) = _events(trained["records"], "services_ready")
+    assert (ready["vocab_source"], ready["vocab_size"]) == ("parse_and_validate_args", 1024)
+    (built,) = _events(trained["records"], "model_built")
+    assert (built["chunks"], built["optimizer"]) == (1, True)
+
+
+def test_pretrain_returns_with_megatron_lms_world_and_args_up_and_none_of_the_lifecycles_own(
+    trained: dict[str, Any],
+) -> None:
+    after = trained["after"]
+    assert (after["initialized"], after["world"], after["dp"], after["train_iters"]) == (True, 1, 1, 2)
+    assert trained["rerun"], "Megatron-LM's pretrain leaves its rerun state machine up"
+    assert trained["step_after"] is training.train_step  # train_step put back
+    assert trained["own"] == {"threads": [], "rehearsal": False, "cuda_available": False, "wrapped": []}
+
+
+@pytest.fixture(scope="module")
+def failed_in_distributed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The script's container with seed 0 and no parsed arguments: `pretrain` derives them, and
+    Megatron-LM's `_set_random_seed` refuses the seed after the process group is up."""
+    log_dir = tmp_path_factory.mktemp("failed")
+    out: dict[str, Any] = {}
+    with one_rank():
+        sys.argv[1:] = [*script.TINY_GPT, *STEPS]  # as the script's main parses them
+        args = parse_and_validate_args()
+        container = pretrain_cfg_container_from_args(args, gpt_config_from_args(args))
+        global_vars.unset_global_variables()
+        container.rng.seed = 0
+        with pytest.raises(PhaseFailed) as failed:
+            pretrain(
+                container,
+                script.train_valid_test_datasets_provider,
+                ModelType.encoder_or_decoder,
+                script.forward_step,
+                log_dir=log_dir,
+            )
+        out["error"] = str(failed.value)
+        out["after"] = {
+            "process_group": dist.is_initialized(),
+            "parallel_state": mpu.model_parallel_is_initialized(),
+            "rerun_state_machine": rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE is not None,
+            "args": global_vars._GLOBAL_ARGS is not None,
+        }
+        out["own"] = lifecycle_resources()
+    out["records"] = _records(log_dir)
+    return out
+
+
+def test_arguments_derived_from_the_container_get_megatron_lms_globals_set_by_the_drop_in(
+    failed_in_distributed: dict[str, Any],
+) -> None:
+    (ready,) = _events(failed_in_distributed["records"], "services_ready")
+    assert (ready["vocab_source"], ready["vocab_size"]) == ("set_global_variables", 1024)
+
+
+def test_a_failure_in_distributed_names_megatrons_error_and_the_state_it_failed_in(
+    failed_in_distributed: dict[str, Any],
+) -> None:
+    assert "init_distributed failed in SERVICES_READY: ValueError: Seed (0)" in failed_in_distributed["error"]
+    (failure,) = _events(failed_in_distributed["records"], "transition_failed")
+    assert (failure["trigger"], failure["error"]) == ("init_distributed", "Seed (0) should be a positive integer.")
+
+
+def test_a_failure_in_distributed_undoes_the_world_the_rerun_state_machine_and_the_cpu_stand_ins(
+    failed_in_distributed: dict[str, Any],
+) -> None:
+    after = failed_in_distributed["after"]
+    assert after == {"process_group": False, "parallel_state": False, "rerun_state_machine": False, "args": False}
+    assert failed_in_distributed["own"] == {"threads": [], "rehearsal": False, "cuda_available": False, "wrapped": []}
+    assert not torch.cuda.is_available()
