@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +28,7 @@ from megatron.training import global_vars, training
 from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args
 from megatron.training.arguments import parse_and_validate_args
 
-from lifecycle.errors import PhaseFailed
+from lifecycle.errors import ConfigError, PhaseFailed
 from lifecycle.lm_dropin import pretrain
 from lifecycle.testing import cuda_as_cpu
 from tests.integration.megatron_lm_cases import ROOT, after_return, lifecycle_resources
@@ -44,7 +45,7 @@ def one_rank() -> Iterator[None]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    argv, step = list(sys.argv), training.train_step
+    argv, step, forward_step = list(sys.argv), training.train_step, script.forward_step
     with pytest.MonkeyPatch.context() as env:
         for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}.items():
             env.setenv(name, value)
@@ -54,7 +55,7 @@ def one_rank() -> Iterator[None]:
             yield
         finally:
             sys.argv[:] = argv
-            training.train_step = step
+            training.train_step, script.forward_step = step, forward_step
             if dist.is_initialized():
                 mpu.destroy_model_parallel()
                 dist.destroy_process_group()
@@ -96,13 +97,39 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             if run == "megatron":
                 out["megatron_losses"] = _megatrons_losses()
                 continue
+            _threads_while_training(out)
             out["result"] = script.main(pretrain=lambda *a: pretrain(*a, log_dir=log_dir), extra_argv=STEPS)
             out["step_after"] = training.train_step
             out["rerun"] = rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE is not None
+            out["restored"] = _rng_states_restored()
             out["after"] = after_return()
             out["own"] = lifecycle_resources()
     out["records"] = _records(log_dir)
     return out
+
+
+def _threads_while_training(out: dict[str, Any]) -> None:
+    """The script's forward step, which at its first call notes the lifecycle's threads in `out`."""
+    original = script.forward_step
+
+    def forward_step(data_iterator: Any, model: Any) -> Any:
+        out.setdefault("threads", sorted(t.name for t in threading.enumerate() if t.name.startswith("lifecycle")))
+        return original(data_iterator, model)
+
+    script.forward_step = forward_step  # main() passes the module's forward_step to pretrain
+
+
+def _rng_states_restored() -> tuple[list[str], list[str]]:
+    """The RNG tracker's states that Megatron-LM's rerun state machine saved, cleared, then restored:
+    (the names restored, the names saved)."""
+    from megatron.core import tensor_parallel
+
+    machine = rerun_state_machine.get_rerun_state_machine()
+    saved = machine.state_save_func()
+    tracker = tensor_parallel.get_cuda_rng_tracker()
+    tracker.set_states({})
+    machine.state_restore_func(saved)
+    return sorted(tracker.get_states()), sorted(saved["rng_tracker_states"])
 
 
 def _events(records: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
@@ -159,6 +186,54 @@ def test_pretrain_returns_with_megatron_lms_world_and_args_up_and_none_of_the_li
     assert trained["own"] == {"threads": [], "rehearsal": False, "cuda_available": False, "wrapped": []}
 
 
+def test_a_lone_rank_starts_and_trains_under_the_lifecycles_rank_watch(trained: dict[str, Any]) -> None:
+    assert "lifecycle-rank-watch" in trained["threads"]  # its states' deadline, with no launcher to keep one
+
+
+def test_the_rerun_state_machine_saves_and_restores_megatrons_rng_tracker_states(trained: dict[str, Any]) -> None:
+    restored, saved = trained["restored"]
+    assert restored == saved and "model-parallel-rng" in saved
+
+
+def _container_of_derived_arguments() -> Any:
+    """The script's container, with no parsed arguments left (`pretrain` derives them from it)."""
+    sys.argv[1:] = [*script.TINY_GPT, *STEPS]  # as the script's main parses them
+    args = parse_and_validate_args()
+    container = pretrain_cfg_container_from_args(args, gpt_config_from_args(args))
+    global_vars.unset_global_variables()
+    return container
+
+
+def test_a_container_megatron_lms_validate_args_refuses_is_refused_at_validated_with_its_reason(
+    tmp_path: Path,
+) -> None:
+    with one_rank():
+        container = _container_of_derived_arguments()
+        container.train.train_samples = 100  # beside train_iters: Megatron-LM asserts one or the other
+        with pytest.raises(ConfigError) as refused:
+            pretrain(
+                container,
+                script.train_valid_test_datasets_provider,
+                ModelType.encoder_or_decoder,
+                script.forward_step,
+                log_dir=tmp_path,
+            )
+        assert not dist.is_initialized() and global_vars._GLOBAL_ARGS is None
+    assert "Megatron-LM's validate_args: expected iteration-based training" in str(refused.value)
+    assert [r["dest"] for r in _events(_records(tmp_path), "transition_completed")] == ["FAILED", "SHUT_DOWN"]
+
+
+def test_a_model_provider_of_no_shape_megatron_lm_calls_is_refused_at_validated_before_any_work(
+    tmp_path: Path,
+) -> None:
+    with one_rank():
+        with pytest.raises(ConfigError) as refused:
+            script.main(pretrain=lambda *a: pretrain(*a, model_provider=42, log_dir=tmp_path), extra_argv=STEPS)
+        assert not dist.is_initialized()
+    assert "model_provider='int': model_provider: a int (defined at builtins) is not a model pr" in str(refused.value)
+    assert [r["dest"] for r in _events(_records(tmp_path), "transition_completed")] == ["FAILED", "SHUT_DOWN"]
+
+
 @pytest.fixture(scope="module")
 def failed_in_distributed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The script's container with seed 0 and no parsed arguments: `pretrain` derives them, and
@@ -166,10 +241,7 @@ def failed_in_distributed(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     log_dir = tmp_path_factory.mktemp("failed")
     out: dict[str, Any] = {}
     with one_rank():
-        sys.argv[1:] = [*script.TINY_GPT, *STEPS]  # as the script's main parses them
-        args = parse_and_validate_args()
-        container = pretrain_cfg_container_from_args(args, gpt_config_from_args(args))
-        global_vars.unset_global_variables()
+        container = _container_of_derived_arguments()
         container.rng.seed = 0
         with pytest.raises(PhaseFailed) as failed:
             pretrain(
