@@ -7,6 +7,8 @@ tests/integration/test_megatron_lm*.py's, launched ranks."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import socket
 import sys
@@ -36,7 +38,8 @@ from tests.integration.megatron_lm_cases import ROOT, after_return, lifecycle_re
 sys.path.insert(0, str(ROOT / "examples"))
 import pretrain_gpt_tiny as script  # the example script, importable once its folder is on the path
 
-STEPS = ["--train-iters", "2"]
+STEPS = ["--train-iters", "2", "--split", "98,1,1", "--eval-iters", "1"]
+"""Two steps, then one of validation and one of test (at the end only: the eval interval is 1000)."""
 
 
 @contextmanager
@@ -98,7 +101,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 out["megatron_losses"] = _megatrons_losses()
                 continue
             _threads_while_training(out)
-            out["result"] = script.main(pretrain=lambda *a: pretrain(*a, log_dir=log_dir), extra_argv=STEPS)
+            with contextlib.redirect_stdout(io.StringIO()) as printed:
+                out["result"] = script.main(pretrain=lambda *a: pretrain(*a, log_dir=log_dir), extra_argv=STEPS)
+            out["printed"] = printed.getvalue()
             out["step_after"] = training.train_step
             out["rerun"] = rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE is not None
             out["restored"] = _rng_states_restored()
@@ -184,6 +189,16 @@ def test_pretrain_returns_with_megatron_lms_world_and_args_up_and_none_of_the_li
     assert trained["rerun"], "Megatron-LM's pretrain leaves its rerun state machine up"
     assert trained["step_after"] is training.train_step  # train_step put back
     assert trained["own"] == {"threads": [], "rehearsal": False, "cuda_available": False, "wrapped": []}
+
+
+def test_after_training_pretrain_evaluates_on_the_validation_and_the_test_set_as_megatron_lms_does(
+    trained: dict[str, Any],
+) -> None:
+    evaluated = [line for line in trained["printed"].splitlines() if "validation loss at iteration 2" in line]
+    assert [line.split("|")[0].strip() for line in evaluated] == [
+        "validation loss at iteration 2 on validation set",
+        "validation loss at iteration 2 on test set",
+    ]
 
 
 def test_a_lone_rank_starts_and_trains_under_the_lifecycles_rank_watch(trained: dict[str, Any]) -> None:
