@@ -15,6 +15,7 @@ pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no m
 
 import torch
 import torch._dynamo.config as dynamo_config
+from megatron.core import datasets
 from megatron.core.datasets import utils as dataset_utils
 
 from lifecycle.testing import cuda_as_cpu
@@ -59,6 +60,7 @@ def test_inside_cuda_as_cpu_an_optimizer_steps_without_reading_the_cuda_stream()
 
 def test_inside_cuda_as_cpu_the_dataset_helper_is_the_compiled_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "megatron.core.datasets.helpers_cpp", raising=False)
+    monkeypatch.delattr(datasets, "helpers_cpp", raising=False)  # imported by an earlier test's run: import anew
     with cuda_as_cpu():
         dataset_utils.compile_helpers()  # megatron's runs make, for a Makefile the wheel does not ship
     assert sys.modules["megatron.core.datasets.helpers_cpp"].__file__.endswith(".so")
