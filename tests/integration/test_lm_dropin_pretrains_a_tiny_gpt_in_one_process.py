@@ -300,3 +300,25 @@ def test_a_failure_in_distributed_undoes_the_world_the_rerun_state_machine_and_t
     assert after == {"process_group": False, "parallel_state": False, "rerun_state_machine": False, "args": False}
     assert failed_in_distributed["own"] == {"threads": [], "rehearsal": False, "cuda_available": False, "wrapped": []}
     assert not torch.cuda.is_available()
+
+
+def test_a_tokenizer_that_cannot_be_built_fails_services_ready_and_leaves_no_megatron_globals(
+    tmp_path: Path,
+) -> None:
+    with one_rank():
+        container = _container_of_derived_arguments()
+        container.tokenizer.tokenizer_type = "SentencePieceTokenizer"
+        container.tokenizer.tokenizer_model = str(tmp_path / "missing.model")  # a path that was mistyped
+        with pytest.raises(PhaseFailed) as failed:
+            pretrain(
+                container,
+                script.train_valid_test_datasets_provider,
+                ModelType.encoder_or_decoder,
+                script.forward_step,
+                log_dir=tmp_path / "logs",
+            )
+        left = (dist.is_initialized(), global_vars._GLOBAL_ARGS is not None, global_vars._GLOBAL_TOKENIZER is not None)
+    assert "start_services failed in VALIDATED: ValueError: tokenizer_path: " in str(failed.value)
+    assert left == (False, False, False)  # what set_global_variables set before it failed is released
+    (failure,) = _events(_records(tmp_path / "logs"), "transition_failed")
+    assert failure["trigger"] == "start_services"
