@@ -219,6 +219,17 @@ def _container_of_derived_arguments() -> Any:
     return container
 
 
+def _pretrain_container(container: Any, log_dir: Path) -> Any:
+    """The drop-in's `pretrain` of `container` with the script's datasets and forward step."""
+    return pretrain(
+        container,
+        script.train_valid_test_datasets_provider,
+        ModelType.encoder_or_decoder,
+        script.forward_step,
+        log_dir=log_dir,
+    )
+
+
 def test_a_container_megatron_lms_validate_args_refuses_is_refused_at_validated_with_its_reason(
     tmp_path: Path,
 ) -> None:
@@ -226,13 +237,7 @@ def test_a_container_megatron_lms_validate_args_refuses_is_refused_at_validated_
         container = _container_of_derived_arguments()
         container.train.train_samples = 100  # beside train_iters: Megatron-LM asserts one or the other
         with pytest.raises(ConfigError) as refused:
-            pretrain(
-                container,
-                script.train_valid_test_datasets_provider,
-                ModelType.encoder_or_decoder,
-                script.forward_step,
-                log_dir=tmp_path,
-            )
+            _pretrain_container(container, tmp_path)
         assert not dist.is_initialized() and global_vars._GLOBAL_ARGS is None
     assert "Megatron-LM's validate_args: expected iteration-based training" in str(refused.value)
     assert [r["dest"] for r in _events(_records(tmp_path), "transition_completed")] == ["FAILED", "SHUT_DOWN"]
@@ -259,13 +264,7 @@ def failed_in_distributed(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
         container = _container_of_derived_arguments()
         container.rng.seed = 0
         with pytest.raises(PhaseFailed) as failed:
-            pretrain(
-                container,
-                script.train_valid_test_datasets_provider,
-                ModelType.encoder_or_decoder,
-                script.forward_step,
-                log_dir=log_dir,
-            )
+            _pretrain_container(container, log_dir)
         out["error"] = str(failed.value)
         out["after"] = {
             "process_group": dist.is_initialized(),
@@ -310,13 +309,7 @@ def test_a_tokenizer_that_cannot_be_built_fails_services_ready_and_leaves_no_meg
         container.tokenizer.tokenizer_type = "SentencePieceTokenizer"
         container.tokenizer.tokenizer_model = str(tmp_path / "missing.model")  # a path that was mistyped
         with pytest.raises(PhaseFailed) as failed:
-            pretrain(
-                container,
-                script.train_valid_test_datasets_provider,
-                ModelType.encoder_or_decoder,
-                script.forward_step,
-                log_dir=tmp_path / "logs",
-            )
+            _pretrain_container(container, tmp_path / "logs")
         left = (dist.is_initialized(), global_vars._GLOBAL_ARGS is not None, global_vars._GLOBAL_TOKENIZER is not None)
     assert "start_services failed in VALIDATED: ValueError: tokenizer_path: " in str(failed.value)
     assert left == (False, False, False)  # what set_global_variables set before it failed is released
