@@ -130,11 +130,14 @@ def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
     if on:
         ctx.side_effect(SideEffect.CUDA_DEVICE)
     stand_ins = CpuStandIns() if on else None
+    rerun = False  # made here: Megatron-LM refuses a second one, and the script's is left as it was
     try:
         ctx.emit((records.RehearsalEnabled if on else records.RehearsalDisabled)(reason=reason))
+        _rerun_state_machine(args)
+        rerun = True
         groups, watch = _initialize_megatron(ctx, call)
     except BaseException:
-        _undo(stand_ins)
+        _undo(stand_ins, rerun)
         raise
     _emit_initialized(ctx, args)
     return dataclasses.replace(
@@ -152,11 +155,10 @@ def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
 def _initialize_megatron(
     ctx: PhaseContext, call: MegatronLMCall
 ) -> tuple[ProcessGroupCollection | MultiModuleProcessGroupCollection, RankWatch | None]:
-    """`initialize_megatron`'s steps, then `pretrain`'s JIT warm-up; the process groups, and the rank
-    watch of a multi-rank job (stopped here if what follows it fails)."""
+    """`initialize_megatron`'s steps after the rerun state machine, then `pretrain`'s JIT warm-up; the
+    process groups, and the rank watch of a multi-rank job (stopped here if what follows it fails)."""
     from megatron.core.process_groups_config import ProcessGroupCollection
 
-    _rerun_state_machine(call.args)
     _groups(ctx, call)
     watch = _watch(ctx, call)
     try:
@@ -225,8 +227,9 @@ def _emit_initialized(ctx: PhaseContext, args: Namespace) -> None:
     log_initialized(ctx, args.distributed_backend, coords)
 
 
-def _undo(stand_ins: CpuStandIns | None) -> None:
-    """What a failed DISTRIBUTED made: parallel state, process group, rerun state machine, stand-ins."""
+def _undo(stand_ins: CpuStandIns | None, rerun_state_machine: bool) -> None:
+    """What a failed DISTRIBUTED made: parallel state, process group, the rerun state machine (when it
+    made it: `rerun_state_machine`), stand-ins."""
     import torch.distributed as dist
     from megatron.core import parallel_state
     from megatron.core.rerun_state_machine import destroy_rerun_state_machine
@@ -235,7 +238,8 @@ def _undo(stand_ins: CpuStandIns | None) -> None:
         parallel_state.destroy_model_parallel()
         if dist.is_initialized():
             dist.destroy_process_group()
-        destroy_rerun_state_machine()  # DISTRIBUTED's release, which would, runs only once it was entered
+        if rerun_state_machine:  # DISTRIBUTED's release, which would, runs only once it was entered
+            destroy_rerun_state_machine()
     finally:
         if stand_ins is not None:
             stand_ins.close()
