@@ -30,7 +30,7 @@ from megatron.training import global_vars, training
 from megatron.training.argument_utils import gpt_config_from_args, pretrain_cfg_container_from_args
 from megatron.training.arguments import parse_and_validate_args
 
-from lifecycle.errors import ConfigError, PhaseFailed
+from lifecycle.errors import ConfigError, PhaseFailed, ProviderError
 from lifecycle.lm_dropin import pretrain
 from lifecycle.testing import cuda_as_cpu
 from tests.integration.megatron_lm_cases import ROOT, after_return, lifecycle_resources
@@ -72,7 +72,7 @@ def _records(log_dir: Path) -> list[dict[str, Any]]:
     return [r for r in map(json.loads, lines) if r["event"] != "warning"]
 
 
-def _megatrons_losses() -> list[float]:
+def _megatrons_losses(argv: list[str] = STEPS) -> list[float]:
     """Megatron-LM's own `pretrain` of the same script, inside the CPU stand-ins: its per-step losses."""
     from megatron.training import pretrain as megatrons
 
@@ -86,7 +86,7 @@ def _megatrons_losses() -> list[float]:
 
     training.train_step = train_step
     with cuda_as_cpu():
-        script.main(pretrain=megatrons, extra_argv=STEPS)
+        script.main(pretrain=megatrons, extra_argv=argv)
     return losses
 
 
@@ -96,14 +96,21 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     log_dir = tmp_path_factory.mktemp("dropin")
     out: dict[str, Any] = {}
     for run in ("dropin", "megatron"):
+        tensorboard = ["--tensorboard-dir", str(tmp_path_factory.mktemp(f"tensorboard-{run}"))]
         with one_rank():
             if run == "megatron":
-                out["megatron_losses"] = _megatrons_losses()
+                with contextlib.redirect_stdout(io.StringIO()) as printed:
+                    out["megatron_losses"] = _megatrons_losses([*STEPS, *tensorboard])
+                out["megatron_printed"] = printed.getvalue()
+                out["megatron_tensorboard"] = _scalars(tensorboard[1])
                 continue
             _threads_while_training(out)
             with contextlib.redirect_stdout(io.StringIO()) as printed:
-                out["result"] = script.main(pretrain=lambda *a: pretrain(*a, log_dir=log_dir), extra_argv=STEPS)
+                out["result"] = script.main(
+                    pretrain=lambda *a: pretrain(*a, log_dir=log_dir), extra_argv=[*STEPS, *tensorboard]
+                )
             out["printed"] = printed.getvalue()
+            out["tensorboard"] = _scalars(tensorboard[1])
             out["step_after"] = training.train_step
             out["rerun"] = rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE is not None
             out["restored"] = _rng_states_restored()
@@ -111,6 +118,16 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             out["own"] = lifecycle_resources()
     out["records"] = _records(log_dir)
     return out
+
+
+def _scalars(tensorboard_dir: str) -> dict[str, list[int]]:
+    """The steps of each scalar Megatron-LM's tensorboard writer wrote, once the script's writer is flushed."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    global_vars.get_tensorboard_writer().flush()
+    events = EventAccumulator(tensorboard_dir)
+    events.Reload()
+    return {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
 def _threads_while_training(out: dict[str, Any]) -> None:
@@ -201,6 +218,21 @@ def test_after_training_pretrain_evaluates_on_the_validation_and_the_test_set_as
     ]
 
 
+def test_the_drop_in_writes_the_tensorboard_scalars_and_evaluation_lines_megatron_lms_pretrain_writes(
+    trained: dict[str, Any],
+) -> None:
+    tensorboard = trained["tensorboard"]
+    assert tensorboard == trained["megatron_tensorboard"], tensorboard
+    # the evaluations after training, at its last iteration: the validation set's and the test set's (the same tag)
+    assert (tensorboard["lm loss"], tensorboard["lm loss validation"]) == ([1, 2], [2, 2])
+
+    def evaluating(printed: str) -> list[str]:
+        return [line for line in printed.splitlines() if line.startswith("Evaluating")]
+
+    assert evaluating(trained["printed"]) == evaluating(trained["megatron_printed"])
+    assert evaluating(trained["printed"]) == ["Evaluating on 4 samples", "Evaluating iter 1/1"] * 2  # valid, test
+
+
 def test_a_lone_rank_starts_and_trains_under_the_lifecycles_rank_watch(trained: dict[str, Any]) -> None:
     assert "lifecycle-rank-watch" in trained["threads"]  # its states' deadline, with no launcher to keep one
 
@@ -219,7 +251,7 @@ def _container_of_derived_arguments() -> Any:
     return container
 
 
-def _pretrain_container(container: Any, log_dir: Path) -> Any:
+def _pretrain_container(container: Any, log_dir: Path, **given: Any) -> Any:
     """The drop-in's `pretrain` of `container` with the script's datasets and forward step."""
     return pretrain(
         container,
@@ -227,6 +259,7 @@ def _pretrain_container(container: Any, log_dir: Path) -> Any:
         ModelType.encoder_or_decoder,
         script.forward_step,
         log_dir=log_dir,
+        **given,
     )
 
 
@@ -315,3 +348,83 @@ def test_a_tokenizer_that_cannot_be_built_fails_services_ready_and_leaves_no_meg
     assert left == (False, False, False)  # what set_global_variables set before it failed is released
     (failure,) = _events(_records(tmp_path / "logs"), "transition_failed")
     assert failure["trigger"] == "start_services"
+
+
+def _parsed_container(*, model: bool) -> Any:
+    """The script's arguments parsed as its main parses them (one step), and their container: with the
+    model config the script makes of them, or none (Megatron-LM then builds with the model provider)."""
+    sys.argv[1:] = [*script.TINY_GPT, "--train-iters", "1"]
+    args = parse_and_validate_args()
+    return pretrain_cfg_container_from_args(args, gpt_config_from_args(args) if model else None)
+
+
+def test_a_keyword_model_provider_builds_the_model_megatron_lm_trains_when_the_container_has_no_model(
+    tmp_path: Path,
+) -> None:
+    from megatron.training.models.gpt import GPTModelBuilder
+
+    asked: list[dict[str, Any]] = []
+
+    def provider(
+        pre_process: bool = True, post_process: bool = True, config: Any = None, pg_collection: Any = None
+    ) -> Any:
+        asked.append({"pre_process": pre_process, "post_process": post_process, "config": type(config).__name__})
+        return GPTModelBuilder(gpt_config_from_args(global_vars.get_args())).build_model(
+            pg_collection, pre_process=pre_process, post_process=post_process
+        )
+
+    with one_rank():
+        result = _pretrain_container(_parsed_container(model=False), tmp_path, model_provider=provider)
+    # called as Megatron-LM's get_model calls it: one chunk, both ends, no config (the provider makes its own)
+    assert asked == [{"pre_process": True, "post_process": True, "config": "NoneType"}]
+    assert result["iteration"] == 1 and len(result["losses"]) == 1
+    assert [r["step"] for r in _events(_records(tmp_path), "step_completed")] == [1]
+
+
+def test_a_model_provider_that_raises_fails_model_built_and_undoes_distributed(tmp_path: Path) -> None:
+    def provider(pre_process: bool = True, post_process: bool = True) -> Any:
+        raise RuntimeError("no weights here")
+
+    with one_rank():
+        with pytest.raises(ProviderError) as failed:
+            _pretrain_container(_parsed_container(model=False), tmp_path, model_provider=provider)
+        left = {
+            "process_group": dist.is_initialized(),
+            "rerun_state_machine": rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE is not None,
+            "script's args": global_vars._GLOBAL_ARGS is not None,
+        }
+        own = lifecycle_resources()
+    line = provider.__code__.co_firstlineno
+    assert f"provider (defined at {__file__}:{line}) raised RuntimeError: no weights here" in str(failed.value)
+    assert left == {"process_group": False, "rerun_state_machine": False, "script's args": True}
+    assert own == {"threads": [], "rehearsal": False, "cuda_available": False, "wrapped": []}
+    (failure,) = _events(_records(tmp_path), "transition_failed")
+    assert failure["trigger"] == "build_model"
+
+
+def test_with_the_distributed_optimizers_overlapped_param_gather_train_defers_the_first_gather_itself(
+    tmp_path: Path,
+) -> None:
+    argv = ["--train-iters", "2", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
+    with one_rank():
+        result = script.main(pretrain=lambda *a: pretrain(*a, log_dir=tmp_path), extra_argv=argv)
+    with one_rank():
+        megatrons = _megatrons_losses(argv)
+    assert result["losses"] == pytest.approx(megatrons, rel=1e-6)
+    records = _records(tmp_path)
+    assert _events(records, "param_gather_deferred") == []  # the drop-in's steps leave it to train()
+    assert [r["step"] for r in _events(records, "step_completed")] == [1, 2]
+    # train() binds the callbacks the lifecycle bound; the second binding of each is dropped
+    assert result["second_binding_dropped"] == ["grad_scale_func", "no_sync_func", "grad_sync_func"]
+
+
+def test_a_model_config_changed_in_the_container_after_parsing_is_what_megatron_builds_and_the_check_compares(
+    tmp_path: Path,
+) -> None:
+    with one_rank():
+        container = _parsed_container(model=True)
+        container.model.transformer.hidden_dropout = 0.0  # the parsed arguments keep 0.1
+        result = _pretrain_container(container, tmp_path)
+    assert result["iteration"] == 1
+    (checked,) = _events(_records(tmp_path), "settings_checked")
+    assert checked["mismatches"] == [] and checked["compared"] > 100  # the model's 0.0 is what was asked

@@ -83,9 +83,9 @@ class MegatronLMPhases(MegatronPhases):
             self.around(watched_state, enter=partial(_watched, watched_state))
 
     def resources(self, state: State, runtime: Runtime) -> list[tuple[str, Callable[[], bool]]]:
-        """What `state`'s work made: the real phases' resources (SERVICES_READY's writers are
-        Megatron-LM's global variables, named with the others), and Megatron-LM's own."""
-        real = super().resources(state, runtime) if state is not State.SERVICES_READY else []
+        """What `state`'s work made: the real phases' resources, and Megatron-LM's own (SERVICES_READY's
+        writers are Megatron-LM's global variables, named with the others: the runtime holds none)."""
+        real = super().resources(state, runtime)
         return self.hand_over.probes(state, [*real, *_resources.resources(state, runtime)])
 
 
@@ -136,11 +136,6 @@ def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
             _resources.release_globals()
             raise
     tokenizer = get_tokenizer()
-    writers = {
-        k: v
-        for k, v in (("tensorboard", global_vars._GLOBAL_TENSORBOARD_WRITER), ("timers", global_vars._GLOBAL_TIMERS))
-        if v is not None
-    }
     ctx.emit(
         records.ServicesReady(
             tokenizer=type(tokenizer).__name__,
@@ -148,15 +143,12 @@ def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
             vocab_source="parse_and_validate_args" if adopted else "set_global_variables",
         )
     )
-    from types import MappingProxyType
-
-    return dataclasses.replace(
+    return dataclasses.replace(  # the writers and timers stay Megatron-LM's global variables, read from there
         ctx.runtime if adopted else _created(ctx.runtime),
         services_ready=True,
         tokenizer=tokenizer,
         vocab_size=args.padded_vocab_size,
         vocab_source="megatron-lm",
-        writers=MappingProxyType(writers),
     )
 
 
@@ -187,7 +179,7 @@ def _build_model(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         optimizer,
         provider_config=None,  # Megatron-LM builds from its arguments: the model's config
         ddp_config=call.cfg_container.ddp,
-        step=int(getattr(call.args, "iteration", 0) or 0),  # Megatron-LM's load set it: > 0 after a load
+        step=int(call.args.iteration),  # setup_model_and_optimizer set it: 0, or > 0 after a load
         position=partial(_position, call.args),
         saved=partial(_saved, call.args),
     )
@@ -201,13 +193,15 @@ def _position(args: Namespace) -> dict[str, int]:
 
 def _saved(args: Namespace) -> dict[str, JSONValue] | None:
     """The optimizer counts the checkpoint Megatron-LM's load read was saved with, from its common state:
-    `args.load`'s directory of the iteration loaded. A newer non-persistent checkpoint preferred to it, or
-    an `--override-ckpt-iteration`, leaves `args.iteration` another, and nothing is compared."""
+    `args.load`'s directory of the iteration loaded. Called once a load from `args.load` set
+    `args.iteration` > 0 (`--pretrained-checkpoint` alone fine-tunes from 0). A newer non-persistent
+    checkpoint preferred to it (not in that directory), or an `--override-ckpt-iteration`, leaves
+    `args.iteration` another, and nothing is compared."""
     from megatron.training import checkpointing
 
     loaded = getattr(checkpointing, "get_loaded_iteration", None)  # megatron-core 0.19; the iteration loaded
     iteration = loaded() if loaded is not None else args.iteration
-    if not args.load or not isinstance(iteration, int) or iteration <= 0:
+    if not isinstance(iteration, int):  # megatron read no checkpoint itself
         return None
     path = Path(checkpointing.get_checkpoint_name(args.load, iteration, return_base_dir=True))
     return megatron_lm_optimizer_counts(path, int(args.iteration))
