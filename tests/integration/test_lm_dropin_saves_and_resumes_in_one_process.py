@@ -66,7 +66,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out["rewound"] = _run(root / "rewound", ["--train-iters", "3", "--override-ckpt-iteration", "2", *resume])
     tensorboard = str(root / "tensorboard")
     evaluate = ["--skip-train", "--split", "98,1,1", "--eval-iters", "1", "--tensorboard-dir", tensorboard]
-    out["evaluated"] = _run(root / "evaluated", ["--train-iters", "4", *evaluate, *resume])
+    # told to train to 6, and to skip training: it evaluates iteration 4, as loaded
+    out["evaluated"] = _run(root / "evaluated", ["--train-iters", "6", *evaluate, *resume])
     events = EventAccumulator(tensorboard)
     events.Reload()
     out["evaluated"]["tensorboard"] = sorted(events.Tags()["scalars"])
