@@ -1,6 +1,6 @@
 """Children for test_lm_dropin_rank_watch_ends_what_hangs.py: the example script with the drop-in
-`pretrain` on launched gloo ranks, DISTRIBUTED made to hang after the process group is up, or the
-rank that hosts the store killed in the rank watch's check-in."""
+`pretrain` on launched gloo ranks, DISTRIBUTED made to hang after the process group is up, or
+MODEL_BUILT made to hang, or the rank that hosts the store killed in the rank watch's check-in."""
 
 from __future__ import annotations
 
@@ -49,6 +49,22 @@ def hang_in_distributed(log_dir: str, hang_s: float) -> dict[str, Any]:
         compile_dependencies()
 
     initialize._compile_dependencies = hangs
+    result = _script().main(pretrain=_pretrain(log_dir), extra_argv=["--train-iters", "1"])
+    return {"iteration": result["iteration"]}
+
+
+def hang_in_model_built(log_dir: str, hang_s: float) -> dict[str, Any]:
+    """Megatron-LM's `setup_model_and_optimizer` (MODEL_BUILT's work) waits `hang_s` first, far past
+    the deadline (a checkpoint read from a mount that stopped answering); then the model is built."""
+    from megatron.training import training
+
+    setup = training.setup_model_and_optimizer
+
+    def hangs(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(hang_s)
+        return setup(*args, **kwargs)
+
+    training.setup_model_and_optimizer = hangs
     result = _script().main(pretrain=_pretrain(log_dir), extra_argv=["--train-iters", "1"])
     return {"iteration": result["iteration"]}
 

@@ -1,7 +1,8 @@
 """The drop-in's rank watch on launched ranks (the example script, gloo on CPU): a DISTRIBUTED that
 hangs after the process group is up (Megatron-LM's dataset-helper build waiting on a file system) is
 ended at the deadline, Megatron-LM's `--distributed-timeout-minutes`, with `state_timeout` and exit
-status 75, a lone rank saying why on stderr (no launcher reports it); and when rank 0, which hosts
+status 75, a lone rank saying why on stderr (no launcher reports it), as is a lone rank's MODEL_BUILT
+that hangs (the model's work runs under the watch too); and when rank 0, which hosts
 the process group's store, dies in the watch's check-in, the rank left waiting there names it.
 Launched ranks (~20-40 s each: megatron's import in each, then the deadline)."""
 
@@ -42,6 +43,13 @@ def test_a_lone_rank_hanging_in_distributed_is_ended_at_the_deadline_saying_why_
     printed = failed.value.output[0]
     assert "lifecycle: a startup state did not end within startup.timeout_s = 6 s" in printed, printed[-2000:]
     assert _timed_out(tmp_path, 0) == [("DISTRIBUTED", "init_distributed", 6.0)]
+
+
+def test_a_lone_rank_hanging_in_model_built_is_ended_at_the_deadline(tmp_path: Path) -> None:
+    with pytest.raises(RankFailed) as failed:
+        run_ranks(cases.hang_in_model_built, 1, str(tmp_path), HANG_S, timeout_s=300)
+    assert failed.value.errors[0].startswith(f"exited {EXIT_CODE} without a result"), failed.value.errors
+    assert _timed_out(tmp_path, 0) == [("MODEL_BUILT", "build_model", 6.0)]
 
 
 def test_the_store_hosts_loss_in_the_check_in_is_named_by_the_rank_left_waiting(tmp_path: Path) -> None:
