@@ -418,3 +418,15 @@ def run_with_fault(log_dir: str, step: int) -> dict[str, Any]:
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     return {"error": None}
+
+
+def datasets_per_virtual_stage(script: Any) -> None:
+    """The script's dataset provider taking `vp_stage`, as Megatron-LM asks of one with virtual pipelines."""
+    original = script.train_valid_test_datasets_provider
+
+    def train_valid_test_datasets_provider(train_val_test_num_samples: Any, vp_stage: Any = None) -> Any:
+        script.stages_asked = [*getattr(script, "stages_asked", []), vp_stage]
+        return original(train_val_test_num_samples)
+
+    train_valid_test_datasets_provider.is_distributed = True  # type: ignore[attr-defined]  # Megatron-LM's marker
+    script.train_valid_test_datasets_provider = train_valid_test_datasets_provider

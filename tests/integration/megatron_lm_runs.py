@@ -43,6 +43,8 @@ def runs(
         if hooks and case in hooks:
             hooks[case](script)
         out[f"{case}-{which}"] = run(which, tp, log_dir, extra)
+        if "stages_asked" in vars(script):  # what a hook's dataset provider was asked for, per run
+            out[f"{case}-{which}"]["stages_asked"] = vars(script).pop("stages_asked")
         training.train_step, script.forward_step, arguments.get_device_arch_version = originals
         script.train_valid_test_datasets_provider = provider
         global_vars.unset_global_variables()
