@@ -1,6 +1,7 @@
-"""Children for test_lm_dropin_rank_watch_ends_what_hangs.py: the example script with the drop-in
-`pretrain` on launched gloo ranks, DISTRIBUTED made to hang after the process group is up, or
-MODEL_BUILT made to hang, or the rank that hosts the store killed in the rank watch's check-in."""
+"""Children for test_lm_dropin_rank_watch_ends_a_hang_and_names_a_lost_store_host.py: the example
+script with the drop-in `pretrain` on launched gloo ranks, DISTRIBUTED made to hang after the process
+group is up, or MODEL_BUILT made to hang, or the rank that hosts the store killed in the rank watch's
+check-in."""
 
 from __future__ import annotations
 
