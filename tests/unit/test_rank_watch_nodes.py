@@ -203,6 +203,20 @@ def test_a_failure_the_leader_reads_in_the_store_reaches_its_node_through_the_bo
         assert noticed is not None and (noticed.rank, noticed.state) == (3, "MODEL_BUILT")
 
 
+def test_two_ranks_of_one_node_posting_different_failures_leave_the_first_on_its_board(tmp_path: Path) -> None:
+    """The store's host is gone, so each rank posts its own failure on the board: the first stays."""
+    store = MemoryStore()
+    w = job(store, tmp_path, {"a": [0, 1, 2], "b": [3]})
+    store.fail_with = ConnectionResetError("the store's host is gone")
+    earlier = Failure(rank=1, state="MODEL_BUILT", error="ValueError: bad shape", kind="exception")
+    later = Failure(rank=2, state="CALLBACKS_BOUND", error="RuntimeError: gloo", kind="exception")
+    w[1].publish(earlier)
+    w[2].publish(later)
+    board = w[0]._node.board
+    assert board is not None and board.first() == earlier
+    assert w[0].peer_failure() == earlier and w[2].peer_failure() == earlier
+
+
 def test_the_leader_of_a_job_of_one_node_reads_first_in_its_round_and_posts_it(tmp_path: Path) -> None:
     store = MemoryStore()
     w = job(store, tmp_path, {"a": [0, 1]})
