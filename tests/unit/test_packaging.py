@@ -3,11 +3,11 @@ setuptools reads it when it builds the wheel."""
 
 from __future__ import annotations
 
-import tomllib
 import warnings
 from pathlib import Path
 
 import pytest
+import tomllib
 
 PYPROJECT = Path(__file__).parents[2] / "pyproject.toml"
 
