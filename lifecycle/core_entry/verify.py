@@ -86,8 +86,12 @@ def _short(data: bytes) -> str:
 
 def first_difference(whole: list[list[dict[str, JSONValue]]], resumed: list[list[dict[str, JSONValue]]]) -> str | None:
     """The first step (then rank, then value or tensor, in the model's order) where the uninterrupted and
-    the resumed histories differ, in one line; None when every step is equal on every rank."""
-    for index in range(max((len(steps) for steps in whole), default=0)):
+    the resumed histories differ, in one line; None when every step is equal on every rank. A step
+    either run lacks is a difference, and so are histories without any step: nothing was compared."""
+    longest = max((len(steps) for steps in [*whole, *resumed]), default=0)
+    if longest == 0:
+        return "no step was recorded on any rank"
+    for index in range(longest):
         for rank, (ours, theirs) in enumerate(zip(whole, resumed, strict=True)):
             found = _step_difference(ours[index] if index < len(ours) else None, theirs, index)
             if found is not None:

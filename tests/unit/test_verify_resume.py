@@ -42,3 +42,21 @@ def test_a_step_the_resumed_run_lacks_or_numbers_otherwise_is_named() -> None:
     assert first_difference(WHOLE, [[step(1)], [step(1)]]) == "rank 0: the resumed run has no step 2"
     shifted = [[step(1), step(3)], [step(1), step(3)]]
     assert first_difference(WHOLE, shifted) == "rank 0: step 2 uninterrupted is step 3 resumed"
+
+
+def test_a_tensor_the_resumed_run_does_not_have_at_all_is_a_difference() -> None:
+    resumed = copy.deepcopy(WHOLE)
+    del resumed[1][0]["tensors"]["param b"]  # rank 1's first step: only param a
+    assert first_difference(WHOLE, resumed) == "rank 1: step 1: param b differs (hash 02 uninterrupted, absent resumed)"
+    resumed[1][0]["tensors"] = {}
+    assert first_difference(WHOLE, resumed) == "rank 1: step 1: param a differs (hash 01 uninterrupted, absent resumed)"
+
+
+def test_a_step_the_resumed_run_has_beyond_the_uninterrupted_ones_is_named() -> None:
+    longer = [[step(1), step(2), step(3)], [step(1), step(2), step(3)]]
+    assert first_difference(WHOLE, longer) == "rank 0: the uninterrupted run has no step 3"
+
+
+def test_histories_with_no_step_at_all_are_not_reported_equal() -> None:
+    assert first_difference([[], []], [[], []]) == "no step was recorded on any rank"
+    assert first_difference([], []) == "no step was recorded on any rank"
