@@ -21,7 +21,8 @@ one wait) to the end of step 3 on the last rank. "slowest rank's" is the older m
 timed from its own import, the slower counting: it includes that import skew. "end to end" is the
 wall time of the spawn. On a
 loaded machine wall times swing by several x between runs, so the CPU seconds of the same spans
-(both ranks' process time; for end to end, every child process's rusage) are printed too. Ranks
+(both ranks' process time; for end to end, every rank's whole process, read from the rusage of
+whichever process reaped it: this one, or the fork server that forks the ranks on a CPU machine) are printed too. Ranks
 run with OMP_NUM_THREADS=1 unless it is set.
 Printed: medians over the runs, min-max spread, the per-run paired ratios, the per-phase breakdown
 of rank 0 for both, the load average during the runs, and what one rank writes during startup.
@@ -260,6 +261,32 @@ def _plain_steps(parts: dict[str, Any], cfg: Any, model: list[Any], optimizer: A
         optimizer.step()
 
 
+def _children_cpu() -> float:
+    """CPU seconds of every rank ended so far: this process's reaped children, and those of the fork
+    server (where ranks are forked on a machine without an accelerator, the server, not this process,
+    reaps them: this process's own children's rusage then stays at 0)."""
+    own = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime
+    server = _fork_server()
+    if server is not None:
+        times = server.cpu_times()
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def _fork_server() -> Any:
+    """The running fork server of this process, as a psutil.Process, or None."""
+    from multiprocessing import forkserver
+
+    import psutil
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # the stdlib keeps it private
+    try:
+        return psutil.Process(pid) if pid else None
+    except psutil.NoSuchProcess:
+        return None
+
+
 def _measure(fn: Any, log_dir: str) -> dict[str, Any]:
     from datetime import timedelta
 
@@ -267,7 +294,7 @@ def _measure(fn: Any, log_dir: str) -> dict[str, Any]:
 
     from lifecycle.launchers.local import free_port, run_ranks
 
-    load, children = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
+    load, children = os.getloadavg()[0], _children_cpu()
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=600))
     start = time.time()
@@ -278,8 +305,7 @@ def _measure(fn: Any, log_dir: str) -> dict[str, Any]:
         del store
     while multiprocessing.active_children():  # reap every rank, or its CPU time is not counted yet
         time.sleep(0.05)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+    cpu = _children_cpu() - children
     spans = {
         "spawn": max(r["began"] for r in per_rank) - start,
         "import megatron.core": max(r["imported"] - r["began"] for r in per_rank),
@@ -319,7 +345,11 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
     ):
         for name in ("plain", "lifecycle"):
             print(f"  {name:<10} {label:<18} s: {_spread([r[key] for r in runs[name]])}")
-        med = statistics.median(r[key] for r in runs["lifecycle"]) / statistics.median(r[key] for r in runs["plain"])
+        base = statistics.median(r[key] for r in runs["plain"])
+        if base <= 0 or any(b[key] <= 0 for b in runs["plain"]):
+            print(f"  ratio lifecycle/plain {label}: not measured (a plain run's figure is 0)")
+            continue
+        med = statistics.median(r[key] for r in runs["lifecycle"]) / base
         paired = [a[key] / b[key] for a, b in zip(runs["lifecycle"], runs["plain"], strict=True)]
         print(
             f"  ratio lifecycle/plain {label}: {med:.3f}x of medians; paired per run {_spread(paired)}"
@@ -352,6 +382,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     runs: dict[str, list[dict[str, Any]]] = {"lifecycle": [], "plain": []}
     with tempfile.TemporaryDirectory() as tmp:
+        _measure(plain_rank, f"{tmp}/warm-up")  # untimed: starts the fork server, whose CPU no run should carry
         for i in range(args.repeats):
             order = (("plain", plain_rank), ("lifecycle", lifecycle_rank))
             for name, fn in order if i % 2 == 0 else order[::-1]:
