@@ -135,3 +135,20 @@ def test_times_past_what_a_trace_holds_are_written_and_keep_their_order(tmp_path
     at = {e["args"]["step"]: e["ts"] for e in trace if e["ph"] == "C"}
     assert at[1] < 0 < at[2] == 250_000 < at[4] == 500_000 < at[3]
     assert at[1] >= -(2**63) and at[3] < 2**63  # what a 64-bit integer holds: every reader's ts
+
+
+def test_a_victim_that_logged_its_failure_before_the_causes_record_gets_a_flow_that_never_points_back(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 logs rank 0's failure at +6.5 s, a quarter second before rank 0's own last record (its
+    clock behind, or rank 0's record late): the arrow ends where it starts, not before it."""
+    cause, victim = ChainWriter("run-v", 0, 2), ChainWriter("run-v", 1, 2)
+    _dies_in_init_distributed(cause)
+    _peer_failed(victim, T + 6.5, peer=0)
+    for w in (cause, victim):
+        _write(tmp_path / "logs", w)
+    trace = _export(tmp_path, tmp_path / "logs")
+    flows = sorted((e["ph"], e["pid"] - 1, e["ts"], e["name"]) for e in trace if e["ph"] in ("s", "f"))
+    assert flows == [("f", 1, 6_750_000, "rank 0 -> rank 1"), ("s", 0, 6_750_000, "rank 0 -> rank 1")]
+    failed = {e["ts"] for e in trace if e["ph"] == "i" and e["pid"] == 2 and e["cat"] == "failure"}
+    assert failed == {6_500_000}, "the victim's own failure stays at its time"
