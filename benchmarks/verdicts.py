@@ -32,11 +32,13 @@ from benchmarks.faults import LONG_DEADLINE, run_case
 
 @dataclass(frozen=True, slots=True)
 class Expected:
-    """What the verdict must say: the culprit rank (None: any rank), the state it names, the class."""
+    """What the verdict must say: the culprit rank (None: any rank), the state it names, the class, the
+    outcome (`stopped`: a signal from outside, no rank's own failure)."""
 
     culprit: int | None
     state: str
     klass: str
+    outcome: str = "failed"
 
 
 CORPUS: dict[str, Expected] = {
@@ -44,7 +46,7 @@ CORPUS: dict[str, Expected] = {
     "rank_0_never_starts": Expected(0, "DISTRIBUTED", "infrastructure"),
     "raise_in_model_built": Expected(1, "DISTRIBUTED", "user-code"),
     "raise_and_linger": Expected(1, "DISTRIBUTED", "user-code"),
-    "sigterm_in_model_built": Expected(1, "DISTRIBUTED", "infrastructure"),
+    "sigterm_in_model_built": Expected(1, "DISTRIBUTED", "infrastructure", "stopped"),
     "kill_in_distributed": Expected(1, "SERVICES_READY", "infrastructure"),
     "kill_in_model_built": Expected(1, "DISTRIBUTED", "infrastructure"),
     "raise_at_step_2": Expected(1, "CALLBACKS_BOUND", "user-code"),
@@ -59,10 +61,10 @@ CORPUS: dict[str, Expected] = {
     "kill_rank_0_in_model_built": Expected(0, "DISTRIBUTED", "infrastructure"),  # the store's host
     "stop_in_model_built": Expected(1, "DISTRIBUTED", "infrastructure"),  # hung: alive, silent
     "raise_rank_0_at_step_2": Expected(0, "CALLBACKS_BOUND", "user-code"),
-    "sigterm_at_step_2": Expected(1, "CALLBACKS_BOUND", "infrastructure"),  # stopped from outside
+    "sigterm_at_step_2": Expected(1, "CALLBACKS_BOUND", "infrastructure", "stopped"),  # stopped from outside
     "raise_in_services": Expected(1, "VALIDATED", "infrastructure"),  # an I/O error building the tokenizer
     "kill_in_services": Expected(1, "DISTRIBUTED", "infrastructure"),  # named missing at rank 0's deadline
-    "sigterm_in_services": Expected(1, "VALIDATED", "infrastructure"),
+    "sigterm_in_services": Expected(1, "VALIDATED", "infrastructure", "stopped"),
     "disk_full_in_model_built": Expected(1, "DISTRIBUTED", "infrastructure"),  # its log stops; its peer names it
     "kill_rank_0_in_rendezvous": Expected(0, "SERVICES_READY", "infrastructure"),  # the store's host, mid-check-in
     # one rank skips a group's lazy first collective after binding (Megatron-LM #6955): the other waits in it (the
@@ -77,8 +79,8 @@ def wrong(case: str, doc: dict[str, object]) -> list[str]:
     want, out = CORPUS[case], []
     culprit = doc.get("culprit")
     rank = culprit.get("rank") if isinstance(culprit, dict) else None
-    if doc.get("outcome") != "failed":
-        return [f"outcome {doc.get('outcome')!r}"]
+    if doc.get("outcome") != want.outcome:
+        return [f"outcome {doc.get('outcome')!r}, expected {want.outcome!r}"]
     if want.culprit is not None and rank != want.culprit:
         out.append(f"culprit {rank}, expected {want.culprit}")
     if doc.get("state") != want.state:

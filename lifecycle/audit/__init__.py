@@ -34,6 +34,7 @@ from lifecycle.audit._rules import RULES
 from lifecycle.audit._timing import ChainLink as ChainLink
 from lifecycle.audit._timing import StateBlame as StateBlame
 from lifecycle.audit._timing import blame, critical_chain, stragglers
+from lifecycle.audit._verdict import EXIT as VERDICT_EXIT
 from lifecycle.audit._verdict import ours as verdict_ours
 from lifecycle.audit._verdict import verdict
 from lifecycle.audit._verdict_follow import follow_verdict as follow_verdict
@@ -42,6 +43,7 @@ __all__ = [
     "LOG_ORDERING",
     "MAX_LOGS_PER_INPUT",
     "RULES",
+    "VERDICT_EXIT",
     "audit",
     "audit_tapped",
     "blame",

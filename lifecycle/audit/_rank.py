@@ -122,6 +122,7 @@ class RankAudit(RankState):
         if type(seq) is not int:
             raise unreadable(self.source, lineno, f"field 'seq' is {repr(seq)[:60]}, expected an int")
         if type(digest) is not str or type(prev) is not str:
+            self._broken(lineno)
             self.flag(
                 RuleId.HASH_CHAIN_BROKEN,
                 "record has no hash chain ('hash'/'prev_hash' missing): not written by AuditLog",
@@ -129,8 +130,10 @@ class RankAudit(RankState):
             self.prev = None
         else:
             if seq != self.next_seq:
+                self._broken(lineno)
                 self.flag(RuleId.HASH_CHAIN_BROKEN, self._seq_message(seq))
             elif self.prev is not None and prev != self.prev:
+                self._broken(lineno)
                 what = (
                     "first record's prev_hash is not genesis"
                     if seq == 0
@@ -138,12 +141,18 @@ class RankAudit(RankState):
                 )
                 self.flag(RuleId.HASH_CHAIN_BROKEN, f"{what}: a record was changed, removed or reordered")
             if not line_hash_matches(line, rec, digest):
+                self._broken(lineno)
                 self.flag(
                     RuleId.HASH_CHAIN_BROKEN,
                     f"hash of record seq {seq} does not match its content: the record was changed",
                 )
             self.prev = digest
         self.next_seq = seq + 1
+
+    def _broken(self, lineno: int) -> None:
+        """Keep the first line at which the chain does not verify: the verdict names it (`tampered`)."""
+        if self.broken is None:
+            self.broken = lineno
 
     def _seq_message(self, seq: int) -> str:
         if self.records == 0:

@@ -25,6 +25,7 @@ class RankState:
         "_findings",
         "attempt_no",
         "bound_steps",
+        "broken",
         "configured_timeout_s",
         "counts",
         "cut",
@@ -82,6 +83,7 @@ class RankState:
         self.prev: str | None = GENESIS
         self.records, self.line = 0, 0
         self.cut = False
+        self.broken: int | None = None  # the first line where the hash chain breaks (LA009; not a cut last line)
         self.first_ts: float | None = None
         self.last_ts: float | None = None
         self.state = _CONFIGURED

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lifecycle.audit import _outcome
 from lifecycle.audit._cause import RootCause
 from lifecycle.audit._groups import SHORTER
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure, Finding
 from lifecycle.audit._rules import RuleId
+from lifecycle.errors import LogUnreadable
 from lifecycle.log import JSONValue
 
 VERSION = 1
@@ -135,13 +137,57 @@ def _host_of(ranks: Sequence[RankAudit], run_id: str | None, rank: int) -> str |
 
 
 def verdict(
-    causes: Sequence[RootCause], ranks: Sequence[RankAudit], findings: Sequence[Finding], *, unreadable: int = 0
+    causes: Sequence[RootCause],
+    ranks: Sequence[RankAudit],
+    findings: Sequence[Finding],
+    *,
+    unreadable: int = 0,
+    errors: Sequence[LogUnreadable] = (),
 ) -> dict[str, JSONValue]:
-    """The verdict on the first run that failed (its root cause), or a clean one."""
+    """The verdict: `unreadable` or `tampered` when the records cannot be read or trusted; `failed`
+    on the first run that failed (its root cause); `stopped` when ranks were only stopped from
+    outside; `clean` only when every rank's own clean end is in the logs and no finding stands
+    (`flagged`: they ended, and a rule is violated); else `incomplete`. `EXIT` maps each to the
+    audit's exit status."""
     doc: dict[str, JSONValue] = {"verdict": VERSION}
-    if not causes:
-        outcome = "unreadable" if unreadable else "clean"
-        return doc | {"outcome": outcome, "findings": len(findings), "ranks": len(ranks)}
+    counts: dict[str, JSONValue] = {"findings": len(findings), "ranks": len(ranks)}
+    if errors or unreadable or not ranks:
+        return doc | _outcome.unreadable_doc(errors) | counts
+    broken = _outcome.tampered(ranks)
+    if broken:
+        return doc | _outcome.tampered_doc(broken) | counts
+    if causes:
+        return doc | _failed(causes, ranks, findings) | counts
+    runs = _outcome.ends(ranks)
+    if all(run.proven for run in runs):
+        if findings:
+            rules = sorted({f.rule for f in findings})
+            return doc | {"outcome": "flagged", "class": None, "action": "STOP", "rules": rules} | counts
+        return doc | {"outcome": "clean"} | counts
+    run = next(run for run in runs if not run.proven)
+    if run.short and run.signalled and not run.missing_count:
+        return doc | _outcome.died_doc(run) | counts
+    if run.signalled and not run.short and not run.missing_count:
+        return doc | _outcome.stopped_doc(run, None, None) | counts
+    return doc | _outcome.incomplete_doc(runs) | counts
+
+
+EXIT = {
+    "clean": 0,
+    "flagged": 1,
+    "failed": 1,
+    "stopped": 1,
+    "incomplete": 1,
+    "tampered": 1,
+    "unreadable": 2,
+}
+"""The exit status of `lifecycle audit --format verdict` for each outcome: they never disagree."""
+
+
+def _failed(
+    causes: Sequence[RootCause], ranks: Sequence[RankAudit], findings: Sequence[Finding]
+) -> dict[str, JSONValue]:
+    """The first failed run's root cause: `failed`, or `stopped` when its culprit was stopped by a signal."""
     cause = min(causes, key=lambda c: (c.at is None, c.at or 0.0))
     stream = _culprit_stream(ranks, cause)
     failure = stream.failure if stream is not None else None
@@ -152,10 +198,18 @@ def verdict(
     culprit = stream.rank if stream is not None else cause.rank
     if failure is not None and failure.missing:  # a rendezvous timeout: the ranks that never came are the culprits
         culprit, host = failure.missing[0], _host_of(ranks, cause.run_id, failure.missing[0])
-    return doc | {
-        "outcome": "failed",
+    # stopped from outside (a signal in the startup, or after it), and no rank failed on its own
+    signal = failure.signal if failure is not None and failure.kind == "aborted" else None
+    signal = signal or (stream.signalled if stream is not None and failure is None else None)
+    stopped = signal is not None
+    doc: dict[str, JSONValue] = {
+        "outcome": "stopped" if stopped else "failed",
         "run_id": cause.run_id,
         "culprit": {"rank": culprit, "host": host},
+    }
+    if stopped:
+        doc |= {"signal": signal, "sender": None}
+    return doc | {
         "missing": list(failure.missing) if failure is not None else [],
         "state": failure.state if failure is not None else stream.state if stream is not None else None,
         "phase": failure.trigger if failure is not None else stream.open_trigger if stream is not None else None,

@@ -23,7 +23,7 @@ import orjson
 
 from lifecycle.audit._cause import root_causes
 from lifecycle.audit._rank import RankAudit
-from lifecycle.audit._records import CAUSE_KINDS
+from lifecycle.audit._records import CAUSE_KINDS, unreadable
 from lifecycle.audit._verdict import verdict
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import JSONValue, Tail
@@ -35,7 +35,7 @@ class _Followed:
     def __init__(self, path: Path) -> None:
         self.tail, self.lineno, self.changed_at = Tail(path), 0, time.monotonic()
         self.audit = RankAudit(str(path))
-        self.broken = False
+        self.broken: LogUnreadable | None = None
 
     def read(self) -> bool:
         """Feed the records completed since the last read; whether there were any."""
@@ -43,13 +43,15 @@ class _Followed:
         self.changed_at = time.monotonic() if lines else self.changed_at
         for line in lines:
             self.lineno += 1
-            if self.broken or not line.strip():
+            if self.broken is not None or not line.strip():
                 continue
             try:
                 rec = orjson.loads(line)
                 self.audit.feed(rec, line, self.lineno)
-            except (orjson.JSONDecodeError, LogUnreadable, TypeError, AttributeError):
-                self.broken = True  # `lifecycle audit` names it; the verdict goes on without the rest
+            except LogUnreadable as exc:
+                self.broken = exc  # the verdict names it (`unreadable`), and judges no rank by it
+            except (orjson.JSONDecodeError, TypeError, AttributeError) as exc:
+                self.broken = unreadable(str(self.tail.path), self.lineno, f"not a record ({str(exc)[:80]})")
         return bool(lines)
 
 
@@ -113,4 +115,5 @@ def follow_verdict(
         for stream in streams:  # judged as they stand: a log that stops short is a rank that died
             stream.finish()
     live = [s for s in streams if s.records and s.rank is not None]
-    return verdict(root_causes(live), live, [f for s in live for f in s.findings()])
+    errors = [r.broken for r in ranks.values() if r.broken is not None]
+    return verdict(root_causes(live), live, [f for s in live for f in s.findings()], errors=errors)

@@ -1,4 +1,5 @@
-"""`lifecycle audit PATH...`: check startup logs against the rules; exit 0 clean, 1 violation, 2 unreadable."""
+"""`lifecycle audit PATH...`: check startup logs against the rules; exit 0 clean, 1 violation, 2 unreadable
+(with `--format verdict`: 0 only for the outcome `clean`, 2 for `unreadable`, 1 for every other)."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def follow(args: argparse.Namespace) -> int:
     """`--format verdict --follow DIR [--output FILE]`: one verdict, printed (and written) when known."""
     import json
 
-    from lifecycle.audit import follow_verdict, printable, verdict_ours, write_output
+    from lifecycle.audit import VERDICT_EXIT, follow_verdict, printable, verdict_ours, write_output
 
     if args.format != "verdict" or len(args.paths) != 1:
         print("lifecycle audit: --follow needs --format verdict and one log directory", file=sys.stderr)
@@ -104,7 +105,7 @@ def follow(args: argparse.Namespace) -> int:
             print(f"lifecycle audit: {printable(args.output)}: {printable(exc.strerror or str(exc))}", file=sys.stderr)
             return 2
     print(printable(line), flush=True)
-    return 1 if doc.get("outcome") == "failed" else 0
+    return VERDICT_EXIT[str(doc.get("outcome"))]
 
 
 def at_least_one(text: str) -> int:
@@ -133,10 +134,11 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "verdict":
         import json
 
-        from lifecycle.audit import verdict
+        from lifecycle.audit import VERDICT_EXIT, verdict
 
-        doc = verdict(result.root_causes, result.ranks, result.findings, unreadable=len(result.errors))
+        doc = verdict(result.root_causes, result.ranks, result.findings, errors=result.errors)
         print(printable(json.dumps(doc)))
+        return VERDICT_EXIT[str(doc["outcome"])]  # the outcome decides: they never disagree
     elif args.format == "json":
         sys.stdout.buffer.write(as_json(result) + b"\n")
     else:

@@ -130,6 +130,7 @@ def test_a_job_stopped_from_outside_names_the_first_rank_stopped_and_restarts(tm
     rank_log(tmp_path, 1, [*head, aborted()], start=100.0, world=2, at={len(head): 120.0})
     rank_log(tmp_path, 0, [*head, aborted()], start=100.0, world=2, at={len(head): 125.0})
     doc = judged(tmp_path)
+    assert (doc["outcome"], doc["signal"]) == ("stopped", "SIGTERM")  # not failed: no rank failed on its own
     assert doc["culprit"] == {"rank": 1, "host": "h"} and (doc["class"], doc["action"]) == ("infrastructure", "RESTART")
     assert doc["state"] == "DISTRIBUTED" and doc["exclude_hosts"] == []  # a signal: the host is not at fault
 
