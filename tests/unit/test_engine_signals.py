@@ -169,12 +169,34 @@ def test_a_signal_while_training_goes_to_the_users_handler_after_one_record(make
 
 
 def test_ctrl_c_while_training_is_logged_then_raises_keyboardinterrupt_as_usual(make_lc: Any) -> None:
-    lc = make_lc()
-    lc.advance_to(State.CALLBACKS_BOUND)
-    with pytest.raises(KeyboardInterrupt):
-        signal.raise_signal(signal.SIGINT)
+    """Python's own SIGINT handler is installed here: a process started in the background without job
+    control (`bash scripts/test &` from a script) starts with SIGINT ignored, and the lifecycle hands
+    the signal on to whatever handler was there before it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        lc = make_lc()
+        lc.advance_to(State.CALLBACKS_BOUND)
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert [r["signal"] for r in _events(lc, "signal_received")] == ["SIGINT"]
     assert lc.state is State.CALLBACKS_BOUND and not _events(lc, "startup_aborted")
+
+
+def test_ctrl_c_while_training_in_a_process_that_ignores_sigint_is_logged_and_stays_ignored(make_lc: Any) -> None:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        lc = make_lc()
+        lc.advance_to(State.CALLBACKS_BOUND)
+        signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN, "the lifecycle's handler is in place"
+        lc.shutdown()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN, "put back as it was"
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert [r["signal"] for r in _events(lc, "signal_received")] == ["SIGINT"]
+    assert not _events(lc, "startup_aborted")
 
 
 def test_a_forked_child_sigtermed_while_training_dies_as_usual_and_writes_nothing_to_the_log(make_lc: Any) -> None:
