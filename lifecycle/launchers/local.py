@@ -258,8 +258,9 @@ def run_ranks(fn: Callable[[Unpack[Ts]], T], nproc: int, *args: Unpack[Ts], time
     """Call `fn(*args)` on ranks 0..nproc-1 in fresh processes; return results ordered by rank.
 
     Raises `RankFailed` when a rank raised, ended without a result, or did not finish within
-    `timeout_s`: `errors` maps each failed rank to one line, `output` to its traceback or the last
-    lines it printed. No rank outlives the call."""
+    `timeout_s`, naming the rank that failed first (`rank`): `errors` maps each failed rank, in the
+    order they failed, to one line, `output` to its traceback or the last lines it printed. No rank
+    outlives the call."""
     ctx, parent = _context(start_method())
     port, outputs = free_port(), Path(tempfile.mkdtemp(prefix="lifecycle-ranks-"))
     ranks: list[_Rank] = []
@@ -280,7 +281,7 @@ def run_ranks(fn: Callable[[Unpack[Ts]], T], nproc: int, *args: Unpack[Ts], time
         _stop(ranks)
         shutil.rmtree(outputs, ignore_errors=True)
     if errors:
-        first = min(errors)
+        first = next(iter(errors))  # in the order the ranks failed: the first one is the cause
         raise RankFailed(
             f"rank {first} failed: {errors[first]}\n{details.get(first, '')}".rstrip(),
             rank=first,
@@ -334,7 +335,11 @@ def _collect(ranks: list[_Rank], timeout_s: float) -> tuple[dict[int, object], d
         now = time.monotonic()
         limit = min(deadline, settle) if settle is not None else deadline
         if now >= limit:
-            why = f"timed out after {timeout_s:g} s" if now >= deadline else f"stopped after rank {min(errors)} failed"
+            why = (
+                f"timed out after {timeout_s:g} s"
+                if now >= deadline
+                else f"stopped after rank {next(iter(errors))} failed"
+            )
             for r in pending:
                 errors[r] = why
             break

@@ -28,6 +28,21 @@ def _binder_hangs_on_rank_zero() -> str:
     return "bound"
 
 
+def _rank_one_fails_then_rank_zero() -> str:
+    if os.environ["RANK"] == "1":
+        raise ValueError("bad shape")
+    time.sleep(3.0)  # rank 0 fails later, as a peer of a failed rank does
+    raise RuntimeError("peer rank 1 is gone")
+
+
+def test_the_rank_that_failed_first_is_named_not_the_lowest_numbered_one() -> None:
+    with pytest.raises(RankFailed) as failed:
+        run_ranks(_rank_one_fails_then_rank_zero, 2, timeout_s=600)
+    assert str(failed.value).startswith("rank 1 failed: ValueError: bad shape")
+    assert failed.value.context["rank"] == 1
+    assert failed.value.context["errors"] == {1: "ValueError: bad shape", 0: "RuntimeError: peer rank 1 is gone"}
+
+
 def test_a_rank_that_exits_0_without_a_result_fails_with_the_last_line_it_printed() -> None:
     with pytest.raises(RankFailed) as failed:
         run_ranks(_rank_one_exits_zero, 2, timeout_s=600)
