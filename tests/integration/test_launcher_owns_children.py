@@ -87,6 +87,40 @@ def test_a_sigkilled_launcher_takes_torchrun_and_every_rank_with_it(tmp_path: Pa
     assert left == [], "processes outlived the launcher"
 
 
+def test_a_sigkilled_torchrun_takes_its_ranks_down_by_the_parent_death_signal(tmp_path: Path) -> None:
+    """torchrun's own process SIGKILLed (not the lifecycle's launcher): it cannot stop its ranks, so each
+    rank, training, gets SIGTERM from the kernel (`die_with_parent`, one prctl a rank), logs it once and
+    ends. Without it a rank would only end once its watch found the store's host (torchrun) gone."""
+    logs = tmp_path / "logs"
+    launcher = _launch(logs, steps=100_000)
+    files = [logs / f"rank-{r:05d}.jsonl" for r in (0, 1)]
+    ranks: list[int] = []
+    try:
+        _wait_for(lambda: all(any(r["event"] == "step_completed" for r in _records(f)) for f in files), launcher)
+        ranks = [next(r["pid"] for r in _records(f) if r["event"] == "lifecycle_started") for f in files]
+        torchrun = _parent(ranks[0])
+        assert _parent(ranks[1]) == torchrun and _parent(torchrun) == launcher.pid
+        os.kill(torchrun, signal.SIGKILL)
+        killed = time.monotonic()
+        while any(process_alive(p) for p in ranks) and time.monotonic() - killed < 60:
+            time.sleep(0.1)
+        left = [p for p in ranks if process_alive(p)]
+        _out, err = launcher.communicate(timeout=60)
+    finally:
+        for pid in ranks:
+            if process_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if launcher.poll() is None:
+            launcher.kill()
+    assert left == [], "ranks outlived their torchrun"
+    assert launcher.returncode != 0, err[-3000:]
+    for f in files:
+        events = [r["event"] for r in _records(f)]
+        received = [r["signal"] for r in _records(f) if r["event"] == "signal_received"]
+        assert received == ["SIGTERM"], (f.name, events[-6:])
+        assert "peer_failed" not in events, (f.name, events[-6:])
+
+
 def _aborted_by(name: str, records: list[dict[str, Any]], sig: signal.Signals, err: str) -> dict[str, Any]:
     """The rank's one `startup_aborted`, naming `sig` (no `peer_failed`: the signal stopped it, not a
     peer); after it every release (the log ends in SHUT_DOWN), or nothing when it was blocked."""
