@@ -175,6 +175,20 @@ def own_dropout(config: Any, **kw: Any) -> Any:
     return _gpt(mine, **kw)
 
 
+def other_release(config: Any, **kw: Any) -> Any:
+    """A model whose config is of another megatron-core release's class, one without `hidden_dropout`:
+    the setting asked for has no field to land in (the layers keep the lifecycle's config)."""
+    from megatron.core.transformer import TransformerConfig
+
+    model = _gpt(config, **kw)
+    kept = [f.name for f in dataclasses.fields(TransformerConfig) if f.name != "hidden_dropout"]
+    older = dataclasses.make_dataclass(
+        "TransformerConfig", [(name, Any, dataclasses.field(default=None)) for name in kept]
+    )
+    model.config = older(**{name: getattr(config, name) for name in kept})
+    return model
+
+
 REPLAYS: dict[str, tuple[Any, list[str]]] = {
     "nemotron_244": (nemotron_244, ["model.calculate_per_token_loss=true", *RECOMPUTE]),
     "miles_1483": (miles_1483, ["model.deterministic_mode=true", *RECOMPUTE]),
@@ -267,6 +281,7 @@ def run_all() -> dict[str, Any]:
         for label, overrides in SETTINGS.items()
     }
     out["allowed"] = _run(own_dropout, ["settings.allow_mismatch=[hidden_dropout]"])
+    out["other_release"] = _run(other_release, ["model.hidden_dropout=0.2"])
     out["bridge_style"] = _run(bridge_style(), [])
     out["bridge_style_dropping"] = _run(bridge_style(drop=True), [])
     if has_model_builders():

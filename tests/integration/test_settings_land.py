@@ -9,6 +9,8 @@ the model that trains carries, on real megatron-core (one CPU rank, one spawned 
   (defaults; recompute, deterministic mode, per-token loss, RMSNorm, dropout; the overlapped,
   distributed optimizer) reaches MODEL_BUILT with nothing reported.
 - `settings.allow_mismatch` accepts a named field knowingly: MODEL_BUILT passes, the record keeps it.
+- A model whose config class has no field for a setting asked for (another release's class) fails
+  MODEL_BUILT: the setting did not land, "no such field".
 - A Megatron-Bridge-shaped provider object (a TransformerConfig with `provide()`) is compared with its
   own fields: clean when it builds on itself, caught when it builds on a copy that lost one. So are
   Megatron-LM's `ModelConfig` and `ModelBuilder` (megatron-core >= 0.17), compared with the model
@@ -94,6 +96,15 @@ def test_allow_mismatch_accepts_the_named_field_and_keeps_it_in_the_record(cases
     assert case["error"] is None, case["message"]
     assert [m["field"] for m in case["record"]["allowed"]] == ["hidden_dropout"]
     assert case["record"]["mismatches"] == [] and case["la026"] == []
+
+
+def test_a_setting_asked_for_that_the_models_config_class_has_no_field_for_did_not_land(cases: dict[str, Any]) -> None:
+    case = cases["other_release"]
+    assert case["error"] == "SettingsNotLanded" and case["fields"] == ["hidden_dropout"], case["message"]
+    [mismatch] = case["record"]["mismatches"]
+    assert (mismatch["kind"], mismatch["requested"], mismatch["found"]) == ("not-landed", "0.2", "no such field")
+    assert "hidden_dropout (model.hidden_dropout): requested 0.2, found no such field" in case["message"]
+    assert case["la026"] and "hidden_dropout" in case["la026"][0]
 
 
 def test_a_bridge_style_provide_object_is_compared_with_its_own_fields(cases: dict[str, Any]) -> None:

@@ -403,3 +403,68 @@ def test_reports_and_derivations_take_keywords_only() -> None:
         SettingsReport(("chunk 0's config",), 3)  # type: ignore[misc]
     with pytest.raises(TypeError):
         Derivation("ddp", "x", "why", lambda r, f, fields: True)  # type: ignore[misc]
+
+
+@dataclass
+class OlderTransformer:
+    """The same config as another megatron-core release has it: no `recompute_method` field at all."""
+
+    hidden_size: int = 64
+    num_attention_heads: int = 4
+    kv_channels: int | None = 16
+    recompute_granularity: str | None = None
+    layers: list[int] = field(default_factory=lambda: [1, 2])
+    init_method: object = None
+    finalize_model_grads_func: object = None
+
+
+def test_a_field_asked_for_that_the_models_config_does_not_have_at_all_did_not_land() -> None:
+    asked = Transformer()
+    asked.init_method = None  # as the older config holds it: only the missing field differs
+    report = compare_settings(requested(asked), [("transformer", OlderTransformer(), "chunk 0's config")])
+    [missing] = report.mismatches
+    assert (missing.field, missing.kind, missing.requested, missing.found) == (
+        "recompute_method",
+        "not-landed",
+        "None",
+        "no such field",
+    )
+    assert missing.line() == "recompute_method: requested None, found no such field on chunk 0's config"
+    with pytest.raises(SettingsNotLanded, match="recompute_method: requested None, found no such field"):
+        report.raise_if_bad()
+
+
+def test_a_config_that_is_no_dataclass_has_none_of_the_fields_asked_for() -> None:
+    asked = Transformer()
+    report = compare_settings(requested(asked), [("transformer", object(), "chunk 0's config")])
+    assert set(report.fields()) == {f.name for f in dataclasses.fields(Transformer)} - {"finalize_model_grads_func"}
+    assert {m.found for m in report.mismatches} == {"no such field"}
+
+
+@dataclass
+class Dropouts:
+    hidden_size: int = 64
+    hidden_dropout: float = 0.1
+    hidden_size_per_head: int = 16
+
+
+@pytest.mark.parametrize("name", ["hidden", "hidden_size", "transformer.hidden_size", "hidden_*"])
+def test_allow_mismatch_accepts_exact_field_names_only_never_a_field_that_shares_a_prefix(name: str) -> None:
+    """Allowing `hidden_size` accepts a changed hidden_size; a dropped hidden_dropout and a changed
+    hidden_size_per_head are still reported, and a name that is no field allows nothing."""
+    found = Dropouts(hidden_size=32, hidden_dropout=0.0, hidden_size_per_head=8)
+    report = compare_settings(requested(Dropouts()), [("transformer", found, "chunk 0's config")], [name])
+    exact = name in ("hidden_size", "transformer.hidden_size")
+    rest = ("hidden_dropout", "hidden_size_per_head")
+    assert report.fields() == (rest if exact else ("hidden_size", *rest))
+    assert [m.field for m in report.allowed] == (["hidden_size"] if exact else [])
+    assert report.unknown_allowed == (() if exact else (name,))
+
+
+def test_a_section_field_is_allowed_only_under_its_own_section() -> None:
+    asked = Transformer()
+    wanted = requested(asked, DDP3())
+    changed = [("transformer", asked, "chunk 0's config"), ("ddp", DDP3(bucket_size=1), "chunk 0's DDP config")]
+    report = compare_settings(wanted, changed, ["optimizer.bucket_size", "transformer.bucket_size"])
+    assert report.fields() == ("ddp.bucket_size",) and report.allowed == ()
+    assert report.unknown_allowed == ("optimizer.bucket_size", "transformer.bucket_size")
