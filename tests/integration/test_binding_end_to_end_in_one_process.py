@@ -9,6 +9,7 @@ Written to kill the mutants scripts/mutation makes of bindings/.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import weakref
@@ -90,6 +91,33 @@ def test_a_config_that_rewrites_an_installed_callback_is_caught_naming_the_slot(
     with pytest.raises(BindingError, match=r"slots \['grad_scale_func'\] do not hold the installed callbacks") as info:
         bind_callbacks([Wrapped(Rewriting())], Optimizer(), ddp())
     assert info.value.slots == ["grad_scale_func"]
+
+
+class Copies:
+    """A module whose `config` property gives a fresh copy on each read (a config rebuilt on access)."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+
+    @property
+    def config(self) -> Config:
+        return dataclasses.replace(self._config)
+
+
+def test_a_chunk_whose_config_is_a_fresh_copy_on_each_read_is_refused_naming_both_objects() -> None:
+    """What the callbacks were written to is not what the scheduler reads next: the identity check says
+    so, before the slot check (which would blame the config class for rewriting them)."""
+    kept = Config()
+    chunk = SimpleNamespace(module=Copies(kept))
+    with pytest.raises(
+        BindingError, match=r"^the scheduler reads Config at 0x[0-9a-f]+ but the callbacks went to"
+    ) as info:
+        bind_callbacks([chunk], Optimizer(), ddp())
+    assert str(info.value).endswith("; bind to get_model_config(model[0])")
+    assert info.value.scheduler_config_id != info.value.target_id
+    assert f"at {info.value.scheduler_config_id} but" in str(info.value)
+    assert str(info.value).split("went to ")[1].startswith(info.value.target_id)
+    assert kept == Config(), "nothing reached the config the copies are made from"
 
 
 def test_the_report_says_what_was_bound_and_how() -> None:
