@@ -3,8 +3,10 @@ because of it (LA018).
 
 The root cause is the earliest failure a rank had on its own — a transition that failed, a log
 that stops (the rank died), a state that timed out — by timestamp, ties broken by that order and
-then by rank. A `startup_aborted` (a signal: the launcher stopping the others) or a `peer_failed` is
-never the cause while some rank failed on its own. The rest are its victims.
+then by rank. A `startup_aborted` (a signal: the launcher stopping the others), a `peer_failed` or an
+in-process restart wrapper's request (RankShouldRestart) is never the cause while some rank failed on
+its own. Without one, the rank a `restarts_exhausted` names (`cause_rank`) is the cause, else the rank
+a `peer_failed` names. The rest are its victims.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 from lifecycle.audit._cross import ranges
 from lifecycle.audit._rank import RankAudit
-from lifecycle.audit._records import CAUSE_KINDS, Failure, Finding
+from lifecycle.audit._records import CAUSE_KINDS, EXHAUSTED, Failure, Finding
 from lifecycle.audit._rules import RuleId
 
 
@@ -69,6 +71,10 @@ def _label(victim: Victim) -> str:
         return f"stopped by {victim.signal or 'a signal'}"
     if victim.kind == "peer_failed":
         return "stopped by a peer's failure"
+    if victim.kind == "restart":
+        return "told to restart by the in-process restart wrapper (a peer failed)"
+    if victim.kind == EXHAUSTED:
+        return "in-process restart gave up"
     return {"failed": "failed later", "died": "died later", "timeout": "timed out later"}.get(victim.kind, victim.kind)
 
 
@@ -101,6 +107,9 @@ def _cause(run_id: str | None, group: list[RankAudit], failed: list[tuple[RankAu
             at=None if failure.ts is None or t0 is None else max(0.0, failure.ts - t0),
             victims=_victims(failed, stream),
         )
+    exhausted = sorted((f.ts or 0.0, s.rank or 0, s, f) for s, f in failed if f.kind == EXHAUSTED)
+    if exhausted:
+        return _exhausted(run_id, group, failed, exhausted[0][3])
     named = sorted((f.ts or 0.0, f.peer, s.rank) for s, f in failed if f.kind == "peer_failed" and f.peer is not None)
     if named:
         return _named_peer(run_id, group, failed, named[0][1], named[0][2])
@@ -150,6 +159,24 @@ def _named_peer(
         at=None,
         message=f"named by rank {witness}'s peer_failed record; {own}",
         victims=_victims(failed, None),
+    )
+
+
+def _exhausted(
+    run_id: str | None, group: list[RankAudit], failed: list[tuple[RankAudit, Failure]], said: Failure
+) -> RootCause:
+    """An in-process restart wrapper gave up, naming the rank that failed first in its last cycle
+    (`cause_rank`): that one is the cause, every other failed rank its victim."""
+    logs = [s for s in group if s.rank == said.peer]
+    return RootCause(
+        run_id=run_id,
+        rank=said.peer,
+        kind=EXHAUSTED,
+        source=logs[0].source if logs else None,
+        line=None,
+        at=None,
+        message=said.message,
+        victims=_victims(failed, logs[0] if logs else None),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import cast
 
 from lifecycle.audit._fields import Record, reads
-from lifecycle.audit._records import Failure
+from lifecycle.audit._records import VICTIM_KINDS, Failure
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
 
@@ -57,13 +57,25 @@ def _fresh_group(audit: RankState) -> str | None:
     return fresh[1] if fresh is not None and fresh[0] == audit.bound_steps else None
 
 
+RESTART_REQUESTS = ("RankShouldRestart",)
+"""What an in-process restart wrapper raises into a rank that did not fail itself (nvidia-resiliency-ext's):
+the rank is a victim of another's fault, never the culprit."""
+
+
+def restart_request(error_type: object, message: object) -> bool:
+    """A failure that is the restart wrapper's request, by the error's type or, chained under another
+    (the engine's PhaseFailed), by its text."""
+    return str(error_type) in RESTART_REQUESTS or any(name in str(message) for name in RESTART_REQUESTS)
+
+
 def failed_transition(
     audit: RankState, ts: float, message: str, trigger: str | None, error_type: object, field: object
 ) -> None:
-    """A `transition_failed`: the rank's failure, with the error's type and the config field it names."""
+    """A `transition_failed`: the rank's failure, with the error's type and the config field it names
+    (a restart wrapper's request: the rank is its peer's victim, kind `restart`)."""
     fail(
         audit,
-        "failed",
+        "restart" if restart_request(error_type, message) else "failed",
         ts,
         message,
         trigger=trigger,
@@ -106,6 +118,22 @@ def state_timeout(audit: RankState, rec: Record, ts: float) -> None:
     ranks = tuple(missing[:64]) if missing is not None else ()
     message = f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}"
     fail(audit, "timeout", ts, message, state=state, missing=ranks)
+
+
+@reads("cause_rank", "cause", "cycles", "reason")
+def restarts_exhausted(audit: RankState, rec: Record, ts: float) -> None:
+    """The in-process restart wrapper gave up: its `cause_rank` is the culprit it names (the rank that
+    failed first in the last cycle), and its `cause` (`Type: message`) gives the class. It takes the
+    place of a victim's failure this rank logged in that cycle (a restart request, a peer's failure)."""
+    peer, cause = cast("int | None", rec.get("cause_rank")), cast("str | None", rec.get("cause"))
+    error_type = cause.partition(":")[0].strip()[:80] if cause and ":" in cause else None
+    who = f"rank {peer}: {cause[:200] if cause else 'no cause published'}" if peer is not None else "not published"
+    message = (
+        f"in-process restart gave up after {rec.get('cycles')} cycles ({rec.get('reason')}); the last fault: {who}"
+    )
+    if audit.failure is not None and audit.failure.kind in VICTIM_KINDS:
+        audit.failure = None
+    fail(audit, "exhausted", ts, message, peer=peer, error_type=error_type)
 
 
 @reads("resource", "state")

@@ -129,7 +129,7 @@ def _changed_or_failed(audit: RankState, rec: Record, trigger: str, dest: str, t
         because = f": {str(reason)[:200]}" if reason else ""
         _failures.fail(
             audit,
-            "failed",
+            "restart" if _failures.restart_request(None, reason) else "failed",
             ts,
             f"{trigger!r} moved the rank to FAILED from state {audit.state}{because}",
             trigger=trigger,
@@ -354,6 +354,7 @@ HANDLERS: dict[str, Handler] = {
     events.CYCLE_STARTED: _cycles.cycle_started,
     events.CYCLE_ENDED: _cycles.cycle_ended,
     events.SIGNAL_RECEIVED: _cycles.signal_received,
+    events.RESTARTS_EXHAUSTED: _failures.restarts_exhausted,
 }
 DECLARED[_cycles.cycle_started] = _cycles.STARTED
 DECLARED[_cycles.cycle_ended] = _cycles.ENDED

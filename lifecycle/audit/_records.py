@@ -9,8 +9,11 @@ from lifecycle.errors import LogUnreadable
 
 CAUSE_KINDS = ("failed", "died", "timeout")
 """Failures a rank can cause on its own, in the order that breaks a tie between equal timestamps."""
-VICTIM_KINDS = ("aborted", "peer_failed")
-"""Failures that happen to a rank because of another one: a signal from the launcher, a peer's error."""
+VICTIM_KINDS = ("aborted", "peer_failed", "restart")
+"""Failures that happen to a rank because of another one: a signal from the launcher, a peer's error, an
+in-process restart wrapper's request (nvidia-resiliency-ext's RankShouldRestart: a peer failed)."""
+EXHAUSTED = "exhausted"
+"""The failure an in-process restart wrapper's `restarts_exhausted` gives: it names the culprit (`peer`)."""
 EARLIEST_TS = 946_684_800.0
 """2000-01-01T00:00:00Z: a record's `ts` before it is impossible (LA022)."""
 LATEST_TS = 4_102_444_800.0
@@ -43,8 +46,9 @@ class Failure:
     """The first failure of a rank that it did not recover from.
 
     `kind` is one of CAUSE_KINDS (`failed`: a transition failed or `fail()` was called; `died`: the
-    log stops; `timeout`: a `state_timeout`) or VICTIM_KINDS (`aborted`: a `startup_aborted` by a
-    signal; `peer_failed`). `ts` is the record's time; for `died`, the last record's (the rank died
+    log stops; `timeout`: a `state_timeout`), VICTIM_KINDS (`aborted`: a `startup_aborted` by a
+    signal; `peer_failed`; `restart`: a restart wrapper's request) or EXHAUSTED (the wrapper gave up,
+    naming `peer`). `ts` is the record's time; for `died`, the last record's (the rank died
     at or after it). `peer` is the rank a `peer_failed` names, `signal` the signal of an abort.
     """
 

@@ -21,7 +21,7 @@ from lifecycle.audit import _outcome
 from lifecycle.audit._cause import RootCause
 from lifecycle.audit._groups import SHORTER
 from lifecycle.audit._rank import RankAudit
-from lifecycle.audit._records import Failure, Finding
+from lifecycle.audit._records import EXHAUSTED, Failure, Finding
 from lifecycle.audit._rules import RuleId
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import JSONValue
@@ -62,6 +62,9 @@ INFRASTRUCTURE_ERRORS = frozenset(
         "DistNetworkError",
         "DistBackendError",
         "LogWriteFailed",
+        "StartupAborted",
+        "SignalException",
+        "KeyboardInterrupt",
     }
 )
 _DISTRIBUTED_FIELDS = {
@@ -76,9 +79,11 @@ _EVIDENCE = 5
 
 def classify(kind: str, failure: Failure | None) -> str:
     """`config`, `infrastructure` or `user-code`, from the root cause's kind and its first failure."""
-    if kind != "failed" or failure is None:
+    if kind not in ("failed", EXHAUSTED) or failure is None:
         return "infrastructure"  # died, timed out, named by peers only, or stopped from outside
     error_type, field = failure.error_type or "", failure.field or ""
+    if kind == EXHAUSTED and (failure.kind != EXHAUSTED or not error_type):
+        return "infrastructure"  # the wrapper's culprit was stopped or lost: it published no error of its own
     if error_type == "DistributedError":
         return _DISTRIBUTED_FIELDS.get(field, "user-code")  # else: a process group someone else made
     if error_type in CONFIG_ERRORS:
@@ -92,9 +97,10 @@ def _culprit_stream(ranks: Sequence[RankAudit], cause: RootCause) -> RankAudit |
     """The root cause's rank; when no rank failed on its own (every one stopped by a signal from
     outside), the first one stopped."""
     run = [r for r in ranks if r.run_id == cause.run_id]
-    if cause.rank is not None:
+    if cause.rank is not None or cause.kind == EXHAUSTED:  # the wrapper named none: no rank is blamed
         return next((r for r in run if r.rank == cause.rank), None)
-    stopped = [r for r in run if r.failure is not None]
+    stopped = [r for r in run if r.failure is not None and r.failure.kind == "aborted"]  # not a restart's victim
+    stopped = stopped or [r for r in run if r.failure is not None]
     return min(
         stopped, key=lambda r: (r.failure.ts if r.failure and r.failure.ts else float("inf"), r.rank or 0), default=None
     )
@@ -130,6 +136,29 @@ def _judged(
         # a group made while training that some rank never joined: a restart hangs there again (docs/failures.md)
         return "user-code", f"{reason}; in the first step after {fresh} {_SKIPPED}"
     return klass, reason
+
+
+def _wrapper_said(ranks: Sequence[RankAudit], cause: RootCause) -> Failure | None:
+    """A `restarts_exhausted` of the run, for the class of the fault it names when the culprit's own log
+    holds none (its rank left no log)."""
+    return next(
+        (r.failure for r in ranks if r.run_id == cause.run_id and r.failure and r.failure.kind == EXHAUSTED), None
+    )
+
+
+def _repeated(ranks: Sequence[RankAudit], run_id: str | None, error_type: str | None) -> str:
+    """`; the same <type> ended each of the N cycles` when every cycle a rank logged ended with that
+    error type (a user-code error repeating: restarting cannot help); else nothing."""
+    if not error_type:
+        return ""
+    ends = [
+        str(fields.get("cause") or "").partition(":")[0].strip()
+        for r in ranks
+        if r.run_id == run_id
+        for fields in r.cycles.values()
+        if fields.get("ended")
+    ]
+    return f"; the same {error_type} ended every cycle" if ends and set(ends) == {error_type} else ""
 
 
 def _host_of(ranks: Sequence[RankAudit], run_id: str | None, rank: int) -> str | None:
@@ -193,7 +222,10 @@ def _failed(
     failure = stream.failure if stream is not None else None
     kind = "failed" if failure is not None and failure.kind == "failed" and cause.kind == "failed" else cause.kind
     mine = [f for f in findings if f.rank == cause.rank and f.run_id == cause.run_id]
-    klass, reason = _judged(kind, failure, mine, _fresh_group(ranks, cause.run_id, stream), cause.message)
+    judged = _wrapper_said(ranks, cause) if kind == EXHAUSTED and failure is None else failure
+    klass, reason = _judged(kind, judged, mine, _fresh_group(ranks, cause.run_id, stream), cause.message)
+    if kind == EXHAUSTED:
+        reason += _repeated(ranks, cause.run_id, judged.error_type if judged is not None else None)
     host = stream.host if stream is not None else None
     culprit = stream.rank if stream is not None else cause.rank
     if failure is not None and failure.missing:  # a rendezvous timeout: the ranks that never came are the culprits

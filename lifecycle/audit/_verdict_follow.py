@@ -23,7 +23,7 @@ import orjson
 
 from lifecycle.audit._cause import root_causes
 from lifecycle.audit._rank import RankAudit
-from lifecycle.audit._records import CAUSE_KINDS, unreadable
+from lifecycle.audit._records import CAUSE_KINDS, EXHAUSTED, unreadable
 from lifecycle.audit._verdict import verdict
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import JSONValue, Tail
@@ -62,7 +62,7 @@ def _known(streams: list[RankAudit]) -> str | None:
     causes = root_causes(live)
     if not causes:
         return None
-    if all(c.kind in CAUSE_KINDS for c in causes):
+    if all(c.kind in CAUSE_KINDS or c.kind == EXHAUSTED for c in causes):  # the wrapper's last word is in
         return "own"
     lost = {(s.run_id, s.failure.peer) for s in live if s.failure is not None and s.failure.peer_lost}
     return "lost" if all(c.kind in CAUSE_KINDS or (c.run_id, c.rank) in lost for c in causes) else None

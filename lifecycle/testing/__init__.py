@@ -30,6 +30,7 @@ from lifecycle.audit._cause import RootCause, Victim
 from lifecycle.audit._cycles import attempts, diff
 from lifecycle.audit._feed import RECORD_TYPES, decode_typed
 from lifecycle.audit._handlers import HANDLERS, READS
+from lifecycle.audit._informational import INFORMATIONAL
 from lifecycle.audit._ordering import SHOWN_BY
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure
@@ -203,6 +204,7 @@ __all__ = [
     "GENERATED_END",
     "HANDLERS",
     "IDENTITY_VARIABLES",
+    "INFORMATIONAL",
     "LATEST",
     "LOCAL_PATHS",
     "LOCK_NAME",
