@@ -61,13 +61,15 @@ class Requested:
 
 def fields_of(obj: object) -> dict[str, object]:
     """A dataclass instance's fields and their values now (lists, dicts and sets copied), without
-    the callback slots; {} for anything that is not a dataclass instance."""
+    the callback slots and without a field the instance never set (it has no value to compare: it is
+    missing, not None); {} for anything that is not a dataclass instance."""
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         return {}
     out = {}
+    unset = object()
     for f in dataclasses.fields(obj):
-        if f.name not in _SKIPPED:
-            value = getattr(obj, f.name, None)
+        value = getattr(obj, f.name, unset)
+        if f.name not in _SKIPPED and value is not unset:
             out[f.name] = type(value)(value) if isinstance(value, (list, dict, set)) else value
     return out
 

@@ -468,3 +468,22 @@ def test_a_section_field_is_allowed_only_under_its_own_section() -> None:
     report = compare_settings(wanted, changed, ["optimizer.bucket_size", "transformer.bucket_size"])
     assert report.fields() == ("ddp.bucket_size",) and report.allowed == ()
     assert report.unknown_allowed == ("optimizer.bucket_size", "transformer.bucket_size")
+
+
+@dataclass
+class Unset:
+    """A config class that declares `recompute_method` but whose instance never set it."""
+
+    hidden_size: int = 64
+    recompute_method: str | None = field(init=False)
+
+
+def test_a_field_declared_but_never_set_on_the_models_config_did_not_land_even_where_none_was_asked() -> None:
+    @dataclass
+    class Asked:
+        hidden_size: int = 64
+        recompute_method: str | None = None
+
+    report = compare_settings(requested(Asked()), [("transformer", Unset(), "chunk 0's config")])
+    [unset] = report.mismatches
+    assert (unset.field, unset.requested, unset.found) == ("recompute_method", "None", "no such field")
