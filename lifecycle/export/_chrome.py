@@ -23,9 +23,15 @@ STATES_TID, IMPORTS_TID, MARKS_TID = 1, 2, 3
 FLOW_CATEGORY = "root_cause"
 
 
+_PRODUCER = b'"producer":"megatron-lifecycle"'
+_HEAD = b'{"otherData":{' + _PRODUCER
+
+
 def ours(head: bytes) -> bool:
-    """A Chrome trace we wrote (gunzipped when gzipped): the only file `write_chrome` replaces."""
-    return head.startswith(b'{"traceEvents":')
+    """A Chrome trace we wrote (its sample, gunzipped when gzipped): the only file `write_chrome`
+    replaces. Ours starts with the producer; another program's trace that starts as ours did before
+    (`{"traceEvents":`) is ours only where the sample shows our producer (its tail, uncompressed)."""
+    return head.startswith(_HEAD) or (head.startswith(b'{"traceEvents":') and _PRODUCER in head)
 
 
 class Metadata(TypedDict):
@@ -104,11 +110,11 @@ Event = Metadata | Slice | Instant | Counter | FlowStart | FlowEnd
 
 
 class Document(TypedDict):
-    """The JSON Object Format."""
+    """The JSON Object Format, its keys in the order written."""
 
+    otherData: dict[str, JSONValue]
     traceEvents: list[Event]
     displayTimeUnit: str
-    otherData: dict[str, JSONValue]
 
 
 def chrome_events(trace: Trace) -> list[Event]:
@@ -121,11 +127,10 @@ def chrome_events(trace: Trace) -> list[Event]:
 
 
 def chrome_document(trace: Trace) -> Document:
-    """The JSON Object Format: `traceEvents` plus what the viewers show as metadata."""
+    """The JSON Object Format: what the viewers show as metadata (first: it names us, `ours`), then
+    `traceEvents`."""
     result = trace.result
     return {
-        "traceEvents": chrome_events(trace),
-        "displayTimeUnit": "ms",
         "otherData": {
             "producer": "megatron-lifecycle",
             "run_ids": list(trace.run_ids),
@@ -135,6 +140,8 @@ def chrome_document(trace: Trace) -> Document:
             "findings": len(result.findings),
             "root_causes": [{"rank": c.rank, "kind": c.kind, "message": c.message} for c in trace.root_causes],
         },
+        "traceEvents": chrome_events(trace),
+        "displayTimeUnit": "ms",
     }
 
 

@@ -120,6 +120,34 @@ def test_a_file_we_did_not_write_is_not_overwritten_but_our_own_is_replaced(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["linked.json", "notes.html", "trace.json.gz"]  # no temp
 
 
+@pytest.mark.parametrize("name", ["theirs.json", "theirs.json.gz"])
+def test_another_programs_chrome_trace_that_starts_as_ours_is_not_overwritten(
+    tmp_path: Path, failed_logs: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """A profiler's trace written compactly begins `{"traceEvents":` too; only our producer makes it ours."""
+    theirs = orjson.dumps({"traceEvents": [{"ph": "X", "name": "step", "ts": 0, "dur": 1, "pid": 1, "tid": 1}]})
+    target = tmp_path / name
+    target.write_bytes(gzip.compress(theirs) if name.endswith(".gz") else theirs)
+    before = target.read_bytes()
+    assert main(["export", str(failed_logs), "-o", str(target)]) == 2
+    one_line(capsys, "not an output we wrote")
+    assert target.read_bytes() == before
+    ours = tmp_path / f"ours-{name}"
+    assert main(["export", str(failed_logs), "-o", str(ours)]) == 0
+    assert main(["export", str(failed_logs), "-o", str(ours)]) == 0  # our own: replaced
+
+
+def test_a_chrome_trace_of_ours_with_its_producer_at_the_end_is_still_replaced(
+    tmp_path: Path, failed_logs: Path
+) -> None:
+    """As earlier versions wrote it: `traceEvents` first, our producer in `otherData` at the end."""
+    earlier = tmp_path / "trace.json"
+    events = [{"ph": "X", "name": "VALIDATED", "ts": 0, "dur": 1, "pid": 1, "tid": 1}] * 5000  # > 64 KiB before it
+    earlier.write_bytes(orjson.dumps({"traceEvents": events, "otherData": {"producer": "megatron-lifecycle"}}))
+    assert main(["export", str(failed_logs), "-o", str(earlier)]) == 0
+    assert orjson.loads(earlier.read_bytes())["otherData"]["producer"] == "megatron-lifecycle"
+
+
 def test_a_directory_as_output_is_one_line_and_exit_2(tmp_path: Path, failed_logs: Path) -> None:
     done = cli("report", str(failed_logs), "-o", str(tmp_path))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "is a directory" in done.stderr, done.stderr
