@@ -3,6 +3,7 @@
 Each module is one cosmic-ray session whose test command runs only that module's tests. The score of a
 module is killed / (mutants - equivalent): a mutant listed under [[equivalent]] in the toml (by path,
 operator and the text of the mutated line) cannot change behaviour and is left out, with its reason.
+The hand-written mistakes (`[[mistake]]`, scripts/_mistakes.py) run after the chosen modules' mutants.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import _mistakes  # scripts/, the first entry of sys.path when scripts/_mutation.py runs
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -259,30 +261,52 @@ def markdown(scores: list[Score]) -> str:
     return "\n".join(rows)
 
 
+def _one_run_at_a_time() -> None:
+    """Hold .mutation/lock for the rest of this process: a second run would rewrite the copy the first
+    one's mutants are in."""
+    import fcntl
+
+    lock = (STATE / "lock").open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit("another scripts/mutation run is using .mutation/work; wait for it to end")
+    globals()["_LOCK"] = lock  # kept open (and locked) until the process ends
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("modules", nargs="*", help="run only modules whose name starts with one of these")
     parser.add_argument("--report", action="store_true", help="print the last results, run nothing")
     parser.add_argument("--fresh", action="store_true", help="forget earlier results of the chosen modules")
     parser.add_argument("--markdown", action="store_true", help="print the last results as docs/testing.md keeps them")
+    parser.add_argument("--mistakes", action="store_true", help="run only the hand-written mistakes ([[mistake]])")
     args = parser.parse_args()
     config = tomllib.loads((ROOT / "scripts" / "mutation.toml").read_text())
     # In the order asked for (each name a prefix), else in file order.
     chosen = [m for prefix in args.modules or [""] for m in config["module"] if m["name"].startswith(prefix)]
     chosen = [m for i, m in enumerate(chosen) if m not in chosen[:i]]
-    if not chosen:
+    prefixes = args.modules or [""]
+    mistakes = [e for e in config.get("mistake", []) if any(e["name"].startswith(p) for p in prefixes)]
+    if args.mistakes:
+        chosen = []
+    if not chosen and not mistakes:
         sys.exit(f"no module matches {args.modules}; the modules are {', '.join(m['name'] for m in config['module'])}")
     STATE.mkdir(exist_ok=True)
     if not (args.report or args.markdown):
+        _one_run_at_a_time()
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         sync_copy()
         for module in chosen:
             run_module(module, config["run"], args.fresh)
+        _mistakes.run(mistakes, WORK, STATE, VENV / "python")
     scores = [score(m, config["run"], config.get("equivalent", [])) for m in chosen]
     if args.markdown:
         print(markdown(scores))
+        print("\nHand-written mistakes (`[[mistake]]`):\n")
+        print("\n".join(f"- `{line}`" for line in _mistakes.lines(mistakes, STATE)) or "- none")
         return
-    text = report(scores)
+    text = "\n".join([report(scores), *_mistakes.lines(mistakes, STATE)])
     print(text)
     (STATE / "last-report.txt").write_text(text + "\n")
 
