@@ -132,7 +132,7 @@ def _failed(part: str, errors: dict[int, str]) -> int:
     """A run's failure, each rank's line; exit 2 when every rank refused the config, else 1."""
     for rank, line in sorted(errors.items()):
         print(f"lifecycle verify-resume: the {part} run's rank {rank} failed: {redact_text(line)}", file=sys.stderr)
-    refused = all("ConfigError" in line for line in errors.values())
+    refused = all(line.startswith("ConfigError: ") for line in errors.values())  # the type, never the text
     return EXIT_INPUT if refused else 1
 
 

@@ -38,6 +38,7 @@ from lifecycle.audit._render import as_json, text
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._verdict import VERSION as VERDICT_VERSION
 from lifecycle.audit._verdict_follow import follow_verdict
+from lifecycle.cli.verify_resume import _failed as verify_resume_failed
 from lifecycle.config._bounds import LOCAL_PATHS
 from lifecycle.config._checkpoints import LATEST, checkpoint_problem, iteration_dir, latest_step, partial_dir
 from lifecycle.config._loading import preset_names
@@ -376,6 +377,7 @@ __all__ = [
     "torchrun_env",
     "track",
     "unknown_identity",
+    "verify_resume_failed",
     "warm_up",
     "world_size_of",
     "write_chrome",

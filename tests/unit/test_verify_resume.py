@@ -1,12 +1,16 @@
 """`lifecycle verify-resume`'s comparison (`lifecycle.core_entry.verify.first_difference`), without torch: the
 first step that differs, then the first rank, then the loss, the gradient norm and each tensor in the
-model's order; a step one run lacks; None when every step is equal on every rank."""
+model's order; a step one run lacks; None when every step is equal on every rank. And its exit status
+for a failed run: 2 only when every rank refused the config."""
 
 from __future__ import annotations
 
 import copy
 
+import pytest
+
 from lifecycle.core_entry.verify import first_difference
+from lifecycle.testing import verify_resume_failed
 
 
 def step(number: int, loss: str = "2.5", **tensors: str) -> dict[str, object]:
@@ -60,3 +64,16 @@ def test_a_step_the_resumed_run_has_beyond_the_uninterrupted_ones_is_named() -> 
 def test_histories_with_no_step_at_all_are_not_reported_equal() -> None:
     assert first_difference([[], []], [[], []]) == "no step was recorded on any rank"
     assert first_difference([], []) == "no step was recorded on any rank"
+
+
+def test_a_run_is_refused_input_only_when_every_rank_raised_configerror_not_when_a_message_names_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    refused = {0: "ConfigError: the config has 1 problem(s): ...", 1: "ConfigError: the config has 1 problem(s): ..."}
+    assert verify_resume_failed("first", refused) == 2
+    named = {0: "RuntimeError: megatron raised ConfigError while loading", 1: "ConfigError: the config has 1 problem"}
+    assert verify_resume_failed("first", named) == 1
+    assert verify_resume_failed("second", {0: "ValueError: not a ConfigError: the shapes differ"}) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "lifecycle verify-resume: the second run's rank 0 failed: ValueError: not a ConfigError: the shapes differ"
+    )
