@@ -23,7 +23,7 @@ import orjson
 
 from lifecycle.audit import Appender
 from lifecycle.errors import LogUnreadable
-from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, nanos, ours, sdk
+from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, nanos, ours, resource, sdk
 from lifecycle.export._reads import FOLLOWS, Followed, followed
 from lifecycle.log import Tail, events
 
@@ -50,6 +50,7 @@ class _Rank:
         self.tail = Tail(path)
         self.lines = 0  # read so far
         self.root: Span | None = None
+        self.tracer: Tracer | None = None  # of the root's resource
         self.open: dict[str, tuple[Span, float]] = {}
         self.done = False
 
@@ -97,26 +98,27 @@ def follow(
     return exporter.count
 
 
-def _tracers(provider: type[TracerProvider], exporter: SpanExporter) -> Callable[[str], Tracer]:
-    """The tracer of a run id, its spans written by `exporter` as they end."""
-    from opentelemetry.sdk.resources import Resource
+Tracers = Callable[[str, int, int, "int | None"], "Tracer"]
+
+
+def _tracers(provider: type[TracerProvider], exporter: SpanExporter) -> Tracers:
+    """The tracer of a rank's process in a restart cycle (`_otlp.resource`), its spans written by
+    `exporter` as they end."""
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    providers: dict[str, TracerProvider] = {}
+    providers: dict[tuple[str, int, int], TracerProvider] = {}
 
-    def tracer(run_id: str) -> Tracer:
-        if run_id not in providers:
-            resource = Resource.create({"service.name": "megatron", "lifecycle.run_id": run_id, "run_uuid": run_id})
-            providers[run_id] = provider(resource=resource)
-            providers[run_id].add_span_processor(SimpleSpanProcessor(exporter))
-        return providers[run_id].get_tracer(SCOPE)
+    def tracer(run_id: str, rank: int, attempt: int, world_size: int | None) -> Tracer:
+        key = (run_id, rank, attempt)
+        if key not in providers:
+            providers[key] = provider(resource=resource(run_id, rank, attempt, world_size), shutdown_on_exit=False)
+            providers[key].add_span_processor(SimpleSpanProcessor(exporter))
+        return providers[key].get_tracer(SCOPE)
 
     return tracer
 
 
-def _read_pass(
-    log_dir: Path, ranks: dict[Path, _Rank], tracer: Callable[[str], Tracer], world: int
-) -> tuple[bool, int]:
+def _read_pass(log_dir: Path, ranks: dict[Path, _Rank], tracer: Tracers, world: int) -> tuple[bool, int]:
     """One pass over the rank files: each new record applied to its rank's spans. Returns whether
     anything was new and the largest world size seen."""
     changed = False
@@ -125,7 +127,7 @@ def _read_pass(
         for rec in _new_records(path, rank):
             changed = True
             world = max(world, rec.world_size or 0)
-            _apply(tracer(str(rec.run_id)), rank, rec, rec.ts or 0.0)
+            _apply(tracer, rank, rec, rec.ts or 0.0)
     return changed, world
 
 
@@ -143,29 +145,22 @@ def _new_records(path: Path, rank: _Rank) -> Iterator[Followed]:
             yield rec
 
 
-def _apply(tracer: Tracer, rank: _Rank, rec: Followed, ts: float) -> None:
+def _apply(tracers: Tracers, rank: _Rank, rec: Followed, ts: float) -> None:
     from opentelemetry import trace as api
 
     event, ns = rec.event, nanos(ts)
     if event == events.LIFECYCLE_STARTED or (rank.root is None and not rank.done):
         _close(rank, ns, error=None)
         rank.done = False
-        rank.root = tracer.start_span(
-            ROOT,
-            start_time=ns,
-            attributes={
-                "lifecycle.run_id": str(rec.run_id),
-                "lifecycle.rank": rec.rank or 0,
-                "lifecycle.world_size": rec.world_size or 0,
-                "nvrx.cycle": (cast("int | None", rec.get("attempt")) if event == events.LIFECYCLE_STARTED else 0) or 0,
-            },
-        )
-    if rank.root is None:  # after the rank's end: the records of its shutdown or FAILED
+        attempt = (cast("int | None", rec.get("attempt")) if event == events.LIFECYCLE_STARTED else 0) or 0
+        rank.tracer = tracers(str(rec.run_id), rec.rank or 0, attempt, rec.world_size)
+        rank.root = rank.tracer.start_span(ROOT, start_time=ns, attributes={"nvrx.cycle": attempt})
+    if rank.root is None or rank.tracer is None:  # after the rank's end: the records of its shutdown or FAILED
         return
     if event == events.TRANSITION_STARTED:
         trigger = str(rec.get("trigger"))
         rank.open[trigger] = (
-            tracer.start_span(f"{trigger} (running)", context=api.set_span_in_context(rank.root), start_time=ns),
+            rank.tracer.start_span(f"{trigger} (running)", context=api.set_span_in_context(rank.root), start_time=ns),
             ts,
         )
     elif event == events.TRANSITION_COMPLETED:

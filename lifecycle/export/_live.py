@@ -50,7 +50,7 @@ class LiveSpans:
         self._exporter = exporter
         self._sdk = _otlp.sdk()
         self._ids = _otlp.make_ids()
-        self._providers: dict[tuple[str | None, int], TracerProvider] = {}
+        self._providers: dict[tuple[str | None, int, int], TracerProvider] = {}
         self._audit = RankAudit("live")
         self._details = Details()
         self._lineno = 0
@@ -103,10 +103,10 @@ class LiveSpans:
         if self._root is not None:
             self._close_root(self._root)
         attempt = number or 0
-        key = (self._audit.run_id, attempt)
+        key = (self._audit.run_id, self._audit.rank or 0, attempt)
         if key not in self._providers:
             self._providers[key] = self._sdk(
-                resource=_otlp.resource(*key), id_generator=self._ids, shutdown_on_exit=False
+                resource=_otlp.resource(*key, self._audit.world_size), id_generator=self._ids, shutdown_on_exit=False
             )  # `close` shuts it down
             self._providers[key].add_span_processor(self._processor)
         self._tracer = self._providers[key].get_tracer(_otlp.SCOPE)

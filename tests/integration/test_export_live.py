@@ -38,6 +38,7 @@ def test_the_live_spans_of_a_two_rank_run_are_the_spans_exported_from_its_logs(t
     assert written == flat_spans([after.read_bytes()])
     names = sorted(str(s["name"]) for s in written.values())
     assert names.count("megatron.startup") == 2 and names.count("DISTRIBUTED") == 2 and names.count("imports") == 2
-    assert {
-        s["attributes"]["lifecycle.rank"]["intValue"] for s in written.values() if s["name"] == "megatron.startup"
-    } == {"0", "1"}
+    assert {s["resource"]["dl.rank"]["intValue"] for s in written.values() if s["name"] == "megatron.startup"} == {
+        "0",
+        "1",
+    }

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from lifecycle.testing import ROOT, follow
+from tests.otlp_spans import flat_spans
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
 
@@ -62,9 +63,9 @@ def test_a_failed_rank_ends_with_error_status(tmp_path: Path) -> None:
     failed_run(tmp_path / "logs")
     out = tmp_path / "live.jsonl"
     follow(tmp_path / "logs", out, poll_s=0.01, idle_timeout_s=0.2)
-    roots = {
-        next(a["value"]["intValue"] for a in s["attributes"] if a["key"] == "lifecycle.rank"): s
-        for s in spans_of(out)
+    roots = {  # the rank is its process's, on the resource (nemo-lens's `dl.rank`)
+        s["resource"]["dl.rank"]["intValue"]: s
+        for s in flat_spans(out.read_bytes().splitlines()).values()
         if s["name"] == ROOT
     }
     assert sorted(roots) == ["0", "1", "2", "3"]

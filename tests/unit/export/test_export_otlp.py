@@ -62,11 +62,13 @@ def test_the_file_parses_into_what_the_sdk_encoder_builds(
 
 
 def _by_rank(message: Any) -> dict[int, list[Any]]:
+    """Roots by their resource's rank (nemo-lens's `dl.rank`); every other span under -1."""
     out: dict[int, list[Any]] = {}
     for resource in message.resource_spans:
+        rank = _attrs(resource.resource)["dl.rank"]
         for scope in resource.scope_spans:
             for span in scope.spans:
-                out.setdefault(_attrs(span)["lifecycle.rank"] if span.name == ROOT else -1, []).append(span)
+                out.setdefault(rank if span.name == ROOT else -1, []).append(span)
     return out
 
 
@@ -84,10 +86,12 @@ def test_a_root_span_per_rank_with_megatron_names_and_run_attributes(clean_logs:
     assert {"arg_parse", "initialize_megatron", "model_init"} <= megatron  # in-process phases log no imports
     root = roots[0][0]
     attributes = _attrs(root)
-    assert attributes["lifecycle.run_id"] == "run-a" and attributes["nvrx.cycle"] == 0
+    assert attributes["nvrx.cycle"] == 0 and "nemo.run.id" not in attributes  # the run is the resource's
     assert attributes["lifecycle.plan"] == "training" and len(attributes["lifecycle.config_fingerprint"]) == 64
-    resource = {a.key: a.value.string_value for a in message.resource_spans[0].resource.attributes}
-    assert resource["run_uuid"] == "run-a" and resource["service.name"] == "megatron"
+    resources = [_attrs(r.resource) for r in message.resource_spans]
+    assert [(r["dl.rank"], r["service.instance.id"]) for r in resources] == [(0, "run-a-rank0"), (1, "run-a-rank1")]
+    assert all(r["nemo.run.id"] == r["run_uuid"] == "run-a" and r["dl.world_size"] == 2 for r in resources)
+    assert all(r["service.name"] == "megatron" and r["nvrx.cycle"] == 0 for r in resources)
     assert all(c.parent_span_id for c in children) and root.status.code == 0
 
 
@@ -101,7 +105,7 @@ def test_failures_are_error_status_and_violations_span_events(failed_logs: Path)
     events = {e.name: _attrs(e) for c in _by_rank(message)[-1] for e in c.events}
     assert events["tripwire_violation"]["lifecycle.kind"] == "violation"
     assert events["peer_failed"]["lifecycle.peer_rank"] == 2
-    assert "CUDA out of memory" in next(r for r in roots.values() if _attrs(r)["lifecycle.rank"] == 2).status.message
+    assert "CUDA out of memory" in _by_rank(message)[2][0].status.message
 
 
 def test_without_the_sdk_the_error_names_the_extra(

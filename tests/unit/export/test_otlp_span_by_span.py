@@ -60,16 +60,14 @@ def test_spans_are_in_unix_nanoseconds_and_say_the_run_the_process_and_where_a_v
     assert abs(root.start_time - int(T) * NS) < 1000 and abs(root.end_time - (int(T) + 7) * NS) < 1000
     assert abs(validated.end_time - validated.start_time - NS // 4) < 1000
     assert root.status.status_code.name == "ERROR" and "gone" in (root.status.description or "")
-    assert {
-        k: root.attributes[k] for k in ("lifecycle.run_id", "lifecycle.world_size", "host.name", "process.pid")
-    } == {
-        "lifecycle.run_id": "run-o",
-        "lifecycle.world_size": 2,
-        "host.name": "node7",
-        "process.pid": 7,
+    assert {k: root.attributes[k] for k in ("host.name", "process.pid")} == {"host.name": "node7", "process.pid": 7}
+    resource = root.resource.attributes  # the rank's process, named as nemo-lens names it
+    assert {k: resource[k] for k in ("nemo.run.id", "dl.rank", "dl.world_size", "service.instance.id")} == {
+        "nemo.run.id": "run-o",
+        "dl.rank": 0,
+        "dl.world_size": 2,
+        "service.instance.id": "run-o-rank0",
     }
-    resource = root.resource.attributes
-    assert (resource["lifecycle.run_id"], resource["service.instance.id"]) == ("run-o", "run-o:0")
     events = sorted(e.name for e in validated.events)  # the records at its start and end, the first's finding
     assert events == ["LA012", "tripwire_violation", "tripwire_violation"]
     [failed] = [e for e in root.events if e.name == "peer_failed"]  # logged after the last state's work
@@ -85,7 +83,7 @@ def test_a_log_without_its_lifecycle_started_gives_its_states_as_spans_of_cycle_
     found = _by_name(_write(tmp_path / "logs", w))
     root = found[ROOT]
     assert set(found) == {ROOT, "VALIDATED"} and found["VALIDATED"].parent.span_id == root.context.span_id
-    assert (root.attributes["nvrx.cycle"], root.attributes["lifecycle.world_size"]) == (0, 0)
+    assert (root.attributes["nvrx.cycle"], root.resource.attributes["dl.world_size"]) == (0, 0)
     assert "host.name" not in root.attributes
 
 
