@@ -35,6 +35,7 @@ from lifecycle.audit._timing import ChainLink as ChainLink
 from lifecycle.audit._timing import StateBlame as StateBlame
 from lifecycle.audit._timing import blame, critical_chain, stragglers
 from lifecycle.audit._verdict import EXIT as VERDICT_EXIT
+from lifecycle.audit._verdict import judge as judge
 from lifecycle.audit._verdict import ours as verdict_ours
 from lifecycle.audit._verdict import verdict
 from lifecycle.audit._verdict_follow import follow_verdict as follow_verdict

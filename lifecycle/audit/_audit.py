@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from lifecycle.audit._cause import RootCause, root_causes
 from lifecycle.audit._cross import cross_rank
 from lifecycle.audit._feed import Feeder, Tap
+from lifecycle.audit._launches import Launch, read_launches
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import STDIN, STDIN_NAME, Input, discover, file_rank, open_input
 from lifecycle.audit._records import Finding, unreadable
@@ -40,6 +41,10 @@ class AuditResult:
     sources: int
     records: int
     root_causes: tuple[RootCause, ...] = ()
+    launches: tuple[Launch, ...] = ()
+    """The launchers' own records (`launcher-*.jsonl`: `lifecycle run`, one per node agent)."""
+    launch_broken: tuple[str, ...] = ()
+    """`file:line` of each launcher file whose chain does not verify (also an LA009 finding)."""
 
     @property
     def exit_code(self) -> int:
@@ -108,7 +113,8 @@ def _audit(
 ) -> tuple[AuditResult, list[Tap]]:
     found = discover(paths)
     read = _read_all(found.inputs, jobs, tap, limit)
-    errors = [*found.errors, *read.errors]
+    launched = read_launches(found.launchers)
+    errors = [*found.errors, *read.errors, *launched.errors]
     records = sum(s.records for s in read.streams)
     notes = read.notes + read.empty if records else read.notes
     if not records and found.inputs and not read.errors:  # an unreadable first record says more on its own
@@ -119,6 +125,7 @@ def _audit(
         + cross_rank(read.streams)
         + notes
         + [c.finding() for c in causes]
+        + [_broken_launch(where) for where in launched.broken]
     )
     kept = tuple(sorted((f for f in findings if f.rule in rules), key=_order))
     return AuditResult(
@@ -128,7 +135,19 @@ def _audit(
         sources=len(found.inputs),
         records=records,
         root_causes=tuple(causes),
+        launches=tuple(launched.launches),
+        launch_broken=tuple(launched.broken),
     ), read.taps
+
+
+def _broken_launch(where: str) -> Finding:
+    source, _, line = where.rpartition(":")
+    return Finding(
+        rule=RuleId.HASH_CHAIN_BROKEN,
+        source=source,
+        line=int(line),
+        message="the launcher record's hash chain does not verify: a record was changed, removed or reordered",
+    )
 
 
 def _no_records(paths: Sequence[str], inputs: Sequence[Input]) -> LogUnreadable:

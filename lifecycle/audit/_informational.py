@@ -31,6 +31,8 @@ _REASONS: Final[dict[str, str]] = {
     events.RESOURCE_LINGERED: "a resource gone within the settle time: not a leak (resource_leaked is LA023)",
     events.RESOURCES_HANDED_OVER: "the drop-in's hand-over of Megatron-LM's resources at pretrain's return: "
     "no longer the lifecycle's to release, so nothing to judge",
+    events.LAUNCH_ENDED: "not a rank's record: `lifecycle run` writes it to launcher-NNNNN.jsonl, which the verdict "
+    "reads apart (lifecycle/audit/_launches.py)",
     "process_group_adopted": "which process group DISTRIBUTED used (the script's own, under the drop-in); nothing "
     "a rule or the verdict judges depends on who made it",
 }

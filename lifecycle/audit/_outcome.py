@@ -106,17 +106,19 @@ def unreadable_doc(errors: Sequence[LogUnreadable]) -> Doc:
     return {"outcome": "unreadable", "class": None, "action": "STOP", "where": shown, "reason": reason}
 
 
-def tampered_doc(broken: Sequence[RankAudit]) -> Doc:
-    """A hash chain does not verify: the records cannot be trusted to say who failed."""
-    first = broken[0]
+def tampered_doc(broken: Sequence[RankAudit], launchers: Sequence[str] = ()) -> Doc:
+    """A hash chain does not verify (a rank's, or a launcher record's): the records cannot be trusted
+    to say who failed."""
+    wheres = [*(where(r.source, r.broken) for r in broken), *launchers][:SHOWN]
+    whose = f"rank {broken[0].rank}'s" if broken else "the launcher record's"
     return {
         "outcome": "tampered",
-        "run_id": first.run_id,
+        "run_id": broken[0].run_id if broken else None,
         "class": None,
         "action": "STOP",
-        "where": [where(r.source, r.broken) for r in broken[:SHOWN]],
-        "reason": f"rank {first.rank}'s hash chain does not verify at {where(first.source, first.broken)} (LA009): "
-        "a record was changed, removed, inserted or reordered, so no rank is blamed from these logs",
+        "where": wheres,
+        "reason": f"{whose} hash chain does not verify at {wheres[0]} (LA009): a record was changed, removed, "
+        "inserted or reordered, so no rank is blamed from these logs",
     }
 
 

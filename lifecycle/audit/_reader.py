@@ -50,6 +50,14 @@ class Input:
 class Discovery:
     inputs: tuple[Input, ...]
     errors: tuple[LogUnreadable, ...]
+    launchers: tuple[str, ...] = ()
+    """`launcher-*.jsonl` files (`lifecycle run`'s own record, one per node agent): read apart from the
+    ranks' logs (`_launches.py`)."""
+
+
+def launcher_file(name: str) -> bool:
+    base = os.path.basename(name)
+    return base.startswith("launcher-") and base.endswith(".jsonl")
 
 
 def discover(paths: Sequence[str]) -> Discovery:
@@ -59,6 +67,7 @@ def discover(paths: Sequence[str]) -> Discovery:
         return Discovery((), (unreadable("lifecycle audit", None, "no input: give log files, log directories or '-'"),))
     found: list[Input] = []
     errors: list[LogUnreadable] = []
+    launchers: list[str] = []
     for raw in paths:
         if raw == STDIN:
             found.append(Input(STDIN, stream=True))
@@ -69,15 +78,20 @@ def discover(paths: Sequence[str]) -> Discovery:
             errors.append(unreadable(raw, None, _why(exc)))
             continue
         if not stat.S_ISDIR(mode):
-            found.append(Input(raw, stream=not stat.S_ISREG(mode)))
+            if launcher_file(raw) and stat.S_ISREG(mode):
+                launchers.append(raw)
+            else:
+                found.append(Input(raw, stream=not stat.S_ISREG(mode)))
             continue
+        names = os.listdir(raw)
         files = sorted(
-            os.path.join(raw, name) for name in os.listdir(raw) if name.startswith("rank-") and name.endswith(".jsonl")
+            os.path.join(raw, name) for name in names if name.startswith("rank-") and name.endswith(".jsonl")
         )
+        launchers += sorted(os.path.join(raw, name) for name in names if launcher_file(name))
         if not files:
             errors.append(unreadable(raw, None, "no rank-*.jsonl files in this directory: pass the run's log_dir"))
         found.extend(Input(name, listed=True) for name in files)
-    return Discovery(tuple(found), tuple(errors))
+    return Discovery(tuple(found), tuple(errors), tuple(launchers))
 
 
 def _why(exc: OSError) -> str:

@@ -16,15 +16,21 @@ The class decides the action:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from lifecycle.audit import _outcome
 from lifecycle.audit._cause import RootCause
 from lifecycle.audit._groups import SHORTER
+from lifecycle.audit._launches import LaunchRead
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import EXHAUSTED, Failure, Finding
 from lifecycle.audit._rules import RuleId
+from lifecycle.audit._verdict_launch import launch_verdict
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import JSONValue
+
+if TYPE_CHECKING:
+    from lifecycle.audit._audit import AuditResult
 
 VERSION = 1
 """The verdict's schema version: a field added keeps it, a field renamed or removed bumps it."""
@@ -74,6 +80,8 @@ _DISTRIBUTED_FIELDS = {
     "process_group.timeout": "config",  # a group's own timeout, shorter than the budget, fired: it will again
 }
 _LOST = ("died", "peer")  # the culprit itself is gone or silent (a timeout names the one who waited)
+OWN = ("failed", "timeout", EXHAUSTED)
+"""Root causes a rank's own record shows (a log that only stops, `died`, does not say when its process ended)."""
 _EVIDENCE = 5
 
 
@@ -172,6 +180,7 @@ def verdict(
     *,
     unreadable: int = 0,
     errors: Sequence[LogUnreadable] = (),
+    launches: LaunchRead | None = None,
 ) -> dict[str, JSONValue]:
     """The verdict: `unreadable` or `tampered` when the records cannot be read or trusted; `failed`
     on the first run that failed (its root cause); `stopped` when ranks were only stopped from
@@ -180,11 +189,20 @@ def verdict(
     audit's exit status."""
     doc: dict[str, JSONValue] = {"verdict": VERSION}
     counts: dict[str, JSONValue] = {"findings": len(findings), "ranks": len(ranks)}
+    launched = launches or LaunchRead([], [], [])
+    errors = [*errors, *launched.errors]
     if errors or unreadable or not ranks:
         return doc | _outcome.unreadable_doc(errors) | counts
     broken = _outcome.tampered(ranks)
-    if broken:
-        return doc | _outcome.tampered_doc(broken) | counts
+    if broken or launched.broken:
+        return doc | _outcome.tampered_doc(broken, launched.broken) | counts
+    own = [c for c in causes if c.kind in OWN]
+    if own:  # a rank's own record shows it failing: the logs decide
+        return doc | _failed(causes, ranks, findings) | counts
+    run_id = causes[0].run_id if causes else ranks[0].run_id
+    said = launch_verdict(ranks, launched.launches, run_id)
+    if said is not None:  # torchrun saw who ended first, or the launcher itself was stopped
+        return doc | said | counts
     if causes:
         return doc | _failed(causes, ranks, findings) | counts
     runs = _outcome.ends(ranks)
@@ -199,6 +217,13 @@ def verdict(
     if run.signalled and not run.short and not run.missing_count:
         return doc | _outcome.stopped_doc(run, None, None) | counts
     return doc | _outcome.incomplete_doc(runs) | counts
+
+
+def judge(result: AuditResult) -> dict[str, JSONValue]:
+    """The verdict on an audit's result: its root causes, ranks, findings, unreadable inputs and the
+    launchers' records."""
+    launched = LaunchRead(list(result.launches), [], list(result.launch_broken))
+    return verdict(result.root_causes, result.ranks, result.findings, errors=result.errors, launches=launched)
 
 
 EXIT = {

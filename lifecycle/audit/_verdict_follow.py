@@ -9,7 +9,8 @@ for the culprit's own record, unless the victim names it lost (`peer_kind` `lost
 `stale_s`): such a rank wrote its last record before it was declared lost, so one more pass over every
 file, begun after the pass that found the victim's record, has all of them. It also returns when every rank
 of the world shut down (a clean verdict), when a rank shut down and the others have been silent for
-`stall_s`, or when no rank wrote for `idle_timeout_s`: the logs are then judged as they stand, and a
+`stall_s`, when the launcher's own record (`launch_ended`) of the run is in (after one more read of every
+rank file), or when no rank wrote for `idle_timeout_s`: the logs are then judged as they stand, and a
 log that stopped short is a rank that died.
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 import orjson
 
 from lifecycle.audit._cause import root_causes
+from lifecycle.audit._launches import LaunchRead, read_launches
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import CAUSE_KINDS, EXHAUSTED, unreadable
 from lifecycle.audit._verdict import verdict
@@ -89,7 +91,7 @@ def follow_verdict(
     """Follow `log_dir` until a failure is known (plus `grace_s`), every rank shut down, nothing was
     written for `idle_timeout_s`, or `stop()` is true; the verdict then."""
     ranks: dict[Path, _Followed] = {}
-    last_change, failed_at, reread = time.monotonic(), None, False
+    last_change, failed_at, reread, launched_seen, finished = time.monotonic(), None, False, False, False
     while True:
         changed = False
         for path in sorted(Path(log_dir).glob("rank-*.jsonl")):
@@ -97,6 +99,12 @@ def follow_verdict(
         now = time.monotonic()
         last_change = now if changed else last_change
         streams = [r.audit for r in ranks.values()]
+        launched = _launched(log_dir, streams)
+        if launched.launches and launched_seen:
+            break  # the launcher's record is in, and every rank file was read once more after it
+        launched_seen = bool(launched.launches)
+        if launched_seen:
+            continue  # the launch is over: read every rank file once more, at once
         if failed_at is None and any(s.failure is not None for s in streams):
             failed_at = now
         known = _known(streams) if failed_at is not None else None
@@ -116,4 +124,13 @@ def follow_verdict(
             stream.finish()
     live = [s for s in streams if s.records and s.rank is not None]
     errors = [r.broken for r in ranks.values() if r.broken is not None]
-    return verdict(root_causes(live), live, [f for s in live for f in s.findings()], errors=errors)
+    findings = [f for s in live for f in s.findings()]
+    return verdict(root_causes(live), live, findings, errors=errors, launches=_launched(log_dir, streams))
+
+
+def _launched(log_dir: str | Path, streams: list[RankAudit]) -> LaunchRead:
+    """The launchers' records of the runs being followed (a launcher file of an earlier run is not this one's end)."""
+    runs = {s.run_id for s in streams if s.records}
+    read = read_launches(str(p) for p in sorted(Path(log_dir).glob("launcher-*.jsonl")))
+    read.launches = [launch for launch in read.launches if launch.run_id in runs]
+    return read

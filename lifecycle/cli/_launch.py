@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from contextlib import suppress
+from pathlib import Path
 from types import FrameType
 from typing import IO, TextIO
 
@@ -118,14 +119,15 @@ def launch_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def launch(args: argparse.Namespace) -> int:
+def launch(args: argparse.Namespace, log_dir: str | None = None) -> int:
     """Run torchrun and wait for it; its exit status, or 128 + N when signal N stopped the launch.
 
     torchrun runs in its own session (a terminal's Ctrl-C reaches it once, forwarded from here, not
     twice) and dies with this process, even when this one is SIGKILLed (`die_with_parent`; each
     rank does the same with torchrun). SIGTERM and SIGINT here are forwarded to torchrun, which
     stops its ranks with the same signal: each logs `startup_aborted` and releases everything (or,
-    its main thread blocked in native code, ends 3 s later: docs/failures.md).
+    its main thread blocked in native code, ends 3 s later: docs/failures.md). With a log directory,
+    how the ranks ended goes to `launcher-<node>.jsonl` there (`launch_ended`, `_launch_record.py`).
     """
     from lifecycle.launchers.local import die_with_parent, free_port
 
@@ -141,27 +143,60 @@ def launch(args: argparse.Namespace) -> int:
     report = TorchrunReport(sys.stderr)
     copier = threading.Thread(target=report.copy, args=(torchrun.stderr,), name="lifecycle-torchrun-stderr")
     copier.start()
-    status = wait_forwarding(torchrun)
+    status = wait_forwarding(torchrun, report.received)
     copier.join()
-    summary = report.summary(args.log_dir)
-    if status != 0 and summary:
-        print(f"lifecycle run: {summary}", file=sys.stderr, flush=True)
+    written = _record(args, log_dir, status, report) if log_dir else None
+    line = report.stopped_line(log_dir) if report.received else report.summary(log_dir) if status != 0 else None
+    for text in (line, written):
+        if text:
+            print(f"lifecycle run: {text}", file=sys.stderr, flush=True)
     return status
 
 
+def _record(args: argparse.Namespace, log_dir: str, status: int, report: TorchrunReport) -> str | None:
+    """Write this node agent's `launch_ended`; a line to say when it could not be written."""
+    from lifecycle.cli._launch_record import host, run_id_of, write_launch_ended
+    from lifecycle.log import records
+
+    run_id = run_id_of(Path(log_dir))
+    if run_id is None or not Path(log_dir).is_dir():
+        return None  # no rank wrote a log here: there is nothing to tie the record to
+    node = args.node_rank or 0
+    received = signal.Signals(report.received[0]).name if report.received else None
+    record = records.LaunchEnded(
+        node_rank=node, host=host(), nproc=args.nproc, exit=status, signal=received, ended=report.ended()
+    )
+    try:
+        wrote = write_launch_ended(
+            log_dir, run_id=run_id, node_rank=node, world_size=launch_world_size(args) or 0, record=record
+        )
+    except OSError as exc:
+        return f"the launcher record could not be written to {log_dir}: {exc.strerror or exc}"
+    return None if isinstance(wrote, Path) else wrote
+
+
 _ELASTIC_FAILED = re.compile(r"^[EWI]\d{4} .*torch/distributed/elastic/.*\] failed \(exitcode: ")
-_FIELD = re.compile(r"^\s*(rank|exitcode)\s*: (-?\d+)")
+_ELASTIC_STOPPING = re.compile(
+    r"^[EWI]\d{4} .*torch/distributed/elastic/.*\] (Received \d+ death signal|Sending process \d+ closing signal)"
+)
+_SIGNAL_EXCEPTION = "torch.distributed.elastic.multiprocessing.api.SignalException"
+_FIELD = re.compile(r"^\s*(time|rank|exitcode)\s*: (\S+)(?: \(local_rank: (\d+)\))?")
 
 
 class TorchrunReport:
     """Copies torchrun's stderr (its ranks' lines among it) to `out`, without torchrun's own failure
     report: the traceback ending in `ChildFailedError` and its table, and the agent's
-    `failed (exitcode: N)` line. `summary()` says the same in one line: which rank exited how."""
+    `failed (exitcode: N)` line; and without the traceback of its `SignalException` and the agent's
+    lines about the signal when this process took one and forwarded it (`received`). `summary()`
+    says the failure in one line: which rank exited how; `ended()` the same for the record."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.held: list[str] = []  # a traceback being read: shown unless it is torchrun's own
         self.failures: list[tuple[int, int]] = []  # (rank, exit code) from the report
+        self.entries: list[dict[str, str]] = []  # each failure's fields: time, rank, local_rank, exitcode
+        self.root = 0  # how many entries came before the report's Root Cause (the first observed failure)
+        self.received: list[int] = []  # the signals this process took and forwarded to torchrun
         self.in_report = self.root_seen = False
 
     def copy(self, stream: IO[bytes]) -> None:
@@ -175,6 +210,8 @@ class TorchrunReport:
         elif self.held:
             if text.startswith("torch.distributed.elastic.multiprocessing.errors.ChildFailedError"):
                 self.held, self.in_report = [], True
+            elif text.startswith(_SIGNAL_EXCEPTION):
+                self.held = []  # torchrun stopped by a signal: `lifecycle run:` says it in one line
             elif text[:1].isspace() or text.startswith("Traceback"):
                 self.held.append(text)
             else:  # another error's traceback ends here: not torchrun's report
@@ -182,18 +219,24 @@ class TorchrunReport:
                 self._flush()
         elif text.startswith("Traceback (most recent call last):"):
             self.held.append(text)
-        elif not _ELASTIC_FAILED.match(text):
+        elif not _ELASTIC_FAILED.match(text) and not (self.received and _ELASTIC_STOPPING.match(text)):
             self.out.write(text)
             self.out.flush()
 
     def _read_report(self, text: str) -> None:
         field = _FIELD.match(text)
-        if field and field.group(1) == "rank":
+        if field and field.group(1) == "time":
+            self.entries.append({"time": field.group(2)})
+        elif field and field.group(1) == "rank" and field.group(2).lstrip("-").isdigit():
             self.failures.append((int(field.group(2)), 0))
-        elif field and self.failures:
+            if not self.entries or "rank" in self.entries[-1]:
+                self.entries.append({})
+            self.entries[-1] |= {"rank": field.group(2), "local_rank": field.group(3) or ""}
+        elif field and field.group(1) == "exitcode" and self.failures and field.group(2).lstrip("-").isdigit():
             self.failures[-1] = (self.failures[-1][0], int(field.group(2)))
+            self.entries[-1]["exitcode"] = field.group(2)
         if text.startswith("Root Cause"):
-            self.root_seen = True
+            self.root_seen, self.root = True, len(self.entries)
         elif text.startswith("=") and self.root_seen:
             self.in_report = False
 
@@ -201,6 +244,28 @@ class TorchrunReport:
         self.out.write("".join(self.held))
         self.out.flush()
         self.held = []
+
+    def ended(self) -> list[dict[str, object]]:
+        """The ranks the report named, the first observed failure (its Root Cause) first, each once."""
+        from lifecycle.cli._launch_record import ended_entry
+
+        order = self.entries[self.root :] + self.entries[: self.root]
+        out, seen = [], set()
+        for entry in order:
+            rank = entry.get("rank", "")
+            if not rank.isdigit() or rank in seen:
+                continue
+            seen.add(rank)
+            local, code = entry.get("local_rank", ""), entry.get("exitcode", "")
+            out.append(
+                ended_entry(
+                    int(rank),
+                    int(local) if local.isdigit() else None,
+                    int(code) if code.lstrip("-").isdigit() else None,
+                    entry.get("time"),
+                )
+            )
+        return out
 
     def summary(self, log_dir: str | None) -> str | None:
         """One line for torchrun's report: each failed rank and its exit; None when there was none."""
@@ -211,6 +276,12 @@ class TorchrunReport:
         audit = f"`lifecycle audit {log_dir}` names the cause" if log_dir else "each rank's own line is above"
         return f"the launch failed: {ranks} ({audit})"
 
+    def stopped_line(self, log_dir: str | None) -> str:
+        """One line when this process took a signal: it stopped the launch."""
+        name = signal.Signals(self.received[0]).name
+        audit = f"; `lifecycle audit {log_dir}` shows where each rank was" if log_dir else ""
+        return f"stopped by {name}: torchrun stopped its ranks with it{audit}"
+
 
 def _ended(code: int) -> str:
     if code < 0 and -code in signal.valid_signals():
@@ -218,9 +289,10 @@ def _ended(code: int) -> str:
     return f"exited {code}"
 
 
-def wait_forwarding(child: subprocess.Popen[bytes]) -> int:
-    """Wait for `child`, forwarding SIGTERM and SIGINT to it (main thread only)."""
-    received: list[int] = []
+def wait_forwarding(child: subprocess.Popen[bytes], received: list[int] | None = None) -> int:
+    """Wait for `child`, forwarding SIGTERM and SIGINT to it (main thread only); each signal taken is
+    appended to `received` (before it is forwarded)."""
+    received = [] if received is None else received
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         received.append(signum)

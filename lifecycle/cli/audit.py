@@ -134,9 +134,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "verdict":
         import json
 
-        from lifecycle.audit import VERDICT_EXIT, verdict
+        from lifecycle.audit import VERDICT_EXIT, judge
 
-        doc = verdict(result.root_causes, result.ranks, result.findings, errors=result.errors)
+        doc = judge(result)
         print(printable(json.dumps(doc)))
         return VERDICT_EXIT[str(doc["outcome"])]  # the outcome decides: they never disagree
     elif args.format == "json":

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if status is not None:
         return status
     if launching:
-        return launch(args)
+        return launch(args, config.logging.log_dir)
     return _drive_rank(args, config)
 
 

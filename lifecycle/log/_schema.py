@@ -15,6 +15,7 @@ from lifecycle.log._schema_base import ENVELOPE, Field, Record, described, type_
 from lifecycle.log._schema_faults import (
     CycleEnded,
     CycleStarted,
+    LaunchEnded,
     LogWriteFailed,
     PeerFailed,
     RankSimulated,
@@ -119,6 +120,7 @@ _ORDER: tuple[type[Record], ...] = (  # the order of docs/log-format.md's table:
     RestartsExhausted,
     ResourcesHandedOver,
     CallbackReplaced,
+    LaunchEnded,
 )
 
 

@@ -171,6 +171,31 @@ class RestartsExhausted(Record, frozen=True, kw_only=True, tag="restarts_exhaust
     cause: Cause
 
 
+class LaunchEnded(Record, frozen=True, kw_only=True, tag="launch_ended"):
+    """Written by `lifecycle run --nproc N` (one per node agent, not per rank) to
+    `<log_dir>/launcher-<node>.jsonl` when its torchrun ended: how the ranks it launched ended, as
+    torchrun saw them. Its envelope's `rank` is the node's (`node_rank`)
+    ([failures](failures.md#the-verdict-and-the-fault-corpus))."""
+
+    node_rank: Annotated[int, Meta(description="the node's rank (`--node-rank`; 0 on one node)")]
+    host: Annotated[str, Meta(description="the host name")]
+    nproc: Annotated[int, Meta(description="ranks launched on this node")]
+    exit: Annotated[
+        int, Meta(description="the launch's exit status: torchrun's, or 128 + N when signal N stopped `lifecycle run`")
+    ]
+    signal: Annotated[
+        str | None, Meta(description="the signal `lifecycle run` itself took (`SIGTERM`, `SIGINT`), or null")
+    ]
+    ended: Annotated[
+        list[dict[str, object]],
+        Meta(
+            description="the ranks torchrun reported failed, the first it observed first: `rank`, `local_rank`, "
+            "`exitcode`, `signal` (its name when a signal ended the rank, else null), `ts` (when torchrun saw it, "
+            "Unix seconds; null when not reported); empty when every rank exited 0 or the launch was stopped"
+        ),
+    ]
+
+
 class SimulationStarted(Record, frozen=True, kw_only=True, tag="simulation_started"):
     """Written by `lifecycle simulate` before the first state ([simulate.md](simulate.md#in-the-startup-log))."""
 

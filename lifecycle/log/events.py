@@ -56,6 +56,7 @@ RESOURCE_LINGERED: Final = "resource_lingered"
 RESTARTS_EXHAUSTED: Final = "restarts_exhausted"
 RESOURCES_HANDED_OVER: Final = "resources_handed_over"
 CALLBACK_REPLACED: Final = "callback_replaced"
+LAUNCH_ENDED: Final = "launch_ended"
 
 ALL: Final[frozenset[str]] = frozenset(
     value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)

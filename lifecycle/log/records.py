@@ -20,6 +20,7 @@ from lifecycle.log._redact import redact
 from lifecycle.log._schema_base import Record as Record
 from lifecycle.log._schema_faults import CycleEnded as CycleEnded
 from lifecycle.log._schema_faults import CycleStarted as CycleStarted
+from lifecycle.log._schema_faults import LaunchEnded as LaunchEnded
 from lifecycle.log._schema_faults import LogWriteFailed as LogWriteFailed
 from lifecycle.log._schema_faults import PeerFailed as PeerFailed
 from lifecycle.log._schema_faults import RankSimulated as RankSimulated

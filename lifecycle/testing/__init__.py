@@ -38,6 +38,8 @@ from lifecycle.audit._render import as_json, text
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._verdict import VERSION as VERDICT_VERSION
 from lifecycle.audit._verdict_follow import follow_verdict
+from lifecycle.cli._launch import TorchrunReport
+from lifecycle.cli._launch_record import launcher_path, write_launch_ended
 from lifecycle.cli.verify_resume import _failed as verify_resume_failed
 from lifecycle.config._bounds import LOCAL_PATHS
 from lifecycle.config._checkpoints import LATEST, checkpoint_problem, iteration_dir, latest_step, partial_dir
@@ -258,6 +260,7 @@ __all__ = [
     "Tail",
     "TokenizerConfig",
     "Torchrun",
+    "TorchrunReport",
     "Victim",
     "adopt_slurm_identity",
     "agent_store",
@@ -308,6 +311,7 @@ __all__ = [
     "is_secret_key",
     "iteration_dir",
     "latest_step",
+    "launcher_path",
     "launcher_run_id",
     "layer_pattern",
     "leaked",
@@ -381,6 +385,7 @@ __all__ = [
     "warm_up",
     "world_size_of",
     "write_chrome",
+    "write_launch_ended",
     "write_otlp",
     "write_report",
 ]
