@@ -121,6 +121,7 @@ class EntryWork:
         """What VALIDATE adds to its phase: the fingerprint, the log directory claimed, the config's
         snapshot, the validation logged, the log opened."""
         runtime = self._fingerprinted(runtime)
+        self._cycles.ledger.freeze_heap()  # nothing of the ledger's exists yet: its checks walk only what comes after
         self._claim_log_dir()
         self.snapshot = Snapshot(self.shared.config)
         self._log_validation(runtime)

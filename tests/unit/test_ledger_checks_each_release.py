@@ -74,6 +74,66 @@ def test_a_release_probes_only_the_states_it_leaves_newest_first_and_forgets_the
     assert [e.name for e in ledger.survivors(State.VALIDATED, 0.0)] == ["group"] and ledger.names() == []
 
 
+class Cycle:
+    """An object that only a reference cycle keeps alive once its owner lets go of it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_what_only_a_reference_cycle_holds_is_gone_not_leaked() -> None:
+    import gc
+    import weakref
+
+    ledger, held = Ledger(), Cycle()
+    ref = weakref.ref(held)
+    ledger.register(State.MODEL_BUILT, "model", lambda: ref() is None)
+    was = gc.isenabled()
+    gc.disable()  # no automatic collection may free it first: the check's own collection must
+    try:
+        del held
+        assert ref() is not None
+        assert ledger.survivors(State.VALIDATED, 0.0) == []
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_the_heap_frozen_at_validated_leaves_out_what_existed_and_is_given_back() -> None:
+    import gc
+
+    before = gc.get_freeze_count()
+    ledger = Ledger()
+    try:
+        ledger.freeze_heap()
+        if not ledger.froze:
+            pytest.skip("the heap is already frozen in this process (an earlier lifecycle's)")
+        assert gc.get_freeze_count() > before
+        made_after = Cycle()
+        ref = __import__("weakref").ref(made_after)
+        ledger.register(State.MODEL_BUILT, "model", lambda: ref() is None)
+        del made_after
+        assert ledger.survivors(State.VALIDATED, 0.0) == []  # what came after the freeze is still collected
+    finally:
+        ledger.thaw()
+    assert not ledger.froze and gc.get_freeze_count() <= before
+
+
+def test_a_heap_the_program_froze_is_left_as_it_is() -> None:
+    import gc
+
+    gc.freeze()  # the program's own (a pre-fork server's), or another lifecycle's
+    try:
+        frozen = gc.get_freeze_count()
+        ledger = Ledger()
+        ledger.freeze_heap()
+        assert not ledger.froze and gc.get_freeze_count() == frozen
+        ledger.thaw()
+        assert gc.get_freeze_count() == frozen, "a thaw gave back what the program froze"
+    finally:
+        gc.unfreeze()
+
+
 def test_a_probe_that_cannot_look_proves_no_leak() -> None:
     ledger = Ledger()
 
