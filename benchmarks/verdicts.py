@@ -3,6 +3,7 @@
 and the time from the fault to the verdict.
 
     python benchmarks/verdicts.py [--timeout 20] [--cases never_starts,...]
+    python benchmarks/verdicts.py --scale 4096 [--repeat 3]
 
 The faults are `benchmarks/faults.py`'s cases (2-rank gloo jobs on the tiny GPT, RANK/WORLD_SIZE/
 MASTER_ADDR/MASTER_PORT set by hand) and its launch faults: two jobs on one endpoint, a WORLD_SIZE
@@ -12,6 +13,10 @@ failure or one its peers name lost, up to 1 s more when they name another failur
 directory from the launch; its verdict is compared with `CORPUS`.
 Prints one row a case and, last, `verdicts right: R of N` and the fault-to-verdict seconds (median,
 max). `tests/integration/test_deadlines.py` checks the verdict of each case it runs against `CORPUS`.
+
+`--scale N`: the verdict's own cost on N ranks' clean logs (`benchmarks/audit.py`'s writer, one process):
+the audit's seconds, the verdict's seconds on its result (median of `--repeat`, lowest and highest), and
+both extrapolated linearly to 131,072 ranks.
 """
 
 from __future__ import annotations
@@ -121,11 +126,41 @@ def judge(case: str, timeout_s: float, workdir: Path) -> Judged:
     return Judged(case, doc, float(str(found["at"])) - result.fault_at)
 
 
+def scale(ranks: int, repeat: int) -> int:
+    """The verdict's cost on `ranks` clean logs, beside the audit's."""
+    from benchmarks.audit import write_run
+    from lifecycle.audit import audit, judge
+
+    with tempfile.TemporaryDirectory() as tmp:
+        write_run(Path(tmp), ranks, faults={})
+        audits, verdicts, outcome = [], [], None
+        for _ in range(repeat):
+            start = time.perf_counter()
+            result = audit([tmp], jobs=1)
+            mid = time.perf_counter()
+            outcome = judge(result)["outcome"]
+            audits.append(mid - start)
+            verdicts.append(time.perf_counter() - mid)
+    factor = 131_072 / ranks
+    for name, values in (("audit", audits), ("verdict", verdicts)):
+        median = statistics.median(values)
+        print(
+            f"{name:<8} {ranks} ranks: median {median:.4f} s (min {min(values):.4f}, max {max(values):.4f}); "
+            f"131,072 ranks: ~{median * factor:.2f} s"
+        )
+    print(f"verdict/audit: {statistics.median(verdicts) / statistics.median(audits):.4f}; outcome {outcome}")
+    return 0 if outcome == "clean" else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeout", type=float, default=20.0, help="deadline for the cases that wait it out")
     parser.add_argument("--cases", default=",".join(CORPUS))
+    parser.add_argument("--scale", type=int, default=0, metavar="N", help="the verdict's cost on N ranks' clean logs")
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
+    if args.scale:
+        return scale(args.scale, args.repeat)
     print(f"{'case':<24} {'class':<15} {'culprit':>7} {'state':<16} {'verdict s':>9}  wrong")
     judged = []
     for case in args.cases.split(","):
