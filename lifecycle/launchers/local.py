@@ -29,6 +29,7 @@ import atexit
 import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
 import socket
@@ -65,6 +66,8 @@ START_METHODS = ("forkserver", "spawn")
 ACCELERATOR_DEVICES = ("/dev/nvidiactl", "/dev/kfd")
 """Device files whose presence means CUDA (or ROCm) may be reached: ranks are spawned there."""
 PRELOAD = "lifecycle.launchers._preload"
+_OVERRAN = re.compile(r"lifecycle: rank \d+: .+ did not return within startup\.timeout_s = ")
+"""The line `bounded` prints (a rank that exits 124 for another reason is not one that overran)."""
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 P = ParamSpec("P")
@@ -376,7 +379,7 @@ def _outcome(rank: _Rank) -> tuple[bool, object] | None:
     printed = _tail(rank.output)
     last = next((line.strip() for line in reversed(printed.splitlines()) if line.strip()), "")
     code = rank.process.exitcode
-    if code == EXIT_BOUND and last.startswith("lifecycle: "):
+    if code == EXIT_BOUND and _OVERRAN.match(last):
         return False, (last.split(": ", 2)[-1], printed)
     ended = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited {code}"
     if code is not None and -code in signal.valid_signals():

@@ -43,6 +43,22 @@ def test_the_rank_that_failed_first_is_named_not_the_lowest_numbered_one() -> No
     assert failed.value.context["errors"] == {1: "ValueError: bad shape", 0: "RuntimeError: peer rank 1 is gone"}
 
 
+def _rank_one_exits_124_after_a_lifecycle_line() -> str:
+    if os.environ["RANK"] == "1":
+        print("lifecycle: 7 library warning(s), 7 distinct, are in the startup log", file=sys.stderr, flush=True)
+        os._exit(124)  # as timeout(1) would end it, not the lifecycle's bound
+    return "done"
+
+
+def test_a_rank_that_exits_124_without_overrunning_a_bound_is_named_by_its_exit_status() -> None:
+    with pytest.raises(RankFailed) as failed:
+        run_ranks(_rank_one_exits_124_after_a_lifecycle_line, 2, timeout_s=600)
+    assert failed.value.context["errors"] == {
+        1: "exited 124 without a result; it last printed: lifecycle: 7 library warning(s), 7 distinct, are in the "
+        "startup log"
+    }
+
+
 def test_a_rank_that_exits_0_without_a_result_fails_with_the_last_line_it_printed() -> None:
     with pytest.raises(RankFailed) as failed:
         run_ranks(_rank_one_exits_zero, 2, timeout_s=600)
