@@ -42,8 +42,9 @@ def test_the_adopting_guide_runs_as_written(tmp_path: Path) -> None:
         outputs.append(done.stdout)
     assert "step 2: loss" in outputs[0] and "finalizer calls 1" in outputs[0]
     assert "✓ CALLBACKS_BOUND" in outputs[1] and "step 2/2: loss" in outputs[1]
-    for logs in ("runs/script", "runs/cli"):
-        assert sorted(p.name for p in (tmp_path / logs).iterdir()) == [LOCK, "rank-00000.jsonl", "rank-00001.jsonl"]
+    ranks = [LOCK, "rank-00000.jsonl", "rank-00001.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "runs/script").iterdir()) == ranks
+    assert sorted(p.name for p in (tmp_path / "runs/cli").iterdir()) == [LOCK, "launcher-00000.jsonl", *ranks[1:]]
 
 
 def _free_port() -> int:

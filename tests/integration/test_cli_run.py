@@ -35,7 +35,8 @@ def test_two_rank_run_reaches_callbacks_bound_trains_and_audits_clean(tmp_path: 
         assert f"✓ {state}" in run.stdout
     assert "imports" in run.stdout and "megatron" in run.stdout  # the import time named beside VALIDATED
     assert "step 2/2: loss" in run.stdout
-    assert sorted(p.name for p in logs.iterdir()) == [".lifecycle.lock", "rank-00000.jsonl", "rank-00001.jsonl"]
+    names = [".lifecycle.lock", "launcher-00000.jsonl", "rank-00000.jsonl", "rank-00001.jsonl"]
+    assert sorted(p.name for p in logs.iterdir()) == names  # the launcher's own record: one per node agent
     audit = lifecycle("audit", str(logs), "--format", "json")
     assert audit.returncode == 0, audit.stdout[-2000:]
     report = json.loads(audit.stdout)
