@@ -4,7 +4,8 @@
 
 `pretrain` takes Megatron-LM's arguments and drives the startup as the lifecycle's states, each
 doing its work with Megatron-LM's own function for it (`entry/`), then runs Megatron-LM's `train()`
-as is. It needs `megatron.training`, which the megatron-core wheel ships from 0.17 on; importing
+as is; `teardown()` ends what it leaves up, for a second `pretrain` in the same process. It
+needs `megatron.training`, which the megatron-core wheel ships from 0.17 on; importing
 this package on an older megatron-core raises `ExtraNotInstalled` naming the version. Importing it
 loads neither torch nor megatron.
 """
@@ -58,14 +59,19 @@ def require_megatron_training() -> None:
 require_megatron_training()
 
 
-def __getattr__(name: str) -> Callable[..., TrainResult]:
+def __getattr__(name: str) -> Callable[..., TrainResult] | Callable[[], list[str]]:
     if name == "pretrain":
         from lifecycle.lm_dropin.driver import pretrain
 
         return pretrain
+    if name == "teardown":
+        from lifecycle.lm_dropin.entry import teardown
+
+        return teardown
     raise AttributeError(name)
 
 
 __all__ = [
     "pretrain",
+    "teardown",
 ]

@@ -170,6 +170,19 @@ class ServicesReady(Record, frozen=True, kw_only=True, tag="services_ready"):
     ]
 
 
+class ProcessGroupAdopted(Record, frozen=True, kw_only=True, tag="process_group_adopted"):
+    """The Megatron-LM drop-in's DISTRIBUTED took the process group the script had made, as
+    Megatron-LM's `_initialize_distributed` does; it stays the script's: the lifecycle never destroys
+    it ([adopting.md](adopting.md))."""
+
+    backend: Annotated[str, Meta(description="the group's backend")]
+    world_size: Annotated[int, Meta(description="the group's size")]
+    rank: Annotated[int, Meta(description="this rank in it")]
+    timeout_s: Annotated[
+        float | None, Meta(description="its timeout, read back from the group: the script's, not `startup.timeout_s`")
+    ]
+
+
 class DistributedInitialized(Record, frozen=True, kw_only=True, tag="distributed_initialized"):
     """DISTRIBUTED made the process group and megatron's parallel state."""
 

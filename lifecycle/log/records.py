@@ -45,6 +45,7 @@ from lifecycle.log._schema_startup import Imports as Imports
 from lifecycle.log._schema_startup import InvalidTransition as InvalidTransition
 from lifecycle.log._schema_startup import LifecycleStarted as LifecycleStarted
 from lifecycle.log._schema_startup import ModelBuilt as ModelBuilt
+from lifecycle.log._schema_startup import ProcessGroupAdopted as ProcessGroupAdopted
 from lifecycle.log._schema_startup import RehearsalDisabled as RehearsalDisabled
 from lifecycle.log._schema_startup import RehearsalEnabled as RehearsalEnabled
 from lifecycle.log._schema_startup import ServicesReady as ServicesReady

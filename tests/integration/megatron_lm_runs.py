@@ -23,15 +23,21 @@ def runs(
     `forward_step` and dataset provider, the device-architecture answer) is put back, Megatron-LM's
     global variables, rerun state machine and micro-batch calculator are unset, and the rendezvous
     port is a new one. `hooks[case]`, where given, is called with the script module before its run
-    (to change what the script does). Keyed "case-which"; the drop-in's logs go to `log_root/case`."""
+    (to change what the script does), and the names of Megatron-LM's modules that `_late.LOOKUPS` lists
+    are put back after it. Keyed "case-which"; the drop-in's logs go to `log_root/case`."""
     import sys
 
     from megatron.core import num_microbatches_calculator, rerun_state_machine
-    from megatron.training import arguments, global_vars, training
+    from megatron.training import arguments, global_vars, initialize, training
+
+    from lifecycle.lm_dropin.entry import LOOKUPS
 
     sys.path.insert(0, str(ROOT / "examples"))
     import pretrain_gpt_tiny as script
 
+    home = {"megatron.training.training": training, "megatron.training.initialize": initialize}
+    held = [(home[where.partition(":")[0]], name) for where in LOOKUPS for name in LOOKUPS[where]]
+    held_values = [(m, name, vars(m)[name]) for m, name in held if name in vars(m)]  # some only where installed
     out = {}
     port = int(os.environ["MASTER_PORT"])
     provider = script.train_valid_test_datasets_provider
@@ -43,8 +49,11 @@ def runs(
         if hooks and case in hooks:
             hooks[case](script)
         out[f"{case}-{which}"] = run(which, tp, log_dir, extra)
-        if "stages_asked" in vars(script):  # what a hook's dataset provider was asked for, per run
-            out[f"{case}-{which}"]["stages_asked"] = vars(script).pop("stages_asked")
+        for kept in ("stages_asked", "late_calls"):  # what a hook's dataset provider was asked, its patches' calls
+            if kept in vars(script):
+                out[f"{case}-{which}"][kept] = vars(script).pop(kept)
+        for module, name, value in held_values:  # the module globals a hook replaced
+            setattr(module, name, value)
         training.train_step, script.forward_step, arguments.get_device_arch_version = originals
         script.train_valid_test_datasets_provider = provider
         global_vars.unset_global_variables()

@@ -19,6 +19,9 @@ from lifecycle import launchers
 from lifecycle.core_entry.distributed import log_initialized, stay_alive
 from lifecycle.core_entry.lone import lone_watch
 from lifecycle.core_entry.ranks import RankWatch
+from lifecycle.errors import DistributedError
+from lifecycle.lm_dropin.entry._late import INITIALIZE, TRAINING, late
+from lifecycle.lm_dropin.entry._left_up import LEFT, adopting, destroy_made_groups, end_parallel_state, refuse_if_left
 from lifecycle.log import records
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
@@ -53,29 +56,23 @@ class CpuStandIns:
 
 
 def _rerun_state_machine(args: Namespace) -> None:
-    """`initialize_megatron`'s rerun state machine, with its RNG-tracker save and restore."""
-    from megatron.core import tensor_parallel
-    from megatron.core.rerun_state_machine import (
-        RerunDiagnostic,
-        RerunErrorInjector,
-        RerunMode,
-        initialize_rerun_state_machine,
-    )
+    """`initialize_megatron`'s rerun state machine, with its RNG-tracker save and restore; each name
+    looked up in `megatron.training.initialize` when `initialize_megatron` would (`_late.py`)."""
 
     def state_save_func() -> dict[str, dict[str, torch.Tensor]]:
-        return {"rng_tracker_states": tensor_parallel.get_cuda_rng_tracker().get_states()}
+        return {"rng_tracker_states": late(INITIALIZE, "tensor_parallel").get_cuda_rng_tracker().get_states()}
 
     def state_restore_func(state_dict: dict[str, dict[str, torch.Tensor]]) -> None:
         if state_dict["rng_tracker_states"]:
-            tensor_parallel.get_cuda_rng_tracker().set_states(state_dict["rng_tracker_states"])
+            late(INITIALIZE, "tensor_parallel").get_cuda_rng_tracker().set_states(state_dict["rng_tracker_states"])
 
-    initialize_rerun_state_machine(
+    late(INITIALIZE, "initialize_rerun_state_machine")(
         state_save_func=state_save_func,
         state_restore_func=state_restore_func,
-        mode=RerunMode(args.rerun_mode),
-        error_injector=RerunErrorInjector(
+        mode=late(INITIALIZE, "RerunMode")(args.rerun_mode),
+        error_injector=late(INITIALIZE, "RerunErrorInjector")(
             error_injection_rate=args.error_injection_rate,
-            error_injection_type=RerunDiagnostic(args.error_injection_type),
+            error_injection_type=late(INITIALIZE, "RerunDiagnostic")(args.error_injection_type),
         ),
         result_rejected_tracker_filename=args.result_rejected_tracker_filename,
     )
@@ -85,6 +82,8 @@ def _seed(ctx: PhaseContext, call: MegatronLMCall) -> None:
     from megatron.training import initialize as mi
 
     args, groups = call.args, call.pg_collection
+    if isinstance(groups, late(TRAINING, "MultiModuleProcessGroupCollection")):
+        return  # pretrain leaves a multi-module collection's seeds to its caller
     ctx.side_effect(SideEffect.RNG)
     mi._set_random_seed(
         args.seed,
@@ -101,11 +100,12 @@ def _seed(ctx: PhaseContext, call: MegatronLMCall) -> None:
 
 
 def _groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
-    """Process group and parallel state: Megatron-LM's `_initialize_distributed`."""
+    """Process group (unless adopted) and parallel state: Megatron-LM's `_initialize_distributed`."""
     import torch.distributed as dist
     from megatron.training import initialize as mi
 
-    ctx.side_effect(SideEffect.PROCESS_GROUP)
+    if not LEFT.adopted:
+        ctx.side_effect(SideEffect.PROCESS_GROUP)
     ctx.side_effect(SideEffect.PARALLEL_STATE)
     mi._initialize_distributed(
         call.get_embedding_ranks,
@@ -122,10 +122,11 @@ def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
     import torch
     import torch.distributed as dist
 
-    from lifecycle.core_entry.distributed import decide_rehearsal, refuse_if_initialized
+    from lifecycle.core_entry.distributed import decide_rehearsal
 
     args = call.args
-    refuse_if_initialized()
+    refuse_if_left()
+    adopted = _adopt(ctx)
     on, reason = decide_rehearsal(ctx.runtime.config.rehearsal, bool(torch.cuda.is_available()))
     if on:
         ctx.side_effect(SideEffect.CUDA_DEVICE)
@@ -137,7 +138,7 @@ def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
         rerun = True
         groups, watch = _initialize_megatron(ctx, call)
     except BaseException:
-        _undo(stand_ins, rerun)
+        _undo(stand_ins, rerun, adopted=adopted)
         raise
     _emit_initialized(ctx, args)
     return dataclasses.replace(
@@ -157,8 +158,6 @@ def _initialize_megatron(
 ) -> tuple[ProcessGroupCollection | MultiModuleProcessGroupCollection, RankWatch | None]:
     """`initialize_megatron`'s steps after the rerun state machine, then `pretrain`'s JIT warm-up; the
     process groups, and the rank watch of a multi-rank job (stopped here if what follows it fails)."""
-    from megatron.core.process_groups_config import ProcessGroupCollection
-
     _groups(ctx, call)
     watch = _watch(ctx, call)
     try:
@@ -168,7 +167,7 @@ def _initialize_megatron(
         if watch is not None:
             watch.stop()
         raise
-    return call.pg_collection or ProcessGroupCollection.use_mpu_process_groups(), watch
+    return call.pg_collection or late(TRAINING, "ProcessGroupCollection").use_mpu_process_groups(), watch
 
 
 def _watch(ctx: PhaseContext, call: MegatronLMCall) -> RankWatch | None:
@@ -210,7 +209,7 @@ def _after_groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
     mi._compile_dependencies()
     if args.tp_comm_overlap:
         mi._initialize_tp_communicators()
-    mi.set_jit_fusion_options(tp_size=args.tensor_model_parallel_size)
+    late(TRAINING, "set_jit_fusion_options")(tp_size=args.tensor_model_parallel_size)
 
 
 def _emit_initialized(ctx: PhaseContext, args: Namespace) -> None:
@@ -227,16 +226,50 @@ def _emit_initialized(ctx: PhaseContext, args: Namespace) -> None:
     log_initialized(ctx, args.distributed_backend, coords)
 
 
-def _undo(stand_ins: CpuStandIns | None, rerun_state_machine: bool) -> None:
-    """What a failed DISTRIBUTED made: parallel state, process group, the rerun state machine (when it
-    made it: `rerun_state_machine`), stand-ins."""
+def _adopt(ctx: PhaseContext) -> bool:
+    """Whether the process group is the script's, taken as Megatron-LM's `_initialize_distributed`
+    takes it (recorded `process_group_adopted`: backend, world size, rank and timeout, read back
+    here: no store operation); a parallel state made outside is refused."""
     import torch.distributed as dist
     from megatron.core import parallel_state
+
+    from lifecycle.core_entry.distributed import refuse_if_initialized
+    from lifecycle.core_entry.timeouts import seconds
+
+    LEFT.adopted = False
+    if not (dist.is_available() and dist.is_initialized()):
+        refuse_if_initialized()  # a parallel state without a process group, made outside
+        return False
+    if parallel_state.model_parallel_is_initialized():
+        raise DistributedError(
+            "megatron's parallel state is already initialized over the script's process group, outside "
+            "this lifecycle; call parallel_state.destroy_model_parallel() first (the process group may stay)",
+            field="parallel",
+        )
+    adopting()
+    world = dist.distributed_c10d._get_default_group()
+    ctx.emit(
+        records.ProcessGroupAdopted(
+            backend=str(dist.get_backend()),
+            world_size=dist.get_world_size(),
+            rank=dist.get_rank(),
+            timeout_s=seconds(world),
+        )
+    )
+    return True
+
+
+def _undo(stand_ins: CpuStandIns | None, rerun_state_machine: bool, *, adopted: bool) -> None:
+    """What a failed DISTRIBUTED made: parallel state, process group (not an `adopted` one: the
+    script's), the rerun state machine (when it made it: `rerun_state_machine`), stand-ins."""
+    import torch.distributed as dist
     from megatron.core.rerun_state_machine import destroy_rerun_state_machine
 
     try:
-        parallel_state.destroy_model_parallel()
-        if dist.is_initialized():
+        end_parallel_state()
+        if adopted:
+            destroy_made_groups()
+        elif dist.is_initialized():
             dist.destroy_process_group()
         if rerun_state_machine:  # DISTRIBUTED's release, which would, runs only once it was entered
             destroy_rerun_state_machine()

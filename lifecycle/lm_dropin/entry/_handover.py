@@ -20,12 +20,14 @@ import dataclasses
 from collections.abc import Callable
 
 from lifecycle.core_entry.services_ready import without_services
+from lifecycle.lm_dropin.entry._left_up import LEFT, adopted_release, handed_over, made_groups_gone
 from lifecycle.lm_dropin.entry._resources import GLOBALS
 from lifecycle.log import records
 from lifecycle.runtime import Entry, PhaseContext, Runtime, rank_of, world_size_of
 from states import State
 
 Probe = Callable[[], bool]
+GROUP_OBJECTS = "process group objects (their gloo sockets)"
 
 MEGATRON_LMS = {
     State.DISTRIBUTED: frozenset(
@@ -33,7 +35,7 @@ MEGATRON_LMS = {
             "process group",
             "megatron parallel state",
             "RNG tracker states",
-            "process group objects (their gloo sockets)",
+            GROUP_OBJECTS,
             "rerun state machine",
         }
     ),
@@ -56,8 +58,13 @@ class HandOver:
         return state is State.SERVICES_READY or name in MEGATRON_LMS.get(state, ())
 
     def probes(self, state: State, made: list[tuple[str, Probe]]) -> list[tuple[str, Probe]]:
-        """`made` with each entry the caller keeps counted as gone once handed over."""
-        return [(name, self._mine(probe) if self.kept(state, name) else probe) for name, probe in made]
+        """`made` with each entry the caller keeps counted as gone once handed over; an adopted process
+        group is not the lifecycle's at all."""
+        adopted = LEFT.adopted and state is State.DISTRIBUTED
+        mine = [(name, probe) for name, probe in made if not (adopted and name == "process group")]
+        if adopted:  # of the groups, only those made over the script's world are the lifecycle's
+            mine = [(n, made_groups_gone() if n == GROUP_OBJECTS else p) for n, p in mine]
+        return [(name, self._mine(probe) if self.kept(state, name) else probe) for name, probe in mine]
 
     def _mine(self, probe: Probe) -> Probe:
         return lambda: self.done or probe()
@@ -68,7 +75,10 @@ def releasing_distributed(handover: HandOver, ctx: PhaseContext, release: Entry)
     stopped and the CPU stand-ins closed, the process group and parallel state left up."""
     runtime = ctx.runtime
     if not handover.done or not runtime.distributed:
-        return release(ctx)
+        if not LEFT.adopted:
+            return release(ctx)
+        adopted_release(runtime)  # the script's process group is never the lifecycle's to destroy
+        return _released(runtime)
     try:
         if runtime.rank_watch is not None:
             runtime.rank_watch.stop()
@@ -77,9 +87,14 @@ def releasing_distributed(handover: HandOver, ctx: PhaseContext, release: Entry)
             runtime.group_watch.close()
         if runtime.rehearsal is not None:
             runtime.rehearsal.close()
-    ctx.emit(
-        records.ResourcesHandedOver(state=State.DISTRIBUTED.name, resources=sorted(MEGATRON_LMS[State.DISTRIBUTED]))
-    )
+    kept = sorted(MEGATRON_LMS[State.DISTRIBUTED])
+    ctx.emit(records.ResourcesHandedOver(state=State.DISTRIBUTED.name, resources=kept))
+    handed_over(kept, made_process_group=not LEFT.adopted)
+    return _released(runtime)
+
+
+def _released(runtime: Runtime) -> Runtime:
+    """`runtime` without DISTRIBUTED's resources."""
     return dataclasses.replace(
         runtime,
         distributed=False,
@@ -104,4 +119,5 @@ def releasing_services(handover: HandOver, ctx: PhaseContext, release: Entry) ->
     if getattr(calculator, "_GLOBAL_NUM_MICROBATCHES_CALCULATOR", None) is not None:
         kept.append("Megatron-LM micro-batch calculator")
     ctx.emit(records.ResourcesHandedOver(state=State.SERVICES_READY.name, resources=sorted(kept)))
+    handed_over(sorted(kept))
     return dataclasses.replace(without_services(ctx.runtime), megatron_lm_globals=False)

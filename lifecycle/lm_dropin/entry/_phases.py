@@ -37,7 +37,7 @@ from lifecycle.core_entry.checkpoint import megatron_lm_optimizer_counts
 from lifecycle.core_entry.model_built import built
 from lifecycle.core_entry.ranks import watched
 from lifecycle.core_entry.settings import check_landed
-from lifecycle.lm_dropin.entry import _derive, _providers, _resources
+from lifecycle.lm_dropin.entry import _derive, _late, _providers, _resources
 from lifecycle.lm_dropin.entry._call import MegatronLMCall as MegatronLMCall
 from lifecycle.lm_dropin.entry._distributed import initialize
 from lifecycle.lm_dropin.entry._handover import HandOver, releasing_distributed, releasing_services
@@ -106,6 +106,7 @@ def _validate(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
                 fix="see the message",
             )
         )
+    problems += _patches_not_run()
     used, rewrites = normalize(run)
     problems += validate(used, environment=ctx.options.environment_checks)
     if not call.args_validated:
@@ -120,6 +121,25 @@ def _validate(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
         )
     )
     return dataclasses.replace(ctx.runtime, config=used, fingerprint=fingerprint)
+
+
+def _patches_not_run() -> list[Problem]:
+    """A script's replacement of a name Megatron-LM's startup looks up that the drop-in does not call
+    (`_late.LOOKUPS`): refused, naming it, rather than ignored."""
+    from lifecycle.config import Problem
+
+    return [
+        Problem(
+            check="megatron_lm_patch_not_run",
+            field=name,
+            value=patch,
+            message=f"{name} is replaced by {patch}, which Megatron-LM's pretrain would call; the drop-in does not run "
+            f"that part of pretrain ({_late.why(name)})",
+            fix="patch the function the drop-in calls instead (docs/adopting.md#names-looked-up-when-they-run), "
+            "or call megatron.training.pretrain",
+        )
+        for name, patch in _late.refused()
+    ]
 
 
 def _start_services(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:

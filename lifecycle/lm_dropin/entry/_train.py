@@ -12,10 +12,14 @@ from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 from lifecycle.core_entry.steps import Driver, steps_for
 from lifecycle.core_entry.streams import watch_data
+from lifecycle.errors import BindingError
 from lifecycle.lm_dropin.entry._bound_once import bound_once, short
+from lifecycle.lm_dropin.entry._late import TRAINING, late
 from lifecycle.log import records
 
 if TYPE_CHECKING:
+    from argparse import Namespace
+
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
     from megatron.core.rerun_state_machine import RerunDataIterator
 
@@ -39,16 +43,16 @@ class TrainResult(TypedDict):
     second_binding_dropped: list[str]
 
 
-def data_iterators(call: MegatronLMCall, chunks: int) -> tuple[DataIterators, DataIterators, DataIterators]:
+def data_iterators(
+    call: MegatronLMCall, args: Namespace, chunks: int
+) -> tuple[DataIterators, DataIterators, DataIterators]:
     """Megatron-LM's train/valid/test iterators (one per virtual-pipeline chunk when it has them);
     only Megatron-LM reads them."""
     import inspect
 
-    from megatron.training import get_args
-    from megatron.training.training import build_train_valid_test_data_iterators
-
     provider = call.train_valid_test_dataset_provider
-    if get_args().virtual_pipeline_model_parallel_size is None:
+    build_train_valid_test_data_iterators = late(TRAINING, "build_train_valid_test_data_iterators")
+    if args.virtual_pipeline_model_parallel_size is None:
         train, valid, test = build_train_valid_test_data_iterators(provider)
         return train, valid, test
     if "vp_stage" not in inspect.signature(provider).parameters:
@@ -96,31 +100,29 @@ def watched_steps(lc: Driver, first: int) -> Iterator[list[float | None]]:
 
 def run_training(lc: Driver, call: MegatronLMCall) -> TrainResult:
     """Iterators, `train()`, the final save, validation and test, as `pretrain` does them."""
-    from megatron.training import get_args
-    from megatron.training import training as t
-
-    rt, args, cfg = lc.runtime, get_args(), call.cfg_container
+    rt, args, cfg = lc.runtime, late(TRAINING, "get_args")(), call.cfg_container
     model, optimizer = list(rt.model or ()), rt.optimizer
     scheduler, ckpt = rt.scheduler, call.checkpointing_context
-    config = rt.transformer_config
-    train_it, valid_it, test_it = data_iterators(call, len(model))
+    config = late(TRAINING, "get_model_config")(model[0])
+    train_it, valid_it, test_it = data_iterators(call, args, len(model))
     watch_data(lc, train_it)  # after a load: the train data's own generators are checked at the first step
     iteration, flops = args.iteration, args.num_floating_point_operations_so_far
     dropped: list[str] = []
     losses: list[float | None] = []
     if not cfg.validation.skip_train and args.do_train and (args.train_iters or 0) > 0:
         args.curr_iteration = 0
+        _finalizer_as_train_binds_it(lc, config)
         with (
             bound_once(config, functools.partial(_replaced, lc)) as dropped,
             watched_steps(lc, args.iteration) as losses,
         ):
             iteration, flops = _train(call, model, optimizer, scheduler, train_it, valid_it, config, ckpt)
         if cfg.checkpoint.save and iteration != 0 and iteration % cfg.checkpoint.save_interval != 0:
-            t.save_checkpoint_and_time(
+            late(TRAINING, "save_checkpoint_and_time")(
                 iteration, model, optimizer, scheduler, flops, ckpt, train_data_iterator=train_it
             )
-    _evaluate(call, model, iteration, valid_it, test_it, config)
-    t.maybe_finalize_async_save(blocking=True, terminate=True)
+    _evaluate(call, args, model, iteration, valid_it, test_it, config)
+    late(TRAINING, "maybe_finalize_async_save")(blocking=True, terminate=True)
     return {"iteration": iteration, "losses": losses, "second_binding_dropped": list(dropped)}
 
 
@@ -136,9 +138,7 @@ def _train(
 ) -> tuple[int, float]:
     """Megatron-LM's `train()`, called as `pretrain` calls it; returns (iteration, floating-point
     operations so far)."""
-    from megatron.training import training as t
-
-    iteration, flops = t.train(
+    iteration, flops = late(TRAINING, "train")(
         call.forward_step_func,
         model,
         optimizer,
@@ -156,6 +156,31 @@ def _train(
     return iteration, flops
 
 
+def _finalizer_as_train_binds_it(lc: Driver, config: SchedulerConfig) -> None:
+    """The lifecycle's finalizer made to call what `train()` would bind when it starts: the function
+    `megatron.training.training.finalize_model_grads` holds now. A script's replacement of it is
+    called each step, as under Megatron-LM, and recorded (`callback_replaced`, writer `train()`)."""
+    from bindings import CountingFinalizer
+
+    bound = getattr(config, "finalize_model_grads_func", None)
+    now = late(TRAINING, "finalize_model_grads")
+    if not isinstance(bound, CountingFinalizer) or now is getattr(bound.fn, "func", bound.fn):
+        return  # megatron's own function (the lifecycle's finalizer binds it to the model's groups)
+    if not callable(now):
+        raise BindingError(
+            f"{TRAINING}.finalize_model_grads holds {short(now)}, which train() would bind as the gradient "
+            "finalizer: set it to a function, or leave Megatron-LM's",
+            state="CALLBACKS_BOUND",
+        )
+    was = bound.fn
+    bound.fn = now
+    lc.record(
+        records.CallbackReplaced(
+            slot="finalize_model_grads_func", was=short(was), now=short(now), writer=f"{TRAINING}:train"
+        )
+    )
+
+
 def _replaced(lc: Driver, slot: str, was: SlotValue, now: SlotValue, writer: str) -> None:
     """A write to a callback slot during `train()` that is not `train()`'s own binding: logged."""
     lc.record(records.CallbackReplaced(slot=slot, was=short(was), now=short(now), writer=writer))
@@ -163,19 +188,17 @@ def _replaced(lc: Driver, slot: str, was: SlotValue, now: SlotValue, writer: str
 
 def _evaluate(
     call: MegatronLMCall,
+    args: Namespace,
     model: list[ModelChunk],
     iteration: int,
     valid_it: DataIterators,
     test_it: DataIterators,
     config: SchedulerConfig | None,
 ) -> None:
-    from megatron.training import get_args
-    from megatron.training.training import evaluate_and_print_results
-
-    args, skip = get_args(), call.cfg_container.validation.skip_train
+    skip = call.cfg_container.validation.skip_train
     for on, name, it in ((args.do_valid, "validation", valid_it), (args.do_test, "test", test_it)):
         if on:
-            evaluate_and_print_results(
+            late(TRAINING, "evaluate_and_print_results")(
                 f"iteration {iteration} on {name} set",
                 call.forward_step_func,
                 it,
