@@ -158,3 +158,14 @@ def test_following_a_malformed_record_is_unreadable_too(tmp_path: Path) -> None:
     rechain(paths[1], lambda recs: recs[4].update({"seq": "3"}))
     doc = follow_verdict(tmp_path, poll_s=0.01, idle_timeout_s=0.05)
     assert (doc["outcome"], doc["where"]) == ("unreadable", [f"{paths[1]}:5"])
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["clean", "stopped"])
+def test_following_exits_as_the_outcome_says(tmp_path: Path, capsys: pytest.CaptureFixture[str], stopped: bool) -> None:
+    """--follow exited 0 for anything but `failed`: a job stopped from outside read as success."""
+    for rank in range(2):
+        ev = [*trained(), SIGTERM] if stopped else clean_events()
+        rank_log(tmp_path, rank, ev, start=T0, world=2)
+    code = main(["audit", "--format", "verdict", "--follow", str(tmp_path), "--idle-timeout", "0.05"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (code, doc["outcome"]) == ((1, "stopped") if stopped else (0, "clean"))
