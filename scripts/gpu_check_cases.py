@@ -22,8 +22,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = ["backend=nccl", "rehearsal=false"]
 """What every GPU case's lifecycle runs with: NCCL, the GPU itself (no CPU rehearsal)."""
-RESUMED = ["model.dtype=fp16", "model.hidden_dropout=0.1"]
-"""verify-resume's run: fp16 (megatron's grad scaler), dropout (draws from the CUDA streams)."""
+RESUMED = ["model.dtype=fp16", "optimizer.loss_scale=1024", "model.hidden_dropout=0.1"]
+"""verify-resume's run: fp16 with megatron's grad scaler, dropout (draws from the CUDA streams). The
+scale is constant: a dynamic one starts at 2**32, so the first steps overflow and are skipped, Adam
+keeps no state, and the save at step 2 cannot be loaded (KeyError on `optimizer.state.exp_avg`)."""
 MAMBA = [
     *("--num-layers", "3", "--hybrid-layer-pattern", "M*-", "--hidden-size", "64", "--num-attention-heads", "4"),
     *("--mamba-head-dim", "16", "--mamba-num-groups", "2", "--mamba-state-dim", "16"),
