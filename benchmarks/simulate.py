@@ -18,6 +18,14 @@ checks the model of `lifecycle simulate --plan` here: it runs `lifecycle run --p
 --steps 1` alone (one rank: the constants), then on 2, 4 and 8 ranks (`--nproc`), and prints per
 phase the critical path measured from the startup logs (the last rank to finish each phase) beside
 the plan's prediction for that size on this machine's cores, and their ratio (target: within ±25 %).
+
+    python benchmarks/simulate.py --creations [--sizes 4096:64,16384:16,131072:4]
+
+checks `distributed.groups: own` against megatron's own creation at scale: for `gpt-4096`'s layout at
+each size, the sampled ranks (`lifecycle simulate --sample K`: first and last ranks of each stage,
+then random ones) are initialized on the fake backend under both creations, and every
+`parallel_state` global is compared; printed: the ranks compared, the globals that differ (target:
+none) and the median CPU seconds of a rank's creation under each.
 """
 
 from __future__ import annotations
@@ -222,9 +230,45 @@ def plan_check(sizes: list[int]) -> None:
         print(f"  of DISTRIBUTED, creating its groups took {creation:.3f} s (the slowest rank's, summed connect_s)")
 
 
+def creations(sizes: list[tuple[int, int]]) -> None:
+    """Both creations of megatron's groups compared on sampled ranks of `gpt-4096`'s layout at each size."""
+    import megatron.core  # its version, printed
+
+    from lifecycle import RunConfig
+    from lifecycle.core_entry.distributed import megatron_kwargs
+    from lifecycle.simulate import Layout, differences, prepare, sample_ranks, snapshot_after
+
+    print(f"megatron-core {megatron.core.__version__}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    for world, k in sizes:
+        config = prepare(RunConfig.preset("gpt-4096"), world_size=world)
+        kwargs = {**megatron_kwargs(config), "create_gloo_process_groups": False}
+        ranks = sample_ranks(Layout(config.parallel, world), k, seed=0)
+        cpu: dict[str, list[float]] = {"megatron": [], "own": []}
+        found = []
+        for rank in ranks:
+            snaps = {}
+            for creation in cpu:
+                started = time.process_time()
+                snaps[creation] = snapshot_after(creation, rank, world, kwargs)
+                cpu[creation].append(time.process_time() - started)
+            found += differences(rank, snaps["megatron"], snaps["own"])
+        medians = ", ".join(f"{c} {statistics.median(v):.3f} s" for c, v in cpu.items())
+        print(f"{world:>7} ranks: {len(ranks)} ranks compared, {len(found)} globals differ; CPU a rank: {medians}")
+        for d in found[:10]:
+            print(f"    rank {d.rank}: {d.name}: megatron {d.megatron!r:.120} own {d.own!r:.120}")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     from lifecycle.launchers.local import run_ranks
 
+    if "--creations" in sys.argv:
+        check = argparse.ArgumentParser()
+        check.add_argument("--creations", action="store_true")
+        check.add_argument("--sizes", default="4096:64,16384:16,131072:4")
+        sizes = [tuple(int(x) for x in item.split(":")) for item in check.parse_args().sizes.split(",")]
+        creations([(w, k) for w, k in sizes])
+        return
     if "--plan-check" in sys.argv:
         check = argparse.ArgumentParser()
         check.add_argument("--plan-check", action="store_true")

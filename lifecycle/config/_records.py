@@ -164,6 +164,15 @@ class StartupConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DistributedConfig:
+    """How DISTRIBUTED creates megatron's process groups (docs/simulate.md#own-groups-only)."""
+
+    groups: Literal["own", "megatron"] = "own"
+    """`own`: each rank creates only the groups it belongs to, O(group size); `megatron`: megatron's
+    `initialize_model_parallel` as it is, every rank calling `new_group` for every group of the job."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SettingsConfig:
     """MODEL_BUILT's check that every setting asked for reached the model (docs/bindings.md)."""
 
@@ -185,6 +194,7 @@ class RunConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     startup: StartupConfig = field(default_factory=StartupConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     settings: SettingsConfig = field(default_factory=SettingsConfig)
     backend: Literal["gloo", "nccl", "fake"] = "gloo"
     plan: Literal["training", "inference", "convert", "rl"] = "training"

@@ -3,7 +3,8 @@
 Order: decide the CPU rehearsal (on when CUDA is absent unless `rehearsal` forces it), then
 `torch.distributed.init_process_group` (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE as torchrun and `run_ranks` set
 them, through a TCPStore kept for re-initialization; an in-memory store and a lone watch for a single rank with
-no launcher; FakeStore for the `fake` backend), then `initialize_model_parallel`, then seeding with
+no launcher; FakeStore for the `fake` backend), then `initialize_model_parallel` (each rank's own groups
+only, or megatron's creation of every group: `distributed.groups`, groups.py), then seeding with
 `model_parallel_cuda_manual_seed`. A failure part-way undoes what this phase did before re-raising. The rehearsal
 stays active until `release`, which must run on the thread that called `enter` (function modes are per-thread).
 """
@@ -16,7 +17,7 @@ import random
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lifecycle import launchers
 from lifecycle.config import RunConfig
@@ -24,6 +25,7 @@ from lifecycle.core_entry._liveness import await_store_host as await_store_host 
 from lifecycle.core_entry._liveness import is_timeout
 from lifecycle.core_entry._world import World as World  # public here too (simulate counts it)
 from lifecycle.core_entry._world import checked
+from lifecycle.core_entry.groups import initialize_model_parallel
 from lifecycle.core_entry.lone import lone_watch
 from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.core_entry.rehearsal import Rehearsal, is_active, start_rehearsal
@@ -214,17 +216,22 @@ def _no_rendezvous() -> tuple[str, int]:
     )
 
 
+def megatron_kwargs(config: RunConfig) -> dict[str, Any]:
+    """The arguments DISTRIBUTED gives megatron's `initialize_model_parallel` for `config`."""
+    return {
+        **config.parallel.megatron_sizes(),
+        "create_gloo_process_groups": config.backend != "fake",
+        "distributed_timeout_minutes": config.startup.timeout_s / 60,
+    }
+
+
 def init_parallel_state(ctx: PhaseContext, config: RunConfig) -> dict[str, int]:
-    """megatron's parallel state as `parallel` sizes it; this rank's tp, pp, cp, ep and dp ranks."""
+    """megatron's parallel state as `parallel` sizes it, its groups created as `distributed.groups`
+    says (groups.py); this rank's tp, pp, cp, ep and dp ranks."""
     from megatron.core import parallel_state as ps
 
-    par = config.parallel
     ctx.side_effect(SideEffect.PARALLEL_STATE)
-    ps.initialize_model_parallel(
-        **par.megatron_sizes(),
-        create_gloo_process_groups=config.backend != "fake",
-        distributed_timeout_minutes=config.startup.timeout_s / 60,
-    )
+    initialize_model_parallel(config.distributed.groups, **megatron_kwargs(config))
     return {
         "tp": ps.get_tensor_model_parallel_rank(),
         "pp": ps.get_pipeline_model_parallel_rank(),
@@ -273,13 +280,15 @@ def _undo(rehearsal: Closeable | None, *, barrier: AbstractContextManager[None] 
 
 def _drop_leftover_groups(parallel_state: ModuleType) -> None:
     """`destroy_model_parallel` leaves some group globals set (megatron-core 0.15 to 0.19:
-    `_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP` and its gloo twin). A global that still holds a
-    destroyed group keeps its gloo connections open, so it goes like the others (the ledger's
-    "process group objects" probe finds any that stays)."""
+    `_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP` and its gloo twin, the list
+    `_HIERARCHICAL_CONTEXT_PARALLEL_GROUPS`). A global that still holds a destroyed group keeps its
+    gloo connections open, so it goes like the others (the ledger's "process group objects" probe
+    finds any that stays)."""
     import torch.distributed as dist
 
     for name, value in list(vars(parallel_state).items()):
-        if isinstance(value, dist.ProcessGroup):
+        held = value if isinstance(value, list) else [value]
+        if any(isinstance(v, dist.ProcessGroup) for v in held):
             setattr(parallel_state, name, None)
 
 

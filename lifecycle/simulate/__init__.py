@@ -4,11 +4,17 @@ Each chosen rank runs the real engine on torch's fake process-group backend, one
 where megatron placed it is checked against `RankGenerator` computed without any process group.
 `--scale` counts what the whole job asks of its store host (`scale_report`: the real rank watch of
 every rank against a counting store, `StoreHost`) and the process groups a rank creates
-(`count_groups`). Imports neither torch nor megatron; its functions do when they run.
+(`count_groups`), under each creation of megatron's groups (`distributed.groups`), whose parallel
+states `compare_creations` compares. Imports neither torch nor megatron; its functions do when they run.
 """
 
 from __future__ import annotations
 
+from lifecycle.simulate._equality import Difference as Difference
+from lifecycle.simulate._equality import compare_creations as compare_creations
+from lifecycle.simulate._equality import differences as differences
+from lifecycle.simulate._equality import parallel_state_snapshot as parallel_state_snapshot
+from lifecycle.simulate._equality import snapshot_after as snapshot_after
 from lifecycle.simulate._layout import Layout, sample_ranks
 from lifecycle.simulate._layout import format_ranks as format_ranks
 from lifecycle.simulate._layout import parse_ranks as parse_ranks

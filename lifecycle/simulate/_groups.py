@@ -2,13 +2,12 @@
 real `initialize_model_parallel`, run by the engine's DISTRIBUTED for one rank on torch's fake
 backend, with `torch.distributed`'s group constructors wrapped to record each call.
 
-Every rank calls `new_group` for every group of the job, members or not (torch names a group by a
-counter unless `use_local_synchronization` is set, so all ranks must make the same calls in the same
-order): O(world) calls a rank, of which it belongs to a fixed handful (Megatron-LM #5214). With
-`use_local_synchronization=True` a non-member's call returns at once, before any check, and the
-group is named by a hash of its ranks, so a rank need only make the calls of its own groups; the
-time of the other calls is measured here (`non_member_s`), and so is what stays (megatron's own
-loops that build every group's rank list, `megatron_s`).
+Under `distributed.groups: megatron` every rank calls `new_group` for every group of the job,
+members or not (torch names a group by a counter, so all ranks must make the same calls in the same
+order): O(world) calls a rank, of which it belongs to a fixed handful (Megatron-LM #5214); the time
+of the non-member calls is measured here (`non_member_s`), and so is megatron's own loops that build
+every group's rank list (`megatron_s`). Under `own` (core_entry/groups.py) a rank builds and creates
+only its own groups, with `use_local_synchronization=True`.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from lifecycle.config import RunConfig
+from lifecycle.core_entry.groups import Creation
 from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ class GroupCount:
 
     world_size: int
     rank: int
+    creation: str
     created: int
     member: int
     local_synchronization: int
@@ -57,6 +58,7 @@ class GroupCount:
 
     def to_json(self) -> dict[str, JSONValue]:
         return {
+            "creation": self.creation,
             "created": self.created,
             "member": self.member,
             "local_synchronization": self.local_synchronization,
@@ -142,13 +144,18 @@ def _recording(rank: int) -> Iterator[_Recorder]:
             setattr(dist, name, original)
 
 
-def count_groups(config: RunConfig, *, world_size: int | None = None, rank: int = 0) -> GroupCount:
+def count_groups(
+    config: RunConfig, *, world_size: int | None = None, rank: int = 0, creation: Creation | None = None
+) -> GroupCount:
     """Drive `rank` of `config` (at `world_size`) through the real engine to DISTRIBUTED on the fake
-    backend, recording every group constructor call; then shut it down. ConfigError when the config
-    is invalid (as `prepare` raises it)."""
+    backend, its groups created as `creation` says (default: the config's `distributed.groups`),
+    recording every group constructor call; then shut it down. ConfigError when the config is
+    invalid (as `prepare` raises it)."""
     from lifecycle.engine import Lifecycle
     from lifecycle.simulate._simulation import at_rank, prepare, warm_up
 
+    if creation is not None:
+        config = dataclasses.replace(config, distributed=dataclasses.replace(config.distributed, groups=creation))
     simulated = prepare(config, world_size=world_size)
     world = simulated.parallel.world_size or 1
     warm_up(simulated)  # the tokenizer module's first import is not SERVICES_READY's time
@@ -166,6 +173,7 @@ def count_groups(config: RunConfig, *, world_size: int | None = None, rank: int 
     return GroupCount(
         world_size=world,
         rank=rank,
+        creation=simulated.distributed.groups,
         created=recorder.created,
         member=recorder.member,
         local_synchronization=recorder.local,

@@ -14,8 +14,11 @@ Per phase, on the slowest rank (the critical path):
 - rendezvous: every rank's store operations at check-in (torch's connect, counted as an assumption,
   plus the rank watch's, counted by running it) served one after another by the store's host at
   `host_ops_per_s`, or one rank's own operations at `store_rtt_s` each, whichever is longer;
-- groups: the group-constructor calls of one rank (counted at two sizes on the fake backend, an
-  affine function of the world size) × the CPU of one call, measured, × `contention`;
+- groups: under `distributed.groups: megatron`, the group-constructor calls of one rank (counted at
+  two sizes on the fake backend, an affine function of the world size) × the CPU of one call,
+  measured, × `contention`; under `own`, one rank's DISTRIBUTED CPU measured at the job's size (its
+  own groups only: cheap to run at any size) × `contention`. Both are predicted (`distributed_s`);
+  the config's is on the critical path;
 - MODEL_BUILT: one rank's build of the layout's shrunken model, measured, × `contention`;
 - first step: the lazy communicator bootstrap, one store operation per member of every group a
   rank joins, served by the store's host, plus `step_s` where it was measured.
@@ -57,6 +60,9 @@ class PlanConstants:
     services_s: float
     model_s: float
     step_s: float | None = None
+    own_groups_s: float | None = None
+    """CPU seconds of one rank's DISTRIBUTED under `distributed.groups: own`, measured at the job's size
+    (a rank's own groups cost O(their sizes), not O(world): not extrapolated). None: not measured."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +70,7 @@ class PlanCounts:
     """What the plan takes from the real code at the job's size."""
 
     groups_created: int
+    """new_group calls a rank makes under megatron's creation (every group of the job)."""
     groups_joined: int
     checkin_ops_per_rank: float
 
@@ -78,6 +85,10 @@ class Plan:
     phases: dict[str, float]
     formulas: dict[str, str]
     assumptions: tuple[str, ...]
+    creation: str = "megatron"
+    """`distributed.groups`: the creation whose groups phase is on the critical path."""
+    distributed_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """DISTRIBUTED (rendezvous + groups) under each creation that could be predicted."""
 
     @property
     def total_s(self) -> float:
@@ -91,6 +102,8 @@ class Plan:
             "cores_per_node": self.cores_per_node,
             "phases_s": {name: round(s, 3) for name, s in self.phases.items()},
             "total_s": round(self.total_s, 3),
+            "creation": self.creation,
+            "distributed_s": {name: round(s, 3) for name, s in self.distributed_s.items()},
             "formulas": self.formulas,
             "constants": dataclasses.asdict(self.constants),
             "counts": dataclasses.asdict(self.counts),
@@ -99,20 +112,41 @@ class Plan:
 
 
 def predict(
-    constants: PlanConstants, counts: PlanCounts, *, ranks: int, ranks_per_node: int, cores_per_node: int | None = None
+    constants: PlanConstants,
+    counts: PlanCounts,
+    *,
+    ranks: int,
+    ranks_per_node: int,
+    cores_per_node: int | None = None,
+    creation: str = "megatron",
 ) -> Plan:
-    """The plan for `ranks` ranks from `constants` and `counts` (pure: see the module for the model)."""
+    """The plan for `ranks` ranks from `constants` and `counts`, its groups created as `creation` says
+    (pure: see the module for the model)."""
     cores = cores_per_node or ranks_per_node
     contention = max(1.0, ranks_per_node / cores)
+    by_creation = {"megatron": counts.groups_created * constants.group_call_s * contention}
+    if constants.own_groups_s is not None:
+        by_creation["own"] = constants.own_groups_s * contention
+    if creation not in by_creation:
+        raise ValueError(f"creation {creation!r}: its groups were not measured (own_groups_s is None)")
+    phases = _phases(constants, counts, ranks=ranks, contention=contention)
+    phases["groups"] = by_creation[creation]
+    formulas = _formulas(constants, counts, ranks=ranks, contention=contention)
+    if creation == "own":
+        formulas["groups"] = (
+            f"own groups only: {counts.groups_joined} new_group calls, measured {phases['groups']:.3f} s"
+        )
     return Plan(
         ranks=ranks,
         ranks_per_node=ranks_per_node,
         cores_per_node=cores,
         constants=constants,
         counts=counts,
-        phases=_phases(constants, counts, ranks=ranks, contention=contention),
-        formulas=_formulas(constants, counts, ranks=ranks, contention=contention),
+        phases=phases,
+        formulas=formulas,
         assumptions=_assumptions(cores_per_node is None),
+        creation=creation,
+        distributed_s={name: phases["rendezvous"] + s for name, s in sorted(by_creation.items())},
     )
 
 
@@ -193,6 +227,9 @@ def plan_text(plan: Plan) -> str:
         "on the critical path (predicted)",
     ]
     out += [f"  {name:<15} {s:>10,.2f} s  {plan.formulas[name]}" for name, s in plan.phases.items()]
+    if plan.distributed_s:
+        each = ", ".join(f"{name} {s:,.2f} s" for name, s in plan.distributed_s.items())
+        out.append(f"DISTRIBUTED (rendezvous + groups) by distributed.groups: {each} (the plan: {plan.creation})")
     out.append("assumptions:")
     out += [f"  - {a}" for a in plan.assumptions]
     return "\n".join(out)
@@ -205,12 +242,14 @@ def measure_constants(config: RunConfig, *, world_size: int) -> tuple[PlanConsta
     from lifecycle.simulate._groups import count_groups
 
     small = _smallest_world(config)
-    one = count_groups(config, world_size=small)
-    two = count_groups(config, world_size=2 * small)
+    one = count_groups(config, world_size=small, creation="megatron")
+    two = count_groups(config, world_size=2 * small, creation="megatron")
     per_rank = (two.created - one.created) / small
     created = round(one.created + per_rank * (world_size - small))
     import_s, import_cpu_s = measure_import()
+    own = count_groups(config, world_size=world_size, creation="own")
     constants = PlanConstants(
+        own_groups_s=own.distributed_s,
         import_s=import_s,
         import_cpu_s=import_cpu_s,
         store_rtt_s=measure_store_rtt_s(),
@@ -312,4 +351,11 @@ def startup_plan(
     counts = PlanCounts(
         groups_created=created, groups_joined=joined, checkin_ops_per_rank=checkin_ops_per_rank(ranks_per_node)
     )
-    return predict(constants, counts, ranks=world_size, ranks_per_node=ranks_per_node, cores_per_node=cores_per_node)
+    return predict(
+        constants,
+        counts,
+        ranks=world_size,
+        ranks_per_node=ranks_per_node,
+        cores_per_node=cores_per_node,
+        creation=config.distributed.groups,
+    )

@@ -21,7 +21,8 @@ how many process groups each rank creates, counted by running the real code, not
   JSON says so). The watch's round depends on the job's node count, which the sampled leaders read
   from the store as every leader would.
 - Process groups: one rank driven to DISTRIBUTED through the engine on the fake backend, megatron's
-  `initialize_model_parallel` with every `new_group` call recorded (`count_groups`).
+  `initialize_model_parallel` with every `new_group` call recorded (`count_groups`), under each
+  creation (`distributed.groups`: `own`, `megatron`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig
+from lifecycle.core_entry.groups import Creation
 from lifecycle.log import JSONValue
 from lifecycle.simulate._groups import GroupCount, count_groups
 from lifecycle.simulate._store import StoreHost, Tally
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from lifecycle.core_entry.ranks import RankWatch
 
 PHASES = ("check_in", "join", "steady", "stop")
+CREATIONS: tuple[Creation, ...] = ("own", "megatron")
 FULL_NODES = 2048
 SAMPLE_NODES = 1024
 
@@ -260,12 +263,24 @@ class ScaleReport:
     ranks_per_node: int
     watch: WatchCount
     groups: GroupCount | None
+    """The config's creation (`distributed.groups`)."""
+    creations: dict[str, GroupCount]
+    """Both creations, `own` and `megatron` (empty without groups)."""
     cpu_s: float
     peak_rss_mb: float
 
     @property
+    def startup_store_ops(self) -> float:
+        """The lifecycle's own operations at the store host to start: every rank's check-in and join."""
+        return sum(self.watch.phases[p].total * self.watch.factor(p) for p in ("check_in", "join"))
+
+    @property
     def nodes(self) -> int:
         return self.watch.nodes
+
+    @property
+    def groups_creation(self) -> str | None:
+        return None if self.groups is None else self.groups.creation
 
     def to_json(self) -> dict[str, JSONValue]:
         return {
@@ -274,10 +289,14 @@ class ScaleReport:
             "ranks_per_node": self.ranks_per_node,
             "watch_store_ops_per_s": round(self.watch.ops_per_s, 1),
             "store_connections": round(self.watch.connections),
+            "groups_creation": None if self.groups is None else self.groups.creation,
             "groups_per_rank": None if self.groups is None else self.groups.created,
             "groups_joined_per_rank": None if self.groups is None else self.groups.member,
+            "startup_store_ops": round(self.startup_store_ops),
+            "distributed_cpu_s": {name: round(g.distributed_s, 3) for name, g in sorted(self.creations.items())},
             "watch": self.watch.to_json(),
             "groups": None if self.groups is None else self.groups.to_json(),
+            "creations": {name: g.to_json() for name, g in sorted(self.creations.items())},
             "cpu_s": round(self.cpu_s, 1),
             "peak_rss_mb": round(self.peak_rss_mb),
         }
@@ -287,13 +306,16 @@ def scale_report(config: RunConfig, *, world_size: int, ranks_per_node: int = 8,
     """Count the watch's store traffic and (with `groups`) one rank's process groups for `config` at
     `world_size` ranks. ConfigError when the config is invalid at that size."""
     started = time.process_time()
-    group_count = count_groups(config, world_size=world_size) if groups else None
+    creations: dict[str, GroupCount] = {}
+    if groups:
+        creations = {c: count_groups(config, world_size=world_size, creation=c) for c in CREATIONS}
     watch = count_watch(world_size, ranks_per_node, timeout_s=config.startup.timeout_s)
     return ScaleReport(
         ranks=world_size,
         ranks_per_node=ranks_per_node,
         watch=watch,
-        groups=group_count,
+        groups=creations.get(config.distributed.groups),
+        creations=creations,
         cpu_s=time.process_time() - started,
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
@@ -313,12 +335,12 @@ def scale_text(report: ScaleReport) -> str:
             f"  (every rank's check-in counted; join, steady and stop counted on {w.sampled_nodes:,} whole nodes "
             f"spread over the job and multiplied by {w.scale:g})"
         )
-    g = report.groups
-    if g is not None:
+    out.append(f"the lifecycle's startup at the store (check-in and join): {report.startup_store_ops:,.0f} ops")
+    for name, g in sorted(report.creations.items(), key=lambda item: item[0] != report.groups_creation):
         out.append(
-            f"process groups: each rank calls new_group {g.created:,} times and joins {g.member} of them "
-            f"(DISTRIBUTED {g.distributed_s:.1f} s CPU: megatron's rank lists {g.megatron_s:.1f} s, "
-            f"non-member new_group calls {g.non_member_s:.1f} s, which use_local_synchronization would skip)"
+            f"process groups ({name}{', the config' if name == report.groups_creation else ''}): each rank calls "
+            f"new_group {g.created:,} times and joins {g.member} of them (DISTRIBUTED {g.distributed_s:.2f} s CPU: "
+            f"rank lists {g.megatron_s:.2f} s, non-member new_group calls {g.non_member_s:.2f} s)"
         )
     out.append(f"  {'phase':<14} {'host ops':>12} {'keys':>12} {'bytes':>14} {'conns':>8} {'ops/rank max':>13}")
     for name in PHASES:

@@ -16,7 +16,8 @@ from lifecycle.cli import main
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     log_dir = tmp_path_factory.mktemp("sim")
-    assert main(["simulate", "--preset", "gpt-4096", "--ranks", "0,4095", "--log-dir", str(log_dir)]) == 0
+    megatron = ["--set", "distributed.groups=megatron"]  # megatron's creation: every group of the job on every rank
+    assert main(["simulate", "--preset", "gpt-4096", "--ranks", "0,4095", *megatron, "--log-dir", str(log_dir)]) == 0
     return log_dir
 
 

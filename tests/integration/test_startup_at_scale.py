@@ -35,9 +35,14 @@ def test_the_scale_report_gives_the_store_load_connections_and_groups_of_the_who
     assert report["store_connections"] == 512 + 64  # a connection a rank, a watch connection a node
     assert report["watch"]["steady_second"]["per_rank"]["ranks_with_ops"] == 64  # the node leaders only
     assert 0 < report["watch_store_ops_per_s"] == report["watch"]["steady_second"]["host"]["ops"]
-    groups = report["groups"]
-    assert report["groups_per_rank"] == groups["created"] > 512  # a call for every group of the job
-    assert report["groups_joined_per_rank"] == groups["with_local_synchronization"] == len(groups["by_kind"])
+    own, megatron = report["creations"]["own"], report["creations"]["megatron"]
+    assert report["groups_creation"] == "own" and report["groups"] == own  # the default creation
+    assert report["groups_per_rank"] == own["created"] == own["member"] == len(own["by_kind"])  # its own only
+    assert megatron["created"] > 512 and megatron["member"] == own["member"]  # megatron's: every group of the job
+    assert report["distributed_cpu_s"] == {"megatron": megatron["distributed_cpu_s"], "own": own["distributed_cpu_s"]}
+    assert report["startup_store_ops"] == round(
+        report["watch"]["check_in"]["host"]["ops"] + report["watch"]["join"]["host"]["ops"]
+    )
     assert set(report["watch"]) >= {"check_in", "join", "steady_second", "stop"}
 
 
@@ -54,8 +59,12 @@ def test_the_startup_plan_predicts_each_phase_from_constants_measured_here_and_c
     constants, counts = plan["constants"], plan["counts"]
     assert all(constants[name] > 0 for name in ("import_s", "import_cpu_s", "store_rtt_s", "group_call_s", "model_s"))
     assert counts["groups_created"] > 512  # megatron's new_group calls on every rank, counted, not typed in
-    assert plan["formulas"]["groups"].startswith(f"{counts['groups_created']:,} new_group calls")
-    assert plan["phases_s"]["groups"] == pytest.approx(counts["groups_created"] * constants["group_call_s"], rel=0.01)
+    assert plan["creation"] == "own" and plan["formulas"]["groups"].startswith("own groups only: 20 new_group calls")
+    assert plan["phases_s"]["groups"] == pytest.approx(constants["own_groups_s"], abs=0.001)  # measured at 512
+    megatron_groups = counts["groups_created"] * constants["group_call_s"]
+    rendezvous = plan["phases_s"]["rendezvous"]
+    assert plan["distributed_s"]["megatron"] == pytest.approx(rendezvous + megatron_groups, abs=0.002)
+    assert plan["distributed_s"]["own"] == pytest.approx(rendezvous + plan["phases_s"]["groups"], abs=0.002)
     assert "512 ranks" in plan["formulas"]["rendezvous"] and len(plan["assumptions"]) >= 3
 
 
