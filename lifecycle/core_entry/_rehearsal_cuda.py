@@ -145,21 +145,46 @@ def set_cpu_rng_state(new_state: torch.Tensor, device: Device = -1, graph_safe: 
     torch.set_rng_state(new_state)
 
 
+def one_each(stand_ins: Mapping[str, object], where: str) -> dict[str, object]:
+    """`stand_ins` with each function its own object, named for what it stands in for. torch 2.15's
+    dynamo gives every function reachable under torch's modules one tracing rule, and refuses one
+    object reached under two names whose rules differ (`torch.accelerator.synchronize` and
+    `empty_cache` both `_nothing`): "Duplicate torch object ... with different rules", raised at the
+    first `torch.compile`, which megatron-core's fused kernels call when imported."""
+    return {
+        name: _own(f"{where}.{name}", value) if isinstance(value, types.FunctionType) else value
+        for name, value in stand_ins.items()
+    }
+
+
+def _own(qualname: str, fn: Callable[..., object]) -> Callable[..., object]:
+    def stand_in(*args: object, **kwargs: object) -> object:
+        return fn(*args, **kwargs)
+
+    stand_in.__name__, stand_in.__qualname__, stand_in.__doc__ = qualname.rpartition(".")[2], qualname, fn.__doc__
+    return stand_in
+
+
 def torch_cuda_stand_ins() -> dict[str, object]:
     """Name → replacement for the `torch.cuda` attributes megatron-core calls on its CUDA paths."""
-    nvtx = types.SimpleNamespace(range_push=_nothing, range_pop=_nothing, mark=_nothing, range=_null_context)
-    return {
-        "current_device": lambda: 0,
-        "synchronize": _nothing,
-        "empty_cache": _nothing,
-        "Stream": Stream,
-        "Event": Event,
-        "stream": _null_context,
-        "device": _null_context,
-        "current_stream": lambda device=None: Stream(),
-        "default_stream": lambda device=None: Stream(),
-        "get_rng_state": _cpu_get_rng_state,
-        "set_rng_state": _cpu_set_rng_state,
-        "manual_seed": _cpu_manual_seed,
-        "nvtx": nvtx,
-    }
+    nvtx = types.SimpleNamespace(
+        **one_each({"range_push": _nothing, "range_pop": _nothing, "mark": _nothing, "range": _null_context}, "nvtx")
+    )
+    return one_each(
+        {
+            "current_device": lambda: 0,
+            "synchronize": _nothing,
+            "empty_cache": _nothing,
+            "Stream": Stream,
+            "Event": Event,
+            "stream": _null_context,
+            "device": _null_context,
+            "current_stream": lambda device=None: Stream(),
+            "default_stream": lambda device=None: Stream(),
+            "get_rng_state": _cpu_get_rng_state,
+            "set_rng_state": _cpu_set_rng_state,
+            "manual_seed": _cpu_manual_seed,
+            "nvtx": nvtx,
+        },
+        "torch.cuda",
+    )

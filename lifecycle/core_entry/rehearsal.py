@@ -245,7 +245,9 @@ def _accelerator_stand_ins() -> dict[str, object]:
         "reset_accumulated_memory_stats": _nothing,
         "reset_peak_memory_stats": _nothing,
     }
-    return {name: value for name, value in stand_ins.items() if hasattr(torch.accelerator, name)}
+    return fake.one_each(
+        {name: value for name, value in stand_ins.items() if hasattr(torch.accelerator, name)}, "torch.accelerator"
+    )
 
 
 def _nothing(*_: object, **__: object) -> None:

@@ -63,8 +63,22 @@ def _inside_the_stand_ins() -> dict[str, Any]:
             if hasattr(torch.accelerator, name)
         }
         out["device_index"] = _error(lambda: torch.accelerator.device_index(0).__enter__())
+        out["shared"] = _stand_ins_under_two_names(
+            {"torch.cuda": torch.cuda, "torch.cuda.nvtx": torch.cuda.nvtx, "torch.accelerator": torch.accelerator}
+        )
     out["restored"] = torch.accelerator.current_device_index is original
     return out
+
+
+def _stand_ins_under_two_names(modules: dict[str, Any]) -> dict[str, list[str]]:
+    """Our stand-in functions that are reached under more than one name: torch 2.15's dynamo refuses
+    one object with two tracing rules at megatron-core's first `torch.compile` (its import)."""
+    names: dict[int, list[str]] = {}
+    for where, module in modules.items():
+        for name, value in vars(module).items():
+            if callable(value) and getattr(value, "__module__", "").startswith("lifecycle."):
+                names.setdefault(id(value), []).append(f"{where}.{name}")
+    return {found[0]: found[1:] for found in names.values() if len(found) > 1}
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +106,7 @@ def test_every_accelerator_query_answers_without_reaching_the_driver(inside: dic
 
 def test_the_accelerator_is_itself_again_after_the_rehearsal(inside: dict[str, Any]) -> None:
     assert inside["restored"] is True
+
+
+def test_each_stand_in_is_its_own_function_under_one_name(inside: dict[str, Any]) -> None:
+    assert inside["shared"] == {}, "torch's dynamo refuses one function object under two names with different rules"

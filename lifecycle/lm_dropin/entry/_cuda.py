@@ -22,7 +22,7 @@ the CUDA RNG. `megatron.training` also reads:
 from __future__ import annotations
 
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -39,8 +39,15 @@ def _properties(device: torch.device | str | int | None = None) -> types.SimpleN
     return types.SimpleNamespace(major=9, minor=0, name="cpu-rehearsal", total_memory=0, multi_processor_count=1)
 
 
-def _zero(*_: object, **__: object) -> int:
-    return 0
+def _zero_as(name: str) -> Callable[..., int]:
+    """A memory count of no memory, its own function for each name: torch 2.15's dynamo refuses one
+    function object under two names with different tracing rules."""
+
+    def zero(*_: object, **__: object) -> int:
+        return 0
+
+    zero.__name__ = zero.__qualname__ = name
+    return zero
 
 
 def extra_patches() -> list[tuple[types.ModuleType | type, str, object]]:
@@ -54,10 +61,10 @@ def extra_patches() -> list[tuple[types.ModuleType | type, str, object]]:
         (torch.cuda, "device_count", lambda: 1),
         (torch.cuda, "set_device", lambda device: None),
         (torch.cuda, "get_device_properties", _properties),
-        (torch.cuda, "memory_allocated", _zero),
-        (torch.cuda, "max_memory_allocated", _zero),
-        (torch.cuda, "memory_reserved", _zero),
-        (torch.cuda, "max_memory_reserved", _zero),
+        (torch.cuda, "memory_allocated", _zero_as("memory_allocated")),
+        (torch.cuda, "max_memory_allocated", _zero_as("max_memory_allocated")),
+        (torch.cuda, "memory_reserved", _zero_as("memory_reserved")),
+        (torch.cuda, "max_memory_reserved", _zero_as("max_memory_reserved")),
         (torch.cuda, "reset_peak_memory_stats", lambda *a, **k: None),
         (torch.cuda, "is_current_stream_capturing", lambda: False),
         (torch.cuda, "get_device_capability", lambda device=None: (9, 0)),
