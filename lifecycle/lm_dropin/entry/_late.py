@@ -23,11 +23,11 @@ dictionary read (the module's `__dict__`), once per call of the name.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -150,19 +150,19 @@ def late(module: str, name: str) -> Any:  # Any: whatever the module's global ho
 def refused() -> list[tuple[str, str]]:
     """(`module.name`, what replaced it) for each name the drop-in does not call whose value a script
     replaced with a function or module that is not Megatron-LM's."""
-    out = []
+    out, homes = [], tuple(_homes())
     for where, names in LOOKUPS.items():
         module = sys.modules.get(where.partition(":")[0])
         if module is None:
             continue
         for name, how in names.items():
             value = vars(module).get(name)
-            if not how.called and value is not None and not _megatrons(value):
+            if not how.called and value is not None and not _megatrons(value, homes):
                 out.append((f"{module.__name__}.{name}", describe(value)))
     return sorted(set(out))
 
 
-def _megatrons(value: object) -> bool:
+def _megatrons(value: object, homes: tuple[str, ...]) -> bool:
     """Whether `value` is what Megatron-LM's module holds unpatched: a module that is itself, or a
     function whose code is Megatron-LM's or torch's. Classes and data are taken as they are."""
     if isinstance(value, types.ModuleType):
@@ -170,15 +170,16 @@ def _megatrons(value: object) -> bool:
     code = getattr(value, "__code__", None)
     if code is None:
         return not callable(value) or isinstance(value, type)
-    return any(Path(code.co_filename).is_relative_to(home) for home in _homes())
+    return str(code.co_filename).startswith(homes)
 
 
-def _homes() -> list[Path]:
+def _homes() -> list[str]:
+    """The directories of the `megatron` and `torch` packages, each ending in a separator."""
     homes = []
     for package in ("megatron", "torch"):
         found = sys.modules.get(package)
         for path in getattr(getattr(found, "__spec__", None), "submodule_search_locations", None) or ():
-            homes.append(Path(path))
+            homes.append(os.path.join(path, ""))
     return homes
 
 
