@@ -6,6 +6,7 @@ tests/integration/test_launcher_verdicts.py."""
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 from typing import Any
 
@@ -133,14 +134,22 @@ def trained(steps: int = 3) -> Events:
 SIGTERM = ("signal_received", {"signal": "SIGTERM", "state": "CALLBACKS_BOUND"})
 
 
-def test_the_first_rank_torchrun_saw_killed_is_blamed_though_every_other_log_reads_stopped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("follow", [False, True], ids=["audit", "follow"])
+def test_the_first_rank_torchrun_saw_killed_is_blamed_though_every_other_log_reads_stopped(
+    tmp_path: Path, follow: bool
+) -> None:
     """Ranks 2 and 3 both stop with no record of why (rank 3 was SIGTERMed by torchrun, its main thread
     blocked, so its handler never logged); torchrun's report says rank 2 was SIGKILLed first."""
     for rank in range(4):
         tail = [] if rank in (2, 3) else [SIGTERM]
         rank_log(tmp_path, rank, [*trained(), *tail], start=T0, at={len(trained()): T0 + 101.6})
     write(tmp_path, ended=[killed(2)])
-    doc = judge(audit([str(tmp_path)], jobs=1))
+    # followed: no rank shut down or failed, so only the launcher's record ends the wait (not the idle timeout)
+    started = time.monotonic()
+    doc = (
+        follow_verdict(tmp_path, poll_s=0.01, idle_timeout_s=60.0) if follow else judge(audit([str(tmp_path)], jobs=1))
+    )
+    assert time.monotonic() - started < 30.0, "not the idle timeout"
     assert (doc["outcome"], doc["culprit"], doc["class"]) == ("failed", {"rank": 2, "host": "h"}, "infrastructure")
     assert doc["exclude_hosts"] == ["h"] and doc["evidence"][0]["kind"] == "launch_ended"
     assert doc["victims"] == [0, 1, 3]
