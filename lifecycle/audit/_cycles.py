@@ -1,4 +1,4 @@
-"""Restart cycles as attempts (docs/restart.md#in-the-audit): which rank caused each in-process
+"""Restart cycles as attempts (docs/restart.md#in-the-log-and-the-audit): which rank caused each in-process
 restart, and how long the restart took, from `cycle_started` / `cycle_ended`; and `--diff` of two
 cycles (what was created or bound differently, config drift, hooks added twice).
 
