@@ -15,6 +15,7 @@ The class decides the action:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -37,8 +38,12 @@ VERSION = 1
 
 
 def ours(head: bytes) -> bool:
-    """An existing output file is one of our verdicts, which `write_output` may replace."""
-    return head.startswith(b'{"verdict": ')
+    """An existing output file is one of our verdicts, which `write_output` may replace: it begins
+    with our version and outcome, as `verdict` writes them (another tool's `{"verdict": ...` does not)."""
+    return _OURS.match(head) is not None
+
+
+_OURS = re.compile(rb'\{"verdict": \d+, "outcome": "[a-z]+"')
 
 
 ACTIONS = {"config": "STOP", "infrastructure": "RESTART", "user-code": "STOP"}

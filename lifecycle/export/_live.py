@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 _OPEN = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO never blocks
 _SHUT_DOWN = "SHUT_DOWN"
-_HEAD = b'{"resourceSpans"'
+_SAMPLE = 4096
+"""How much of an existing file is read to tell it is ours: our first line's scope is well inside it."""
 
 
 class LiveSpans:
@@ -256,7 +257,8 @@ def _not_ours(fd: int) -> str | None:
         return "is a block device"
     if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
         return None
-    return None if os.pread(fd, len(_HEAD), 0) == _HEAD else "is a file holding something else than OTLP JSON lines"
+    head = os.pread(fd, _SAMPLE, 0)
+    return None if _otlp.ours(head) else "is a file holding something else than OTLP JSON lines"
 
 
 def attach(log: AuditLog, target: str | None) -> None:

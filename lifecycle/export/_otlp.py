@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 ROOT = "megatron.startup"
 SCOPE = "megatron-lifecycle"
+SCOPE_MARK = b'"scope":{"name":"' + SCOPE.encode() + b'"'
+"""How every resource's spans of ours name their scope in OTLP JSON."""
 MEGATRON_SPANS = {
     events.IMPORTS: "imports",
     State.VALIDATED.name: "arg_parse",
@@ -60,8 +62,10 @@ NEMO_LENS = (RUN_ID, RANK, WORLD_SIZE, ITERATION, *list(COORDINATE_NAMES.values(
 
 
 def ours(head: bytes) -> bool:
-    """OTLP JSON we wrote (a document, or `--follow`'s lines): the only file written over or appended to."""
-    return head.startswith(b'{"resourceSpans":')
+    """OTLP JSON we wrote (a document, or `--follow`'s lines): the only file written over or appended to.
+    An OpenTelemetry Collector's file exporter begins `{"resourceSpans":` too: ours names our
+    instrumentation scope, after the first resource's attributes."""
+    return head.startswith(b'{"resourceSpans":') and SCOPE_MARK in head
 
 
 def sdk() -> type[TracerProvider]:

@@ -103,6 +103,25 @@ def test_the_cli_prints_the_verdict_as_one_json_line(tmp_path: Path, capsys: pyt
     assert code == 1 and len(out) == 1 and json.loads(out[0])["action"] == "STOP"
 
 
+def test_another_tools_verdict_file_is_not_replaced_but_ours_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CI tool's `{"verdict": ...}` begins as ours does; only our version and outcome make it ours."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write_events(logs, clean_events(), rank=0, world=1)
+    theirs = tmp_path / "theirs.json"
+    theirs.write_bytes(b'{"verdict": "approved", "by": "review-bot"}\n')
+    argv = ["audit", "--format", "verdict", "--follow", str(logs), "--idle-timeout", "0"]
+    assert main([*argv, "--output", str(theirs)]) == 2
+    assert "not an output we wrote" in capsys.readouterr().err
+    assert theirs.read_bytes() == b'{"verdict": "approved", "by": "review-bot"}\n'
+    ours = tmp_path / "ours.json"
+    for _ in range(2):  # written, then replaced: it is ours
+        assert main([*argv, "--output", str(ours)]) == 0
+        assert json.loads(ours.read_bytes())["outcome"] == "clean"
+
+
 def test_following_a_finished_clean_run_gives_the_clean_verdict_without_waiting_for_idle(tmp_path: Path) -> None:
     write_events(tmp_path, clean_events(), rank=0, world=1)
     doc = follow_verdict(tmp_path, poll_s=0.01, idle_timeout_s=600.0)  # returns at once: every rank shut down

@@ -137,6 +137,30 @@ def test_another_programs_chrome_trace_that_starts_as_ours_is_not_overwritten(
     assert main(["export", str(failed_logs), "-o", str(ours)]) == 0  # our own: replaced
 
 
+COLLECTORS = (
+    b'{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"trainer"}}]},'
+    b'"scopeSpans":[{"scope":{"name":"opentelemetry.instrumentation.requests"},"spans":[]}]}]}\n'
+)
+"""What an OpenTelemetry Collector's file exporter writes: it begins as our OTLP JSON does."""
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_an_opentelemetry_collectors_file_is_neither_replaced_nor_appended_to(
+    tmp_path: Path, failed_logs: Path, capsys: pytest.CaptureFixture[str], follow: bool
+) -> None:
+    pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
+    theirs = tmp_path / "collector.jsonl"
+    theirs.write_bytes(COLLECTORS)
+    argv = ["export", *(["--follow"] if follow else []), "--format", "otlp-json", str(failed_logs)]
+    argv += ["--idle-timeout", "0"] if follow else []
+    assert main([*argv, "-o", str(theirs)]) == 2
+    one_line(capsys, "not an output we wrote")
+    assert theirs.read_bytes() == COLLECTORS
+    ours = tmp_path / "ours.jsonl"
+    assert main([*argv, "-o", str(ours)]) == 0
+    assert main([*argv, "-o", str(ours)]) == 0  # our own: replaced, or appended to
+
+
 def test_a_chrome_trace_of_ours_with_its_producer_at_the_end_is_still_replaced(
     tmp_path: Path, failed_logs: Path
 ) -> None:
