@@ -93,9 +93,7 @@ def follow_verdict(
     ranks: dict[Path, _Followed] = {}
     last_change, failed_at, reread, launched_seen, finished = time.monotonic(), None, False, False, False
     while True:
-        changed = False
-        for path in sorted(Path(log_dir).glob("rank-*.jsonl")):
-            changed |= ranks.setdefault(path, _Followed(path)).read()
+        changed = _read_all(log_dir, ranks)
         now = time.monotonic()
         last_change = now if changed else last_change
         streams = [r.audit for r in ranks.values()]
@@ -122,6 +120,18 @@ def follow_verdict(
     if failed_at is None and not finished:
         for stream in streams:  # judged as they stand: a log that stops short is a rank that died
             stream.finish()
+    return _judged(log_dir, ranks, streams)
+
+
+def _read_all(log_dir: str | Path, ranks: dict[Path, _Followed]) -> bool:
+    """Read what each rank file gained (a new file is followed from now on): whether any did."""
+    changed = False
+    for path in sorted(Path(log_dir).glob("rank-*.jsonl")):
+        changed |= ranks.setdefault(path, _Followed(path)).read()
+    return changed
+
+
+def _judged(log_dir: str | Path, ranks: dict[Path, _Followed], streams: list[RankAudit]) -> dict[str, JSONValue]:
     live = [s for s in streams if s.records and s.rank is not None]
     errors = [r.broken for r in ranks.values() if r.broken is not None]
     findings = [f for s in live for f in s.findings()]
