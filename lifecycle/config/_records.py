@@ -165,7 +165,7 @@ class StartupConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DistributedConfig:
-    """How DISTRIBUTED creates megatron's process groups (docs/simulate.md#own-groups-only)."""
+    """How DISTRIBUTED creates megatron's process groups (docs/simulate.md#own-groups-only-distributedgroups)."""
 
     groups: Literal["own", "megatron"] = "own"
     """`own`: each rank creates only the groups it belongs to, O(group size); `megatron`: megatron's

@@ -91,81 +91,97 @@ def _product(values: list[int]) -> int:
     return out
 
 
-class _Names:
-    """Group names every member computes alike: its ranks, how many groups with the same ranks this
-    creation made before it, and the world's group count when the creation began (the same on every
-    rank: torch advances it on every rank for each world-wide group)."""
+class _Own:
+    """One own creation's state: this rank's groups, their names, megatron's and torch's originals.
 
-    def __init__(self, salt: int) -> None:
-        self.salt = salt
+    Names: a group's ranks, how many groups with the same ranks this creation made before it, and
+    the world's group count when the creation's first group was made (the same on every rank: torch
+    advances it on every rank for each world-wide group), which every member computes alike."""
+
+    def __init__(self, instances: int) -> None:
+        from megatron.core import parallel_state as ps
+        from torch.distributed import distributed_c10d as c10d
+
+        self.instances, self.salt, self.next = instances, -1, ""
         self.seen: dict[tuple[int, ...], int] = {}
-        self.next: str | None = None
+        self.create, self.name = ps.create_group, c10d._process_group_name
 
-    def claim(self, ranks: list[int]) -> None:
-        key = tuple(ranks)
-        n = self.seen[key] = self.seen.get(key, -1) + 1
-        text = f"{'_'.join(map(str, key))}/{n}/{self.salt}"
-        self.next = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+    def begin(self) -> int:
+        """This rank; on the creation's first call, check the world and take the salt."""
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
 
+        if self.salt < 0:
+            if getattr(c10d._get_default_group(), "bound_device_id", None) is not None:
+                raise DistributedError(
+                    "distributed.groups=own cannot create megatron's groups on a world made with a device_id "
+                    "(NCCL splits every group from the world, a collective of all ranks); set "
+                    "distributed.groups=megatron",
+                    field="distributed.groups",
+                )
+            self.salt = c10d._world.group_count
+        return int(dist.get_rank())
 
-@contextlib.contextmanager
-def own_groups(*, num_distributed_optimizer_instances: int = 1) -> Iterator[None]:
-    """While it is open, megatron's `initialize_model_parallel` creates only this rank's groups (see
-    the module). DistributedError when the world's communicator was created eagerly."""
-    import torch.distributed as dist
-    from megatron.core import parallel_state as ps
-    from torch.distributed import distributed_c10d as c10d
-
-    if getattr(c10d._get_default_group(), "bound_device_id", None) is not None:
-        raise DistributedError(
-            "distributed.groups=own cannot create megatron's groups on a world made with a device_id "
-            "(NCCL splits every group from the world, a collective of all ranks); set distributed.groups=megatron",
-            field="distributed.groups",
-        )
-    rank, instances = dist.get_rank(), num_distributed_optimizer_instances
-    names = _Names(c10d._world.group_count)
-    original_get_ranks, original_create, original_name = (
-        ps.RankGenerator.get_ranks,
-        ps.create_group,
-        c10d._process_group_name,
-    )
-
-    def get_ranks(self: Any, token: str) -> list[list[int]]:
-        sizes = list(self.ordered_size)
+    def ranks(self, generator: Any, token: str) -> list[list[int]]:
+        names, sizes = generator.order.split("-"), list(generator.ordered_size)
         block = 1
         if token == _BLOCKED:
-            block = _product(
-                [s for n, s in zip(self.order.split("-"), sizes, strict=True) if n not in ("tp", "ep", "pp")]
-            )
-            block //= instances
-        return own_ranks(self.order, sizes, token, rank, offset=self.rank_offset, block=max(1, block))
+            block = _product([s for n, s in zip(names, sizes, strict=True) if n not in ("tp", "ep", "pp")])
+            block = max(1, block // self.instances)
+        rank = self.begin()
+        return own_ranks(generator.order, sizes, token, rank, offset=generator.rank_offset, block=block)
 
-    def create_group(ranks: list[int] | None = None, *args: Any, **kwargs: Any) -> Any:  # named as megatron's
+    def create_group(self, ranks: list[int] | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        import torch.distributed as dist
+        from megatron.core import parallel_state as ps
+
         kwargs["use_local_synchronization"] = True
+        rank = self.begin()
         if ranks is not None and rank not in ranks:  # what torch returns for it, without the call
             if ps._global_process_group_list is None:
                 ps._global_process_group_list = [None]  # as megatron's create_group starts it
             return dist.GroupMember.NON_GROUP_MEMBER
         if ranks is not None:
-            names.claim(list(ranks))
+            key = tuple(ranks)
+            n = self.seen[key] = self.seen.get(key, -1) + 1
+            text = f"{'_'.join(map(str, key))}/{n}/{self.salt}"
+            self.next = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
         try:
-            return original_create(ranks, *args, **kwargs)
+            return self.create(ranks, *args, **kwargs)
         finally:
-            names.next = None
+            self.next = ""
 
-    def process_group_name(ranks: Any, use_hashed_name: bool) -> Any:
-        if names.next is None:
-            return original_name(ranks, use_hashed_name)
-        name, names.next = names.next, None
+    def process_group_name(self, ranks: Any, use_hashed_name: bool) -> Any:
+        if not self.next:
+            return self.name(ranks, use_hashed_name)
+        name, self.next = self.next, ""
         return name
 
+
+@contextlib.contextmanager
+def own_groups(*, num_distributed_optimizer_instances: int = 1) -> Iterator[None]:
+    """While it is open, megatron's `initialize_model_parallel` creates only this rank's groups (see
+    the module): open it around megatron's call, or around a function that makes the world and then
+    calls it once (Megatron-LM's `_initialize_distributed`). DistributedError at the first group
+    when the world's communicator was created eagerly."""
+    from megatron.core import parallel_state as ps
+    from torch.distributed import distributed_c10d as c10d
+
+    own = _Own(num_distributed_optimizer_instances)
+    original = ps.RankGenerator.get_ranks
+
+    def get_ranks(generator: Any, token: str) -> list[list[int]]:
+        return own.ranks(generator, token)
+
+    def create_group(ranks: list[int] | None = None, *args: Any, **kwargs: Any) -> Any:  # megatron's name
+        return own.create_group(ranks, args, kwargs)
+
     ps.RankGenerator.get_ranks = get_ranks  # restored below
-    ps.create_group = create_group
-    c10d._process_group_name = process_group_name
+    ps.create_group, c10d._process_group_name = create_group, own.process_group_name
     try:
         yield
     finally:
-        ps.RankGenerator.get_ranks = original_get_ranks
-        ps.create_group = original_create
-        c10d._process_group_name = original_name
-        c10d._world.group_count = names.salt + 1  # the next creation's names differ from these on every rank
+        ps.RankGenerator.get_ranks = original
+        ps.create_group, c10d._process_group_name = own.create, own.name
+        if own.salt >= 0:
+            c10d._world.group_count = own.salt + 1  # the next creation's names differ from these on every rank
