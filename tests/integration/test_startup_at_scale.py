@@ -59,7 +59,8 @@ def test_the_startup_plan_predicts_each_phase_from_constants_measured_here_and_c
     constants, counts = plan["constants"], plan["counts"]
     assert all(constants[name] > 0 for name in ("import_s", "import_cpu_s", "store_rtt_s", "group_call_s", "model_s"))
     assert counts["groups_created"] > 512  # megatron's new_group calls on every rank, counted, not typed in
-    assert plan["creation"] == "own" and plan["formulas"]["groups"].startswith("own groups only: 20 new_group calls")
+    own_calls = f"own groups only: {counts['groups_joined']} new_group calls"  # 20 on 0.19, 17 on 0.15.3
+    assert plan["creation"] == "own" and plan["formulas"]["groups"].startswith(own_calls)
     assert plan["phases_s"]["groups"] == pytest.approx(constants["own_groups_s"], abs=0.001)  # measured at 512
     megatron_groups = counts["groups_created"] * constants["group_call_s"]
     rendezvous = plan["phases_s"]["rendezvous"]
