@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 import orjson
 
-from lifecycle.log import GENESIS, line_hash_matches, record_hash, records
+from lifecycle.log import GENESIS, JSONValue, line_hash_matches, record_hash, records
 
 _WRITE = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
 _ENVELOPE = frozenset(records.Record.__struct_fields__)
@@ -76,7 +76,7 @@ def write_launch_ended(
         if last is None:
             return f"{path} holds something else than launch_ended records: left as it is"
         seq, prev = last
-    body: dict[str, object] = {
+    body: dict[str, JSONValue] = {
         **{k: v for k, v in msgspec.to_builtins(record).items() if k not in _ENVELOPE},
         "event": "launch_ended",
         "ts": time.time(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Callable, Iterator, Mapping
-from typing import TypeAlias, TypeVar
+from typing import ParamSpec, TypeAlias, TypeVar
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -15,6 +15,8 @@ _POSITIONAL_DEVICE_FUNCS = frozenset({torch.Tensor.to})
 Device: TypeAlias = "torch.device | str | int | None"
 """A device argument as torch takes one (torch's own `_device_t`)."""
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def to_cpu_device(device: T) -> T | str:
@@ -157,8 +159,8 @@ def one_each(stand_ins: Mapping[str, object], where: str) -> dict[str, object]:
     }
 
 
-def _own(qualname: str, fn: Callable[..., object]) -> Callable[..., object]:
-    def stand_in(*args: object, **kwargs: object) -> object:
+def _own(qualname: str, fn: Callable[P, R]) -> Callable[P, R]:
+    def stand_in(*args: P.args, **kwargs: P.kwargs) -> R:
         return fn(*args, **kwargs)
 
     stand_in.__name__, stand_in.__qualname__, stand_in.__doc__ = qualname.rpartition(".")[2], qualname, fn.__doc__

@@ -60,9 +60,9 @@ def test_without_megatron_core_the_import_says_none_is_installed(monkeypatch: py
         import_with(monkeypatch, None)
 
 
-def test_the_package_offers_pretrain_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_package_offers_pretrain_and_teardown_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
     package = import_with(monkeypatch, "0.17.0")
-    assert package.__all__ == ["pretrain"]
+    assert package.__all__ == ["pretrain", "teardown"]
     with pytest.raises(AttributeError, match="^train$"):
         package.train  # noqa: B018
     with pytest.raises(ImportError, match="cannot import name 'initialize_megatron'"):
