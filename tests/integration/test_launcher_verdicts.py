@@ -92,4 +92,7 @@ def test_the_launcher_sigkilled_is_stopped_not_clean(tmp_path: Path) -> None:
     code, _ = train_then(tmp_path, "sigkill launcher")
     assert code == -signal.SIGKILL
     doc = verdict_of(tmp_path)
-    assert (doc["outcome"], doc["signal"], doc["exclude_hosts"]) == ("stopped", "SIGTERM", []), doc
+    # the ranks go by the parent-death SIGTERM; one killed before its handler logged it leaves a log
+    # that stops short: incomplete. Never clean, and no host is excluded for it.
+    assert doc["outcome"] in ("stopped", "incomplete") and doc["exclude_hosts"] == [], doc
+    assert doc["outcome"] != "stopped" or doc["signal"] == "SIGTERM", doc
