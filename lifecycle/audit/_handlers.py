@@ -57,9 +57,10 @@ def _trigger(audit: RankState, rec: Record) -> str:
     return _TRIGGERS.get(trigger) or intern(trigger)
 
 
-@reads("attempt", "plan", "target", "host")
+@reads("attempt", "plan", "target", "host", "launcher")
 def started(audit: RankState, rec: Record, ts: float) -> None:
     audit.host = cast("str | None", rec.get("host"))
+    audit.launched = rec.get("launcher") == "lifecycle run"
     attempt = cast("int | None", rec.get("attempt"))
     if attempt is not None and attempt > 0:  # a new attempt continuing this log
         _new_attempt(audit)

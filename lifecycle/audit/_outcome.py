@@ -166,11 +166,19 @@ def died_doc(run: Ends) -> Doc:
     }
 
 
-def incomplete_doc(runs: Sequence[Ends]) -> Doc:
-    """No cause found and no clean end proven: the logs cannot tell why the job did not end."""
+def incomplete_doc(runs: Sequence[Ends], unheard: Sequence[RankAudit] = ()) -> Doc:
+    """No cause found and no clean end proven: the logs cannot tell why the job did not end.
+    `unheard`: ranks whose log stops, started by a `lifecycle run` that left no record of its end."""
     run = next(r for r in runs if not r.proven)
-    short = [r.rank for r in run.short[:SHOWN]]
+    stops = sorted({*run.short, *unheard}, key=_when)
+    short = [r.rank for r in stops[:SHOWN]]
     parts = [f"ranks {short} stop with no failure, signal or shutdown record"] if short else []
+    if unheard:
+        hosts = sorted({r.host or "?" for r in unheard})[:SHOWN]
+        parts.append(
+            f"lifecycle run started them and left no record of its end on {', '.join(hosts)} (launcher-NNNNN.jsonl): "
+            "it was killed or is still running, so a log that stops proves no death"
+        )
     parts += [f"ranks {list(run.missing)} of the {run.world} have no log"] if run.missing_count else []
     parts += [f"ranks {[r.rank for r in run.signalled[:SHOWN]]} were stopped by a signal"] if run.signalled else []
     return {
@@ -181,7 +189,7 @@ def incomplete_doc(runs: Sequence[Ends]) -> Doc:
         "unended": short,
         "missing": list(run.missing),
         "reason": "the job did not end cleanly and the logs do not say why: " + "; ".join(parts or ["no rank closed"]),
-        "evidence": [_stop(r, "stops") for r in run.short[:5]],
+        "evidence": [_stop(r, "stops") for r in stops[:5]],
     }
 
 

@@ -39,6 +39,7 @@ class RankState:
         "generation",
         "host",
         "last_ts",
+        "launched",
         "line",
         "model_gen",
         "model_id",
@@ -92,6 +93,7 @@ class RankState:
         self.trains: str | None = TRAINS_AT.get(self.target)  # where steps belong (None: nowhere)
         self.fingerprint: str | None = None
         self.host: str | None = None  # lifecycle_started's
+        self.launched = False  # lifecycle_started's `launcher`: `lifecycle run` started the rank
         self.configured_timeout_s: float | None = None  # timeouts_read's
         self.timeouts: TimeoutMap | None = None  # timeouts_read's, in short
         self.open_trigger: str | None = None

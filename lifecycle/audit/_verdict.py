@@ -26,7 +26,7 @@ from lifecycle.audit._launches import LaunchRead
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import EXHAUSTED, Failure, Finding
 from lifecycle.audit._rules import RuleId
-from lifecycle.audit._verdict_launch import launch_verdict
+from lifecycle.audit._verdict_launch import launch_verdict, unheard
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import JSONValue
 
@@ -208,7 +208,8 @@ def verdict(
     said = launch_verdict(ranks, launched.launches, run_id)
     if said is not None:  # torchrun saw who ended first, or the launcher itself was stopped
         return doc | said | counts
-    if causes:
+    waiting = unheard(ranks, launched.launches, run_id)  # a log that only stops proves no death here
+    if causes and not (waiting and any(c.kind == "died" for c in causes)):
         return doc | _failed(causes, ranks, findings) | counts
     runs = _outcome.ends(ranks)
     if all(run.proven for run in runs):
@@ -217,11 +218,11 @@ def verdict(
             return doc | {"outcome": "flagged", "class": None, "action": "STOP", "rules": rules} | counts
         return doc | {"outcome": "clean"} | counts
     run = next(run for run in runs if not run.proven)
-    if run.short and run.signalled and not run.missing_count:
+    if run.short and run.signalled and not run.missing_count and not waiting:
         return doc | _outcome.died_doc(run) | counts
-    if run.signalled and not run.short and not run.missing_count:
+    if run.signalled and not run.short and not run.missing_count and not waiting:
         return doc | _outcome.stopped_doc(run, None, None) | counts
-    return doc | _outcome.incomplete_doc(runs) | counts
+    return doc | _outcome.incomplete_doc(runs, waiting) | counts
 
 
 def judge(result: AuditResult) -> dict[str, JSONValue]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lifecycle.audit._launches import Ended, Launch, doc, first_death, of_run
+from lifecycle.audit._outcome import closed
 from lifecycle.audit._rank import RankAudit
 from lifecycle.log import JSONValue
 
@@ -30,6 +31,22 @@ def launch_verdict(
         return _stopped(ranks, run_id, stopped[0])
     first = first_death(mine)
     return None if first is None else _died(ranks, run_id, *first)
+
+
+def unheard(ranks: Sequence[RankAudit], launches: Sequence[Launch], run_id: str | None) -> list[RankAudit]:
+    """Ranks of run `run_id` whose log only stops (no failure, signal or shutdown record), that
+    `lifecycle run` started, on a host whose launcher left no record of its end. The launcher was
+    killed or is still running: such a log proves no death, and names no culprit."""
+    heard = {launch.host for launch in of_run(launches, run_id)}
+    return [
+        r
+        for r in ranks
+        if r.run_id == run_id and r.launched and r.host not in heard and r.signalled is None and _stops(r)
+    ]
+
+
+def _stops(rank: RankAudit) -> bool:
+    return rank.failure.kind == "died" if rank.failure is not None else not closed(rank)
 
 
 def _log(ranks: Sequence[RankAudit], run_id: str | None, rank: int | None) -> RankAudit | None:

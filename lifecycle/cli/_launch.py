@@ -19,6 +19,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, TextIO
 
+from lifecycle import launchers
+
 # (our option, torchrun's option): passed through when given.
 PASS_THROUGH = (
     ("--nnodes", "--nnodes"),
@@ -29,8 +31,6 @@ PASS_THROUGH = (
     ("--max-restarts", "--max-restarts"),
 )
 LAUNCH_ONLY = ("--nproc", *(ours for ours, _ in PASS_THROUGH))
-LAUNCHED = "LIFECYCLE_LAUNCHED"
-"""Set in the ranks `lifecycle run --nproc` launches: what the launcher said before, they do not repeat."""
 
 
 def add_launch_options(p: argparse.ArgumentParser) -> None:
@@ -110,7 +110,7 @@ def launch_env(args: argparse.Namespace) -> dict[str, str]:
     across nodes without one, the ranks derive it from the shared rendezvous address)."""
     from lifecycle.runtime import new_run_id
 
-    env = {**os.environ, LAUNCHED: "1"}
+    env = {**os.environ, launchers.LAUNCHED: "1"}
     if not env.get("LIFECYCLE_RUN_ID"):
         if args.rdzv_id:
             env["LIFECYCLE_RUN_ID"] = args.rdzv_id

@@ -11,7 +11,6 @@ pass through. `torchrun --nproc-per-node N -m lifecycle run ...`, `srun lifecycl
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -19,7 +18,6 @@ from typing import TYPE_CHECKING
 from lifecycle import launchers
 from lifecycle.cli._inputs import EXIT_INPUT, check_before_start, flag_values, load, non_negative, say
 from lifecycle.cli._launch import (
-    LAUNCHED,
     add_launch_options,
     launch,
     launch_problem,
@@ -157,7 +155,7 @@ def _megatron_config(args: argparse.Namespace, launching: bool) -> RunConfig:
     if not (args.overrides or values):
         return config
     changed = RunConfig.from_dict(config.to_dict(), args.overrides, values=values)
-    if launching or not (launchers.rank() or os.environ.get(LAUNCHED)):  # said once: by our launcher, or rank 0
+    if launching or not (launchers.rank() or launchers.lifecycle_launched()):  # said once: by our launcher, or rank 0
         for line in overridden(config, changed, args.overrides, args.megatron_config):
             say(line)
     return changed

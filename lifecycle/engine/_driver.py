@@ -8,8 +8,6 @@ triggers: guards, then the entry work, then the machine's move and the completio
 from __future__ import annotations
 
 import dataclasses
-import os
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +23,7 @@ from lifecycle.engine._failures import Failures, track
 from lifecycle.engine._guarding import Guards
 from lifecycle.engine._ledger import CauseFields, CycleFields, Cycles
 from lifecycle.engine._machine import build_machine
-from lifecycle.engine._shared import TripwirePolicy, elastic, make_shared
+from lifecycle.engine._shared import TripwirePolicy, make_shared, started_record
 from lifecycle.engine._side_effects import SideEffectRules
 from lifecycle.engine._work import RESUMING, EntryWork
 from lifecycle.errors import GuardRejected, InvalidTransition, PhaseFailed, StartupAborted
@@ -77,17 +75,7 @@ class Lifecycle:
         self.steps_slot = StepsSlot()
         """The step book of the current binding (`lifecycle.core_entry.steps.steps_for`)."""
         self._machine = build_machine(shared.model)
-        shared.log.write(
-            records.LifecycleStarted(
-                plan=shared.plan.value,
-                target=self.target.name,
-                policy=tripwires,
-                pid=os.getpid(),
-                host=socket.gethostname(),
-                rehearsal=config.rehearsal,
-                restart_count=elastic(),
-            )
-        )
+        shared.log.write(started_record(shared, self.target, tripwires, config.rehearsal))
         if tripwires != "off":
             _tripwires.arm(self._rules)
         self._warnings = _warnings.capture(

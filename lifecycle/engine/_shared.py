@@ -12,6 +12,8 @@ from outside the engine (`before_log_opens`), so that the engine imports none of
 from __future__ import annotations
 
 import functools
+import os
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,9 +23,9 @@ from typing import Literal
 from lifecycle.config import RunConfig
 from lifecycle.engine._machine import MachineModel
 from lifecycle.errors import ConfigError
-from lifecycle.launchers import restart_count
-from lifecycle.log import AuditLog, LogDir
-from lifecycle.log.records import UNSET, UnsetType
+from lifecycle.launchers import lifecycle_launched, restart_count
+from lifecycle.log import AuditLog, LogDir, records
+from lifecycle.log.records import UNSET
 from lifecycle.runtime import (
     GivenProvider,
     Options,
@@ -115,10 +117,19 @@ def make_shared(
     )
 
 
-def elastic() -> int | UnsetType:
-    """torchrun's restart count, when this process is a restart of an elastic job."""
+def started_record(shared: Shared, target: State, tripwires: str, rehearsal: bool | None) -> records.LifecycleStarted:
+    """The first record of the attempt: the plan, who and where this process is, who launched it."""
     count = restart_count()
-    return UNSET if count is None else count
+    return records.LifecycleStarted(
+        plan=shared.plan.value,
+        target=target.name,
+        policy=tripwires,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        rehearsal=rehearsal,
+        restart_count=UNSET if count is None else count,
+        launcher="lifecycle run" if lifecycle_launched() else UNSET,
+    )
 
 
 def default_phases() -> PhaseSet:

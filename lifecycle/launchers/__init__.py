@@ -24,9 +24,11 @@ from lifecycle.launchers._base import IDENTITY_VARIABLES, Launcher, port_for
 from lifecycle.launchers._openmpi import OpenMPI
 from lifecycle.launchers._slurm import Slurm
 from lifecycle.launchers._slurm import expand_nodelist as expand_nodelist
+from lifecycle.launchers._torchrun import LAUNCHED as LAUNCHED
 from lifecycle.launchers._torchrun import Torchrun, restart_count
 from lifecycle.launchers._torchrun import agent_store as agent_store
 from lifecycle.launchers._torchrun import inside_torchrun as inside_torchrun
+from lifecycle.launchers._torchrun import lifecycle_launched as lifecycle_launched
 
 LAUNCHERS: tuple[Launcher, ...] = (Torchrun(), OpenMPI(), Slurm())
 

@@ -25,6 +25,17 @@ class Torchrun(Launcher):
         return None  # RANK without WORLD_SIZE: the generic refusal names it
 
 
+LAUNCHED = "LIFECYCLE_LAUNCHED"
+"""Set in the ranks `lifecycle run --nproc` launches: what the launcher said before, they do not
+repeat, and their first record says `lifecycle run` started them (the audit then expects its
+`launcher-NNNNN.jsonl`)."""
+
+
+def lifecycle_launched(environ: Mapping[str, str] | None = None) -> bool:
+    """`lifecycle run --nproc` started this process (through torchrun)."""
+    return (os.environ if environ is None else environ).get(LAUNCHED) == "1"
+
+
 def restart_count(environ: Mapping[str, str] | None = None) -> int | None:
     """How many times torchrun's agent restarted the worker group (`--max-restarts`); None outside
     an elastic launch."""

@@ -32,6 +32,13 @@ class LifecycleStarted(Record, frozen=True, kw_only=True, tag="lifecycle_started
     restart_count: Annotated[int | UnsetType, Meta(description="torchrun's `TORCHELASTIC_RESTART_COUNT`, when set")] = (
         UNSET
     )
+    launcher: Annotated[
+        str | UnsetType,
+        Meta(
+            description="`lifecycle run` when that launcher started this rank: the audit then expects its "
+            "`launcher-NNNNN.jsonl` record, and a log that only stops proves no death without it"
+        ),
+    ] = UNSET
 
 
 class TransitionStarted(Record, frozen=True, kw_only=True, tag="transition_started"):

@@ -163,6 +163,46 @@ def test_without_the_launcher_record_two_silent_logs_cannot_say_which_died_first
     assert doc["culprit"]["rank"] in (2, 3)  # the first log to stop: a guess the launcher record replaces
 
 
+def launched(events: Events) -> Events:
+    """`events` as a rank `lifecycle run` started writes them (its first record says so)."""
+    (event, fields), *rest = events
+    return [(event, {**fields, "launcher": "lifecycle run"}), *rest]
+
+
+def test_a_launched_log_that_only_stops_blames_no_rank_while_its_launcher_left_no_record(tmp_path: Path) -> None:
+    """`lifecycle run` SIGKILLed: its ranks take SIGTERM by the parent-death signal, and one still
+    running (or killed before its handler logged) has a log that only stops. No launcher record:
+    nothing proves that rank died, so no culprit and no host excluded."""
+    rank_log(tmp_path, 0, launched(trained()), start=T0, world=2)
+    rank_log(tmp_path, 1, launched([*trained(), SIGTERM]), start=T0, world=2)
+    doc = judge(audit([str(tmp_path)], jobs=1))
+    assert (doc["outcome"], doc["unended"], doc["action"]) == ("incomplete", [0], "STOP"), doc
+    assert "culprit" not in doc and "exclude_hosts" not in doc
+    assert "lifecycle run started them and left no record of its end on h" in str(doc["reason"])
+
+
+def test_a_launched_log_that_stops_mid_startup_is_no_death_while_its_launcher_left_no_record(tmp_path: Path) -> None:
+    rank_log(tmp_path, 0, launched(trained()[:5]), start=T0, world=2)
+    rank_log(tmp_path, 1, launched([*trained(), SIGTERM]), start=T0, world=2)
+    doc = judge(audit([str(tmp_path)], jobs=1))
+    assert (doc["outcome"], doc["unended"]) == ("incomplete", [0]), doc
+
+
+def test_a_launched_log_that_only_stops_is_judged_by_the_launcher_record_once_it_is_there(tmp_path: Path) -> None:
+    rank_log(tmp_path, 0, launched(trained()), start=T0, world=2)
+    rank_log(tmp_path, 1, launched([*trained(), SIGTERM]), start=T0, world=2)
+    write(tmp_path, host="h", nproc=2, ended=[killed(0)])
+    doc = judge(audit([str(tmp_path)], jobs=1))
+    assert (doc["outcome"], doc["culprit"]["rank"], doc["exclude_hosts"]) == ("failed", 0, ["h"]), doc
+
+
+def test_every_launched_rank_signalled_is_stopped_though_the_launcher_left_no_record(tmp_path: Path) -> None:
+    for rank in range(2):
+        rank_log(tmp_path, rank, launched([*trained(), SIGTERM]), start=T0, world=2)
+    doc = judge(audit([str(tmp_path)], jobs=1))
+    assert (doc["outcome"], doc["signal"], doc["exclude_hosts"]) == ("stopped", "SIGTERM", []), doc
+
+
 def test_a_rank_torchrun_saw_sigtermed_first_was_stopped_from_outside(tmp_path: Path) -> None:
     for rank in range(2):
         rank_log(tmp_path, rank, [*trained(), SIGTERM], start=T0, world=2)
