@@ -4,6 +4,7 @@ Each module is one cosmic-ray session whose test command runs only that module's
 module is killed / (mutants - equivalent): a mutant listed under [[equivalent]] in the toml (by path,
 operator and the text of the mutated line) cannot change behaviour and is left out, with its reason.
 The hand-written mistakes (`[[mistake]]`, scripts/_mistakes.py) run after the chosen modules' mutants.
+`--record` writes the last results to scripts/mutation-results.toml and docs/testing.md's table.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import _mistakes  # scripts/, the first entry of sys.path when scripts/_mutation.py runs
+import mutation_table
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -229,36 +231,28 @@ def report(scores: list[Score]) -> str:
     return "\n".join(rows)
 
 
-def markdown(scores: list[Score]) -> str:
-    """The report as docs/testing.md keeps it: date, commit, the table and the survivors; the equivalents
-    stay in scripts/mutation.toml (issue 35: one list, not two)."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    date = subprocess.run(["date", "-u", "+%Y-%m-%d %H:%M UTC"], capture_output=True, text=True).stdout.strip()
-    rows = [
-        f"{date}, commit `{commit}`:",
-        "",
-        "| module | mutants | killed | equivalent | survived | score |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
+def record(scores: list[Score], mistakes: list[dict]) -> None:
+    """Write the chosen modules' results (those run in full on the current files) and the mistakes'
+    outcomes into scripts/mutation-results.toml, then its table into docs/testing.md. A note on what
+    a module leaves alive is written there by hand."""
+    whole = [s for s in scores if not s.stale and not s.pending and s.total]
     for s in scores:
-        note = (" (stale)" if s.stale else "") + (f" ({s.pending} not run)" if s.pending else "")
-        rows.append(
-            f"| {s.name}{note} | {s.total} | {s.killed} | {len(s.equivalent)} | {len(s.survivors)} "
-            f"| {s.percent:.1f} % |"
-        )
-    killed, counted = sum(s.killed for s in scores), sum(s.counted for s in scores)
-    score = 100.0 * killed / counted if counted else 100.0
-    rows.append(
-        f"| **all** | {sum(s.total for s in scores)} | {killed} | {sum(len(s.equivalent) for s in scores)} "
-        f"| {sum(len(s.survivors) for s in scores)} | **{score:.1f} %** |"
+        if s not in whole:
+            print(f"{s.name}: not recorded (stale, partial or never run): run it again first")
+    outcomes = _mistakes.load(STATE)
+    mutation_table.record(
+        [
+            {"name": s.name, "mutants": s.total, "killed": s.killed}
+            | {"equivalent": len(s.equivalent), "survived": len(s.survivors)}
+            for s in whole
+        ],
+        [
+            {"name": m["name"], "what": m["what"], "outcome": outcomes[m["what"]]["outcome"]}
+            for m in mistakes
+            if m["what"] in outcomes
+        ],
     )
-    rows += ["", "Survivors (file:line:column, operator, the line):", ""]
-    rows += [f"- `{line}`" for s in scores for line in s.survivors] or ["- none"]
-    rows += ["", "Equivalent mutants: listed, each with its reason, in `scripts/mutation.toml` only (`[[equivalent]]`;"]
-    rows += ["the tool reads them there). This page keeps the scores."]
-    return "\n".join(rows)
+    mutation_table.main(["--write"])
 
 
 def _one_run_at_a_time() -> None:
@@ -279,8 +273,12 @@ def main() -> None:
     parser.add_argument("modules", nargs="*", help="run only modules whose name starts with one of these")
     parser.add_argument("--report", action="store_true", help="print the last results, run nothing")
     parser.add_argument("--fresh", action="store_true", help="forget earlier results of the chosen modules")
-    parser.add_argument("--markdown", action="store_true", help="print the last results as docs/testing.md keeps them")
     parser.add_argument("--mistakes", action="store_true", help="run only the hand-written mistakes ([[mistake]])")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="write the last results to scripts/mutation-results.toml, docs/testing.md",
+    )
     args = parser.parse_args()
     config = tomllib.loads((ROOT / "scripts" / "mutation.toml").read_text())
     # In the order asked for (each name a prefix), else in file order.
@@ -293,7 +291,7 @@ def main() -> None:
     if not chosen and not mistakes:
         sys.exit(f"no module matches {args.modules}; the modules are {', '.join(m['name'] for m in config['module'])}")
     STATE.mkdir(exist_ok=True)
-    if not (args.report or args.markdown):
+    if not (args.report or args.record):
         _one_run_at_a_time()
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         sync_copy()
@@ -301,11 +299,8 @@ def main() -> None:
             run_module(module, config["run"], args.fresh)
         _mistakes.run(mistakes, WORK, STATE, VENV / "python")
     scores = [score(m, config["run"], config.get("equivalent", [])) for m in chosen]
-    if args.markdown:
-        print(markdown(scores))
-        print("\nHand-written mistakes (`[[mistake]]`):\n")
-        print("\n".join(f"- `{line}`" for line in _mistakes.lines(mistakes, STATE)) or "- none")
-        return
+    if args.record:
+        record(scores, mistakes)
     text = "\n".join([report(scores), *_mistakes.lines(mistakes, STATE)])
     print(text)
     (STATE / "last-report.txt").write_text(text + "\n")
