@@ -1,6 +1,6 @@
 """Benchmark the startup log's per-record write cost: a typed record (`AuditLog.write(StepCompleted(...))`,
-what the packages write since issue 35) against the same record by name (`AuditLog.emit(event,
-**fields)`, what they wrote before), in memory (no file: the chain, the JSON and the hash).
+what the packages write) against the same record by name (`AuditLog.emit(event,
+**fields)`, the older way), in memory (no file: the chain, the JSON and the hash).
 
 Prints microseconds of CPU time per record for each, the median over `--runs` runs taken in turn
 (typed, by name, typed, ...), with the lowest and highest, their ratio, and the load average.

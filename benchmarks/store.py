@@ -57,7 +57,7 @@ POLL_S = 0.5
 OTHERS_S = 4.0
 """How often a rank that does not lead its node ticks while the host's load is measured (half its
 `stale_s`): it makes no store operation, and a tick costs about 0.4 ms of CPU, which 4,096 ranks
-every 0.5 s would take from the store's host on this 2-core machine. While a failure spreads,
+every 0.5 s would take from the store's host on a 2-core machine. While a failure spreads,
 every rank ticks every `POLL_S`."""
 
 

@@ -1,4 +1,4 @@
-"""The fault corpus (issue 38): each startup or training fault made with real processes, its verdict
+"""The fault corpus: each startup or training fault made with real processes, its verdict
 (`lifecycle audit --format verdict --follow`) checked against the expected culprit, state and class,
 and the time from the fault to the verdict.
 

@@ -113,8 +113,8 @@ def fired_after_s(exc: BaseException) -> float | None:
 
 def timeout_error(exc: BaseException, *, state: str, rank: int, timeout_s: float) -> DistributedError:
     """The error a rank raises when a wait in `state` timed out and no rank reported a failure. A
-    group's own timeout that is not `startup.timeout_s` is named as that, with its fix (issue 38:
-    "timed out after startup.timeout_s" sent users to the wrong setting)."""
+    group's own timeout that is not `startup.timeout_s` is named as that, with its fix
+    ("timed out after startup.timeout_s" would send users to the wrong setting)."""
     cause = f"{type(exc).__name__}: {exc}"
     fired = fired_after_s(exc)
     if fired is None or abs(fired - timeout_s) <= SAME_TIMEOUT * timeout_s:

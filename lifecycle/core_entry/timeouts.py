@@ -1,4 +1,4 @@
-"""Every process group's timeout, read back from the group (issue 38; docs/failures.md#every-groups-timeout).
+"""Every process group's timeout, read back from the group (docs/failures.md#every-groups-timeout).
 
 A group's timeout is its own, not the one passed to `init_process_group`: torch's `new_group`
 without `timeout=` takes the backend's default (gloo 30 min, NCCL 10 min), whatever the world's is

@@ -1,4 +1,4 @@
-"""The records of process groups (issue 38, docs/failures.md#every-groups-timeout): every group's
+"""The records of process groups (docs/failures.md#every-groups-timeout): every group's
 timeout read back at DISTRIBUTED's exit, and each group created later (`lifecycle.log.schema` puts
 them in order)."""
 

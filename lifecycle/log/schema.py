@@ -1,7 +1,7 @@
 """The startup log's records, typed: one `msgspec.Struct` per event of `events.ALL` (`SCHEMA`).
 
 The one definition of the log format that the writers, the audit's readers and docs/log-format.md
-are checked against (issue 35):
+are checked against:
 
 - Each event's struct subclasses `Record`, the envelope every record carries (`ENVELOPE`: its
   fields and their meanings; the writer, `_writer.AuditLog`, adds them). `event` is the tag that
@@ -45,20 +45,22 @@ GENERATED_BEGIN: Final = "<!-- generated from lifecycle/log/schema.py: python -m
 GENERATED_END: Final = "<!-- end generated -->"
 
 
-def _cell(field: Field) -> str:
+def _row(field: Field) -> str:
     kind = field.type.replace("|", "\\|") + (", optional" if field.optional else "")
-    return f"`{field.name}` ({kind}): {field.meaning}"
+    return f"| `{field.name}` | {kind} | {field.meaning} |"
 
 
 def markdown() -> str:
-    """docs/log-format.md's table of events: one row per event, its fields with their types and
-    meanings (one a line), and when it is written (the struct's docstring)."""
-    rows = ["| event | fields | written |", "|---|---|---|"]
+    """docs/log-format.md's events: a heading per event, when it is written (the struct's
+    docstring), then a table of its fields, one row per field with its type and meaning (so that no
+    table cell holds more than one field's meaning)."""
+    parts = []
     for event, cls in SCHEMA.items():
-        fields = "<br>".join(_cell(f) for f in fields_described(event)) or "none"
         when = " ".join((cls.__doc__ or "").split())
-        rows.append(f"| `{event}` | {fields} | {when} |")
-    return "\n".join(rows) + "\n"
+        fields = [_row(f) for f in fields_described(event)]
+        table = "\n".join(["| field | type | meaning |", "|---|---|---|", *fields]) if fields else "No fields."
+        parts.append(f"### `{event}`\n\n{when}\n\n{table}\n")
+    return "\n".join(parts)
 
 
 def replace_generated(text: str) -> str:

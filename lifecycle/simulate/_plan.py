@@ -37,8 +37,8 @@ from lifecycle.config import RunConfig
 from lifecycle.log import JSONValue
 
 HOST_OPS_PER_S = 16_000.0
-"""Store operations a second one TCPStore host serves to 512 or more connections on this 2-core
-machine, under load (issue 32's figure; `benchmarks/store.py` measures it again)."""
+"""Store operations a second one TCPStore host serves to 512 or more connections on a loaded
+2-core machine (`benchmarks/store.py` measures it)."""
 TORCH_CONNECT_OPS = 4
 """Store operations of torch's own `init_process_group` on a TCPStore a rank (connect, validate, the
 rank counter and its wait): an assumption, not counted (the fake backend has no TCPStore)."""
@@ -209,7 +209,7 @@ def _assumptions(core_a_rank: bool) -> tuple[str, ...]:
         "all ranks start at once: launch skew and a slow node's lateness are not modelled",
         "imports read a warm page cache; a shared file system at scale is not modelled",
         f"the store's host serves {HOST_OPS_PER_S:,.0f} ops/s whatever the connection count (one "
-        "TCPStore served that to 512 connections on this 2-core machine under load: issue 32's figure)",
+        "TCPStore served that to 512 connections on a loaded 2-core machine: benchmarks/store.py)",
         f"torch's own init_process_group costs {TORCH_CONNECT_OPS} store ops a rank (not counted)",
         "group creation costs on the job's backend what it costs on the fake backend (communicators "
         "created lazily, no eager NCCL init); the first step then bootstraps each joined group's "
