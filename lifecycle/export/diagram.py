@@ -87,9 +87,9 @@ def markdown() -> str:
         [
             "# State diagram",
             "",
-            "Generated from `states.TABLE` by `lifecycle graph --format markdown > docs/state-diagram.md`;",
-            "`tests/unit/audit/test_audit_diagram.py` fails when this file and the table disagree.",
-            "`lifecycle graph --format dot` and `--format svg` draw the same graph.",
+            "For anyone driving or reading a lifecycle: which transitions exist, from which states, under",
+            "which guards. Generated from `states.TABLE` (`lifecycle graph --format markdown`), so it is",
+            "always the table the engine runs; `lifecycle graph --format dot` and `--format svg` draw the same graph.",
             "",
             "```mermaid",
             mermaid().rstrip(),
