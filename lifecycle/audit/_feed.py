@@ -218,6 +218,7 @@ class Feeder:
                 or type(rank) is not int
                 or type(run_id) is not str
                 or type(ws) is not int
+                or rank < 0
             ):
                 return i
             cur.begin(gen, rank, run_id, ws, ts)

@@ -45,6 +45,7 @@ class RankAudit(RankState):
             or type(run_id) is not str
             or type(gen) is not int
             or type(ws) is not int
+            or rank < 0
         ):
             raise self._bad_envelope(rec, lineno)
         self._identity(run_id, rank, ws)
@@ -173,6 +174,9 @@ class RankAudit(RankState):
             ok = {"a str": type(value) is str, "an int": type(value) is int, "a number": type(value) in _NUMBER}[want]
             if not ok:
                 return unreadable(self.source, lineno, f"field {key!r} is {repr(value)[:60]}, expected {want}")
+        rank = rec.get("rank")
+        if type(rank) is int and rank < 0:  # the types held: the value did not
+            return unreadable(self.source, lineno, f"field 'rank' is {rank}, expected a rank of 0 or more")
         return unreadable(self.source, lineno, "malformed record")
 
     def truncated(self, lineno: int, size: int) -> None:

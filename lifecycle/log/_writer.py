@@ -186,6 +186,8 @@ class AuditLog:
         keep_records: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if rank < 0:  # the audit refuses such a record: never write one
+            raise ValueError(f"rank {rank}: a rank is 0 or more")
         self._writer = _ChainWriter(clock)
         self._writer.keep_records = keep_records
         self.run_id = run_id
