@@ -79,3 +79,18 @@ def test_the_scale_report_refuses_a_rank_selection_and_a_node_size_that_does_not
         "lifecycle simulate: --ranks: --scale covers every rank of the job at once; drop --ranks, or drop --scale"
     ]
     assert "--ranks-per-node 3: must divide the 4096 ranks" in uneven.stderr
+
+
+@pytest.mark.release_independent  # the CLI's checks of the world size, shared by both flags
+@pytest.mark.parametrize(
+    ("preset", "world", "code"),
+    [("tiny-gpt", "6", 2), ("gpt-4096", "1000", 1), ("tiny-gpt", "16", 0)],
+    ids=["nodes do not divide it", "the layout does not divide it", "taken"],
+)
+def test_the_plan_takes_and_refuses_the_world_sizes_the_scale_report_does(preset: str, world: str, code: int) -> None:
+    scale = lifecycle("simulate", "--preset", preset, "--world-size", world, "--scale")
+    plan = lifecycle("simulate", "--preset", preset, "--world-size", world, "--plan")
+
+    assert scale.returncode == plan.returncode == code, (scale.stderr, plan.stderr)
+    if code:  # the same refusal, naming the same field and fix
+        assert scale.stderr == plan.stderr and scale.stderr.strip()
