@@ -118,6 +118,7 @@ def _lifecycle(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.release_independent  # the CLI's save and load; checkpoints per release: test_checkpoints.py
 def test_lifecycle_run_saves_after_its_steps_and_a_second_run_continues_from_the_checkpoint(tmp_path: Path) -> None:
     ck, common = str(tmp_path / "ck"), ["--nproc", "2", "--steps", "2", "--set", "model.hidden_size=32"]
     first = _lifecycle("run", *common, "--log-dir", str(tmp_path / "a"), "--set", f"checkpoint.save={ck}")

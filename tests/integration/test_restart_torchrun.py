@@ -18,6 +18,7 @@ from lifecycle.launchers.local import free_port
 from lifecycle.testing import attempts
 
 CHILD = Path(__file__).with_name("restart_torchrun_child.py")
+pytestmark = pytest.mark.release_independent  # torchrun's restart; checkpoints per release: test_checkpoints.py
 
 
 def torchrun(root: Path, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
