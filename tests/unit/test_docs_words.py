@@ -132,3 +132,20 @@ def test_no_table_cell_of_the_docs_is_longer_than_400_characters() -> None:
     assert long == [], f"table cells over {LONGEST_CELL} characters (make them a list or a paragraph):\n" + "\n".join(
         long
     )
+
+
+GENERATED = re.compile(r"<!-- generated from [^>]*-->.*?<!-- end generated -->", re.S)
+GENERATED_PAGES = ("state-diagram.md",)  # written whole by `lifecycle graph --format markdown`
+DOCS_BUDGET = 150_000
+
+
+def test_the_user_docs_are_at_most_150_kb_without_their_generated_parts() -> None:
+    """docs/*.md, less the generated events table, mutation table and state diagram: what a person
+    reads through."""
+    sizes = {
+        page.name: len(GENERATED.sub("", page.read_text()).encode())
+        for page in sorted((ROOT / "docs").glob("*.md"))
+        if page.name not in GENERATED_PAGES
+    }
+    assert sum(sizes.values()) <= DOCS_BUDGET, sorted(sizes.items(), key=lambda kv: -kv[1])
+    assert "log-format.md" in sizes and sizes["log-format.md"] < 20_000  # its generated table was taken out
