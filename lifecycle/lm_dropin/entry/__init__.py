@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lifecycle.lm_dropin.entry._args_dump import masked_dump as masked_dump
 from lifecycle.lm_dropin.entry._call import MegatronLMCall as MegatronLMCall
 from lifecycle.lm_dropin.entry._derive import args_from_container
 from lifecycle.lm_dropin.entry._derive import run_config as run_config

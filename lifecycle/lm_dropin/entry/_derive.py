@@ -251,10 +251,13 @@ def run_config_from_yaml(
         ) from exc
     from megatron.training.arguments import validate_args
 
+    from lifecycle.lm_dropin.entry._args_dump import masked_dump
+
     args = args_from_container(container)
     args.world_size = world_size
     try:
-        validate_args(args)
+        with masked_dump():  # its dump of the arguments goes to stdout: credentials masked
+            validate_args(args)
     except (AssertionError, ValueError) as exc:
         raise ConfigError(
             f"--megatron-config {path}: Megatron-LM's validate_args: {exc}", field="megatron_config"

@@ -284,9 +284,11 @@ def _megatron_validation(args: Namespace) -> list[Problem]:
     from megatron.training.arguments import validate_args
 
     from lifecycle.config import Problem
+    from lifecycle.lm_dropin.entry._args_dump import masked_dump
 
     try:
-        validate_args(args)
+        with masked_dump():  # its dump of the arguments goes to stdout: credentials masked
+            validate_args(args)
     except (AssertionError, ValueError) as exc:
         return [
             Problem(
