@@ -88,6 +88,16 @@ def timeouts_read(audit: RankState, rec: Record, ts: float) -> None:
             audit.flag(RuleId.GROUP_TIMEOUT, _differs(name, by, found, configured))
 
 
+ADOPTED = ("timeout_s",)
+
+
+def group_adopted(audit: RankState, rec: Record, ts: float) -> None:
+    """The drop-in took the script's process group (`process_group_adopted`): its timeout, read back,
+    is the world's in the rank's timeout map, marked as the script's."""
+    known = audit.timeouts or TimeoutMap(None, None, None, None, 0, (), ())
+    audit.timeouts = known._replace(world_s=_seconds(rec.get("timeout_s")), adopted=True)
+
+
 def group_created(audit: RankState, rec: Record, ts: float) -> None:
     name, by = str(rec.get("name") or "?"), str(rec.get("created_by") or "?")
     found, configured = cast("float | None", rec.get("timeout_s")), audit.configured_timeout_s

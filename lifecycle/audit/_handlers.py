@@ -340,6 +340,7 @@ HANDLERS: dict[str, Handler] = {
     events.STREAMS_CHECKED: _resume.streams_checked,
     events.TIMEOUTS_READ: _groups.timeouts_read,
     events.GROUP_CREATED: _groups.group_created,
+    events.PROCESS_GROUP_ADOPTED: _groups.group_adopted,
     events.CALLBACKS_BOUND: callbacks_bound,
     events.CALLBACKS_UNBOUND: callbacks_unbound,
     events.STEP_COMPLETED: step_completed,
@@ -363,6 +364,7 @@ DECLARED[_settings.settings_checked] = _settings.READS
 DECLARED[_resume.streams_checked] = _resume.READS
 DECLARED[_groups.timeouts_read] = _groups.TIMEOUTS
 DECLARED[_groups.group_created] = _groups.CREATED
+DECLARED[_groups.group_adopted] = _groups.ADOPTED
 
 READS: dict[str, tuple[str, ...]] = {event: DECLARED[handler] for event, handler in HANDLERS.items()}
 """The fields each event's handler reads besides the envelope (`event`, `ts`, ...), from its `@reads`:

@@ -33,8 +33,6 @@ _REASONS: Final[dict[str, str]] = {
     "no longer the lifecycle's to release, so nothing to judge",
     events.LAUNCH_ENDED: "not a rank's record: `lifecycle run` writes it to launcher-NNNNN.jsonl, which the verdict "
     "reads apart (lifecycle/audit/_launches.py)",
-    "process_group_adopted": "which process group DISTRIBUTED used (the script's own, under the drop-in); nothing "
-    "a rule or the verdict judges depends on who made it",
 }
 INFORMATIONAL: Final[dict[str, str]] = {event: why for event, why in _REASONS.items() if event in events.ALL}
 """Event → why the audit need not read it (an entry whose event the schema does not hold is left out)."""

@@ -75,7 +75,7 @@ class Failure:
 class TimeoutMap(NamedTuple):
     """A rank's `timeouts_read`, kept small (a NamedTuple a rank): what `lifecycle audit` prints."""
 
-    configured_s: float
+    configured_s: float | None  # None: no `timeouts_read` (the drop-in adopted the script's group)
     world_s: float | None
     store_s: float | None
     watch_s: float | None
@@ -83,6 +83,7 @@ class TimeoutMap(NamedTuple):
     by_timeout: tuple[tuple[float | None, int], ...]  # (seconds, how many groups), longest first
     corrected: tuple[tuple[str, float], ...]  # (group, its timeout before), the first few
     restart: tuple[tuple[str, float | None], ...] = ()  # the in-process restart wrapper's own, by name
+    adopted: bool = False  # the world group is the script's (`process_group_adopted`): its timeout too
 
     def line(self) -> str:
         """One line: the configured timeout, then every timeout read back."""
@@ -98,8 +99,9 @@ class TimeoutMap(NamedTuple):
         )
         named = (f"{n.removesuffix('_s').replace('_', ' ')} {s(t)}" for n, t in self.restart)  # "store client 300 s"
         restart = "; in-process restart wrapper: " + ", ".join(named) if self.restart else ""
+        world = f"world (the script's, adopted) {s(self.world_s)}" if self.adopted else f"world {s(self.world_s)}"
         return (
-            f"startup.timeout_s={self.configured_s:g} s; world {s(self.world_s)}, store {s(self.store_s)}, "
+            f"startup.timeout_s={s(self.configured_s)}; {world}, store {s(self.store_s)}, "
             f"watch {s(self.watch_s)}; {self.groups} groups: {counts}{fixed}{restart}"
         )
 

@@ -83,3 +83,5 @@ def test_lifecycle_audit_is_clean_for_a_run_on_the_scripts_group(ranks: Any) -> 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "clean" in done.stdout
+    # the timeout map holds the script's group, read back: gloo's 30 minutes, not startup.timeout_s
+    assert "startup.timeout_s=unread; world (the script's, adopted) 1800 s" in done.stdout, done.stdout
