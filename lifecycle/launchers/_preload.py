@@ -11,7 +11,10 @@ A rank's own imports of torch and megatron-core take about 10 s of CPU each time
 - never failing: a module that cannot be imported is left to the rank, which imports it itself and
   reports the error as it always did;
 - without CUDA: importing torch and megatron-core on a machine without an NVIDIA device reaches no
-  driver (`local.py` spawns instead where one exists).
+  driver (`local.py` spawns instead where one exists);
+- ended with its owner: the server notices its owner's end (the "alive" pipe's EOF) only once these
+  imports are done, about 10 s; an owner that ends during them (killed, Ctrl-C) ends the server at
+  once (`_ends_with_owner`: the server's parent checked every `WATCH_S`; one thread, for the imports).
 """
 
 from __future__ import annotations
@@ -19,12 +22,46 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import threading
+from collections.abc import Callable
 
 MODULES = ("torch", "torch.distributed", "megatron.core")
 """Imported by the server, in order; every rank that runs megatron imports these."""
+WATCH_S = 0.05
+"""How often, during the imports, the server checks that its owner still runs."""
+
+
+def _ends_with_owner() -> Callable[[], None]:
+    """Until the returned function is called, end this process (exit status 0, as the stdlib's server
+    ends when its owner does) as soon as its parent is no longer the one it had. The check stops
+    before the server forks its first rank, so that ranks are forked from a single thread."""
+    owner = os.getppid()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(WATCH_S):
+            if os.getppid() != owner:
+                os._exit(0)
+
+    watcher = threading.Thread(target=watch, name="lifecycle-preload-owner", daemon=True)
+    watcher.start()
+
+    def stop() -> None:
+        done.set()
+        watcher.join()
+
+    return stop
 
 
 def _preload() -> None:
+    stop_watching = _ends_with_owner()
+    try:
+        _import_quietly()
+    finally:
+        stop_watching()
+
+
+def _import_quietly() -> None:
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         saved = [os.dup(1), os.dup(2)]
         os.dup2(sink.fileno(), 1)
