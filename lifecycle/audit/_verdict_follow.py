@@ -11,7 +11,8 @@ file, begun after the pass that found the victim's record, has all of them. It a
 of the world shut down (a clean verdict), when a rank shut down and the others have been silent for
 `stall_s`, when the launcher's own record (`launch_ended`) of the run is in (after one more read of every
 rank file), or when no rank wrote for `idle_timeout_s`: the logs are then judged as they stand, and a
-log that stopped short is a rank that died.
+log that stopped short is a rank that died (not one `lifecycle run` started while that launcher left no
+record of its end: it was killed, and the verdict is `incomplete`).
 """
 
 from __future__ import annotations
