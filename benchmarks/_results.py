@@ -2,9 +2,9 @@
 table of docs/benchmarks.md (benchmarks/results_table.py).
 
     if args.record:
-        from _results import record
+        from _results import record, spread
 
-        record("engine", {"ratio": e / r, ...})
+        record("launch", spread("wall", walls, "_s") | {"cpu_s": ...})
 
 The entry of that name is rewritten: its figures, the command (this process's, less `--record`), the
 machine, the environment, the load and the date; what it measures, its target and `shows` are kept.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import statistics
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -47,6 +48,11 @@ def environment() -> str:
         except metadata.PackageNotFoundError:
             continue
     return ", ".join(found)
+
+
+def spread(key: str, values: list[float], unit: str = "") -> dict[str, float]:
+    """The median of `values` as KEY, the lowest as KEY_min, the highest as KEY_max (each + `unit`)."""
+    return {f"{key}{unit}": statistics.median(values), f"{key}_min{unit}": min(values), f"{key}_max{unit}": max(values)}
 
 
 def _rounded(value: Any) -> Any:

@@ -257,6 +257,7 @@ def main() -> int:
         help="rank counts to measure peak memory at (default: ranks/4 and ranks)",
     )
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--record", action="store_true", help="write the figures to benchmarks/results.toml")
     args = parser.parse_args()
     repeat = max(3, args.repeat)
     root = args.dir or Path(tempfile.mkdtemp(prefix="lifecycle-audit-bench-"))
@@ -287,6 +288,11 @@ def main() -> int:
             write_run(log_dir, ranks, steps=args.steps)
         peak = peak_bytes(log_dir)
         print(f"peak traced memory at {ranks} ranks: {peak / 2**20:.1f} MiB ({peak / ranks / 1024:.2f} KiB/rank)")
+    if args.record:  # the memory of the last count measured
+        from _results import record, spread
+
+        figures = spread("ratio", one) | spread("cpu_ratio", one_cpu) | {"jobs_ratio": statistics.median(many)}
+        record("audit", figures | {"peak_mib": peak / 2**20, "kib_per_rank": peak / ranks / 1024})
     return 0
 
 

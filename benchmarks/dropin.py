@@ -123,6 +123,7 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--num-workers", type=int, default=2, help="data loader workers (Megatron-LM's default: 2)")
     parser.add_argument("--late", action="store_true", help="measure the late look-ups' cost against a step instead")
+    parser.add_argument("--record", action="store_true", help="write the figures to benchmarks/results.toml")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     if args.late:
@@ -138,6 +139,10 @@ def main() -> None:
     ratio = statistics.median(times["lifecycle"]) / statistics.median(times["megatron"])
     pairs = [b / a for a, b in zip(times["megatron"], times["lifecycle"], strict=True)]
     print(f"lifecycle / Megatron-LM: {ratio:.3f} (goal ≤ 1.0); per ABBA pair {min(pairs):.3f}–{max(pairs):.3f}")
+    if args.record:
+        from _results import record
+
+        record("dropin", {"ratio": ratio, "pair_min": min(pairs), "pair_max": max(pairs)})
 
 
 if __name__ == "__main__":

@@ -92,6 +92,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--record", action="store_true", help="write the figures to benchmarks/results.toml")
     args = parser.parse_args()
     raw, eng, full = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,6 +111,10 @@ def main() -> None:
     print(f"  with in-process phases    : {f * 1e6:8.1f} us/transition  ({f / r:.2f}x raw)")
     print(f"log written                 : {size / 1e6:.1f} MB in {2 * args.repeats + 1} runs")
     print(f"ratio engine/raw            : {e / r:.2f}x  (target <= 3x)")
+    if args.record:
+        from _results import record
+
+        record("engine", {"ratio": e / r, "raw_us": r * 1e6, "engine_us": e * 1e6, "phases_ratio": f / r})
 
 
 if __name__ == "__main__":

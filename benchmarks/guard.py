@@ -82,6 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--block", type=int, default=5)
+    parser.add_argument("--record", action="store_true", help="write the figures to benchmarks/results.toml")
     args = parser.parse_args()
     import warnings
 
@@ -110,6 +111,11 @@ def main() -> None:
         f"(rounds: {min(ratios):.4f}–{max(ratios):.4f}; the spread is the machine's noise)"
     )
     print(f"   guard alone: {alone * 1e6:.2f} µs per step = {alone / step * 100:.4f} % of the median step")
+    if args.record:
+        from _results import record, spread
+
+        figures = {"alone_us": alone * 1e6, "percent": alone / step * 100, "step_ms": step * 1e3}
+        record("guard", figures | spread("ratio", ratios))
 
 
 if __name__ == "__main__":

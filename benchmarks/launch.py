@@ -51,6 +51,7 @@ def _line(name: str, times: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--record", action="store_true", help="write the figures to benchmarks/results.toml")
     args = parser.parse_args()
     bare, _ = _times(["-c", "pass"], args.runs, 0)
     bad, bad_cpu = _times(BAD_LAUNCH, args.runs, 1)
@@ -61,6 +62,10 @@ def main() -> None:
         f"time to first error / 1 s target: {statistics.median(bad) / TARGET_S:.2f} (≤ 1 passes); "
         f"over a bare interpreter: {statistics.median(bad) - statistics.median(bare):.3f} s"
     )
+    if args.record:
+        from _results import record, spread
+
+        record("launch", spread("wall", bad, "_s") | spread("cpu", bad_cpu, "_s"))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--records", type=int, default=20000)
+    parser.add_argument("--record", action="store_true", help="write the figures to benchmarks/results.toml")
     args = parser.parse_args()
     os.environ.pop("LIFECYCLE_STRICT_RECORDS", None)  # by name unchecked, as in a user's process
     load = os.getloadavg()[0]
@@ -67,6 +68,11 @@ def main() -> None:
         print(f"{name}: {statistics.median(values):.2f} us/record CPU (min {min(values):.2f}, max {max(values):.2f})")
     ratio = statistics.median(runs["typed"]) / statistics.median(runs["by name"])
     print(f"typed / by name: {ratio:.3f} (load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end)")
+    if args.record:
+        from _results import record
+
+        medians = {name.replace(" ", "_") + "_us": statistics.median(values) for name, values in runs.items()}
+        record("log_write", {"ratio": ratio} | medians)
 
 
 if __name__ == "__main__":

@@ -328,7 +328,9 @@ def _spread(values: list[float]) -> str:
     return f"median {statistics.median(values):6.2f}  (min {min(values):.2f}, max {max(values):.2f})"
 
 
-def report(runs: dict[str, list[dict[str, Any]]]) -> None:
+def report(runs: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """Print the runs' figures; return the ratios lifecycle ÷ plain (of the medians; _min, _max: paired)."""
+    figures: dict[str, float] = {}
     n = len(runs["plain"])
     print(
         f"runs per variant: {n} (2 gloo ranks each, {STEPS} steps), ABBA order, "
@@ -351,6 +353,7 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
             continue
         med = statistics.median(r[key] for r in runs["lifecycle"]) / base
         paired = [a[key] / b[key] for a, b in zip(runs["lifecycle"], runs["plain"], strict=True)]
+        figures |= {key: med, f"{key}_min": min(paired), f"{key}_max": max(paired)}
         print(
             f"  ratio lifecycle/plain {label}: {med:.3f}x of medians; paired per run {_spread(paired)}"
             "  (target <= 1.05x)"
@@ -370,12 +373,14 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> None:
         f"{life['writes']['bytes']} bytes; rendezvous store keys (both ranks): lifecycle "
         f"{life['store_keys']}, plain {plain_keys}"
     )
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--save", help="also write every run's numbers to this JSON file")
+    parser.add_argument("--record", action="store_true", help="write the figures to benchmarks/results.toml")
     args = parser.parse_args()
     # 2 ranks on a small machine: one intra-op thread each (inherited by the spawned ranks), so
     # idle OpenMP threads spinning under load do not swamp the CPU times
@@ -389,7 +394,11 @@ def main() -> None:
                 runs[name].append(_measure(fn, f"{tmp}/{name}{i}"))
                 if args.save:
                     Path(args.save).write_text(json.dumps(runs))
-    report(runs)
+    figures = report(runs)
+    if args.record:
+        from _results import record
+
+        record("rehearsal", figures)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faults", type=int, default=4, help="in-place restarts (one run)")
     parser.add_argument("--runs", type=int, default=2, help="torchrun runs (one restart each)")
+    parser.add_argument("--record", action="store_true", help="write the figures to benchmarks/results.toml")
     args = parser.parse_args(argv)
     from lifecycle.testing import installed_problem
 
@@ -126,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     print(_line("torchrun --max-restarts", process))
     ratio = statistics.median(inplace) / statistics.median(process)
     print(f"ratio in place / process restart: {ratio:.3f} (goal <= 0.25)")
+    if args.record:
+        from _results import record, spread
+
+        record("restart", {"ratio": ratio} | spread("inplace", inplace, "_s") | spread("process", process, "_s"))
     return 0
 
 

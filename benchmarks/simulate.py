@@ -282,6 +282,7 @@ def main() -> None:
     parser.add_argument("--until", choices=("DISTRIBUTED", "MODEL_BUILT"), default="DISTRIBUTED")
     parser.add_argument("--all", action="store_true", help="also time `lifecycle simulate --all` once")
     parser.add_argument("--jobs", type=int, default=1, help="processes for --all")
+    parser.add_argument("--record", action="store_true", help="write the figures to benchmarks/results.toml")
     args = parser.parse_args()
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -310,6 +311,12 @@ def main() -> None:
         "is torch + megatron + layout before any rank)"
     )
     print(f"peak RSS growth over the next {args.ranks} ranks   : {grow:+.0f} MB")
+    if args.record:
+        from _results import record
+
+        figures = {"cpu_s": lifecycle["cpu"], "wall_s": lifecycle["wall"], "peak_mb": one, "base_mb": base}
+        megatron = {"megatron_cpu_s": plain["cpu"]} if runs[0]["plain"] else {}
+        record("simulate", figures | megatron | {"growth_mb": grow, "ranks": args.ranks})
     if args.all:
         _time_all(args.jobs)
 
