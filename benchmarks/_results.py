@@ -7,7 +7,7 @@ table of docs/benchmarks.md (benchmarks/results_table.py).
         record("launch", spread("wall", walls, "_s") | {"cpu_s": ...})
 
 The entry of that name is rewritten: its figures, the command (this process's, less `--record`), the
-machine, the environment, the load and the date; what it measures, its target and `shows` are kept.
+machine, the environment, the load, the date and the commit; what it measures, its target and `shows` are kept.
 A figure `shows` names and the run did not give is refused before anything is written.
 """
 
@@ -17,6 +17,7 @@ import datetime
 import os
 import platform
 import statistics
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 import results_table  # a benchmark runs as `python benchmarks/NAME.py`: this folder is on sys.path
 
 KEPT = ("name", "script", "measures", "target", "shows")
-WHERE = ("machine", "environment", "load", "date")  # where and when the figures were measured
+WHERE = ("machine", "environment", "load", "date", "commit")  # where and when the figures were measured
 ORDER = ("name", "script", "command", "measures", "target", "shows", "figures", *WHERE)
 
 
@@ -55,6 +56,14 @@ def spread(key: str, values: list[float], unit: str = "") -> dict[str, float]:
     return {f"{key}{unit}": statistics.median(values), f"{key}_min{unit}": min(values), f"{key}_max{unit}": max(values)}
 
 
+def commit() -> str:
+    """The checkout's commit, `-dirty` when its files differ from it; "unknown" outside a git checkout."""
+    done = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], cwd=results_table.ROOT, capture_output=True, text=True
+    )
+    return done.stdout.strip() or "unknown"
+
+
 def _rounded(value: Any) -> Any:
     return float(f"{value:.4g}") if isinstance(value, float) else value
 
@@ -80,6 +89,7 @@ def record(
         "environment": environment(),
         "load": f"{os.getloadavg()[0]:.1f}",
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        "commit": commit(),
     }
     new = {key: fresh[key] for key in ORDER}  # the old note spoke of the old figures: it goes
     results_table.result(new)  # a figure `shows` names and the run lacks: refused, nothing written

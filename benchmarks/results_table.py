@@ -6,7 +6,7 @@
 
 benchmarks/results.toml holds one `[[benchmark]]` per benchmark the page shows: the script, the command
 that gave its figures, what it measures, its target, `shows` (the result cell: a format string over
-`figures`), the figures, and where they were measured (machine, environment, load, date, a note).
+`figures`), the figures, and where they were measured (machine, environment, load, date, commit, a note).
 A benchmark run with `--record` rewrites its own entry (benchmarks/_results.py), then the table.
 """
 
@@ -26,10 +26,10 @@ START = "<!-- generated from benchmarks/results.toml: python benchmarks/results_
 END = "<!-- end generated -->"
 HEAD = """\
 # The last recorded figures of each benchmark that docs/benchmarks.md shows, and where they were measured.
-# A benchmark run with --record rewrites its own entry (figures, command, machine, environment, load, date)
-# and keeps what it measures, its target and `shows`; docs/benchmarks.md's table is generated from this file
-# (python benchmarks/results_table.py --write). shows: the result cell, a format string over figures.
-# load: the 1-minute load average as the run ended.
+# A benchmark run with --record rewrites its own entry (figures, command, machine, environment, load, date,
+# commit) and keeps what it measures, its target and `shows`; docs/benchmarks.md's table is generated from
+# this file (python benchmarks/results_table.py --write). shows: the result cell, a format string over
+# figures. load: the 1-minute load average as the run ended; commit: `-dirty` when the checkout differed.
 """
 Entry = dict[str, Any]
 

@@ -42,7 +42,7 @@ def test_every_entry_names_an_existing_script_and_the_command_that_runs_it() -> 
         assert (ROOT / entry["script"]).is_file(), entry["name"]
         assert entry["script"] == f"benchmarks/{entry['name']}.py", entry["name"]
         assert entry["command"].split()[:2] == ["python", entry["script"]], entry["command"]
-        assert {"machine", "environment", "load", "date"} <= set(entry), entry["name"]
+        assert {"machine", "environment", "load", "date", "commit"} <= set(entry), entry["name"]
     assert len({e["name"] for e in entries}) == len(entries)
 
 
@@ -98,7 +98,7 @@ def test_recording_rewrites_the_named_entry_and_its_row_and_keeps_the_others(tmp
     assert {k: new[k] for k in ("measures", "target", "shows")} == {
         k: engine[k] for k in ("measures", "target", "shows")
     }
-    assert re.fullmatch(r"20\d\d-\d\d-\d\d", new["date"]) and "note" not in new
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d", new["date"]) and new["commit"] and "note" not in new
     assert "| `python benchmarks/engine.py --repeats 2` |" in doc.read_text()
     assert "2.12× (raw 50 µs, engine 106 µs)" in doc.read_text()
     assert table.with_table(doc.read_text(), table.table(after)) == doc.read_text()
