@@ -58,9 +58,12 @@ def spread(key: str, values: list[float], unit: str = "") -> dict[str, float]:
 
 def commit() -> str:
     """The checkout's commit, `-dirty` when its files differ from it; "unknown" outside a git checkout."""
-    done = subprocess.run(
-        ["git", "describe", "--always", "--dirty"], cwd=results_table.ROOT, capture_output=True, text=True
-    )
+    try:
+        done = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=results_table.ROOT, capture_output=True, text=True
+        )
+    except OSError:  # no git
+        return "unknown"
     return done.stdout.strip() or "unknown"
 
 
