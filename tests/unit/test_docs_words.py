@@ -140,8 +140,8 @@ DOCS_BUDGET = 150_000
 
 
 def test_the_user_docs_are_at_most_150_kb_without_their_generated_parts() -> None:
-    """docs/*.md, less the generated events table, mutation table and state diagram: what a person
-    reads through."""
+    """docs/*.md, less the generated events, mutation and benchmark tables and the state diagram:
+    what a person reads through."""
     sizes = {
         page.name: len(GENERATED.sub("", page.read_text()).encode())
         for page in sorted((ROOT / "docs").glob("*.md"))
