@@ -66,5 +66,12 @@ class Node:
             return peer, f"its process (pid {pid}) is gone without a failure record: killed or crashed"
         return None
 
+    def speaks_for(self, rank: int, gone_leader: int) -> bool:
+        """Whether `rank` tells the store that the node's leader `gone_leader` is gone: the lowest rank
+        of the node whose process still runs. None does when the whole node is gone: then the node
+        before it in the ring finds its beat standing still and names the node."""
+        running = [peer for peer, pid in self.peers.items() if peer != gone_leader and process_alive(pid)]
+        return rank < min(running, default=rank + 1)
+
     def state_of(self, peer: int) -> str:
         return self.board.state_of(peer) if self.board is not None else "unknown"

@@ -343,17 +343,23 @@ class RankWatch:
         return self._connection
 
     def _find_gone_peers(self, now: float) -> None:
-        """A rank of this node gone (or silent `stale_s`) unfinished: the leader publishes it (`lost`); the
-        others notice a gone leader here only (no connection to spare): the ring names it at the store."""
+        """A rank of this node gone (or silent `stale_s`) unfinished: the leader publishes it (`lost`). The
+        others notice a gone leader, and the lowest of them still running publishes it, on a connection it
+        opens then (`Node.speaks_for`): the leader is named as the rank it is, not its node as lost."""
         gone = self._node.gone_peer(self.stale_s)
         if gone is None:
             return
         lost = Failure(rank=gone[0], state=self._node.state_of(gone[0]), error=gone[1], kind="lost")
         if not self.leader:
-            if self._node.leader is not None and gone[0] == self._node.leader.rank:
-                self._notice(lost, now)
+            if self._node.leader is None or gone[0] != self._node.leader.rank:
+                return
+            self._notice(lost, now)
+            if not self._node.speaks_for(self.rank, gone[0]):
+                return
+        try:
+            store = self._watch_store()
+        except Exception:  # the store cannot be reached: the ring names the node at the store
             return
-        store = self._watch_store()
         first = self.first_failure(store)
         if first is None:
             self.publish(lost, store)

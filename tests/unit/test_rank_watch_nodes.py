@@ -267,31 +267,6 @@ def test_a_rank_killed_on_a_node_is_published_by_its_leader_in_the_state_its_boa
     assert w[1].peer_failure() == lost
 
 
-def test_with_the_leader_gone_the_others_of_its_node_know_at_once_and_leave_the_store_to_the_ring(
-    tmp_path: Path,
-) -> None:
-    """No rank but the leader has a connection to spare: the node before this one names it at the store."""
-    store = Counting()
-    w = job(store, tmp_path, {"a": [0, 1, 2], "b": [3]})
-    gone = dead_pid()
-    for rank in (1, 2):
-        w[rank]._node.peers[0] = gone
-        leader = w[rank]._node.leader
-        assert leader is not None
-        object.__setattr__(w[rank]._node, "leader", type(leader)(rank=0, pid=gone, nonce=leader.nonce, index=1))
-    store.ops.clear()
-    w[1].tick(100.0)
-    w[2].tick(100.0)
-    assert sum(store.ops.values()) == 0 and first(store) is None
-    for rank in (1, 2):
-        noticed = w[rank].peer_failure()
-        assert noticed is not None and (noticed.rank, noticed.kind) == (0, "lost")
-    for now in (100.0, 101.0, 108.0):
-        w[3].tick(now)  # node b watches node a, whose leader is gone (its beat stands still)
-    lost = first(store)
-    assert lost is not None and (lost.rank, lost.kind) == (0, "lost") and "its node a sent no heartbeat" in lost.error
-
-
 def test_a_rank_whose_watcher_stands_still_for_stale_s_is_lost_though_its_process_exists(tmp_path: Path) -> None:
     """SIGSTOP, or a process hung with the GIL held: its pid is there, its beat is not."""
     store = MemoryStore()
