@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
+from lifecycle.engine._warnings import _console_line
 from lifecycle.errors import LifecycleError, PhaseFailed, RehearsalError, StartupAborted
 from lifecycle.log import records
 from lifecycle.redaction import redact_text
@@ -196,7 +197,8 @@ class Failures:
 
     def fail_for_log(self, trigger: Trigger | None, source: State, *, raise_: bool = True) -> None:
         """The log stopped taking records: FAILED now (later records go to stderr); raise unless
-        this was a user's own call (`record`, a tripwire), which must not fail because of our log."""
+        this was a user's own call (`record`, a tripwire), which must not fail because of our log:
+        then its work goes on, and one line on stderr says so at once."""
         fault = self.shared.log.fault
         name = trigger.value if trigger is not None else "record"
         self.shared.log.write(
@@ -209,6 +211,12 @@ class Failures:
             )
         )
         self.force_fail(f"log_write_failed: {fault}")
+        if not raise_:  # the caller's work (training) goes on: a person is told now, not at its end
+            _console_line(
+                f"rank {self.shared.log.rank}: the startup log {self.shared.log.path} cannot be written "
+                f"({redact_text(str(fault))}); the lifecycle is FAILED and training goes on unlogged, its "
+                "records on stderr as JSON lines. Free the disk or choose another logging.log_dir."
+            )
         if raise_:
             path, now = self.shared.log.path, self.shared.state.name
             raise PhaseFailed(
