@@ -43,9 +43,9 @@ class Parser(argparse.ArgumentParser):
         pass
 
     def error(self, message: str) -> NoReturn:
-        from lifecycle.redaction import redact_text  # the bad value is echoed: never a credential
+        from lifecycle.cli._lines import clause, finished  # the bad value is echoed: never a credential
 
-        self.exit(2, f"{self.prog}: error: {redact_text(message)}; see `{self.prog} --help`\n")
+        self.exit(2, f"{self.prog}: error: {finished(f'{clause(message)}; see `{self.prog} --help`')}\n")
 
 
 def version() -> str:

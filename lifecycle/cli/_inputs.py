@@ -9,7 +9,6 @@ the world size about to launch) exit 1. Neither needs torch or megatron.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,10 +24,10 @@ EXIT_INPUT, EXIT_INVALID = 2, 1
 
 
 def say(message: str) -> None:
-    """One message of `lifecycle run` on stderr, credentials redacted (`lifecycle.redaction`)."""
-    from lifecycle.redaction import redact_text
+    """One message of `lifecycle run` on stderr, finished as every CLI line is (`_lines.finished`)."""
+    from lifecycle.cli._lines import tell
 
-    print(f"lifecycle run: {redact_text(message)}", file=sys.stderr)
+    tell("run", message)
 
 
 def non_negative(text: str) -> int:

@@ -20,6 +20,7 @@ from types import FrameType
 from typing import IO, TextIO
 
 from lifecycle import launchers
+from lifecycle.cli._lines import tell
 
 # (our option, torchrun's option): passed through when given.
 PASS_THROUGH = (
@@ -149,7 +150,7 @@ def launch(args: argparse.Namespace, log_dir: str | None = None) -> int:
     line = report.stopped_line(log_dir) if report.received else report.summary(log_dir) if status != 0 else None
     for text in (line, written):
         if text:
-            print(f"lifecycle run: {text}", file=sys.stderr, flush=True)
+            tell("run", text)
     return status
 
 

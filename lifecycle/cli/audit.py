@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lifecycle.cli._lines import tell
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
@@ -94,7 +96,7 @@ def follow(args: argparse.Namespace) -> int:
     from lifecycle.audit import VERDICT_EXIT, follow_verdict, printable, verdict_ours, write_output
 
     if args.format != "verdict" or len(args.paths) != 1:
-        print("lifecycle audit: --follow needs --format verdict and one log directory", file=sys.stderr)
+        tell("audit", "--follow needs --format verdict and one log directory")
         return 2
     doc = follow_verdict(args.paths[0], grace_s=args.grace, idle_timeout_s=args.idle_timeout)
     line = json.dumps(doc)
@@ -102,7 +104,7 @@ def follow(args: argparse.Namespace) -> int:
         try:
             write_output(args.output, line.encode() + b"\n", ours=verdict_ours)
         except OSError as exc:
-            print(f"lifecycle audit: {printable(args.output)}: {printable(exc.strerror or str(exc))}", file=sys.stderr)
+            tell("audit", f"{args.output}: {exc.strerror or exc}")
             return 2
     print(printable(line), flush=True)
     return VERDICT_EXIT[str(doc.get("outcome"))]
@@ -127,10 +129,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = audit(args.paths, select=args.select, ignore=args.ignore, jobs=args.jobs)
     except ValueError as exc:  # an unknown or empty rule name in --select/--ignore
-        print(f"lifecycle audit: {printable(str(exc))}", file=sys.stderr)
+        tell("audit", exc)
         return EXIT_UNREADABLE
     for error in result.errors:
-        print(f"lifecycle audit: {printable(str(error))}", file=sys.stderr)
+        tell("audit", error)
     if args.format == "verdict":
         import json
 

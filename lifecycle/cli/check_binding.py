@@ -16,17 +16,16 @@ run exits 1. `--settings` prints that comparison on every rank, also when everyt
 from __future__ import annotations
 
 import argparse
-import sys
 import textwrap
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, cast
 
 from lifecycle.cli._inputs import EXIT_INPUT
+from lifecycle.cli._lines import tell
 from lifecycle.cli._specs import callable_problem, provider_problem
 from lifecycle.core_entry.user_providers import NAMES
 from lifecycle.log import JSONValue
-from lifecycle.redaction import redact_text
 
 if TYPE_CHECKING:  # megatron's objects a binder receives
     from megatron.core.distributed import DistributedDataParallelConfig
@@ -89,7 +88,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _refuse(message: str) -> int:
-    print(f"lifecycle check-binding: {message}", file=sys.stderr)
+    tell("check-binding", message)
     return EXIT_INPUT
 
 
@@ -143,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except RankFailed as exc:
         for rank, line in sorted(exc.context["errors"].items()):  # type: ignore[attr-defined]  # a dict by run_ranks
-            print(f"lifecycle check-binding: rank {rank} failed: {redact_text(line)}", file=sys.stderr)
+            tell("check-binding", f"rank {rank} failed: {line}")
         return 1
     except KeyboardInterrupt:  # Ctrl-C: the ranks got it too, and the owner stopped them
         return 128 + 2

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
+
+from lifecycle.cli._lines import tell
 
 FORMATS = ("chrome", "otlp-json")
 
@@ -56,15 +57,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.follow:
         if args.format != "otlp-json" or len(args.paths) != 1:
-            print("lifecycle export: --follow takes one log directory and --format otlp-json", file=sys.stderr)
+            tell("export", "--follow takes one log directory and --format otlp-json")
             return EXIT_UNREADABLE
         try:
             count = follow(args.paths[0], args.output, idle_timeout_s=args.idle_timeout)
         except ExtraNotInstalled as exc:
-            print(f"lifecycle export: {exc}", file=sys.stderr)
+            tell("export", exc)
             return EXIT_UNREADABLE
         except LogUnreadable as exc:
-            print(f"lifecycle export: {printable(str(exc))}", file=sys.stderr)
+            tell("export", exc)
             return EXIT_UNREADABLE
         except OSError as exc:
             return cannot_write(args.output, exc)
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         trace = load(args.paths)
         path = write_chrome(trace, args.output) if args.format == "chrome" else write_otlp(trace, args.output)
     except (LogUnreadable, ExtraNotInstalled) as exc:
-        print(f"lifecycle export: {printable(str(exc))}", file=sys.stderr)
+        tell("export", exc)
         return EXIT_UNREADABLE
     except OSError as exc:
         return cannot_write(args.output, exc)
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 def cannot_write(output: str, exc: OSError, command: str = "export") -> int:
     """One line on stderr: the output that was not written, and why (a full disk, a link, not ours)."""
-    from lifecycle.audit import EXIT_UNREADABLE, printable
+    from lifecycle.audit import EXIT_UNREADABLE
 
-    print(f"lifecycle {command}: cannot write {printable(repr(output))}: {exc.strerror or exc}", file=sys.stderr)
+    tell(command, f"cannot write {output!r}: {exc.strerror or exc}")
     return EXIT_UNREADABLE

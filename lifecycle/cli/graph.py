@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lifecycle.cli._lines import tell
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("graph", help="print the state diagram generated from the transition table")
@@ -27,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         text = render()
     except ExtraNotInstalled as exc:
-        print(f"lifecycle graph: {exc}", file=sys.stderr)
+        tell("graph", exc)
         return 2
     sys.stdout.write(text)
     return 0

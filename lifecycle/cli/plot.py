@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from lifecycle.cli._lines import tell
 from lifecycle.redaction import redact_text
 
 
@@ -27,13 +27,13 @@ def run(args: argparse.Namespace) -> int:
 
     result = audit(args.paths)
     for error in result.errors:
-        print(f"lifecycle plot: {error}", file=sys.stderr)
+        tell("plot", error)
     if result.errors:
         return EXIT_UNREADABLE
     try:
         path = plot(result.ranks, args.output, max_ranks=args.max_ranks)
     except (ExtraNotInstalled, ValueError) as exc:
-        print(f"lifecycle plot: {exc}", file=sys.stderr)
+        tell("plot", exc)
         return EXIT_UNREADABLE
     print(f"wrote {redact_text(str(path))}")
     return 0

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
+
+from lifecycle.cli._lines import tell
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         trace = load(args.paths)
         path = write_report(trace, args.output, rules_url=args.rules_url, per_rank_up_to=args.per_rank_up_to)
     except LogUnreadable as exc:
-        print(f"lifecycle report: {printable(str(exc))}", file=sys.stderr)
+        tell("report", exc)
         return EXIT_UNREADABLE
     except OSError as exc:
         return cannot_write(args.output, exc, "report")

@@ -197,7 +197,11 @@ def _drive_rank(args: argparse.Namespace, config: RunConfig) -> int:
     try:
         return _drive(args, config, provider)
     except StartupAborted as exc:
-        say(f"rank {launchers.rank() or 0}: {exc} (exit {exc.code})")
+        during = f" during {exc.trigger}" if exc.trigger else ""  # the transition, not the method's name
+        say(
+            f"rank {launchers.rank() or 0}: startup aborted by {exc.signal} in state {exc.state}{during}; "
+            f"everything was released (exit {exc.code})"
+        )
         return int(exc.code or 1)
     except LifecycleError as exc:
         say(f"rank {launchers.rank() or 0} failed: {type(exc).__name__}: {exc}")

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lifecycle.cli._lines import tell
 from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
@@ -185,7 +186,8 @@ def _simulate(args: argparse.Namespace, config: RunConfig, world: int, explicit:
     try:
         config = prepare(config, world_size=world, until=until)
     except ConfigError as exc:
-        print(f"lifecycle simulate: {exc}\nno rank was simulated", file=sys.stderr)
+        tell("simulate", exc)
+        tell("simulate", "no rank was simulated")
         return EXIT_PROBLEM
     layout = Layout(config.parallel, world)
     ranks, selection = _choose(args, layout, explicit)
@@ -196,7 +198,7 @@ def _simulate(args: argparse.Namespace, config: RunConfig, world: int, explicit:
             result = simulate(sim, layout, jobs=args.jobs, on_report=progress)
     except KeyboardInterrupt:
         where = f"; their logs are in {args.log_dir}" if args.log_dir else ""
-        print(f"lifecycle simulate: interrupted after {progress.done} of {len(ranks)} ranks{where}", file=sys.stderr)
+        tell("simulate", f"interrupted after {progress.done} of {len(ranks)} ranks{where}")
         return EXIT_INTERRUPTED
     if args.format == "json":
         import orjson
@@ -216,7 +218,8 @@ def _whole_job(args: argparse.Namespace, config: RunConfig, world: int) -> int:
     try:
         text, data = _scale(args, config, world) if args.scale else _plan(args, config, world)
     except ConfigError as exc:
-        print(f"lifecycle simulate: {exc}\nnothing was counted", file=sys.stderr)
+        tell("simulate", exc)
+        tell("simulate", "nothing was counted")
         return EXIT_PROBLEM
     if args.format == "json":
         import orjson
@@ -290,7 +293,7 @@ class _Progress:
 
 
 def _usage(message: str) -> int:
-    print(f"lifecycle simulate: {message}", file=sys.stderr)
+    tell("simulate", message)
     return EXIT_USAGE
 
 

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import cast
 
 from lifecycle.cli._inputs import EXIT_INPUT, at_least
+from lifecycle.cli._lines import tell
 from lifecycle.cli._specs import provider_problem
 from lifecycle.core_entry.user_providers import NAMES
 from lifecycle.log import JSONValue
-from lifecycle.redaction import redact_text
 
 EXIT_HELP = """exit status: 0 every step is bitwise equal on every rank; 1 a step differs (or a rank failed);
 2 bad command-line or config input, or a config whose checkpoints cannot run here (refused with its reason)."""
@@ -54,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _refuse(message: str) -> int:
-    print(f"lifecycle verify-resume: {redact_text(message)}", file=sys.stderr)
+    tell("verify-resume", message)
     return EXIT_INPUT
 
 
@@ -89,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
         else:
-            print(f"lifecycle verify-resume: checkpoints and logs kept in {root}", file=sys.stderr)
+            tell("verify-resume", f"checkpoints and logs kept in {root}")
 
 
 def _problems(config_data: dict[str, JSONValue]) -> list[str]:
@@ -131,7 +130,7 @@ def _verify(configs: dict[str, dict[str, JSONValue]], args: argparse.Namespace) 
 def _failed(part: str, errors: dict[int, str]) -> int:
     """A run's failure, each rank's line; exit 2 when every rank refused the config, else 1."""
     for rank, line in sorted(errors.items()):
-        print(f"lifecycle verify-resume: the {part} run's rank {rank} failed: {redact_text(line)}", file=sys.stderr)
+        tell("verify-resume", f"the {part} run's rank {rank} failed: {line}")
     refused = all(line.startswith("ConfigError: ") for line in errors.values())  # the type, never the text
     return EXIT_INPUT if refused else 1
 

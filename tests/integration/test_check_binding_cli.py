@@ -102,7 +102,7 @@ def test_a_binder_or_provider_that_names_nothing_is_refused_in_one_line_before_a
     for (flag, spec), line in cases.items():
         done = lifecycle("check-binding", "--provider", "copying", flag, spec)
         assert (done.returncode, done.stdout) == (2, ""), done.stderr
-        assert done.stderr == f"lifecycle check-binding: {line}\n"
+        assert done.stderr == f"lifecycle check-binding: {line}.\n"
 
 
 @pytest.mark.release_independent
@@ -116,7 +116,7 @@ def test_a_provider_that_exits_0_on_import_fails_each_rank_at_once_with_what_it_
     assert (done.returncode, done.stdout) == (1, ""), done.stderr
     assert done.stderr.splitlines() == [
         f"lifecycle check-binding: rank {r} failed: exited 0 without a result; it last printed: "
-        "licence server unreachable"
+        "licence server unreachable."
         for r in (0, 1)
     ]
 
@@ -128,7 +128,7 @@ def test_a_hanging_binder_is_ended_at_startup_timeout_s_with_one_line_per_rank_n
     assert (done.returncode, done.stdout) == (1, ""), done.stderr
     assert done.stderr.splitlines() == [
         f"lifecycle check-binding: rank {r} failed: binder {spec} did not return within startup.timeout_s = 20 s "
-        "in MODEL_BUILT; find what it waits for, or raise startup.timeout_s"
+        "in MODEL_BUILT; find what it waits for, or raise startup.timeout_s."
         for r in (0, 1)
     ]
 

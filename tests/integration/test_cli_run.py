@@ -84,7 +84,7 @@ def test_a_provider_its_module_does_not_define_is_refused_in_one_line_before_the
     assert (run.returncode, run.stdout) == (2, ""), run.stderr[-3000:]
     assert run.stderr == (
         f"lifecycle run: --provider {spec!r}: tests.integration.hostile_callables defines no 'no_such_provider'; "
-        "its top-level names: annotations, exits_zero, hangs, os, sys, time\n"
+        "its top-level names: annotations, exits_zero, hangs, os, sys, time.\n"
     )
     assert not logs.exists()  # no rank started
 
@@ -109,7 +109,7 @@ def test_a_rank_failure_under_nproc_2_ends_with_the_ranks_own_lines_not_torchrun
         run.stderr
     )
     [summary] = [line for line in run.stderr.splitlines() if line.startswith("lifecycle run: the launch failed: ")]
-    assert "rank 1 " in summary and summary.endswith(f"(`lifecycle audit {logs}` names the cause)"), summary
+    assert "rank 1 " in summary and summary.endswith(f"(`lifecycle audit {logs}` names the cause)."), summary
 
 
 def test_the_distributed_optimizer_saving_without_apex_or_te_is_refused_once_and_nothing_launched(

@@ -65,9 +65,8 @@ def test_lifecycle_run_takes_a_megatron_lm_yaml_config(tmp_path: Path) -> None:
     assert (model["num_layers"], model["hidden_size"], model["seq_length"]) == (3, 96, 32)
     assert validated["config"]["training"]["micro_batch_size"] == 2
     assert validated["config"]["training"]["seed"] == 7
-    assert f"lifecycle run: --set training.seed=7 overrides training.seed = 1234 from --megatron-config {config}\n" in (
-        done.stderr
-    )
+    overridden = f"lifecycle run: --set training.seed=7 overrides training.seed = 1234 from --megatron-config {config}."
+    assert f"{overridden}\n" in done.stderr
 
 
 def test_a_file_that_is_not_a_megatron_lm_config_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -107,7 +106,7 @@ def test_a_target_outside_megatrons_config_classes_is_refused_before_anything_of
     assert done.stderr == (
         f"lifecycle run: --megatron-config {config}: model.transformer.autocast_dtype: _target_ 'torch.save' is not "
         "one of megatron's config classes, and loading it would run it; remove it, or pass --allow-targets to let "
-        "Megatron-LM's own allowlist decide\n"
+        "Megatron-LM's own allowlist decide.\n"
     )
     assert not written.exists()
 
@@ -126,7 +125,7 @@ def test_a_file_of_many_aliases_or_of_more_than_a_megabyte_is_refused_in_one_lin
         (big, f"{big.stat().st_size} bytes, more than a config's 1048576; give the config, not data"),
     ):
         done = _run("--megatron-config", str(path))
-        assert (done.returncode, done.stderr) == (2, f"lifecycle run: --megatron-config {path}: {why}\n")
+        assert (done.returncode, done.stderr) == (2, f"lifecycle run: --megatron-config {path}: {why}.\n")
 
 
 def test_a_missing_megatron_config_is_reported_before_megatron_is_imported(tmp_path: Path) -> None:
@@ -140,5 +139,5 @@ def test_a_missing_megatron_config_is_reported_before_megatron_is_imported(tmp_p
     )
     assert json.loads(done.stdout.splitlines()[-1]) == [2, []], done.stderr[-3000:]
     assert done.stderr == (
-        f"lifecycle run: --megatron-config {missing}: no such file; give the YAML Megatron-LM's to_yaml wrote\n"
+        f"lifecycle run: --megatron-config {missing}: no such file; give the YAML Megatron-LM's to_yaml wrote.\n"
     )

@@ -141,8 +141,8 @@ def test_ctrl_c_during_the_shutdown_of_lifecycle_run_finishes_it_and_exits_130_w
     assert run.returncode == 130, run.stderr[-3000:]
     lines = [line for line in run.stderr.splitlines() if line.startswith("lifecycle run:")]
     assert lines == [
-        "lifecycle run: rank 0: startup aborted by SIGINT in state SHUT_DOWN during shutdown(); "
-        "everything was released (exit 130)"
+        "lifecycle run: rank 0: startup aborted by SIGINT in state SHUT_DOWN during shutdown; "
+        "everything was released (exit 130)."
     ], run.stderr[-3000:]
     assert "Traceback" not in run.stderr
     events = _events(logs / "rank-00000.jsonl")

@@ -76,7 +76,7 @@ def test_the_scale_report_refuses_a_rank_selection_and_a_node_size_that_does_not
 
     assert selection.returncode == uneven.returncode == 2
     assert selection.stderr.strip().splitlines() == [
-        "lifecycle simulate: --ranks: --scale covers every rank of the job at once; drop --ranks, or drop --scale"
+        "lifecycle simulate: --ranks: --scale covers every rank of the job at once; drop --ranks, or drop --scale."
     ]
     assert "--ranks-per-node 3: must divide the 4096 ranks" in uneven.stderr
 

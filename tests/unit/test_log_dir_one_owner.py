@@ -52,7 +52,7 @@ def test_a_log_dir_that_cannot_be_created_is_refused_in_the_same_words_by_a_life
     assert str(info.value).endswith("because logging.log_dir cannot take it (above).")
     capsys.readouterr()  # the lifecycle's records, sent to stderr
     assert main(["simulate", "--preset", "tiny-gpt", "--log-dir", str(log_dir)]) == 2
-    assert capsys.readouterr().err == f"lifecycle simulate: --log-dir: {why}\n"
+    assert capsys.readouterr().err == f"lifecycle simulate: --log-dir: {why}.\n"
 
 
 def test_the_log_directory_is_checked_by_its_owner_alone() -> None:

@@ -75,5 +75,5 @@ def test_a_run_is_refused_input_only_when_every_rank_raised_configerror_not_when
     assert verify_resume_failed("first", named) == 1
     assert verify_resume_failed("second", {0: "ValueError: not a ConfigError: the shapes differ"}) == 1
     assert capsys.readouterr().err.splitlines()[-1] == (
-        "lifecycle verify-resume: the second run's rank 0 failed: ValueError: not a ConfigError: the shapes differ"
+        "lifecycle verify-resume: the second run's rank 0 failed: ValueError: not a ConfigError: the shapes differ."
     )

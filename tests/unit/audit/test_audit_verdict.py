@@ -141,7 +141,7 @@ def test_follow_without_the_verdict_format_is_refused_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["audit", "--follow", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.strip() == "lifecycle audit: --follow needs --format verdict and one log directory"
+    assert capsys.readouterr().err.strip() == "lifecycle audit: --follow needs --format verdict and one log directory."
 
 
 def test_a_job_stopped_from_outside_names_the_first_rank_stopped_and_restarts(tmp_path: Path) -> None:

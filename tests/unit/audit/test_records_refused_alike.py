@@ -56,7 +56,7 @@ def test_audit_report_and_export_refuse_a_bad_record_with_the_same_line(
             [sys.executable, "-m", "lifecycle", *command], capture_output=True, text=True, cwd=ROOT, timeout=120
         )
         assert done.returncode == 2, (name, done.stdout, done.stderr)
-        assert f"lifecycle {name}: {path}:{line}: {said}" in done.stderr.splitlines(), (name, done.stderr)
+        assert f"lifecycle {name}: {path}:{line}: {said}." in done.stderr.splitlines(), (name, done.stderr)
     assert sorted(p.name for p in out.iterdir()) == []  # nothing drawn from an unreadable log
 
 

@@ -163,6 +163,6 @@ def test_a_step_whose_loss_is_not_a_number_is_one_line_naming_its_line_event_and
     assert main([command, str(tmp_path / "logs"), "-o", str(tmp_path / name)]) == 2
     out = capsys.readouterr()
     assert out.err.splitlines() == [
-        f"lifecycle {command}: {log}:{line}: step_completed: field 'loss' is 'inf?', expected float | None"
+        f"lifecycle {command}: {log}:{line}: step_completed: field 'loss' is 'inf?', expected float | None."
     ]
     assert not (tmp_path / name).exists()

@@ -74,7 +74,7 @@ def test_the_report_of_a_log_with_a_field_of_another_type_is_one_line_and_exit_2
     _validated(w)
     path = _write(tmp_path / "logs", w)
     assert main(["report", str(tmp_path / "logs"), "-o", str(tmp_path / "report.html")]) == 2
-    expected = f"lifecycle report: {path}:1: lifecycle_started: field 'restart_count' is '1', expected int"
+    expected = f"lifecycle report: {path}:1: lifecycle_started: field 'restart_count' is '1', expected int."
     assert capsys.readouterr().err.splitlines() == [expected]
     assert not (tmp_path / "report.html").exists()
 
@@ -110,7 +110,7 @@ def test_following_a_record_whose_field_is_of_another_type_ends_naming_its_line_
     assert spans[ROOT]["status"]["message"] == refused
     cli = ["export", "--follow", str(tmp_path / "logs"), "--format", "otlp-json", "--idle-timeout", "0.1"]
     assert main([*cli, "-o", str(tmp_path / "again.jsonl")]) == 2
-    assert capsys.readouterr().err.splitlines() == [f"lifecycle export: {refused}"]
+    assert capsys.readouterr().err.splitlines() == [f"lifecycle export: {refused}."]
 
 
 def test_a_live_record_whose_field_is_of_another_type_is_refused_naming_its_line_event_and_field() -> None:
