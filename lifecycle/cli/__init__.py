@@ -24,6 +24,7 @@ from lifecycle.cli._launch import launch_env as launch_env
 from lifecycle.cli._launch import launch_world_size as launch_world_size
 from lifecycle.cli._launch import torchrun_command as torchrun_command
 from lifecycle.cli._launch import wants_launch as wants_launch
+from lifecycle.cli._lines import finished as finished
 
 # Each command module defines `register(subparsers)`; its parser sets `func(args) -> int`.
 COMMANDS = (run, audit, plot, graph, experiment, simulate, check_binding, verify_resume, export, report)
