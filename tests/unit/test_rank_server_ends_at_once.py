@@ -14,12 +14,13 @@ import pytest
 pytestmark = pytest.mark.slow  # the child imports torch and megatron-core
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = """
-import atexit, os, sys
+import atexit, importlib, os, sys
 from pathlib import Path
 
 out = Path(sys.argv[1])
 atexit.register(lambda: (out / f"teardown-{os.getpid()}").touch())  # before the imports, as torch's are
-import lifecycle.launchers._preload  # what the server imports first
+from lifecycle.launchers.local import PRELOAD
+importlib.import_module(PRELOAD)  # what the server imports first
 rank = os.fork()
 if rank == 0:
     atexit._run_exitfuncs()  # what a forked rank runs at its end
