@@ -222,7 +222,10 @@ def _drive(args: argparse.Namespace, config: RunConfig, provider: Provider) -> i
             _show_imports(show, lc.runtime.imports if dest is State.VALIDATED else None)
         if lc.state is training_state(lc.target):
             _train_and_save(lc, steps, show)
-        log_path = lc.log_path
+        log_path, fault = lc.log_path, lc.log_fault
+    if fault is not None:  # trained, unlogged: the lifecycle is FAILED, and the run says so in its status
+        say(f"rank {launchers.rank() or 0}: trained with its startup log unwritten ({fault.strerror}); exit 1")
+        return 1
     show(f"done; startup log: {log_path.parent if log_path else '(no --log-dir given)'}")
     return 0
 

@@ -79,3 +79,7 @@ def test_a_full_log_disk_in_training_goes_on_training_and_says_so_at_once_on_std
     assert line.endswith("Free the disk or choose another logging.log_dir."), line
     later_steps = [n for n, r in records.items() if n > failed and r["event"] == "step_completed"]
     assert later_steps and said[0] < later_steps[0], "said before the next step's record, not at the end"
+    assert run.returncode == 1 and "done" not in out, (run.returncode, out[-500:])  # never 'done' with exit 0
+    assert (
+        lines[-1] == "lifecycle run: rank 0: trained with its startup log unwritten (No space left on device); exit 1."
+    )
