@@ -31,7 +31,7 @@ def _lone_exit(timeout_s: float) -> Callable[[int], None]:
         print(
             f"lifecycle: a startup state did not end within startup.timeout_s = {timeout_s:g} s (the log's "
             f"state_timeout names it and its work); the process ends with status {code}. Find what it waits for "
-            "(a provider, a build, a file system), or raise startup.timeout_s",
+            "(a provider, a build, a file system), or raise startup.timeout_s.",
             file=sys.stderr,
             flush=True,
         )

@@ -276,7 +276,7 @@ class Failures:
         line = (
             f"lifecycle: rank {self.shared.runtime.rank}: startup aborted by {aborted.signal} in state {aborted.state}"
             f"{during}; its main thread was blocked in native code for {waited_s:.0f} s, so the process ends "
-            f"without the releases (exit {aborted.code})\n"
+            f"without the releases (exit {aborted.code}).\n"
         )
         with contextlib.suppress(OSError):
             os.write(2, line.encode())

@@ -209,7 +209,7 @@ class _Handler(logging.Handler):
 
 def _console_line(text: str) -> None:
     try:
-        sys.stderr.write(f"lifecycle: {text}\n")
+        sys.stderr.write(f"lifecycle: {text}{'' if text.endswith(('.', '?', '!')) else '.'}\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass

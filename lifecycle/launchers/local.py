@@ -121,7 +121,7 @@ def bounded(fn: Callable[P, T], *, what: str, state: str, timeout_s: float) -> C
             rank = os.environ.get("RANK", "0")
             print(
                 f"lifecycle: rank {rank}: {what} did not return within startup.timeout_s = {timeout_s:g} s in "
-                f"{state}; find what it waits for, or raise startup.timeout_s",
+                f"{state}; find what it waits for, or raise startup.timeout_s.",
                 file=sys.stderr,
                 flush=True,
             )

@@ -145,7 +145,7 @@ def test_a_single_rank_run_whose_provider_hangs_ends_at_the_startup_deadline_wit
     assert run.returncode == 75, run.stderr[-3000:]
     assert "Traceback" not in run.stderr, run.stderr[-3000:]
     [line] = [s for s in run.stderr.splitlines() if s.startswith("lifecycle: a startup state did not end")]
-    assert "startup.timeout_s = 3 s" in line and line.endswith("or raise startup.timeout_s")
+    assert "startup.timeout_s = 3 s" in line and line.endswith("or raise startup.timeout_s.")
     records = [json.loads(s) for s in (logs / "rank-00000.jsonl").read_text().splitlines()]
     [timeout] = [r for r in records if r["event"] == "state_timeout"]
     assert (timeout["state"], timeout["trigger"], timeout["timeout_s"]) == ("MODEL_BUILT", "build_model", 3)

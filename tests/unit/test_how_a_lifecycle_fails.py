@@ -627,7 +627,7 @@ def test_a_signal_the_blocked_main_thread_cannot_take_is_logged_said_and_ends_th
         assert err.splitlines()[-1] == (
             f"lifecycle: rank 0: startup aborted by {signal.Signals(signum).name} in state SERVICES_READY{during}; "
             "its main thread was blocked in native code for 12 s, so the process ends without the releases "
-            f"(exit {128 + signum})"
+            f"(exit {128 + signum})."
         ), name
         last = read_log(tmp_path / name / "rank-00000.jsonl")[-1]
         assert (last["event"], last["signal"], last["state"], last["blocked_s"]) == (

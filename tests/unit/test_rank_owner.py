@@ -72,5 +72,5 @@ def test_a_callable_past_its_bound_ends_its_rank_with_one_line_naming_it_and_the
         run_ranks(_binder_hangs_on_rank_zero, 2, timeout_s=600)
     assert failed.value.context["errors"] == {
         0: "binder mypkg:bind did not return within startup.timeout_s = 0.5 s in MODEL_BUILT; "
-        "find what it waits for, or raise startup.timeout_s"
+        "find what it waits for, or raise startup.timeout_s."
     }

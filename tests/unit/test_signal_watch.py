@@ -218,5 +218,5 @@ def test_a_sigterm_to_a_blocked_main_thread_logs_startup_aborted_and_exits_143_a
     assert err.strip().splitlines()[-1] == (
         "lifecycle: rank 0: startup aborted by SIGTERM in state SERVICES_READY during init_distributed(); its main "
         f"thread was blocked in native code for {last['blocked_s']:.0f} s, so the process ends without the releases "
-        "(exit 143)"
+        "(exit 143)."
     )

@@ -49,7 +49,7 @@ def test_library_warnings_are_logged_with_category_and_module_and_summed_up_in_o
     assert "MimoModelConfig" not in err and "DEPRECATED" not in err and "Entered state" not in err
     assert err.splitlines() == [
         "lifecycle: 4 library warning(s), 2 distinct, are in the startup log as `warning` "
-        "records: `lifecycle audit LOG_DIR` lists them"
+        "records: `lifecycle audit LOG_DIR` lists them."
     ]
     assert warnings.showwarning is before
     assert (megatron.propagate, megatron.handlers) == loggers_before
