@@ -46,12 +46,12 @@ def finished(message: str) -> str:
     return "\n".join(_stopped(_escaped(line)) for line in text.strip().split("\n"))
 
 
-def clause(message: object) -> str:
+def clause(message: str | BaseException) -> str:
     """`message` as the first part of a longer line: without its own full stop."""
     return str(message).rstrip().removesuffix(".")
 
 
-def tell(command: str, message: object, *, file: TextIO | None = None) -> None:
+def tell(command: str, message: str | BaseException, *, file: TextIO | None = None) -> None:
     """Print `lifecycle COMMAND: message`, finished, on stderr (or `file`)."""
     print(f"lifecycle {command}: {finished(str(message))}", file=file or sys.stderr, flush=True)
 

@@ -66,7 +66,7 @@ def test_the_numbers_the_doc_gives_are_the_codes() -> None:
     assert "**3 s** later (`GRACE_S`)" in DOC and GRACE_S == 3.0  # a signal the main thread cannot take
     for name, code in (("SIGTERM", 143), ("SIGINT", 130)):
         assert 128 + signal.Signals[name] == code and str(code) in _section("## The launcher is stopped or killed")
-    assert "exit 130)`" in _section("## SIGTERM or SIGINT during `shutdown()`")
+    assert "(exit 130).`" in _section("## SIGTERM or SIGINT during `shutdown()`")
     incomplete = {r.id: r.slug for r in RULES}["LA021"]
     assert f"[LA021](rules/LA021.md) {incomplete}" in DOC
 

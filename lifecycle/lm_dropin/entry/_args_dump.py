@@ -21,19 +21,21 @@ import threading
 from argparse import Namespace
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from lifecycle.redaction import REDACTED, is_secret_key, redact_text
 
 _MODULE = "megatron.training.arguments"
 _SWAP = threading.Lock()  # one swap of the module's global at a time
+_V = TypeVar("_V")
 
 
-def masked(args: object) -> Namespace:
-    """A copy of `args` (a Namespace or SimpleNamespace) as the dump may show it."""
+def masked(args: Namespace) -> Namespace:
+    """A copy of `args` (Megatron-LM's Namespace) as the dump may show it."""
     return Namespace(**{name: _shown(name, value) for name, value in vars(args).items()})
 
 
-def _shown(name: str, value: object) -> object:
+def _shown(name: str, value: _V) -> _V | str:
     if isinstance(value, str) and value and is_secret_key(name):
         return REDACTED
     if value is None or isinstance(value, (bool, int, float)):
@@ -50,10 +52,13 @@ def masked_dump() -> Iterator[None]:
     import importlib
 
     module = importlib.import_module(_MODULE)
+    found = getattr(module, "_print_args", None)  # Megatron-LM's private name, read as it reads it
+    if found is None:  # a megatron.training that prints no dump there: nothing to mask
+        yield
+        return
     with _SWAP:
-        found = getattr(module, "_print_args")  # noqa: B009  # Megatron-LM's private name, read as it reads it
 
-        def print_masked(title: str, args: object) -> None:
+        def print_masked(title: str, args: Namespace) -> None:
             found(title, masked(args))
 
         setattr(module, "_print_args", print_masked)  # noqa: B010
