@@ -50,8 +50,8 @@ def test_a_rerun_state_machine_the_script_made_is_refused_as_megatron_refuses_it
 def test_cpu_stand_ins_that_cannot_be_installed_fail_distributed_and_leave_no_rehearsal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A megatron-core whose dataset utilities cannot be imported: the stand-in for its helper's
-    build cannot be installed, after the rehearsal started; the rehearsal is closed with it."""
+    """A megatron-core whose dataset utilities cannot be imported: the stand-in for their build
+    function cannot be installed, after the rehearsal started; the rehearsal is closed with it."""
     with one_rank():
         container = _container_of_derived_arguments()
         monkeypatch.delattr(megatron.core.datasets, "utils")

@@ -32,8 +32,8 @@ PHRASES: dict[str, str] = {
     r"\bsessions? beside\b": "a development session",
     r"\bbeside (?:other|another|the other|this repository's own)\b": "the other work on the machine",
     r"\b(?:another|the other|other) helpers?\b": "a helper of the development",
-    r"\ba helper's\b|\bhelper (?:worktree|sessions?|agents?|rows?)\b": "a helper of the development",
-    r"\bthe lead's\b|\b(?:of|for|by|to|ask|tell) the lead\b": "the lead of the development",
+    r"\ba helper['’]s\b|\bhelper (?:worktree|sessions?|agents?|rows?)\b": "a helper of the development",
+    r"\bthe lead['’]s\b|\b(?:of|for|by|to|ask|tell) the lead\b": "the lead of the development",
     r"\b(?:this|that|another|the other|my|our) (?:checkout|worktree)\b": "a development checkout",
     r"\bon this \d+-core machine\b": "the development machine (say which machine)",
     # provenance of a figure
