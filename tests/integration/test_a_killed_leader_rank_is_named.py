@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.release_independent]  # the floor sk
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("leader_lost_child.py")
 LAYOUT = {0: "a", 1: "a", 2: "a", 3: "b"}
-"""Rank -> node: node a's first rank, 0, leads it; rank 3 alone on node b watches node a's beat."""
+"""Rank -> node: rank 0 checks in first on node a and leads it; rank 3 alone on node b watches node a's beat."""
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -35,23 +35,20 @@ def _job(tmp_path: Path) -> tuple[dict[int, subprocess.Popen[bytes]], dict[int, 
     store = dist.TCPStore("127.0.0.1", 0, len(LAYOUT) + 1, is_master=True, wait_for_workers=False)
     outs = {rank: tmp_path / f"rank-{rank}.jsonl" for rank in LAYOUT}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    ranks = {
-        rank: subprocess.Popen(
-            [
-                sys.executable,
-                str(CHILD),
-                str(store.port),
-                str(len(LAYOUT)),
-                str(rank),
-                node,
-                str(tmp_path),
-                str(outs[rank]),
-            ],
-            env=env,
-        )
-        for rank, node in LAYOUT.items()
-    }
+
+    def start(rank: int) -> subprocess.Popen[bytes]:
+        args = [str(store.port), str(len(LAYOUT)), str(rank), LAYOUT[rank], str(tmp_path), str(outs[rank])]
+        return subprocess.Popen([sys.executable, str(CHILD), *args], env=env)
+
+    # The first rank of a node to check in leads it: rank 0 checks in alone, so it leads node a.
+    ranks = {0: start(0)}
     deadline = time.monotonic() + 300
+    while not store.check(["checkin/0"]):
+        assert ranks[0].poll() is None, ranks[0].returncode
+        assert time.monotonic() < deadline, "rank 0 never checked in"
+        time.sleep(0.05)
+    assert store.get("host/a/1").startswith(b"0:"), "rank 0 leads node a"
+    ranks.update({rank: start(rank) for rank in LAYOUT if rank != 0})
     while not all(any(r["event"] == "ready" for r in _records(out)) for out in outs.values()):
         assert all(p.poll() is None for p in ranks.values()), {r: p.returncode for r, p in ranks.items()}
         assert time.monotonic() < deadline, "the ranks never got into their state"
