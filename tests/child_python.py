@@ -43,3 +43,38 @@ def run_lifecycle(*args: str, timeout: int = 300) -> subprocess.CompletedProcess
         # the record schema's strict mode (tests/conftest.py) is the one variable passed on
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "LIFECYCLE_STRICT_RECORDS": "1"},
     )
+
+
+_MANY = """
+import contextlib, io, json, sys
+from lifecycle.cli import main
+done = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as stop:  # argparse's refusals
+            code = stop.code if isinstance(stop.code, int) else 1
+    done.append({"argv": argv, "returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+print(json.dumps(done))
+"""
+
+
+def run_lifecycle_many(*argvs: list[str], timeout: int = 300) -> list[subprocess.CompletedProcess[str]]:
+    """`lifecycle ARGV` for each of `argvs`, one after another in one process (as `run_lifecycle`, one
+    interpreter for all): for commands that start no rank, whose refusal is all that is read."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MANY, json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "LIFECYCLE_STRICT_RECORDS": "1"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [
+        subprocess.CompletedProcess(d["argv"], d["returncode"], d["stdout"], d["stderr"])
+        for d in json.loads(done.stdout.splitlines()[-1])
+    ]

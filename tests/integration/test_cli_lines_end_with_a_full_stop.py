@@ -1,21 +1,28 @@
 """Every line `lifecycle COMMAND` prints for a person at a shell is a finished sentence that says what
 to run or change there: it ends with a full stop, and it never tells the person to call a Python
 API (`restart()`, `shutdown()`, `Lifecycle(...)`), even where the error under it was written for a
-library caller. Each case is a real refusal or failure of the command, run as a process."""
+library caller. Each case is a real refusal or failure of the command: those that start a rank run as a
+process each, the others one after another in one process (`run_lifecycle_many`)."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.child_python import run_lifecycle
+from tests.child_python import run_lifecycle, run_lifecycle_many
 
 pytestmark = [pytest.mark.slow, pytest.mark.release_independent]  # the CLI's own lines
 
 API_CALL = re.compile(r"[A-Za-z_]\w*\((?:\.\.\.)?\)|Lifecycle\(")
 """A Python call in the text: `restart()`, `lc.shutdown()`, `Lifecycle(...)`."""
+STARTS_A_RANK = {
+    "run: validation fails in the rank (FAILED, nothing validated)",
+    "run: the model fails to build (FAILED after VALIDATED)",
+}
+"""The cases whose command starts a rank (its distributed state is the process's): a process each."""
 FINISHED = (".", "?")  # a full stop; a question ("did you mean 'parallel.tp'?") ends as a question
 
 
@@ -81,20 +88,31 @@ def _said(command: str, output: str) -> list[str]:
     return lines
 
 
-def test_every_refusal_and_failure_line_ends_with_a_full_stop_and_gives_no_api_advice(tmp_path: Path) -> None:
+Ran = dict[str, tuple[int, "subprocess.CompletedProcess[str]"]]
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory: pytest.TempPathFactory) -> Ran:
+    """Every case run once: name -> (the exit status it must have, what the command did)."""
+    cases = _cases(tmp_path_factory.mktemp("cli-lines"))
+    alone = {name: run_lifecycle(*cases[name][0]) for name in STARTS_A_RANK}
+    batch = [name for name in cases if name not in STARTS_A_RANK]
+    done = {**alone, **dict(zip(batch, run_lifecycle_many(*(cases[name][0] for name in batch)), strict=True))}
+    return {name: (status, done[name]) for name, (_argv, status) in cases.items()}
+
+
+def test_every_refusal_and_failure_line_ends_with_a_full_stop_and_gives_no_api_advice(ran: Ran) -> None:
     wrong = []
-    for name, (argv, status) in _cases(tmp_path).items():
-        done = run_lifecycle(*argv)
-        lines = _said(argv[0], done.stdout + done.stderr)
+    for name, (status, done) in ran.items():
+        lines = _said(name.partition(":")[0], done.stdout + done.stderr)
         assert done.returncode == status, (name, done.returncode, done.stderr[-2000:])
         assert lines, (name, done.stderr[-2000:])  # something is said, in the command's name
         wrong += [(name, line) for line in lines if not line.endswith(FINISHED) or API_CALL.search(line)]
     assert wrong == []
 
 
-def test_a_failed_startup_tells_a_shell_user_to_run_again_not_to_call_restart(tmp_path: Path) -> None:
-    (argv, _status) = _cases(tmp_path)["run: the model fails to build (FAILED after VALIDATED)"]
-    done = run_lifecycle(*argv)
+def test_a_failed_startup_tells_a_shell_user_to_run_again_not_to_call_restart(ran: Ran) -> None:
+    _status, done = ran["run: the model fails to build (FAILED after VALIDATED)"]
     [line] = [x for x in done.stderr.splitlines() if x.startswith("lifecycle run: rank 0 failed: ")]
     assert "RuntimeError: injected: the model cannot be built" in line
     assert line.endswith("Everything it started was released; fix the cause and run the command again."), line
