@@ -202,8 +202,25 @@ class SignalWatch:
                 if self.owns is None or self.owns(signum):
                     self.on_blocked(signum, waited)
                 return
+            if polls == 1 and self.owns is not None and self.owns(signum):
+                _to_main_thread(signum)  # its handler tells this watch it took it: it runs once
             time.sleep(POLL_S)
             polls += 1
+
+
+def _to_main_thread(signum: int) -> None:
+    """The signal once more, to the main thread itself. The kernel gives a process's signal to any thread
+    that does not block it, not only the main one (this watch's reader unblocks them; torch's threads
+    leave them open); Python then runs the handler only when the main thread next runs bytecode, and a
+    main thread asleep (`time.sleep`, a poll's pause) sleeps on to its end. Sent to the main thread, the
+    signal interrupts its sleep, as it would have, sent there first; in a native wait it does what the
+    first one would have done there. Sent only while the watch's owner's handler is installed (`owns`):
+    that handler tells the watch it took the signal, so the signal is sent on only while it has not run,
+    and Python runs a handler once for the deliveries it finds pending together."""
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        main = threading.main_thread().ident
+        if main is not None and main != threading.get_ident():
+            signal.pthread_kill(main, signum)
 
 
 def _give_back(previous: int, mine: int) -> None:

@@ -220,3 +220,38 @@ def test_a_sigterm_to_a_blocked_main_thread_logs_startup_aborted_and_exits_143_a
         f"thread was blocked in native code for {last['blocked_s']:.0f} s, so the process ends without the releases "
         "(exit 143)."
     )
+
+
+def test_a_signal_the_kernel_gave_another_thread_reaches_a_sleeping_main_thread_within_the_grace() -> None:
+    """The kernel may hand a process's SIGTERM to any thread that does not block it; Python runs the
+    handler on the main thread only when that thread next runs bytecode. A main thread in `time.sleep`
+    is not blocked: the watch sends the signal on to it, and its handler runs long before the sleep's
+    end and before the grace; nothing is reported blocked."""
+    blocked: list[tuple[int, float]] = []
+    took: list[float] = []
+    watch = SignalWatch(
+        [signal.SIGTERM],
+        lambda s, w: blocked.append((s, w)),
+        grace_s=1.0,
+        owns=lambda signum: signal.getsignal(signum) is handler,
+    )
+
+    def handler(_signum: int, _frame: object) -> None:
+        watch.taken()
+        took.append(time.monotonic())
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    other = threading.Thread(target=time.sleep, args=(3.0,), daemon=True)
+    other.start()
+    watch.arm()
+    try:
+        start = time.monotonic()
+        assert other.ident is not None
+        signal.pthread_kill(other.ident, signal.SIGTERM)  # the C-level handler runs on that thread
+        time.sleep(2.0)  # its handler runs inside the sleep only for a signal sent to this thread
+        time.sleep(0.2)  # the watch's grace would have passed by now
+    finally:
+        watch.disarm()
+        signal.signal(signal.SIGTERM, previous)
+    assert len(took) == 1 and blocked == [], (took, blocked)
+    assert took[0] - start < 1.0, took[0] - start
