@@ -1,5 +1,5 @@
 """The typed record schema (lifecycle/log/schema.py): the one definition of the startup log's
-records that the writers, the audit's readers and docs/log-format.md are held to (issue 35)."""
+records that the writers, the audit's readers and docs/log-format.md are held to."""
 
 from __future__ import annotations
 
