@@ -19,11 +19,12 @@ from typing import Any
 
 import tomllib
 
+from lifecycle.log.schema import replace_generated
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results.toml"
 DOC = ROOT / "docs" / "benchmarks.md"
 START = "<!-- generated from benchmarks/results.toml: python benchmarks/results_table.py --write -->"
-END = "<!-- end generated -->"
 HEAD = """\
 # The last recorded figures of each benchmark that docs/benchmarks.md shows, and where they were measured.
 # A benchmark run with --record rewrites its own entry (figures, command, machine, environment, load, date,
@@ -80,11 +81,7 @@ def table(entries: list[Entry]) -> str:
 
 def with_table(doc: str, generated: str) -> str:
     """`doc` with the text between its markers replaced by `generated`."""
-    before, start, rest = doc.partition(START)
-    _, end, after = rest.partition(END)
-    if not start or not end:
-        raise ValueError(f"docs/benchmarks.md lacks its markers: {START!r} ... {END!r}")
-    return f"{before}{START}\n{generated}\n{END}{after}"
+    return replace_generated(doc, START, generated, "docs/benchmarks.md")
 
 
 def write(results: Path = RESULTS, doc: Path = DOC) -> None:

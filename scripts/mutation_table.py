@@ -17,12 +17,13 @@ from pathlib import Path
 
 import tomllib
 
+from lifecycle.log.schema import replace_generated
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "scripts" / "mutation-results.toml"
 CONFIG = ROOT / "scripts" / "mutation.toml"
 DOC = ROOT / "docs" / "testing.md"
 START = "<!-- generated from scripts/mutation-results.toml: python scripts/mutation_table.py --write -->"
-END = "<!-- end generated -->"
 FIELDS = ("mutants", "killed", "equivalent", "survived", "not_run")
 HEAD = """\
 # The last result of each module of scripts/mutation.toml, and of each hand-written mistake.
@@ -87,11 +88,7 @@ def modules_of(config: Path = CONFIG) -> list[str]:
 
 def with_table(doc: str, generated: str) -> str:
     """`doc` with the text between its markers replaced by `generated`."""
-    before, start, rest = doc.partition(START)
-    _, end, after = rest.partition(END)
-    if not start or not end:
-        raise ValueError(f"docs/testing.md lacks its markers: {START!r} ... {END!r}")
-    return f"{before}{START}\n{generated}\n{END}{after}"
+    return replace_generated(doc, START, generated, "docs/testing.md")
 
 
 def _replaced(old: list[dict], new: list[dict], key: str) -> list[dict]:

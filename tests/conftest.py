@@ -107,8 +107,8 @@ def _signal_handlers_put_back() -> Iterator[None]:
 def _lifecycles_left_open_are_shut_down(_signal_handlers_put_back: None) -> Iterator[None]:
     """A lifecycle a test left mid-startup keeps its SIGTERM/SIGINT handlers and signal watch armed
     for the rest of the session: a later test's signal, taken by that test's own handler, could reach
-    the old watch, which then ended the whole pytest process with 130 three seconds later (issue
-    20). Each test's lifecycles are shut down after it, as interpreter exit would."""
+    the old watch, which would then end the whole pytest process with 130 three seconds later. Each
+    test's lifecycles are shut down after it, as interpreter exit would."""
     before = {id(lc) for lc in open_lifecycles()}
     yield
     for lc in open_lifecycles():

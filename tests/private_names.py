@@ -25,8 +25,8 @@ NOT_SCANNED = ("tests/private_names.py", "tests/unit/test_public_names.py")
 _DOTTED = re.compile(r"^(states|bindings|lifecycle)(\.\w+)+$")
 
 # White-box tests that replace or read a module's internals, each with why it has no public name
-# (yet). Paths relative to the repository; values are the private names each file may reach. Empty
-# since issue 21 gave each of them a public name: keep it so.
+# (yet). Paths relative to the repository; values are the private names each file may reach. Empty:
+# every internal a test reaches has a public name or comes from `lifecycle.testing`; keep it so.
 WHITE_BOX: dict[str, set[str]] = {}
 
 

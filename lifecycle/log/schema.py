@@ -63,13 +63,19 @@ def markdown() -> str:
     return "\n".join(parts)
 
 
-def replace_generated(text: str) -> str:
-    """`text` (docs/log-format.md) with the generated section replaced by `markdown()`."""
-    head, found, rest = text.partition(GENERATED_BEGIN + "\n")
-    _, ended, tail = rest.partition(GENERATED_END)
+def replace_generated(text: str, begin: str, generated: str, page: str) -> str:
+    """`text` with its section from the line `begin` to `GENERATED_END` replaced by `generated`.
+
+    The one writer of the docs' generated sections: this module's events (`markdown()`) in
+    docs/log-format.md, and the tables of docs/testing.md and docs/benchmarks.md, each of which has
+    its own `begin` line. `page` names the page when a marker is missing.
+    """
+    before, found, rest = text.partition(begin)
+    _, ended, after = rest.partition(GENERATED_END)
     if not found or not ended:
-        raise ValueError(f"no section between {GENERATED_BEGIN!r} and {GENERATED_END!r}")
-    return f"{head}{GENERATED_BEGIN}\n{markdown()}{GENERATED_END}{tail}"
+        raise ValueError(f"{page} lacks its markers: put back {begin!r} ... {GENERATED_END!r} around its table")
+    body = generated if generated.endswith("\n") else generated + "\n"
+    return f"{before}{begin}\n{body}{GENERATED_END}{after}"
 
 
 def main(argv: list[str]) -> int:
@@ -79,7 +85,7 @@ def main(argv: list[str]) -> int:
         return 0
     if len(argv) == 2 and argv[0] == "--write":
         path = Path(argv[1])
-        path.write_text(replace_generated(path.read_text()))
+        path.write_text(replace_generated(path.read_text(), GENERATED_BEGIN, markdown(), str(path)))
         return 0
     sys.stderr.write("usage: python -m lifecycle.log.schema --markdown | --write docs/log-format.md\n")
     return 2

@@ -27,16 +27,9 @@ from lifecycle.errors import StartupAborted
 from lifecycle.log import records
 from lifecycle.testing import Entry
 from states import STARTUP_ORDER, State, forward_trigger
+from tests.integration import tiny_gpt
 
-TINY = [
-    "model.num_layers=2",
-    "model.hidden_size=32",
-    "model.num_attention_heads=4",
-    "model.seq_length=16",
-    "training.micro_batch_size=1",
-    "training.num_microbatches=2",
-    "tokenizer.vocab_size=200",
-]
+TINY = ["model.num_layers=2", *tiny_gpt.TINY]
 
 
 REAL_WRITE = os.write

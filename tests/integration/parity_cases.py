@@ -12,16 +12,9 @@ from typing import Any
 
 from lifecycle import Lifecycle, RunConfig
 from states import State
+from tests.integration import tiny_gpt
 
-TINY = [
-    "model.hidden_size=32",
-    "model.num_attention_heads=4",
-    "model.seq_length=16",
-    "training.micro_batch_size=1",
-    "training.num_microbatches=2",
-    "tokenizer.vocab_size=200",
-    "optimizer.lr=0.01",
-]
+TINY = [*tiny_gpt.TINY, "optimizer.lr=0.01"]
 DIST_OPT = [
     "ddp.use_distributed_optimizer=true",
     "ddp.overlap_grad_reduce=true",

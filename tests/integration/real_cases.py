@@ -14,16 +14,9 @@ from typing import Any
 
 from lifecycle import Lifecycle, LifecycleError, RunConfig
 from states import State
+from tests.integration import tiny_gpt
 
-TINY = [
-    "model.num_layers=2",
-    "model.hidden_size=32",
-    "model.num_attention_heads=4",
-    "model.seq_length=16",
-    "training.micro_batch_size=1",
-    "training.num_microbatches=2",
-    "tokenizer.vocab_size=200",
-]
+TINY = ["model.num_layers=2", *tiny_gpt.TINY]
 
 
 def _config(*overrides: str) -> RunConfig:

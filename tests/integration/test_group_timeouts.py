@@ -1,4 +1,4 @@
-"""Every group's timeout read back (issue 38): megatron's groups carry `startup.timeout_s`; those it
+"""Every group's timeout read back: megatron's groups carry `startup.timeout_s`; those it
 makes without a timeout (`EXPERT_DATA_PARALLEL_GROUP_GLOO` in 0.15.3 and 0.19.2, and in 0.15.3
 `EXPERT_MODEL_PARALLEL_GROUP`: Megatron-LM #2238) are found and corrected at DISTRIBUTED's exit; a group
 a script creates later without `timeout=` (Megatron-Bridge #4011's class) is logged before its first

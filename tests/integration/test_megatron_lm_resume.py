@@ -1,4 +1,4 @@
-"""The drop-in's resumes are watched (issue 37): the example script under `lifecycle.lm_dropin.pretrain`
+"""The drop-in's resumes are watched: the example script under `lifecycle.lm_dropin.pretrain`
 trained 2 iterations with Megatron-LM's save, then resumed from it with Megatron-LM's load. MODEL_BUILT
 hashes every random stream and reads Megatron-LM's data position (consumed samples, iteration) after the
 load; the first `train_step` reads them again.

@@ -1,4 +1,4 @@
-"""One world (issue 38): ranks of two jobs that share a rendezvous endpoint, or ranks launched with
+"""One world: ranks of two jobs that share a rendezvous endpoint, or ranks launched with
 different WORLD_SIZEs, fail at once in DISTRIBUTED, each naming both worlds, instead of waiting
 there until `startup.timeout_s` (60 s here). Real processes on one real TCPStore."""
 

@@ -1,4 +1,4 @@
-"""Megatron-LM parity at the edges (issue 14), on real megatron-core over 2 gloo ranks:
+"""Megatron-LM parity at the edges, on real megatron-core over 2 gloo ranks:
 
 vpp=1 normalized to no virtual pipeline; the distributed optimizer with overlapped param gather
 runs step 1 with the gather deferred and syncs parameters after the last step (replicas equal,

@@ -1,4 +1,4 @@
-"""The window from a checkpoint load to the first step (issue 37): MODEL_BUILT hashes every random stream
+"""The window from a checkpoint load to the first step: MODEL_BUILT hashes every random stream
 after the load, the first step hashes them again, and a stream that moved is named with its caller, as is
 a first step that does not continue the checkpoint's; `lifecycle audit` reports both as LA027. Real
 megatron-core, one spawned CPU rank (resume_cases.py), ~20 s.

@@ -1,4 +1,4 @@
-"""Every setting lands (issue 36): MODEL_BUILT compares what the validated config asks for with what
+"""Every setting lands: MODEL_BUILT compares what the validated config asks for with what
 the model that trains carries, on real megatron-core (one CPU rank, one spawned process).
 
 - Seven public bugs replayed as small providers (settings_cases.py): six lose a setting on the way

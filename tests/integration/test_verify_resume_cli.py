@@ -1,4 +1,4 @@
-"""`lifecycle verify-resume` (issue 37), each run in fresh processes on CPU ranks: a resume with dropout on
+"""`lifecycle verify-resume`, each run in fresh processes on CPU ranks: a resume with dropout on
 two tensor-parallel ranks is bitwise the uninterrupted run (the checkpoint carries every rank's random
 streams); a model with state that no checkpoint holds is caught at the first resumed step; a config whose
 checkpoints cannot run here is refused with its reason before anything trains. Main environment only:

@@ -4,8 +4,9 @@ Words: README.md, every page under docs/ (generated ones included), the config f
 and the comments and string literals (docstrings, messages, help texts) of the shipped and run code
 (`lifecycle/`, `states/`, `bindings/`, `scripts/`, `benchmarks/`, `examples/`, and the
 other text files there: presets, shell scripts, `scripts/mutation.toml`). These are what a user
-reads or runs. `tests/` is left out: a test quotes the words it refuses (this file), and fixtures
-hold upstream sources verbatim.
+reads or runs. `tests/` is held to one of the phrases, an issue number (a test says what behaviour it
+protects, not which issue asked for it), less this file, which quotes the words it refuses, and the
+fixtures, which hold upstream sources verbatim.
 
 The list names phrases, not single words: "session" alone is a terminal's or a browser's session,
 "helper" a function, "first run" a user's first run of a run id; only the phrases that tell who ran
@@ -24,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CODE = ("lifecycle", "states", "bindings", "scripts", "benchmarks", "examples")
 ROOT_FILES = ("README.md", "pyproject.toml", "mkdocs.yml", ".ci/run")
 TEXT_SUFFIXES = {".md", ".toml", ".yaml", ".yml", ".html", ".txt", ""}
+# An issue of the project, also across a line break ("issue\n    20"); not one of another project's.
+ISSUE = r"(?<!Megatron-LM )(?<!PyTorch )(?<!NCCL )\bissues?\s+#?\d+\b"
 
 # Each phrase: what it gives away about the project's development.
 PHRASES: dict[str, str] = {
@@ -40,7 +43,7 @@ PHRASES: dict[str, str] = {
     r"\b(?:first|second|third) runs?(?:'s)? (?:survivors?|figures?|had)\b": "which run gave a figure",
     r"\b(?:first|second|third) runs?\s*(?:[:;(|]|\d)": "which run gave a figure",
     r"\b(?:first|second|third) run,? (?:with|before|after|against|beside) the\b": "which run gave a figure",
-    r"(?<!Megatron-LM )(?<!PyTorch )(?<!NCCL )\bissues? #?\d+\b": "the issue a change came from",
+    ISSUE: "the issue a change came from",
     # a commit: 7 to 12 hex digits with a letter and a digit among them (not "at 1048576 bytes")
     r"\b(?:since|at|on|before|after) `?(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,12}`?(?=[\s,.;:)])": (
         "the commit a figure came from"
@@ -105,6 +108,35 @@ def test_the_words_are_found_in_docs_and_in_code_comments_and_strings_not_in_nam
     code.write_text('session = 1  # second run: 3 s\nstart_new_session = True\nx = "see `issues show 5`"\n')
     found = development_words([doc, code], tmp_path)
     assert [f.split(": ", 1)[0] for f in found] == ["page.md:3"] * 3 + ["page.md:5", "mod.py:1", "mod.py:3"]
+
+
+def issue_numbers(paths: list[Path], root: Path = ROOT) -> list[str]:
+    """`file:line: issue N` for each issue of the project cited anywhere in `paths` (read as text:
+    a name cannot hold one, so comments and strings need no tokenizer here)."""
+    found = []
+    for path in paths:
+        source = path.read_text(errors="replace")
+        for match in re.finditer(ISSUE, source, re.I):
+            line = source.count("\n", 0, match.start()) + 1
+            found.append(f"{path.relative_to(root)}:{line}: {' '.join(match.group().split())!r}")
+    return found
+
+
+def test_the_tests_say_what_they_protect_not_which_issue_asked_for_it() -> None:
+    tests = [
+        path
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if "fixtures" not in path.parts and path != Path(__file__).resolve()
+    ]
+    assert len(tests) > 200  # the scan reads the suite, not an empty folder
+    found = issue_numbers(tests)
+    assert found == [], "tests citing an issue (say what behaviour the test protects instead):\n" + "\n".join(found)
+
+
+def test_an_issue_number_is_found_also_across_a_line_break_and_not_another_projects(tmp_path: Path) -> None:
+    code = tmp_path / "test_x.py"
+    code.write_text('"""Kept (issue\n    20); Megatron-LM issue 12; see #5255."""\nx = 1  # Issues #7 and 8\n')
+    assert issue_numbers([code], tmp_path) == ["test_x.py:1: 'issue 20'", "test_x.py:3: 'Issues #7'"]
 
 
 LONGEST_CELL = 400

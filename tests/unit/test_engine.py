@@ -158,7 +158,7 @@ def test_ranks_of_one_job_share_a_fingerprint_but_other_changes_do_not() -> None
 
 def test_each_guard_is_evaluated_once_per_transition(make_lc) -> None:
     """The engine checks a row's guards once, before its entry work; the machine that holds the
-    state has no conditions of its own to check them again (issue 35)."""
+    state has no conditions of its own to check them again."""
     from collections import Counter
 
     from states import TABLE, forward_trigger

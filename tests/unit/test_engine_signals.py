@@ -4,9 +4,9 @@ with 128 + SIGTERM. In-process phases, so no torch: the signal is real, the work
 
 The signals this process sends itself go to its main thread (`signal.raise_signal`), whose handler
 then runs before the call returns (`os.kill` to the process lets the kernel pick any thread that does
-not block it). The KeyboardInterrupt test's failures ("DID NOT RAISE", 4 of 7 loaded unit runs, and
-the full CI run) had another cause: handlers earlier tests left installed, now put back by
-tests/conftest.py after each test."""
+not block it). A handler an earlier test left installed would take the signal instead (the
+KeyboardInterrupt test would see nothing raised): tests/conftest.py puts the handlers back after
+each test."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every error declares the fields it carries (issue 35): a raise that passes a keyword its class (or a
+"""Every error declares the fields it carries: a raise that passes a keyword its class (or a
 base) does not declare as an attribute fails here, so neither mypy nor a reader has to guess what an
 error holds, and `exc.field` is typed."""
 

@@ -1,5 +1,5 @@
 """The typed record schema (lifecycle/log/schema.py): the one definition of the startup log's
-records that the writers, the audit's readers and docs/log-format.md are held to (issue 35)."""
+records that the writers, the audit's readers and docs/log-format.md are held to."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
 from lifecycle.log import AuditLog, events, records
-from lifecycle.log.schema import SCHEMA, markdown
+from lifecycle.log.schema import SCHEMA, markdown, replace_generated
+from lifecycle.log.schema import main as schema_main
 from lifecycle.testing import (
     ENVELOPE,
     EXPORT_CONFIG,
@@ -39,11 +40,21 @@ def test_the_schema_has_a_type_for_every_event_and_no_other() -> None:
 def test_the_log_format_doc_lists_the_events_as_the_schema_generates_them() -> None:
     text = DOC.read_text()
     assert GENERATED_BEGIN in text and GENERATED_END in text, f"docs/log-format.md lost {GENERATED_BEGIN!r}"
-    generated = text.split(GENERATED_BEGIN + "\n", 1)[1].split(GENERATED_END, 1)[0]
-    assert generated == markdown(), (
+    assert replace_generated(text, GENERATED_BEGIN, markdown(), "docs/log-format.md") == text, (
         "docs/log-format.md's table of events is out of date: regenerate it with "
         "`python -m lifecycle.log.schema --write docs/log-format.md` (or paste `--markdown`'s output)"
     )
+
+
+def test_write_replaces_a_stale_table_of_events_and_keeps_the_rest_of_the_page(tmp_path: Path) -> None:
+    text = DOC.read_text()
+    stale = tmp_path / "log-format.md"
+    stale.write_text(text.replace("### `", "### `old_", 3))
+    assert schema_main(["--write", str(stale)]) == 0
+    assert stale.read_text() == text
+    stale.write_text("# Log format\n")
+    with pytest.raises(ValueError, match=r"log-format\.md lacks its markers"):
+        schema_main(["--write", str(stale)])
 
 
 def test_every_field_the_audit_reads_is_in_its_events_schema_or_the_envelope() -> None:

@@ -1,4 +1,4 @@
-"""Writers construct the record types (`lifecycle.log.records`, issue 35): a typed record is
+"""Writers construct the record types (`lifecycle.log.records`): a typed record is
 written with the bytes its fields by name made, and no module of the packages writes by name."""
 
 from __future__ import annotations

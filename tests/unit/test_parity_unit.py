@@ -1,5 +1,5 @@
-"""Issue 14 without megatron: config normalization as Megatron-LM's arguments.py does it, and
-unbinding what the interleaved schedule made of a bound callable."""
+"""Megatron-LM parity at the edges, without megatron: config normalization as Megatron-LM's
+arguments.py does it, and unbinding what the interleaved schedule made of a bound callable."""
 
 from __future__ import annotations
 

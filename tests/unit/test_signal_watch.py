@@ -198,8 +198,9 @@ def test_a_sigterm_to_a_blocked_main_thread_logs_startup_aborted_and_exits_143_a
     started_blocked: bool,
 ) -> None:
     """Also when the process was started with SIGTERM blocked on every thread (a parent that left it
-    blocked): the signal watch's thread takes it. (A test that leaked a blocked mask into pytest's
-    main thread once made every later child here deaf to SIGTERM: issue 20.)"""
+    blocked): the signal watch's thread takes it. (pytest's own main thread must not keep such a
+    mask: every later child would inherit it, deaf to SIGTERM; tests/conftest.py fails a test that
+    leaves it.)"""
     from lifecycle.runtime.signals import GRACE_S
 
     child, took, err = _blocked_child_sigtermed(tmp_path, started_blocked=started_blocked)

@@ -1,4 +1,4 @@
-"""The signal watch's decisions, one by one (issue 26): when the grace has passed (on the clock AND on
+"""The signal watch's decisions, one by one: when the grace has passed (on the clock AND on
 the watch's own polls), which wakeup fd gets the bytes forwarded, what a forked child keeps, what arm
 and disarm leave behind. Real signals to this process, real pipes, threads, a fork and a
 subinterpreter; the only stand-in is the clock, passed to the watch, to stall or jump it at will."""

@@ -1,4 +1,4 @@
-"""One world (issue 38): at check-in every rank agrees on its job and world size through the store; a
+"""One world: at check-in every rank agrees on its job and world size through the store; a
 rank of another world fails at once, and so do the ranks of the first world waiting at the gate, each
 naming both worlds. The launcher's own counts catch worlds that never meet (each node a world of its
 own). On a store in memory; test_one_world.py runs it with real processes on a real TCPStore."""

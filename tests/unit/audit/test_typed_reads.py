@@ -1,4 +1,4 @@
-"""The readers read each field as the log's schema types it (issue 35): a record whose field has
+"""The readers read each field as the log's schema types it: a record whose field has
 another type is refused by name, by the audit on both of its paths and by `check_log`."""
 
 from __future__ import annotations

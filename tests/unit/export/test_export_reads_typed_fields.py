@@ -1,4 +1,4 @@
-"""The export reads each record's fields as the log's schema types them (issue 35): a record whose
+"""The export reads each record's fields as the log's schema types them: a record whose
 field has another type is refused in one line naming its file, line, event and field, as the audit
 refuses one, by the second read of a file (`read_details`), by `export --follow` and by the live
 spans; never a traceback, never a value drawn as if it were of its type."""
