@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from lifecycle.audit import audit, judge
 from lifecycle.runtime.signals import GRACE_S
 from lifecycle.testing import process_alive
 
@@ -64,7 +65,7 @@ def _parent(pid: int) -> int:
     return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
-def test_a_sigkilled_launcher_takes_torchrun_and_every_rank_with_it(tmp_path: Path) -> None:
+def test_a_sigkilled_launcher_takes_torchrun_and_every_rank_with_it_and_is_never_judged_clean(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     launcher = _launch(logs, steps=100_000)
     files = [logs / f"rank-{r:05d}.jsonl" for r in (0, 1)]
@@ -85,6 +86,14 @@ def test_a_sigkilled_launcher_takes_torchrun_and_every_rank_with_it(tmp_path: Pa
             if pid and process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
     assert left == [], "processes outlived the launcher"
+    # The verdict: the ranks went by the parent-death SIGTERM; one killed before its handler logged it
+    # has a log that only stops, and the killed launcher left no record: incomplete, no culprit, never
+    # clean, and no host to exclude.
+    assert not (logs / "launcher-00000.jsonl").exists()
+    assert _records(files[0])[0]["launcher"] == "lifecycle run"
+    doc = judge(audit([str(logs)], jobs=1))
+    assert doc["outcome"] in ("stopped", "incomplete") and doc.get("exclude_hosts", []) == [], doc
+    assert doc["outcome"] != "stopped" or doc["signal"] == "SIGTERM", doc
 
 
 def test_a_sigkilled_torchrun_takes_its_ranks_down_by_the_parent_death_signal(tmp_path: Path) -> None:
