@@ -6,7 +6,7 @@ same store sees while N simulated ranks watch each other.
 One process hosts a TCPStore (the libuv backend, torchrun's). `--procs` worker processes (on the
 CPUs other than the host's and the timed client's: the ranks' own CPU would be on other machines)
 hold the simulated ranks, 8 a node, as real
-client connections: each rank's `RankWatch` (lifecycle/core_entry/ranks.py) on its own connection, and
+client connections: each rank's `RankWatch` (lifecycle/rankwatch) on its own connection, and
 one watch connection a node, which its leader's watch opens (made ahead, in parallel: a TCPStore
 connection takes 0.1-0.2 s here). The node boards are in one temporary directory. Each worker
 drives `tick(now)` of its ranks when each asks for it (`first_tick`, `next_tick`: a leader's round
@@ -150,7 +150,7 @@ def work(port: int, ranks: range, world: int, board: str, control: Control, me: 
 
     warnings.filterwarnings("ignore")
     _pin(ranks=True)
-    from lifecycle.core_entry.ranks import RankWatch
+    from lifecycle.rankwatch import RankWatch
 
     counter = [0]
     nodes = len({rank // RANKS_PER_NODE for rank in ranks})
@@ -383,7 +383,7 @@ def main() -> None:
     os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
     import torch.distributed  # noqa: F401  # imported once here, inherited by the forked host and workers
 
-    import lifecycle.core_entry.ranks  # noqa: F401
+    import lifecycle.rankwatch  # noqa: F401
 
     _pin(ranks=False)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

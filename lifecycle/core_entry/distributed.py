@@ -21,17 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from lifecycle import launchers
 from lifecycle.config import RunConfig
-from lifecycle.core_entry._liveness import await_store_host as await_store_host  # public here too
-from lifecycle.core_entry._liveness import is_timeout
-from lifecycle.core_entry._world import World as World  # public here too (simulate counts it)
-from lifecycle.core_entry._world import checked
 from lifecycle.core_entry.groups import initialize_model_parallel
-from lifecycle.core_entry.lone import lone_watch
-from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.core_entry.rehearsal import Rehearsal, is_active, start_rehearsal
 from lifecycle.core_entry.timeouts import GroupWatch, log_timeouts
 from lifecycle.errors import DistributedError
 from lifecycle.log import records
+from lifecycle.rankwatch import RankWatch, await_store_host, checked, is_timeout, lone_watch
 from lifecycle.runtime import Closeable, PhaseContext, Runtime, rank_of, world_size_of
 from states import SideEffect
 
@@ -111,7 +106,7 @@ def checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int
     """The rendezvous store once every rank has checked in, and the started watcher."""
     import torch.distributed as dist
 
-    timeout_s, mine = config.startup.timeout_s, checked(rank, world, ctx.runtime.generation)  # one world (_world.py)
+    timeout_s, mine = config.startup.timeout_s, checked(rank, world, ctx.runtime.generation)  # one world
     agent = launchers.agent_store()  # then torchrun hosts the store
     provided = _provided_store(ctx)
     try:

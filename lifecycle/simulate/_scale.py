@@ -1,7 +1,7 @@
 """The scale report of `lifecycle simulate --scale`: what a job of N ranks asks of its store host and
 how many process groups each rank creates, counted by running the real code, not by a formula.
 
-- The rank watch: N real `RankWatch` objects (lifecycle/core_entry/ranks.py), `ranks_per_node` to a
+- The rank watch: N real `RankWatch` objects (lifecycle/rankwatch), `ranks_per_node` to a
   node, each on its own connection to one counting in-memory store (`StoreHost`), the node-local
   boards in a temporary directory (on /dev/shm where there is one, as on a node's tmpfs). Phases:
   - check_in: every rank registers, then every rank waits for all (`register`, `await_all`);
@@ -32,16 +32,13 @@ import resource
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig
 from lifecycle.core_entry.groups import Creation
 from lifecycle.log import JSONValue
+from lifecycle.rankwatch import RankWatch, World
 from lifecycle.simulate._groups import GroupCount, count_groups
 from lifecycle.simulate._store import StoreHost, Tally
-
-if TYPE_CHECKING:
-    from lifecycle.core_entry.ranks import RankWatch
 
 PHASES = ("check_in", "join", "steady", "stop")
 CREATIONS: tuple[Creation, ...] = ("own", "megatron")
@@ -184,9 +181,6 @@ def _watches(
     host: StoreHost, ranks: int, ranks_per_node: int, board: str, *, timeout_s: float, poll_s: float
 ) -> list[RankWatch]:
     """One real `RankWatch` a rank, each on its own connection to `host`, boards under `board`."""
-    from lifecycle.core_entry.distributed import World
-    from lifecycle.core_entry.ranks import RankWatch
-
     watches = []
     for rank in range(ranks):
         store = host.connect(rank)

@@ -16,7 +16,7 @@ from typing import Any
 def main(port: str, world: str, rank: str, node: str, board_dir: str, out: str) -> None:
     import torch.distributed as dist
 
-    from lifecycle.core_entry.ranks import RankWatch
+    from lifecycle.rankwatch import RankWatch
     from lifecycle.testing import fields_written
 
     path = Path(out)

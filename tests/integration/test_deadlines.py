@@ -19,8 +19,8 @@ from benchmarks.faults import LINGER_S, CaseResult, run_case
 from benchmarks.verdicts import wrong
 from lifecycle import RunConfig
 from lifecycle.audit import audit, verdict
-from lifecycle.core_entry.ranks import EXIT_CODE, Failure, RankWatch
 from lifecycle.errors import DistributedError
+from lifecycle.rankwatch import EXIT_CODE, Failure, RankWatch
 from states import Trigger
 from tests.phase_context import RecordingContext
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lifecycle.audit import RULES
-from lifecycle.core_entry.ranks import EXIT_CODE, RankWatch
+from lifecycle.rankwatch import EXIT_CODE, RankWatch
 from lifecycle.runtime.signals import GRACE_S
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The watcher's decisions one by one (lifecycle.core_entry.ranks), on a store in memory and with the
+"""The watcher's decisions one by one (lifecycle.rankwatch), on a store in memory and with the
 clock passed in: which peer is lost and which finished, when a heartbeat stood still long enough,
 when the store's host is gone, when the main thread is ended, and what a failure in a watched phase
 publishes and raises. No thread and no torch; tests/unit/test_rank_watch_verdicts.py runs the same
@@ -16,19 +16,10 @@ from typing import Any
 
 import pytest
 
-from lifecycle.core_entry.ranks import (
-    EXIT_CODE,
-    ActiveWork,
-    Failure,
-    RankWatch,
-    kind_of,
-    mark_failed,
-    rank_list,
-    watched,
-    watched_step,
-)
 from lifecycle.errors import DistributedError
 from lifecycle.log.records import Record
+from lifecycle.rankwatch import EXIT_CODE, Failure, RankWatch, mark_failed, watched, watched_step
+from lifecycle.testing import ActiveWork, kind_of, rank_list
 from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
 
 CLOSED = RuntimeError("Failed to recv, got 0 bytes. Connection was likely closed.")
@@ -502,7 +493,7 @@ def test_the_wait_for_a_verdict_ends_with_the_verdict_or_at_its_limit() -> None:
 WATCH_LEFT_RUNNING = """
 import sys
 import time
-from lifecycle.core_entry.ranks import RankWatch
+from lifecycle.rankwatch import RankWatch
 
 class Store:
     def add(self, key, amount): return 1

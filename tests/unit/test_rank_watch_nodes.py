@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.core_entry.ranks import EXIT_CODE, HOST_OPS_PER_S, Failure, RankWatch
 from lifecycle.log.records import Record
+from lifecycle.rankwatch import EXIT_CODE, HOST_OPS_PER_S, Failure, RankWatch
 from lifecycle.testing import host_key
 from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
 
@@ -117,7 +117,7 @@ def test_a_leader_makes_two_operations_a_round_and_a_round_lasts_interval_s(tmp_
 
 
 def test_the_round_grows_with_the_nodes_so_the_host_sees_at_most_host_ops_per_s() -> None:
-    from lifecycle.core_entry.ranks import Ring
+    from lifecycle.testing import Ring
 
     for nodes in (1, 2, 512, 1_500, 16_384, 131_072):
         ring = Ring(1, nodes, poll_s=0.5, stale_s=6.0)

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from lifecycle.core_entry.ranks import EXIT_CODE, Failure, RankWatch
 from lifecycle.errors import DistributedError
 from lifecycle.log.records import Record
+from lifecycle.rankwatch import EXIT_CODE, Failure, RankWatch
 from lifecycle.testing import fields_written, process_alive, store_closed
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
-from lifecycle.core_entry.ranks import EXIT_CODE, Failure, RankWatch
+from lifecycle.rankwatch import EXIT_CODE, Failure, RankWatch
 from lifecycle.runtime.signals import SignalWatch, pending_signal
 from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
 

@@ -17,10 +17,10 @@ import pytest
 
 from bindings import BindingReport, CountingFinalizer, FinalizerNotCalled
 from lifecycle import RunConfig, Runtime
-from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.core_entry.steps import StepHandle, StepResult, Steps, StepsSlot, overlapped_gather, steps_for
 from lifecycle.errors import DistributedError, LifecycleError
 from lifecycle.log.records import Record
+from lifecycle.rankwatch import RankWatch
 from lifecycle.testing import FirstStepWatchdog, fields_written
 from states import State
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle.core_entry.distributed import World, checked
-from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.errors import DistributedError
+from lifecycle.rankwatch import RankWatch, World, checked
 from tests.unit.test_rank_watch_nodes import Counting
 
 

@@ -3,7 +3,7 @@ that `pretrain` runs right after it (it draws random numbers: the same draws in 
 reproduce Megatron-LM's losses).
 
 Once Megatron-LM's `_initialize_distributed` has made the process group, a multi-rank job gets the
-lifecycle's rank watch on its store (`lifecycle.core_entry.ranks`, as the lifecycle's own DISTRIBUTED
+lifecycle's rank watch on its store (`lifecycle.rankwatch`, as the lifecycle's own DISTRIBUTED
 starts it): the rest of startup and every `train_step` run under the failure broadcast, so a rank
 that fails is named on every rank (`peer_failed`) and no rank waits for it past the grace."""
 
@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING
 
 from lifecycle import launchers
 from lifecycle.core_entry.distributed import log_initialized, stay_alive
-from lifecycle.core_entry.lone import lone_watch
-from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.errors import DistributedError
 from lifecycle.lm_dropin.entry._late import INITIALIZE, TRAINING, late
 from lifecycle.lm_dropin.entry._left_up import LEFT, adopting, destroy_made_groups, end_parallel_state, refuse_if_left
 from lifecycle.log import records
+from lifecycle.rankwatch import RankWatch, lone_watch
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
 

@@ -1,0 +1,40 @@
+"""The rank watch of a process that is the whole job (`distributed.init_process_group`, the drop-in's
+`_watch`): one rank, no launcher."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+from lifecycle.rankwatch._watch import RankWatch
+
+
+def lone_watch(timeout_s: float) -> RankWatch:
+    """The watch of a process that is the whole job (one rank, no launcher): no peer to check in with
+    or hear from, so only the deadline of its collective states (a provider or a build that hangs ends
+    the process with `state_timeout` after `timeout_s` and the grace, as on many ranks). Its store is
+    the process's own `HashStore`: no connection, no file."""
+    import torch.distributed as dist
+
+    watch = RankWatch(
+        dist.HashStore(), rank=0, world_size=1, timeout_s=timeout_s, store_host=None, exit_process=_lone_exit(timeout_s)
+    )
+    watch.start()
+    return watch
+
+
+def _lone_exit(timeout_s: float) -> Callable[[int], None]:
+    """How a lone watch ends its process: one line on stderr (no launcher reports it), then the exit."""
+
+    def exit_process(code: int) -> None:
+        print(
+            f"lifecycle: a startup state did not end within startup.timeout_s = {timeout_s:g} s (the log's "
+            f"state_timeout names it and its work); the process ends with status {code}. Find what it waits for "
+            "(a provider, a build, a file system), or raise startup.timeout_s.",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(code)
+
+    return exit_process
