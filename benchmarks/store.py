@@ -52,8 +52,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from lifecycle.rankwatch import WatchSettings
+
 RANKS_PER_NODE = 8
-POLL_S = 0.5
+SETTINGS = WatchSettings(timeout_s=600.0)
+"""The watch's settings: the default poll (`POLL_S`), and 600 s, `startup.timeout_s`'s default."""
+POLL_S = SETTINGS.poll_s
 OTHERS_S = 4.0
 """How often a rank that does not lead its node ticks while the host's load is measured (half its
 `stale_s`): it makes no store operation, and a tick costs about 0.4 ms of CPU, which 4,096 ranks
@@ -69,9 +73,6 @@ def _pin(*, ranks: bool) -> None:
     job they run on other machines), where the platform allows."""
     if len(CPUS) > 1:
         os.sched_setaffinity(0, set(CPUS[1:]) if ranks else {CPUS[0]})
-
-
-TIMEOUT_S = 600.0
 
 
 def _free_port() -> int:
@@ -164,9 +165,8 @@ def work(port: int, ranks: range, world: int, board: str, control: Control, me: 
             store,
             rank=rank,
             world_size=world,
-            timeout_s=TIMEOUT_S,
+            settings=SETTINGS,
             watcher_store=spare.pop,
-            poll_s=POLL_S,
             exit_process=lambda code: None,
             node=f"node{rank // RANKS_PER_NODE}",
             board_dir=board,
@@ -382,8 +382,6 @@ def main() -> None:
     # it changes no store operation timed here.
     os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
     import torch.distributed  # noqa: F401  # imported once here, inherited by the forked host and workers
-
-    import lifecycle.rankwatch  # noqa: F401
 
     _pin(ranks=False)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

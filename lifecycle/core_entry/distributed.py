@@ -26,7 +26,7 @@ from lifecycle.core_entry.rehearsal import Rehearsal, is_active, start_rehearsal
 from lifecycle.core_entry.timeouts import GroupWatch, log_timeouts
 from lifecycle.errors import DistributedError
 from lifecycle.log import records
-from lifecycle.rankwatch import RankWatch, await_store_host, checked, is_timeout, lone_watch
+from lifecycle.rankwatch import RankWatch, WatchSettings, await_store_host, checked, is_timeout, lone_watch
 from lifecycle.runtime import Closeable, PhaseContext, Runtime, rank_of, world_size_of
 from states import SideEffect
 
@@ -91,7 +91,7 @@ def init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) ->
     timeout = timedelta(seconds=config.startup.timeout_s)
     if world == 1 and launchers.rendezvous() is None:
         dist.init_process_group(config.backend, store=dist.HashStore(), rank=rank, world_size=world, timeout=timeout)
-        return dist.get_rank(), dist.get_world_size(), lone_watch(config.startup.timeout_s)
+        return dist.get_rank(), dist.get_world_size(), lone_watch(WatchSettings.of(config))
     store, watch = checked_in_store(ctx, config, rank, world)
     try:
         with watch.phase(ctx, "DISTRIBUTED"):
@@ -122,7 +122,7 @@ def checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int
         ranks,
         rank=rank,
         world_size=world,
-        timeout_s=timeout_s,
+        settings=WatchSettings.of(config),
         watcher_store=ranks.clone,
         store_host=None if agent else 0,  # its own connection
         exit_process=stay_alive if provided is not None else os._exit,

@@ -7,6 +7,8 @@ One name for each thing called a watch:
   publishes a failure, and runs the watcher.
 - the watcher: the rank watch's thread. Every `poll_s` it beats on the node's board, looks for gone
   peers, and ends the main thread's work past its grace or deadline.
+- `WatchSettings` (`_settings.py`): how the watch polls and how long it waits, in one record;
+  `WatchSettings.of(config)` gives a run's.
 - `lone_watch` (`_lone.py`): the rank watch of a one-rank job (its deadlines only).
 - `watched`, `watched_step`, `mark_failed` (`_watched.py`): the phases' ways in, through
   `Runtime.rank_watch` (typed as `lifecycle.runtime.Watch`).
@@ -19,7 +21,7 @@ from __future__ import annotations
 from lifecycle.rankwatch._failure import Failure
 from lifecycle.rankwatch._liveness import await_store_host, is_timeout
 from lifecycle.rankwatch._lone import lone_watch
-from lifecycle.rankwatch._ring import HOST_OPS_PER_S
+from lifecycle.rankwatch._settings import HOST_OPS_PER_S, WatchSettings
 from lifecycle.rankwatch._watch import EXIT_CODE, RankWatch
 from lifecycle.rankwatch._watched import mark_failed, watched, watched_step
 from lifecycle.rankwatch._world import World, checked
@@ -29,6 +31,7 @@ __all__ = [
     "HOST_OPS_PER_S",
     "Failure",
     "RankWatch",
+    "WatchSettings",
     "World",
     "await_store_host",
     "checked",
