@@ -14,8 +14,8 @@ from lifecycle.rankwatch._watch import RankWatch
 def lone_watch(settings: WatchSettings) -> RankWatch:
     """The watch of a process that is the whole job (one rank, no launcher): no peer to check in with
     or hear from, so only the deadline of its collective states (a provider or a build that hangs ends
-    the process with `state_timeout` after `settings.timeout_s` and the grace, as on many ranks). Its store is
-    the process's own `HashStore`: no connection, no file."""
+    the process with `state_timeout` after `settings.timeout_s` and the grace, as on many ranks). Its
+    store is the process's own `HashStore`: no connection, no file."""
     import torch.distributed as dist
 
     ending = _lone_exit(settings.timeout_s)

@@ -1,9 +1,10 @@
 """A node leader's round at the store (_watch.py): the node's beat, then `first` and the next node's beat
 in one `multi_get`. Two operations a round for each node, and a round lasts long enough that the store's
-host sees at most HOST_OPS_PER_S of them, all nodes together (`_settings.py`). The nodes' rounds fall at their own point
-of the round (`Ring.phase_s`), each on its own grid (`next_due`), so the host gets them spread out: the
-watcher threads start together at the end of the check-in, and rounds at once would reach the host as
-one burst of 2 operations a node (32,768 at 16,384 nodes) in front of the rendezvous and NCCL's bootstrap."""
+host sees at most HOST_OPS_PER_S of them, all nodes together (`WatchSettings.round_s`). The nodes' rounds
+fall at their own point of the round (`Ring.phase_s`), each on its own grid (`next_due`), so the host gets
+them spread out: the watcher threads start together at the end of the check-in, and rounds at once would
+reach the host as one burst of 2 operations a node (32,768 at 16,384 nodes) in front of the rendezvous
+and NCCL's bootstrap."""
 
 from __future__ import annotations
 
