@@ -261,7 +261,7 @@ def _provider(case: str, rank: int, log_dir: Path) -> Any:
 def _kill_store_host_in_checkin(fault_file: Path) -> None:
     """Rank 0, the store's host (no agent), SIGKILLs itself in DISTRIBUTED's check-in, before it checks in:
     once rank 1 has checked in and waits in the store for every rank (the store host lost mid-rendezvous)."""
-    from lifecycle.core_entry.ranks import RankWatch
+    from lifecycle.rankwatch import RankWatch
 
     def check_in(self: RankWatch, _ctx: Any) -> None:
         while not self.store.check(["checkin/1"]):

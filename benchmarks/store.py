@@ -6,7 +6,7 @@ same store sees while N simulated ranks watch each other.
 One process hosts a TCPStore (the libuv backend, torchrun's). `--procs` worker processes (on the
 CPUs other than the host's and the timed client's: the ranks' own CPU would be on other machines)
 hold the simulated ranks, 8 a node, as real
-client connections: each rank's `RankWatch` (lifecycle/core_entry/ranks.py) on its own connection, and
+client connections: each rank's `RankWatch` (lifecycle/rankwatch) on its own connection, and
 one watch connection a node, which its leader's watch opens (made ahead, in parallel: a TCPStore
 connection takes 0.1-0.2 s here). The node boards are in one temporary directory. Each worker
 drives `tick(now)` of its ranks when each asks for it (`first_tick`, `next_tick`: a leader's round
@@ -52,8 +52,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from lifecycle.rankwatch import WatchSettings
+
 RANKS_PER_NODE = 8
-POLL_S = 0.5
+SETTINGS = WatchSettings(timeout_s=600.0)
+"""The watch's settings: the default poll (`POLL_S`), and 600 s, `startup.timeout_s`'s default."""
+POLL_S = SETTINGS.poll_s
 OTHERS_S = 4.0
 """How often a rank that does not lead its node ticks while the host's load is measured (half its
 `stale_s`): it makes no store operation, and a tick costs about 0.4 ms of CPU, which 4,096 ranks
@@ -69,9 +73,6 @@ def _pin(*, ranks: bool) -> None:
     job they run on other machines), where the platform allows."""
     if len(CPUS) > 1:
         os.sched_setaffinity(0, set(CPUS[1:]) if ranks else {CPUS[0]})
-
-
-TIMEOUT_S = 600.0
 
 
 def _free_port() -> int:
@@ -150,7 +151,7 @@ def work(port: int, ranks: range, world: int, board: str, control: Control, me: 
 
     warnings.filterwarnings("ignore")
     _pin(ranks=True)
-    from lifecycle.core_entry.ranks import RankWatch
+    from lifecycle.rankwatch import RankWatch
 
     counter = [0]
     nodes = len({rank // RANKS_PER_NODE for rank in ranks})
@@ -164,9 +165,8 @@ def work(port: int, ranks: range, world: int, board: str, control: Control, me: 
             store,
             rank=rank,
             world_size=world,
-            timeout_s=TIMEOUT_S,
+            settings=SETTINGS,
             watcher_store=spare.pop,
-            poll_s=POLL_S,
             exit_process=lambda code: None,
             node=f"node{rank // RANKS_PER_NODE}",
             board_dir=board,
@@ -382,8 +382,6 @@ def main() -> None:
     # it changes no store operation timed here.
     os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:1")
     import torch.distributed  # noqa: F401  # imported once here, inherited by the forked host and workers
-
-    import lifecycle.core_entry.ranks  # noqa: F401
 
     _pin(ranks=False)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

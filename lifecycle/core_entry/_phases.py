@@ -14,8 +14,8 @@ from types import MappingProxyType
 from lifecycle.config import CALLBACK_FIELDS, Change, config_drift
 from lifecycle.core_entry import callbacks_bound, distributed, model_built, services_ready, validated
 from lifecycle.core_entry._imports import validate_while_importing
-from lifecycle.core_entry.ranks import mark_failed, watched
 from lifecycle.core_entry.resources import SETTLE_S, resources
+from lifecycle.rankwatch import mark_failed, watched
 from lifecycle.runtime import Phase, PhaseContext, Phases, Runtime, Work
 from states import State
 
@@ -32,7 +32,7 @@ def _validate(ctx: PhaseContext) -> Runtime:
 
 
 def _watched(state: State, enter: Callable[[PhaseContext], Runtime]) -> Callable[[PhaseContext], Runtime]:
-    """`enter` under the rank watch: its deadline and the failure broadcast (ranks.py)."""
+    """`enter` under the rank watch: its deadline and the failure broadcast (lifecycle.rankwatch)."""
 
     def run(ctx: PhaseContext) -> Runtime:
         with watched(ctx, state.name):

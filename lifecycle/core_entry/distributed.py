@@ -21,17 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from lifecycle import launchers
 from lifecycle.config import RunConfig
-from lifecycle.core_entry._liveness import await_store_host as await_store_host  # public here too
-from lifecycle.core_entry._liveness import is_timeout
-from lifecycle.core_entry._world import World as World  # public here too (simulate counts it)
-from lifecycle.core_entry._world import checked
 from lifecycle.core_entry.groups import initialize_model_parallel
-from lifecycle.core_entry.lone import lone_watch
-from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.core_entry.rehearsal import Rehearsal, is_active, start_rehearsal
 from lifecycle.core_entry.timeouts import GroupWatch, log_timeouts
 from lifecycle.errors import DistributedError
 from lifecycle.log import records
+from lifecycle.rankwatch import RankWatch, WatchSettings, await_store_host, checked, is_timeout, lone_watch
 from lifecycle.runtime import Closeable, PhaseContext, Runtime, rank_of, world_size_of
 from states import SideEffect
 
@@ -96,7 +91,7 @@ def init_process_group(ctx: PhaseContext, config: RunConfig, real_cuda: bool) ->
     timeout = timedelta(seconds=config.startup.timeout_s)
     if world == 1 and launchers.rendezvous() is None:
         dist.init_process_group(config.backend, store=dist.HashStore(), rank=rank, world_size=world, timeout=timeout)
-        return dist.get_rank(), dist.get_world_size(), lone_watch(config.startup.timeout_s)
+        return dist.get_rank(), dist.get_world_size(), lone_watch(WatchSettings.of(config))
     store, watch = checked_in_store(ctx, config, rank, world)
     try:
         with watch.phase(ctx, "DISTRIBUTED"):
@@ -111,7 +106,7 @@ def checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int
     """The rendezvous store once every rank has checked in, and the started watcher."""
     import torch.distributed as dist
 
-    timeout_s, mine = config.startup.timeout_s, checked(rank, world, ctx.runtime.generation)  # one world (_world.py)
+    timeout_s, mine = config.startup.timeout_s, checked(rank, world, ctx.runtime.generation)  # one world
     agent = launchers.agent_store()  # then torchrun hosts the store
     provided = _provided_store(ctx)
     try:
@@ -127,7 +122,7 @@ def checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int
         ranks,
         rank=rank,
         world_size=world,
-        timeout_s=timeout_s,
+        settings=WatchSettings.of(config),
         watcher_store=ranks.clone,
         store_host=None if agent else 0,  # its own connection
         exit_process=stay_alive if provided is not None else os._exit,

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from bindings import BindingReport
-from lifecycle.core_entry.ranks import watched_step
 from lifecycle.errors import LifecycleError
 from lifecycle.log import records
+from lifecycle.rankwatch import watched_step
 from lifecycle.runtime import Runtime
 from states import Plan, State, training_state, trains_in
 
@@ -204,7 +204,7 @@ class Steps:
             handle.result = self.end(step, handle.loss)
 
     def watched(self, step: int) -> AbstractContextManager[None]:
-        """Step `step` under the failure broadcast of a multi-rank job (ranks.py): a failure here is
+        """Step `step` under the failure broadcast of a multi-rank job (lifecycle.rankwatch): a failure here is
         published, and a rank left waiting in a collective for a failed peer stops."""
         return watched_step(self._lc.runtime.rank_watch, self._lc.record, step)
 

@@ -78,7 +78,7 @@ class ResumeCheck(Protocol):
 
 
 class Watch(Protocol):
-    """The deadlines and failure broadcast of a multi-rank job (`lifecycle.core_entry.ranks.RankWatch`):
+    """The deadlines and failure broadcast of a multi-rank job (`lifecycle.rankwatch.RankWatch`):
     what the phases, the step loop and the release use of it."""
 
     failed: bool

@@ -8,7 +8,7 @@ wakeup fd (`signal.set_wakeup_fd`). `SignalWatch` reads that fd on a thread of i
 main thread has not taken the signal `grace_s` later, it calls `on_blocked(signum, waited_s)` on
 that thread (the engine logs `startup_aborted` and ends the process: docs/failures.md).
 
-`pending_signal()` tells the rank watch (core_entry/ranks.py) that this process got a signal it is
+`pending_signal()` tells the rank watch (lifecycle/rankwatch) that this process got a signal it is
 still blocked on: the signal, not a peer's failure, is what stops it.
 """
 

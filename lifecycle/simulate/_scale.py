@@ -1,7 +1,7 @@
 """The scale report of `lifecycle simulate --scale`: what a job of N ranks asks of its store host and
 how many process groups each rank creates, counted by running the real code, not by a formula.
 
-- The rank watch: N real `RankWatch` objects (lifecycle/core_entry/ranks.py), `ranks_per_node` to a
+- The rank watch: N real `RankWatch` objects (lifecycle/rankwatch), `ranks_per_node` to a
   node, each on its own connection to one counting in-memory store (`StoreHost`), the node-local
   boards in a temporary directory (on /dev/shm where there is one, as on a node's tmpfs). Phases:
   - check_in: every rank registers, then every rank waits for all (`register`, `await_all`);
@@ -32,16 +32,13 @@ import resource
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from lifecycle.config import RunConfig
 from lifecycle.core_entry.groups import Creation
 from lifecycle.log import JSONValue
+from lifecycle.rankwatch import RankWatch, WatchSettings, World
 from lifecycle.simulate._groups import GroupCount, count_groups
 from lifecycle.simulate._store import StoreHost, Tally
-
-if TYPE_CHECKING:
-    from lifecycle.core_entry.ranks import RankWatch
 
 PHASES = ("check_in", "join", "steady", "stop")
 CREATIONS: tuple[Creation, ...] = ("own", "megatron")
@@ -145,17 +142,18 @@ def count_watch(
     ranks: int,
     ranks_per_node: int = 8,
     *,
-    timeout_s: float = 600.0,
-    poll_s: float = 0.5,
+    settings: WatchSettings | None = None,
     intervals: int = 2,
     full_nodes: int = FULL_NODES,
     sample_nodes: int = SAMPLE_NODES,
 ) -> WatchCount:
-    """Run the real rank watch of a `ranks`-rank job against a counting store (see the module)."""
+    """Run the real rank watch of a `ranks`-rank job against a counting store (see the module); `settings`:
+    the watch's (a default `RunConfig`'s by default)."""
+    settings = settings or WatchSettings.of(RunConfig())
     host = StoreHost("check_in")
     nodes = -(-ranks // ranks_per_node)
     with tempfile.TemporaryDirectory(prefix="lifecycle-scale-", dir=_board_parent()) as board:
-        watches = _watches(host, ranks, ranks_per_node, board, timeout_s=timeout_s, poll_s=poll_s)
+        watches = _watches(host, ranks, ranks_per_node, board, settings)
         _check_in(watches)
         sampled = _sample(nodes, full_nodes, sample_nodes)
         by_node = _join(host, watches, sampled, ranks_per_node)
@@ -167,7 +165,7 @@ def count_watch(
         nodes=nodes,
         leaders=round(sum(1 for node in by_node for w in node if w.leader) * scale),
         interval_s=interval,
-        poll_s=poll_s,
+        poll_s=settings.poll_s,
         window_s=intervals * interval,
         connections=host.phases["check_in"].connections + host.phases["join"].connections * scale,
         sampled_nodes=len(sampled),
@@ -180,13 +178,8 @@ def _board_parent() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-def _watches(
-    host: StoreHost, ranks: int, ranks_per_node: int, board: str, *, timeout_s: float, poll_s: float
-) -> list[RankWatch]:
+def _watches(host: StoreHost, ranks: int, ranks_per_node: int, board: str, settings: WatchSettings) -> list[RankWatch]:
     """One real `RankWatch` a rank, each on its own connection to `host`, boards under `board`."""
-    from lifecycle.core_entry.distributed import World
-    from lifecycle.core_entry.ranks import RankWatch
-
     watches = []
     for rank in range(ranks):
         store = host.connect(rank)
@@ -195,9 +188,8 @@ def _watches(
                 store,
                 rank=rank,
                 world_size=ranks,
-                timeout_s=timeout_s,
+                settings=settings,
                 watcher_store=store.clone,
-                poll_s=poll_s,
                 exit_process=_no_exit,
                 node=f"node{rank // ranks_per_node}",
                 board_dir=board,
@@ -309,7 +301,7 @@ def scale_report(config: RunConfig, *, world_size: int, ranks_per_node: int = 8,
     creations: dict[str, GroupCount] = {}
     if groups:
         creations = {c: count_groups(config, world_size=world_size, creation=c) for c in CREATIONS}
-    watch = count_watch(world_size, ranks_per_node, timeout_s=config.startup.timeout_s)
+    watch = count_watch(world_size, ranks_per_node, settings=WatchSettings.of(config))
     return ScaleReport(
         ranks=world_size,
         ranks_per_node=ranks_per_node,

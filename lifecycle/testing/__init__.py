@@ -52,7 +52,6 @@ from lifecycle.config._validation import check_names
 from lifecycle.core_entry._counts import saved_counts
 from lifecycle.core_entry._hybrid import layer_pattern, local_stack_spec
 from lifecycle.core_entry._imports import ImportJob
-from lifecycle.core_entry._liveness import host_key, process_alive, store_closed
 from lifecycle.core_entry.checkpoint import damaged_file, load_at_build, load_failure_reason, publish_save
 from lifecycle.engine._failures import SignalTrap, track
 from lifecycle.engine._ledger import Ledger, LedgerEntry
@@ -99,6 +98,10 @@ from lifecycle.log._schema_base import ENVELOPE
 from lifecycle.log._tail import Tail
 from lifecycle.log._writer import fields_written
 from lifecycle.log.schema import GENERATED_BEGIN, GENERATED_END
+from lifecycle.rankwatch._failure import rank_list
+from lifecycle.rankwatch._liveness import host_key, kind_of, process_alive, store_closed
+from lifecycle.rankwatch._ring import Ring
+from lifecycle.rankwatch._watched import ActiveWork
 from lifecycle.redaction._shapes import SHAPES, may_hold_credentials
 from lifecycle.resilience._call import cycle_and_store, injectable
 from lifecycle.resilience._compat import installed_problem, megatron_nvrx_minimum, pair_problem
@@ -223,6 +226,7 @@ __all__ = [
     "SIDE_EFFECTS_NEED_VALIDATION",
     "SLOTS",
     "VERDICT_VERSION",
+    "ActiveWork",
     "AuditResult",
     "ChainEnd",
     "ConfigSeen",
@@ -252,6 +256,7 @@ __all__ = [
     "PlanCounts",
     "RankAudit",
     "Requested",
+    "Ring",
     "RootCause",
     "RuleId",
     "SettingsReport",
@@ -310,6 +315,7 @@ __all__ = [
     "is_restart_request",
     "is_secret_key",
     "iteration_dir",
+    "kind_of",
     "latest_step",
     "launcher_path",
     "launcher_run_id",
@@ -345,6 +351,7 @@ __all__ = [
     "publish_save",
     "quiet_library_loggers",
     "rank_file",
+    "rank_list",
     "rank_of",
     "reachable_states",
     "read_details",

@@ -87,8 +87,8 @@ def dropin_with_given_wrapper(log_dir: str) -> dict[str, Any]:
 
     import torch.distributed as dist
 
-    from lifecycle.core_entry.ranks import RankWatch
     from lifecycle.lm_dropin import pretrain
+    from lifecycle.rankwatch import RankWatch
 
     interruptible: list[bool] = []  # each rank watch's: the wrapper's restart request must land
     init = RankWatch.__init__

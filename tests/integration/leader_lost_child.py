@@ -16,7 +16,7 @@ from typing import Any
 def main(port: str, world: str, rank: str, node: str, board_dir: str, out: str) -> None:
     import torch.distributed as dist
 
-    from lifecycle.core_entry.ranks import RankWatch
+    from lifecycle.rankwatch import RankWatch, WatchSettings
     from lifecycle.testing import fields_written
 
     path = Path(out)
@@ -33,9 +33,7 @@ def main(port: str, world: str, rank: str, node: str, board_dir: str, out: str) 
         connect(),
         rank=int(rank),
         world_size=int(world),
-        timeout_s=20.0,
-        poll_s=0.1,
-        grace_s=0.5,
+        settings=WatchSettings(timeout_s=20.0, poll_s=0.1, grace_s=0.5),
         node=node,
         board_dir=board_dir,
         watcher_store=connect,

@@ -73,7 +73,7 @@ def hang_in_model_built(log_dir: str, hang_s: float) -> dict[str, Any]:
 def kill_store_host_in_check_in(log_dir: str) -> dict[str, Any]:
     """Rank 0, which hosts the process group's store, SIGKILLs itself in the rank watch's check-in
     once rank 1 has checked in and waits there for every rank: the store's host lost mid-rendezvous."""
-    from lifecycle.core_entry.ranks import RankWatch
+    from lifecycle.rankwatch import RankWatch
 
     check_in = RankWatch.check_in
 

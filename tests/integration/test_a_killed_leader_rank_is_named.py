@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle.core_entry.ranks import EXIT_CODE
+from lifecycle.rankwatch import EXIT_CODE
 
 pytestmark = [pytest.mark.slow, pytest.mark.release_independent]  # the floor skips it (scripts/test)
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ from benchmarks.faults import LINGER_S, CaseResult, run_case
 from benchmarks.verdicts import wrong
 from lifecycle import RunConfig
 from lifecycle.audit import audit, verdict
-from lifecycle.core_entry.ranks import EXIT_CODE, Failure, RankWatch
 from lifecycle.errors import DistributedError
+from lifecycle.rankwatch import EXIT_CODE, Failure, RankWatch, WatchSettings
 from states import Trigger
 from tests.phase_context import RecordingContext
 
@@ -216,8 +216,8 @@ def _ctx(timeout_s: float) -> RecordingContext:
 @pytest.mark.parametrize("interruptible", [False, True])
 def test_check_in_times_out_naming_every_rank_that_did_not_arrive(interruptible: bool) -> None:
     store, ctx = _store(4), _ctx(1.0)
-    RankWatch(store, rank=2, world_size=4, timeout_s=1.0).store.set("checkin/2", b"1")
-    watch = RankWatch(store, rank=0, world_size=4, timeout_s=1.0, interruptible=interruptible)
+    RankWatch(store, rank=2, world_size=4, settings=WatchSettings(timeout_s=1.0)).store.set("checkin/2", b"1")
+    watch = RankWatch(store, rank=0, world_size=4, settings=WatchSettings(timeout_s=1.0), interruptible=interruptible)
     started = time.monotonic()
     with pytest.raises(DistributedError, match=r"after 1 s: 2 of 4 ranks arrived; missing: ranks 1, 3\."):
         watch.check_in(ctx)
@@ -250,7 +250,7 @@ def test_under_a_restart_wrapper_the_check_in_takes_the_restart_request_long_bef
     """A peer failed before it checked in (its release, SERVICES_READY): the wrapper restarts every
     rank. Waiting in one store call, the request landed only at the deadline (600 s by default)."""
     store, ctx = _store(2), _ctx(20.0)
-    watch = RankWatch(store, rank=0, world_size=2, timeout_s=20.0, interruptible=True)
+    watch = RankWatch(store, rank=0, world_size=2, settings=WatchSettings(timeout_s=20.0), interruptible=True)
     requester = _request_restart(threading.get_ident(), 0.3)
     started = time.monotonic()
     with pytest.raises(_RestartRequest):
@@ -266,9 +266,11 @@ def test_the_check_in_ends_when_the_last_rank_arrives(interruptible: bool) -> No
     import torch.distributed as dist
 
     store, ctx = _store(2), _ctx(20.0)
-    watch = RankWatch(store, rank=0, world_size=2, timeout_s=20.0, interruptible=interruptible)
+    watch = RankWatch(store, rank=0, world_size=2, settings=WatchSettings(timeout_s=20.0), interruptible=interruptible)
     other = dist.TCPStore("127.0.0.1", store.port, 2, is_master=False)  # rank 1's own connection
-    late = threading.Timer(0.3, RankWatch(other, rank=1, world_size=2, timeout_s=20.0).check_in, [_ctx(20.0)])
+    late = threading.Timer(
+        0.3, RankWatch(other, rank=1, world_size=2, settings=WatchSettings(timeout_s=20.0)).check_in, [_ctx(20.0)]
+    )
     late.start()
     started = time.monotonic()
     watch.check_in(ctx)
@@ -279,11 +281,11 @@ def test_the_check_in_ends_when_the_last_rank_arrives(interruptible: bool) -> No
 
 def test_a_failure_inside_a_watched_state_is_published_once_and_the_first_one_wins() -> None:
     store, ctx = _store(2), _ctx(600.0)
-    rank1 = RankWatch(store, rank=1, world_size=2, timeout_s=600.0)
+    rank1 = RankWatch(store, rank=1, world_size=2, settings=WatchSettings(timeout_s=600.0))
     with pytest.raises(ValueError, match="boom"), rank1.phase(ctx, "MODEL_BUILT"):
         raise ValueError("boom")
     rank1.publish(Failure(rank=1, state="CALLBACKS_BOUND", error="later", kind="exception"))
-    rank0 = RankWatch(store, rank=0, world_size=2, timeout_s=600.0)
+    rank0 = RankWatch(store, rank=0, world_size=2, settings=WatchSettings(timeout_s=600.0))
     assert rank0.peer_failure() == Failure(rank=1, state="MODEL_BUILT", error="ValueError: boom", kind="exception")
     assert rank1.failed and rank1.peer_failure() is None
 
@@ -298,7 +300,9 @@ def test_a_node_whose_heartbeat_stops_is_published_lost_by_the_node_before_it_wh
     store, ctx = _store(2), _ctx(20.0)
     exits: list[int] = []
     other = dist.TCPStore("127.0.0.1", store.port, 2, is_master=False)
-    RankWatch(other, rank=1, world_size=2, timeout_s=20.0, node="b", board_dir=str(tmp_path)).register()
+    RankWatch(
+        other, rank=1, world_size=2, settings=WatchSettings(timeout_s=20.0), node="b", board_dir=str(tmp_path)
+    ).register()
 
     def connect() -> dist.TCPStore:
         return dist.TCPStore("127.0.0.1", store.port, 2, is_master=False)
@@ -307,9 +311,7 @@ def test_a_node_whose_heartbeat_stops_is_published_lost_by_the_node_before_it_wh
         store,
         rank=0,
         world_size=2,
-        timeout_s=20.0,
-        poll_s=0.1,
-        grace_s=0.5,
+        settings=WatchSettings(timeout_s=20.0, poll_s=0.1, grace_s=0.5),
         exit_process=exits.append,
         node="a",
         board_dir=str(tmp_path),
@@ -332,7 +334,7 @@ def test_a_node_whose_heartbeat_stops_is_published_lost_by_the_node_before_it_wh
 
 def test_a_collective_state_that_runs_out_of_time_logs_state_timeout_and_fails_naming_the_setting() -> None:
     store, ctx = _store(2), _ctx(0.5)
-    watch = RankWatch(store, rank=0, world_size=2, timeout_s=0.5)
+    watch = RankWatch(store, rank=0, world_size=2, settings=WatchSettings(timeout_s=0.5))
     expected = r"MODEL_BUILT timed out after 0.5 s on rank 0 .*startup.timeout_s"
     with pytest.raises(DistributedError, match=expected), watch.phase(ctx, "MODEL_BUILT"):
         store.wait(["a key no rank sets"], timedelta(seconds=0.5))  # torch's own timeout
@@ -344,7 +346,13 @@ def test_a_collective_state_that_runs_out_of_time_logs_state_timeout_and_fails_n
 def test_the_watcher_ends_a_state_still_running_past_its_deadline() -> None:
     store, ctx = _store(2), _ctx(1.0)
     exits: list[int] = []
-    watch = RankWatch(store, rank=1, world_size=2, timeout_s=1.0, poll_s=0.1, grace_s=0.5, exit_process=exits.append)
+    watch = RankWatch(
+        store,
+        rank=1,
+        world_size=2,
+        settings=WatchSettings(timeout_s=1.0, poll_s=0.1, grace_s=0.5),
+        exit_process=exits.append,
+    )
     watch.store.add("alive/1", 1)
     watch.start()
     with watch.phase(ctx, "CALLBACKS_BOUND"):

@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
 
-from lifecycle.core_entry.ranks import EXIT_CODE
 from lifecycle.errors import RankFailed
 from lifecycle.launchers.local import run_ranks
+from lifecycle.rankwatch import EXIT_CODE
 from tests.integration import lm_dropin_watch_cases as cases
 
 pytestmark = pytest.mark.slow

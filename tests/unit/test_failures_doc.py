@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lifecycle.audit import RULES
-from lifecycle.core_entry.ranks import EXIT_CODE, RankWatch
+from lifecycle.rankwatch import EXIT_CODE, RankWatch, WatchSettings
 from lifecycle.runtime.signals import GRACE_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,14 +52,14 @@ def test_every_test_the_doc_names_exists_in_the_file_it_names() -> None:
 
 
 def test_the_numbers_the_doc_gives_are_the_codes() -> None:
-    watch = RankWatch(object(), rank=0, world_size=2, timeout_s=600.0)
+    watch = RankWatch(object(), rank=0, world_size=2, settings=WatchSettings(timeout_s=600.0))
     assert f"exit status **{EXIT_CODE}** (`EXIT_CODE`)" in DOC
     assert "3 s (`grace_s`; 1 s when the peer is `lost`)" in DOC and watch.grace_s == 3.0
     assert "every 0.5 s" in DOC and watch.poll_s == 0.5
     assert "after 1 s (`lost_s`)" in DOC and watch.lost_s == 1.0
     assert "`stale_s = clamp(timeout_s / 4, 5 s, 8 s)`" in DOC
     for timeout_s in (1.0, 20.0, 26.0, 600.0):
-        stale_s = RankWatch(object(), rank=0, world_size=2, timeout_s=timeout_s).stale_s
+        stale_s = RankWatch(object(), rank=0, world_size=2, settings=WatchSettings(timeout_s=timeout_s)).stale_s
         assert stale_s == min(8.0, max(5.0, timeout_s / 4))
     assert "A rank whose watcher thread is starved of the GIL for `stale_s` (8 s)" in DOC
     assert "`timeout_s + 3 s` after it began" in DOC  # the collective states' backstop: timeout_s + grace_s

@@ -20,7 +20,7 @@ def _loaded_after(statement: str) -> list[str]:
 def test_importing_the_packages_pulls_in_neither_torch_nor_megatron() -> None:
     loaded = _loaded_after(
         "import lifecycle, states, bindings, lifecycle.cli, lifecycle.log, lifecycle.core_entry, "
-        "lifecycle.audit, lifecycle.testing, lifecycle.export.diagram"
+        "lifecycle.audit, lifecycle.rankwatch, lifecycle.testing, lifecycle.export.diagram"
     )
     assert [m for m in loaded if m in HEAVY] == []
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 import pytest
 
 from lifecycle import RunConfig, launchers
-from lifecycle.core_entry.distributed import checked
 from lifecycle.errors import ConfigError, DistributedError
 from lifecycle.launchers import Slurm, port_for
+from lifecycle.rankwatch import checked
 from lifecycle.runtime import adopt_launcher_identity
 from lifecycle.testing import (
     IDENTITY_VARIABLES,

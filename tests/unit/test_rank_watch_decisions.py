@@ -1,4 +1,4 @@
-"""The watcher's decisions one by one (lifecycle.core_entry.ranks), on a store in memory and with the
+"""The watcher's decisions one by one (lifecycle.rankwatch), on a store in memory and with the
 clock passed in: which peer is lost and which finished, when a heartbeat stood still long enough,
 when the store's host is gone, when the main thread is ended, and what a failure in a watched phase
 publishes and raises. No thread and no torch; tests/unit/test_rank_watch_verdicts.py runs the same
@@ -16,19 +16,11 @@ from typing import Any
 
 import pytest
 
-from lifecycle.core_entry.ranks import (
-    EXIT_CODE,
-    ActiveWork,
-    Failure,
-    RankWatch,
-    kind_of,
-    mark_failed,
-    rank_list,
-    watched,
-    watched_step,
-)
+from lifecycle.config import RunConfig
 from lifecycle.errors import DistributedError
 from lifecycle.log.records import Record
+from lifecycle.rankwatch import EXIT_CODE, Failure, RankWatch, WatchSettings, mark_failed, watched, watched_step
+from lifecycle.testing import ActiveWork, kind_of, rank_list
 from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
 
 CLOSED = RuntimeError("Failed to recv, got 0 bytes. Connection was likely closed.")
@@ -58,10 +50,8 @@ def make(
         MemoryStore() if store is None else store,
         rank=rank,
         world_size=world,
-        timeout_s=timeout_s,
+        settings=WatchSettings(timeout_s=timeout_s, poll_s=0.1, grace_s=3.0),
         store_host=host,
-        poll_s=0.1,
-        grace_s=3.0,
         exit_process=(exits if exits is not None else []).append,
     )
 
@@ -87,11 +77,20 @@ class Ctx:
 # -- timing and naming ---------------------------------------------------------------------------------
 def test_the_verdict_times_follow_the_deadline_and_the_poll_as_documented() -> None:
     store = MemoryStore()
-    assert [RankWatch(store, rank=0, world_size=2, timeout_s=t).stale_s for t in (1.0, 24.0, 100.0)] == [5.0, 6.0, 8.0]
-    default = RankWatch(store, rank=0, world_size=2, timeout_s=60.0)
+    assert [
+        RankWatch(store, rank=0, world_size=2, settings=WatchSettings(timeout_s=t)).stale_s for t in (1.0, 24.0, 100.0)
+    ] == [5.0, 6.0, 8.0]
+    default = RankWatch(store, rank=0, world_size=2, settings=WatchSettings(timeout_s=60.0))
     assert (default.poll_s, default.grace_s, default.lost_s, default.store_host) == (0.5, 3.0, 1.0, 0)
-    assert RankWatch(store, rank=0, world_size=2, timeout_s=60.0, poll_s=2.0).lost_s == 4.0
-    assert RankWatch(store, rank=0, world_size=2, timeout_s=60.0, poll_s=0.1).lost_s == 1.0
+    assert RankWatch(store, rank=0, world_size=2, settings=WatchSettings(timeout_s=60.0, poll_s=2.0)).lost_s == 4.0
+    assert RankWatch(store, rank=0, world_size=2, settings=WatchSettings(timeout_s=60.0, poll_s=0.1)).lost_s == 1.0
+
+
+def test_a_runs_watch_takes_its_deadline_from_startup_timeout_s_and_the_rest_from_the_watch_settings() -> None:
+    config = RunConfig.from_dict({"startup": {"timeout_s": 24}})
+    watch = RankWatch(MemoryStore(), rank=0, world_size=2, settings=WatchSettings.of(config))
+    assert (watch.timeout_s, watch.stale_s, watch.poll_s, watch.grace_s) == (24.0, 6.0, 0.5, 3.0)
+    assert WatchSettings.of(RunConfig()).timeout_s == 600.0  # startup.timeout_s's default
 
 
 def test_the_watcher_ends_a_process_with_ex_tempfail_as_documented() -> None:
@@ -231,7 +230,9 @@ class Clock:
 
 
 def interruptible(store: MemoryStore, *, timeout_s: float = 24.0) -> RankWatch:
-    return RankWatch(store, rank=0, world_size=2, timeout_s=timeout_s, poll_s=0.5, interruptible=True)
+    return RankWatch(
+        store, rank=0, world_size=2, settings=WatchSettings(timeout_s=timeout_s, poll_s=0.5), interruptible=True
+    )
 
 
 def test_an_interruptible_check_in_polls_from_1_ms_doubling_to_a_tenth_of_a_second(
@@ -502,7 +503,7 @@ def test_the_wait_for_a_verdict_ends_with_the_verdict_or_at_its_limit() -> None:
 WATCH_LEFT_RUNNING = """
 import sys
 import time
-from lifecycle.core_entry.ranks import RankWatch
+from lifecycle.rankwatch import RankWatch, WatchSettings
 
 class Store:
     def add(self, key, amount): return 1
@@ -510,7 +511,7 @@ class Store:
     def check(self, keys): return False
     def multi_get(self, keys): return [b"1" for _ in keys]
 
-watch = RankWatch(Store(), rank=1, world_size=2, timeout_s=600.0, poll_s=0.05)
+watch = RankWatch(Store(), rank=1, world_size=2, settings=WatchSettings(timeout_s=600.0, poll_s=0.05))
 watch.start()
 print("started", flush=True)
 """
@@ -633,7 +634,13 @@ def test_a_lost_peer_is_not_named_by_a_rank_that_got_a_signal(monkeypatch: pytes
 
 def test_a_short_grace_is_not_made_longer_for_a_lost_peer() -> None:
     exits: list[int] = []
-    watch = RankWatch(MemoryStore(), rank=1, world_size=2, timeout_s=60.0, grace_s=0.5, exit_process=exits.append)
+    watch = RankWatch(
+        MemoryStore(),
+        rank=1,
+        world_size=2,
+        settings=WatchSettings(timeout_s=60.0, grace_s=0.5),
+        exit_process=exits.append,
+    )
     watch._noticed = (failure(2, "lost"), 100.0)
     watch._escalate(active(Emitted(), 0.0), 100.5)
     assert exits == [EXIT_CODE]

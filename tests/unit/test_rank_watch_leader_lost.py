@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from lifecycle.core_entry.ranks import EXIT_CODE, RankWatch
+from lifecycle.rankwatch import EXIT_CODE, RankWatch
 from tests.unit.test_rank_watch_nodes import Counting, first, job
 from tests.unit.test_rank_watch_verdicts import Emitted
 

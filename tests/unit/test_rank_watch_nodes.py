@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle.core_entry.ranks import EXIT_CODE, HOST_OPS_PER_S, Failure, RankWatch
 from lifecycle.log.records import Record
+from lifecycle.rankwatch import EXIT_CODE, HOST_OPS_PER_S, Failure, RankWatch, WatchSettings
 from lifecycle.testing import host_key
 from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
 
@@ -56,7 +56,12 @@ def job(
     world = sum(len(ranks) for ranks in layout.values())
     watches = {
         rank: RankWatch(
-            store, rank=rank, world_size=world, timeout_s=timeout_s, poll_s=0.1, node=node, board_dir=str(tmp_path)
+            store,
+            rank=rank,
+            world_size=world,
+            settings=WatchSettings(timeout_s=timeout_s, poll_s=0.1),
+            node=node,
+            board_dir=str(tmp_path),
         )
         for node, ranks in layout.items()
         for rank in ranks
@@ -117,19 +122,20 @@ def test_a_leader_makes_two_operations_a_round_and_a_round_lasts_interval_s(tmp_
 
 
 def test_the_round_grows_with_the_nodes_so_the_host_sees_at_most_host_ops_per_s() -> None:
-    from lifecycle.core_entry.ranks import Ring
+    from lifecycle.testing import Ring
 
+    six = WatchSettings(timeout_s=24.0, poll_s=0.5)  # stale_s 6 s
     for nodes in (1, 2, 512, 1_500, 16_384, 131_072):
-        ring = Ring(1, nodes, poll_s=0.5, stale_s=6.0)
+        ring = Ring(1, nodes, six)
         assert 2 * nodes / ring.interval_s <= max(HOST_OPS_PER_S, 2 * nodes / 0.5)
         assert ring.stale_s >= 3 * ring.interval_s
-    assert Ring(1, 16_384, poll_s=0.5, stale_s=6.0).interval_s == pytest.approx(2 * 16_384 / 6_000)  # 5.46 s
-    assert Ring(1, 16_384, poll_s=0.5, stale_s=6.0).stale_s == pytest.approx(3 * 2 * 16_384 / 6_000)  # three rounds
+    assert Ring(1, 16_384, six).interval_s == pytest.approx(2 * 16_384 / 6_000)  # 5.46 s
+    assert Ring(1, 16_384, six).stale_s == pytest.approx(3 * 2 * 16_384 / 6_000)  # three rounds
     assert HOST_OPS_PER_S == 6_000  # docs/failures.md's figure: at most 6,000 ops/s at the host, any size
-    assert Ring(1, 2, poll_s=0.5, stale_s=6.0).interval_s == 1.0  # two polls across nodes, as torchrun's agents
-    assert Ring(1, 512, poll_s=0.5, stale_s=6.0).interval_s == 1.0  # 4,096 ranks: 1,024 ops/s at the host
-    assert Ring(1, 1, poll_s=0.5, stale_s=6.0).interval_s == 0.5  # a lone node: its leader is the only client
-    assert Ring(1, 1, poll_s=0.5, stale_s=6.0).successor is None and Ring(3, 3, poll_s=0.5, stale_s=6.0).successor == 1
+    assert Ring(1, 2, six).interval_s == 1.0  # two polls across nodes, as torchrun's agents
+    assert Ring(1, 512, six).interval_s == 1.0  # 4,096 ranks: 1,024 ops/s at the host
+    assert Ring(1, 1, six).interval_s == 0.5  # a lone node: its leader is the only client
+    assert Ring(1, 1, six).successor is None and Ring(3, 3, six).successor == 1
 
 
 class Timed(MemoryStore):
@@ -375,13 +381,13 @@ def test_a_node_that_said_done_is_never_lost_however_long_it_stays_quiet(tmp_pat
 def test_the_last_rank_to_check_in_makes_first_empty_so_no_poll_blocks_on_it() -> None:
     store = MemoryStore()
     store.set("arrived", b"1")
-    RankWatch(store, rank=1, world_size=3, timeout_s=24.0).register()
+    RankWatch(store, rank=1, world_size=3, settings=WatchSettings(timeout_s=24.0)).register()
     assert "first" not in store.data and "all_arrived" not in store.data
-    RankWatch(store, rank=2, world_size=3, timeout_s=24.0).register()
+    RankWatch(store, rank=2, world_size=3, settings=WatchSettings(timeout_s=24.0)).register()
     assert store.data["first"] == b"" and store.data["all_arrived"] == b"1"
     store.data["first"] = Failure(rank=0, state="X", error="e", kind="exception").encode()
     store.set("arrived", b"2")
-    RankWatch(store, rank=3, world_size=3, timeout_s=24.0).register()
+    RankWatch(store, rank=3, world_size=3, settings=WatchSettings(timeout_s=24.0)).register()
     assert first(store) == Failure(rank=0, state="X", error="e", kind="exception"), "a failure is never wiped"
 
 
@@ -398,7 +404,14 @@ def test_a_node_entry_that_is_not_a_leaders_makes_each_rank_talk_to_the_store_it
 ) -> None:
     store = MemoryStore()
     watches = {
-        rank: RankWatch(store, rank=rank, world_size=2, timeout_s=24.0, poll_s=0.1, node="a", board_dir=str(tmp_path))
+        rank: RankWatch(
+            store,
+            rank=rank,
+            world_size=2,
+            settings=WatchSettings(timeout_s=24.0, poll_s=0.1),
+            node="a",
+            board_dir=str(tmp_path),
+        )
         for rank in (0, 1)
     }
     for watch in watches.values():
@@ -521,7 +534,7 @@ def test_a_watch_without_a_node_reads_the_store_at_its_first_tick_not_a_round_la
     """Joined to no node (no check-in: a watch of `first` only), the watch has no round of its own:
     it reads the store at its first tick, a poll in, then at every tick."""
     store = Counting()
-    watch = RankWatch(store, rank=0, world_size=2, timeout_s=24.0, poll_s=0.1)
+    watch = RankWatch(store, rank=0, world_size=2, settings=WatchSettings(timeout_s=24.0, poll_s=0.1))
     first = watch.first_tick(100.0)
     assert first == pytest.approx(100.1)
     watch.tick(first)

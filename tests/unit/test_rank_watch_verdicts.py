@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from lifecycle.core_entry.ranks import EXIT_CODE, Failure, RankWatch
 from lifecycle.errors import DistributedError
 from lifecycle.log.records import Record
+from lifecycle.rankwatch import EXIT_CODE, Failure, RankWatch, WatchSettings
 from lifecycle.testing import fields_written, process_alive, store_closed
 
 
@@ -78,10 +78,8 @@ def _watch(store: MemoryStore, rank: int, exits: list[int], *, host: int | None 
         store,
         rank=rank,
         world_size=2,
-        timeout_s=600.0,
+        settings=WatchSettings(timeout_s=600.0, poll_s=0.05, grace_s=3.0),
         store_host=host,
-        poll_s=0.05,
-        grace_s=3.0,
         exit_process=exits.append,
     )
 
@@ -104,9 +102,14 @@ def test_a_zombie_or_reaped_process_is_not_alive_and_a_running_one_is() -> None:
 def _node_of_two(store: MemoryStore, exits: list[int], board: Path) -> tuple[RankWatch, RankWatch]:
     """Rank 0, which leads its node and whose watcher thread runs, and rank 1 on the same node."""
     watch = RankWatch(
-        store, rank=0, world_size=2, timeout_s=600.0, poll_s=0.05, exit_process=exits.append, board_dir=str(board)
+        store,
+        rank=0,
+        world_size=2,
+        settings=WatchSettings(timeout_s=600.0, poll_s=0.05),
+        exit_process=exits.append,
+        board_dir=str(board),
     )
-    peer = RankWatch(store, rank=1, world_size=2, timeout_s=600.0, board_dir=str(board))
+    peer = RankWatch(store, rank=1, world_size=2, settings=WatchSettings(timeout_s=600.0), board_dir=str(board))
     for one in (watch, peer):
         one.register()
     for one in (watch, peer):
@@ -199,7 +202,7 @@ def test_a_lifecycle_failed_outside_a_phase_publishes_unless_a_peer_failed_first
 
 def test_the_verdict_wait_for_a_rank_killed_outright_is_under_10_s_at_any_deadline() -> None:
     for timeout_s in (1.0, 20.0, 600.0, 86400.0):
-        watch = RankWatch(MemoryStore(), rank=0, world_size=2, timeout_s=timeout_s)
+        watch = RankWatch(MemoryStore(), rank=0, world_size=2, settings=WatchSettings(timeout_s=timeout_s))
         assert 5.0 <= watch.stale_s <= 8.0 and watch.lost_s <= 1.0
 
 

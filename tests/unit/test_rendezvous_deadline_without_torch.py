@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from lifecycle.core_entry.distributed import await_store_host, store_unreachable
+from lifecycle.core_entry.distributed import store_unreachable
 from lifecycle.errors import DistributedError
 from lifecycle.log.records import Record
+from lifecycle.rankwatch import await_store_host
 from lifecycle.testing import fields_written
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
-from lifecycle.core_entry.ranks import EXIT_CODE, Failure, RankWatch
+from lifecycle.rankwatch import EXIT_CODE, Failure, RankWatch, WatchSettings
 from lifecycle.runtime.signals import SignalWatch, pending_signal
 from tests.unit.test_rank_watch_verdicts import Emitted, MemoryStore
 
@@ -119,7 +119,13 @@ def test_a_rank_blocked_with_a_signal_is_left_to_the_signal_watch_not_ended_as_a
 ) -> None:
     store, exits, emitted = MemoryStore(), [], Emitted()
     store.set("first", Failure(rank=0, state="DISTRIBUTED", error="StartupAborted: ...", kind="signal").encode())
-    watch = RankWatch(store, rank=1, world_size=2, timeout_s=600.0, poll_s=0.05, grace_s=0.2, exit_process=exits.append)
+    watch = RankWatch(
+        store,
+        rank=1,
+        world_size=2,
+        settings=WatchSettings(timeout_s=600.0, poll_s=0.05, grace_s=0.2),
+        exit_process=exits.append,
+    )
     signals = SignalWatch([signal.SIGTERM], lambda s, w: None, grace_s=60.0)
     signals.arm()
     watch.start()

@@ -17,10 +17,10 @@ import pytest
 
 from bindings import BindingReport, CountingFinalizer, FinalizerNotCalled
 from lifecycle import RunConfig, Runtime
-from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.core_entry.steps import StepHandle, StepResult, Steps, StepsSlot, overlapped_gather, steps_for
 from lifecycle.errors import DistributedError, LifecycleError
 from lifecycle.log.records import Record
+from lifecycle.rankwatch import RankWatch, WatchSettings
 from lifecycle.testing import FirstStepWatchdog, fields_written
 from states import State
 
@@ -263,7 +263,7 @@ class Store(dict):  # type: ignore[type-arg]
 
 @pytest.mark.parametrize(("ended", "trigger"), [(None, "step 0"), (5, "step 5")])
 def test_a_sync_that_times_out_in_a_multi_rank_job_names_the_last_step(ended: int | None, trigger: str) -> None:
-    watch = RankWatch(Store(), rank=0, world_size=2, timeout_s=5)
+    watch = RankWatch(Store(), rank=0, world_size=2, settings=WatchSettings(timeout_s=5))
     lc, _ = _driver(watch=watch, sync_error=TimeoutError("all-gather timed out"))
     steps = Steps(lc, defer_first_gather=False)
     if ended is not None:

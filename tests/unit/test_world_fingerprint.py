@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from lifecycle.core_entry.distributed import World, checked
-from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.errors import DistributedError
+from lifecycle.rankwatch import RankWatch, WatchSettings, World, checked
 from tests.unit.test_rank_watch_nodes import Counting
 
 
@@ -18,7 +17,9 @@ def world(rank: int, *, job: str | None = "job-a", size: int = 4) -> World:
 
 
 def watch(store: Counting, rank: int, mine: World | None, size: int = 4) -> RankWatch:
-    return RankWatch(store, rank=rank, world_size=size, timeout_s=5.0, node=f"n{rank // 2}", world=mine)
+    return RankWatch(
+        store, rank=rank, world_size=size, settings=WatchSettings(timeout_s=5.0), node=f"n{rank // 2}", world=mine
+    )
 
 
 def test_ranks_of_one_world_check_in_with_one_compare_set_and_one_gate_read_each() -> None:

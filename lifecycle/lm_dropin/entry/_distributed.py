@@ -3,7 +3,7 @@ that `pretrain` runs right after it (it draws random numbers: the same draws in 
 reproduce Megatron-LM's losses).
 
 Once Megatron-LM's `_initialize_distributed` has made the process group, a multi-rank job gets the
-lifecycle's rank watch on its store (`lifecycle.core_entry.ranks`, as the lifecycle's own DISTRIBUTED
+lifecycle's rank watch on its store (`lifecycle.rankwatch`, as the lifecycle's own DISTRIBUTED
 starts it): the rest of startup and every `train_step` run under the failure broadcast, so a rank
 that fails is named on every rank (`peer_failed`) and no rank waits for it past the grace."""
 
@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING
 
 from lifecycle import launchers
 from lifecycle.core_entry.distributed import log_initialized, stay_alive
-from lifecycle.core_entry.lone import lone_watch
-from lifecycle.core_entry.ranks import RankWatch
 from lifecycle.errors import DistributedError
 from lifecycle.lm_dropin.entry._late import INITIALIZE, TRAINING, late
 from lifecycle.lm_dropin.entry._left_up import LEFT, adopting, destroy_made_groups, end_parallel_state, refuse_if_left
 from lifecycle.log import records
+from lifecycle.rankwatch import RankWatch, WatchSettings, lone_watch
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
 
@@ -181,14 +180,14 @@ def _watch(ctx: PhaseContext, call: MegatronLMCall) -> RankWatch | None:
     if call.args.fake_process_group:
         return None
     if dist.get_world_size() == 1:  # under a restart wrapper (`store=`) its own timeouts bound it
-        return lone_watch(ctx.runtime.config.startup.timeout_s) if call.store is None else None
+        return lone_watch(WatchSettings.of(ctx.runtime.config)) if call.store is None else None
     base: Store = distributed_c10d._get_default_store()
     store = dist.PrefixStore(f"megatron-lifecycle/ranks/generation-{ctx.runtime.generation}", base)
     watch = RankWatch(
         store,
         rank=dist.get_rank(),
         world_size=dist.get_world_size(),
-        timeout_s=ctx.runtime.config.startup.timeout_s,
+        settings=WatchSettings.of(ctx.runtime.config),
         watcher_store=store.clone,
         store_host=None if launchers.agent_store() else 0,
         exit_process=stay_alive if call.store is not None else os._exit,

@@ -35,13 +35,13 @@ from lifecycle.core_entry import MegatronPhases
 from lifecycle.core_entry import callbacks_bound as lifecycle_binding
 from lifecycle.core_entry.checkpoint import megatron_lm_optimizer_counts
 from lifecycle.core_entry.model_built import built
-from lifecycle.core_entry.ranks import watched
 from lifecycle.core_entry.settings import check_landed
 from lifecycle.lm_dropin.entry import _derive, _late, _providers, _resources
 from lifecycle.lm_dropin.entry._call import MegatronLMCall as MegatronLMCall
 from lifecycle.lm_dropin.entry._distributed import initialize
 from lifecycle.lm_dropin.entry._handover import HandOver, releasing_distributed, releasing_services
 from lifecycle.log import JSONValue, records
+from lifecycle.rankwatch import watched
 from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
 from states import STARTUP_ORDER, SideEffect, State
 

@@ -1,5 +1,5 @@
 """What a failed rank publishes in the store (`ranks/failure/<rank>`, and `ranks/first` for the first
-writer), and how a verdict names ranks. Used by the rank watch (ranks.py)."""
+writer), and how a verdict names ranks. Used by the rank watch (_watch.py)."""
 
 from __future__ import annotations
 

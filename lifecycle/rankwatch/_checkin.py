@@ -1,4 +1,4 @@
-"""The rank watch's check-in (ranks.py): each rank's writes, the wait for all, and what a rank then
+"""The rank watch's check-in (_watch.py): each rank's writes, the wait for all, and what a rank then
 learns of its node. Every function here is a few store operations per rank (register: 4 and 1 for the
 world, a node's first rank 3 more, the last rank 2 more; the wait: 1 and 1 for the gate; join: 3), once
 per initialization.
@@ -24,12 +24,12 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from lifecycle.core_entry._board import Board, board_root
-from lifecycle.core_entry._failure import Failure, rank_list
-from lifecycle.core_entry._liveness import host_key, identity, local_pids
-from lifecycle.core_entry._node import Node, NodeLeader
-from lifecycle.core_entry._world import World, agree, gate
 from lifecycle.errors import DistributedError
+from lifecycle.rankwatch._board import Board, board_root
+from lifecycle.rankwatch._failure import Failure, rank_list
+from lifecycle.rankwatch._liveness import host_key, identity, local_pids
+from lifecycle.rankwatch._node import Node, NodeLeader
+from lifecycle.rankwatch._world import World, agree, gate
 
 if TYPE_CHECKING:
     from torch.distributed import Store

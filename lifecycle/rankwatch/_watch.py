@@ -20,20 +20,15 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import TYPE_CHECKING
 
-from lifecycle.core_entry import _checkin, _world
-from lifecycle.core_entry._failure import Failure, rank_list, read_first
-from lifecycle.core_entry._liveness import HOST, connection_lost, is_timeout, kind_of, store_closed, timeout_error
-from lifecycle.core_entry._node import Node
-from lifecycle.core_entry._ring import HOST_OPS_PER_S as HOST_OPS_PER_S  # public here too
-from lifecycle.core_entry._ring import Ring as Ring  # a leader's round, public here too
-from lifecycle.core_entry._ring import next_due, next_tick, node_stale_s, round_s
-from lifecycle.core_entry._watched import ActiveWork as ActiveWork  # the phases' ways in, public here too
-from lifecycle.core_entry._watched import Emit
-from lifecycle.core_entry._watched import mark_failed as mark_failed
-from lifecycle.core_entry._watched import watched as watched
-from lifecycle.core_entry._watched import watched_step as watched_step
 from lifecycle.errors import DistributedError
 from lifecycle.log import records
+from lifecycle.rankwatch import _checkin, _world
+from lifecycle.rankwatch._failure import Failure, rank_list, read_first
+from lifecycle.rankwatch._liveness import HOST, connection_lost, is_timeout, kind_of, store_closed, timeout_error
+from lifecycle.rankwatch._node import Node
+from lifecycle.rankwatch._ring import Ring, next_due, next_tick
+from lifecycle.rankwatch._settings import WatchSettings
+from lifecycle.rankwatch._watched import ActiveWork, Emit
 from lifecycle.runtime import PhaseContext, signals
 
 if TYPE_CHECKING:
@@ -52,28 +47,26 @@ class RankWatch:
         *,
         rank: int,
         world_size: int,
-        timeout_s: float,
+        settings: WatchSettings,
         watcher_store: Callable[[], Store] | None = None,
         store_host: int | None = 0,
-        poll_s: float = 0.5,
-        grace_s: float = 3.0,
         exit_process: Callable[[int], None] = os._exit,
         interruptible: bool = False,
         node: str | None = None,
         board_dir: str | None = None,
         world: _world.World | None = None,
     ) -> None:
-        """`interruptible`: under an in-process restart wrapper the check-in waits in short steps. `node`: this
-        rank's node (the host by default); `board_dir`: the node-local board's place (the temp directory by
-        default); `world`: what this rank believes its world is, agreed at check-in (`_world.py`)."""
-        self.store, self.rank, self.world_size, self.timeout_s, self.world = store, rank, world_size, timeout_s, world
+        """`settings`: its deadline, poll and graces (`WatchSettings.of(config)` for a run). `interruptible`: under
+        an in-process restart wrapper the check-in waits in short steps. `node`: this rank's node (the host by
+        default); `board_dir`: the node-local board's place (the temp directory by default); `world`: what this
+        rank believes its world is, agreed at check-in (`_world.py`)."""
+        self.store, self.rank, self.world_size, self.world, self.settings = store, rank, world_size, world, settings
         self.interruptible, self.node, self._board_dir = interruptible, HOST if node is None else node, board_dir
-        self.poll_s, self.grace_s, self.store_host, self._state = poll_s, grace_s, store_host, "DISTRIBUTED"
-        self.stale_s = max(5.0, min(8.0, timeout_s / 4))
-        """A rank (or node) whose heartbeat stood still this long is lost."""
-        self.lost_s = max(1.0, 2 * poll_s)
-        """A store whose host closed the connection this long is gone with its host."""
-        self.interval_s, self.node_stale_s = poll_s, self.stale_s
+        self.store_host, self._state = store_host, "DISTRIBUTED"
+        # The settings the watch reads most, by their short names (`_settings.py` defines them).
+        self.timeout_s, self.poll_s, self.grace_s = settings.timeout_s, settings.poll_s, settings.grace_s
+        self.stale_s, self.lost_s = settings.stale_s, settings.lost_s
+        self.interval_s, self.node_stale_s = settings.poll_s, settings.stale_s
         """How often a node's leader talks to the store; how long a node may be silent (`join_node`)."""
         self._watcher_store, self._exit, self._lock = watcher_store, exit_process, threading.Lock()
         self._active: ActiveWork | None = None
@@ -128,10 +121,10 @@ class RankWatch:
     def join_node(self) -> None:
         """After every rank checked in: this node's ranks, leader, board, the node count and the round."""
         self._node = _checkin.join(self.store, self.rank, self.node, board_dir=self._board_dir)
-        self.interval_s = round_s(self._node.nodes, self.poll_s)
-        self.node_stale_s = node_stale_s(self._node.nodes, self.poll_s, self.stale_s)
+        self.interval_s = self.settings.round_s(self._node.nodes)
+        self.node_stale_s = self.settings.node_stale_s(self._node.nodes)
         if self._own_index is not None:
-            self._ring = Ring(self._own_index, self._node.nodes, poll_s=self.poll_s, stale_s=self.stale_s)
+            self._ring = Ring(self._own_index, self._node.nodes, self.settings)
 
     def _rendezvous_timed_out(self, ctx: PhaseContext) -> DistributedError:
         """Log `state_timeout`; the first rank of each node names the missing ranks (the others count them)."""
@@ -400,7 +393,7 @@ class RankWatch:
         peer gone meanwhile) reach the signal watch first: then the signal, not the peer, ends this rank."""
         noticed = self._noticed
         lost = noticed is not None and noticed[0].kind == "lost"
-        grace = min(self.grace_s, 1.0) if lost else self.grace_s
+        grace = min(self.grace_s, self.settings.lost_grace_s) if lost else self.grace_s
         if signals.pending_signal() is not None:  # the signal watch logs `startup_aborted` and ends it
             return
         if noticed is not None and lost and now >= noticed[1] + self.poll_s:  # the next tick, or later

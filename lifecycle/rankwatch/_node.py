@@ -1,4 +1,4 @@
-"""What a rank knows of its node once every rank checked in (ranks.py, _checkin.py): the other ranks
+"""What a rank knows of its node once every rank checked in (_watch.py, _checkin.py): the other ranks
 and their pids, the node's leader, and the node-local board; and what it finds on the node."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from lifecycle.core_entry._board import Board
-from lifecycle.core_entry._liveness import process_alive
+from lifecycle.rankwatch._board import Board
+from lifecycle.rankwatch._liveness import process_alive
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

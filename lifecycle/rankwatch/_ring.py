@@ -1,41 +1,21 @@
-"""A node leader's round at the store (ranks.py): the node's beat, then `first` and the next node's beat
+"""A node leader's round at the store (_watch.py): the node's beat, then `first` and the next node's beat
 in one `multi_get`. Two operations a round for each node, and a round lasts long enough that the store's
-host sees at most HOST_OPS_PER_S of them, all nodes together. The nodes' rounds fall at their own point
-of the round (`Ring.phase_s`), each on its own grid (`next_due`), so the host gets them spread out: the
-watcher threads start together at the end of the check-in, and rounds at once would reach the host as
-one burst of 2 operations a node (32,768 at 16,384 nodes) in front of the rendezvous and NCCL's bootstrap."""
+host sees at most HOST_OPS_PER_S of them, all nodes together (`WatchSettings.round_s`). The nodes' rounds
+fall at their own point of the round (`Ring.phase_s`), each on its own grid (`next_due`), so the host gets
+them spread out: the watcher threads start together at the end of the check-in, and rounds at once would
+reach the host as one burst of 2 operations a node (32,768 at 16,384 nodes) in front of the rendezvous
+and NCCL's bootstrap."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
-from lifecycle.core_entry._failure import Failure
+from lifecycle.rankwatch._failure import Failure
+from lifecycle.rankwatch._settings import WatchSettings
 
 if TYPE_CHECKING:
     from torch.distributed import Store
-
-HOST_OPS_PER_S = 6000.0
-"""The most operations a second the watch asks of the store's host, all nodes together: each node leader
-makes two a round, so a round lasts at least `2 * nodes / HOST_OPS_PER_S` (`round_s`: 5.5 s at 16,384 nodes).
-torchrun's c10d rendezvous keeps alive once per node every 5 s: 3,277 a second at 16,384 nodes."""
-
-
-POLLS_A_ROUND = 2
-"""A leader's round across nodes is at least this many polls (1 s at the default `poll_s` of 0.5 s), as
-torchrun's agents keep alive at intervals, not every poll: at 512 nodes (4,096 ranks) the host serves
-1,024 watch operations a second, not 2,048 (benchmarks/store.py). A failure then reaches the other nodes
-up to one poll later. A lone node keeps a round of one poll: its leader is the watch's only client."""
-
-
-def round_s(nodes: int, poll_s: float) -> float:
-    """How long a leader's round lasts: POLLS_A_ROUND polls (one for a lone node), or longer past HOST_OPS_PER_S."""
-    return max(poll_s * (1 if nodes <= 1 else POLLS_A_ROUND), 2 * nodes / HOST_OPS_PER_S)
-
-
-def node_stale_s(nodes: int, poll_s: float, stale_s: float) -> float:
-    """How long a node's beat may stand still before it is lost: `stale_s`, or three rounds when longer."""
-    return max(stale_s, 3 * round_s(nodes, poll_s))
 
 
 def next_due(due: float, now: float, interval_s: float) -> float:
@@ -53,12 +33,12 @@ def next_tick(now: float, poll_s: float, round_due: float | None) -> float:
 class Ring:
     """Node `index` of `nodes`: its beat, and the watch over the next node's (the last node watches the first)."""
 
-    def __init__(self, index: int, nodes: int, *, poll_s: float, stale_s: float) -> None:
+    def __init__(self, index: int, nodes: int, settings: WatchSettings) -> None:
         self.index = index
         self.successor = None if nodes <= 1 else index % nodes + 1
-        self.interval_s = round_s(nodes, poll_s)
+        self.interval_s = settings.round_s(nodes)
         """How often the leader talks to the store."""
-        self.stale_s = node_stale_s(nodes, poll_s, stale_s)
+        self.stale_s = settings.node_stale_s(nodes)
         """How long the next node's beat may stand still."""
         self.phase_s = self.interval_s * ((index - 1) % max(1, nodes)) / max(1, nodes)
         """How far into a round this node's rounds fall: node i of n at (i - 1) / n of it."""

@@ -1,4 +1,4 @@
-"""Whether a peer process still exists, and what a lost store connection means (ranks.py uses both).
+"""Whether a peer process still exists, and what a lost store connection means (_watch.py uses both).
 
 A rank killed outright (SIGKILL, the OOM killer) publishes nothing. On its own host the other ranks
 see it at once: its pid is gone or a zombie. Elsewhere its heartbeat stands still. The rendezvous

@@ -7,19 +7,19 @@ import os
 import sys
 from collections.abc import Callable
 
-from lifecycle.core_entry.ranks import RankWatch
+from lifecycle.rankwatch._settings import WatchSettings
+from lifecycle.rankwatch._watch import RankWatch
 
 
-def lone_watch(timeout_s: float) -> RankWatch:
+def lone_watch(settings: WatchSettings) -> RankWatch:
     """The watch of a process that is the whole job (one rank, no launcher): no peer to check in with
     or hear from, so only the deadline of its collective states (a provider or a build that hangs ends
-    the process with `state_timeout` after `timeout_s` and the grace, as on many ranks). Its store is
-    the process's own `HashStore`: no connection, no file."""
+    the process with `state_timeout` after `settings.timeout_s` and the grace, as on many ranks). Its
+    store is the process's own `HashStore`: no connection, no file."""
     import torch.distributed as dist
 
-    watch = RankWatch(
-        dist.HashStore(), rank=0, world_size=1, timeout_s=timeout_s, store_host=None, exit_process=_lone_exit(timeout_s)
-    )
+    ending = _lone_exit(settings.timeout_s)
+    watch = RankWatch(dist.HashStore(), rank=0, world_size=1, settings=settings, store_host=None, exit_process=ending)
     watch.start()
     return watch
 

@@ -1,4 +1,4 @@
-"""The node-local board of a rank watch (ranks.py): how the ranks of one node talk without the store.
+"""The node-local board of a rank watch (_watch.py): how the ranks of one node talk without the store.
 
 One directory per node and initialization, `<tmp>/megatron-lifecycle-<uid>/<nonce>`, the nonce drawn by
 the node's leader and read by the others from its check-in entry. Files:
@@ -18,7 +18,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from lifecycle.core_entry._failure import Failure
+from lifecycle.rankwatch._failure import Failure
 
 
 def board_root(board_dir: str | None) -> Path:

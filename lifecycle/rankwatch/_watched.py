@@ -1,4 +1,4 @@
-"""What the main thread does under a rank watch (ranks.py), and the phases' ways into the job's watch."""
+"""What the main thread does under a rank watch (_watch.py), and the phases' ways into the job's watch."""
 
 from __future__ import annotations
 

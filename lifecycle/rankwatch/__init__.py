@@ -1,0 +1,43 @@
+"""The rank watch: check-in, deadlines and failure broadcast for a job's collective states
+(docs/failures.md). Imports neither torch nor megatron at import time (`lone_watch` imports torch
+when called).
+
+One name for each thing called a watch:
+- `RankWatch` (`_watch.py`), the rank watch: one per rank and initialization. It checks the rank in,
+  publishes a failure, and runs the watcher.
+- the watcher: the rank watch's thread. Every `poll_s` it beats on the node's board, looks for gone
+  peers, and ends the main thread's work past its grace or deadline.
+- `WatchSettings` (`_settings.py`): how the watch polls and how long it waits, in one record;
+  `WatchSettings.of(config)` gives a run's.
+- `lone_watch` (`_lone.py`): the rank watch of a one-rank job (its deadlines only).
+- `watched`, `watched_step`, `mark_failed` (`_watched.py`): the phases' ways in, through
+  `Runtime.rank_watch` (typed as `lifecycle.runtime.Watch`).
+Not this package: the signal watch (`lifecycle.runtime.signals.SignalWatch`) and the group watch
+(`lifecycle.core_entry.timeouts.GroupWatch`).
+"""
+
+from __future__ import annotations
+
+from lifecycle.rankwatch._failure import Failure
+from lifecycle.rankwatch._liveness import await_store_host, is_timeout
+from lifecycle.rankwatch._lone import lone_watch
+from lifecycle.rankwatch._settings import HOST_OPS_PER_S, WatchSettings
+from lifecycle.rankwatch._watch import EXIT_CODE, RankWatch
+from lifecycle.rankwatch._watched import mark_failed, watched, watched_step
+from lifecycle.rankwatch._world import World, checked
+
+__all__ = [
+    "EXIT_CODE",
+    "HOST_OPS_PER_S",
+    "Failure",
+    "RankWatch",
+    "WatchSettings",
+    "World",
+    "await_store_host",
+    "checked",
+    "is_timeout",
+    "lone_watch",
+    "mark_failed",
+    "watched",
+    "watched_step",
+]
