@@ -1,7 +1,8 @@
 """One rank of test_a_killed_leader_rank_is_named.py: `python leader_lost_child.py PORT WORLD RANK NODE
 BOARD_DIR OUT`. It checks in on the test's TCPStore as RANK on node NODE (the first rank of a node
-leads it), starts its watcher, writes "ready" to OUT and blocks in a state until its watcher ends it;
-each record its watch logs is a JSON line of OUT."""
+leads it; every rank but 0 waits for rank 0's check-in, so rank 0 leads node a), starts its watcher,
+writes "ready" to OUT and blocks in a state until its watcher ends it; each record its watch logs is a
+JSON line of OUT."""
 
 from __future__ import annotations
 
@@ -29,8 +30,11 @@ def main(port: str, world: str, rank: str, node: str, board_dir: str, out: str) 
     def connect() -> dist.TCPStore:
         return dist.TCPStore("127.0.0.1", int(port), int(world), is_master=False)
 
+    store = connect()
+    if rank != "0":  # rank 0 checks in first, so it leads node a (the first rank of a node to check in leads it)
+        store.wait(["checkin/0"])
     watch = RankWatch(
-        connect(),
+        store,
         rank=int(rank),
         world_size=int(world),
         settings=WatchSettings(timeout_s=20.0, poll_s=0.1, grace_s=0.5),

@@ -40,19 +40,13 @@ def _job(tmp_path: Path) -> tuple[dict[int, subprocess.Popen[bytes]], dict[int, 
         args = [str(store.port), str(len(LAYOUT)), str(rank), LAYOUT[rank], str(tmp_path), str(outs[rank])]
         return subprocess.Popen([sys.executable, str(CHILD), *args], env=env)
 
-    # The first rank of a node to check in leads it: rank 0 checks in alone, so it leads node a.
-    ranks = {0: start(0)}
+    ranks = {rank: start(rank) for rank in LAYOUT}  # they import at once; rank 0 checks in first (the child)
     deadline = time.monotonic() + 300
-    while not store.check(["checkin/0"]):
-        assert ranks[0].poll() is None, ranks[0].returncode
-        assert time.monotonic() < deadline, "rank 0 never checked in"
-        time.sleep(0.05)
-    assert store.get("host/a/1").startswith(b"0:"), "rank 0 leads node a"
-    ranks.update({rank: start(rank) for rank in LAYOUT if rank != 0})
     while not all(any(r["event"] == "ready" for r in _records(out)) for out in outs.values()):
         assert all(p.poll() is None for p in ranks.values()), {r: p.returncode for r, p in ranks.items()}
         assert time.monotonic() < deadline, "the ranks never got into their state"
         time.sleep(0.1)
+    assert store.get("host/a/1").startswith(b"0:"), "rank 0 leads node a"
     return ranks, outs, store
 
 
