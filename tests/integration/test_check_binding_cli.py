@@ -15,6 +15,7 @@ pytestmark = pytest.mark.slow
 lifecycle = run_lifecycle
 
 
+@pytest.mark.release_independent  # the floor checks this binding in test_check_binding.py, in one process
 def test_bridge_0_3_1_as_the_users_binder_on_a_copying_provider_prints_missing_and_exits_1() -> None:
     done = lifecycle("check-binding", "--provider", "copying", "--binder", "tests.integration.foreign_binders:bridge")
     assert done.returncode == 1, done.stderr
@@ -138,6 +139,7 @@ BRIDGE_0_6_2_RECORD_SHA256 = "-NKuGQONgUdbrzqQrjQSc6g9Iwj4ZZq4G4coFXXQyPE"
 """`megatron/bridge/training/setup.py` in megatron_bridge-0.6.2-py3-none-any.whl's RECORD."""
 
 
+@pytest.mark.release_independent  # the binder read from Megatron-Bridge's own text, the same on every release
 def test_binder_bridge_takes_the_installed_bridge_0_6_2_from_its_text_and_names_the_missing_finalizer(
     tmp_path: Path,
 ) -> None:

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.slow
 lifecycle = run_lifecycle
 
 
+@pytest.mark.release_independent  # the CLI's launch and audit; the floor trains 2 ranks in test_lifecycle_real
 def test_two_rank_run_reaches_callbacks_bound_trains_and_audits_clean(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     run = lifecycle(

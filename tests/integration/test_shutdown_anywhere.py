@@ -93,6 +93,7 @@ def _audit(logs: Path) -> Any:
     return {f["rule"] for f in json.loads(out.stdout)["findings"]}
 
 
+@pytest.mark.release_independent  # the engine's threads and exit hook; the floor's releases: test_restart
 def test_a_lifecycle_whose_thread_ended_is_released_from_another_thread_and_at_exit(tmp_path: Path) -> None:
     (tmp_path / "script.py").write_text(SCRIPT)
     first, second = tmp_path / "first", tmp_path / "second"
@@ -116,6 +117,7 @@ def test_a_lifecycle_whose_thread_ended_is_released_from_another_thread_and_at_e
         assert "LA021" not in _audit(logs)
 
 
+@pytest.mark.release_independent  # the CLI's signal handling during a shutdown
 def test_ctrl_c_during_the_shutdown_of_lifecycle_run_finishes_it_and_exits_130_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "interrupting.py").write_text(INTERRUPTING_PHASES)
     logs = tmp_path / "logs"
