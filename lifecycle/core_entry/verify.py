@@ -87,7 +87,10 @@ def _short(data: bytes) -> str:
 def first_difference(whole: list[list[dict[str, JSONValue]]], resumed: list[list[dict[str, JSONValue]]]) -> str | None:
     """The first step (then rank, then value or tensor, in the model's order) where the uninterrupted and
     the resumed histories differ, in one line; None when every step is equal on every rank. A step
-    either run lacks is a difference, and so are histories without any step: nothing was compared."""
+    either run lacks is a difference, and so are a rank count that differs and histories without any
+    step: nothing was compared."""
+    if len(whole) != len(resumed):
+        return f"ranks recorded: {len(whole)} uninterrupted, {len(resumed)} resumed"
     longest = max((len(steps) for steps in [*whole, *resumed]), default=0)
     if longest == 0:
         return "no step was recorded on any rank"

@@ -61,6 +61,11 @@ def test_a_step_the_resumed_run_has_beyond_the_uninterrupted_ones_is_named() -> 
     assert first_difference(WHOLE, longer) == "rank 0: the uninterrupted run has no step 3"
 
 
+def test_runs_that_recorded_different_rank_counts_are_a_difference_not_a_comparison_of_the_common_ranks() -> None:
+    assert first_difference(WHOLE, WHOLE[:1]) == "ranks recorded: 2 uninterrupted, 1 resumed"
+    assert first_difference(WHOLE[:1], WHOLE) == "ranks recorded: 1 uninterrupted, 2 resumed"
+
+
 def test_histories_with_no_step_at_all_are_not_reported_equal() -> None:
     assert first_difference([[], []], [[], []]) == "no step was recorded on any rank"
     assert first_difference([], []) == "no step was recorded on any rank"
