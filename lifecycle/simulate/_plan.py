@@ -346,7 +346,11 @@ def checkin_ops_per_rank(ranks_per_node: int) -> float:
 def startup_plan(
     config: RunConfig, *, world_size: int, ranks_per_node: int = 8, cores_per_node: int | None = None
 ) -> Plan:
-    """Measure the constants here, count at `world_size`, predict (see the module)."""
+    """Measure the constants here, count at `world_size`, predict (see the module). ConfigError,
+    before anything is measured, when the config is invalid at `world_size`."""
+    from lifecycle.simulate._simulation import prepare
+
+    prepare(config, world_size=world_size)
     constants, created, joined = measure_constants(config, world_size=world_size)
     counts = PlanCounts(
         groups_created=created, groups_joined=joined, checkin_ops_per_rank=checkin_ops_per_rank(ranks_per_node)

@@ -70,3 +70,22 @@ def test_only_the_imports_cpu_time_is_shared_among_a_nodes_ranks_their_waiting_i
     threads = dataclasses.replace(CONSTANTS, import_cpu_s=9.0)
     over = predict(threads, counts, ranks=8, ranks_per_node=8, cores_per_node=2)
     assert over.phases["imports"] == 7.0 * 4  # CPU measured above the wall time (threads): all of it is CPU
+
+
+def test_a_world_size_the_layout_does_not_divide_is_refused_before_anything_is_measured() -> None:
+    """Measuring the plan's constants imports torch and megatron-core and builds a model: tens of
+    CPU-seconds. A config that cannot run at the asked size is refused first, as `--scale` does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from lifecycle.cli import main\n"
+        "code = main(['simulate', '--preset', 'gpt-4096', '--world-size', '1000', '--plan'])\n"
+        "print(code, sorted(m for m in ('torch', 'megatron.core') if m in sys.modules))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+    assert run.stdout.splitlines()[-1] == "1 []", run.stderr
+    assert "parallel.world_size=1000: not divisible by tp·pp·cp = 8·4·2 = 64" in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == "lifecycle simulate: nothing was counted."
