@@ -57,7 +57,11 @@ def test_each_replaced_name_is_called_as_often_as_under_megatron_lms_pretrain(ca
         assert theirs["late_calls"][FINALIZER] == 5  # once per step
         assert mine["late_calls"] == theirs["late_calls"]
         never = sorted(name for name, calls in theirs["late_calls"].items() if calls == 0)
-        assert never == ["megatron.training.initialize._initialize_tp_communicators"]  # no --tp-comm-overlap
+        assert never == [  # no --tp-comm-overlap, --batch-invariant-mode or --log-progress
+            "megatron.training.initialize._initialize_tp_communicators",
+            "megatron.training.initialize.enable_batch_invariant_mode",
+            "megatron.training.training.append_to_progress_log",
+        ]
 
 
 def test_the_replaced_finalizer_gives_megatron_lms_losses_not_the_unpatched_ones(case: dict[str, Any]) -> None:

@@ -133,8 +133,11 @@ def initialize(ctx: PhaseContext, call: MegatronLMCall) -> Runtime:
     rerun = False  # made here: Megatron-LM refuses a second one, and the script's is left as it was
     try:
         ctx.emit((records.RehearsalEnabled if on else records.RehearsalDisabled)(reason=reason))
+        late(INITIALIZE, "setup_logging")()  # --logging-level, or MEGATRON_LOGGING_LEVEL
         _rerun_state_machine(args)
         rerun = True
+        if args.batch_invariant_mode:
+            late(INITIALIZE, "enable_batch_invariant_mode")()
         groups, watch = _initialize_megatron(ctx, call)
     except BaseException:
         _undo(stand_ins, rerun, adopted=adopted)
@@ -208,6 +211,8 @@ def _after_groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
     mi._compile_dependencies()
     if args.tp_comm_overlap:
         mi._initialize_tp_communicators()
+    if call.cfg_container.logger.log_progress:
+        late(TRAINING, "append_to_progress_log")(args.save, "Starting job")
     late(TRAINING, "set_jit_fusion_options")(tp_size=args.tensor_model_parallel_size)
 
 

@@ -26,6 +26,7 @@ import importlib
 import os
 import sys
 import types
+from argparse import Namespace
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -73,7 +74,7 @@ _PRETRAIN: Final[Mapping[str, Lookup]] = {
     "save_checkpoint_and_time": _called("the final save after train()"),
     "evaluate_and_print_results": _called("validation and test after train()"),
     "maybe_finalize_async_save": _called("the last call"),
-    "append_to_progress_log": _not_run("--log-progress's progress file"),
+    "append_to_progress_log": _called('with --log-progress, "Starting job" before set_jit_fusion_options'),
     "print_datetime": _TIMING,
     "print_rank_0": _TIMING,
     "set_startup_timestamps": _TIMING,
@@ -115,9 +116,9 @@ _INITIALIZE_MEGATRON: Final[Mapping[str, Lookup]] = {
     "_compile_dependencies": _called("after autoresume"),
     "_initialize_tp_communicators": _called("with --tp-comm-overlap"),
     "get_args": _not_run("the drop-in holds Megatron-LM's args already (the script's, or derived from the container)"),
-    "setup_logging": _not_run("--logging-level: the drop-in keeps the library loggers quiet"),
+    "setup_logging": _called("first in DISTRIBUTED: --logging-level or MEGATRON_LOGGING_LEVEL"),
     "init_persistent_async_worker": _not_run("--use-persistent-ckpt-worker's worker"),
-    "enable_batch_invariant_mode": _not_run("--batch-invariant-mode"),
+    "enable_batch_invariant_mode": _called("with --batch-invariant-mode, after the rerun state machine"),
     "print_rank_0": _TIMING,
     "mpu": _not_run("--lazy-mpu-init's path"),
     "torch": _MODULE,
@@ -139,6 +140,28 @@ LOOKUPS: Final[Mapping[str, Mapping[str, Lookup]]] = MappingProxyType(
 )
 """By Megatron-LM function (`module:function`), each name it looks up in its module's globals (for
 `train`, the ones it binds to a callback slot), and how the drop-in resolves it."""
+
+
+FLAGS_REFUSED: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
+    {
+        "enable_ft_package": (
+            "--enable-ft-package",
+            "nvidia-resiliency-ext's fault tolerance hooks, which the drop-in does not run (the rank watch and "
+            "the deadlines bound a hung or lost rank instead)",
+        ),
+        "use_persistent_ckpt_worker": (
+            "--use-persistent-ckpt-worker",
+            "Megatron-LM's persistent checkpoint worker, a process the drop-in does not start",
+        ),
+    }
+)
+"""By Megatron-LM argument: (its flag, what it asks for that the drop-in does not do). A script that
+sets one is refused at VALIDATED (`flags_refused`), never run without it."""
+
+
+def flags_refused(args: Namespace) -> list[tuple[str, str]]:
+    """(flag, what it asks for) for each argument of `FLAGS_REFUSED` that `args` sets."""
+    return [(flag, what) for dest, (flag, what) in FLAGS_REFUSED.items() if getattr(args, dest, False)]
 
 
 def late(module: str, name: str) -> Any:  # Any: whatever the module's global holds, as Megatron-LM calls it

@@ -107,6 +107,7 @@ def _validate(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
             )
         )
     problems += _patches_not_run()
+    problems += _flags_not_run(call.args)
     used, rewrites = normalize(run)
     problems += validate(used, environment=ctx.options.environment_checks)
     if not call.args_validated:
@@ -139,6 +140,23 @@ def _patches_not_run() -> list[Problem]:
             "or call megatron.training.pretrain",
         )
         for name, patch in _late.refused()
+    ]
+
+
+def _flags_not_run(args: Namespace) -> list[Problem]:
+    """A Megatron-LM flag whose work the drop-in does not do (`_late.FLAGS_REFUSED`): refused, naming
+    it, rather than ignored."""
+    from lifecycle.config import Problem
+
+    return [
+        Problem(
+            check="megatron_lm_flag_not_run",
+            field=flag,
+            value=True,
+            message=f"{flag} asks for {what}",
+            fix=f"drop {flag}, or call megatron.training.pretrain",
+        )
+        for flag, what in _late.flags_refused(args)
     ]
 
 
