@@ -1,15 +1,18 @@
 """The drop-in's `pretrain` on a world of one rank in the test process (gloo, no rank launched): the
 example script's tiny GPT goes through each state with Megatron-LM's own function for it, trains two
 steps on CPU with the same losses as Megatron-LM's own `pretrain`, logs each state and step, and
-returns with what Megatron-LM's leaves up; a failure in DISTRIBUTED names megatron's error and
-undoes what DISTRIBUTED made. The two-rank runs (TP 2, a peer's failure, resume) are
-tests/integration/test_megatron_lm*.py's, launched ranks."""
+returns with what Megatron-LM's leaves up; `--logging-level` and `--log-progress` do what they do
+under Megatron-LM, and the flags whose work the drop-in does not run are refused, never ignored; a
+failure in DISTRIBUTED names megatron's error and undoes what DISTRIBUTED made. The two-rank runs
+(TP 2, a peer's failure, resume) are tests/integration/test_megatron_lm*.py's, launched ranks."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import logging
+import re
 import socket
 import sys
 import threading
@@ -92,25 +95,28 @@ def _megatrons_losses(argv: list[str] = STEPS) -> list[float]:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The script run with the drop-in, then with Megatron-LM's own `pretrain`, each from a fresh world."""
+    """The script run with the drop-in, then with Megatron-LM's own `pretrain`, each from a fresh world,
+    with `--logging-level` and `--log-progress` (whose work lives in `pretrain`, not in `train()`)."""
     log_dir = tmp_path_factory.mktemp("dropin")
     out: dict[str, Any] = {}
     for run in ("dropin", "megatron"):
         tensorboard = ["--tensorboard-dir", str(tmp_path_factory.mktemp(f"tensorboard-{run}"))]
-        with one_rank():
+        save = tmp_path_factory.mktemp(f"saved-{run}")
+        argv = [*STEPS, *tensorboard, *LOGGING, "--save", str(save), "--save-interval", "1000"]
+        with one_rank(), _root_level_restored():
             if run == "megatron":
                 with contextlib.redirect_stdout(io.StringIO()) as printed:
-                    out["megatron_losses"] = _megatrons_losses([*STEPS, *tensorboard])
+                    out["megatron_losses"] = _megatrons_losses(argv)
                 out["megatron_printed"] = printed.getvalue()
                 out["megatron_tensorboard"] = _scalars(tensorboard[1])
+                out["megatron_flags"] = _flags_left(save)
                 continue
             _threads_while_training(out)
             with contextlib.redirect_stdout(io.StringIO()) as printed:
-                out["result"] = script.main(
-                    pretrain=lambda *a: pretrain(*a, log_dir=log_dir), extra_argv=[*STEPS, *tensorboard]
-                )
+                out["result"] = script.main(pretrain=lambda *a: pretrain(*a, log_dir=log_dir), extra_argv=argv)
             out["printed"] = printed.getvalue()
             out["tensorboard"] = _scalars(tensorboard[1])
+            out["flags"] = _flags_left(save)
             out["step_after"] = training.train_step
             out["rerun"] = rerun_state_machine._GLOBAL_RERUN_STATE_MACHINE is not None
             out["restored"] = _rng_states_restored()
@@ -118,6 +124,26 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             out["own"] = lifecycle_resources()
     out["records"] = _records(log_dir)
     return out
+
+
+LOGGING = ["--logging-level", "10", "--log-progress"]
+
+
+@contextmanager
+def _root_level_restored() -> Iterator[None]:
+    level = logging.getLogger().level
+    try:
+        yield
+    finally:
+        logging.getLogger().setLevel(level)
+
+
+def _flags_left(save: Path) -> dict[str, Any]:
+    """What `LOGGING` left: the root logger's level, and the progress file's messages (the last
+    column, its times and throughputs as N: they differ from run to run)."""
+    lines = (save / "progress.txt").read_text().splitlines()
+    messages = [re.sub(r"[0-9.]+", "N", line.split("\t")[-1]) for line in lines]
+    return {"level": logging.getLogger().level, "progress": messages}
 
 
 def _scalars(tensorboard_dir: str) -> dict[str, list[int]]:
@@ -428,3 +454,27 @@ def test_a_model_config_changed_in_the_container_after_parsing_is_what_megatron_
     assert result["iteration"] == 1
     (checked,) = _events(_records(tmp_path), "settings_checked")
     assert checked["mismatches"] == [] and checked["compared"] > 100  # the model's 0.0 is what was asked
+
+
+def test_logging_level_sets_the_root_loggers_level_as_megatron_lm_does(trained: dict[str, Any]) -> None:
+    assert trained["flags"]["level"] == trained["megatron_flags"]["level"] == logging.DEBUG
+
+
+def test_log_progress_writes_megatron_lms_progress_lines_in_its_order(trained: dict[str, Any]) -> None:
+    assert trained["flags"]["progress"][0] == "Starting job"
+    assert trained["flags"]["progress"] == trained["megatron_flags"]["progress"]
+
+
+def test_flags_whose_work_the_drop_in_does_not_do_are_refused_at_validated_naming_each(tmp_path: Path) -> None:
+    argv = [*STEPS, "--enable-ft-package", "--use-persistent-ckpt-worker"]
+    with one_rank():
+        with pytest.raises(ConfigError) as refused:
+            script.main(pretrain=lambda *a: pretrain(*a, log_dir=tmp_path), extra_argv=argv)
+        assert not dist.is_initialized()
+
+    text = str(refused.value)
+    assert "--enable-ft-package asks for nvidia-resiliency-ext's fault tolerance hooks" in text
+    assert "--use-persistent-ckpt-worker asks for Megatron-LM's persistent checkpoint worker" in text
+    assert "drop --enable-ft-package, or call megatron.training.pretrain" in text
+    failed = [r["dest"] for r in _records(tmp_path) if r["event"] == "transition_completed"]
+    assert failed == ["FAILED", "SHUT_DOWN"]
