@@ -102,6 +102,7 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
 
         with cuda_as_cpu():
             script.main(pretrain=pretrain, extra_argv=argv)
+            out["group_names"] = group_names()
             out["after"] = after_return()
         return out
     from functools import partial
@@ -115,9 +116,18 @@ def run(which: str, tp: int, log_dir: str, extra: tuple[str, ...] = ()) -> dict[
     arguments.get_device_arch_version = lambda: 9
 
     out["result"] = script.main(pretrain=partial(dropin, log_dir=log_dir), extra_argv=argv)
+    out["group_names"] = group_names()
     out["after"] = after_return()
     out["own"] = lifecycle_resources()
     return out
+
+
+def group_names() -> list[str]:
+    """torch's names of this rank's groups but the world's: megatron's creation names them by a
+    counter, the lifecycle's own-groups creation by their ranks (a hash)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    return [name for pg, name in c10d._world.pg_names.items() if pg is not c10d._world.default_pg]
 
 
 def after_return() -> dict[str, Any]:
@@ -127,7 +137,10 @@ def after_return() -> dict[str, Any]:
     from megatron.core import mpu
     from megatron.training import get_args
 
+    from lifecycle.simulate import parallel_state_snapshot
+
     seen = {
+        "parallel_state": parallel_state_snapshot(),
         "initialized": dist.is_initialized(),
         "rank": dist.get_rank(),
         "world": dist.get_world_size(),

@@ -120,6 +120,17 @@ def test_after_pretrain_returns_the_process_group_parallel_state_and_args_are_up
         assert mine["after"] == theirs["after"]  # then the script's own destroy_process_group ends them
 
 
+def test_the_drop_in_creates_only_each_ranks_own_groups_and_every_parallel_state_global_is_megatron_lms(
+    runs: dict[str, Any],
+) -> None:
+    """`distributed.groups: own`, the default: every global of megatron's parallel state (each group by
+    its ranks, backend, timeout and description) as Megatron-LM's own creation leaves it."""
+    for mine, theirs in zip(runs["lifecycle"], runs["megatron"], strict=True):
+        assert mine["after"]["parallel_state"] == theirs["after"]["parallel_state"]
+        assert all(name.isdigit() for name in theirs["group_names"])  # torch's counter: every group of the job
+        assert mine["group_names"] and not any(name.isdigit() for name in mine["group_names"])  # by their ranks
+
+
 def test_after_pretrain_returns_the_lifecycle_has_released_its_own_and_handed_over_megatron_lms(
     runs: dict[str, Any],
 ) -> None:

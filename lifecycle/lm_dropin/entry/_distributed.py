@@ -99,19 +99,25 @@ def _seed(ctx: PhaseContext, call: MegatronLMCall) -> None:
 
 
 def _groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
-    """Process group (unless adopted) and parallel state: Megatron-LM's `_initialize_distributed`."""
+    """Process group (unless adopted) and parallel state: Megatron-LM's `_initialize_distributed`,
+    its groups created as `distributed.groups` says (`own`: each rank only its own, groups.py)."""
     import torch.distributed as dist
     from megatron.training import initialize as mi
+
+    from lifecycle.core_entry.groups import own_groups
 
     if not LEFT.adopted:
         ctx.side_effect(SideEffect.PROCESS_GROUP)
     ctx.side_effect(SideEffect.PARALLEL_STATE)
-    mi._initialize_distributed(
-        call.get_embedding_ranks,
-        call.get_position_embedding_ranks,
-        call.store,
-        skip_model_parallel_init=call.skip_model_parallel_init,
-    )
+    instances = int(getattr(call.args, "num_distributed_optimizer_instances", 1) or 1)
+    own = ctx.runtime.config.distributed.groups == "own"
+    with own_groups(num_distributed_optimizer_instances=instances) if own else nullcontext():
+        mi._initialize_distributed(
+            call.get_embedding_ranks,
+            call.get_position_embedding_ranks,
+            call.store,
+            skip_model_parallel_init=call.skip_model_parallel_init,
+        )
     ctx.set_rank(rank=dist.get_rank(), world_size=dist.get_world_size())
 
 
