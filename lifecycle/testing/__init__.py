@@ -8,7 +8,10 @@ name here is an internal of a package (a private module's name, or one a package
 its sibling packages), gathered in this one module so that tests neither reach into `_private`
 modules nor make the packages publish what only tests need. None of it carries a stability promise:
 a name may change or go with the code it tests. What users import is each package's `__all__`
-(docs/architecture.md, "The public surface").
+(docs/architecture.md, "The public surface"). The rank watch's private modules are reached for tests
+of its decisions, one at a time and without a job: `_failure` (ranks in words), `_liveness` (host
+keys, failure kinds, a gone process or store), `_ring` (the node leaders' ring), `_watched` (the work
+under a deadline); users meet them only through `RankWatch`.
 """
 
 from __future__ import annotations
