@@ -1,4 +1,4 @@
-"""Cost of the resume window (`lifecycle.core_entry.streams`): hashing every random stream and wrapping the
+"""Cost of the resume window (`lifecycle.resume.streams`): hashing every random stream and wrapping the
 draw and seed entry points after a checkpoint load, then hashing them again and taking the wrappers off
 at the first step, against that first step.
 
@@ -57,7 +57,7 @@ def _alone(repeat: int, data: bool) -> float:
     DataLoader with its own generator over `_Augmented` is given too (`watch_data`: 3 data streams)."""
     import torch
 
-    from lifecycle.core_entry.streams import ResumeWindow
+    from lifecycle.resume.streams import ResumeWindow
 
     loader = torch.utils.data.DataLoader(
         _Augmented(), batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(1)
@@ -75,8 +75,7 @@ def _alone(repeat: int, data: bool) -> float:
 
 def rank_work(root: str, rounds: int, repeat: int) -> list[tuple[float, float, float, float]]:
     from lifecycle import Lifecycle, RunConfig
-    from lifecycle.core_entry.checkpoint import save_after_steps
-    from lifecycle.core_entry.train import train_steps
+    from lifecycle.core_entry.train import save_after_steps, train_steps
     from states import State
 
     with Lifecycle(RunConfig.preset("tiny-gpt", [*TINY, f"checkpoint.save={root}/ck"]), "gpt", f"{root}/save") as lc:

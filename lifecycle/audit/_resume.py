@@ -1,5 +1,5 @@
 """LA027 `resume-diverged`: the `streams_checked` record the first step after a checkpoint load writes
-(`lifecycle.core_entry.streams`), read back: a random stream drawn from or re-seeded between the load and the
+(`lifecycle.resume.streams`), read back: a random stream drawn from or re-seeded between the load and the
 first step (a global one, or one of the data's own: `data:<path>`), a first step that does not continue the
 checkpoint's, a data position (consumed samples, iteration) at the first step that is not the one the load
 left, or an optimizer whose step counts or loss scale at the first step are not those the checkpoint was saved

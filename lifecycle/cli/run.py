@@ -253,8 +253,7 @@ def _phases(spec: str | None) -> PhaseSet | None:
 
 def _train_and_save(lc: Lifecycle, steps: int, show: Show) -> None:
     """`steps` training steps (continuing from a loaded checkpoint's step), then `checkpoint.save`."""
-    from lifecycle.core_entry.checkpoint import save_after_steps
-    from lifecycle.core_entry.train import StepResult, checkpoint_step, train_steps
+    from lifecycle.core_entry.train import StepResult, checkpoint_step, save_after_steps, train_steps
 
     start = checkpoint_step(lc.runtime)
     if start:

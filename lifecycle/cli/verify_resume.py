@@ -3,7 +3,7 @@
 Three runs, each in fresh processes on `--nproc` CPU ranks: 2K steps uninterrupted; K steps and a save;
 a load of that save and K more steps (`--steps K`). After every step each rank records its loss, the
 norm of its gradients, and a hash of every parameter and optimizer state tensor
-(`lifecycle.core_entry.verify`). The two histories are compared step by step: the first step, rank and
+(`lifecycle.resume.verify`). The two histories are compared step by step: the first step, rank and
 value or tensor that differ are printed, or that every one is equal. The resumed run's window from the
 load to its first step (`streams_checked`, audit rule LA027) is printed too.
 
@@ -136,7 +136,7 @@ def _failed(part: str, errors: dict[int, str]) -> int:
 
 
 def _report(runs: dict[str, list[dict[str, JSONValue]]], args: argparse.Namespace) -> int:
-    from lifecycle.core_entry.verify import first_difference
+    from lifecycle.resume.verify import first_difference
 
     whole = [cast("list[dict[str, JSONValue]]", rank["steps"]) for rank in runs["whole"]]
     resumed = [
@@ -179,11 +179,10 @@ def run_part(config_data: dict[str, JSONValue], provider_spec: str, steps: int, 
     import warnings
 
     from lifecycle.config import RunConfig
-    from lifecycle.core_entry.checkpoint import save_after_steps
-    from lifecycle.core_entry.train import checkpoint_step, train_steps
+    from lifecycle.core_entry.train import checkpoint_step, save_after_steps, train_steps
     from lifecycle.core_entry.user_providers import Provider
-    from lifecycle.core_entry.verify import StepDigest, digest
     from lifecycle.engine import Lifecycle
+    from lifecycle.resume.verify import StepDigest, digest
     from states import State
 
     warnings.simplefilter("ignore")
@@ -191,7 +190,7 @@ def run_part(config_data: dict[str, JSONValue], provider_spec: str, steps: int, 
     with Lifecycle(RunConfig.from_dict(config_data), Provider.of(provider_spec)) as lc:
         lc.advance_to(State.CALLBACKS_BOUND)
         start = checkpoint_step(lc.runtime)
-        train_steps(lc, steps, on_step=lambda result: digests.append(digest(lc, result.step, result.loss)))
+        train_steps(lc, steps, on_step=lambda result: digests.append(digest(lc.runtime, result.step, result.loss)))
         if save:
             save_after_steps(lc, start + steps)
         log = str(lc.log_path)

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 
 import bindings
 from lifecycle.config import snapshot_config
-from lifecycle.core_entry.checkpoint import checkpoint_source, load_at_build, saved_optimizer_counts
+from lifecycle.core_entry import _interop
 from lifecycle.core_entry.providers import model_inputs, provider_config
 from lifecycle.core_entry.settings import check_landed, with_names
-from lifecycle.core_entry.streams import ResumeWindow
 from lifecycle.core_entry.user_providers import OwnsConfig, check_chunk, display_name, resolve_provider
 from lifecycle.errors import ConfigError
 from lifecycle.log import JSONValue, records
+from lifecycle.resume.checkpoint import checkpoint_source, load_at_build, saved_optimizer_counts
+from lifecycle.resume.streams import ResumeWindow
 from states import Plan, SideEffect
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ def enter(ctx: PhaseContext) -> Runtime:
     config = provider_config(run, provider)
     chunks = build_chunks(provider, config, model_inputs(run, rt.vocab_size), display_name(ctx.provider))
     model, optimizer, ddp_config = _train_or_eval(ctx, chunks)
-    step = load_at_build(ctx, model, optimizer)
+    step = load_at_build(ctx, model, optimizer, retarget=_interop.retarget)
     own = provider.own_config if isinstance(provider, OwnsConfig) else None  # a provider object's config
     check_landed(ctx, model, optimizer, own if own is not None else config, asked)
     te_buffers = init_te_user_buffers(run, get_model_config(model[0]))

@@ -105,7 +105,7 @@ def restored_vocab_size(config: RunConfig) -> int | None:
     """`checkpoint.vocab_size`, else the padded vocab size `checkpoint.load` was saved with."""
     if config.checkpoint.vocab_size is not None:
         return config.checkpoint.vocab_size
-    from lifecycle.core_entry.checkpoint import checkpoint_vocab_size
+    from lifecycle.resume.checkpoint import checkpoint_vocab_size
 
     return checkpoint_vocab_size(config.checkpoint.load)
 

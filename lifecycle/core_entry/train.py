@@ -7,12 +7,16 @@ bookkeeping (first-step gather, watchdog, `step_completed`, final parameter sync
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
 from lifecycle.core_entry.steps import TRAINING_STATE, Driver, steps_for
 from lifecycle.core_entry.steps import StepResult as StepResult
 from lifecycle.errors import InvalidTransition
+from lifecycle.log import records
+from lifecycle.resume.checkpoint import save_checkpoint
 from lifecycle.runtime import Runtime
 from states import training_state
 
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "checkpoint_step",
     "forward_step",
+    "save_after_steps",
     "train_steps",
 ]
 
@@ -159,3 +164,16 @@ def train_steps(
     if results:
         book.sync_params("after_last_step")
     return results
+
+
+def save_after_steps(lc: Driver, step: int) -> Path | None:
+    """Save to `checkpoint.save` at `step` when the config asks for it (every rank calls it)."""
+    rt = lc.runtime
+    directory = rt.config.checkpoint.save
+    if not directory or rt.model is None:
+        return None
+    steps_for(lc).sync_params("before_checkpoint_save")  # the shards this rank does not own are current
+    started = time.perf_counter()
+    path = save_checkpoint(directory, step, list(rt.model), rt.optimizer, rt.vocab_size)
+    lc.record(records.CheckpointSaved(path=str(path), step=step, duration_s=time.perf_counter() - started))
+    return path

@@ -113,7 +113,7 @@ class CheckpointSaved(Record, frozen=True, kw_only=True, tag="checkpoint_saved")
 
 class StreamsRestored(Record, frozen=True, kw_only=True, tag="streams_restored"):
     """After MODEL_BUILT loaded a checkpoint: a hash of every random stream, and the window to the first
-    step opened (`lifecycle.core_entry.streams`, [adopting.md](adopting.md#checkpoints))."""
+    step opened (`lifecycle.resume.streams`, [adopting.md](adopting.md#checkpoints))."""
 
     step: Annotated[int, Meta(description="the loaded checkpoint's step")]
     streams: Annotated[

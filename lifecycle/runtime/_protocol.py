@@ -69,7 +69,7 @@ class Closeable(Protocol):
 
 
 class ResumeCheck(Protocol):
-    """The window from a checkpoint load to the first step (`lifecycle.core_entry.streams.ResumeWindow`):
+    """The window from a checkpoint load to the first step (`lifecycle.resume.streams.ResumeWindow`):
     `check` at the first step's start gives the `streams_checked` record (None after the first call);
     `close` ends it unchecked."""
 

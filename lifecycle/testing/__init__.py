@@ -8,7 +8,10 @@ name here is an internal of a package (a private module's name, or one a package
 its sibling packages), gathered in this one module so that tests neither reach into `_private`
 modules nor make the packages publish what only tests need. None of it carries a stability promise:
 a name may change or go with the code it tests. What users import is each package's `__all__`
-(docs/architecture.md, "The public surface").
+(docs/architecture.md, "The public surface"). The rank watch's private modules are reached for tests
+of its decisions, one at a time and without a job: `_failure` (ranks in words), `_liveness` (host
+keys, failure kinds, a gone process or store), `_ring` (the node leaders' ring), `_watched` (the work
+under a deadline); users meet them only through `RankWatch`.
 """
 
 from __future__ import annotations
@@ -49,10 +52,8 @@ from lifecycle.config._records import DDPConfig, TokenizerConfig
 from lifecycle.config._snapshot import Snapshot, flatten
 from lifecycle.config._snapshot import diff as config_diff
 from lifecycle.config._validation import check_names
-from lifecycle.core_entry._counts import saved_counts
 from lifecycle.core_entry._hybrid import layer_pattern, local_stack_spec
 from lifecycle.core_entry._imports import ImportJob
-from lifecycle.core_entry.checkpoint import damaged_file, load_at_build, load_failure_reason, publish_save
 from lifecycle.engine._failures import SignalTrap, track
 from lifecycle.engine._ledger import Ledger, LedgerEntry
 from lifecycle.engine._machine import MachineModel, build_raw_machine
@@ -109,6 +110,8 @@ from lifecycle.resilience._nvrx import is_restart_abort, is_restart_request
 from lifecycle.resilience._nvrx import wrap as restart_wrap
 from lifecycle.resilience._restart import refuse_incompatible
 from lifecycle.resilience._sockets import CycleSockets
+from lifecycle.resume._counts import saved_counts
+from lifecycle.resume.checkpoint import damaged_file, load_at_build, load_failure_reason, publish_save
 from lifecycle.runtime._identity import (
     adopt_slurm_identity,
     new_run_id,

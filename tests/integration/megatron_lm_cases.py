@@ -176,10 +176,10 @@ def lifecycle_resources() -> dict[str, Any]:
 
 def still_wrapped() -> list[str]:
     """The draw and seed entry points a resume window wraps (`streams.ENTRY_POINTS`) that still hold its
-    wrapper (a function defined in `lifecycle.core_entry.streams`)."""
+    wrapper (a function defined in `lifecycle.resume.streams`)."""
     import importlib
 
-    from lifecycle.core_entry.streams import ENTRY_POINTS
+    from lifecycle.resume.streams import ENTRY_POINTS
 
     wrapped = []
     for _, path, attrs in ENTRY_POINTS:
@@ -189,7 +189,7 @@ def still_wrapped() -> list[str]:
             module, _, name = path.rpartition(".")
             owner = getattr(importlib.import_module(module), name)
         held = {a: getattr(getattr(owner, a, None), "__module__", "") for a in attrs}
-        wrapped += [f"{path}.{a}" for a, module in held.items() if module == "lifecycle.core_entry.streams"]
+        wrapped += [f"{path}.{a}" for a, module in held.items() if module == "lifecycle.resume.streams"]
     return wrapped
 
 

@@ -80,8 +80,7 @@ def train(fault_cycles: int, fault_step: int, steps: int = 6) -> Any:
     def run(lc: Any) -> dict[str, Any]:
         import torch.distributed
 
-        from lifecycle.core_entry.checkpoint import save_after_steps
-        from lifecycle.core_entry.train import checkpoint_step, train_steps
+        from lifecycle.core_entry.train import checkpoint_step, save_after_steps, train_steps
 
         start = checkpoint_step(lc.runtime)
         losses: list[tuple[int, float | None]] = []

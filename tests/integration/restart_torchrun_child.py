@@ -16,8 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 def main(root: str, name: str, fault: bool) -> None:
     from lifecycle import Lifecycle
-    from lifecycle.core_entry.checkpoint import save_after_steps
-    from lifecycle.core_entry.train import checkpoint_step, train_steps
+    from lifecycle.core_entry.train import checkpoint_step, save_after_steps, train_steps
     from states import State
     from tests.integration.restart_cases import config, weights_digest
 

@@ -99,7 +99,7 @@ def _loader(dataset: Any = None) -> Any:
 def data_clean(lc: Lifecycle) -> None:
     """A DataLoader with its own generator and a dataset with its own, given to the window after the load
     and first iterated in the first step: nothing of the data's moves."""
-    from lifecycle.core_entry.streams import watch_data
+    from lifecycle.resume import watch_data
 
     watch_data(lc, _loader(NumpyDataset()))
 
@@ -107,7 +107,7 @@ def data_clean(lc: Lifecycle) -> None:
 def data_loader_generator(lc: Lifecycle) -> None:
     """Megatron-Bridge #5257 with `DataLoader(generator=g)`: its iterator, made after the load, draws the
     base seed from the loader's own generator."""
-    from lifecycle.core_entry.streams import watch_data
+    from lifecycle.resume import watch_data
 
     loader = _loader()
     watch_data(lc, loader)
@@ -116,7 +116,7 @@ def data_loader_generator(lc: Lifecycle) -> None:
 
 def data_numpy_dataset(lc: Lifecycle) -> None:
     """A dataset's own NumPy generator drawn before the first step (a sample looked at after the load)."""
-    from lifecycle.core_entry.streams import watch_data
+    from lifecycle.resume import watch_data
 
     dataset = NumpyDataset()
     watch_data(lc, _loader(dataset))
@@ -181,8 +181,7 @@ def _save(root: str, provider: str) -> int:
     """`SAVED` steps of `provider`, saved under root/ck; the child processes left after the save."""
     import multiprocessing
 
-    from lifecycle.core_entry.checkpoint import save_after_steps
-    from lifecycle.core_entry.train import train_steps
+    from lifecycle.core_entry.train import save_after_steps, train_steps
 
     config = RunConfig.preset("tiny-gpt", [*TINY, f"checkpoint.save={root}/ck", f"logging.log_dir={root}/fresh"])
     with Lifecycle(config, provider) as lc:

@@ -50,8 +50,7 @@ def _digests(lc: Any) -> list[str]:
 def _run(config: Any, steps: int, provider: Any) -> dict[str, Any]:
     """Build (loading when the config says so), the weights then, `steps` steps, save when asked."""
     from lifecycle import Lifecycle, LifecycleError, PhaseFailed
-    from lifecycle.core_entry.checkpoint import save_after_steps
-    from lifecycle.core_entry.train import checkpoint_step, train_steps
+    from lifecycle.core_entry.train import checkpoint_step, save_after_steps, train_steps
     from states import State
 
     try:

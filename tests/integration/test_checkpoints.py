@@ -51,8 +51,7 @@ def _losses(lc: Any, steps: int) -> list[tuple[int, float | None]]:
 
 def _run(config: Any, steps: int, provider: Any = "gpt") -> dict[str, Any]:
     from lifecycle import Lifecycle, LifecycleError, PhaseFailed
-    from lifecycle.core_entry.checkpoint import save_after_steps
-    from lifecycle.core_entry.train import checkpoint_step
+    from lifecycle.core_entry.train import checkpoint_step, save_after_steps
     from states import State
 
     try:
@@ -69,7 +68,7 @@ def _run(config: Any, steps: int, provider: Any = "gpt") -> dict[str, Any]:
 
 def _restart_case(root: str) -> dict[str, Any]:
     from lifecycle import Lifecycle, LifecycleError
-    from lifecycle.core_entry.checkpoint import save_after_steps
+    from lifecycle.core_entry.train import save_after_steps
     from states import State
 
     config = _config(root, "restart", f"checkpoint.save={root}/restart-ck")
@@ -116,7 +115,7 @@ def _full_disk_case(root: str, disk: str) -> dict[str, Any]:
     import torch.distributed as dist
 
     from lifecycle import Lifecycle
-    from lifecycle.core_entry.checkpoint import save_after_steps
+    from lifecycle.core_entry.train import save_after_steps
     from states import State
 
     out: dict[str, Any] = {}

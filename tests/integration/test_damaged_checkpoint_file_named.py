@@ -1,6 +1,6 @@
 """Which index file of a checkpoint that cannot be loaded is named as the damaged one (`damaged_file`:
 metadata.json as JSON, torch's `.metadata` and `common.pt` as pickles), on real torch and without
-megatron. Pinned down for scripts/mutation (`core_entry.checkpoint`); the corrupt-checkpoint test of
+megatron. Pinned down for scripts/mutation (`resume.checkpoint`); the corrupt-checkpoint test of
 tests/integration/test_checkpoints.py runs it end to end on 2 ranks. torch is imported inside the
 tests, so that a mutant the unit tests kill never pays for it."""
 

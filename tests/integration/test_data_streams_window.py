@@ -1,5 +1,5 @@
 """The resume window and the data's own random streams, in one process with real torch DataLoaders,
-samplers and NumPy generators (`lifecycle.core_entry.streams.ResumeWindow.watch_data`): what is found,
+samplers and NumPy generators (`lifecycle.resume.streams.ResumeWindow.watch_data`): what is found,
 a draw named with its caller whether it came before or after the data was given, and nothing of the
 window left on the data after it."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy
 import pytest
 
-from lifecycle.core_entry.streams import ResumeWindow
+from lifecycle.resume.streams import ResumeWindow
 
 
 class Augmented:

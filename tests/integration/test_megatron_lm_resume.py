@@ -28,8 +28,8 @@ import pytest
 pytest.importorskip("megatron.training", reason="megatron-core < 0.17 ships no megatron.training")
 
 from lifecycle.audit import audit
-from lifecycle.core_entry.checkpoint import megatron_lm_optimizer_counts
 from lifecycle.launchers.local import run_ranks
+from lifecycle.resume.checkpoint import megatron_lm_optimizer_counts
 from tests.integration import megatron_lm_resume_cases as cases
 from tests.integration import megatron_lm_runs
 

@@ -1,6 +1,6 @@
 """The resume window's wrappers in one process (torch and megatron-core imported, no rank started): they
 come off as they went on, someone else's patch made meanwhile stays theirs, and the window is checked once
-(`lifecycle.core_entry.streams`)."""
+(`lifecycle.resume.streams`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import importlib
 
 import pytest
 
-from lifecycle.core_entry.streams import ENTRY_POINTS, ResumeWindow
+from lifecycle.resume.streams import ENTRY_POINTS, ResumeWindow
 
 
 def _owner(path: str) -> object:

@@ -1,7 +1,7 @@
 """Which checkpoint a run loads and how a save is published, without megatron: the layout's names, the
 marker, the refusal VALIDATED makes, the choice between `checkpoint.save` and `checkpoint.load` after
 a restart, and the rename that makes a save visible. Pinned down for scripts/mutation
-(`config.checkpoints`, `core_entry.checkpoint`); tests/integration/test_checkpoints.py runs the same on
+(`config.checkpoints`, `resume.checkpoint`); tests/integration/test_checkpoints.py runs the same on
 2 ranks with megatron's dist_checkpointing."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from lifecycle import RunConfig
-from lifecycle.core_entry.checkpoint import checkpoint_source, save_after_steps
+from lifecycle.core_entry.train import save_after_steps
+from lifecycle.resume.checkpoint import checkpoint_source
 from lifecycle.testing import (
     LATEST,
     checkpoint_problem,
@@ -195,7 +196,7 @@ def test_a_load_error_is_described_by_its_first_line_its_file_and_the_ranks_that
 def test_fresh_weights_load_nothing_and_a_run_without_save_saves_nothing(tmp_path: Path) -> None:
     emitted: list[Any] = []
     ctx = SimpleNamespace(runtime=SimpleNamespace(config=_run(), generation=0), emit=emitted.append)
-    assert load_at_build(ctx, [], None) == 0  # type: ignore[arg-type]
+    assert load_at_build(ctx, [], None, retarget=lambda *_: None) == 0  # type: ignore[arg-type]
     assert emitted == []
     lc = SimpleNamespace(runtime=SimpleNamespace(config=_run(), model=[object()]))
     assert save_after_steps(lc, 3) is None  # type: ignore[arg-type]

@@ -21,11 +21,11 @@ monkeypatch.setattr("lifecycle.core_entry.distributed._STORES", {})
 from lifecycle.audit import RankAudit
 import lifecycle.__main__
 from lifecycle.core_entry import distributed, train
-import lifecycle.core_entry.checkpoint
+import lifecycle.resume.checkpoint
 import os
 
 train._forward_step(distributed.enter)
-lifecycle.core_entry.checkpoint._publish.__name__
+lifecycle.resume.checkpoint._publish.__name__
 monkeypatch.setattr(audit, "_cause", None)
 getattr(RankAudit, "_chain")
 os._exit, os.write, distributed.__doc__, _feed.Feeder
@@ -44,7 +44,7 @@ NOTE = "see lifecycle.log._writer: import nothing from it, as the docs say"
         "states._guards.g",
         "lifecycle.core_entry.distributed._STORES",
         "lifecycle.core_entry.train._forward_step",
-        "lifecycle.core_entry.checkpoint._publish",
+        "lifecycle.resume.checkpoint._publish",
         "lifecycle.audit.audit._cause",
         "lifecycle.audit.RankAudit._chain",
         "lifecycle.core_entry._phases",

@@ -1,4 +1,4 @@
-"""`lifecycle verify-resume`'s comparison (`lifecycle.core_entry.verify.first_difference`), without torch: the
+"""`lifecycle verify-resume`'s comparison (`lifecycle.resume.verify.first_difference`), without torch: the
 first step that differs, then the first rank, then the loss, the gradient norm and each tensor in the
 model's order; a step one run lacks; None when every step is equal on every rank. And its exit status
 for a failed run: 2 only when every rank refused the config."""
@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from lifecycle.core_entry.verify import first_difference
+from lifecycle.resume.verify import first_difference
 from lifecycle.testing import verify_resume_failed
 
 

@@ -33,7 +33,6 @@ import bindings
 from lifecycle.config import normalize, raise_for, validate
 from lifecycle.core_entry import MegatronPhases
 from lifecycle.core_entry import callbacks_bound as lifecycle_binding
-from lifecycle.core_entry.checkpoint import megatron_lm_optimizer_counts
 from lifecycle.core_entry.model_built import built
 from lifecycle.core_entry.settings import check_landed
 from lifecycle.lm_dropin.entry import _derive, _late, _providers, _resources
@@ -42,6 +41,7 @@ from lifecycle.lm_dropin.entry._distributed import initialize
 from lifecycle.lm_dropin.entry._handover import HandOver, releasing_distributed, releasing_services
 from lifecycle.log import JSONValue, records
 from lifecycle.rankwatch import watched
+from lifecycle.resume.checkpoint import megatron_lm_optimizer_counts
 from lifecycle.runtime import Entry, PhaseContext, Runtime, Work
 from states import STARTUP_ORDER, SideEffect, State
 

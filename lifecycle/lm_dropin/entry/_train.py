@@ -11,11 +11,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 from lifecycle.core_entry.steps import Driver, steps_for
-from lifecycle.core_entry.streams import watch_data
 from lifecycle.errors import BindingError
 from lifecycle.lm_dropin.entry._bound_once import bound_once, short
 from lifecycle.lm_dropin.entry._late import TRAINING, late
 from lifecycle.log import records
+from lifecycle.resume import watch_data
 
 if TYPE_CHECKING:
     from argparse import Namespace

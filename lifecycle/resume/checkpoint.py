@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lifecycle.config import LATEST, iteration_dir, latest_step, partial_dir
-from lifecycle.core_entry._counts import optimizer_counts, saved_counts
-from lifecycle.core_entry.streams import StreamStates, capture, restore
 from lifecycle.errors import ConfigError
 from lifecycle.launchers import restart_count
 from lifecycle.log import JSONValue, records
+from lifecycle.resume._counts import optimizer_counts, saved_counts
+from lifecycle.resume.streams import StreamStates, capture, restore
 
 if TYPE_CHECKING:
     from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedStateDict
@@ -40,13 +40,9 @@ if TYPE_CHECKING:
     from megatron.core.transformer.module import MegatronModule
 
     from lifecycle.config import RunConfig
-    from lifecycle.core_entry.steps import Driver
     from lifecycle.runtime import PhaseContext
 
-__all__ = [
-    "checkpoint_source",
-    "save_after_steps",
-]
+    Retarget = Callable[[Path, str, list[MegatronModule], ShardedStateDict], str | None]
 
 OPTIMIZER_SHARDING = "dp_reshardable"
 
@@ -220,15 +216,6 @@ def publish_save(directory: Path, partial: Path, final: Path, step: int) -> None
     os.replace(marker, directory / LATEST)
 
 
-def load_checkpoint(
-    directory: str, field: str, model: list[MegatronModule], optimizer: MegatronOptimizer | None
-) -> int:
-    """Load the latest checkpoint under `directory` into `model` (and `optimizer`); its step.
-
-    A ConfigError naming `field` and the file when there is no complete checkpoint or it cannot be read."""
-    return _load(directory, field, model, optimizer)[0]
-
-
 def _apply(
     loaded: ShardedStateDict, model: list[MegatronModule], optimizer: MegatronOptimizer | None, *, streams: bool
 ) -> None:
@@ -245,14 +232,13 @@ def _apply(
 
 
 def _load(
-    directory: str, field: str, model: list[MegatronModule], optimizer: MegatronOptimizer | None
+    directory: str, field: str, model: list[MegatronModule], optimizer: MegatronOptimizer | None, retarget: Retarget
 ) -> tuple[int, str | None, bool]:
-    """`load_checkpoint`, the model class the checkpoint was saved by when it was translated for this
-    one (`_interop`: a GPTModel checkpoint into a HybridModel), else None, and whether the random
-    streams were restored from it (saved, by this version, for a world of this size)."""
+    """Load the latest checkpoint under `directory`: its step, the model class that saved it when
+    `retarget` translated it for this one (else None), and whether the random streams were restored
+    (saved, by this version, for a world of this size). A ConfigError naming `field` and the file
+    when there is no complete checkpoint or it cannot be read."""
     from megatron.core import dist_checkpointing
-
-    from lifecycle.core_entry import _interop
 
     step = latest_step(directory)
     if step is None:
@@ -264,7 +250,7 @@ def _load(
         )
     path = iteration_dir(directory, step)
     state = _sharded(model, optimizer, loading=True)
-    retargeted = _interop.retarget(path, field, model, state)
+    retargeted = retarget(path, field, model, state)
     streams = _streams_saved(directory)
     if streams:
         state["lifecycle_rng_state"] = _rng_object(None)
@@ -300,14 +286,17 @@ def _process_restart() -> bool:
     return (restart_count() or 0) > 0
 
 
-def load_at_build(ctx: PhaseContext, model: list[MegatronModule], optimizer: MegatronOptimizer | None) -> int:
-    """MODEL_BUILT's load: the step the loaded checkpoint was saved at (0 for fresh weights)."""
+def load_at_build(
+    ctx: PhaseContext, model: list[MegatronModule], optimizer: MegatronOptimizer | None, *, retarget: Retarget
+) -> int:
+    """MODEL_BUILT's load: the step the loaded checkpoint was saved at (0 for fresh weights).
+    `retarget` reads a checkpoint of another model class into this one (`core_entry._interop`'s)."""
     source = checkpoint_source(ctx.runtime.config, ctx.runtime.generation)
     if source is None:
         return 0
     directory, field = source
     started = time.perf_counter()
-    step, retargeted, streams = _load(directory, field, model, optimizer)
+    step, retargeted, streams = _load(directory, field, model, optimizer, retarget)
     ctx.emit(
         records.CheckpointLoaded(
             path=str(iteration_dir(directory, step)),
@@ -320,21 +309,6 @@ def load_at_build(ctx: PhaseContext, model: list[MegatronModule], optimizer: Meg
         )
     )
     return step
-
-
-def save_after_steps(lc: Driver, step: int) -> Path | None:
-    """Save to `checkpoint.save` at `step` when the config asks for it (every rank calls it)."""
-    rt = lc.runtime
-    directory = rt.config.checkpoint.save
-    if not directory or rt.model is None:
-        return None
-    from lifecycle.core_entry.steps import steps_for
-
-    steps_for(lc).sync_params("before_checkpoint_save")  # the shards this rank does not own are current
-    started = time.perf_counter()
-    path = save_checkpoint(directory, step, list(rt.model), rt.optimizer, rt.vocab_size)
-    lc.record(records.CheckpointSaved(path=str(path), step=step, duration_s=time.perf_counter() - started))
-    return path
 
 
 def damaged_file(path: Path) -> Path | None:

@@ -15,14 +15,13 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
-from lifecycle.core_entry._counts import inner_optimizers
 from lifecycle.log import JSONValue
+from lifecycle.resume._counts import inner_optimizers
 
 if TYPE_CHECKING:
     import torch
 
-    from lifecycle.core_entry.steps import Driver
-    from lifecycle.runtime import Optimizer
+    from lifecycle.runtime import Optimizer, Runtime
 
 
 @dataclass(slots=True)
@@ -44,9 +43,8 @@ def _bytes(tensor: torch.Tensor) -> bytes:
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
 
-def digest(lc: Driver, step: int, loss: float | None) -> StepDigest:
+def digest(rt: Runtime, step: int, loss: float | None) -> StepDigest:
     """This rank's loss, gradient norm and tensor hashes after step `step`."""
-    rt = lc.runtime
     out = StepDigest(step=step, loss=repr(loss), grad_norm="")
     squares = 0.0
     names: dict[int, str] = {}

@@ -18,7 +18,7 @@ stream or re-seed one: a draw there makes the resumed run differ from the uninte
   and iteration), it is read at both ends too: the first step must start where the load left it (an
   offset applied twice, Megatron-Bridge #4565; data from sample 0, #3503 and #5987);
 - the data the training loop is given (`watch_data`: the drop-in's train iterator, or what a caller
-  names) is searched for its own generators and sampler positions (`lifecycle.core_entry._data_streams`
+  names) is searched for its own generators and sampler positions (`lifecycle.resume._data_streams`
   says which are found and which are not); each is a stream `data:<path>` (`data:loader.generator`,
   `data:sampler.generator`, `data:dataset.rng`), hashed when given and at the first step. A torch
   generator drawn from in the window (a DataLoader iterator created after the load draws its base
@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, NotRequired, ParamSpec, Protocol, TypedDict, TypeVar
 
-from lifecycle.core_entry._counts import optimizer_counts
-from lifecycle.core_entry._data_streams import Data, DataGenerator, Found, Swap, find, watch
 from lifecycle.log import JSONValue, records
+from lifecycle.resume._counts import optimizer_counts
+from lifecycle.resume._data_streams import Data, DataGenerator, Found, Swap, find, watch
 from lifecycle.runtime import Runtime
 
 if TYPE_CHECKING:
