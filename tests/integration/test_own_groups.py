@@ -85,8 +85,13 @@ def test_a_rank_creates_only_its_own_groups_whatever_the_size_of_the_job() -> No
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("nproc", "overrides"),
-    [(2, []), (4, ["parallel.tp=2", "parallel.pp=2", "model.num_layers=4"])],
-    ids=["2-ranks-dp2", "4-ranks-tp2-pp2"],
+    [
+        (2, []),
+        (2, ["parallel.ep=2", "model.num_moe_experts=2"]),
+        (4, ["parallel.tp=2", "parallel.pp=2", "model.num_layers=4"]),
+        (8, ["parallel.pp=2", "parallel.ep=2", "model.num_layers=4", "model.num_moe_experts=2"]),
+    ],
+    ids=["2-ranks-dp2", "2-ranks-ep2-moe", "4-ranks-tp2-pp2", "8-ranks-pp2-ep2-dp4-moe"],  # MoE and TP: SP, a GPU
 )
 def test_own_groups_on_gloo_ranks_hold_megatrons_state_and_train_to_the_same_losses(
     nproc: int, overrides: list[str]
