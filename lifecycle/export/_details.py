@@ -4,11 +4,11 @@ steps, violations, peer failures, and the time of each record a finding points a
 `Collect` picks them as the audit decodes each record (a tap on its batches), so the logs are
 decoded once; `read_details` reads a file again (the first rank's, for its configs, and the
 reference the taps are tested against), `line_times` the lines findings point at. The audit has
-already checked every record (hash chain, envelope, order); these only pick, each field as the
-log's schema types it (`_reads.READS`: a record parsed by orjson is converted first, and one whose
-field has another type is unreadable, as in the audit). In a second read a line's event is found in
-its bytes (the writer sorts keys, so `"event":"..."` is there verbatim) and only the lines of the
-events kept are parsed: most of a log (transitions, side effects) is skipped without being decoded.
+already checked every record (hash chain, envelope, order); these only pick, each record read as
+its event's struct (`_reads.READ_TYPES`: one whose field has another type is unreadable, as in the
+audit). In a second read a line's event is found in its bytes (the writer sorts keys, so
+`"event":"..."` is there verbatim) and only the lines of the events kept are parsed: most of a log
+(transitions, side effects) is skipped without being decoded.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from typing import ClassVar, Protocol, cast
 import msgspec
 import orjson
 
-from lifecycle.export._reads import CONFIG, MARKS, READS, read, step_struct
+from lifecycle.export import _reads
+from lifecycle.export._reads import MARKS, READ_TYPES, AnyStep, Marked, Read, Step, read
 from lifecycle.log import JSONValue, events
 
-_KEEP = frozenset(READS)
+_KEEP = frozenset(READ_TYPES)
 """The events whose records the export keeps something of."""
 _FIND = re.compile(b'"event":"(' + b"|".join(sorted(e.encode() for e in _KEEP)) + b')"')
 """The writer sorts keys, so a record's event is in its bytes as `"event":"<name>"`; a string value
@@ -38,6 +39,7 @@ _STEP = events.STEP_COMPLETED
 _OTHERS = _KEEP - {_STEP}
 _EVENT, _TS = attrgetter("event"), attrgetter("ts")
 _STEP_FIELDS = (attrgetter("rank"), attrgetter("step"), attrgetter("loss"), attrgetter("duration_s"))
+_SIZES = ("tp", "pp", "cp", "ep", "dp", "vpp")
 _StepRow = tuple[float, int, float | None, float | None]
 """A step as kept: (time, step, loss, duration_s)."""
 Config = dict[str, JSONValue]
@@ -46,29 +48,16 @@ Where = tuple[str, int]
 """A record's file and line (1-based): what a refusal names."""
 
 
-class _Record(Protocol):
-    """A record as read here, typed (`_reads.Read`, or the audit's typed record `lifecycle.audit.Tap`):
-    each field its reader declared (`READS`) of its type in the log's schema, None when absent."""
+class _Step(Protocol):
+    """The audit's typed record (`lifecycle.audit.Tap`), its envelope checked (`event`, `ts`, `rank`),
+    with the fields of a step (`Collect.reads`) as the schema types them, or None."""
 
-    def get(self, key: str, /) -> JSONValue: ...
-
-
-class _Step(_Record, Protocol):
-    """A typed record with its envelope checked (`event`, `ts`, `rank`) and the fields of a step
-    (`READS`), as the schema types them (`lifecycle.log.schema.read_type`) or None."""
-
-    @property
-    def event(self) -> str: ...
-    @property
-    def ts(self) -> float: ...
-    @property
-    def rank(self) -> int: ...
-    @property
-    def step(self) -> int | None: ...
-    @property
-    def loss(self) -> float | None: ...
-    @property
-    def duration_s(self) -> float | None: ...
+    event: str
+    ts: float
+    rank: int
+    step: int | None
+    loss: float | None
+    duration_s: float | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,22 +118,19 @@ def read_details(path: str, lines_wanted: Collection[int] = (), *, configs: bool
     return out
 
 
-_ANY = step_struct(event=True)
+_decode_all = msgspec.json.Decoder(list[AnyStep]).decode
 """Any record, for the first look: its event, rank and time, and what a step has."""
-_decode_all = msgspec.json.Decoder(list[_ANY]).decode  # type: ignore[valid-type]  # a struct made at runtime
-_STEPS = step_struct(event=False)
-"""A step: its rank and time, and what a step has."""
-_decode_steps = msgspec.json.Decoder(list[_STEPS]).decode  # type: ignore[valid-type]  # same
+_decode_steps = msgspec.json.Decoder(list[Step]).decode
 
 
 def _whole(out: dict[int, Details], source: str, lines: list[bytes], configs: bool) -> bool:
     """The file decoded in one call (C), then only its wanted records looked at; False when some
     line does not decode so (damaged, or a field of another type): then line by line."""
     try:
-        records = cast("list[_Step]", _decode_all(b"[" + b",".join(lines) + b"]"))
+        records = _decode_all(b"[" + b",".join(lines) + b"]")
     except msgspec.DecodeError:
         return False
-    steps: list[_Step] = []
+    steps: list[AnyStep] = []
     for i in compress(range(len(records)), map(_KEEP.__contains__, map(_EVENT, records))):
         rec = records[i]
         if rec.event == _STEP:
@@ -177,7 +163,7 @@ def _steps(out: dict[int, Details], steps: list[tuple[Where, bytes]], configs: b
     if not steps:
         return
     try:
-        decoded = cast("list[_Step]", _decode_steps(b"[" + b",".join(line for _, line in steps) + b"]"))
+        decoded = _decode_steps(b"[" + b",".join(line for _, line in steps) + b"]")
     except msgspec.DecodeError:
         for where, line in steps:
             _record(out, where, line, _STEP, configs)
@@ -192,9 +178,10 @@ class Collect:
     typed records, the few other records kept are parsed from their line."""
 
     __slots__ = ("out", "seen", "source")
-    reads: ClassVar[dict[str, tuple[str, ...]]] = {event: READS[event] for event in _KEEP - MARKS.keys()}
-    """The fields read on the audit's typed records (`lifecycle.audit.Tap`): what `_take` reads of
-    the records kept that are not marks (those are parsed from their line)."""
+    reads: ClassVar[dict[str, tuple[str, ...]]] = {
+        event: tuple(sorted({*READ_TYPES[event].__struct_fields__} - {"rank", "ts"})) for event in _KEEP - MARKS.keys()
+    }
+    """The fields read on the audit's typed records (`lifecycle.audit.Tap`): the kept ones' but marks'."""
 
     def __init__(self, source: str) -> None:
         self.source = source
@@ -206,19 +193,17 @@ class Collect:
         self.seen += len(lines)
         if not recs or not isinstance(recs[0], msgspec.Struct):  # parsed by orjson: any JSON value
             for lineno, rec in enumerate(recs, first):
-                event = rec.get("event") if type(rec) is dict else None
-                if type(event) is str and event in _KEEP:
-                    _put(out, (source, lineno), cast("JSONValue", rec), event, False)
+                match rec:
+                    case {"event": str(event)} if event in _KEEP:
+                        _put(out, (source, lineno), cast("JSONValue", rec), event, False)
             return
         typed = cast("Sequence[_Step]", recs)  # a batch's records are all typed, or none is
         evs = list(map(_EVENT, typed))
         for i in compress(range(len(recs)), map(_OTHERS.__contains__, evs)):  # the few kept that are not steps
-            event = evs[i]
-            if event in MARKS:
-                _record(out, (source, first + i), lines[i], event, False)
-                continue
-            rec = typed[i]
-            _take(_of(out, rec.rank), event, rec, False, rec.ts)
+            if evs[i] in MARKS:
+                _record(out, (source, first + i), lines[i], evs[i], False)
+            else:  # the audit's record, each field of its schema type already, as the details' struct (C)
+                _take(_of(out, typed[i].rank), msgspec.convert(typed[i], READ_TYPES[evs[i]], from_attributes=True))
         steps = [typed[i] for i in compress(range(len(recs)), map(_STEP.__eq__, evs))]
         if steps:
             _typed_steps(out, steps)
@@ -282,49 +267,42 @@ def _put(out: dict[int, Details], where: Where, rec: JSONValue, event: str | Non
     if event is None:
         details.line_ts[where[1]] = typed.ts
     else:
-        _take(details, event, typed, configs, typed.ts)
+        _take(details, typed)
 
 
-def _take(d: Details, event: str, rec: _Record, configs: bool, ts: float) -> None:
-    """Keep what typed record `rec` (with the fields of `READS`; the config where `configs`) at time
-    `ts` says."""
-    if event == _STEP:
-        if len(d.steps) < _MAX_STEPS:
-            step = cast("_Step", rec)
-            d.steps.append((ts, step.step or 0, step.loss, step.duration_s))
-    elif event in MARKS:
-        if len(d.marks) < _MAX_MARKS:
-            d.marks.append(_mark(event, rec, ts))
-    elif event == events.LIFECYCLE_STARTED:
-        d.attempts.append(
-            Attempt(
-                ts=ts,
-                attempt=cast("int | None", rec.get("attempt")) or 0,
-                restart_count=cast("int | None", rec.get("restart_count")),
-                host=cast("str | None", rec.get("host")),
-                pid=cast("int | None", rec.get("pid")),
-                plan=cast("str | None", rec.get("plan")),
-            )
-        )
-    elif event == events.CONFIG_VALIDATED:
-        config = cast("Config | None", rec.get(CONFIG) if configs else None)
-        d.configs.append((ts, cast("str | None", rec.get("fingerprint")), config))
-    elif event == events.DISTRIBUTED_INITIALIZED:
-        d.coords = dict(cast("dict[str, int] | None", rec.get("ranks")) or {})
-        d.sizes = {k: cast("int", v) for k in ("tp", "pp", "cp", "ep", "dp", "vpp") if (v := rec.get(k)) is not None}
-    elif event == events.GENERATION_STARTED:
-        d.generations.append((ts, cast("int | None", rec.get("generation")) or 0))
+def _take(d: Details, rec: Read) -> None:
+    """Keep what typed record `rec` says (its struct says its event: `_reads.READ_TYPES`)."""
+    ts = rec.ts
+    match rec:
+        case Step():
+            if len(d.steps) < _MAX_STEPS:
+                d.steps.append((ts, rec.step or 0, rec.loss, rec.duration_s))
+        case Marked():
+            if len(d.marks) < _MAX_MARKS:
+                d.marks.append(_mark(rec))
+        case _reads.Started(attempt=attempt, restart_count=count, host=host, pid=pid, plan=plan):
+            d.attempts.append(Attempt(ts=ts, attempt=attempt or 0, restart_count=count, host=host, pid=pid, plan=plan))
+        case _reads.Configured():  # read from JSON: its values are JSON values
+            d.configs.append((ts, rec.fingerprint, cast("Config | None", rec.config)))
+        case _reads.Validated():
+            d.configs.append((ts, rec.fingerprint, None))
+        case _reads.Distributed():
+            d.coords = dict(rec.ranks or {})
+            sizes = (rec.tp, rec.pp, rec.cp, rec.ep, rec.dp, rec.vpp)
+            d.sizes = {k: v for k, v in zip(_SIZES, sizes, strict=True) if v is not None}
+        case _reads.Generation():
+            d.generations.append((ts, rec.generation or 0))
 
 
-def _mark(event: str, rec: _Record, ts: float) -> Mark:
+def _mark(rec: Marked) -> Mark:
     """The fields that say what happened (`MARKS`), in one line."""
-    shown = MARKS[event]
-    detail = ", ".join(f"{n}={str(v)[:160]}" for n in shown.detail if (v := rec.get(n)) not in (None, "", []))
+    shown = MARKS[rec.event]
+    shows = ((name, getattr(rec, name)) for name in shown.detail)
     return Mark(
-        ts=ts,
-        event=event,
+        ts=rec.ts,
+        event=rec.event,
         kind=shown.kind,
-        detail=detail,
-        state=cast("str | None", rec.get(shown.state)) or None if shown.state else None,
-        peer=cast("int | None", rec.get("peer_rank")) if event == events.PEER_FAILED else None,
+        detail=", ".join(f"{n}={str(v)[:160]}" for n, v in shows if v not in (None, "", [])),
+        state=getattr(rec, shown.state) or None if shown.state else None,
+        peer=getattr(rec, shown.peer) if shown.peer else None,
     )

@@ -5,7 +5,7 @@ opentelemetry-sdk, ends a state's span as soon as its `transition_completed` (or
 written, and a rank's `megatron.startup` root span when the rank shuts down or fails. Each span is
 written at once as one OTLP JSON request per line (JSON Lines, as the OpenTelemetry Collector's
 file exporter writes them). The records are not checked here (`lifecycle audit` does that after),
-but each field read is read as the log's schema types it (`_reads.FOLLOWS`): a record whose field
+but each field read is read as the log's schema types it (`_reads.FOLLOW_TYPES`): a record whose field
 has another type ends the following with LogUnreadable naming its file, line, event and field, the
 spans still open ended with that error.
 The output is appended to only when it is OTLP JSON we wrote (`lifecycle.audit.Appender`); a
@@ -17,14 +17,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import orjson
 
 from lifecycle.audit import Appender
 from lifecycle.errors import LogUnreadable
+from lifecycle.export import _reads
 from lifecycle.export._otlp import MEGATRON_SPANS, ROOT, SCOPE, nanos, ours, resource, sdk
-from lifecycle.export._reads import FOLLOWS, Followed, followed
 from lifecycle.log import Tail, events
 
 if TYPE_CHECKING:
@@ -32,14 +32,6 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span, Tracer
 
-_ENDS = {
-    events.LIFECYCLE_SHUTDOWN,
-    events.TRANSITION_FAILED,
-    events.STARTUP_ABORTED,
-    events.SIGNAL_RECEIVED,
-    events.PEER_FAILED,
-    events.STATE_TIMEOUT,
-}
 _DONE_STATES = {"SHUT_DOWN", "FAILED"}
 
 
@@ -61,7 +53,7 @@ def follow(
     *,
     idle_timeout_s: float = 60.0,
     poll_s: float = 0.2,
-    stop: Callable[[], object] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> int:
     """Follow `log_dir` until every rank of the world size is done (shut down or failed) or nothing was written
     for `idle_timeout_s`; `stop()` returning True ends it early. Returns the spans written. Raises
@@ -131,60 +123,68 @@ def _read_pass(log_dir: Path, ranks: dict[Path, _Rank], tracer: Tracers, world: 
     return changed, world
 
 
-def _new_records(path: Path, rank: _Rank) -> Iterator[Followed]:
+def _new_records(path: Path, rank: _Rank) -> Iterator[_reads.Followed]:
     """The records completed since the last pass, typed (`_reads.followed`) one at a time, so that
     those before a refused one are applied; one that is not JSON, of no known event or without its
     time is skipped. LogUnreadable for a field of another type."""
     for line in rank.tail.read():
         rank.lines += 1
         try:
-            rec = followed(str(path), rank.lines, orjson.loads(line))
+            rec = _reads.followed(str(path), rank.lines, orjson.loads(line))
         except orjson.JSONDecodeError:
             continue
         if rec is not None and rec.ts is not None:
             yield rec
 
 
-def _apply(tracers: Tracers, rank: _Rank, rec: Followed, ts: float) -> None:
+def _apply(tracers: Tracers, rank: _Rank, rec: _reads.Followed, ts: float) -> None:
     from opentelemetry import trace as api
 
     event, ns = rec.event, nanos(ts)
     if event == events.LIFECYCLE_STARTED or (rank.root is None and not rank.done):
         _close(rank, ns, error=None)
         rank.done = False
-        attempt = (cast("int | None", rec.get("attempt")) if event == events.LIFECYCLE_STARTED else 0) or 0
+        attempt = (rec.attempt if isinstance(rec, _reads.FollowedStart) else 0) or 0
         rank.tracer = tracers(str(rec.run_id), rec.rank or 0, attempt, rec.world_size)
         rank.root = rank.tracer.start_span(ROOT, start_time=ns, attributes={"nvrx.cycle": attempt})
     if rank.root is None or rank.tracer is None:  # after the rank's end: the records of its shutdown or FAILED
         return
-    if event == events.TRANSITION_STARTED:
-        trigger = str(rec.get("trigger"))
-        rank.open[trigger] = (
-            rank.tracer.start_span(f"{trigger} (running)", context=api.set_span_in_context(rank.root), start_time=ns),
-            ts,
-        )
-    elif event == events.TRANSITION_COMPLETED:
-        _completed(rank, rec, ns)
-    elif event in _ENDS and event != events.LIFECYCLE_SHUTDOWN:
-        said = {name: value for name in FOLLOWS[event] if (value := rec.get(name))}  # error or signal, state
-        detail = next((value for name, value in said.items() if name != "state"), "")
-        rank.root.add_event(event, timestamp=ns, attributes={"lifecycle.detail": str(detail)})
-        _close(rank, ns, error=f"{event}: {next(iter(said.values()), '')}")
+    match rec:
+        case _reads.FollowedTransition(trigger=trigger):
+            context = api.set_span_in_context(rank.root)
+            rank.open[str(trigger)] = (
+                rank.tracer.start_span(f"{trigger} (running)", context=context, start_time=ns),
+                ts,
+            )
+            return
+        case _reads.FollowedCompleted():
+            _completed(rank, rec, ns)
+            return
+        case _reads.FollowedError(error=error):  # what ends a rank says why: the error, or the signal, else the state
+            detail, why = error or "", error or ""
+        case _reads.FollowedSignal(signal=signal, state=state):
+            detail, why = signal or "", signal or state or ""
+        case _reads.FollowedTimeout(state=state):
+            detail, why = "", state or ""
+        case _:
+            return
+    rank.root.add_event(event, timestamp=ns, attributes={"lifecycle.detail": detail})
+    _close(rank, ns, error=f"{event}: {why}")
 
 
-def _completed(rank: _Rank, rec: Followed, ns: int) -> None:
+def _completed(rank: _Rank, rec: _reads.FollowedCompleted, ns: int) -> None:
     """A transition's span is named for the state it reached; a rank that reached its end closes."""
-    span, _ = rank.open.pop(str(rec.get("trigger")), (None, 0.0))
+    span, _ = rank.open.pop(str(rec.trigger), (None, 0.0))
     if span is not None:
-        dest = str(rec.get("dest"))
+        dest = str(rec.dest)
         span.update_name(dest)
         span.set_attributes(
-            {"lifecycle.state": dest, "lifecycle.trigger": str(rec.get("trigger"))}
+            {"lifecycle.state": dest, "lifecycle.trigger": str(rec.trigger)}
             | ({"megatron.span": MEGATRON_SPANS[dest]} if dest in MEGATRON_SPANS else {})
         )
         span.end(end_time=ns)
-    if rec.get("dest") in _DONE_STATES:
-        _close(rank, ns, error=None if rec.get("dest") == "SHUT_DOWN" else "the rank moved to FAILED")
+    if rec.dest in _DONE_STATES:
+        _close(rank, ns, error=None if rec.dest == "SHUT_DOWN" else "the rank moved to FAILED")
 
 
 def _close(rank: _Rank, ns: int, *, error: str | None) -> None:

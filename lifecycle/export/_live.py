@@ -19,7 +19,7 @@ import logging
 import os
 import stat
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -28,7 +28,7 @@ from lifecycle.export import _otlp
 from lifecycle.export._details import _KEEP, Details, Mark, _take
 from lifecycle.export._encode import encode
 from lifecycle.export._model import _rank
-from lifecycle.export._reads import read
+from lifecycle.export._reads import Started, read
 from lifecycle.log import AuditLog, events, records
 from lifecycle.redaction import redact_text
 
@@ -65,8 +65,9 @@ class LiveSpans:
     def __call__(self, line: bytes) -> None:
         record = line.rstrip(b"\n")
         rec = orjson.loads(record)
-        if self._lineno == 0:  # a continued file: the chain goes on from where it was
-            self._audit.next_seq, self._audit.prev = rec.get("seq", 0), rec.get("prev_hash")
+        match rec:  # a continued file: the chain goes on from where it was (else `feed` refuses it)
+            case {"seq": int(seq), "prev_hash": str(prev)} if self._lineno == 0:
+                self._audit.next_seq, self._audit.prev = seq, prev
         self._lineno += 1
         marks = len(self._details.marks)
         self._audit.feed(rec, record, self._lineno)  # its envelope checked: LogUnreadable if not
@@ -76,13 +77,13 @@ class LiveSpans:
             return
         ts = self._details.line_ts[self._lineno] = typed.ts
         if event in _KEEP:
-            _take(self._details, event, typed, False, ts)
+            _take(self._details, typed)
         ending = self._audit.state == _SHUT_DOWN and event == events.TRANSITION_COMPLETED
         if ending:  # the log's end: the rules on the whole log, before the last state's span is written
             self._finish_audit()
         self._pending += self._details.marks[marks:] + self._new_findings()
         if event == events.LIFECYCLE_STARTED or self._lineno == 1:
-            self._open_root(cast("int | None", typed.get("attempt")) if event == events.LIFECYCLE_STARTED else None, ts)
+            self._open_root(typed.attempt if isinstance(typed, Started) else None, ts)
         root = self._root
         if root is not None:
             self._write_segments(root)

@@ -1,33 +1,30 @@
-"""What the export reads of each record, typed by the log's schema (`lifecycle.log.schema.read_type`),
-as the audit reads its own fields (`lifecycle/audit/_typed.py`).
-
-Each reader declares the fields it reads by event: `READS` (the details: `_details`, the live spans)
-and `FOLLOWS` (`export --follow`). A record parsed by orjson is converted (`msgspec.convert`, C) to a
-struct of exactly those fields, each of its schema type or None where the record lacks it; a field
-it did not declare raises AttributeError (`get`). A record whose field has another type is
-unreadable: LogUnreadable `file:line: <event>: field 'x' is ..., expected <type>`, as the audit
-refuses one (exit status 2).
-"""
+"""The export's one reader of records: a record becomes the struct its reader declares for its event,
+each field as the log's schema types it (`schema.read_type`: None where absent), as the audit reads
+its own (`lifecycle/audit/_typed.py`): `READ_TYPES` for the details (`_details`, the live spans), with
+`rank` and `ts` required, `FOLLOW_TYPES` for `export --follow`. A parsed record is converted
+(`msgspec.convert`, C); one whose field has another type is unreadable, as the audit refuses one:
+LogUnreadable `file:line: <event>: field 'x' is ..., expected <type>` (exit 2); a test holds `READERS` to the schema."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, NamedTuple, cast
+from collections.abc import Mapping
+from typing import ClassVar, NamedTuple, cast
 
 import msgspec
 
 from lifecycle.errors import LogUnreadable
-from lifecycle.log import JSONValue, events, records
+from lifecycle.log import JSONValue, events
 from lifecycle.log.schema import SCHEMA, not_of_type, read_fields
 
 
 class Shown(NamedTuple):
     """How a record drawn as an instant is shown: its kind (`violation`, `failure`), the fields of its
-    one-line detail in their order, and the field that names the state it happened in."""
+    one-line detail in their order, and those that name the state it happened in and the peer rank."""
 
     kind: str
     detail: tuple[str, ...]
     state: str | None
+    peer: str | None = None
 
 
 MARKS: Mapping[str, Shown] = {
@@ -37,7 +34,7 @@ MARKS: Mapping[str, Shown] = {
     events.INVALID_TRANSITION: Shown("violation", ("trigger",), "source"),
     events.CONFIG_MUTATED: Shown("violation", ("field",), None),
     events.FIRST_STEP_NOT_FINALIZED: Shown("violation", ("finalizer_calls",), None),
-    events.PEER_FAILED: Shown("failure", ("error", "peer_rank", "peer_state"), "peer_state"),
+    events.PEER_FAILED: Shown("failure", ("error", "peer_rank", "peer_state"), "peer_state", "peer_rank"),
     events.STATE_TIMEOUT: Shown("failure", ("missing", "trigger"), "state"),
     events.STARTUP_ABORTED: Shown("failure", ("signal", "trigger"), "state"),
     events.SIGNAL_RECEIVED: Shown("failure", ("signal",), "state"),
@@ -46,105 +43,131 @@ MARKS: Mapping[str, Shown] = {
 }
 """Events drawn as instants, and how each is shown."""
 
-READS: Mapping[str, tuple[str, ...]] = {
-    events.STEP_COMPLETED: ("duration_s", "loss", "step"),
-    events.LIFECYCLE_STARTED: ("attempt", "host", "pid", "plan", "restart_count"),
-    events.CONFIG_VALIDATED: ("fingerprint",),
-    events.DISTRIBUTED_INITIALIZED: ("cp", "dp", "ep", "pp", "ranks", "tp", "vpp"),
-    events.GENERATION_STARTED: ("generation",),
-    **{event: tuple(dict.fromkeys((*shown.detail, *filter(None, (shown.state,))))) for event, shown in MARKS.items()},
+
+class Read(msgspec.Struct, gc=False, kw_only=True):
+    """A record as the details read it: its rank and time, as the envelope types them."""
+
+    rank: int
+    ts: float
+
+
+class Step(Read, kw_only=True):  # a `step_completed`
+    duration_s: float | None = None
+    loss: float | None = None
+    step: int | None = None
+
+
+class AnyStep(Step, kw_only=True):  # any record, as the whole-file reader first decodes it
+    event: str
+
+
+class Started(Read, kw_only=True):  # a `lifecycle_started`
+    attempt: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    plan: str | None = None
+    restart_count: int | None = None
+
+
+class Validated(Read, kw_only=True):  # a `config_validated`, without its config
+    fingerprint: str | None = None
+
+
+class Configured(Validated, kw_only=True):  # a `config_validated` with its config, where the configs are kept
+    config: dict[str, object] | None = None
+
+
+class Distributed(Read, kw_only=True):  # a `distributed_initialized`
+    cp: int | None = None
+    dp: int | None = None
+    ep: int | None = None
+    pp: int | None = None
+    ranks: dict[str, int] | None = None
+    tp: int | None = None
+    vpp: int | None = None
+
+
+class Generation(Read, kw_only=True):  # a `generation_started`
+    generation: int | None = None
+
+
+class Marked(Read, kw_only=True):  # a record drawn as an instant: its event's struct has the fields shown
+    event: ClassVar[str]
+
+
+def _marked(event: str, shown: Shown) -> type[Marked]:
+    fields = read_fields(event, {*shown.detail, *filter(None, (shown.state, shown.peer))})
+    made = msgspec.defstruct(f"Marked_{event}", fields, bases=(Marked,), namespace={"event": event}, module=__name__)
+    return cast("type[Marked]", made)  # defstruct says Struct; its base is Marked
+
+
+READ_TYPES: Mapping[str, type[Read]] = {
+    events.STEP_COMPLETED: Step,
+    events.LIFECYCLE_STARTED: Started,
+    events.CONFIG_VALIDATED: Validated,
+    events.DISTRIBUTED_INITIALIZED: Distributed,
+    events.GENERATION_STARTED: Generation,
+    **{event: _marked(event, shown) for event, shown in MARKS.items()},
 }
-"""By event: the fields the details read (`_details._take`) besides `rank` and `ts`; a
-`config_validated`'s `config` too where the configs are kept (`CONFIG`)."""
-CONFIG = "config"
+"""By event: the struct the details read its records as (`config_validated`'s config: `Configured`)."""
 
-FOLLOWS: Mapping[str, tuple[str, ...]] = {
-    events.LIFECYCLE_STARTED: ("attempt",),
-    events.TRANSITION_STARTED: ("trigger",),
-    events.TRANSITION_COMPLETED: ("dest", "trigger"),
-    events.TRANSITION_FAILED: ("error",),
-    events.STARTUP_ABORTED: ("signal", "state"),
-    events.SIGNAL_RECEIVED: ("signal", "state"),
-    events.PEER_FAILED: ("error",),
-    events.STATE_TIMEOUT: ("state",),
+
+class Followed(msgspec.Struct, gc=False, kw_only=True):
+    """A record as `export --follow` reads it: its event and envelope (None where absent), and per event more."""
+
+    event: str
+    rank: int | None = None
+    run_id: str | None = None
+    ts: float | None = None
+    world_size: int | None = None
+
+
+class FollowedStart(Followed):  # a `lifecycle_started`
+    attempt: int | None = None
+
+
+class FollowedTransition(Followed):  # a `transition_started`
+    trigger: str | None = None
+
+
+class FollowedCompleted(Followed):  # a `transition_completed`
+    dest: str | None = None
+    trigger: str | None = None
+
+
+class FollowedError(Followed):  # a `transition_failed` or a `peer_failed`: a rank's end, and why
+    error: str | None = None
+
+
+class FollowedSignal(Followed):  # a `startup_aborted` or a `signal_received`: a rank's end, its signal, state
+    signal: str | None = None
+    state: str | None = None
+
+
+class FollowedTimeout(Followed):  # a `state_timeout`: a rank's end, the state it waited in
+    state: str | None = None
+
+
+_FOLLOWS: Mapping[str, type[Followed]] = {
+    events.LIFECYCLE_STARTED: FollowedStart,
+    events.TRANSITION_STARTED: FollowedTransition,
+    events.TRANSITION_COMPLETED: FollowedCompleted,
+    events.TRANSITION_FAILED: FollowedError,
+    events.PEER_FAILED: FollowedError,
+    events.STARTUP_ABORTED: FollowedSignal,
+    events.SIGNAL_RECEIVED: FollowedSignal,
+    events.STATE_TIMEOUT: FollowedTimeout,
 }
-"""By event: the fields `export --follow` reads besides the envelope's (`FOLLOWED`); what ends a
-rank's root span says why in this order (`state` last)."""
-FOLLOWED = ("rank", "run_id", "ts", "world_size")
-"""The envelope's fields `export --follow` reads of every record (none checked there: None when absent)."""
+FOLLOW_TYPES: Mapping[str, type[Followed]] = {event: _FOLLOWS.get(event, Followed) for event in SCHEMA}
+"""By event: the struct `export --follow` reads its records as."""
 
-
-class Read(msgspec.Struct, gc=False):
-    """A record as the export reads it: `rank` and `ts` (the details') and the fields its reader
-    declared, each of its type in the log's schema or None where the record lacks it (`get`)."""
-
-    if TYPE_CHECKING:
-        rank: int
-        ts: float
-
-        def get(self, key: str, /) -> JSONValue: ...
-
-    else:
-        get = object.__getattribute__  # C; a field its reader did not declare raises AttributeError
-
-
-class Followed(msgspec.Struct, gc=False):
-    """A record as `export --follow` reads it: `FOLLOWED` and the fields `FOLLOWS` declares for its
-    event, each of its schema type or None where the record lacks it (`get`)."""
-
-    if TYPE_CHECKING:
-        event: str
-        rank: int | None
-        run_id: str | None
-        ts: float | None
-        world_size: int | None
-
-        def get(self, key: str, /) -> JSONValue: ...
-
-    else:
-        get = object.__getattribute__
-
-
-_ENVELOPE = {f.name: f.type for f in msgspec.structs.fields(records.Record)}
-
-
-def _struct(
-    base: type[Read | Followed], event: str, names: Iterable[str], kept: Iterable[str] = (), *, tag: bool = False
-) -> type:
-    """`base` with `kept` of the envelope as the schema types them (a record lacking one does not
-    convert) and `names` of `event` typed by `read_type` (None when absent); `event` as an attribute,
-    or with `tag` a field decoded with them (any record's)."""
-    return msgspec.defstruct(
-        f"{base.__name__}_{event}",
-        [
-            *((("event", str),) if tag else ()),
-            *((name, _ENVELOPE[name]) for name in kept),
-            *read_fields(event, names),
-        ],
-        bases=(base,),
-        namespace={"get": base.get} | ({} if tag else {"event": event}),  # `get` in its own namespace: found first
-        module=__name__,
-        gc=False,
-        kw_only=True,
-    )
-
-
-_HEAD = ("rank", "ts")
-_TIMED = cast("type[Read]", _struct(Read, events.LIFECYCLE_STARTED, (), _HEAD))
-_READ = {event: cast("type[Read]", _struct(Read, event, names, _HEAD)) for event, names in READS.items()}
-_WITH_CONFIG = cast(
-    "type[Read]", _struct(Read, events.CONFIG_VALIDATED, (CONFIG, *READS[events.CONFIG_VALIDATED]), _HEAD)
+READERS: tuple[tuple[str, type[msgspec.Struct]], ...] = (
+    *READ_TYPES.items(),
+    (events.CONFIG_VALIDATED, Configured),
+    (events.STEP_COMPLETED, AnyStep),
+    *FOLLOW_TYPES.items(),
 )
-_ANY_STEP = _struct(Read, events.STEP_COMPLETED, READS[events.STEP_COMPLETED], _HEAD, tag=True)
-_FOLLOW = {
-    event: cast("type[Followed]", _struct(Followed, event, (*FOLLOWED, *FOLLOWS.get(event, ())))) for event in SCHEMA
-}
-
-
-def step_struct(*, event: bool) -> type:
-    """A step as the details decode many at once (C): `rank`, `ts` and the fields `READS` declares for
-    `step_completed`; with `event` any record, its event decoded too (a step's fields None where absent)."""
-    return _ANY_STEP if event else _READ[events.STEP_COMPLETED]
+"""Each event with each struct a record of it is read as."""
 
 
 def _refused(
@@ -156,28 +179,31 @@ def _refused(
 
 def read(source: str, line: int, event: str | None, rec: JSONValue, *, configs: bool = False) -> Read | None:
     """Parsed record `rec` (line `line` of `source`) as the details read one of `event` (None: only
-    its time); with `configs`, a `config_validated`'s config too. None when it is not an object with
-    an int `rank` and a numeric `ts` (the audit refuses it); LogUnreadable when a field read is of
-    another type."""
-    typed = _TIMED if event is None else _WITH_CONFIG if configs and event == events.CONFIG_VALIDATED else _READ[event]
+    its rank and time); with `configs`, a `config_validated`'s config too. None when it is not an
+    object with an int `rank` and a numeric `ts` (the audit refuses it); LogUnreadable when a field
+    read is of another type."""
+    typed = Read if event is None else Configured if configs and event == events.CONFIG_VALIDATED else READ_TYPES[event]
+    if not isinstance(rec, dict):
+        return None  # not a record: the audit's to refuse
     try:
         return msgspec.convert(rec, typed)
     except msgspec.ValidationError as error:
         try:
-            msgspec.convert(rec, _TIMED)
+            msgspec.convert(rec, Read)
         except msgspec.ValidationError:
             return None  # no rank or time: the audit's to refuse, with its own words
-        raise _refused(source, line, str(event), cast("dict[str, JSONValue]", rec), error) from None
+        raise _refused(source, line, str(event), rec, error) from None
 
 
 def followed(source: str, line: int, rec: JSONValue) -> Followed | None:
     """Parsed record `rec` (line `line` of `source`) as `export --follow` reads it; None when it is
     not a record of a known event; LogUnreadable when a field read is of another type."""
-    event = rec.get("event") if type(rec) is dict else None
-    typed = _FOLLOW.get(event) if type(event) is str else None
-    if typed is None:
+    if not isinstance(rec, dict):
         return None
-    try:
-        return msgspec.convert(rec, typed)
-    except msgspec.ValidationError as error:
-        raise _refused(source, line, str(event), cast("dict[str, JSONValue]", rec), error) from None
+    match rec:
+        case {"event": str(event)} if event in FOLLOW_TYPES:
+            try:
+                return msgspec.convert(rec, FOLLOW_TYPES[event])
+            except msgspec.ValidationError as error:
+                raise _refused(source, line, event, rec, error) from None
+    return None

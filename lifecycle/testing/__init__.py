@@ -65,9 +65,7 @@ from lifecycle.export._encode import encode
 from lifecycle.export._follow import follow
 from lifecycle.export._live import LiveSpans, live_spans
 from lifecycle.export._otlp import ROOT, spans, write_otlp
-from lifecycle.export._reads import CONFIG as EXPORT_CONFIG
-from lifecycle.export._reads import FOLLOWED, FOLLOWS
-from lifecycle.export._reads import READS as EXPORT_READS
+from lifecycle.export._reads import READERS as EXPORT_READERS
 from lifecycle.export._report import report_data, rules_url_problem, write_report
 from lifecycle.export._rows import rows
 from lifecycle.launchers import (
@@ -203,12 +201,9 @@ __all__ = [
     "BINDING_NEEDS_A_MODEL",
     "DISTRIBUTED_NEEDS_SERVICES",
     "ENVELOPE",
-    "EXPORT_CONFIG",
-    "EXPORT_READS",
+    "EXPORT_READERS",
     "FIRST_STEP_FINALIZED",
     "FIRST_STEP_NOT_FINALIZED",
-    "FOLLOWED",
-    "FOLLOWS",
     "GENERATED_BEGIN",
     "GENERATED_END",
     "HANDLERS",

@@ -5,20 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_type_hints
 
 import msgspec
 import pytest
 
 from lifecycle import InProcessPhases, Lifecycle, RunConfig
 from lifecycle.log import AuditLog, events, records
-from lifecycle.log.schema import SCHEMA, markdown, replace_generated
+from lifecycle.log.schema import SCHEMA, markdown, read_type, replace_generated
 from lifecycle.log.schema import main as schema_main
 from lifecycle.testing import (
     ENVELOPE,
-    EXPORT_CONFIG,
-    EXPORT_READS,
-    FOLLOWED,
-    FOLLOWS,
+    EXPORT_READERS,
     GENERATED_BEGIN,
     GENERATED_END,
     READS,
@@ -67,21 +65,18 @@ def test_every_field_the_audit_reads_is_in_its_events_schema_or_the_envelope() -
     assert missing == [], f"the audit reads fields lifecycle/log/schema.py does not declare: {missing}"
 
 
-def test_every_field_the_export_reads_is_in_its_events_schema_or_the_envelope() -> None:
-    """The details (`export`, `report`, the live spans) and `export --follow` read each record
-    through a struct of these fields, typed by the schema: a field it has no type for is a mistake."""
-    reads = {
-        "details": {**EXPORT_READS, events.CONFIG_VALIDATED: (*EXPORT_READS[events.CONFIG_VALIDATED], EXPORT_CONFIG)},
-        "follow": {event: (*FOLLOWED, *FOLLOWS.get(event, ())) for event in SCHEMA},
-    }
-    missing = [
-        f"{reader}: {event}.{field}"
-        for reader, by_event in reads.items()
-        for event, fields in by_event.items()
-        for field in fields
-        if field not in fields_of(event) and field not in ENVELOPE
+def test_every_field_the_export_reads_is_typed_as_its_events_schema_types_it() -> None:
+    """The details (`export`, `report`, the live spans) and `export --follow` read each record as a
+    struct of the fields they use: each of its schema type, or None where absent (`read_type`); the
+    details' `rank` and `ts` of the envelope's type, required; `event` a str."""
+    required = get_type_hints(records.Record) | {"event": str}
+    wrong = [
+        f"{cls.__name__}: {event}.{f.name}: {f.type}"
+        for event, cls in EXPORT_READERS
+        for f in msgspec.structs.fields(cls)
+        if f.type != (required[f.name] if f.required else read_type(event, f.name))
     ]
-    assert missing == [], f"the export reads fields lifecycle/log/schema.py does not declare: {missing}"
+    assert wrong == [], f"the export reads fields as other types than lifecycle/log/schema.py says: {wrong}"
 
 
 def test_every_field_of_the_schema_and_the_envelope_says_what_it_means() -> None:
