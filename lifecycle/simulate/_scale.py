@@ -194,15 +194,20 @@ def _watches(host: StoreHost, ranks: int, ranks_per_node: int, board: str, setti
                 node=f"node{rank // ranks_per_node}",
                 board_dir=board,
                 world=World(job="simulated", world_size=ranks, endpoint="simulated", generation=0, rank=rank),
+                meeting=f"node{rank // ranks_per_node}",
+                local_size=ranks_per_node,
             )
         )
     return watches
 
 
 def _check_in(watches: list[RankWatch]) -> None:
-    """check_in: every rank registers, then every rank waits for all."""
+    """check_in: every rank arrives at its node's meeting, then each node's leader checks it in, then every
+    rank waits for all (a leader in the store, the others on their meeting's word)."""
     for watch in watches:
         watch.register()
+    for watch in watches:
+        watch.report()
     for watch in watches:
         watch.await_all()
 
