@@ -26,7 +26,15 @@ from lifecycle.core_entry.rehearsal import Rehearsal, is_active, start_rehearsal
 from lifecycle.core_entry.timeouts import GroupWatch, log_timeouts
 from lifecycle.errors import DistributedError
 from lifecycle.log import records
-from lifecycle.rankwatch import RankWatch, WatchSettings, await_store_host, checked, is_timeout, lone_watch
+from lifecycle.rankwatch import (
+    RankWatch,
+    WatchSettings,
+    await_store_host,
+    checked,
+    is_timeout,
+    local_size,
+    lone_watch,
+)
 from lifecycle.runtime import Closeable, PhaseContext, Runtime, rank_of, world_size_of
 from states import SideEffect
 
@@ -128,6 +136,8 @@ def checked_in_store(ctx: PhaseContext, config: RunConfig, rank: int, world: int
         exit_process=stay_alive if provided is not None else os._exit,
         interruptible=provided is not None,
         world=mine,
+        meeting=f"{mine.job}:{world}:{mine.endpoint}:{mine.generation}",  # this launch's ranks (`launch_key`)
+        local_size=local_size(),
     )
     watch.check_in(ctx)
     watch.start()

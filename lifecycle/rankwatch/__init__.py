@@ -9,6 +9,8 @@ One name for each thing called a watch:
   peers, and ends the main thread's work past its grace or deadline.
 - `WatchSettings` (`_settings.py`): how the watch polls and how long it waits, in one record;
   `WatchSettings.of(config)` gives a run's.
+- the meeting (`_meeting.py`): where the ranks of a node arrive before the store; the first checks them
+  all in (`launch_key` names it, `local_size` is the launcher's count of the node's ranks).
 - `lone_watch` (`_lone.py`): the rank watch of a one-rank job (its deadlines only).
 - `watched`, `watched_step`, `mark_failed` (`_watched.py`): the phases' ways in, through
   `Runtime.rank_watch` (typed as `lifecycle.runtime.Watch`).
@@ -21,6 +23,7 @@ from __future__ import annotations
 from lifecycle.rankwatch._failure import Failure
 from lifecycle.rankwatch._liveness import await_store_host, is_timeout
 from lifecycle.rankwatch._lone import lone_watch
+from lifecycle.rankwatch._meeting import launch_key, local_size
 from lifecycle.rankwatch._settings import HOST_OPS_PER_S, WatchSettings
 from lifecycle.rankwatch._watch import EXIT_CODE, RankWatch
 from lifecycle.rankwatch._watched import mark_failed, watched, watched_step
@@ -36,6 +39,8 @@ __all__ = [
     "await_store_host",
     "checked",
     "is_timeout",
+    "launch_key",
+    "local_size",
     "lone_watch",
     "mark_failed",
     "watched",

@@ -21,13 +21,15 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from lifecycle.errors import DistributedError
 from lifecycle.rankwatch._board import Board, board_root
 from lifecycle.rankwatch._failure import Failure, rank_list
-from lifecycle.rankwatch._liveness import host_key, identity, local_pids
+from lifecycle.rankwatch._liveness import host_key, identity, local_pids, store_closed
+from lifecycle.rankwatch._meeting import Meeting
 from lifecycle.rankwatch._node import Node, NodeLeader
 from lifecycle.rankwatch._world import World, agree, gate
 
@@ -58,6 +60,36 @@ def register(store: Store, rank: int, world_size: int, node: str, world: World |
     return index
 
 
+def register_node(
+    store: Store, batch: dict[int, int], world_size: int, node: str, leader: tuple[int, str], world: World | None
+) -> int | None:
+    """A node's check-in by its meeting's leader (`_meeting.py`): the ranks of `batch` (rank -> pid, the
+    leader first in its first batch) as `register` writes each, in 3 operations (4 for a node's first
+    batch: the node's index; 5 with `world`, agreed once by the first batch; the last batch 2 more).
+    `leader`: its rank and board nonce. Returns the node's index when the leader leads the node."""
+    if world is not None and leader[0] in batch:
+        agree(store, world)
+    key = host_key(node)
+    end = int(store.add(key, len(batch)))
+    keys: list[str] = []
+    values: list[bytes] = []
+    index = None
+    for n, (rank, pid) in enumerate(batch.items(), end - len(batch) + 1):
+        entry = f"{rank}:{pid}".encode()
+        if n == 1 and rank == leader[0]:
+            index = int(store.add("nodes", 1))
+            entry = NodeLeader(rank=rank, pid=pid, nonce=leader[1], index=index).entry()
+            keys += [f"node/{index}", f"beat/{index}"]
+            values += [f"{rank}:{node}".encode(), b"0:DISTRIBUTED"]
+        keys += [f"{key}/{n}", f"checkin/{rank}"]
+        values += [entry, b"1"]
+    store.multi_set(keys, values)
+    if int(store.add("arrived", len(batch))) >= world_size:
+        store.compare_set("first", b"", b"")
+        store.compare_set("all_arrived", b"", b"1")
+    return index
+
+
 def await_all(store: Store, timeout_s: float, *, interruptible: bool, world: World | None = None) -> None:
     """Until every rank has checked in, at most `timeout_s`. Interruptible: polled, 1 ms at first
     and doubling to 0.1 s, so the wrapper's restart request lands within 0.1 s (in one wait in
@@ -69,6 +101,76 @@ def await_all(store: Store, timeout_s: float, *, interruptible: bool, world: Wor
         _poll_gate(store, timeout_s)
     if world is not None:
         gate(store, world)
+
+
+def lead(store: Store, meeting: Meeting, push: Callable[[], None], timeout_s: float, *, interruptible: bool) -> None:
+    """A meeting's leader: check its node's ranks in as they arrive (`push`: `Meeting.due` and
+    `register_node`) and wait for every rank of the job: in the store (1 operation) once every rank the
+    launcher counts on the node is in, else polled (1 ms at first, doubling to 0.1 s)."""
+    deadline, pause = time.monotonic() + timeout_s, 0.001
+    while True:
+        push()
+        complete = meeting.size is not None and len(meeting.pushed) >= meeting.size
+        if complete and not interruptible:
+            store.wait(["all_arrived"], timedelta(seconds=max(0.001, deadline - time.monotonic())))
+            return
+        if meeting.pushed and store.check(["all_arrived"]):
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"not every rank checked in within {timeout_s:g} s")
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(2 * pause, 0.1)
+
+
+class LeaderSaid(Exception):
+    """A meeting's leader failed to check the node in: `result` is its word (`failed`), or the follower's."""
+
+    def __init__(self, result: dict[str, object]) -> None:
+        super().__init__(str(result.get("detail") or result.get("failed")))
+        self.result = result
+
+
+def joined(entries: list[bytes], nodes: int) -> dict[str, object]:
+    """A leader's word when every rank checked in: its node's entries and the job's node count."""
+    return {"entries": [e.decode(errors="replace") for e in entries], "nodes": nodes}
+
+
+def failed(error: BaseException, cause: BaseException, missing: list[int] | None) -> dict[str, object]:
+    """A leader's word when the check-in failed: `timeout` (with the `missing` ranks), `host_lost`, or `error`."""
+    kind = "timeout" if missing is not None else "host_lost" if store_closed(cause) else "error"
+    out: dict[str, object] = {"failed": kind, "detail": str(error), "field": getattr(error, "field", "startup")}
+    return out if missing is None else {**out, "missing": missing}
+
+
+def follow(meeting: Meeting, timeout_s: float) -> tuple[list[bytes], int]:
+    """A meeting's other rank: the leader's word (`joined`) as entries and node count, or `LeaderSaid`."""
+    result = meeting.await_result(timeout_s)
+    entries, nodes = result.get("entries"), result.get("nodes")
+    if result.get("failed") is not None or not isinstance(entries, list) or not isinstance(nodes, int):
+        raise LeaderSaid(result)
+    return [str(e).encode() for e in entries], nodes
+
+
+def leader_lost(meeting: Meeting) -> Failure:
+    """A meeting's leader whose process is gone before it told the node's ranks anything."""
+    error = f"its process (pid {meeting.leader_pid}) is gone without a failure record while it checked its node in"
+    return Failure(rank=meeting.leader, state="DISTRIBUTED", error=error, kind="lost")
+
+
+def leader_error(leader: int, rank: int, result: dict[str, object]) -> DistributedError:
+    """The error of a meeting's other rank when its leader, rank `leader`, did not check the node in."""
+    said = result.get("failed")
+    if said == "leader_gone":
+        why = "its process is gone (killed or crashed) before every rank checked in"
+    elif said == "silent":
+        why = "it said nothing until the check-in's deadline and a heartbeat's silence past it (stopped or hung)"
+    else:
+        why = f"its check-in failed: {result.get('detail')}"
+    return DistributedError(
+        f"rank {leader}, which checks in the ranks of rank {rank}'s node, did not: {why}. The root cause is on "
+        f"rank {leader}: see its log, then restart the job",
+        field=str(result.get("field") or "startup"),
+    )
 
 
 def _poll_gate(store: Store, timeout_s: float) -> None:
@@ -83,9 +185,19 @@ def _poll_gate(store: Store, timeout_s: float) -> None:
 def join(store: Store, rank: int, node: str, *, board_dir: str | None) -> Node:
     """After every rank checked in: this node's ranks and their pids, its leader and board (none when
     the board cannot be made: the rank then talks to the store itself), and the node count."""
+    entries, nodes = node_entries(store, node)
+    return node_of(entries, nodes, rank, board_dir=board_dir)
+
+
+def node_entries(store: Store, node: str) -> tuple[list[bytes], int]:
+    """The check-in entries of `node`'s ranks (its leader's first) and the job's node count: 2 operations."""
     key = host_key(node)
-    here = int(store.add(key, 0))  # every rank here has written its entry by now
-    entries = store.multi_get([f"{key}/{n}" for n in range(1, here + 1)])
+    here, nodes = (int(v) for v in store.multi_get([key, "nodes"]))  # every rank here has written its entry
+    return store.multi_get([f"{key}/{n}" for n in range(1, here + 1)]), nodes
+
+
+def node_of(entries: list[bytes], nodes: int, rank: int, *, board_dir: str | None) -> Node:
+    """What `rank` knows of its node from its ranks' check-in `entries` (see `join`)."""
     leader = NodeLeader.parse(entries[0]) if entries else None
     board = None
     if leader is not None:
@@ -93,7 +205,6 @@ def join(store: Store, rank: int, node: str, *, board_dir: str | None) -> Node:
             board = Board(board_root(board_dir), leader.nonce, rank)
         except OSError:
             board = None
-    nodes = int(store.add("nodes", 0))
     peers = local_pids(entries, rank) if board is not None else {}  # without a board: a node of its own
     return Node(peers=peers, leader=leader, board=board, nodes=nodes)
 

@@ -4,8 +4,9 @@ how many process groups each rank creates, counted by running the real code, not
 - The rank watch: N real `RankWatch` objects (lifecycle/rankwatch), `ranks_per_node` to a
   node, each on its own connection to one counting in-memory store (`StoreHost`), the node-local
   boards in a temporary directory (on /dev/shm where there is one, as on a node's tmpfs). Phases:
-  - check_in: every rank registers, then every rank waits for all (`register`, `await_all`);
-  - join: every rank joins its node (`join_node`), then one round of every watch's `tick` (a
+  - check_in: every rank arrives at its node's meeting, each node's leader checks the node in, then
+    every rank waits for all (`register`, `report`, `await_all`);
+  - join: node by node, every rank joins its node (`join_node`), then the node's watches `tick` once (a
     leader's first round at the store, which opens its watch connection);
   - steady: `intervals` more rounds on a simulated clock, one a `interval_s` (a leader's round is
     due at each: the host's load is the same as with a tick every `poll_s`); the host's operations
@@ -27,6 +28,7 @@ how many process groups each rank creates, counted by running the real code, not
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import tempfile
@@ -48,6 +50,16 @@ SAMPLE_NODES = 1024
 
 class WatchEndedProcess(RuntimeError):
     """A simulated watch found a failure where no rank fails: a bug in the watch or the simulation."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unhurried(WatchSettings):
+    """A run's watch settings, but a rank's beat is never stale: the simulation ticks every rank of a round
+    one after another, and on a loaded machine a round outlasts `stale_s` (the counts do not depend on it)."""
+
+    @property
+    def stale_s(self) -> float:
+        return 3600.0
 
 
 def _no_exit(code: int) -> None:
@@ -149,15 +161,16 @@ def count_watch(
 ) -> WatchCount:
     """Run the real rank watch of a `ranks`-rank job against a counting store (see the module); `settings`:
     the watch's (a default `RunConfig`'s by default)."""
-    settings = settings or WatchSettings.of(RunConfig())
+    settings = Unhurried(**dataclasses.asdict(settings or WatchSettings.of(RunConfig())))
     host = StoreHost("check_in")
     nodes = -(-ranks // ranks_per_node)
     with tempfile.TemporaryDirectory(prefix="lifecycle-scale-", dir=_board_parent()) as board:
         watches = _watches(host, ranks, ranks_per_node, board, settings)
         _check_in(watches)
         sampled = _sample(nodes, full_nodes, sample_nodes)
-        by_node = _join(host, watches, sampled, ranks_per_node)
-        interval = _run_rounds(host, by_node, intervals)
+        now = time.monotonic()
+        by_node = _join(host, watches, sampled, ranks_per_node, now)
+        interval = _run_rounds(host, by_node, intervals, now)
         _stop(host, by_node)
     scale = nodes / len(sampled)
     return WatchCount(
@@ -194,36 +207,45 @@ def _watches(host: StoreHost, ranks: int, ranks_per_node: int, board: str, setti
                 node=f"node{rank // ranks_per_node}",
                 board_dir=board,
                 world=World(job="simulated", world_size=ranks, endpoint="simulated", generation=0, rank=rank),
+                meeting=f"node{rank // ranks_per_node}",
+                local_size=ranks_per_node,
             )
         )
     return watches
 
 
 def _check_in(watches: list[RankWatch]) -> None:
-    """check_in: every rank registers, then every rank waits for all."""
+    """check_in: every rank arrives at its node's meeting, then each node's leader checks it in, then every
+    rank waits for all (a leader in the store, the others on their meeting's word)."""
     for watch in watches:
         watch.register()
+    for watch in watches:
+        watch.report()
     for watch in watches:
         watch.await_all()
 
 
-def _join(host: StoreHost, watches: list[RankWatch], sampled: list[int], ranks_per_node: int) -> list[list[RankWatch]]:
-    """join (on the `sampled` nodes): every rank joins its node. Returns the sampled nodes' watches,
-    each node's ordered so that its leader ticks last."""
-    by_node = [sorted(watches[n * ranks_per_node : (n + 1) * ranks_per_node], key=lambda w: w.rank) for n in sampled]
+def _join(
+    host: StoreHost, watches: list[RankWatch], sampled: list[int], ranks_per_node: int, now: float
+) -> list[list[RankWatch]]:
+    """join (on the `sampled` nodes): every rank of a node joins it, then the node ticks once at `now` (its
+    leader's first round, which opens its watch connection), as a real node's watchers start once joined.
+    Returns the sampled nodes' watches, each node's ordered so that its leader ticks last."""
     host.begin("join")
-    for node in by_node:
+    by_node = []
+    for n in sampled:
+        node = sorted(watches[n * ranks_per_node : (n + 1) * ranks_per_node], key=lambda w: w.rank)
         for watch in node:
             watch.join_node()
-    return [sorted(node, key=lambda w: w.leader) for node in by_node]  # the leader ticks last
+        by_node.append(sorted(node, key=lambda w: w.leader))  # the leader ticks last
+        _round(by_node[-1:], now)
+    return by_node
 
 
-def _run_rounds(host: StoreHost, by_node: list[list[RankWatch]], intervals: int) -> float:
-    """A first round (counted in join), then `intervals` rounds one interval apart on a simulated
-    clock (counted in steady). Returns the interval, the longest of any driven watch."""
+def _run_rounds(host: StoreHost, by_node: list[list[RankWatch]], intervals: int, now: float) -> float:
+    """`intervals` rounds one interval after the first (at `now`, counted in join) on a simulated clock
+    (counted in steady). Returns the interval, the longest of any driven watch."""
     interval = max(w.interval_s for node in by_node for w in node)
-    now = time.monotonic()
-    _round(by_node, now)
     host.begin("steady")
     for n in range(1, intervals + 1):
         _round(by_node, now + n * interval)

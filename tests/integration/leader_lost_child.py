@@ -1,8 +1,8 @@
 """One rank of test_a_killed_leader_rank_is_named.py: `python leader_lost_child.py PORT WORLD RANK NODE
-BOARD_DIR OUT`. It checks in on the test's TCPStore as RANK on node NODE (the first rank of a node
-leads it; every rank but 0 waits for rank 0's check-in, so rank 0 leads node a), starts its watcher,
-writes "ready" to OUT and blocks in a state until its watcher ends it; each record its watch logs is a
-JSON line of OUT."""
+BOARD_DIR OUT`. It checks in on the test's TCPStore as RANK on node NODE through the node's meeting (the
+first rank of a node leads it; every rank but 0 waits for rank 0's check-in, so rank 0 leads node a),
+starts its watcher, writes "ready" to OUT and blocks in a state until its watcher ends it; each record its
+watch logs is a JSON line of OUT."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def main(port: str, world: str, rank: str, node: str, board_dir: str, out: str) 
         node=node,
         board_dir=board_dir,
         watcher_store=connect,
+        meeting="job",  # the ranks of a node check in through its first (all of them children of the test)
     )
     watch.check_in(SimpleNamespace(emit=emit, trigger=SimpleNamespace(value="init_distributed")))
     watch.start()

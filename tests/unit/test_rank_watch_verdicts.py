@@ -52,6 +52,10 @@ class MemoryStore:
         self._ok()
         return [self.data[k] for k in keys]
 
+    def multi_set(self, keys: list[str], values: list[bytes]) -> None:
+        self._ok()
+        self.data.update(zip(keys, values, strict=True))
+
     def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
         self._ok()
         if self.data.get(key, b"") == expected:

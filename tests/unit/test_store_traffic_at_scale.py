@@ -15,7 +15,7 @@ def test_in_steady_state_only_one_rank_a_node_talks_to_the_store() -> None:
     steady = watch.phases["steady"]
     assert watch.nodes == watch.leaders == 8
     assert len(steady.rank_ops) == 8  # the node leaders; the other 56 ranks read their node's board
-    assert watch.phases["check_in"].rank_ops.keys() == set(range(64))  # every rank checks in once
+    assert watch.phases["check_in"].rank_ops.keys() == set(range(0, 64, 8))  # each node's leader checks it in
     assert watch.connections == 64 + 8  # a connection a rank, and one watch connection a node
 
 
@@ -25,6 +25,13 @@ def test_twice_the_ranks_a_node_add_no_store_traffic_in_steady_state() -> None:
     assert sixteen.nodes == eight.nodes
     assert sixteen.ops_per_s == eight.ops_per_s
     assert sixteen.connections == 128 + 8
+
+
+def test_the_check_in_costs_a_few_operations_a_node_whatever_the_ranks_a_node() -> None:
+    eight, sixteen = count_watch(64, 8), count_watch(128, 16)
+
+    startup = [w.phases["check_in"].total + w.phases["join"].total for w in (eight, sixteen)]
+    assert startup == [8 * 11 + 2] * 2  # a node: 9 at check-in, 2 in its first round; the last node 2 more
 
 
 def test_the_host_load_stays_bounded_as_nodes_grow() -> None:

@@ -21,7 +21,7 @@ from lifecycle.errors import DistributedError
 from lifecycle.lm_dropin.entry._late import INITIALIZE, TRAINING, late
 from lifecycle.lm_dropin.entry._left_up import LEFT, adopting, destroy_made_groups, end_parallel_state, refuse_if_left
 from lifecycle.log import records
-from lifecycle.rankwatch import RankWatch, WatchSettings, lone_watch
+from lifecycle.rankwatch import RankWatch, WatchSettings, local_size, lone_watch
 from lifecycle.runtime import PhaseContext, Runtime
 from states import SideEffect
 
@@ -201,6 +201,8 @@ def _watch(ctx: PhaseContext, call: MegatronLMCall) -> RankWatch | None:
         store_host=None if launchers.agent_store() else 0,
         exit_process=stay_alive if call.store is not None else os._exit,
         interruptible=call.store is not None,
+        meeting=f"{launchers.job_id()}:{dist.get_world_size()}:{launchers.rendezvous()}:{ctx.runtime.generation}",
+        local_size=local_size(),
     )
     watch.check_in(ctx)
     watch.start()
