@@ -251,7 +251,7 @@ def _failed(
     cause = min(causes, key=lambda c: (c.at is None, c.at or 0.0))
     stream = _culprit_stream(ranks, cause)
     failure = stream.failure if stream is not None else None
-    kind = "failed" if failure is not None and failure.kind == "failed" and cause.kind == "failed" else cause.kind
+    kind = cause.kind
     mine = [f for f in findings if f.rank == cause.rank and f.run_id == cause.run_id]
     judged = _wrapper_said(ranks, cause) if kind == EXHAUSTED and failure is None else failure
     klass, reason = _judged(kind, judged, mine, _fresh_group(ranks, cause.run_id, stream), cause.message)

@@ -34,6 +34,7 @@ from lifecycle.audit._cycles import attempts, diff
 from lifecycle.audit._feed import RECORD_TYPES, decode_typed
 from lifecycle.audit._handlers import HANDLERS, READS
 from lifecycle.audit._informational import INFORMATIONAL
+from lifecycle.audit._launches import LaunchRead, read_launches
 from lifecycle.audit._ordering import SHOWN_BY
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._records import Failure
@@ -240,6 +241,7 @@ __all__ = [
     "HandOver",
     "ImportJob",
     "KeywordProvider",
+    "LaunchRead",
     "Launcher",
     "Ledger",
     "LedgerEntry",
@@ -353,6 +355,7 @@ __all__ = [
     "rank_of",
     "reachable_states",
     "read_details",
+    "read_launches",
     "read_log",
     "redact",
     "redact_text",
