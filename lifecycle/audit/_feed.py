@@ -219,6 +219,7 @@ class Feeder:
                 or type(run_id) is not str
                 or type(ws) is not int
                 or rank < 0
+                or ws < 1
             ):
                 return i
             cur.begin(gen, rank, run_id, ws, ts)

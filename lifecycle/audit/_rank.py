@@ -46,6 +46,7 @@ class RankAudit(RankState):
             or type(gen) is not int
             or type(ws) is not int
             or rank < 0
+            or ws < 1
         ):
             raise self._bad_envelope(rec, lineno)
         self._identity(run_id, rank, ws)
@@ -177,6 +178,9 @@ class RankAudit(RankState):
         rank = rec.get("rank")
         if type(rank) is int and rank < 0:  # the types held: the value did not
             return unreadable(self.source, lineno, f"field 'rank' is {rank}, expected a rank of 0 or more")
+        world = rec.get("world_size")
+        if type(world) is int and world < 1:
+            return unreadable(self.source, lineno, f"field 'world_size' is {world}, expected a world size of 1 or more")
         return unreadable(self.source, lineno, "malformed record")
 
     def truncated(self, lineno: int, size: int) -> None:

@@ -188,6 +188,8 @@ class AuditLog:
     ) -> None:
         if rank < 0:  # the audit refuses such a record: never write one
             raise ValueError(f"rank {rank}: a rank is 0 or more")
+        if world_size < 1:  # nor one of a world of no rank
+            raise ValueError(f"world_size {world_size}: a world holds 1 rank or more")
         self._writer = _ChainWriter(clock)
         self._writer.keep_records = keep_records
         self.run_id = run_id
@@ -227,6 +229,8 @@ class AuditLog:
         cycle: int | None = None,
     ) -> None:
         """Change the per-process context (after distributed init, at a restart, at a new cycle)."""
+        if world_size is not None and world_size < 1:
+            raise ValueError(f"world_size {world_size}: a world holds 1 rank or more")
         self.rank = self.rank if rank is None else rank
         self.world_size = self.world_size if world_size is None else world_size
         self.generation = self.generation if generation is None else generation

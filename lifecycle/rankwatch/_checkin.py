@@ -29,7 +29,7 @@ from lifecycle.errors import DistributedError
 from lifecycle.rankwatch._board import Board, board_root
 from lifecycle.rankwatch._failure import Failure, rank_list
 from lifecycle.rankwatch._liveness import host_key, identity, local_pids, store_closed
-from lifecycle.rankwatch._meeting import Meeting
+from lifecycle.rankwatch._meeting import Meeting, Word
 from lifecycle.rankwatch._node import Node, NodeLeader
 from lifecycle.rankwatch._world import World, agree, gate
 
@@ -125,20 +125,20 @@ def lead(store: Store, meeting: Meeting, push: Callable[[], None], timeout_s: fl
 class LeaderSaid(Exception):
     """A meeting's leader failed to check the node in: `result` is its word (`failed`), or the follower's."""
 
-    def __init__(self, result: dict[str, object]) -> None:
+    def __init__(self, result: Word) -> None:
         super().__init__(str(result.get("detail") or result.get("failed")))
         self.result = result
 
 
-def joined(entries: list[bytes], nodes: int) -> dict[str, object]:
+def joined(entries: list[bytes], nodes: int) -> Word:
     """A leader's word when every rank checked in: its node's entries and the job's node count."""
     return {"entries": [e.decode(errors="replace") for e in entries], "nodes": nodes}
 
 
-def failed(error: BaseException, cause: BaseException, missing: list[int] | None) -> dict[str, object]:
+def failed(error: BaseException, cause: BaseException, missing: list[int] | None) -> Word:
     """A leader's word when the check-in failed: `timeout` (with the `missing` ranks), `host_lost`, or `error`."""
     kind = "timeout" if missing is not None else "host_lost" if store_closed(cause) else "error"
-    out: dict[str, object] = {"failed": kind, "detail": str(error), "field": getattr(error, "field", "startup")}
+    out: Word = {"failed": kind, "detail": str(error), "field": getattr(error, "field", "startup")}
     return out if missing is None else {**out, "missing": missing}
 
 
@@ -157,7 +157,7 @@ def leader_lost(meeting: Meeting) -> Failure:
     return Failure(rank=meeting.leader, state="DISTRIBUTED", error=error, kind="lost")
 
 
-def leader_error(leader: int, rank: int, result: dict[str, object]) -> DistributedError:
+def leader_error(leader: int, rank: int, result: Word) -> DistributedError:
     """The error of a meeting's other rank when its leader, rank `leader`, did not check the node in."""
     said = result.get("failed")
     if said == "leader_gone":

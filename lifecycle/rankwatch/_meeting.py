@@ -24,7 +24,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from lifecycle.log import JSONValue
 from lifecycle.rankwatch._liveness import process_alive
+
+Word = dict[str, JSONValue]
+"""A meeting's result: the leader's word to the node's ranks, as JSON (`_checkin.joined`, `_checkin.failed`)."""
 
 SETTLE_S = 0.1
 """How long the leader waits for no new arrival before it checks in what arrived (at once when the
@@ -52,7 +56,7 @@ def _started(pid: int) -> str:
     return fields[19] if len(fields) > 19 else ""
 
 
-def launch_key(*parts: object, environ: Mapping[str, str] | None = None) -> str:
+def launch_key(*parts: str | int, environ: Mapping[str, str] | None = None) -> str:
     """The meeting's name for this launch on this node: `parts` (the world, the node, the generation) with
     the parent process, its start, and torchrun's restart count."""
     env = os.environ if environ is None else environ
@@ -114,11 +118,11 @@ class Meeting:
             return dict(sorted(new.items(), key=lambda item: item[0] != self.rank))  # the leader first
         return {}
 
-    def post(self, result: dict[str, object]) -> None:
+    def post(self, result: Word) -> None:
         """The leader's word to the node's ranks (the first post stays)."""
         self._write("result", json.dumps(result).encode(), replace=False)
 
-    def result(self) -> dict[str, object] | None:
+    def result(self) -> Word | None:
         try:
             raw = (self.path / "result").read_bytes()
         except FileNotFoundError:
@@ -126,7 +130,7 @@ class Meeting:
         value = json.loads(raw)
         return value if isinstance(value, dict) else None
 
-    def await_result(self, timeout_s: float) -> dict[str, object]:
+    def await_result(self, timeout_s: float) -> Word:
         """The leader's result, polled (1 ms at first, doubling to 50 ms); `{"failed": "leader_gone"}` when
         the leader's process is gone first, `{"failed": "silent"}` after `timeout_s`."""
         deadline, pause = time.monotonic() + timeout_s, 0.001

@@ -26,7 +26,7 @@ from lifecycle.rankwatch import _checkin, _world
 from lifecycle.rankwatch._board import board_root
 from lifecycle.rankwatch._failure import Failure, rank_list, read_first
 from lifecycle.rankwatch._liveness import HOST, connection_lost, is_timeout, kind_of, store_closed, timeout_error
-from lifecycle.rankwatch._meeting import Meeting, launch_key
+from lifecycle.rankwatch._meeting import Meeting, Word, launch_key
 from lifecycle.rankwatch._node import Node
 from lifecycle.rankwatch._ring import Ring, next_due, next_tick
 from lifecycle.rankwatch._settings import WatchSettings
@@ -191,7 +191,7 @@ class RankWatch:
         self._timed_out(ctx.emit, ctx.trigger.value, "DISTRIBUTED", self._missing, rendezvous=True)
         return _checkin.timed_out(self.world_size, self.timeout_s, missing=self._missing)
 
-    def _leader_failed(self, ctx: PhaseContext, result: dict[str, object]) -> DistributedError:
+    def _leader_failed(self, ctx: PhaseContext, result: Word) -> DistributedError:
         """What this rank raises when its meeting's leader failed to check the node in (`_checkin.follow`)."""
         said, leader = result.get("failed"), self._meeting.leader if self._meeting is not None else -1
         missing = result.get("missing")

@@ -1,7 +1,7 @@
-"""A record that cannot be one (a field of the wrong type, a negative rank) is refused the same way by
-`lifecycle audit`, `lifecycle report` and `lifecycle export`: one reader, exit 2, the same line naming
-file:line and the field; never a rank taken for dead or a page drawn from it. The writer never writes
-a negative rank."""
+"""A record that cannot be one (a field of the wrong type, a negative rank, a world of no rank) is
+refused the same way by `lifecycle audit`, `lifecycle report` and `lifecycle export`: one reader,
+exit 2, the same line naming file:line and the field; never a rank taken for dead or a page drawn
+from it. The writer never writes a negative rank, nor a world of no rank."""
 
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ def _negative_rank(records: list[dict[str, Any]]) -> None:
         rec["rank"] = -1
 
 
+def _world_of_none(records: list[dict[str, Any]]) -> None:
+    for rec in records:
+        rec["world_size"] = 0
+
+
 def _string_seq(records: list[dict[str, Any]]) -> None:
     records[2]["seq"] = str(records[2]["seq"])
 
@@ -39,9 +44,10 @@ def _string_seq(records: list[dict[str, Any]]) -> None:
     ("edit", "line", "said"),
     [
         (_negative_rank, 1, "field 'rank' is -1, expected a rank of 0 or more"),
+        (_world_of_none, 1, "field 'world_size' is 0, expected a world size of 1 or more"),
         (_string_seq, 3, "field 'seq' is '2', expected an int"),
     ],
-    ids=["negative rank", "seq a string"],
+    ids=["negative rank", "a world of no rank", "seq a string"],
 )
 def test_audit_report_and_export_refuse_a_bad_record_with_the_same_line(
     tmp_path: Path, edit: Any, line: int, said: str
@@ -64,3 +70,12 @@ def test_the_writer_refuses_a_negative_rank(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="rank -1: a rank is 0 or more"):
         AuditLog(run_id="r", rank=-1, world_size=2)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_writer_refuses_a_world_of_no_rank(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="world_size 0: a world holds 1 rank or more"):
+        AuditLog(run_id="r", rank=0, world_size=0)
+    log = AuditLog(run_id="r", rank=0, world_size=2)
+    with pytest.raises(ValueError, match="world_size 0: a world holds 1 rank or more"):
+        log.rebind(world_size=0)
+    assert log.world_size == 2 and list(tmp_path.iterdir()) == []

@@ -78,12 +78,12 @@ def test_spans_are_in_unix_nanoseconds_and_say_the_run_the_process_and_where_a_v
 def test_a_log_without_its_lifecycle_started_gives_its_states_as_spans_of_cycle_0(tmp_path: Path) -> None:
     """A log whose first records were lost (no `lifecycle_started`): its states are still the
     root's children, in restart cycle 0, with the world size as logged."""
-    w = ChainWriter("run-n", 0, 0)
+    w = ChainWriter("run-n", 0, 1)
     _validated(w)
     found = _by_name(_write(tmp_path / "logs", w))
     root = found[ROOT]
     assert set(found) == {ROOT, "VALIDATED"} and found["VALIDATED"].parent.span_id == root.context.span_id
-    assert (root.attributes["nvrx.cycle"], root.resource.attributes["dl.world_size"]) == (0, 0)
+    assert (root.attributes["nvrx.cycle"], root.resource.attributes["dl.world_size"]) == (0, 1)
     assert "host.name" not in root.attributes
 
 
