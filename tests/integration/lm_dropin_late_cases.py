@@ -93,7 +93,7 @@ def patch_every_late_name(script: Any) -> None:
 
 def patched_not_run() -> dict[str, Any]:
     """The drop-in's startup on one rank after the script replaced two names the drop-in does not call
-    (`training.print_datetime`, `initialize.setup_logging`): what stopped it, and where."""
+    (`training.print_datetime`, `initialize.init_persistent_async_worker`): what stopped it, and where."""
     from megatron.training import initialize, training
 
     from lifecycle.lm_dropin.entry import MegatronLMPhases
@@ -103,7 +103,7 @@ def patched_not_run() -> dict[str, Any]:
 
     def print_datetime(string: str, override_timestamp: Any = None) -> None: ...
 
-    def setup_logging() -> None: ...
+    def init_persistent_async_worker(rank: int, start_method: str) -> None: ...
 
-    training.print_datetime, initialize.setup_logging = print_datetime, setup_logging
+    training.print_datetime, initialize.init_persistent_async_worker = print_datetime, init_persistent_async_worker
     return _startup(MegatronLMPhases(call), call)

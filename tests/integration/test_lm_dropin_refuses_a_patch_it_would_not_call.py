@@ -1,5 +1,5 @@
 """A script that replaces a name Megatron-LM's `pretrain` would call but the drop-in does not run (its
-startup timers, `initialize_megatron`'s `setup_logging`: `_late.LOOKUPS`) is refused at VALIDATED,
+startup timers, `initialize_megatron`'s persistent checkpoint worker: `_late.LOOKUPS`) is refused at VALIDATED,
 before any side effect, with one problem per name naming it and the script's function, instead of
 training with the replacement silently ignored. One spawned rank."""
 
@@ -29,7 +29,10 @@ def test_the_refusal_names_each_replaced_name_and_the_scripts_function(refused: 
     message = refused["message"]
     for name, patch in (
         ("megatron.training.training.print_datetime", "patched_not_run.<locals>.print_datetime"),
-        ("megatron.training.initialize.setup_logging", "patched_not_run.<locals>.setup_logging"),
+        (
+            "megatron.training.initialize.init_persistent_async_worker",
+            "patched_not_run.<locals>.init_persistent_async_worker",
+        ),
     ):
         assert f"{name} is replaced by tests.integration.lm_dropin_late_cases.{patch}" in message
-    assert "startup timers" in message and "--logging-level" in message
+    assert "startup timers" in message and "--use-persistent-ckpt-worker" in message
