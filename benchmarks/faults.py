@@ -1,11 +1,12 @@
 """Time from a fault on one rank to the last rank's exit, as a ratio to `startup.timeout_s`.
 
-    python benchmarks/faults.py [--runs 3] [--timeout 20] [--cases never_starts,raise_in_model_built,...]
+    python benchmarks/faults.py [--runs 3] [--timeout 20] [--world 2] [--cases never_starts,raise_in_model_built,...]
 
-Real 2-rank gloo jobs without a launcher agent: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set
-by hand, as srun and mpirun do; each rank runs `Lifecycle(...).advance_to(CALLBACKS_BOUND)` on the
-tiny GPT (CPU rehearsal). Rank 0's provider all-reduces a checksum of its weights over the
-data-parallel group (a real collective inside MODEL_BUILT), so rank 0 is blocked in it when rank 1
+Real gloo jobs of 2 ranks (`--world N`: N, the faulty rank still 1, or 0) without a launcher agent:
+RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set by hand, as srun and mpirun do; each rank runs
+`Lifecycle(...).advance_to(CALLBACKS_BOUND)` on the tiny GPT (CPU rehearsal). Rank 0's provider
+all-reduces a checksum of its weights over the data-parallel group (a real collective inside
+MODEL_BUILT), so rank 0 is blocked in it when rank 1
 fails there. The cases:
 
 - `never_starts`: rank 1 is never launched; the fault time is when rank 0 began DISTRIBUTED.
@@ -92,15 +93,22 @@ STEP_FAULTS = {  # case: (the faulty rank, what it does after step 1)
     "raise_rank_0_at_step_2": (0, "raise"),
     "sigterm_at_step_2": (1, "term"),
 }
-LAUNCH_FAULTS = {  # case: {rank: what its launch gets wrong} (the verdict corpus, benchmarks/verdicts.py)
-    "world_split_job": {0: {"LIFECYCLE_RUN_ID": "job-a"}, 1: {"LIFECYCLE_RUN_ID": "job-b"}},
-    "world_size_mismatch": {1: {"WORLD_SIZE": "3"}},
-    "worlds_of_one": {
-        r: {"SLURM_STEP_NUM_NODES": "2", "GROUP_WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "x"} for r in (0, 1)
-    },
-    "bad_config": {},
-    "config_on_one_rank": {},
-}
+LAUNCH_FAULTS = ("world_split_job", "world_size_mismatch", "worlds_of_one", "bad_config", "config_on_one_rank")
+
+
+def launch_fault(case: str, rank: int, world: int) -> dict[str, str]:
+    """What the launch of `rank` gets wrong in `case` (the verdict corpus, benchmarks/verdicts.py): rank 1
+    in a job of its own, or told a world of one more; every rank a world of its own (torchrun `--standalone`
+    under a 2-node srun step)."""
+    if case == "world_split_job":
+        return {"LIFECYCLE_RUN_ID": "job-b" if rank == 1 else "job-a"}
+    if case == "world_size_mismatch" and rank == 1:
+        return {"WORLD_SIZE": str(world + 1)}
+    if case == "worlds_of_one":
+        return {"SLURM_STEP_NUM_NODES": "2", "GROUP_WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "x"}
+    return {}
+
+
 SERVICES_FAULTS = {"raise_in_services": "raise", "kill_in_services": "kill", "sigterm_in_services": "term"}
 BAD_CONFIG = ["model.num_attention_heads=5"]  # hidden 64 is not a multiple: refused at VALIDATED
 UNMEASURED = {
@@ -319,7 +327,7 @@ def _short_group_provider(fault_file: Path, rank: int) -> Any:
         group = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=3))
         if rank == 0:
             time.sleep(8.0)
-        else:
+        elif rank == 1:
             fault_file.write_text(repr(time.time() + 3.0))  # the group's deadline: the fault is its timeout
         dist.all_reduce(torch.ones(1), group=group)
         return _checked_provider(config, **kwargs)
@@ -327,11 +335,11 @@ def _short_group_provider(fault_file: Path, rank: int) -> Any:
     return provider
 
 
-def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float) -> int:
+def worker(case: str, rank: int, port: int, log_dir: Path, timeout_s: float, world: int = 2) -> int:
     from lifecycle.testing import torchrun_env
 
-    os.environ.update(torchrun_env(rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port))
-    os.environ.update(LAUNCH_FAULTS.get(case, {}).get(rank, {}))
+    os.environ.update(torchrun_env(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port))
+    os.environ.update(launch_fault(case, rank, world))
     from lifecycle import Lifecycle, RunConfig
     from states import State
 
@@ -369,14 +377,18 @@ def _free_port() -> int:
     return free_port()
 
 
-def run_case(case: str, timeout_s: float, workdir: Path) -> CaseResult:
-    """Launch the case's ranks, wait for every exit (killing what outlives timeout_s + 120 s)."""
+def run_case(case: str, timeout_s: float, workdir: Path, world: int = 2) -> CaseResult:
+    """Launch the case's ranks (a world of `world`, the faulty rank 0 or 1, the others as rank 0 but
+    for the store), wait for every exit (killing what outlives timeout_s + 120 s)."""
     log_dir = workdir / case
     log_dir.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    ranks = {"never_starts": [0], "rank_0_never_starts": [1]}.get(case, [0, 1])
+    absent = {"never_starts": 1, "rank_0_never_starts": 0}.get(case)
+    ranks = [r for r in range(world) if r != absent]
     launched_at = time.time()
-    procs = {r: start_process(worker, case, r, port, log_dir, timeout_s, output=log_dir / f"stderr-{r}") for r in ranks}
+    procs = {}
+    for r in ranks:
+        procs[r] = start_process(worker, case, r, port, log_dir, timeout_s, world, output=log_dir / f"stderr-{r}")
     exit_at: dict[int, float] = {}
     hard_stop = time.monotonic() + timeout_s + 120
     if case == "sigterm_in_model_built":
@@ -448,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=20.0, help="deadline for the cases that wait it out")
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--world", type=int, default=2, help="ranks a job")
     args = parser.parse_args(argv)
     os.environ.setdefault("LIFECYCLE_RANKS_START", "spawn")  # fresh interpreters: their teardown is measured
     print(
@@ -458,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for _ in range(args.runs):
             with tempfile.TemporaryDirectory() as tmp:
-                results.append(run_case(case, timeout_s, Path(tmp)))
+                results.append(run_case(case, timeout_s, Path(tmp), args.world))
         ratios = [r.fault_to_last_exit_s / timeout_s for r in results]
         seconds = statistics.median(r.fault_to_last_exit_s for r in results)
         record = statistics.median(r.fault_to_last_record_s for r in results)

@@ -2,17 +2,19 @@
 (`lifecycle audit --format verdict --follow`) checked against the expected culprit, state and class,
 and the time from the fault to the verdict.
 
-    python benchmarks/verdicts.py [--timeout 20] [--cases never_starts,...]
+    python benchmarks/verdicts.py [--timeout 20] [--cases never_starts,...] [--world 2] [--repeat 1] [--load 0]
     python benchmarks/verdicts.py --scale 4096 [--repeat 3]
 
-The faults are `benchmarks/faults.py`'s cases (2-rank gloo jobs on the tiny GPT, RANK/WORLD_SIZE/
-MASTER_ADDR/MASTER_PORT set by hand) and its launch faults: two jobs on one endpoint, a WORLD_SIZE
-that differs, every node a world of its own (torchrun `--standalone` under a 2-node srun step), a
+The faults are `benchmarks/faults.py`'s cases (gloo jobs of `--world` ranks, 2 unless told, on the tiny
+GPT, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set by hand) and its launch faults: two jobs on one
+endpoint, a WORLD_SIZE that differs, every node a world of its own (torchrun `--standalone` under a 2-node srun step), a
 refused setting. For each, a follower (`follow_verdict`, as the CLI runs it: at once for a rank's own
 failure or one its peers name lost, up to 1 s more when they name another failure) watches the log
 directory from the launch; its verdict is compared with `CORPUS`.
-Prints one row a case and, last, `verdicts right: R of N` and the fault-to-verdict seconds (median,
-max). `tests/integration/test_deadlines.py` checks the verdict of each case it runs against `CORPUS`.
+Each case runs `--repeat` times (1 unless told), beside `--load` busy processes (a CPU load generator,
+0 unless told: each spins at full speed until the corpus ends). Prints one row a run and, last,
+`verdicts right: R of N`, the fault-to-verdict seconds (median, max) and the load average at the end.
+`tests/integration/test_deadlines.py` checks the verdict of each case it runs against `CORPUS`.
 
 `--scale N`: the verdict's own cost on N ranks' clean logs (`benchmarks/audit.py`'s writer, one process):
 the audit's seconds, the verdict's seconds on its result (median of `--repeat`, lowest and highest), and
@@ -22,17 +24,24 @@ both extrapolated linearly to 131,072 ranks.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.faults import LONG_DEADLINE, run_case
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +111,7 @@ class Judged:
     fault_to_verdict_s: float
 
 
-def judge(case: str, timeout_s: float, workdir: Path) -> Judged:
+def judge(case: str, timeout_s: float, workdir: Path, world: int = 2) -> Judged:
     """Run the case with a follower on its log directory; the verdict and when it came after the fault."""
     from lifecycle.testing import follow_verdict
 
@@ -117,7 +126,7 @@ def judge(case: str, timeout_s: float, workdir: Path) -> Judged:
 
     thread = threading.Thread(target=follower, daemon=True)
     thread.start()
-    result = run_case(case, timeout_s, workdir)
+    result = run_case(case, timeout_s, workdir, world)
     thread.join(timeout=timeout_s + 90)
     done.set()
     thread.join()
@@ -157,15 +166,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=20.0, help="deadline for the cases that wait it out")
     parser.add_argument("--cases", default=",".join(CORPUS))
     parser.add_argument("--scale", type=int, default=0, metavar="N", help="the verdict's cost on N ranks' clean logs")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=0, help="runs of each case (--scale: 3, else 1)")
+    parser.add_argument("--world", type=int, default=2, help="ranks a job")
+    parser.add_argument("--load", type=int, default=0, help="busy processes beside the corpus")
     args = parser.parse_args(argv)
     if args.scale:
-        return scale(args.scale, args.repeat)
+        return scale(args.scale, args.repeat or 3)
+    with load_generator(args.load):
+        return corpus(args.cases.split(","), args.timeout, args.world, args.repeat or 1)
+
+
+@contextlib.contextmanager
+def load_generator(n: int) -> Iterator[None]:
+    """`n` processes spinning at full speed beside the corpus; each dies with this one (PR_SET_PDEATHSIG)."""
+    spin = "import ctypes, signal\nctypes.CDLL(None).prctl(1, signal.SIGKILL)\nwhile True: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def corpus(cases: list[str], timeout_s: float, world: int, repeat: int) -> int:
+    """Each case `repeat` times in a world of `world` ranks: a row a run, then the tally."""
     print(f"{'case':<24} {'class':<15} {'culprit':>7} {'state':<16} {'verdict s':>9}  wrong")
     judged = []
-    for case in args.cases.split(","):
+    for case in [c for c in cases for _ in range(repeat)]:
         with tempfile.TemporaryDirectory() as tmp:
-            j = judge(case, 600.0 if case in LONG_DEADLINE else args.timeout, Path(tmp))
+            j = judge(case, 600.0 if case in LONG_DEADLINE else timeout_s, Path(tmp), world)
         judged.append(j)
         culprit = j.doc.get("culprit")
         rank = culprit.get("rank") if isinstance(culprit, dict) else None
@@ -175,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     right = sum(not wrong(j.case, j.doc) for j in judged)
     seconds = [j.fault_to_verdict_s for j in judged]
     print(f"fault to verdict: median {statistics.median(seconds):.2f} s, max {max(seconds):.2f} s")
-    print(f"verdicts right: {right} of {len(judged)}")
+    print(f"verdicts right: {right} of {len(judged)} ({world} ranks a job; load average {os.getloadavg()[0]:.1f})")
     return 0 if right == len(judged) else 1
 
 
