@@ -151,9 +151,13 @@ def follow(meeting: Meeting, timeout_s: float) -> tuple[list[bytes], int]:
     return [str(e).encode() for e in entries], nodes
 
 
-def leader_lost(meeting: Meeting) -> Failure:
-    """A meeting's leader whose process is gone before it told the node's ranks anything."""
-    error = f"its process (pid {meeting.leader_pid}) is gone without a failure record while it checked its node in"
+def leader_lost(meeting: Meeting, said: object = "leader_gone") -> Failure:
+    """A meeting's leader that told the node's ranks nothing: its process gone (`leader_gone`), or alive
+    and silent past the check-in's deadline and a heartbeat's silence (`silent`: stopped or hung)."""
+    if said == "silent":
+        error = f"its process (pid {meeting.leader_pid}) said nothing while it checked its node in: stopped or hung"
+    else:
+        error = f"its process (pid {meeting.leader_pid}) is gone without a failure record while it checked its node in"
     return Failure(rank=meeting.leader, state="DISTRIBUTED", error=error, kind="lost")
 
 

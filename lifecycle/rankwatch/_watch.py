@@ -202,8 +202,8 @@ class RankWatch:
             lost, error = _checkin.host_lost(self.store_host, self.rank, RuntimeError(str(result.get("detail"))))
             self._peer_failed(ctx.emit, lost)
             return error
-        if said == "leader_gone" and self._meeting is not None:
-            lost = _checkin.leader_lost(self._meeting)
+        if said in ("leader_gone", "silent") and self._meeting is not None:
+            lost = _checkin.leader_lost(self._meeting, said)
             self._peer_failed(ctx.emit, lost)
             self.publish(lost)
         return _checkin.leader_error(leader, self.rank, result)

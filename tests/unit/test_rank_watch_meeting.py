@@ -150,6 +150,29 @@ def test_a_leader_killed_before_it_checked_its_node_in_is_named_by_the_others(tm
     assert '"rank":0,' in follower["first"], "the other nodes learn it from the store"
 
 
+def test_a_leader_alive_but_silent_in_the_check_in_is_named_by_the_others_after_its_deadline(tmp_path: Path) -> None:
+    """The leader arrived first, then stood still (SIGSTOP) before it checked its node in: the others wait
+    the check-in's deadline and a heartbeat's silence (1 s + 5 s here), then name it, not themselves."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    script = [sys.executable, "-c", _RANK, str(tmp_path)]
+    leader = subprocess.Popen([*script, "0", "1", "stop"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert leader.stdout is not None and leader.stdout.readline() == "registered\n"
+        done = subprocess.run([*script, "1", "1", ""], env=env, capture_output=True, timeout=60)
+    finally:
+        leader.kill()
+        leader.communicate()
+    assert done.returncode == 0, done.stderr.decode()
+    follower = json.loads(done.stdout)
+    assert follower["leads"] is False
+    assert "rank 0, which checks in the ranks of rank 1's node, did not" in follower["error"], follower
+    assert "(stopped or hung)" in follower["error"], follower
+    lost = [fields for event, fields in follower["emitted"] if event == "peer_failed"]
+    assert [(f["peer_rank"], f["peer_kind"]) for f in lost] == [(0, "lost")], follower["emitted"]
+    assert f"pid {leader.pid}" in lost[0]["error"] and "stopped or hung" in lost[0]["error"]
+    assert '"rank":0,' in follower["first"], "the other nodes learn it from the store"
+
+
 _RANK = """
 import json, os, sys
 from lifecycle.rankwatch import RankWatch, WatchSettings
@@ -162,12 +185,16 @@ class Store(dict):
         return self[key]
 
 store, emitted, error = Store(), [], None
-watch = RankWatch(store, rank=int(sys.argv[2]), world_size=2, settings=WatchSettings(timeout_s=24.0), node="a",
+timeout_s, then = (float(sys.argv[3]), sys.argv[4]) if len(sys.argv) > 3 else (24.0, "")
+watch = RankWatch(store, rank=int(sys.argv[2]), world_size=2, settings=WatchSettings(timeout_s=timeout_s), node="a",
                   board_dir=sys.argv[1], meeting="job")
 ctx = type("Ctx", (), {"emit": lambda record: emitted.append(fields_written(record)),
                        "trigger": type("T", (), {"value": "init_distributed"})})
 if watch.rank == 0:
     watch.register()
+    if then == "stop":  # alive, and silent: stopped before it checked its node in
+        print("registered", flush=True)
+        os.kill(os.getpid(), 19)
 else:
     try:
         watch.check_in(ctx)
