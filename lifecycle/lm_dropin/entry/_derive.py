@@ -40,7 +40,23 @@ RENAMED = {
     "ddp.bucket_size": "ddp_bucket_size",
     "ddp.average_in_collective": "ddp_average_in_collective",
     "ddp.grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32",
+    # Megatron-LM's core_transformer_config_from_args renames these arguments into the transformer config
+    "model.transformer.num_moe_experts": "num_experts",
+    "model.transformer.num_layers_in_first_pipeline_stage": "decoder_first_pipeline_num_layers",
+    "model.transformer.num_layers_in_last_pipeline_stage": "decoder_last_pipeline_num_layers",
+    "model.transformer.fp8_param": "fp8_param_gather",
+    "model.transformer.fp4_param": "fp4_param_gather",
 }
+# Container field -> argument, where the argument says the opposite (core_transformer_config_from_args).
+NEGATED = {
+    "model.transformer.persist_layer_norm": "no_persist_layer_norm",
+    "model.transformer.batch_p2p_comm": "overlap_p2p_comm",
+}
+# Transformer fields Megatron-LM makes from another argument (the container's `rng.seed`): a container
+# edited there and not here gives the argument's value, as Megatron-LM's own `pretrain` would.
+FROM_ANOTHER_ARGUMENT = {"inference_sampling_seed": "seed"}
+# Container field -> the arguments it is made of, whichever applies (gelu's or swiglu's bias fusion).
+EITHER = {"model.transformer.bias_activation_fusion": ("bias_gelu_fusion", "bias_swiglu_fusion")}
 # What the model is: a disagreement here trains another model than the one logged.
 CHECKED = (
     "num_layers",
@@ -113,9 +129,15 @@ def args_from_container(container: PretrainConfigContainer) -> Namespace:
     args: Namespace = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False)).parse_args([])
     defaults = argparse.Namespace(**vars(args))
     args._is_global_batch_size_explicitly_specified = True
-    for name, (_path, value) in container_items(container).items():
-        if hasattr(args, name):
+    for name, (path, value) in container_items(container).items():
+        if path in NEGATED and isinstance(value, bool):
+            setattr(args, NEGATED[path], not value)
+        elif path in EITHER:
+            for either in EITHER[path]:
+                setattr(args, either, value)
+        elif hasattr(args, name):
             setattr(args, name, value)
+    _activation(args, getattr(getattr(container, "model", None), "transformer", None))
     for name in DERIVED_BY_VALIDATE_ARGS:  # validate_args derives them again (and asserts they are unset)
         setattr(args, name, getattr(defaults, name))
     if args.max_position_embeddings is None:  # the container's GPT config has only seq_length
@@ -263,3 +285,56 @@ def run_config_from_yaml(
             f"--megatron-config {path}: Megatron-LM's validate_args: {exc}", field="megatron_config"
         ) from exc
     return run_config(args, log_dir=log_dir)
+
+
+def _activation(args: Namespace, transformer: object) -> None:
+    """The flags Megatron-LM turns into the transformer's activation (`--swiglu`, `--squared-relu`,
+    `--quick-geglu`), set back from the container's transformer config."""
+    if not hasattr(transformer, "activation_func"):
+        return
+    import torch.nn.functional as F
+    from megatron.core.activations import squared_relu
+    from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+    func, gated = getattr(transformer, "activation_func", None), bool(getattr(transformer, "gated_linear_unit", False))
+    args.swiglu = gated and func is F.silu
+    args.squared_relu = not gated and func is squared_relu
+    args.quick_geglu = gated and func is quick_gelu
+
+
+def lost_in_args(container: PretrainConfigContainer, args: Namespace) -> list[Problem]:
+    """The transformer fields of `container` that the arguments derived from it do not give back: the
+    script's model provider builds the model from the arguments (Megatron-LM's
+    `core_transformer_config_from_args`), so a field lost on the way would train another model."""
+    transformer = getattr(getattr(container, "model", None), "transformer", None)
+    if transformer is None or not is_dataclass(transformer):
+        return []
+    try:
+        from megatron.training.argument_utils import core_transformer_config_from_args
+    except ImportError:  # megatron-core < 0.19
+        from megatron.training.arguments import core_transformer_config_from_args
+    fix = "give pretrain the script's parsed arguments (pretrain_cfg_container_from_args) or set that argument"
+    try:
+        rebuilt = core_transformer_config_from_args(args, type(transformer))
+    except (AssertionError, ValueError, TypeError) as exc:
+        message = f"Megatron-LM's core_transformer_config_from_args refuses the arguments derived from it: {exc}"
+        return [
+            Problem(check="megatron_lm_one_source", field="model.transformer", value=None, message=message, fix=fix)
+        ]
+    problems = []
+    for f in fields(transformer):
+        if f.name in FROM_ANOTHER_ARGUMENT:
+            continue
+        given, back = getattr(transformer, f.name, None), getattr(rebuilt, f.name, None)
+        if repr(given) != repr(back):
+            message = f"the PretrainConfigContainer says {given!r}; the arguments derived from it give {back!r}"
+            problems.append(
+                Problem(
+                    check="megatron_lm_one_source",
+                    field=f"model.transformer.{f.name}",
+                    value=None,
+                    message=message,
+                    fix=fix,
+                )
+            )
+    return problems

@@ -210,11 +210,17 @@ def _watch(ctx: PhaseContext, call: MegatronLMCall) -> RankWatch | None:
 
 
 def _after_groups(ctx: PhaseContext, call: MegatronLMCall) -> None:
-    """Seeds, autoresume, the dataset helper, TP communicators and the JIT warm-up."""
+    """Seeds, the MoE auxiliary loss's scale, autoresume, the dataset helper, TP communicators and the
+    JIT warm-up, as Megatron-LM's `initialize_megatron` does them."""
     from megatron.training import initialize as mi
 
     args = call.args
     _seed(ctx, call)
+    if args.num_experts is not None:  # the MoE auxiliary loss's scale until a schedule sets it (1)
+        import torch
+        from megatron.core.transformer.moe.router import MoEAuxLossAutoScaler
+
+        MoEAuxLossAutoScaler.set_loss_scale(torch.ones(1, device=torch.cuda.current_device()))
     mi._init_autoresume()
     mi._compile_dependencies()
     if args.tp_comm_overlap:

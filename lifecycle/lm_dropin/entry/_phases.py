@@ -111,7 +111,7 @@ def _validate(call: MegatronLMCall, ctx: PhaseContext) -> Runtime:
     used, rewrites = normalize(run)
     problems += validate(used, environment=ctx.options.environment_checks)
     if not call.args_validated:
-        problems += _megatron_validation(call.args)
+        problems += _megatron_validation(call.args) or _derive.lost_in_args(call.cfg_container, call.args)
     raise_for(problems)
     for rewrite in rewrites:
         ctx.emit(records.ConfigNormalized(field=rewrite.field, given=rewrite.given, used=rewrite.used, why=rewrite.why))
