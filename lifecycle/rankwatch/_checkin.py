@@ -36,6 +36,8 @@ from lifecycle.rankwatch._world import World, agree, gate
 if TYPE_CHECKING:
     from torch.distributed import Store
 
+    from lifecycle.log import JSONValue
+
 
 def register(store: Store, rank: int, world_size: int, node: str, world: World | None = None) -> int | None:
     """This rank's check-in writes; the first on its node leads it (draws the board's name and its
@@ -151,7 +153,7 @@ def follow(meeting: Meeting, timeout_s: float) -> tuple[list[bytes], int]:
     return [str(e).encode() for e in entries], nodes
 
 
-def leader_lost(meeting: Meeting, said: object = "leader_gone") -> Failure:
+def leader_lost(meeting: Meeting, said: JSONValue = "leader_gone") -> Failure:
     """A meeting's leader that told the node's ranks nothing: its process gone (`leader_gone`), or alive
     and silent past the check-in's deadline and a heartbeat's silence (`silent`: stopped or hung)."""
     if said == "silent":

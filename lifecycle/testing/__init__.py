@@ -159,7 +159,7 @@ if TYPE_CHECKING:  # lifecycle.lm_dropin refuses import below megatron-core 0.17
     from lifecycle.lm_dropin.entry._bound_once import short as slot_value_text
     from lifecycle.lm_dropin.entry._call import MegatronLMCall
     from lifecycle.lm_dropin.entry._cuda import Patched, cuda_as_cpu
-    from lifecycle.lm_dropin.entry._derive import disagreements, run_config, run_config_from_yaml
+    from lifecycle.lm_dropin.entry._derive import disagreements, lost_in_args, run_config, run_config_from_yaml
     from lifecycle.lm_dropin.entry._handover import HandOver, releasing_distributed, releasing_services
     from lifecycle.lm_dropin.entry._providers import KeywordProvider
     from lifecycle.lm_dropin.entry._providers import problem as provider_problem
@@ -176,6 +176,7 @@ _MEGATRON_LM = {  # name: its module, or "module:name" where it is known by anot
     "cuda_as_cpu": "lifecycle.lm_dropin.entry._cuda",
     "disagreements": "lifecycle.lm_dropin.entry._derive",
     "dropping_scheduler": "lifecycle.lm_dropin.entry._resources",
+    "lost_in_args": "lifecycle.lm_dropin.entry._derive",
     "lm_dropin_quiet_library_loggers": "lifecycle.lm_dropin.entry._quiet:quiet_library_loggers",
     "lm_dropin_resources": "lifecycle.lm_dropin.entry._resources:resources",
     "provider_problem": "lifecycle.lm_dropin.entry._providers:problem",
@@ -329,6 +330,7 @@ __all__ = [
     "load_at_build",
     "load_failure_reason",
     "local_stack_spec",
+    "lost_in_args",
     "may_hold_credentials",
     "measure_import",
     "measure_store_rtt_s",

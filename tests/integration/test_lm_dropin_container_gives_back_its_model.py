@@ -24,7 +24,7 @@ from megatron.training.arguments import parse_and_validate_args, validate_args
 from lifecycle.errors import ConfigError
 from lifecycle.lm_dropin import pretrain
 from lifecycle.lm_dropin.entry import args_from_container
-from lifecycle.lm_dropin.entry._derive import lost_in_args
+from lifecycle.testing import lost_in_args
 from tests.integration.test_lm_dropin_pretrains_a_tiny_gpt_in_one_process import STEPS, one_rank, script
 
 

@@ -18,6 +18,7 @@ from lifecycle.config import Problem, RunConfig
 from lifecycle.log import JSONValue
 
 if TYPE_CHECKING:
+    from megatron.core.transformer import TransformerConfig
     from megatron.training.config.container import PretrainConfigContainer
 
 # Sections of the container whose fields are named as Megatron-LM's arguments are.
@@ -287,7 +288,7 @@ def run_config_from_yaml(
     return run_config(args, log_dir=log_dir)
 
 
-def _activation(args: Namespace, transformer: object) -> None:
+def _activation(args: Namespace, transformer: TransformerConfig | None) -> None:
     """The flags Megatron-LM turns into the transformer's activation (`--swiglu`, `--squared-relu`,
     `--quick-geglu`), set back from the container's transformer config."""
     if not hasattr(transformer, "activation_func"):
