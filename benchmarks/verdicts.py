@@ -121,7 +121,8 @@ def judge(case: str, timeout_s: float, workdir: Path, world: int = 2) -> Judged:
     done = threading.Event()
 
     def follower() -> None:
-        found["doc"] = follow_verdict(log_dir, idle_timeout_s=timeout_s + 60, stop=done.is_set)
+        # idle from the launch: 8 ranks importing torch and megatron beside a load can write nothing for 80 s
+        found["doc"] = follow_verdict(log_dir, idle_timeout_s=timeout_s + 600, stop=done.is_set)
         found["at"] = time.time()
 
     thread = threading.Thread(target=follower, daemon=True)
@@ -202,6 +203,8 @@ def corpus(cases: list[str], timeout_s: float, world: int, repeat: int) -> int:
         problems = "; ".join(wrong(case, j.doc)) or "-"
         row = f"{case:<24} {j.doc.get('class')!s:<15} {rank!s:>7} {j.doc.get('state')!s:<16}"
         print(f"{row} {j.fault_to_verdict_s:>9.2f}  {problems}", flush=True)
+        if problems != "-":  # why, in the verdict's own words
+            print(f"    {j.doc.get('reason')!s:.300}; evidence {j.doc.get('evidence')!s:.300}", flush=True)
     right = sum(not wrong(j.case, j.doc) for j in judged)
     seconds = [j.fault_to_verdict_s for j in judged]
     print(f"fault to verdict: median {statistics.median(seconds):.2f} s, max {max(seconds):.2f} s")
