@@ -43,7 +43,7 @@ from lifecycle.audit._rules import RuleId
 from lifecycle.audit._verdict import VERSION as VERDICT_VERSION
 from lifecycle.audit._verdict_follow import follow_verdict
 from lifecycle.cli._launch import TorchrunReport
-from lifecycle.cli._launch_record import launcher_path, write_launch_ended
+from lifecycle.cli._launch_record import ended_entry, launcher_path, run_id_of, write_launch_ended
 from lifecycle.cli.verify_resume import _failed as verify_resume_failed
 from lifecycle.config._bounds import LOCAL_PATHS
 from lifecycle.config._checkpoints import LATEST, checkpoint_problem, iteration_dir, latest_step, partial_dir
@@ -294,6 +294,7 @@ __all__ = [
     "distributed_is_initialized",
     "dropping_scheduler",
     "encode",
+    "ended_entry",
     "existing_policy_problem",
     "expand_nodelist",
     "fields_described",
@@ -376,6 +377,7 @@ __all__ = [
     "run_config",
     "run_config_from_yaml",
     "run_id_from_env",
+    "run_id_of",
     "runtime_unknown_identity",
     "same_value",
     "saved_counts",
