@@ -3,22 +3,39 @@
 One directory per node and initialization, `<tmp>/megatron-lifecycle-<uid>/<nonce>`, the nonce drawn by
 the node's leader and read by the others from its check-in entry. Files:
     beat-<rank>   each rank's: its watcher touches it every poll (its mtime is the rank's heartbeat on
-                  this node) and its text is the state the rank is in
+                  this node); its text is the state the rank is in, then its process as
+                  `pid:start:machine` (`_liveness.owner`)
     first         the first failure the node learned (the leader posts what it read in the store, or a
                   failure it found on this node): the other ranks of the node read it here, never in the store
     done-<rank>   a rank whose watch stopped (its beat, renamed): its process's end is no loss
-Only the node's ranks write here; the last rank to leave removes the directory and what is in it.
+Only the node's ranks write here; the last rank to leave removes the directory and what is in it. A board
+whose ranks were all killed is removed by a later leader's sweep (`_sweep.py`): its owners are the ranks
+with a beat on it (`owners`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
 
 from lifecycle.rankwatch._failure import Failure
+from lifecycle.rankwatch._liveness import owner, owner_in
+
+NAME = re.compile(r"[0-9a-f]{16}")
+"""A board directory's name: its nonce (`secrets.token_hex(8)`)."""
+_FILES = re.compile(r"(beat|done)-\d+|first|\.(beat|first)-\d+\.tmp")
+
+
+def owners(path: Path, names: list[str]) -> list[str] | None:
+    """The owner records of the board at `path` holding `names`: its ranks with a beat on it (a beat
+    without one, from before owner records, is ""); None where a name is not a board's."""
+    if not all(_FILES.fullmatch(name) for name in names):
+        return None
+    return [owner_in(path / name, 1) for name in names if name.startswith("beat-")]
 
 
 def board_root(board_dir: str | None) -> Path:
@@ -41,6 +58,7 @@ class Board:
         with contextlib.suppress(FileExistsError):
             self.path.mkdir(mode=0o700)
         self._state: str | None = None
+        self._owner = owner()
         self._posted = False
         self.beat("DISTRIBUTED")  # on the board from the start: the last rank out is the last to leave
 
@@ -52,7 +70,7 @@ class Board:
         own = self._beat_file(self.rank)
         if state != self._state:
             tmp = self.path / f".beat-{self.rank}.tmp"
-            tmp.write_text(state)
+            tmp.write_text(f"{state}\n{self._owner}\n")
             tmp.replace(own)
             self._state = state
         else:
@@ -67,7 +85,7 @@ class Board:
 
     def state_of(self, rank: int) -> str:
         try:
-            return self._beat_file(rank).read_text() or "unknown"
+            return self._beat_file(rank).read_text().partition("\n")[0] or "unknown"
         except OSError:
             return "unknown"
 

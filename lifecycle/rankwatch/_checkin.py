@@ -31,6 +31,7 @@ from lifecycle.rankwatch._failure import Failure, rank_list
 from lifecycle.rankwatch._liveness import host_key, identity, local_pids, store_closed
 from lifecycle.rankwatch._meeting import Meeting, Word
 from lifecycle.rankwatch._node import Node, NodeLeader
+from lifecycle.rankwatch._sweep import sweep
 from lifecycle.rankwatch._world import World, agree, gate
 
 if TYPE_CHECKING:
@@ -190,9 +191,13 @@ def _poll_gate(store: Store, timeout_s: float) -> None:
 
 def join(store: Store, rank: int, node: str, *, board_dir: str | None) -> Node:
     """After every rank checked in: this node's ranks and their pids, its leader and board (none when
-    the board cannot be made: the rank then talks to the store itself), and the node count."""
+    the board cannot be made: the rank then talks to the store itself), and the node count. The node's
+    leader then sweeps the board's root (`_sweep.py`; a meeting's leader sweeps at its arrival instead)."""
     entries, nodes = node_entries(store, node)
-    return node_of(entries, nodes, rank, board_dir=board_dir)
+    joined = node_of(entries, nodes, rank, board_dir=board_dir)
+    if joined.board is not None and joined.leader is not None and joined.leader.rank == rank:
+        sweep(joined.board.path.parent)
+    return joined
 
 
 def node_entries(store: Store, node: str) -> tuple[list[bytes], int]:

@@ -8,10 +8,12 @@ store's host going away shows as a store operation that fails at once with a clo
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
 import time
+from pathlib import Path
 
 from lifecycle.errors import DistributedError
 
@@ -57,6 +59,64 @@ def process_alive(pid: int) -> bool:
         return True
     state = text[text.rfind(b")") + 2 : text.rfind(b")") + 3]
     return state not in (b"Z", b"X", b"x")
+
+
+def started(pid: int) -> str:
+    """`pid`'s start time (clock ticks since boot), or "" where /proc cannot say."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    fields = text[text.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+@functools.cache
+def _machine() -> str:
+    """This boot of this machine and this process's pid namespace (`<boot id>/<namespace>`): where a pid
+    means this process; "" where /proc cannot say."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        space = "".join(c for c in os.readlink("/proc/self/ns/pid") if c.isdigit())
+    except OSError:
+        return ""
+    return f"{boot}/{space}" if boot and space else ""
+
+
+def owner() -> str:
+    """This process as the owner of a node-local directory: `pid:start:machine` (`owner_gone` reads it)."""
+    pid = os.getpid()
+    return f"{pid}:{started(pid)}:{_machine()}"
+
+
+def owner_in(path: Path, line: int = 0) -> str:
+    """The owner record on line `line` of `path`, a small file of ours read never through a link; "" where
+    it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as file:
+        lines = file.read(512).decode(errors="replace").splitlines()
+    return lines[line] if line < len(lines) else ""
+
+
+def owner_gone(record: str) -> bool:
+    """True only where the process `record` names (`owner`'s, or a bare pid) is surely gone: no such pid
+    here, a zombie, or a pid now held by a process started at another time (a reused pid). An owner on
+    another machine or pid namespace, or a record this cannot read, may be alive: False."""
+    parts = record.strip().split(":")
+    if not parts[0].isdigit():
+        return False
+    pid = int(parts[0])
+    if len(parts) == 1:  # a bare pid (meetings before owner records): gone where no such process is
+        return not process_alive(pid)
+    if len(parts) != 3 or not parts[2] or parts[2] != _machine():
+        return False
+    if not process_alive(pid):
+        return True
+    now = started(pid)
+    return bool(parts[1]) and bool(now) and now != parts[1]
 
 
 def store_closed(exc: BaseException) -> bool:

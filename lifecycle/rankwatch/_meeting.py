@@ -4,12 +4,14 @@ them all in, so the store's host sees a few operations a node, not a few a rank.
 One directory per launch on a node, `<tmp>/megatron-lifecycle-<uid>/checkin-<key>`, the key the same for
 every rank of one launch on this node and different for any other (`launch_key`: the world, the node,
 the generation, the parent process and its start, torchrun's restart count). Files:
-    rank-<rank>  each rank's arrival: its pid
+    rank-<rank>  each rank's arrival: its process as `pid:start:machine` (`_liveness.owner`)
     lead         the first arrival's `rank:pid:nonce` (`os.link`: the first writer wins); it checks the
                  others in at the store, in batches (`Meeting.due`), and waits at the store for all
     result       what the leader learned (the first post wins): `{"gate": ..., "entries": [...],
                  "nodes": n}`, or `{"failed": "timeout" | "host_lost" | "error", "detail": ...}`
     left-<rank>  a rank done with the meeting; the last one out removes the directory
+A meeting whose ranks were all killed is removed by a later leader's sweep (`_sweep.py`): its owners are
+the ranks arrived and not left (`owners`).
 Ranks of a launch on one node that meet apart (other parents) are two groups: each checks in its own ranks.
 """
 
@@ -19,13 +21,14 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from lifecycle.log import JSONValue
-from lifecycle.rankwatch._liveness import process_alive
+from lifecycle.rankwatch._liveness import owner, owner_in, process_alive, started
 
 Word = dict[str, JSONValue]
 """A meeting's result: the leader's word to the node's ranks, as JSON (`_checkin.joined`, `_checkin.failed`)."""
@@ -46,14 +49,18 @@ def local_size(environ: Mapping[str, str] | None = None) -> int | None:
     return None
 
 
-def _started(pid: int) -> str:
-    """`pid`'s start time (clock ticks since boot), or "" where /proc cannot say."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else ""
+NAME = re.compile(r"checkin-[0-9a-f]{24}")
+"""A meeting directory's name (`launch_key`'s digest)."""
+_FILES = re.compile(r"(rank|left)-\d+|lead|result|\.(rank-\d+|lead|result)-\d+\.tmp")
+
+
+def owners(path: Path, names: list[str]) -> list[str] | None:
+    """The owner records of the meeting at `path` holding `names`: each rank arrived and not left, as its
+    arrival says (a bare pid before owner records); None where a name is not a meeting's."""
+    if not all(_FILES.fullmatch(name) for name in names):
+        return None
+    left = {name[5:] for name in names if name.startswith("left-")}
+    return [owner_in(path / name) for name in names if name.startswith("rank-") and name[5:] not in left]
 
 
 def launch_key(*parts: str | int, environ: Mapping[str, str] | None = None) -> str:
@@ -61,7 +68,7 @@ def launch_key(*parts: str | int, environ: Mapping[str, str] | None = None) -> s
     the parent process, its start, and torchrun's restart count."""
     env = os.environ if environ is None else environ
     parent = os.getppid()
-    whole = [*map(str, parts), str(parent), _started(parent), env.get("TORCHELASTIC_RESTART_COUNT", "")]
+    whole = [*map(str, parts), str(parent), started(parent), env.get("TORCHELASTIC_RESTART_COUNT", "")]
     return hashlib.sha256("\0".join(whole).encode()).hexdigest()[:24]
 
 
@@ -72,7 +79,7 @@ class Meeting:
         self.path, self.rank, self.size = root / f"checkin-{key}", rank, size
         with contextlib.suppress(FileExistsError):
             self.path.mkdir(mode=0o700)
-        self._write(f"rank-{rank}", str(os.getpid()).encode(), replace=True)
+        self._write(f"rank-{rank}", owner().encode(), replace=True)
         self._write("lead", f"{rank}:{os.getpid()}:{secrets.token_hex(8)}".encode(), replace=False)
         lead = (self.path / "lead").read_text().split(":")
         self.leader, self.leader_pid, self.nonce = int(lead[0]), int(lead[1]), lead[2]
@@ -103,7 +110,7 @@ class Meeting:
         for name in os.listdir(self.path):
             if name.startswith("rank-") and name[5:].isdigit():
                 with contextlib.suppress(OSError, ValueError):
-                    out[int(name[5:])] = int((self.path / name).read_text())
+                    out[int(name[5:])] = int((self.path / name).read_text().partition(":")[0])
         return out
 
     def due(self, now: float) -> dict[int, int]:

@@ -30,6 +30,7 @@ from lifecycle.rankwatch._meeting import Meeting, Word, launch_key
 from lifecycle.rankwatch._node import Node
 from lifecycle.rankwatch._ring import Ring, next_due, next_tick
 from lifecycle.rankwatch._settings import WatchSettings
+from lifecycle.rankwatch._sweep import sweep
 from lifecycle.rankwatch._watched import ActiveWork, Emit
 from lifecycle.runtime import PhaseContext, signals
 
@@ -138,6 +139,8 @@ class RankWatch:
                 root = board_root(self._board_dir)
                 key = launch_key(self._meeting_key, self.node)
                 self._meeting = Meeting(root, key, self.rank, self._local_size)
+                if self._meeting.leads:  # once a node and launch: the leftovers of killed ranks
+                    sweep(root)
         if self._meeting is None:
             self._own_index = _checkin.register(self.store, self.rank, self.world_size, self.node, self.world)
 

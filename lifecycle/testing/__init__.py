@@ -11,7 +11,8 @@ a name may change or go with the code it tests. What users import is each packag
 (docs/architecture.md, "The public surface"). The rank watch's private modules are reached for tests
 of its decisions, one at a time and without a job: `_failure` (ranks in words), `_liveness` (host
 keys, failure kinds, a gone process or store), `_ring` (the node leaders' ring), `_watched` (the work
-under a deadline); users meet them only through `RankWatch`.
+under a deadline), `_board`, `_meeting` and `_sweep` (a node's directories and the sweep of those killed
+ranks left); users meet them only through `RankWatch`.
 """
 
 from __future__ import annotations
@@ -98,9 +99,12 @@ from lifecycle.log._schema_base import ENVELOPE
 from lifecycle.log._tail import Tail
 from lifecycle.log._writer import fields_written
 from lifecycle.log.schema import GENERATED_BEGIN, GENERATED_END
+from lifecycle.rankwatch._board import Board, board_root
 from lifecycle.rankwatch._failure import rank_list
-from lifecycle.rankwatch._liveness import host_key, kind_of, process_alive, store_closed
+from lifecycle.rankwatch._liveness import host_key, kind_of, owner, process_alive, store_closed
+from lifecycle.rankwatch._meeting import Meeting
 from lifecycle.rankwatch._ring import Ring
+from lifecycle.rankwatch._sweep import JUDGE_MAX, LIST_MAX, QUIET_S, sweep
 from lifecycle.rankwatch._watched import ActiveWork
 from lifecycle.redaction._shapes import SHAPES, may_hold_credentials
 from lifecycle.resilience._call import cycle_and_store, injectable
@@ -211,12 +215,15 @@ __all__ = [
     "HANDLERS",
     "IDENTITY_VARIABLES",
     "INFORMATIONAL",
+    "JUDGE_MAX",
     "LATEST",
+    "LIST_MAX",
     "LOCAL_PATHS",
     "LOCK_NAME",
     "MODEL_NEEDS_DISTRIBUTED",
     "PORT_BASE",
     "PORT_SPAN",
+    "QUIET_S",
     "READS",
     "RECORD_TYPES",
     "REDACTED",
@@ -228,6 +235,7 @@ __all__ = [
     "VERDICT_VERSION",
     "ActiveWork",
     "AuditResult",
+    "Board",
     "ChainEnd",
     "ConfigSeen",
     "CountingStore",
@@ -248,6 +256,7 @@ __all__ = [
     "LedgerEntry",
     "LiveSpans",
     "MachineModel",
+    "Meeting",
     "MegatronLMCall",
     "Mismatch",
     "Normalization",
@@ -273,6 +282,7 @@ __all__ = [
     "allowed_triggers",
     "as_json",
     "attempts",
+    "board_root",
     "bound_once",
     "build_raw_machine",
     "check_log",
@@ -340,6 +350,7 @@ __all__ = [
     "new_run_id",
     "other_run",
     "own_file_problem",
+    "owner",
     "pair_problem",
     "partial_dir",
     "patched_targets",
@@ -389,6 +400,7 @@ __all__ = [
     "slurm_identity_env",
     "spans",
     "store_closed",
+    "sweep",
     "text",
     "torchrun_env",
     "track",

@@ -5,12 +5,12 @@ one process."""
 
 from __future__ import annotations
 
-import os
 import sys
 from functools import partial
 from typing import Any
 
 from tests.integration.megatron_lm_cases import ROOT, _record
+from tests.integration.ports import new_rendezvous
 
 
 def _script() -> Any:
@@ -150,7 +150,7 @@ def twice(log_root: str) -> dict[str, Any]:
     out["up_after_refusal"] = _still_up()
     out["teardown"] = teardown()
     out["up_after_teardown"] = _still_up()
-    os.environ["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 97)  # a new rendezvous, as a new job has
+    new_rendezvous(log_root, "second")
     out["second"] = pretrain_with("lifecycle", f"{log_root}/second")
     out["teardown_second"] = teardown()
     return out

@@ -4,12 +4,12 @@ imported once per rank for all of them (as `megatron_lm_script_cases.runs` does 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tests.integration.megatron_lm_cases import ROOT, run
+from tests.integration.ports import new_rendezvous
 
 
 def runs(
@@ -39,12 +39,10 @@ def runs(
     held = [(home[where.partition(":")[0]], name) for where in LOOKUPS for name in LOOKUPS[where]]
     held_values = [(m, name, vars(m)[name]) for m, name in held if name in vars(m)]  # some only where installed
     out = {}
-    port = int(os.environ["MASTER_PORT"])
     provider = script.train_valid_test_datasets_provider
     originals = (training.train_step, script.forward_step, arguments.get_device_arch_version)
     for i, (case, which, tp, extra) in enumerate(order):
-        # A new rendezvous per run, as a new job would have (the last one's store may still serve).
-        os.environ["MASTER_PORT"] = str(port + 97 * i)
+        new_rendezvous(log_root, f"{i}-{case}-{which}")
         log_dir = str(Path(log_root) / case) if which == "lifecycle" else ""
         if hooks and case in hooks:
             hooks[case](script)

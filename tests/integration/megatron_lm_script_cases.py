@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.megatron_lm_cases import Counting, after_return, lifecycle_resources
+from tests.integration.ports import new_rendezvous
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TAG = "megatron_lm_core_v0.19.0"
@@ -93,11 +94,9 @@ def runs(order: list[tuple[str, str]], modules: str, log_root: str) -> dict[str,
     from megatron.training import global_vars
 
     out = {}
-    port = int(os.environ["MASTER_PORT"])
     for i, (which, layout) in enumerate(order):
         key = f"{which}-{layout}"
-        # A new rendezvous per run, as a new job would have (the last one's store may still serve).
-        os.environ["MASTER_PORT"] = str(port + 97 * i)
+        new_rendezvous(log_root, f"{i}-{key}")
         out[key] = run(which, layout, modules, str(Path(log_root) / key))
         global_vars.unset_global_variables()
         rerun_state_machine.destroy_rerun_state_machine()
