@@ -10,29 +10,8 @@ from __future__ import annotations
 
 from sys import intern
 
-from lifecycle.audit import _cycles, _failures, _groups, _ordering, _resume, _settings, _steps
+from lifecycle.audit import _cycles, _failures, _groups, _ordering, _reads, _resume, _settings, _steps
 from lifecycle.audit._fields import Handler, handler
-from lifecycle.audit._reads import (
-    CallbackReplaced,
-    CallbacksBound,
-    CallbacksUnbound,
-    ConfigMutated,
-    ConfigValidated,
-    FirstStepFinalized,
-    FirstStepNotFinalized,
-    Imports,
-    LifecycleShutdown,
-    LifecycleStarted,
-    ModelBuilt,
-    RankSimulated,
-    SimulationStarted,
-    StepCompleted,
-    TransitionCompleted,
-    TransitionFailed,
-    TransitionStarted,
-    TripwireViolation,
-    Warned,
-)
 from lifecycle.audit._records import Segment, unreadable
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import TRAINS_AT, RankState
@@ -72,7 +51,7 @@ def _trigger(audit: RankState, event: str, trigger: str | None) -> str:
     return _TRIGGERS.get(trigger) or intern(trigger)
 
 
-def started(audit: RankState, rec: LifecycleStarted, ts: float) -> None:
+def started(audit: RankState, rec: _reads.LifecycleStarted, ts: float) -> None:
     audit.host = rec.host
     audit.launched = rec.launcher == "lifecycle run"
     attempt = rec.attempt
@@ -98,7 +77,7 @@ def _new_attempt(audit: RankState) -> None:
     audit.bound_steps, audit.first_step_logged = 0, True
 
 
-def transition_started(audit: RankState, rec: TransitionStarted, ts: float) -> None:
+def transition_started(audit: RankState, rec: _reads.TransitionStarted, ts: float) -> None:
     trigger = rec.trigger
     if type(trigger) is not str:
         raise _bad(audit, rec.event, "trigger", trigger, "a str")
@@ -106,7 +85,7 @@ def transition_started(audit: RankState, rec: TransitionStarted, ts: float) -> N
     audit.open_start = ts
 
 
-def transition_completed(audit: RankState, rec: TransitionCompleted, ts: float) -> None:
+def transition_completed(audit: RankState, rec: _reads.TransitionCompleted, ts: float) -> None:
     raw = rec.trigger
     if type(raw) is not str:
         raise _bad(audit, rec.event, "trigger", raw, "a str")
@@ -128,7 +107,7 @@ def transition_completed(audit: RankState, rec: TransitionCompleted, ts: float) 
     _entered(audit, trigger, dest)
 
 
-def _changed_or_failed(audit: RankState, rec: TransitionCompleted, trigger: str, dest: str, ts: float) -> None:
+def _changed_or_failed(audit: RankState, rec: _reads.TransitionCompleted, trigger: str, dest: str, ts: float) -> None:
     """A completed transition's config fingerprint (LA005), and `lc.fail(reason)`'s failure."""
     fingerprint = rec.config_fingerprint
     if fingerprint is not None and audit.fingerprint is not None and fingerprint != audit.fingerprint:
@@ -165,7 +144,7 @@ def _entered(audit: RankState, trigger: str, dest: str) -> None:
         audit.shut = True
 
 
-def transition_failed(audit: RankState, rec: TransitionFailed, ts: float) -> None:
+def transition_failed(audit: RankState, rec: _reads.TransitionFailed, ts: float) -> None:
     trigger = _trigger(audit, rec.event, rec.trigger)
     message = f"{trigger!r} failed in state {audit.state} with {rec.error_type}: {str(rec.error)[:200]}"
     _failures.failed_transition(audit, ts, message, trigger, rec.error_type, rec.field)
@@ -173,12 +152,12 @@ def transition_failed(audit: RankState, rec: TransitionFailed, ts: float) -> Non
     audit.open_trigger = None
 
 
-def config_validated(audit: RankState, rec: ConfigValidated, ts: float) -> None:
+def config_validated(audit: RankState, rec: _reads.ConfigValidated, ts: float) -> None:
     audit.fingerprint = _str(audit, rec.event, "fingerprint", rec.fingerprint)
     audit.validated = True
 
 
-def config_mutated(audit: RankState, rec: ConfigMutated, ts: float) -> None:
+def config_mutated(audit: RankState, rec: _reads.ConfigMutated, ts: float) -> None:
     audit.flag(
         RuleId.CONFIG_CHANGED_AFTER_VALIDATED,
         f"config field {str(rec.field)!r} changed after VALIDATED: "
@@ -186,7 +165,7 @@ def config_mutated(audit: RankState, rec: ConfigMutated, ts: float) -> None:
     )
 
 
-def tripwire(audit: RankState, rec: TripwireViolation, ts: float) -> None:
+def tripwire(audit: RankState, rec: _reads.TripwireViolation, ts: float) -> None:
     trigger = rec.trigger
     during = f"during {trigger!r}" if trigger is not None else "outside any transition"
     audit.flag(
@@ -197,14 +176,14 @@ def tripwire(audit: RankState, rec: TripwireViolation, ts: float) -> None:
     )
 
 
-def model_built(audit: RankState, rec: ModelBuilt, ts: float) -> None:
+def model_built(audit: RankState, rec: _reads.ModelBuilt, ts: float) -> None:
     audit.model_gen = True
     audit.model_id = rec.model_config_id
     if audit.rebind_pending:
         audit.rebuilt = True
 
 
-def callbacks_bound(audit: RankState, rec: CallbacksBound, ts: float) -> None:
+def callbacks_bound(audit: RankState, rec: _reads.CallbacksBound, ts: float) -> None:
     target = rec.target_id
     scheduler = rec.scheduler_config_id
     _ordering.binding_ordered(audit)
@@ -226,22 +205,22 @@ def callbacks_bound(audit: RankState, rec: CallbacksBound, ts: float) -> None:
     _steps.on_bound(audit)
 
 
-def callbacks_unbound(audit: RankState, rec: CallbacksUnbound, ts: float) -> None:
+def callbacks_unbound(audit: RankState, rec: _reads.CallbacksUnbound, ts: float) -> None:
     _steps.close_binding(audit)
 
 
-def step_completed(audit: RankState, rec: StepCompleted, ts: float) -> None:
+def step_completed(audit: RankState, rec: _reads.StepCompleted, ts: float) -> None:
     if audit.rebind_pending and audit.rebuilt and audit.trains is not None:
         audit.flag_no_rebind("trained")
         return
     _steps.on_step(audit)
 
 
-def first_step_finalized(audit: RankState, rec: FirstStepFinalized, ts: float) -> None:
+def first_step_finalized(audit: RankState, rec: _reads.FirstStepFinalized, ts: float) -> None:
     _steps.on_first_step(audit)
 
 
-def first_step_not_finalized(audit: RankState, rec: FirstStepNotFinalized, ts: float) -> None:
+def first_step_not_finalized(audit: RankState, rec: _reads.FirstStepNotFinalized, ts: float) -> None:
     _steps.on_first_step(audit)
     audit.flag(
         RuleId.FIRST_STEP_NOT_FINALIZED,
@@ -250,7 +229,7 @@ def first_step_not_finalized(audit: RankState, rec: FirstStepNotFinalized, ts: f
     )
 
 
-def imports(audit: RankState, rec: Imports, ts: float) -> None:
+def imports(audit: RankState, rec: _reads.Imports, ts: float) -> None:
     """The heavy-import step is its own segment; the open state's time excludes the main thread's wait."""
     start, duration, waited = rec.started_ts, rec.duration_s, rec.waited_s
     if start is None or duration is None or waited is None:
@@ -263,7 +242,7 @@ def imports(audit: RankState, rec: Imports, ts: float) -> None:
         audit.open_start = min(audit.open_start + waited, ts)
 
 
-def shutdown(audit: RankState, rec: LifecycleShutdown, ts: float) -> None:
+def shutdown(audit: RankState, rec: _reads.LifecycleShutdown, ts: float) -> None:
     """`leaked`: what the ledger found still alive at the shutdown (older logs: `resource_leaked`
     records after this one)."""
     audit.shut = True
@@ -272,7 +251,7 @@ def shutdown(audit: RankState, rec: LifecycleShutdown, ts: float) -> None:
         _failures.leak(audit, entry.get("resource"), entry.get("state"))
 
 
-def simulation(audit: RankState, rec: SimulationStarted, ts: float) -> None:
+def simulation(audit: RankState, rec: _reads.SimulationStarted, ts: float) -> None:
     value = rec.simulated
     if value is None or value < 1:
         raise unreadable(
@@ -287,7 +266,7 @@ WARNINGS_CAP = 32
 """Distinct warnings kept per rank; more are not listed (the log keeps them all)."""
 
 
-def callback_replaced(audit: RankState, rec: CallbackReplaced, ts: float) -> None:
+def callback_replaced(audit: RankState, rec: _reads.CallbackReplaced, ts: float) -> None:
     """A write to a callback slot during Megatron-LM's `train()` by someone else than `train()` (the
     drop-in lets it through, as Megatron-LM does): the scheduler still reaches a finalizer unless the
     write left `finalize_model_grads_func` unbound."""
@@ -301,7 +280,7 @@ def callback_replaced(audit: RankState, rec: CallbackReplaced, ts: float) -> Non
     )
 
 
-def warning(audit: RankState, rec: Warned, ts: float) -> None:
+def warning(audit: RankState, rec: _reads.Warned, ts: float) -> None:
     key = (
         _str(audit, rec.event, "category", rec.category),
         _str(audit, rec.event, "module", rec.module),
@@ -314,7 +293,7 @@ def warning(audit: RankState, rec: Warned, ts: float) -> None:
         held[key] = 1
 
 
-def rank_simulated(audit: RankState, rec: RankSimulated, ts: float) -> None:
+def rank_simulated(audit: RankState, rec: _reads.RankSimulated, ts: float) -> None:
     """`counts`: per state entered, what the simulated rank created and issued (process groups,
     collectives); kept for `--blame`. Absent in logs of older simulations."""
     value = rec.counts
