@@ -11,46 +11,32 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
 
-from lifecycle.audit._fields import Record, reads
+from lifecycle.audit._reads import CycleEnded, CycleStarted, SignalReceived
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
 
-STARTED = (
-    "resumed_step",
-    "restart_s",
-    "ledger",
-    "fingerprint",
-    "hooks",
-    "cycle",
-    "world_size",
-    "launched_world_size",
-    "restart_timeouts",
-)
-ENDED = ("cause_rank", "cause", "fault_ts", "cycle")
+
+def _key(audit: RankState, cycle: int | None) -> tuple[int, int]:
+    return audit.attempt_no, cycle or 0  # absent in older logs: cycle 0
 
 
-def _key(audit: RankState, cycle: object) -> tuple[int, int]:
-    return audit.attempt_no, cast("int | None", cycle) or 0  # absent in older logs: cycle 0
-
-
-def cycle_started(audit: RankState, rec: Record, ts: float) -> None:
-    entry = audit.cycles.setdefault(_key(audit, rec.get("cycle")), {})
+def cycle_started(audit: RankState, rec: CycleStarted, ts: float) -> None:
+    entry = audit.cycles.setdefault(_key(audit, rec.cycle), {})
     entry.update(
-        resumed_step=rec.get("resumed_step"),
-        restart_s=rec.get("restart_s"),
-        ledger=rec.get("ledger"),
-        fingerprint=rec.get("fingerprint"),
-        hooks=rec.get("hooks"),
+        resumed_step=rec.resumed_step,
+        restart_s=rec.restart_s,
+        ledger=rec.ledger,
+        fingerprint=rec.fingerprint,
+        hooks=rec.hooks,
         started_ts=ts,
     )
-    _restart_timeouts(audit, cast("dict[str, float | None] | None", rec.get("restart_timeouts")))
-    world, launched = cast("tuple[int | None, int | None]", (rec.get("world_size"), rec.get("launched_world_size")))
+    _restart_timeouts(audit, rec.restart_timeouts)
+    world, launched = rec.world_size, rec.launched_world_size
     if world is not None and launched is not None and world < launched:
         audit.flag(
             RuleId.WORLD_SHRUNK,
-            f"cycle {rec.get('cycle')} trained with {world} of the {launched} ranks launched: a rank was "
+            f"cycle {rec.cycle} trained with {world} of the {launched} ranks launched: a rank was "
             "lost and min_world_size let the job go on smaller (a smaller data-parallel size, a different "
             "global batch); leave min_world_size out to keep the job whole",
         )
@@ -67,9 +53,9 @@ def _restart_timeouts(audit: RankState, found: dict[str, float | None] | None) -
     audit.timeouts = audit.timeouts._replace(restart=read)
 
 
-def cycle_ended(audit: RankState, rec: Record, ts: float) -> None:
-    entry = audit.cycles.setdefault(_key(audit, rec.get("cycle")), {})
-    entry.update(cause_rank=rec.get("cause_rank"), cause=rec.get("cause"), fault_ts=rec.get("fault_ts"), ended=True)
+def cycle_ended(audit: RankState, rec: CycleEnded, ts: float) -> None:
+    entry = audit.cycles.setdefault(_key(audit, rec.cycle), {})
+    entry.update(cause_rank=rec.cause_rank, cause=rec.cause, fault_ts=rec.fault_ts, ended=True)
 
 
 def process_ended(audit: RankState) -> None:
@@ -87,11 +73,10 @@ def process_ended(audit: RankState) -> None:
     audit.signalled = None
 
 
-@reads("signal")
-def signal_received(audit: RankState, rec: Record, ts: float) -> None:
+def signal_received(audit: RankState, rec: SignalReceived, ts: float) -> None:
     """A signal after the startup (engine/_failures.py `pass_on`): this rank was stopped from
     outside, so its log stopping is not what ended the attempt."""
-    audit.signalled = str(rec.get("signal"))[:40]
+    audit.signalled = str(rec.signal)[:40]
 
 
 @dataclass(frozen=True, slots=True)

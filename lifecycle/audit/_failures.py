@@ -3,9 +3,7 @@ timeout. Each keeps the rank's first failure (`RankState.fail`) for LA013 and th
 
 from __future__ import annotations
 
-from typing import cast
-
-from lifecycle.audit._fields import Record, reads
+from lifecycle.audit._reads import PeerFailed, ResourceLeaked, RestartsExhausted, StartupAborted, StateTimeout
 from lifecycle.audit._records import VICTIM_KINDS, Failure
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
@@ -62,14 +60,14 @@ RESTART_REQUESTS = ("RankShouldRestart",)
 the rank is a victim of another's fault, never the culprit."""
 
 
-def restart_request(error_type: object, message: object) -> bool:
+def restart_request(error_type: str | None, message: str | None) -> bool:
     """A failure that is the restart wrapper's request, by the error's type or, chained under another
     (the engine's PhaseFailed), by its text."""
     return str(error_type) in RESTART_REQUESTS or any(name in str(message) for name in RESTART_REQUESTS)
 
 
 def failed_transition(
-    audit: RankState, ts: float, message: str, trigger: str | None, error_type: object, field: object
+    audit: RankState, ts: float, message: str, trigger: str | None, error_type: str | None, field: str | None
 ) -> None:
     """A `transition_failed`: the rank's failure, with the error's type and the config field it names
     (a restart wrapper's request: the rank is its peer's victim, kind `restart`)."""
@@ -84,10 +82,9 @@ def failed_transition(
     )
 
 
-@reads("signal", "state")
-def startup_aborted(audit: RankState, rec: Record, ts: float) -> None:
-    signal = str(rec.get("signal"))[:40]
-    state = str(rec.get("state") or audit.state)[:40]
+def startup_aborted(audit: RankState, rec: StartupAborted, ts: float) -> None:
+    signal = str(rec.signal)[:40]
+    state = str(rec.state or audit.state)[:40]
     fail(
         audit,
         "aborted",
@@ -98,52 +95,46 @@ def startup_aborted(audit: RankState, rec: Record, ts: float) -> None:
     )
 
 
-@reads("peer_rank", "peer_state", "error", "peer_kind")
-def peer_failed(audit: RankState, rec: Record, ts: float) -> None:
-    peer = cast("int | None", rec.get("peer_rank"))
+def peer_failed(audit: RankState, rec: PeerFailed, ts: float) -> None:
+    peer = rec.peer_rank
     message = (
         f"stopped in state {audit.state}{_during(audit)} because peer rank "
-        f"{peer} failed in state {str(rec.get('peer_state'))[:40]}: {str(rec.get('error'))[:200]}"
+        f"{peer} failed in state {str(rec.peer_state)[:40]}: {str(rec.error)[:200]}"
     )
-    fail(audit, "peer_failed", ts, message, peer=peer, peer_lost=rec.get("peer_kind") == "lost")
+    fail(audit, "peer_failed", ts, message, peer=peer, peer_lost=rec.peer_kind == "lost")
 
 
-@reads("state", "missing", "trigger", "timeout_s")
-def state_timeout(audit: RankState, rec: Record, ts: float) -> None:
-    state = str(rec.get("state") or audit.state)[:40]
-    missing = cast("list[int] | None", rec.get("missing"))
+def state_timeout(audit: RankState, rec: StateTimeout, ts: float) -> None:
+    state = str(rec.state or audit.state)[:40]
+    missing = rec.missing
     waiting = f", waiting for ranks {str(missing)[:120]}" if missing else ""
-    trigger = rec.get("trigger")
+    trigger = rec.trigger
     during = f" during {str(trigger)[:40]!r}" if trigger else _during(audit)
     ranks = tuple(missing[:64]) if missing is not None else ()
-    message = f"timed out after {rec.get('timeout_s')} s in state {state}{during}{waiting}"
+    message = f"timed out after {rec.timeout_s} s in state {state}{during}{waiting}"
     fail(audit, "timeout", ts, message, state=state, missing=ranks)
 
 
-@reads("cause_rank", "cause", "cycles", "reason")
-def restarts_exhausted(audit: RankState, rec: Record, ts: float) -> None:
+def restarts_exhausted(audit: RankState, rec: RestartsExhausted, ts: float) -> None:
     """The in-process restart wrapper gave up: its `cause_rank` is the culprit it names (the rank that
     failed first in the last cycle), and its `cause` (`Type: message`) gives the class. It takes the
     place of a victim's failure this rank logged in that cycle (a restart request, a peer's failure)."""
-    peer, cause = cast("int | None", rec.get("cause_rank")), cast("str | None", rec.get("cause"))
+    peer, cause = rec.cause_rank, rec.cause
     error_type = cause.partition(":")[0].strip()[:80] if cause and ":" in cause else None
     who = f"rank {peer}: {cause[:200] if cause else 'no cause published'}" if peer is not None else "not published"
-    message = (
-        f"in-process restart gave up after {rec.get('cycles')} cycles ({rec.get('reason')}); the last fault: {who}"
-    )
+    message = f"in-process restart gave up after {rec.cycles} cycles ({rec.reason}); the last fault: {who}"
     if audit.failure is not None and audit.failure.kind in VICTIM_KINDS:
         audit.failure = None
     fail(audit, "exhausted", ts, message, peer=peer, error_type=error_type)
 
 
-@reads("resource", "state")
-def resource_leaked(audit: RankState, rec: Record, ts: float) -> None:
+def resource_leaked(audit: RankState, rec: ResourceLeaked, ts: float) -> None:
     """A survivor of a rebuild's or restart's release, logged by the ledger (older logs: also of a
     shutdown, after its `lifecycle_shutdown`)."""
-    leak(audit, rec.get("resource"), rec.get("state"))
+    leak(audit, rec.resource, rec.state)
 
 
-def leak(audit: RankState, resource_: object, state_: object) -> None:
+def leak(audit: RankState, resource_: str | None, state_: str | None) -> None:
     """LA023: a resource the ledger found alive after its release or the shutdown."""
     resource, state = str(resource_)[:120], str(state_)[:40]
     after = "the lifecycle's shutdown" if audit.shut else "its release"

@@ -2,8 +2,8 @@
 
 Lines come in batches. Each batch is decoded by msgspec into typed records that hold the envelope
 (`seq`, `prev_hash`, `hash`, `generation`, `rank`, `run_id`, `world_size`, `ts`, `event`, with their
-types checked in C) and only the fields the handlers read (`_handlers.READS`), each as the log's
-schema types it (`_typed`); a batch that does not decode so (a field of another type, a missing one,
+types checked in C) and only the fields the handlers read (`_reads.READS`), each as the log's
+schema types it (`_reads`); a batch that does not decode so (a field of another type, a missing one,
 a line that is not JSON or not UTF-8) is parsed with orjson instead, and a parsed record is
 converted to the same types before a handler reads it. Each record's hash is computed on its bytes
 as the writer laid them out (the sorted-keys body, then `,"hash":"<hex>"}`), and the batch is
@@ -24,19 +24,19 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import compress, islice
 from operator import attrgetter, itemgetter
-from typing import Annotated, Union, cast
+from typing import TYPE_CHECKING, Annotated, Union, cast
 
 import msgspec
 import orjson
 
 from lifecycle.audit._breaks import Column, HexDigests, chain_breaks, typed_clean
 from lifecycle.audit._fields import Record
-from lifecycle.audit._handlers import HANDLERS, READS, WANTED
+from lifecycle.audit._handlers import HANDLERS, WANTED
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import Lines
+from lifecycle.audit._reads import READ_TYPES, READS, Typed
 from lifecycle.audit._records import EARLIEST_TS, LATEST_TS, unreadable
-from lifecycle.audit._typed import READ_TYPES, as_read
-from lifecycle.audit._typed import Typed as _Typed
+from lifecycle.audit._typed import as_read
 from lifecycle.errors import LogUnreadable
 from lifecycle.log import GENESIS, SUFFIX, JSONValue, events, records
 from lifecycle.log.schema import read_fields
@@ -63,6 +63,18 @@ _HEAD = cast("Callable[[JSONValue], Head]", itemgetter(*_NAMES))
 callers catch both)."""
 
 
+class _Batch(Typed):
+    """A record as the batch path decodes it (`RECORD_TYPES` derive from it): a handler's fields and
+    the envelope, which the reader reads by name (`get`: a `Record`)."""
+
+    if TYPE_CHECKING:
+
+        def get(self, key: str, /) -> JSONValue: ...
+
+    else:
+        get = object.__getattribute__  # C; a field not decoded raises AttributeError
+
+
 def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], ...]:
     def fields(event: str) -> list[tuple[str, object] | tuple[str, object, None]]:
         names = {*READS.get(event, ()), *more.get(event, ())} - _IN_ENVELOPE
@@ -72,10 +84,10 @@ def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], .
         msgspec.defstruct(
             f"Typed_{event}",
             fields(event),
-            bases=(_Typed,),
+            bases=(_Batch,),
             tag_field="event",
             tag=event,
-            namespace={"event": event, "get": _Typed.get},
+            namespace={"event": event, "get": _Batch.get},  # `get` in its own namespace: found first
             module=__name__,
             gc=False,
             kw_only=True,
@@ -87,8 +99,8 @@ def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], .
 RECORD_TYPES = _types({})
 """One record type per event, as the batch path decodes it: the envelope, typed (checked in C),
 and the fields its handler reads (`READS`), each typed as the schema says (`schema.read_fields`:
-checked in C too; None when absent); `event` is its tag, `get` reads a field
-as `dict.get` would (None when absent). Fields in sorted order, as the writer sorts keys: msgspec
+checked in C too; None when absent); `event` is its tag, `get` reads the envelope for the reader
+(`Record`). Fields in sorted order, as the writer sorts keys: msgspec
 finds each key at the next field."""
 decode_typed = msgspec.json.Decoder(Union[RECORD_TYPES]).decode  # noqa: UP007 - a union built at runtime
 """A line as the batch path decodes it: a record of `RECORD_TYPES` (msgspec raises on one that is not)."""
@@ -96,18 +108,18 @@ Tap = Callable[[list[bytes], Sequence[JSONValue | Record]], None]
 """Called with each batch's lines and their records (typed, or orjson dicts) before the audit reads
 them: what the export keeps of the records it would otherwise decode again. A plain audit has none.
 A tap declares in its `reads` attribute ({event: field names}) the fields it reads, beyond the
-handlers', on the records it is given typed (`rec.get(name)`: None when absent). A tap with an
+handlers', on the records it is given typed (as attributes: None when absent). A tap with an
 `applied(start, end)` method is told of each run of records, input lines [start, end), that the
 batch path applies at once; every other record is checked on its own (`RankAudit.feed`)."""
 
 
 @functools.cache
-def _decoder(reads: tuple[tuple[str, tuple[str, ...]], ...]) -> Callable[[bytes], list[_Typed]]:
+def _decoder(reads: tuple[tuple[str, tuple[str, ...]], ...]) -> Callable[[bytes], list[_Batch]]:
     types = _types(dict(reads)) if reads else RECORD_TYPES
     return msgspec.json.Decoder(list[Union[types]]).decode  # type: ignore[valid-type]  # noqa: UP007 - a union built at runtime
 
 
-def _tap_decoder(tap: Tap) -> Callable[[bytes], list[_Typed]]:
+def _tap_decoder(tap: Tap) -> Callable[[bytes], list[_Batch]]:
     reads: Mapping[str, Sequence[str]] = getattr(tap, "reads", {})
     return _decoder(tuple(sorted((event, tuple(sorted(names))) for event, names in reads.items())))
 
@@ -159,7 +171,7 @@ class Feeder:
         self,
         first: int,
         lines: list[bytes],
-        recs: Sequence[JSONValue | _Typed],
+        recs: Sequence[JSONValue | _Batch],
         cols: tuple[Column, ...],
         heads: list[Head | None] | None,
         cut: int,
@@ -190,7 +202,7 @@ class Feeder:
                 self._one(first + i, lines[i], recs[i], cut)
                 i += 1
 
-    def _run(self, i: int, rec: JSONValue | _Typed, head: Head | None, digest: str, breaks: list[int], n: int) -> int:
+    def _run(self, i: int, rec: JSONValue | _Batch, head: Head | None, digest: str, breaks: list[int], n: int) -> int:
         """The end of the run of records from `i` that continue their rank unchanged (or start a log
         as the writer starts one); `i` itself when record `i` must be checked on its own."""
         if head is None:
@@ -228,8 +240,8 @@ class Feeder:
         at = bisect_right(breaks, i)
         return breaks[at] if at < len(breaks) else n
 
-    def _one(self, lineno: int, line: bytes, rec: JSONValue | _Typed, cut: int) -> None:
-        if isinstance(rec, _Typed):  # a typed record: checked in full on the whole record, as orjson reads it
+    def _one(self, lineno: int, line: bytes, rec: JSONValue | _Batch, cut: int) -> None:
+        if isinstance(rec, _Batch):  # a typed record: checked in full on the whole record, as orjson reads it
             try:
                 rec = _loads(line)
             except orjson.JSONDecodeError as error:
@@ -266,7 +278,7 @@ def _apply(
     first: int,
     i: int,
     end: int,
-    recs: Sequence[JSONValue | _Typed],
+    recs: Sequence[JSONValue | _Batch],
     cols: Sequence[Column],
     digests: Sequence[str],
 ) -> None:
@@ -278,7 +290,7 @@ def _apply(
         cast("tuple[str, ...]", cols[8]),
     )
     try:
-        _handle(cur, first, i, end, cast("Sequence[Record]", recs), tss, evs)
+        _handle(cur, first, i, end, recs, tss, evs)
     except LogUnreadable:  # a handler refused record cur.line: it and those before it were read
         cur.records += cur.line - first - i + 1
         raise
@@ -288,24 +300,33 @@ def _apply(
 
 
 def _handle(
-    cur: RankAudit, first: int, i: int, end: int, recs: Sequence[Record], tss: Sequence[float], evs: Sequence[str]
+    cur: RankAudit,
+    first: int,
+    i: int,
+    end: int,
+    recs: Sequence[JSONValue | _Batch],
+    tss: Sequence[float],
+    evs: Sequence[str],
 ) -> None:
+    got: Sequence[JSONValue | Typed] = recs
+    refused = None
     if type(recs[i]) is dict:  # parsed by orjson: read as the types the batch path decodes, each record
-        recs, refused = _as_read(cur.source, first, i, end, recs, evs)
-        if refused is not None:  # handle those before the one refused, as if read one by one
-            at, error = refused
-            _handle_typed(cur, first, i, at, recs, tss, evs)
-            cur.line = first + at
-            raise error
-    _handle_typed(cur, first, i, end, recs, tss, evs)
+        got, refused = _as_read(cur.source, first, i, end, recs, evs)
+    read = cast("Sequence[Typed]", got)  # each record a handler reads: decoded typed, or converted (`_as_read`)
+    if refused is not None:  # handle those before the one refused, as if read one by one
+        at, error = refused
+        _handle_typed(cur, first, i, at, read, tss, evs)
+        cur.line = first + at
+        raise error
+    _handle_typed(cur, first, i, end, read, tss, evs)
 
 
 def _as_read(
-    source: str, first: int, i: int, end: int, recs: Sequence[Record], evs: Sequence[str]
-) -> tuple[list[Record], tuple[int, LogUnreadable] | None]:
+    source: str, first: int, i: int, end: int, recs: Sequence[JSONValue | _Batch], evs: Sequence[str]
+) -> tuple[list[JSONValue | Typed], tuple[int, LogUnreadable] | None]:
     """Parsed records [i, end) with the fields their handlers read as their types (`_typed.as_read`);
     the first that has a field of another type, and why, if one has."""
-    out = list(recs)
+    out: list[JSONValue | Typed] = list(recs)
     for j in compress(range(i, end), map(READ_TYPES.__contains__, islice(evs, i, end))):
         try:
             out[j] = as_read(source, first + j, evs[j], cast("dict[str, JSONValue]", recs[j]))
@@ -315,7 +336,7 @@ def _as_read(
 
 
 def _handle_typed(
-    cur: RankAudit, first: int, i: int, end: int, recs: Sequence[Record], tss: Sequence[float], evs: Sequence[str]
+    cur: RankAudit, first: int, i: int, end: int, recs: Sequence[Typed], tss: Sequence[float], evs: Sequence[str]
 ) -> None:
     j = i
     while j < end:
@@ -336,7 +357,7 @@ def _handle_typed(
             j = end
 
 
-def _typed(lines: list[bytes], decode: Callable[[bytes], list[_Typed]]) -> list[_Typed] | None:
+def _typed(lines: list[bytes], decode: Callable[[bytes], list[_Batch]]) -> list[_Batch] | None:
     """The batch decoded as typed records, or None when one line does not decode so (then orjson
     reads the batch and the records are checked as they are). Only for ASCII lines: msgspec does
     not check that the text of a field it skips is UTF-8; orjson does. Decoded as one JSON array (one

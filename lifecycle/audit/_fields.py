@@ -1,33 +1,31 @@
-"""The shape of a per-event handler and the record fields it declares (`reads`): shared by the
-modules that hold handlers (`_handlers`, `_failures`, `_ordering`)."""
+"""The shape of a per-event handler (`Handler`), and what the reader reads a record's envelope
+through (`Record`): shared by the modules that hold handlers (`_handlers`, `_failures`, `_ordering`,
+...) and the reader (`_feed`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
+
+from lifecycle.audit._reads import Typed
 
 if TYPE_CHECKING:
     from lifecycle.audit._state import RankState
 
 
 class Record(Protocol):
-    """What a handler reads a record through: the reader's typed record (`_typed`). Each field the
-    handler declares (`reads`) is of its type in the log's schema, or None when the record lacks it;
-    the handler checks presence and meaning, not type."""
+    """A record whose envelope the reader reads by name: a dict parsed by orjson, or a typed record
+    of the batch path (`_feed.RECORD_TYPES`, whose `get` reads a field it decoded)."""
 
     def get(self, key: str, /) -> object: ...
 
 
-Handler = Callable[["RankState", Record, float], None]
-DECLARED: dict[Handler, tuple[str, ...]] = {}
-"""By handler: the record fields it reads besides the envelope (`_handlers.READS` maps them by event)."""
+Handler = Callable[["RankState", Typed, float], None]
+"""A per-event handler, called with its event's struct (`_reads.READ_TYPES`) and the record's time."""
+_Read = TypeVar("_Read", bound=Typed)
 
 
-def reads(*fields: str) -> Callable[[Handler], Handler]:
-    """Declare the record fields a handler reads (see `_handlers.READS`)."""
-
-    def mark(handler: Handler) -> Handler:
-        DECLARED[handler] = fields
-        return handler
-
-    return mark
+def handler(fn: Callable[[RankState, _Read, float], None]) -> Handler:
+    """`fn` as the reader calls it: with any typed record; the reader gives it its event's struct
+    (`_reads.READ_TYPES`; a test holds each handler's annotation to it)."""
+    return cast(Handler, fn)

@@ -11,22 +11,18 @@ communicator is made lazily, at its first collective, inside a step (Megatron-LM
 
 from __future__ import annotations
 
-from typing import cast
-
-from lifecycle.audit._fields import Record
+from lifecycle.audit._reads import GroupCreated, ProcessGroupAdopted, TimeoutsRead
 from lifecycle.audit._records import TimeoutMap
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
-from lifecycle.log import JSONValue
 
-TIMEOUTS = ("configured_s", "world_s", "store_s", "watch_s", "groups")
 _CORRECTED_SHOWN = 5
 
 
-def _map(configured: float, rec: Record, groups: list[dict[str, JSONValue]]) -> TimeoutMap:
+def _map(configured: float, rec: TimeoutsRead) -> TimeoutMap:
     found: dict[float | None, int] = {}
     corrected: list[tuple[str, float]] = []
-    for group in groups:
+    for group in rec.groups or ():
         t = _seconds(group.get("timeout_s"))
         found[t] = found.get(t, 0) + 1
         was = _seconds(group.get("corrected_from"))
@@ -35,16 +31,15 @@ def _map(configured: float, rec: Record, groups: list[dict[str, JSONValue]]) -> 
     order = sorted(found.items(), key=lambda item: -(item[0] or 0.0))
     return TimeoutMap(
         configured,
-        cast("float | None", rec.get("world_s")),
-        cast("float | None", rec.get("store_s")),
-        cast("float | None", rec.get("watch_s")),
+        rec.world_s,
+        rec.store_s,
+        rec.watch_s,
         sum(found.values()),
         tuple(order),
         tuple(corrected),
     )
 
 
-CREATED = ("name", "timeout_s", "created_by")
 _SHOWN = 3
 
 
@@ -71,36 +66,32 @@ def _differs(name: str, by: str, found: float, configured: float) -> str:
     )
 
 
-def timeouts_read(audit: RankState, rec: Record, ts: float) -> None:
-    configured = cast("float | None", rec.get("configured_s"))
+def timeouts_read(audit: RankState, rec: TimeoutsRead, ts: float) -> None:
+    configured = rec.configured_s
     if configured is None:
         return
     audit.configured_timeout_s = configured
-    groups = cast("list[dict[str, JSONValue]] | None", rec.get("groups")) or []
-    audit.timeouts = _map(configured, rec, groups)
-    world = cast("float | None", rec.get("world_s"))
+    audit.timeouts = _map(configured, rec)
+    world = rec.world_s
     if world is not None and world != configured:
         audit.flag(RuleId.GROUP_TIMEOUT, _differs("the default process group", "init_process_group", world, configured))
-    for group in groups:
+    for group in rec.groups or ():
         found = _seconds(group.get("timeout_s"))
         if found is not None and found != configured:
             name, by = str(group.get("name", "?")), str(group.get("created_by", "?"))
             audit.flag(RuleId.GROUP_TIMEOUT, _differs(name, by, found, configured))
 
 
-ADOPTED = ("timeout_s",)
-
-
-def group_adopted(audit: RankState, rec: Record, ts: float) -> None:
+def group_adopted(audit: RankState, rec: ProcessGroupAdopted, ts: float) -> None:
     """The drop-in took the script's process group (`process_group_adopted`): its timeout, read back,
     is the world's in the rank's timeout map, marked as the script's."""
     known = audit.timeouts or TimeoutMap(None, None, None, None, 0, (), ())
-    audit.timeouts = known._replace(world_s=_seconds(rec.get("timeout_s")), adopted=True)
+    audit.timeouts = known._replace(world_s=_seconds(rec.timeout_s), adopted=True)
 
 
-def group_created(audit: RankState, rec: Record, ts: float) -> None:
-    name, by = str(rec.get("name") or "?"), str(rec.get("created_by") or "?")
-    found, configured = cast("float | None", rec.get("timeout_s")), audit.configured_timeout_s
+def group_created(audit: RankState, rec: GroupCreated, ts: float) -> None:
+    name, by = str(rec.name or "?"), str(rec.created_by or "?")
+    found, configured = rec.timeout_s, audit.configured_timeout_s
     if found is not None and configured is not None and found != configured:
         audit.flag(RuleId.GROUP_TIMEOUT, _differs(name, by, found, configured))
     if audit.state == "CALLBACKS_BOUND":

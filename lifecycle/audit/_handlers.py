@@ -1,18 +1,17 @@
 """Per-event rules: one function per startup-log event the audit looks inside (docs/log-format.md).
 
 Called for a few records per transition, in the reader's hot loop: plain reads, no helpers on the
-common path. Each field a handler declares (`@reads`) comes as its type in the log's schema, or None
-where the record lacks it (`_typed`, on both of the reader's paths): a handler checks a value's
-presence and meaning, not its type.
+common path. A handler gets its event's struct (`_reads`): each field it reads as its type in the
+log's schema, or None where the record lacks it (on both of the reader's paths); a handler checks a
+value's presence and meaning, not its type.
 """
 
 from __future__ import annotations
 
 from sys import intern
-from typing import cast
 
-from lifecycle.audit import _cycles, _failures, _groups, _ordering, _resume, _settings, _steps
-from lifecycle.audit._fields import DECLARED, Handler, Record, reads
+from lifecycle.audit import _cycles, _failures, _groups, _ordering, _reads, _resume, _settings, _steps
+from lifecycle.audit._fields import Handler, handler
 from lifecycle.audit._records import Segment, unreadable
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import TRAINS_AT, RankState
@@ -28,47 +27,41 @@ _VALIDATED, _SHUT_DOWN, _FAILED = State.VALIDATED.name, State.SHUT_DOWN.name, St
 _new_segment = tuple.__new__  # Segment(...) runs a Python-level __new__; this builds the same tuple in C
 
 
-def _bad(audit: RankState, rec: Record, key: str, want: str) -> Exception:
-    return unreadable(
-        audit.source, audit.line, f"{rec.get('event')}: field {key!r} is {repr(rec.get(key))[:60]}, expected {want}"
-    )
+def _bad(audit: RankState, event: str, key: str, value: str | None, want: str) -> Exception:
+    return unreadable(audit.source, audit.line, f"{event}: field {key!r} is {repr(value)[:60]}, expected {want}")
 
 
-def _str(audit: RankState, rec: Record, key: str) -> str:
-    value = rec.get(key)
+def _str(audit: RankState, event: str, key: str, value: str | None) -> str:
     if type(value) is str:
         return value
-    raise _bad(audit, rec, key, "a str")
+    raise _bad(audit, event, key, value, "a str")
 
 
-def _state(audit: RankState, rec: Record, key: str) -> str:
-    value = rec.get(key)
+def _state(audit: RankState, event: str, key: str, value: str | None) -> str:
     name = _STATES.get(value) if type(value) is str else None
     if name is None:
-        raise _bad(audit, rec, key, "a state name")
+        raise _bad(audit, event, key, value, "a state name")
     return name
 
 
-def _trigger(audit: RankState, rec: Record) -> str:
+def _trigger(audit: RankState, event: str, trigger: str | None) -> str:
     # Interned: every rank holds the same few names, once in memory and once per pickle.
-    trigger = rec.get("trigger")
     if type(trigger) is not str:
-        raise _bad(audit, rec, "trigger", "a str")
+        raise _bad(audit, event, "trigger", trigger, "a str")
     return _TRIGGERS.get(trigger) or intern(trigger)
 
 
-@reads("attempt", "plan", "target", "host", "launcher")
-def started(audit: RankState, rec: Record, ts: float) -> None:
-    audit.host = cast("str | None", rec.get("host"))
-    audit.launched = rec.get("launcher") == "lifecycle run"
-    attempt = cast("int | None", rec.get("attempt"))
+def started(audit: RankState, rec: _reads.LifecycleStarted, ts: float) -> None:
+    audit.host = rec.host
+    audit.launched = rec.launcher == "lifecycle run"
+    attempt = rec.attempt
     if attempt is not None and attempt > 0:  # a new attempt continuing this log
         _new_attempt(audit)
         audit.attempt_no = attempt
         audit.cycles.setdefault((attempt, 0), {})  # joined with the other ranks' by `attempts`
-    audit.plan = cast("str | None", rec.get("plan"))
-    if rec.get("target") is not None:
-        audit.target = _state(audit, rec, "target")
+    audit.plan = rec.plan
+    if rec.target is not None:
+        audit.target = _state(audit, rec.event, "target", rec.target)
     elif audit.plan in _PLAN_TARGETS:  # an older record without `target`: the plan decides it
         audit.target = _PLAN_TARGETS[audit.plan]
     audit.trains = TRAINS_AT.get(audit.target)
@@ -84,25 +77,23 @@ def _new_attempt(audit: RankState) -> None:
     audit.bound_steps, audit.first_step_logged = 0, True
 
 
-@reads("trigger")
-def transition_started(audit: RankState, rec: Record, ts: float) -> None:
-    trigger = rec.get("trigger")
+def transition_started(audit: RankState, rec: _reads.TransitionStarted, ts: float) -> None:
+    trigger = rec.trigger
     if type(trigger) is not str:
-        raise _bad(audit, rec, "trigger", "a str")
+        raise _bad(audit, rec.event, "trigger", trigger, "a str")
     audit.open_trigger = _TRIGGERS.get(trigger) or intern(trigger)
     audit.open_start = ts
 
 
-@reads("trigger", "dest", "config_fingerprint", "reason")
-def transition_completed(audit: RankState, rec: Record, ts: float) -> None:
-    raw = rec.get("trigger")
+def transition_completed(audit: RankState, rec: _reads.TransitionCompleted, ts: float) -> None:
+    raw = rec.trigger
     if type(raw) is not str:
-        raise _bad(audit, rec, "trigger", "a str")
+        raise _bad(audit, rec.event, "trigger", raw, "a str")
     trigger = _TRIGGERS.get(raw) or intern(raw)
-    reached = rec.get("dest")
+    reached = rec.dest
     dest = _STATES.get(reached) if type(reached) is str else None
     if dest is None:
-        raise _bad(audit, rec, "dest", "a state name")
+        raise _bad(audit, rec.event, "dest", reached, "a state name")
     start = audit.open_start if audit.open_trigger == trigger else ts
     if start > ts:  # the clock went backwards (LA017): a zero duration, never a negative one
         start = ts
@@ -116,9 +107,9 @@ def transition_completed(audit: RankState, rec: Record, ts: float) -> None:
     _entered(audit, trigger, dest)
 
 
-def _changed_or_failed(audit: RankState, rec: Record, trigger: str, dest: str, ts: float) -> None:
+def _changed_or_failed(audit: RankState, rec: _reads.TransitionCompleted, trigger: str, dest: str, ts: float) -> None:
     """A completed transition's config fingerprint (LA005), and `lc.fail(reason)`'s failure."""
-    fingerprint = rec.get("config_fingerprint")
+    fingerprint = rec.config_fingerprint
     if fingerprint is not None and audit.fingerprint is not None and fingerprint != audit.fingerprint:
         audit.flag(
             RuleId.CONFIG_CHANGED_AFTER_VALIDATED,
@@ -126,7 +117,7 @@ def _changed_or_failed(audit: RankState, rec: Record, trigger: str, dest: str, t
             f"but VALIDATED fingerprinted {audit.fingerprint[:16]}: the config changed",
         )
     if dest == _FAILED:  # `lc.fail(reason)`: no transition_failed before it
-        reason = rec.get("reason")
+        reason = rec.reason
         because = f": {str(reason)[:200]}" if reason else ""
         _failures.fail(
             audit,
@@ -153,59 +144,53 @@ def _entered(audit: RankState, trigger: str, dest: str) -> None:
         audit.shut = True
 
 
-@reads("trigger", "error_type", "error", "field")
-def transition_failed(audit: RankState, rec: Record, ts: float) -> None:
-    trigger = _trigger(audit, rec)
-    message = f"{trigger!r} failed in state {audit.state} with {rec.get('error_type')}: {str(rec.get('error'))[:200]}"
-    _failures.failed_transition(audit, ts, message, trigger, rec.get("error_type"), rec.get("field"))
+def transition_failed(audit: RankState, rec: _reads.TransitionFailed, ts: float) -> None:
+    trigger = _trigger(audit, rec.event, rec.trigger)
+    message = f"{trigger!r} failed in state {audit.state} with {rec.error_type}: {str(rec.error)[:200]}"
+    _failures.failed_transition(audit, ts, message, trigger, rec.error_type, rec.field)
     audit.state = _FAILED
     audit.open_trigger = None
 
 
-@reads("fingerprint")
-def config_validated(audit: RankState, rec: Record, ts: float) -> None:
-    audit.fingerprint = _str(audit, rec, "fingerprint")
+def config_validated(audit: RankState, rec: _reads.ConfigValidated, ts: float) -> None:
+    audit.fingerprint = _str(audit, rec.event, "fingerprint", rec.fingerprint)
     audit.validated = True
 
 
-@reads("field", "validated", "current")
-def config_mutated(audit: RankState, rec: Record, ts: float) -> None:
+def config_mutated(audit: RankState, rec: _reads.ConfigMutated, ts: float) -> None:
     audit.flag(
         RuleId.CONFIG_CHANGED_AFTER_VALIDATED,
-        f"config field {str(rec.get('field'))!r} changed after VALIDATED: "
-        f"validated {str(rec.get('validated'))[:60]}, now {str(rec.get('current'))[:60]}",
+        f"config field {str(rec.field)!r} changed after VALIDATED: "
+        f"validated {str(rec.validated)[:60]}, now {str(rec.current)[:60]}",
     )
 
 
-@reads("trigger", "target", "kind", "owner", "state", "policy")
-def tripwire(audit: RankState, rec: Record, ts: float) -> None:
-    trigger = rec.get("trigger")
+def tripwire(audit: RankState, rec: _reads.TripwireViolation, ts: float) -> None:
+    trigger = rec.trigger
     during = f"during {trigger!r}" if trigger is not None else "outside any transition"
     audit.flag(
         RuleId.TRIPWIRE_VIOLATION,
-        f"tripwire on {str(rec.get('target'))!r} ({rec.get('kind')}, owned by "
-        f"{rec.get('owner')!r}) fired in state {rec.get('state')} {during} "
-        f"with policy {rec.get('policy')!r}",
+        f"tripwire on {str(rec.target)!r} ({rec.kind}, owned by "
+        f"{rec.owner!r}) fired in state {rec.state} {during} "
+        f"with policy {rec.policy!r}",
     )
 
 
-@reads("model_config_id")
-def model_built(audit: RankState, rec: Record, ts: float) -> None:
+def model_built(audit: RankState, rec: _reads.ModelBuilt, ts: float) -> None:
     audit.model_gen = True
-    audit.model_id = cast("str | None", rec.get("model_config_id"))
+    audit.model_id = rec.model_config_id
     if audit.rebind_pending:
         audit.rebuilt = True
 
 
-@reads("target_id", "scheduler_config_id", "target_type")
-def callbacks_bound(audit: RankState, rec: Record, ts: float) -> None:
-    target = cast("str | None", rec.get("target_id"))
-    scheduler = cast("str | None", rec.get("scheduler_config_id"))
+def callbacks_bound(audit: RankState, rec: _reads.CallbacksBound, ts: float) -> None:
+    target = rec.target_id
+    scheduler = rec.scheduler_config_id
     _ordering.binding_ordered(audit)
     if target != scheduler:
         audit.flag(
             RuleId.BINDING_WRONG_TARGET,
-            f"callbacks bound to {target} ({rec.get('target_type')}), but the scheduler "
+            f"callbacks bound to {target} ({rec.target_type}), but the scheduler "
             f"reads config {scheduler}: the scheduler will not call them",
         )
     if audit.rebind_pending:
@@ -220,67 +205,59 @@ def callbacks_bound(audit: RankState, rec: Record, ts: float) -> None:
     _steps.on_bound(audit)
 
 
-@reads()
-def callbacks_unbound(audit: RankState, rec: Record, ts: float) -> None:
+def callbacks_unbound(audit: RankState, rec: _reads.CallbacksUnbound, ts: float) -> None:
     _steps.close_binding(audit)
 
 
-@reads()
-def step_completed(audit: RankState, rec: Record, ts: float) -> None:
+def step_completed(audit: RankState, rec: _reads.StepCompleted, ts: float) -> None:
     if audit.rebind_pending and audit.rebuilt and audit.trains is not None:
         audit.flag_no_rebind("trained")
         return
     _steps.on_step(audit)
 
 
-@reads()
-def first_step_finalized(audit: RankState, rec: Record, ts: float) -> None:
+def first_step_finalized(audit: RankState, rec: _reads.FirstStepFinalized, ts: float) -> None:
     _steps.on_first_step(audit)
 
 
-@reads("finalizer_calls")
-def first_step_not_finalized(audit: RankState, rec: Record, ts: float) -> None:
+def first_step_not_finalized(audit: RankState, rec: _reads.FirstStepNotFinalized, ts: float) -> None:
     _steps.on_first_step(audit)
     audit.flag(
         RuleId.FIRST_STEP_NOT_FINALIZED,
         f"the first training step called the gradient finalizer "
-        f"{rec.get('finalizer_calls')} times, not once: gradients were not synchronized correctly",
+        f"{rec.finalizer_calls} times, not once: gradients were not synchronized correctly",
     )
 
 
-@reads("started_ts", "duration_s", "waited_s")
-def imports(audit: RankState, rec: Record, ts: float) -> None:
+def imports(audit: RankState, rec: _reads.Imports, ts: float) -> None:
     """The heavy-import step is its own segment; the open state's time excludes the main thread's wait."""
-    values = cast("list[float | None]", [rec.get(key) for key in ("started_ts", "duration_s", "waited_s")])
-    if None in values:
+    start, duration, waited = rec.started_ts, rec.duration_s, rec.waited_s
+    if start is None or duration is None or waited is None:
         raise unreadable(
             audit.source, audit.line, "imports: fields 'started_ts', 'duration_s' and 'waited_s' must be numbers"
         )
-    start, duration, waited = cast("list[float]", values)  # checked above: present
     if len(audit.segments) < _CAP:
         audit.segments.append(Segment(events.IMPORTS, events.IMPORTS, start, start + duration, audit.generation))
     if audit.open_trigger is not None:
         audit.open_start = min(audit.open_start + waited, ts)
 
 
-@reads("leaked")
-def shutdown(audit: RankState, rec: Record, ts: float) -> None:
+def shutdown(audit: RankState, rec: _reads.LifecycleShutdown, ts: float) -> None:
     """`leaked`: what the ledger found still alive at the shutdown (older logs: `resource_leaked`
     records after this one)."""
     audit.shut = True
-    leaked = cast("list[dict[str, str]] | None", rec.get("leaked")) or ()
+    leaked = rec.leaked or ()
     for entry in leaked[:64]:
         _failures.leak(audit, entry.get("resource"), entry.get("state"))
 
 
-@reads("simulated")
-def simulation(audit: RankState, rec: Record, ts: float) -> None:
-    value = cast("int | None", rec.get("simulated"))
+def simulation(audit: RankState, rec: _reads.SimulationStarted, ts: float) -> None:
+    value = rec.simulated
     if value is None or value < 1:
         raise unreadable(
             audit.source,
             audit.line,
-            f"{rec.get('event')}: field 'simulated' is {repr(value)[:60]}, expected a positive int",
+            f"{rec.event}: field 'simulated' is {repr(value)[:60]}, expected a positive int",
         )
     audit.simulated = value
 
@@ -289,14 +266,13 @@ WARNINGS_CAP = 32
 """Distinct warnings kept per rank; more are not listed (the log keeps them all)."""
 
 
-@reads("slot", "was", "now", "writer")
-def callback_replaced(audit: RankState, rec: Record, ts: float) -> None:
+def callback_replaced(audit: RankState, rec: _reads.CallbackReplaced, ts: float) -> None:
     """A write to a callback slot during Megatron-LM's `train()` by someone else than `train()` (the
     drop-in lets it through, as Megatron-LM does): the scheduler still reaches a finalizer unless the
     write left `finalize_model_grads_func` unbound."""
-    if rec.get("slot") != "finalize_model_grads_func" or rec.get("now") != "None":
+    if rec.slot != "finalize_model_grads_func" or rec.now != "None":
         return
-    writer, was = str(rec.get("writer"))[:120], str(rec.get("was"))[:120]
+    writer, was = str(rec.writer)[:120], str(rec.was)[:120]
     audit.flag(
         RuleId.FINALIZER_UNBOUND,
         f"{writer} set finalize_model_grads_func to None (it was {was}) during train(): the scheduler skips "
@@ -304,9 +280,12 @@ def callback_replaced(audit: RankState, rec: Record, ts: float) -> None:
     )
 
 
-@reads("category", "message", "module")
-def warning(audit: RankState, rec: Record, ts: float) -> None:
-    key = (_str(audit, rec, "category"), _str(audit, rec, "module"), _str(audit, rec, "message"))
+def warning(audit: RankState, rec: _reads.Warned, ts: float) -> None:
+    key = (
+        _str(audit, rec.event, "category", rec.category),
+        _str(audit, rec.event, "module", rec.module),
+        _str(audit, rec.event, "message", rec.message),
+    )
     held = audit.warnings
     if key in held:
         held[key] += 1
@@ -314,62 +293,49 @@ def warning(audit: RankState, rec: Record, ts: float) -> None:
         held[key] = 1
 
 
-@reads("counts")
-def rank_simulated(audit: RankState, rec: Record, ts: float) -> None:
+def rank_simulated(audit: RankState, rec: _reads.RankSimulated, ts: float) -> None:
     """`counts`: per state entered, what the simulated rank created and issued (process groups,
     collectives); kept for `--blame`. Absent in logs of older simulations."""
-    value = cast("dict[str, dict[str, int]] | None", rec.get("counts"))
+    value = rec.counts
     if value is not None:
         audit.counts = {state[:40]: {k[:40]: v for k, v in row.items()} for state, row in list(value.items())[:32]}
 
 
 HANDLERS: dict[str, Handler] = {
-    events.LIFECYCLE_STARTED: started,
-    events.TRANSITION_STARTED: transition_started,
-    events.TRANSITION_COMPLETED: transition_completed,
-    events.TRANSITION_FAILED: transition_failed,
-    events.STARTUP_ABORTED: _failures.startup_aborted,
-    events.PEER_FAILED: _failures.peer_failed,
-    events.STATE_TIMEOUT: _failures.state_timeout,
-    events.CONFIG_VALIDATED: config_validated,
-    events.CONFIG_MUTATED: config_mutated,
-    events.SIDE_EFFECT: _ordering.side_effect,
-    events.TRIPWIRE_VIOLATION: tripwire,
-    events.MODEL_BUILT: model_built,
-    events.SETTINGS_CHECKED: _settings.settings_checked,
-    events.STREAMS_CHECKED: _resume.streams_checked,
-    events.TIMEOUTS_READ: _groups.timeouts_read,
-    events.GROUP_CREATED: _groups.group_created,
-    events.PROCESS_GROUP_ADOPTED: _groups.group_adopted,
-    events.CALLBACKS_BOUND: callbacks_bound,
-    events.CALLBACKS_UNBOUND: callbacks_unbound,
-    events.STEP_COMPLETED: step_completed,
-    events.FIRST_STEP_FINALIZED: first_step_finalized,
-    events.FIRST_STEP_NOT_FINALIZED: first_step_not_finalized,
-    events.LIFECYCLE_SHUTDOWN: shutdown,
-    events.SIMULATION_STARTED: simulation,
-    events.RANK_SIMULATED: rank_simulated,
-    events.IMPORTS: imports,
-    events.WARNING: warning,
-    events.RESOURCE_LEAKED: _failures.resource_leaked,
-    events.CALLBACK_REPLACED: callback_replaced,
-    events.CYCLE_STARTED: _cycles.cycle_started,
-    events.CYCLE_ENDED: _cycles.cycle_ended,
-    events.SIGNAL_RECEIVED: _cycles.signal_received,
-    events.RESTARTS_EXHAUSTED: _failures.restarts_exhausted,
+    events.LIFECYCLE_STARTED: handler(started),
+    events.TRANSITION_STARTED: handler(transition_started),
+    events.TRANSITION_COMPLETED: handler(transition_completed),
+    events.TRANSITION_FAILED: handler(transition_failed),
+    events.STARTUP_ABORTED: handler(_failures.startup_aborted),
+    events.PEER_FAILED: handler(_failures.peer_failed),
+    events.STATE_TIMEOUT: handler(_failures.state_timeout),
+    events.CONFIG_VALIDATED: handler(config_validated),
+    events.CONFIG_MUTATED: handler(config_mutated),
+    events.SIDE_EFFECT: handler(_ordering.side_effect),
+    events.TRIPWIRE_VIOLATION: handler(tripwire),
+    events.MODEL_BUILT: handler(model_built),
+    events.SETTINGS_CHECKED: handler(_settings.settings_checked),
+    events.STREAMS_CHECKED: handler(_resume.streams_checked),
+    events.TIMEOUTS_READ: handler(_groups.timeouts_read),
+    events.GROUP_CREATED: handler(_groups.group_created),
+    events.PROCESS_GROUP_ADOPTED: handler(_groups.group_adopted),
+    events.CALLBACKS_BOUND: handler(callbacks_bound),
+    events.CALLBACKS_UNBOUND: handler(callbacks_unbound),
+    events.STEP_COMPLETED: handler(step_completed),
+    events.FIRST_STEP_FINALIZED: handler(first_step_finalized),
+    events.FIRST_STEP_NOT_FINALIZED: handler(first_step_not_finalized),
+    events.LIFECYCLE_SHUTDOWN: handler(shutdown),
+    events.SIMULATION_STARTED: handler(simulation),
+    events.RANK_SIMULATED: handler(rank_simulated),
+    events.IMPORTS: handler(imports),
+    events.WARNING: handler(warning),
+    events.RESOURCE_LEAKED: handler(_failures.resource_leaked),
+    events.CALLBACK_REPLACED: handler(callback_replaced),
+    events.CYCLE_STARTED: handler(_cycles.cycle_started),
+    events.CYCLE_ENDED: handler(_cycles.cycle_ended),
+    events.SIGNAL_RECEIVED: handler(_cycles.signal_received),
+    events.RESTARTS_EXHAUSTED: handler(_failures.restarts_exhausted),
 }
-DECLARED[_cycles.cycle_started] = _cycles.STARTED
-DECLARED[_cycles.cycle_ended] = _cycles.ENDED
-DECLARED[_settings.settings_checked] = _settings.READS
-DECLARED[_resume.streams_checked] = _resume.READS
-DECLARED[_groups.timeouts_read] = _groups.TIMEOUTS
-DECLARED[_groups.group_created] = _groups.CREATED
-DECLARED[_groups.group_adopted] = _groups.ADOPTED
-
-READS: dict[str, tuple[str, ...]] = {event: DECLARED[handler] for event, handler in HANDLERS.items()}
-"""The fields each event's handler reads besides the envelope (`event`, `ts`, ...), from its `@reads`:
-the batch reader decodes only those. A handler that reads another field fails loudly on the batch
-path (`get` of a name its record type lacks raises AttributeError), and a unit test checks them."""
 
 
 def _wanted(validated: bool, counting: bool) -> frozenset[str]:

@@ -16,9 +16,9 @@ transition releases the state (`states.releases`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from lifecycle.audit._fields import Record, reads
+from lifecycle.audit import _reads
 from lifecycle.log import events
 from states import ORDERING, Ordering, SideEffect, State
 
@@ -102,14 +102,12 @@ SIDE_EFFECTS_SETTLE = all(rule.shown.fact == "validated" for rule in _ON_SIDE_EF
 reader then skips them)."""
 
 
-@reads("kind", "trigger")
-def side_effect(audit: RankState, rec: Record, ts: float) -> None:
+def side_effect(audit: RankState, rec: _reads.SideEffect, ts: float) -> None:
     for rule in _ON_SIDE_EFFECT:
-        if not getattr(audit, rule.shown.fact) and rule.applies(cast("str | None", rec.get("kind"))):
+        if not getattr(audit, rule.shown.fact) and rule.applies(rec.kind):
             audit.flag(
                 rule.id,
-                f"side effect {str(rec.get('kind'))!r} (trigger {rec.get('trigger')!r}) "
-                f"in state {audit.state}, {rule.shown.missing}",
+                f"side effect {str(rec.kind)!r} (trigger {rec.trigger!r}) in state {audit.state}, {rule.shown.missing}",
             )
 
 

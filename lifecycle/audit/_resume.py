@@ -7,14 +7,10 @@ with."""
 
 from __future__ import annotations
 
-from typing import cast
-
-from lifecycle.audit._fields import Record
+from lifecycle.audit._reads import StreamsChecked
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
-from lifecycle.log import JSONValue
 
-READS = ("step", "restored_step", "moved", "optimizer", "saved_optimizer", "position", "restored_position")
 _SHOWN = 3  # streams named in the finding; the rest are counted
 
 
@@ -22,7 +18,7 @@ def _describe(entry: dict[str, str]) -> str:
     return f"{entry.get('stream', '?')[:40]} by {entry.get('caller', '?')[:160]}"
 
 
-def streams_checked(audit: RankState, rec: Record, ts: float) -> None:
+def streams_checked(audit: RankState, rec: StreamsChecked, ts: float) -> None:
     """One finding per record, each thing that diverged in it said in turn (a rank's later LA027 findings
     only count, so one that named the streams alone would hide a position that moved with them)."""
     said = [part for part in (_streams(rec), _step(rec), _position(rec), _optimizer(rec)) if part is not None]
@@ -30,8 +26,8 @@ def streams_checked(audit: RankState, rec: Record, ts: float) -> None:
         audit.flag(RuleId.RESUME_DIVERGED, "; and ".join(said))
 
 
-def _streams(rec: Record) -> str | None:
-    moved, restored = cast("list[dict[str, str]] | None", rec.get("moved")), rec.get("restored_step")
+def _streams(rec: StreamsChecked) -> str | None:
+    moved, restored = rec.moved, rec.restored_step
     if not moved:
         return None
     shown = "; ".join(_describe(m) for m in moved[:_SHOWN])
@@ -50,8 +46,8 @@ _DATA_FIX = (
 )
 
 
-def _step(rec: Record) -> str | None:
-    step, restored = cast("tuple[int | None, int | None]", (rec.get("step"), rec.get("restored_step")))
+def _step(rec: StreamsChecked) -> str | None:
+    step, restored = rec.step, rec.restored_step
     if step is None or restored is None or step == restored + 1:
         return None
     return (
@@ -60,8 +56,8 @@ def _step(rec: Record) -> str | None:
     )
 
 
-def _position(rec: Record) -> str | None:
-    position, loaded = cast("tuple[dict[str, int] | None, ...]", (rec.get("position"), rec.get("restored_position")))
+def _position(rec: StreamsChecked) -> str | None:
+    position, loaded = rec.position, rec.restored_position
     if position is None or loaded is None or position == loaded:
         return None
     keys = sorted(set(position) | set(loaded))
@@ -73,9 +69,9 @@ def _position(rec: Record) -> str | None:
     )
 
 
-def _optimizer(rec: Record) -> str | None:
-    optimizer = cast("dict[str, JSONValue] | None", rec.get("optimizer"))
-    saved = cast("dict[str, JSONValue] | None", rec.get("saved_optimizer"))
+def _optimizer(rec: StreamsChecked) -> str | None:
+    optimizer = rec.optimizer
+    saved = rec.saved_optimizer
     if optimizer is None or saved is None or optimizer == saved:
         return None
     return (

@@ -3,13 +3,10 @@
 
 from __future__ import annotations
 
-from typing import cast
-
-from lifecycle.audit._fields import Record
+from lifecycle.audit._reads import SettingsChecked
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
 
-READS = ("mismatches",)
 _SHOWN = 4  # fields named in the finding; the rest are counted
 
 
@@ -28,8 +25,8 @@ def _describe(entry: dict[str, str]) -> str:
     )
 
 
-def settings_checked(audit: RankState, rec: Record, ts: float) -> None:
-    mismatches = cast("list[dict[str, str]] | None", rec.get("mismatches"))
+def settings_checked(audit: RankState, rec: SettingsChecked, ts: float) -> None:
+    mismatches = rec.mismatches
     if not mismatches:
         return
     shown = "; ".join(_describe(m) for m in mismatches[:_SHOWN])

@@ -1,6 +1,6 @@
 """The export's one reader of records: a record becomes the struct its reader declares for its event,
 each field as the log's schema types it (`schema.read_type`: None where absent), as the audit reads
-its own (`lifecycle/audit/_typed.py`): `READ_TYPES` for the details (`_details`, the live spans), with
+its own (`lifecycle/audit/_reads.py`): `READ_TYPES` for the details (`_details`, the live spans), with
 `rank` and `ts` required, `FOLLOW_TYPES` for `export --follow`. A parsed record is converted
 (`msgspec.convert`, C); one whose field has another type is unreadable, as the audit refuses one:
 LogUnreadable `file:line: <event>: field 'x' is ..., expected <type>` (exit 2); a test holds `READERS` to the schema."""

@@ -14,7 +14,7 @@ are checked against:
   without a default is in every record of its event (it may still be null where its type says so).
 - `read_type(event, name)`: the type a reader gets a field as: its type here, or None where a
   record lacks it; `read_fields(event, names)`: those fields as a reader's struct declares them. The
-  audit (`lifecycle/audit/_typed.py`), the export (`lifecycle/export/_reads.py`) and
+  audit (`lifecycle/audit/_reads.py`), the export (`lifecycle/export/_reads.py`) and
   `lifecycle.testing.check_log` read the records through these types, and say why one is not of its
   type with `not_of_type`.
 - `fields_of(event)`: the fields the event's struct declares itself (not the envelope; an event

@@ -33,11 +33,13 @@ from lifecycle.audit._audit import AuditResult, default_workers
 from lifecycle.audit._cause import RootCause, Victim
 from lifecycle.audit._cycles import attempts, diff
 from lifecycle.audit._feed import RECORD_TYPES, decode_typed
-from lifecycle.audit._handlers import HANDLERS, READS
+from lifecycle.audit._handlers import HANDLERS
 from lifecycle.audit._informational import INFORMATIONAL
 from lifecycle.audit._launches import LaunchRead, read_launches
 from lifecycle.audit._ordering import SHOWN_BY
 from lifecycle.audit._rank import RankAudit
+from lifecycle.audit._reads import READ_TYPES as AUDIT_READ_TYPES
+from lifecycle.audit._reads import READS
 from lifecycle.audit._records import Failure
 from lifecycle.audit._render import as_json, text
 from lifecycle.audit._rules import RuleId
@@ -204,6 +206,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "AUDIT_READ_TYPES",
     "BINDING_NEEDS_A_MODEL",
     "DISTRIBUTED_NEEDS_SERVICES",
     "ENVELOPE",

@@ -15,6 +15,7 @@ from lifecycle.log import AuditLog, events, records
 from lifecycle.log.schema import SCHEMA, markdown, read_type, replace_generated
 from lifecycle.log.schema import main as schema_main
 from lifecycle.testing import (
+    AUDIT_READ_TYPES,
     ENVELOPE,
     EXPORT_READERS,
     GENERATED_BEGIN,
@@ -63,6 +64,18 @@ def test_every_field_the_audit_reads_is_in_its_events_schema_or_the_envelope() -
         if field not in fields_of(event) and field not in ENVELOPE
     ]
     assert missing == [], f"the audit reads fields lifecycle/log/schema.py does not declare: {missing}"
+
+
+def test_every_field_the_audit_reads_is_typed_as_its_events_schema_types_it() -> None:
+    """Each handler reads its event's struct (`AUDIT_READ_TYPES`): each field of its schema type, or
+    None where absent (`read_type`), as the batch path decodes it."""
+    wrong = [
+        f"{cls.__name__}: {event}.{f.name}: {f.type}"
+        for event, cls in AUDIT_READ_TYPES.items()
+        for f in msgspec.structs.fields(cls)
+        if f.required or f.type != read_type(event, f.name)
+    ]
+    assert wrong == [], f"the audit reads fields as other types than lifecycle/log/schema.py says: {wrong}"
 
 
 def test_every_field_the_export_reads_is_typed_as_its_events_schema_types_it() -> None:
