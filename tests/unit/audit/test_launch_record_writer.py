@@ -136,6 +136,14 @@ def test_a_chain_of_ours_is_continued(tmp_path: Path) -> None:
     assert last["seq"] == 3 and last["prev_hash"] == orjson.loads(_chain(3).splitlines()[-1])["hash"]
 
 
+def test_a_launcher_file_of_three_quarters_of_a_mib_is_read_whole_and_continued(tmp_path: Path) -> None:
+    count = (3 << 18) // len(_chain(1))  # about 768 KiB of records: within the 1 MiB the writer reads
+    launcher_path(tmp_path, 0).write_bytes(_chain(count))
+    path = write(tmp_path)
+    assert isinstance(path, Path), path
+    assert orjson.loads(path.read_bytes().splitlines()[-1])["seq"] == count
+
+
 def test_a_launcher_file_past_the_mib_it_reads_is_left_as_it_is(tmp_path: Path) -> None:
     """A node agent's 1 MiB of launches (some thousands): the writer reads no further and appends nothing."""
     lines = _chain(6000)
