@@ -1,7 +1,7 @@
 """No process `run_ranks` started outlives it, however it ends: not a process a rank forked (after the
-call returns), not a rank stuck in native code with a SIGTERM handler nor the fork server (after the
-owner or the server is SIGKILLed); a rank that can release still gets SIGTERM first. Real processes,
-a real futex wait, real signals."""
+call returns), not a rank stuck in native code with a SIGTERM handler, the fork server or
+multiprocessing's resource tracker (after the owner, or the server, is SIGKILLed); a rank that can
+release still gets SIGTERM first. Real processes, a real futex wait, real signals."""
 
 from __future__ import annotations
 
@@ -99,10 +99,19 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in (e for e in os.listdir("/proc") if e.isdigit()):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if _parent(int(entry)) == pid:
+                found.append(int(entry))
+    return found
+
+
 def _kill_and_watch(tmp_path: Path, *, kill: str) -> list[int]:
     """Start an owner of two ranks, SIGKILL the owner ("owner") or the server and then the owner
     ("both": nothing is left to stop the ranks but the kernel) once both ranks wait, and return what
-    is still running `GONE_WITHIN_S` later of the ranks and the server."""
+    is still running `GONE_WITHIN_S` later of the ranks, the server and the resource tracker."""
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, str(tmp_path)],
         cwd=ROOT,
@@ -117,11 +126,13 @@ def _kill_and_watch(tmp_path: Path, *, kill: str) -> list[int]:
         assert len(ranks) == 2, f"the ranks did not start (owner exit status {owner.poll()})"
         server = _parent(ranks[0])
         assert server != owner.pid and _parent(server) == owner.pid  # forked from the server
+        tracker = [p for p in _children(owner.pid) if b"resource_tracker" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(tracker) == 1, f"the owner's resource tracker was not found among {_children(owner.pid)}"
         time.sleep(0.5)  # both wait (each writes its pid just before)
         if kill == "both":
             os.kill(server, signal.SIGKILL)
         os.kill(owner.pid, signal.SIGKILL)
-        return _left_after([*ranks, server], GONE_WITHIN_S)
+        return _left_after([*ranks, server, *tracker], GONE_WITHIN_S)
     finally:
         owner.kill()
         owner.wait()
