@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from lifecycle.errors import RankFailed
 from lifecycle.launchers.local import run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,6 +90,7 @@ def _rank_zero_sticks_rank_one_releases(out: str) -> None:
 
 OWNER = """
 import sys
+from lifecycle.errors import RankFailed
 from lifecycle.launchers.local import run_ranks
 from tests.unit.test_ranks_leave_no_process_behind import _rank_zero_sticks_rank_one_releases as ranks
 run_ranks(ranks, 2, sys.argv[1], timeout_s=3600)
@@ -151,3 +153,14 @@ def test_after_the_owner_is_sigkilled_its_ranks_get_sigterm_then_sigkill_and_non
 def test_after_the_fork_server_and_the_owner_are_sigkilled_no_rank_is_left(tmp_path: Path) -> None:
     left = _kill_and_watch(tmp_path, kill="both")
     assert not left, f"still running {GONE_WITHIN_S:g} s after the server's and the owner's SIGKILL: {left}"
+
+
+def test_ranks_past_timeout_s_are_stopped_before_run_ranks_raises_even_one_stuck_in_native_code(tmp_path: Path) -> None:
+    with pytest.raises(RankFailed) as failed:
+        run_ranks(_rank_zero_sticks_rank_one_releases, 2, str(tmp_path), timeout_s=5)
+    assert failed.value.errors == {0: "timed out after 5 s", 1: "timed out after 5 s"}
+    ranks = [int(p.read_text()) for p in sorted(tmp_path.glob("rank-*"))]
+    left = [p for p in ranks if _running(p)]  # at once: run_ranks waits for them
+    _kill(left)
+    assert len(ranks) == 2 and not left, f"ranks {ranks}: still running after run_ranks raised: {left}"
+    assert (tmp_path / "released-1").exists(), "rank 1 was not given SIGTERM to release before it was killed"
