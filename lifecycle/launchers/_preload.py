@@ -17,7 +17,10 @@ A rank's own imports of torch and megatron-core take about 10 s of CPU each time
   once (`_ends_with_owner`: the server's parent checked every `WATCH_S`; one thread, for the imports);
 - ended at once: the server's own exit skips the interpreter's teardown of torch and megatron-core
   (1.5 to 3.5 s of CPU here), which nothing in it needs (`_exit_at_once`; a rank forked from it
-  runs its own exit as it always did).
+  runs its own exit as it always did);
+- ended after its ranks: before it exits (its owner ended, or it got SIGTERM) it stops the ranks
+  still running and what they forked, SIGTERM then SIGKILL `KILL_AFTER_S` later (`_stop_ranks`);
+  a rank also gets SIGKILL from the kernel when the server dies, even killed (`local._enter`).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ import atexit
 import contextlib
 import importlib
 import os
+import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 MODULES = ("torch", "torch.distributed", "megatron.core")
@@ -66,11 +71,50 @@ def _exit_at_once() -> None:
     def leave() -> None:
         if os.getpid() == server:
             with contextlib.suppress(Exception):
+                _stop_ranks()
                 sys.stdout.flush()
                 sys.stderr.flush()
             os._exit(0)  # the status of the stdlib server's SystemExit when its owner ends
 
     atexit.register(leave)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # a rank puts back the default (`local._enter`)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # through `leave`: the ranks are stopped first
+
+
+def _children() -> list[int]:
+    """The processes this one started that have not been reaped: its ranks (one scan of /proc)."""
+    me, found = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == me:
+                    found.append(int(entry))
+    return found
+
+
+def _stop_ranks() -> None:
+    """Stop the ranks still running and what each forked (its group): SIGTERM, so that each releases
+    and logs, then SIGKILL `KILL_AFTER_S` later for those still running (`local._stop`, for the ranks
+    of an owner that is gone)."""
+    from lifecycle.launchers._owned import KILL_AFTER_S, end_group
+
+    ranks = _children()
+    for pid in ranks:
+        end_group(pid, signal.SIGTERM, alive=True)
+    running, end = set(ranks), time.monotonic() + KILL_AFTER_S
+    while running and time.monotonic() < end:
+        for pid in list(running):
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                    continue
+            running.discard(pid)
+        if running:
+            time.sleep(0.05)
+    for pid in ranks:
+        end_group(pid, signal.SIGKILL, alive=pid in running)
 
 
 def _preload() -> None:

@@ -4,9 +4,11 @@ collect each rank's result, and never leave one behind.
 Used by `lifecycle check-binding`, `lifecycle experiment` and multi-rank tests; `lifecycle run
 --nproc` uses torchrun, owned the same way (`die_with_parent`, `cli/_launch.py`). The owner:
 
-- takes its ranks with it: each rank dies with it (`die_with_parent`: even a SIGKILLed owner's ranks
-  get SIGTERM from the kernel), and when `run_ranks` ends in any way (a failure, a timeout, Ctrl-C)
-  it stops the ranks still running (SIGTERM, then SIGKILL `KILL_AFTER_S` later);
+- takes its ranks with it: when `run_ranks` ends in any way (a failure, a timeout, Ctrl-C) it stops
+  the ranks still running and what they forked (each rank runs in its own process group): SIGTERM,
+  then SIGKILL `KILL_AFTER_S` later. Killed, even by SIGKILL, it leaves that to the fork server,
+  which does the same before it exits; a forked rank gets SIGKILL from the kernel when the server
+  dies (`die_with_parent`), a spawned one SIGTERM when its owner does;
 - treats a rank that ends without a result, with any exit status (`os._exit(0)` included), as failed
   at once, with the last lines it printed (each rank's stdout and stderr go to a file of the owner's);
 - bounds the user's callables inside a rank (`bounded`): one that does not return within
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import re
 import shutil
@@ -46,20 +47,20 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar, TypeVarTuple, Unpack, cast
 
 from lifecycle.errors import ConfigError, RankFailed
 from lifecycle.launchers import torchrun_env
+from lifecycle.launchers._owned import KILL_AFTER_S as KILL_AFTER_S
+from lifecycle.launchers._owned import die_with_parent as die_with_parent
+from lifecycle.launchers._owned import end_group
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkServerContext, ForkServerProcess, SpawnContext, SpawnProcess
     from types import FrameType
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 EXIT_BOUND = 124
 """The exit status of a rank whose user callable overran its bound (`bounded`; as timeout(1))."""
 SETTLE_S = 15.0
 """After a rank failed, how long the others have to end by themselves before the owner stops them:
 each rank's watch ends it a few seconds after a peer's failure, logging `peer_failed` (a peer that
 published nothing is found lost after `stale_s`, 8 s, and ended `grace_s`, 3 s, later)."""
-KILL_AFTER_S = 5.0
-"""How long a rank the owner stopped with SIGTERM has to release before SIGKILL."""
 TAIL_CHARS = 4000
 START_VARIABLE = "LIFECYCLE_RANKS_START"
 START_METHODS = ("forkserver", "spawn")
@@ -87,21 +88,6 @@ def start_method(environ: Mapping[str, str] | None = None) -> str:
             raise ConfigError(problem, field=START_VARIABLE, problems=[problem])
         return chosen
     return "spawn" if any(os.path.exists(device) for device in ACCELERATOR_DEVICES) else "forkserver"
-
-
-def die_with_parent(signum: int = signal.SIGTERM, *, parent: int | None = None) -> bool:
-    """Have the kernel send `signum` to this process when the thread that started it exits (Linux
-    `prctl(PR_SET_PDEATHSIG)`): a launcher killed even by SIGKILL takes what it launched with it.
-    With `parent` (its pid), a parent already gone before the call is caught too: the signal is sent
-    at once. False where the platform has no such call."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        armed = int(libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)) == 0
-    except (OSError, AttributeError):  # not Linux
-        return False
-    if armed and parent is not None and os.getppid() != parent:
-        os.kill(os.getpid(), signum)
-    return armed
 
 
 def free_port() -> int:
@@ -154,7 +140,12 @@ def _enter(parent: int | None, output: str, environ: Mapping[str, str]) -> bool:
     parent, write stdout and stderr to `output` (the owner reads it back when the process fails),
     take the owner's environment as it was at the call. Whether this process was forked."""
     forked = _leave_fork_server()
-    die_with_parent(parent=parent)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler (`_preload`) is not the rank's
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)  # its own group: what it forks ends with it (`_stop`, the server's end)
+    # Forked: the server dies only after it stopped its ranks (SIGTERM, then SIGKILL: `_preload`), or
+    # when killed; then SIGKILL, which a rank stuck in native code with a SIGTERM handler cannot outlive.
+    die_with_parent(signal.SIGKILL if forked else signal.SIGTERM, parent=parent)
     with open(output, "ab", buffering=0) as out:
         os.dup2(out.fileno(), 1)
         os.dup2(out.fileno(), 2)
@@ -405,15 +396,16 @@ def _tail(path: Path) -> str:
 
 
 def _stop(ranks: list[_Rank]) -> None:
-    """End every rank still running: SIGTERM (each releases and logs `startup_aborted`), then SIGKILL."""
+    """End every rank still running and every process left in a rank's group (what it forked):
+    SIGTERM (each releases and logs `startup_aborted`), then SIGKILL `KILL_AFTER_S` later."""
     alive = [r.process for r in ranks if r.process.is_alive()]
     for proc in alive:
-        proc.terminate()
+        end_group(proc.pid, signal.SIGTERM, alive=True)
     end = time.monotonic() + KILL_AFTER_S
     for proc in alive:
         proc.join(max(0.0, end - time.monotonic()))
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
     for r in ranks:
+        end_group(r.process.pid, signal.SIGKILL, alive=r.process.is_alive())
+        if r.process.pid is not None:
+            r.process.join()
         r.reply.close()
