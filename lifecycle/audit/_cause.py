@@ -3,7 +3,8 @@ because of it (LA018).
 
 The root cause is the earliest failure a rank had on its own — a transition that failed, a log
 that stops (the rank died), a state that timed out — by timestamp, ties broken by that order and
-then by rank. A `startup_aborted` (a signal: the launcher stopping the others), a `peer_failed` or an
+then by rank (a timeout in the first step after a group made while training: a rank in that group's
+first). A `startup_aborted` (a signal: the launcher stopping the others), a `peer_failed` or an
 in-process restart wrapper's request (RankShouldRestart) is never the cause while some rank failed on
 its own. Without one, the rank a `restarts_exhausted` names (`cause_rank`) is the cause, else the rank
 a `peer_failed` names. The rest are its victims.
@@ -96,7 +97,7 @@ def _cause(run_id: str | None, group: list[RankAudit], failed: list[tuple[RankAu
     t0 = min((s.first_ts for s in group if s.first_ts is not None), default=None)
     own = [(s, f) for s, f in failed if f.kind in CAUSE_KINDS]
     if own:
-        stream, failure = min(own, key=_order)
+        stream, failure = _first_own(own)
         return RootCause(
             run_id=run_id,
             rank=stream.rank,
@@ -125,6 +126,17 @@ def _cause(run_id: str | None, group: list[RankAudit], failed: list[tuple[RankAu
         "(the launcher, the scheduler or an operator stopped the job)",
         victims=_victims(failed, None),
     )
+
+
+def _first_own(own: list[tuple[RankAudit, Failure]]) -> tuple[RankAudit, Failure]:
+    """The earliest failure of a rank's own; but a timeout of a rank outside a group made while training
+    yields to a timeout, in that group's first step, of a rank in it (LA029: the rank that skipped the
+    group's lazy first collective leaves every other waiting, inside the group and beyond it)."""
+    first = min(own, key=_order)
+    if first[1].kind == "timeout" and first[1].new_group is None:
+        inside = [(s, f) for s, f in own if f.kind == "timeout" and f.new_group is not None]
+        return min(inside, key=_order, default=first)
+    return first
 
 
 def _order(item: tuple[RankAudit, Failure]) -> tuple[float, int, int]:

@@ -133,6 +133,7 @@ class TimeoutsRead(Typed, kw_only=True):  # `timeouts_read`, as `_groups.timeout
 class GroupCreated(Typed, kw_only=True):  # `group_created`, as `_groups.group_created` reads it
     event: ClassVar[str] = events.GROUP_CREATED
     created_by: str | None = None
+    member: bool | None = None
     name: str | None = None
     timeout_s: float | None = None
 

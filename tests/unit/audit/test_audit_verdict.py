@@ -222,6 +222,33 @@ def test_a_timeout_once_a_step_completed_after_the_group_was_made_stays_infrastr
     assert (doc["class"], doc["action"]) == ("infrastructure", "RESTART") and "LA029" not in doc["reason"]
 
 
+OUTSIDE = ("group_created", LAZY[1] | {"name": "(this rank is not in it)", "size": 0, "member": False})
+
+
+def test_the_rank_in_a_lazy_group_is_blamed_though_ranks_outside_it_timed_out_first(tmp_path: Path) -> None:
+    """4 ranks: ranks 2 and 3, outside EVAL, time out in step 2 before rank 1, the rank in it that skipped
+    its first collective; rank 0, waiting in that collective, is ended by rank 1's failure."""
+    timed_out = len(_trained()) + 1
+    rank_log(tmp_path, 1, _trained(LAZY, STEP_2_TIMED_OUT), start=100.0, world=4, at={timed_out: 120.5})
+    for rank, at in ((2, 120.0), (3, 120.2)):
+        rank_log(tmp_path, rank, _trained(OUTSIDE, STEP_2_TIMED_OUT), start=100.0, world=4, at={timed_out: at})
+    rank_log(tmp_path, 0, _trained(LAZY, peer_failed(1)), start=100.0, world=4, at={timed_out: 140.0})
+    doc = judged(tmp_path)
+    assert (doc["culprit"]["rank"], doc["class"], doc["action"]) == (1, "user-code", "STOP")
+    assert doc["victims"] == [0, 2, 3] and "EVAL (made by t:f:9)" in doc["reason"]
+
+
+def test_ranks_outside_a_lazy_group_that_time_out_alone_are_blamed_by_time(tmp_path: Path) -> None:
+    """No rank in the group timed out: the first to time out stays the cause."""
+    timed_out = len(_trained()) + 1
+    for rank, at in ((2, 120.0), (3, 120.2)):
+        rank_log(tmp_path, rank, _trained(OUTSIDE, STEP_2_TIMED_OUT), start=100.0, world=4, at={timed_out: at})
+    for rank in (0, 1):
+        rank_log(tmp_path, rank, _trained(LAZY, peer_failed(2)), start=100.0, world=4, at={timed_out: 140.0})
+    doc = judged(tmp_path)
+    assert (doc["culprit"]["rank"], doc["class"]) == (2, "user-code") and doc["victims"] == [0, 1, 3]
+
+
 def lost(peer: int) -> tuple[str, dict[str, Any]]:
     """A victim's `peer_failed` naming `peer` lost (frozen: its watcher stood still), as the rank watch writes it."""
     error = "its watcher (pid 7) stood still for 8 s: stopped or hung"
