@@ -98,6 +98,9 @@ def _cause(run_id: str | None, group: list[RankAudit], failed: list[tuple[RankAu
     own = [(s, f) for s, f in failed if f.kind in CAUSE_KINDS]
     if own:
         stream, failure = _first_own(own)
+        skipper = _skipper(failed, failure)
+        if skipper is not None:
+            return _skipped(run_id, t0, failed, skipper, (stream, failure))
         return RootCause(
             run_id=run_id,
             rank=stream.rank,
@@ -137,6 +140,38 @@ def _first_own(own: list[tuple[RankAudit, Failure]]) -> tuple[RankAudit, Failure
         inside = [(s, f) for s, f in own if f.kind == "timeout" and f.new_group is not None]
         return min(inside, key=_order, default=first)
     return first
+
+
+def _skipper(failed: list[tuple[RankAudit, Failure]], first: Failure) -> tuple[RankAudit, Failure] | None:
+    """When the first failure is a timeout outside a group made while training, a rank in that group stopped,
+    as a victim, where ranks outside it wait (the same step): it went past the group's first collective, and
+    the rest of the group waits in it (LA029). The lowest such rank; None when the records show none."""
+    if first.kind != "timeout" or first.new_group is not None or not first.trigger:
+        return None
+    inside = [(s, f) for s, f in failed if f.kind not in CAUSE_KINDS and f.new_group and f.trigger == first.trigger]
+    return min(inside, key=lambda item: item[0].rank or 0, default=None)
+
+
+def _skipped(
+    run_id: str | None,
+    t0: float | None,
+    failed: list[tuple[RankAudit, Failure]],
+    skipper: tuple[RankAudit, Failure],
+    first: tuple[RankAudit, Failure],
+) -> RootCause:
+    stream, failure = skipper
+    return RootCause(
+        run_id=run_id,
+        rank=stream.rank,
+        kind="timeout",
+        message=f"rank {stream.rank}, in group {failure.new_group}, went on to {failure.trigger!r} while the "
+        f"group waited in its first collective: rank {first[0].rank}, outside it, waiting there too, "
+        f"{_what(first[1])}",
+        source=stream.source,
+        line=failure.line,
+        at=None if first[1].ts is None or t0 is None else max(0.0, first[1].ts - t0),
+        victims=_victims(failed, stream),
+    )
 
 
 def _order(item: tuple[RankAudit, Failure]) -> tuple[float, int, int]:

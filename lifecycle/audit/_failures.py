@@ -101,7 +101,8 @@ def peer_failed(audit: RankState, rec: PeerFailed, ts: float) -> None:
         f"stopped in state {audit.state}{_during(audit)} because peer rank "
         f"{peer} failed in state {str(rec.peer_state)[:40]}: {str(rec.error)[:200]}"
     )
-    fail(audit, "peer_failed", ts, message, peer=peer, peer_lost=rec.peer_kind == "lost")
+    doing = rec.trigger[:40] if rec.trigger else None  # its step (a phase's is the open trigger already)
+    fail(audit, "peer_failed", ts, message, trigger=doing, peer=peer, peer_lost=rec.peer_kind == "lost")
 
 
 def state_timeout(audit: RankState, rec: StateTimeout, ts: float) -> None:
@@ -112,7 +113,7 @@ def state_timeout(audit: RankState, rec: StateTimeout, ts: float) -> None:
     during = f" during {str(trigger)[:40]!r}" if trigger else _during(audit)
     ranks = tuple(missing[:64]) if missing is not None else ()
     message = f"timed out after {rec.timeout_s} s in state {state}{during}{waiting}"
-    fail(audit, "timeout", ts, message, state=state, missing=ranks)
+    fail(audit, "timeout", ts, message, state=state, trigger=str(trigger)[:40] if trigger else None, missing=ranks)
 
 
 def restarts_exhausted(audit: RankState, rec: RestartsExhausted, ts: float) -> None:

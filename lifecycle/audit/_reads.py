@@ -62,6 +62,7 @@ class PeerFailed(Typed, kw_only=True):  # `peer_failed`, as `_failures.peer_fail
     peer_kind: str | None = None
     peer_rank: int | None = None
     peer_state: str | None = None
+    trigger: str | None = None
 
 
 class StateTimeout(Typed, kw_only=True):  # `state_timeout`, as `_failures.state_timeout` reads it

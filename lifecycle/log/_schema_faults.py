@@ -71,6 +71,9 @@ class PeerFailed(Record, frozen=True, kw_only=True, tag="peer_failed"):
             "`stale_s`: it writes no record of its own); absent in logs written before it was added"
         ),
     ] = UNSET
+    trigger: Annotated[
+        str | UnsetType, Meta(description="what this rank was doing then (`step 2`), when in a watched step or phase")
+    ] = UNSET
 
 
 class LogWriteFailed(Record, frozen=True, kw_only=True, tag="log_write_failed"):

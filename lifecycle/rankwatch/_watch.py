@@ -305,7 +305,7 @@ class RankWatch:
         if peer is None and connection_lost(exc):  # a peer died: wait for the verdict naming it
             peer = self._await_peer_failure(self.verdict_s)
         if peer is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            self._peer_failed(emit, peer)
+            self._peer_failed(emit, peer, trigger)
             return DistributedError(
                 f"rank {peer.rank} failed in {peer.state} ({peer.error}); rank {self.rank} stopped "
                 f"waiting for it in {state}. The root cause is on rank {peer.rank}",
@@ -324,13 +324,19 @@ class RankWatch:
             time.sleep(self.poll_s)
         return peer
 
-    def _peer_failed(self, emit: Emit, peer: Failure) -> None:
-        """Log `peer_failed` naming `peer`, once (the watcher may name a lost peer before the main thread does)."""
+    def _peer_failed(self, emit: Emit, peer: Failure, trigger: str | None = None) -> None:
+        """Log `peer_failed` naming `peer`, and the work this rank was doing (`trigger`: `step 2`), once (the
+        watcher may name a lost peer before the main thread does)."""
         with self._lock:
             if self._named == peer:
                 return
             self._named = peer
-        emit(records.PeerFailed(peer_rank=peer.rank, peer_state=peer.state, error=peer.error, peer_kind=peer.kind))
+        doing = records.UNSET if trigger is None else trigger
+        emit(
+            records.PeerFailed(
+                peer_rank=peer.rank, peer_state=peer.state, error=peer.error, peer_kind=peer.kind, trigger=doing
+            )
+        )
 
     def _timed_out(self, emit: Emit, trigger: str, state: str, missing: list[int] | None, *, rendezvous: bool) -> None:
         listed = missing if missing is not None else records.UNSET
@@ -474,9 +480,9 @@ class RankWatch:
         if signals.pending_signal() is not None:  # the signal watch logs `startup_aborted` and ends it
             return
         if noticed is not None and lost and now >= noticed[1] + self.poll_s:  # the next tick, or later
-            self._peer_failed(active.emit, noticed[0])  # once; the main thread's own error then logs no second
+            self._peer_failed(active.emit, noticed[0], active.trigger)  # once; the main thread's error logs no second
         if noticed is not None and now - max(noticed[1], active.started) >= grace:
-            self._peer_failed(active.emit, noticed[0])
+            self._peer_failed(active.emit, noticed[0], active.trigger)
         elif active.deadline and now - active.started >= self.timeout_s + self.grace_s:
             self._timed_out(active.emit, active.trigger, active.state, None, rendezvous=False)
             error = f"{active.state} still running after {self.timeout_s:g} s"

@@ -352,7 +352,16 @@ def test_an_error_while_a_peer_failed_first_makes_this_rank_its_victim() -> None
     )
     assert caught.value.field == "startup" and isinstance(caught.value.__cause__, RuntimeError)
     assert emitted == [
-        ("peer_failed", {"peer_rank": 0, "peer_state": "DISTRIBUTED", "error": "boom on 0", "peer_kind": "exception"})
+        (
+            "peer_failed",
+            {
+                "peer_rank": 0,
+                "peer_state": "DISTRIBUTED",
+                "error": "boom on 0",
+                "peer_kind": "exception",
+                "trigger": "build_model",  # what this rank was doing: the audit finds a rank that went on by it
+            },
+        )
     ]
     assert "failure/2" not in store.data and watch.failed and watch._active is None
 
@@ -570,7 +579,13 @@ def test_a_blocked_victim_is_ended_its_grace_after_the_failure_was_noticed(kind:
     assert exits == [] and emitted == []
     watch._escalate(active(emitted, 90.0), 100.0 + grace)
     assert exits == [EXIT_CODE] and watch._stop.is_set()
-    fields = {"peer_rank": 2, "peer_state": "DISTRIBUTED", "error": "boom on 2", "peer_kind": kind}
+    fields = {
+        "peer_rank": 2,
+        "peer_state": "DISTRIBUTED",
+        "error": "boom on 2",
+        "peer_kind": kind,
+        "trigger": "build_model",
+    }
     assert emitted == [("peer_failed", fields)]
 
 
@@ -584,7 +599,13 @@ def test_a_lost_peer_is_named_in_the_log_one_poll_after_it_is_noticed_and_the_vi
     watch._escalate(active(emitted, 90.0), 100.0)
     assert exits == [] and emitted == [], "not in the tick that noticed it"
     watch._escalate(active(emitted, 90.0), 100.0 + watch.poll_s)
-    fields = {"peer_rank": 2, "peer_state": "DISTRIBUTED", "error": "boom on 2", "peer_kind": "lost"}
+    fields = {
+        "peer_rank": 2,
+        "peer_state": "DISTRIBUTED",
+        "error": "boom on 2",
+        "peer_kind": "lost",
+        "trigger": "build_model",
+    }
     assert exits == [] and emitted == [("peer_failed", fields)]
     watch._escalate(active(emitted, 90.0), 100.99)
     assert exits == [] and len(emitted) == 1

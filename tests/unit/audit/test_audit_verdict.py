@@ -249,6 +249,23 @@ def test_ranks_outside_a_lazy_group_that_time_out_alone_are_blamed_by_time(tmp_p
     assert (doc["culprit"]["rank"], doc["class"]) == (2, "user-code") and doc["victims"] == [0, 1, 3]
 
 
+def test_the_rank_in_a_lazy_group_that_went_on_to_the_next_step_is_blamed_when_only_ranks_outside_timed_out(
+    tmp_path: Path,
+) -> None:
+    """4 ranks, EVAL of ranks 1 and 2: rank 3, outside it, times out first in step 2; its failure stops the
+    rest before their own deadlines. Rank 2, in EVAL, was stopped in step 2 too (as rank 0, outside it): it
+    went past EVAL's first collective, where rank 1 still waits (in step 1)."""
+    timed_out = len(_trained()) + 1
+    stopped = {0: ("step 2", OUTSIDE), 1: ("step 1", LAZY), 2: ("step 2", LAZY)}
+    rank_log(tmp_path, 3, _trained(OUTSIDE, STEP_2_TIMED_OUT), start=100.0, world=4, at={timed_out: 120.0})
+    for rank, (step, made) in stopped.items():
+        stop = ("peer_failed", peer_failed(3)[1] | {"trigger": step})
+        rank_log(tmp_path, rank, _trained(made, stop), start=100.0, world=4, at={timed_out: 120.5})
+    doc = judged(tmp_path)
+    assert (doc["culprit"]["rank"], doc["class"], doc["action"], doc["phase"]) == (2, "user-code", "STOP", "step 2")
+    assert doc["victims"] == [0, 1, 3] and "rank 2, in group EVAL (made by t:f:9), went on to 'step 2'" in doc["reason"]
+
+
 def lost(peer: int) -> tuple[str, dict[str, Any]]:
     """A victim's `peer_failed` naming `peer` lost (frozen: its watcher stood still), as the rank watch writes it."""
     error = "its watcher (pid 7) stood still for 8 s: stopped or hung"
