@@ -3,6 +3,7 @@
 and the time from the fault to the verdict.
 
     python benchmarks/verdicts.py [--timeout 20] [--cases never_starts,...] [--world 2] [--repeat 1] [--load 0]
+                                  [--record]
     python benchmarks/verdicts.py --scale 4096 [--repeat 3]
 
 The faults are `benchmarks/faults.py`'s cases (gloo jobs of `--world` ranks, 2 unless told, on the tiny
@@ -170,11 +171,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=0, help="runs of each case (--scale: 3, else 1)")
     parser.add_argument("--world", type=int, default=2, help="ranks a job")
     parser.add_argument("--load", type=int, default=0, help="busy processes beside the corpus")
+    parser.add_argument("--record", action="store_true", help="write the figures to benchmarks/results.toml")
     args = parser.parse_args(argv)
     if args.scale:
         return scale(args.scale, args.repeat or 3)
     with load_generator(args.load):
-        return corpus(args.cases.split(","), args.timeout, args.world, args.repeat or 1)
+        judged = corpus(args.cases.split(","), args.timeout, args.world, args.repeat or 1)
+    if args.record:
+        from _results import record
+
+        seconds = [j.fault_to_verdict_s for j in judged]
+        right = sum(not wrong(j.case, j.doc) for j in judged)
+        figures = {"right": right, "runs": len(judged), "world": args.world}
+        record("verdicts", figures | {"median_s": statistics.median(seconds), "max_s": max(seconds)})
+    return 0 if all(not wrong(j.case, j.doc) for j in judged) else 1
 
 
 @contextlib.contextmanager
@@ -190,7 +200,7 @@ def load_generator(n: int) -> Iterator[None]:
             proc.wait()
 
 
-def corpus(cases: list[str], timeout_s: float, world: int, repeat: int) -> int:
+def corpus(cases: list[str], timeout_s: float, world: int, repeat: int) -> list[Judged]:
     """Each case `repeat` times in a world of `world` ranks: a row a run, then the tally."""
     print(f"{'case':<24} {'class':<15} {'culprit':>7} {'state':<16} {'verdict s':>9}  wrong")
     judged = []
@@ -209,7 +219,7 @@ def corpus(cases: list[str], timeout_s: float, world: int, repeat: int) -> int:
     seconds = [j.fault_to_verdict_s for j in judged]
     print(f"fault to verdict: median {statistics.median(seconds):.2f} s, max {max(seconds):.2f} s")
     print(f"verdicts right: {right} of {len(judged)} ({world} ranks a job; load average {os.getloadavg()[0]:.1f})")
-    return 0 if right == len(judged) else 1
+    return judged
 
 
 if __name__ == "__main__":
