@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from lifecycle.launchers.local import free_port
 from lifecycle.testing import cycle_and_store, injectable
+from tests.integration.ports import shared_port
 
 
 def pretrain_like(
@@ -49,11 +51,10 @@ def under_nvrx() -> dict[str, Any]:
         plain = "injected"
     except TypeError as exc:
         plain = f"TypeError: {exc}"
-    port = int(os.environ["MASTER_PORT"])
-    store = dist.TCPStore("127.0.0.1", port + 1, 1, is_master=True, timeout=timedelta(seconds=30))
+    store = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=30))  # one rank
     fast = timedelta(seconds=0.2)
     wrapped = inprocess.Wrapper(
-        store_kwargs={"port": port + 2},
+        store_kwargs={"port": free_port()},
         initialize=inprocess.initialize.RetryController(max_iterations=3),
         abort=inprocess.abort.AbortTorchDistributed(),
         health_check=None,
@@ -99,9 +100,8 @@ def dropin_with_given_wrapper(log_dir: str) -> dict[str, Any]:
 
     RankWatch.__init__ = recorded  # type: ignore[method-assign]
     rank = int(os.environ["RANK"])
-    store = dist.TCPStore(
-        "127.0.0.1", int(os.environ["MASTER_PORT"]) + 1, 2, is_master=rank == 0, timeout=timedelta(seconds=60)
-    )
+    port = shared_port(f"{log_dir}-ports", "wrapper-store")  # beside the log directory, not in it
+    store = dist.TCPStore("127.0.0.1", port, 2, is_master=rank == 0, timeout=timedelta(seconds=60))
     sys.argv = ["pretrain_gpt_tiny.py"]
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     import pretrain_gpt_tiny as script

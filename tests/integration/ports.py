@@ -14,11 +14,18 @@ WAIT_S = 300.0
 
 
 def new_rendezvous(shared: str | Path, name: str) -> int:
-    """Set MASTER_PORT for the run `name`: rank 0 takes a port free now (`free_port`) and writes it to
-    `shared/port-<name>` (a directory every rank reads, new for each job of ranks); the other ranks read
-    it there, polled for at most WAIT_S. Returns the port."""
+    """Set MASTER_PORT for the run `name` to `shared_port(shared, name)`; returns it."""
+    os.environ["MASTER_PORT"] = str(shared_port(shared, name))
+    return int(os.environ["MASTER_PORT"])
+
+
+def shared_port(shared: str | Path, name: str) -> int:
+    """A port for `name` (a store of its own), the same on every rank: rank 0 takes a port free now
+    (`free_port`) and writes it to `shared/port-<name>` (a directory every rank reads, new for each job of
+    ranks); the other ranks read it there, polled for at most WAIT_S."""
     path = Path(shared) / f"port-{name}"
     if os.environ.get("RANK", "0") == "0":
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(str(free_port()))
         tmp.replace(path)
@@ -28,5 +35,4 @@ def new_rendezvous(shared: str | Path, name: str) -> int:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"rank 0 wrote no port for run {name!r} to {path} within {WAIT_S:g} s")
             time.sleep(0.05)
-    os.environ["MASTER_PORT"] = path.read_text()
-    return int(os.environ["MASTER_PORT"])
+    return int(path.read_text())

@@ -11,6 +11,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tests.integration.ports import shared_port
+
 
 def config(root: str, name: str, *overrides: str) -> Any:
     from lifecycle import RunConfig
@@ -109,7 +111,7 @@ def train(fault_cycles: int, fault_step: int, steps: int = 6) -> Any:
 PER_CYCLE: list[dict[str, int]] = []
 
 
-def run_case(root: str, name: str, fault_cycles: int, fault_step: int, port_offset: int) -> dict[str, Any]:
+def run_case(root: str, name: str, fault_cycles: int, fault_step: int) -> dict[str, Any]:
     import torch
 
     from lifecycle.resilience import InProcessRestart
@@ -118,7 +120,7 @@ def run_case(root: str, name: str, fault_cycles: int, fault_step: int, port_offs
     # each on 2 shared cores made every step ~50x slower (OpenMP threads spinning against each other)
     torch.set_num_threads(1)
     PER_CYCLE.clear()
-    port = int(os.environ["MASTER_PORT"]) + port_offset
+    port = shared_port(root, name)
     restart = InProcessRestart(config(root, name), "gpt", port=port, max_cycles=fault_cycles + 2)
     result = restart.run(train(fault_cycles, fault_step))
     return {**result, "cycles": restart.cycles, "per_cycle": list(PER_CYCLE), "log_dir": f"{root}/{name}/logs"}
@@ -178,7 +180,7 @@ def release_fails(root: str) -> dict[str, Any]:
 
     phases = MegatronPhases().around(State.SERVICES_READY, enter=services, release=release)
     phases = phases.around(State.DISTRIBUTED, enter=distributed)
-    port = int(os.environ["MASTER_PORT"]) + 4
+    port = shared_port(root, "release")
     restart = InProcessRestart(config(root, "release"), "gpt", port=port, max_cycles=5, phases=phases)
     begin_cycle = restart.lc.begin_cycle
 
@@ -252,7 +254,7 @@ def storm(root: str) -> dict[str, Any]:
     from lifecycle.resilience import InProcessRestart, RestartsExhausted
 
     torch.set_num_threads(1)
-    port = int(os.environ["MASTER_PORT"]) + 5
+    port = shared_port(root, "storm")
     restart = InProcessRestart(config(root, "storm"), "gpt", port=port, max_cycles=2)
     try:
         restart.run(train(99, 1))
@@ -266,7 +268,7 @@ def more_ranks_than_launched(root: str) -> str:
     from lifecycle.errors import ConfigError
     from lifecycle.resilience import InProcessRestart
 
-    port = int(os.environ["MASTER_PORT"]) + 6
+    port = shared_port(root, "floor")
     try:
         InProcessRestart(config(root, "floor"), "gpt", port=port, min_world_size=3).run(train(0, 1))
     except ConfigError as exc:
@@ -278,11 +280,11 @@ def restart_group(root: str) -> dict[str, Any]:
     """The uninterrupted run, the run where rank 1 fails at step 3, a restart storm, five restarts in
     one process, and the two sabotaged releases."""
     out = {
-        "plain": run_case(root, "plain", 0, 3, 1),
-        "restart": run_case(root, "restart", 1, 3, 2),
+        "plain": run_case(root, "plain", 0, 3),
+        "restart": run_case(root, "restart", 1, 3),
     }
     if os.environ.get("RESTART_LEAKS", "1") == "1":
-        out["leaks"] = run_case(root, "leaks", 5, 1, 3)
+        out["leaks"] = run_case(root, "leaks", 5, 1)
         out["sabotage_rng"] = sabotaged(root, "rng")
         out["sabotage_model"] = sabotaged(root, "model")
         out["sabotage_workers"] = sabotaged(root, "workers")

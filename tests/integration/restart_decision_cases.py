@@ -15,6 +15,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from tests.integration.ports import shared_port
+
 WAIT_S = 60.0
 """How long rank 0 waits in `train` for the wrapper's restart request (a bound, not an expectation)."""
 
@@ -130,7 +132,6 @@ def cases(root: str) -> dict[str, Any]:
     from lifecycle import InProcessPhases, RunConfig
     from lifecycle.resilience import InProcessRestart
 
-    base = int(os.environ["MASTER_PORT"]) + 10
     try:
         InProcessRestart(RunConfig(), None, None, 3)  # type: ignore[misc]
         positional = "accepted"
@@ -142,11 +143,11 @@ def cases(root: str) -> dict[str, Any]:
     return {
         "positional": positional,
         "before_run": before_run,
-        "recovers": _case(root, "recovers", base, faults=1, timeout_s=4.5, max_cycles=3),
-        "storm": _case(root, "storm", base + 1, faults=5, max_cycles=2, min_world_size=1),
-        "release": _case(root, "release", base + 2, faults=1, max_cycles=3, release_fails=True),
-        "above": _case(root, "above", base + 3, faults=0, min_world_size=3),
-        "zero": _case(root, "zero", base + 4, faults=0, min_world_size=0),
+        "recovers": _case(root, "recovers", shared_port(root, "recovers"), faults=1, timeout_s=4.5, max_cycles=3),
+        "storm": _case(root, "storm", shared_port(root, "storm"), faults=5, max_cycles=2, min_world_size=1),
+        "release": _case(root, "release", shared_port(root, "release"), faults=1, max_cycles=3, release_fails=True),
+        "above": _case(root, "above", shared_port(root, "above"), faults=0, min_world_size=3),
+        "zero": _case(root, "zero", shared_port(root, "zero"), faults=0, min_world_size=0),
     }
 
 
@@ -154,5 +155,5 @@ def rank_lost(root: str) -> None:
     """Rank 1 exits in cycle 0 (lost: nothing published); rank 0's outcome goes to `root`/rank0.json."""
     import orjson
 
-    out = _case(root, "lost", int(os.environ["MASTER_PORT"]) + 10, faults=1, lose=True)  # the defaults
+    out = _case(root, "lost", shared_port(root, "lost"), faults=1, lose=True)  # the defaults
     (Path(root) / "rank0.json").write_bytes(orjson.dumps(out))
