@@ -76,7 +76,7 @@ def _label(victim: Victim) -> str:
         return "told to restart by the in-process restart wrapper (a peer failed)"
     if victim.kind == EXHAUSTED:
         return "in-process restart gave up"
-    return {"failed": "failed later", "died": "died later", "timeout": "timed out later"}.get(victim.kind, victim.kind)
+    return {"failed": "failed later", "died": "died later", "timeout": "timed out"}.get(victim.kind, victim.kind)
 
 
 def root_causes(streams: Sequence[RankAudit]) -> list[RootCause]:

@@ -165,7 +165,7 @@ def test_the_victim_summary_groups_ranks_by_what_stopped_them() -> None:
     assert victim_summary(victims) == (
         "; victims: stopped by a peer's failure on ranks 0-1 (2 ranks); stopped by SIGTERM on ranks 2 (1 rank); "
         "stopped by a signal on ranks 3 (1 rank); failed later on ranks 4 (1 rank); died later on ranks 5 (1 rank); "
-        "timed out later on ranks 6 (1 rank); other on ranks 7 (1 rank)"
+        "timed out on ranks 6 (1 rank); other on ranks 7 (1 rank)"
     )
     assert victim_summary([]) == ""
 
