@@ -171,10 +171,10 @@ def work(port: int, ranks: range, world: int, board: str, control: Control, me: 
             node=f"node{rank // RANKS_PER_NODE}",
             board_dir=board,
         )
-        watch.register()
+        watch.checkin.register()
         watches.append(watch)
     for watch in watches:
-        watch.await_all()
+        watch.checkin.await_all()
     for watch in watches:
         watch.join_node()
     counter[0] = 0

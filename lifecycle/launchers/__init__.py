@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from lifecycle.launchers._base import IDENTITY_VARIABLES, Launcher, port_for
 from lifecycle.launchers._openmpi import OpenMPI
+from lifecycle.launchers._proc import proc_stat as proc_stat
 from lifecycle.launchers._slurm import Slurm
 from lifecycle.launchers._slurm import expand_nodelist as expand_nodelist
 from lifecycle.launchers._torchrun import LAUNCHED as LAUNCHED

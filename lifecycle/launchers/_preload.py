@@ -35,6 +35,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from lifecycle.launchers._proc import proc_stat
+
 MODULES = ("torch", "torch.distributed", "megatron.core")
 """Imported by the server, in order; every rank that runs megatron imports these."""
 WATCH_S = 0.05
@@ -86,13 +88,9 @@ def _exit_on_sigterm(signum: int, _frame: object) -> None:
 
 def _children() -> list[int]:
     """The processes this one started that have not been reaped: its ranks (one scan of /proc)."""
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat") as stat:
-                if int(stat.read().rsplit(")", 1)[1].split()[1]) == me:
-                    found.append(int(entry))
-    return found
+    me = os.getpid()
+    found = (proc_stat(int(entry)) for entry in os.listdir("/proc") if entry.isdigit())
+    return [stat.pid for stat in found if stat is not None and stat.ppid == me]
 
 
 def _stop_ranks() -> None:

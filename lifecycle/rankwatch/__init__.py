@@ -5,6 +5,8 @@ when called).
 One name for each thing called a watch:
 - `RankWatch` (`_watch.py`), the rank watch: one per rank and initialization. It checks the rank in,
   publishes a failure, and runs the watcher.
+- `CheckIn` (`_rank_checkin.py`, `RankWatch.checkin`): the rank watch's check-in of its rank: its arrival,
+  the wait for every rank, what it learns of its node, and what it logs when that fails.
 - the watcher: the rank watch's thread. Every `poll_s` it beats on the node's board, looks for gone
   peers, and ends the main thread's work past its grace or deadline.
 - `WatchSettings` (`_settings.py`): how the watch polls and how long it waits, in one record;

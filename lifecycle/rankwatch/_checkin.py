@@ -1,4 +1,4 @@
-"""The rank watch's check-in (_watch.py): each rank's writes, the wait for all, and what a rank then
+"""The rank watch's check-in (_rank_checkin.py): each rank's writes, the wait for all, and what a rank then
 learns of its node. Every function here is a few store operations per rank (register: 4 and 1 for the
 world, a node's first rank 3 more, the last rank 2 more; the wait: 1 and 1 for the gate; join: 3), once
 per initialization.

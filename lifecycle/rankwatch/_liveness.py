@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from lifecycle.errors import DistributedError
+from lifecycle.launchers import proc_stat
 
 HOST = socket.gethostname()
 
@@ -44,31 +45,22 @@ def local_pids(entries: list[bytes], rank: int) -> dict[int, int]:
 
 def process_alive(pid: int) -> bool:
     """True while `pid` exists and is not a zombie (a killed child its parent has not reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            text = stat.read()
-    except FileNotFoundError:
+    stat = proc_stat(pid)
+    if stat is not None:
+        return not stat.ended
+    try:  # no such process, or /proc cannot say (not Linux): existence only
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
-    except OSError:  # no /proc (not Linux): existence only
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+    except PermissionError:
         return True
-    state = text[text.rfind(b")") + 2 : text.rfind(b")") + 3]
-    return state not in (b"Z", b"X", b"x")
+    return True
 
 
 def started(pid: int) -> str:
     """`pid`'s start time (clock ticks since boot), or "" where /proc cannot say."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else ""
+    stat = proc_stat(pid)
+    return "" if stat is None else str(stat.starttime)
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""Where the ranks of one node meet before the store (_watch.py, _checkin.py): the first to arrive checks
+"""Where the ranks of one node meet before the store (_rank_checkin.py, _checkin.py): the first to arrive checks
 them all in, so the store's host sees a few operations a node, not a few a rank.
 
 One directory per launch on a node, `<tmp>/megatron-lifecycle-<uid>/checkin-<key>`, the key the same for

@@ -1,14 +1,14 @@
 """Deadlines, check-in and failure broadcast for the collective states (docs/failures.md).
 
-The store's keys are listed in `_checkin.py`. The store's host sees O(nodes) operations, not O(ranks)
-(docs/failures.md#the-rank-watch-at-scale): each node's leader owns its one watch connection and, every
-`interval_s`, beats and reads `first` and the next node's beat, at its node's own point of the round
-(`_ring.py`); the other ranks talk only to the node-local board (`_board.py`). Every watcher checks, each
-`poll_s`, that the ranks of its node exist (`_node.py`), ends its main thread's work past its grace or
-deadline, and leaves it to SIGTERM/SIGINT when one came (`runtime/signals.py`). gloo cannot abort a
-collective in flight (torch 2.13: tried), so a victim leaves one when the failed rank's sockets close, at
-the collective's timeout, or `grace_s` after the watcher saw the failure: it logs `peer_failed` or
-`state_timeout` and ends the process (`EXIT_CODE`).
+The check-in is `_rank_checkin.py`'s, its store's keys are listed in `_checkin.py`. The store's host sees
+O(nodes) operations, not O(ranks) (docs/failures.md#the-rank-watch-at-scale): each node's leader owns its
+one watch connection and, every `interval_s`, beats and reads `first` and the next node's beat, at its
+node's own point of the round (`_ring.py`); the other ranks talk only to the node-local board
+(`_board.py`). Every watcher checks, each `poll_s`, that the ranks of its node exist (`_node.py`), ends
+its main thread's work past its grace or deadline, and leaves it to SIGTERM/SIGINT when one came
+(`runtime/signals.py`). gloo cannot abort a collective in flight (torch 2.13: tried), so a victim leaves
+one when the failed rank's sockets close, at the collective's timeout, or `grace_s` after the watcher saw
+the failure: it logs `peer_failed` or `state_timeout` and ends the process (`EXIT_CODE`).
 """
 
 from __future__ import annotations
@@ -22,15 +22,13 @@ from typing import TYPE_CHECKING
 
 from lifecycle.errors import DistributedError
 from lifecycle.log import records
-from lifecycle.rankwatch import _checkin, _world
-from lifecycle.rankwatch._board import board_root
-from lifecycle.rankwatch._failure import Failure, rank_list, read_first
-from lifecycle.rankwatch._liveness import HOST, connection_lost, is_timeout, kind_of, store_closed, timeout_error
-from lifecycle.rankwatch._meeting import Meeting, Word, launch_key
+from lifecycle.rankwatch import _world
+from lifecycle.rankwatch._failure import Failure, read_first
+from lifecycle.rankwatch._liveness import HOST, connection_lost, kind_of, store_closed, timeout_error
 from lifecycle.rankwatch._node import Node
+from lifecycle.rankwatch._rank_checkin import CheckIn
 from lifecycle.rankwatch._ring import Ring, next_due, next_tick
 from lifecycle.rankwatch._settings import WatchSettings
-from lifecycle.rankwatch._sweep import sweep
 from lifecycle.rankwatch._watched import ActiveWork, Emit
 from lifecycle.runtime import PhaseContext, signals
 
@@ -61,14 +59,9 @@ class RankWatch:
         meeting: str | None = None,
         local_size: int | None = None,
     ) -> None:
-        """`settings`: its deadline, poll and graces (`WatchSettings.of(config)` for a run). `interruptible`: under
-        an in-process restart wrapper the check-in waits in short steps. `node`: this rank's node (the host by
-        default); `board_dir`: the node-local board's place (the temp directory by default); `world`: what this
-        rank believes its world is, agreed at check-in (`_world.py`); `meeting`: where the ranks of this node
-        meet to check in through one of them (`_meeting.launch_key`; none: each rank checks itself in), and
-        `local_size`: how many the launcher starts on this node (`_meeting.local_size`)."""
-        self.store, self.rank, self.world_size, self.world, self.settings = store, rank, world_size, world, settings
-        self.interruptible, self.node, self._board_dir = interruptible, HOST if node is None else node, board_dir
+        """`settings`: its deadline, poll and graces (`WatchSettings.of(config)` for a run); `node`: this rank's
+        node (the host by default); the others are its check-in's (`CheckIn`)."""
+        self.store, self.rank, self.settings = store, rank, settings
         self.store_host, self._state = store_host, "DISTRIBUTED"
         # The settings the watch reads most, by their short names (`_settings.py` defines them).
         self.timeout_s, self.poll_s, self.grace_s = settings.timeout_s, settings.poll_s, settings.grace_s
@@ -82,15 +75,15 @@ class RankWatch:
         self._store_gone, self.failed, self._stop = False, False, threading.Event()
         self._thread: threading.Thread | None = None
         self._node = Node(peers={}, leader=None, board=None)  # what `join_node` learns
-        self._own_index: int | None = None  # this rank's node index, when it leads the node
         self._connection: Store | None = None  # the watch connection (`_watch_store`)
         self._ring: Ring | None = None  # a leader's round at the store, once joined
         self._next_round = 0.0
         self._failing_since: float | None = None  # since when the store has not answered
-        self._meeting_key, self._local_size = meeting, local_size
-        self._meeting: Meeting | None = None  # this rank's arrival at its node's meeting (`register`)
-        self._joined: tuple[list[bytes], int] | None = None  # the node's entries and node count, from a meeting
-        self._missing: list[int] | None = None  # the ranks this rank found missing at the check-in
+        self.checkin = CheckIn(  # the rank's check-in: its arrival, the wait for all, its node (`_rank_checkin.py`)
+            store, rank=rank, world_size=world_size, settings=settings, node=HOST if node is None else node,
+            publish=self.publish, peer_failed=self._peer_failed, store_host=store_host, interruptible=interruptible,
+            board_dir=board_dir, world=world, meeting=meeting, local_size=local_size,
+        )  # fmt: skip
 
     @property
     def leader(self) -> bool:
@@ -106,113 +99,17 @@ class RankWatch:
         return self._node.nodes
 
     def check_in(self, ctx: PhaseContext) -> None:
-        """Register this rank and wait until all have; on the deadline log `state_timeout` and raise. The
-        store's host (another rank) closing the connection meanwhile is its loss: log `peer_failed` naming it.
-        In a meeting (`meeting`), its leader checks the node in, and tells the others what it learned."""
-        self.register()
-        try:
-            self.await_all()
-        except _checkin.LeaderSaid as said:
-            self._leave_meeting()
-            raise self._leader_failed(ctx, said.result) from None
-        except Exception as exc:
-            error = self._check_in_failed(ctx, exc)
-            if self._meeting is not None:
-                with suppress(OSError):
-                    self._meeting.post(_checkin.failed(error, exc, self._missing))
-                self._leave_meeting()
-            raise error from exc
+        """Check this rank in (`CheckIn.run`: register, wait for every rank, or log and raise), then join its node."""
+        self.checkin.run(ctx)
         self.join_node()
-
-    def _check_in_failed(self, ctx: PhaseContext, exc: Exception) -> Exception:
-        if self.store_host not in (None, self.rank) and store_closed(exc):
-            lost, error = _checkin.host_lost(self.store_host, self.rank, exc)
-            self._peer_failed(ctx.emit, lost)
-            return error
-        return self._rendezvous_timed_out(ctx) if is_timeout(exc) else exc
-
-    def register(self) -> None:
-        """This rank's arrival at its node's meeting (`meeting`; none where its directory cannot be made),
-        else its check-in writes (`_checkin.register`); the first on its node leads it."""
-        if self._meeting_key is not None:
-            with suppress(OSError):
-                root = board_root(self._board_dir)
-                key = launch_key(self._meeting_key, self.node)
-                self._meeting = Meeting(root, key, self.rank, self._local_size)
-                if self._meeting.leads:  # once a node and launch: the leftovers of killed ranks
-                    sweep(root)
-        if self._meeting is None:
-            self._own_index = _checkin.register(self.store, self.rank, self.world_size, self.node, self.world)
-
-    def report(self) -> None:
-        """A meeting's leader: check in the node's ranks that arrived (`Meeting.due`), in one batch."""
-        meeting = self._meeting
-        if meeting is None or not meeting.leads or not (batch := meeting.due(time.monotonic())):
-            return
-        world = None if meeting.pushed else self.world  # the first batch agrees on the world
-        index = _checkin.register_node(self.store, batch, self.world_size, self.node, (self.rank, meeting.nonce), world)
-        meeting.pushed |= batch.keys()
-        self._own_index = index if index is not None else self._own_index
-
-    def await_all(self) -> None:
-        """Until every rank has checked in, at most `timeout_s` (polled when `interruptible`). In a meeting,
-        its leader waits at the store and tells the others (`LeaderSaid` when it failed)."""
-        meeting = self._meeting
-        if meeting is None:
-            _checkin.await_all(self.store, self.timeout_s, interruptible=self.interruptible, world=self.world)
-        elif meeting.leads:
-            _checkin.lead(self.store, meeting, self.report, self.timeout_s, interruptible=self.interruptible)
-            if self.world is not None:
-                _world.gate(self.store, self.world)
-            self._joined = _checkin.node_entries(self.store, self.node)
-            meeting.post(_checkin.joined(*self._joined))
-        else:
-            self._joined = _checkin.follow(meeting, self.timeout_s + self.stale_s)
 
     def join_node(self) -> None:
         """After every rank checked in: this node's ranks, leader, board, the node count and the round."""
-        if self._joined is None:
-            self._node = _checkin.join(self.store, self.rank, self.node, board_dir=self._board_dir)
-        else:
-            self._node = _checkin.node_of(*self._joined, self.rank, board_dir=self._board_dir)
-            self._leave_meeting()
+        self._node = self.checkin.join()
         self.interval_s = self.settings.round_s(self._node.nodes)
         self.node_stale_s = self.settings.node_stale_s(self._node.nodes)
-        if self._own_index is not None:
-            self._ring = Ring(self._own_index, self._node.nodes, self.settings)
-
-    def _leave_meeting(self) -> None:
-        if self._meeting is not None:
-            self._meeting.leave()
-
-    def _rendezvous_timed_out(self, ctx: PhaseContext) -> DistributedError:
-        """Log `state_timeout`; the first rank of each node names the missing ranks (the others count them)."""
-        if self._own_index is None and (self._meeting is None or not self._meeting.leads):
-            ctx.emit(records.StateTimeout(state="DISTRIBUTED", trigger=ctx.trigger.value, timeout_s=self.timeout_s))
-            return _checkin.timed_out(self.world_size, self.timeout_s, arrived=int(self.store.add("arrived", 0)))
-        self._missing = self.missing()
-        self._timed_out(ctx.emit, ctx.trigger.value, "DISTRIBUTED", self._missing, rendezvous=True)
-        return _checkin.timed_out(self.world_size, self.timeout_s, missing=self._missing)
-
-    def _leader_failed(self, ctx: PhaseContext, result: Word) -> DistributedError:
-        """What this rank raises when its meeting's leader failed to check the node in (`_checkin.follow`)."""
-        said, leader = result.get("failed"), self._meeting.leader if self._meeting is not None else -1
-        missing = result.get("missing")
-        if said == "timeout" and isinstance(missing, list):
-            self._timed_out(ctx.emit, ctx.trigger.value, "DISTRIBUTED", missing, rendezvous=False)
-            return _checkin.timed_out(self.world_size, self.timeout_s, missing=missing)
-        if said == "host_lost" and self.store_host not in (None, self.rank):
-            lost, error = _checkin.host_lost(self.store_host, self.rank, RuntimeError(str(result.get("detail"))))
-            self._peer_failed(ctx.emit, lost)
-            return error
-        if said in ("leader_gone", "silent") and self._meeting is not None:
-            lost = _checkin.leader_lost(self._meeting, said)
-            self._peer_failed(ctx.emit, lost)
-            self.publish(lost)
-        return _checkin.leader_error(leader, self.rank, result)
-
-    def missing(self) -> list[int]:  # ranks not checked in (about 2·m·log2(N) operations for m of N)
-        return _checkin.missing(self.store, self.world_size)
+        if self.checkin.own_index is not None:
+            self._ring = Ring(self.checkin.own_index, self._node.nodes, self.settings)
 
     # -- failures -----------------------------------------------------------------------------
     def publish(self, failure: Failure, store: Store | None = None) -> None:
@@ -315,7 +212,7 @@ class RankWatch:
         self.publish(Failure(rank=self.rank, state=state, error=f"{type(exc).__name__}: {exc}", kind=kind))
         if kind != "timeout":
             return exc
-        self._timed_out(emit, trigger, state, None, rendezvous=False)
+        self._timed_out(emit, trigger, state)
         return timeout_error(exc, state=state, rank=self.rank, timeout_s=self.timeout_s)
 
     def _await_peer_failure(self, limit_s: float) -> Failure | None:
@@ -338,13 +235,8 @@ class RankWatch:
             )
         )
 
-    def _timed_out(self, emit: Emit, trigger: str, state: str, missing: list[int] | None, *, rendezvous: bool) -> None:
-        listed = missing if missing is not None else records.UNSET
-        emit(records.StateTimeout(state=state, trigger=trigger, timeout_s=self.timeout_s, missing=listed))
-        if not rendezvous:
-            return
-        error = f"rendezvous timed out; missing: {rank_list(missing or [])}"
-        self.publish(Failure(rank=self.rank, state=state, error=error, kind="timeout"))
+    def _timed_out(self, emit: Emit, trigger: str, state: str) -> None:
+        emit(records.StateTimeout(state=state, trigger=trigger, timeout_s=self.timeout_s, missing=records.UNSET))
 
     # -- the watcher thread ---------------------------------------------------------------------
     def start(self) -> None:  # the watcher: a daemon thread, stopped by `stop`
@@ -484,7 +376,7 @@ class RankWatch:
         if noticed is not None and now - max(noticed[1], active.started) >= grace:
             self._peer_failed(active.emit, noticed[0], active.trigger)
         elif active.deadline and now - active.started >= self.timeout_s + self.grace_s:
-            self._timed_out(active.emit, active.trigger, active.state, None, rendezvous=False)
+            self._timed_out(active.emit, active.trigger, active.state)
             error = f"{active.state} still running after {self.timeout_s:g} s"
             self.publish(Failure(rank=self.rank, state=active.state, error=error, kind="timeout"))
         else:

@@ -218,11 +218,11 @@ def _check_in(watches: list[RankWatch]) -> None:
     """check_in: every rank arrives at its node's meeting, then each node's leader checks it in, then every
     rank waits for all (a leader in the store, the others on their meeting's word)."""
     for watch in watches:
-        watch.register()
+        watch.checkin.register()
     for watch in watches:
-        watch.report()
+        watch.checkin.report()
     for watch in watches:
-        watch.await_all()
+        watch.checkin.await_all()
 
 
 def _join(

@@ -276,7 +276,7 @@ def test_the_check_in_ends_when_the_last_rank_arrives(interruptible: bool) -> No
     watch.check_in(ctx)
     waited = time.monotonic() - started
     late.join()
-    assert watch.missing() == [] and waited < 10 and ctx.emitted == []
+    assert watch.checkin.missing() == [] and waited < 10 and ctx.emitted == []
 
 
 def test_a_failure_inside_a_watched_state_is_published_once_and_the_first_one_wins() -> None:
@@ -302,7 +302,7 @@ def test_a_node_whose_heartbeat_stops_is_published_lost_by_the_node_before_it_wh
     other = dist.TCPStore("127.0.0.1", store.port, 2, is_master=False)
     RankWatch(
         other, rank=1, world_size=2, settings=WatchSettings(timeout_s=20.0), node="b", board_dir=str(tmp_path)
-    ).register()
+    ).checkin.register()
 
     def connect() -> dist.TCPStore:
         return dist.TCPStore("127.0.0.1", store.port, 2, is_master=False)

@@ -273,7 +273,7 @@ def test_the_watcher_knows_who_hosts_the_store_and_whether_it_may_end_the_proces
     try:
         assert watch.store_host == (None if how == "agent" else 0)
         assert watch._exit is (distributed.stay_alive if how == "provided" else os._exit)
-        assert watch.interruptible is (how == "provided")  # the wrapper's restart request must land
+        assert watch.checkin.interruptible is (how == "provided")  # the wrapper's restart request must land
     finally:
         watch.stop()
 

@@ -241,7 +241,7 @@ def test_an_interruptible_check_in_polls_from_1_ms_doubling_to_a_tenth_of_a_seco
     """Under a restart wrapper the restart request lands between bytecodes: never one long wait."""
     clock, store = Clock(monkeypatch), Polled(arrives_at=10)
     watch = interruptible(store)
-    assert watch.interruptible and not make().interruptible
+    assert watch.checkin.interruptible and not make().checkin.interruptible
     watch.check_in(Ctx())  # type: ignore[arg-type]
     assert store.polls == 10
     assert clock.sleeps == [0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.1, 0.1]

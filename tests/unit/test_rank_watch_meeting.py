@@ -44,11 +44,11 @@ def met(store: MemoryStore, tmp_path: Path, layout: dict[str, list[int]]) -> dic
         for rank in ranks
     }
     for watch in watches.values():
-        watch.register()
+        watch.checkin.register()
     for watch in watches.values():
-        watch.report()
+        watch.checkin.report()
     for watch in watches.values():
-        watch.await_all()
+        watch.checkin.await_all()
         watch.join_node()
     return watches
 
@@ -112,8 +112,8 @@ def test_a_rank_of_another_world_is_refused_by_every_rank_that_met(tmp_path: Pat
 
     first = [_watch(store, tmp_path, r, 2, "a", world=world(r, 2), local_size=2) for r in (0, 1)]
     for w in first:
-        w.register()
-    first[0].report()
+        w.checkin.register()
+    first[0].checkin.report()
     other = [_watch(store, tmp_path, r, 3, "b", world=world(r, 3), meeting="other", local_size=2) for r in (1, 2)]
     errors, _ = _together(other)
     assert sorted(errors) == [1, 2] and all("two worlds met" in str(e) for e in errors.values()), errors
@@ -191,7 +191,7 @@ watch = RankWatch(store, rank=int(sys.argv[2]), world_size=2, settings=WatchSett
 ctx = type("Ctx", (), {"emit": lambda record: emitted.append(fields_written(record)),
                        "trigger": type("T", (), {"value": "init_distributed"})})
 if watch.rank == 0:
-    watch.register()
+    watch.checkin.register()
     if then == "stop":  # alive, and silent: stopped before it checked its node in
         print("registered", flush=True)
         os.kill(os.getpid(), 19)
@@ -200,7 +200,7 @@ else:
         watch.check_in(ctx)
     except Exception as exc:
         error = str(exc)
-leads = watch._meeting is not None and watch._meeting.leads
+leads = watch.checkin.meeting is not None and watch.checkin.meeting.leads
 first = store.get("first", b"").decode()
 print(json.dumps({"pid": os.getpid(), "leads": leads, "error": error, "emitted": emitted, "first": first}))
 """

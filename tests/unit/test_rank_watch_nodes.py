@@ -67,9 +67,9 @@ def job(
         for rank in ranks
     }
     for watch in watches.values():
-        watch.register()
+        watch.checkin.register()
     for watch in watches.values():
-        watch.await_all()
+        watch.checkin.await_all()
         watch.join_node()
     return watches
 
@@ -381,13 +381,13 @@ def test_a_node_that_said_done_is_never_lost_however_long_it_stays_quiet(tmp_pat
 def test_the_last_rank_to_check_in_makes_first_empty_so_no_poll_blocks_on_it() -> None:
     store = MemoryStore()
     store.set("arrived", b"1")
-    RankWatch(store, rank=1, world_size=3, settings=WatchSettings(timeout_s=24.0)).register()
+    RankWatch(store, rank=1, world_size=3, settings=WatchSettings(timeout_s=24.0)).checkin.register()
     assert "first" not in store.data and "all_arrived" not in store.data
-    RankWatch(store, rank=2, world_size=3, settings=WatchSettings(timeout_s=24.0)).register()
+    RankWatch(store, rank=2, world_size=3, settings=WatchSettings(timeout_s=24.0)).checkin.register()
     assert store.data["first"] == b"" and store.data["all_arrived"] == b"1"
     store.data["first"] = Failure(rank=0, state="X", error="e", kind="exception").encode()
     store.set("arrived", b"2")
-    RankWatch(store, rank=3, world_size=3, settings=WatchSettings(timeout_s=24.0)).register()
+    RankWatch(store, rank=3, world_size=3, settings=WatchSettings(timeout_s=24.0)).checkin.register()
     assert first(store) == Failure(rank=0, state="X", error="e", kind="exception"), "a failure is never wiped"
 
 
@@ -415,10 +415,10 @@ def test_a_node_entry_that_is_not_a_leaders_makes_each_rank_talk_to_the_store_it
         for rank in (0, 1)
     }
     for watch in watches.values():
-        watch.register()
+        watch.checkin.register()
     store.data[f"{host_key('a')}/1"] = entry  # the node's first entry, not one the lifecycle wrote
     for watch in watches.values():
-        watch.await_all()
+        watch.checkin.await_all()
         watch.join_node()
     assert all(w.leader and w._node.board is None and w._node.leader is None for w in watches.values())
 

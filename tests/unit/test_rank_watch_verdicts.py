@@ -115,7 +115,7 @@ def _node_of_two(store: MemoryStore, exits: list[int], board: Path) -> tuple[Ran
     )
     peer = RankWatch(store, rank=1, world_size=2, settings=WatchSettings(timeout_s=600.0), board_dir=str(board))
     for one in (watch, peer):
-        one.register()
+        one.checkin.register()
     for one in (watch, peer):
         one.check_in(_Ctx())
     return watch, peer

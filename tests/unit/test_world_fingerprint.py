@@ -25,11 +25,11 @@ def watch(store: Counting, rank: int, mine: World | None, size: int = 4) -> Rank
 def test_ranks_of_one_world_check_in_with_one_compare_set_and_one_gate_read_each() -> None:
     store, plain = Counting(), Counting()
     for rank in range(4):
-        watch(store, rank, world(rank)).register()
-        watch(plain, rank, None).register()
+        watch(store, rank, world(rank)).checkin.register()
+        watch(plain, rank, None).checkin.register()
     for rank in range(4):
-        watch(store, rank, world(rank)).await_all()
-        watch(plain, rank, None).await_all()
+        watch(store, rank, world(rank)).checkin.await_all()
+        watch(plain, rank, None).checkin.await_all()
     extra = store.ops - plain.ops
     assert extra == {"compare_set": 4, "get": 4}, extra  # 2 operations a rank, once per initialization
     assert store.data["all_arrived"] == b"1"
@@ -37,42 +37,42 @@ def test_ranks_of_one_world_check_in_with_one_compare_set_and_one_gate_read_each
 
 def test_a_rank_of_another_job_fails_at_once_and_wakes_the_first_jobs_ranks_naming_both() -> None:
     store = Counting()
-    watch(store, 0, world(0)).register()
+    watch(store, 0, world(0)).checkin.register()
     with pytest.raises(DistributedError) as intruder:
-        watch(store, 1, world(1, job="job-b")).register()
+        watch(store, 1, world(1, job="job-b")).checkin.register()
     assert "two worlds met at the rendezvous 10.0.0.1:29500" in str(intruder.value)
     assert "'job-a'" in str(intruder.value) and "'job-b'" in str(intruder.value)
     assert intruder.value.field == "parallel.world_size"
     assert "checkin/1" not in store.data and int(store.data["arrived"]) == 1  # it never joined the count
     with pytest.raises(DistributedError) as waiting:  # rank 0 waits at the gate: the conflict is there
-        watch(store, 0, world(0)).await_all()
+        watch(store, 0, world(0)).checkin.await_all()
     assert "this rank 0 is in job 'job-a'" in str(waiting.value) and "another is in job 'job-b'" in str(waiting.value)
     assert "rank 0 checked in first" in str(waiting.value)
 
 
 def test_a_different_world_size_is_another_world_even_in_the_same_job() -> None:
     store = Counting()
-    watch(store, 0, world(0, size=4)).register()
+    watch(store, 0, world(0, size=4)).checkin.register()
     with pytest.raises(DistributedError, match="of 4 ranks .* of 8 ranks|of 8 ranks .* of 4 ranks"):
-        watch(store, 1, world(1, size=8), size=8).register()
+        watch(store, 1, world(1, size=8), size=8).checkin.register()
 
 
 def test_a_late_rank_of_another_world_fails_alone_when_the_first_world_is_complete() -> None:
     store = Counting()
     for rank in range(2):
-        watch(store, rank, world(rank, size=2), size=2).register()
+        watch(store, rank, world(rank, size=2), size=2).checkin.register()
     with pytest.raises(DistributedError, match="two worlds met"):
-        watch(store, 1, world(1, job="job-b", size=2), size=2).register()
+        watch(store, 1, world(1, job="job-b", size=2), size=2).checkin.register()
     for rank in range(2):
-        watch(store, rank, world(rank, size=2), size=2).await_all()  # the gate stayed open: no error
+        watch(store, rank, world(rank, size=2), size=2).checkin.await_all()  # the gate stayed open: no error
     assert store.data["all_arrived"] == b"1"
 
 
 def test_an_unnamed_job_agrees_with_itself() -> None:
     store = Counting()
     for rank in range(2):
-        watch(store, rank, world(rank, job=None, size=2), size=2).register()
-    watch(store, 0, world(0, job=None, size=2), size=2).await_all()
+        watch(store, rank, world(rank, job=None, size=2), size=2).checkin.register()
+    watch(store, 0, world(0, job=None, size=2), size=2).checkin.await_all()
 
 
 SRUN_TORCHRUN = {"SLURM_STEP_NUM_NODES": "4", "TORCHELASTIC_RUN_ID": "r1", "GROUP_WORLD_SIZE": "1"}
