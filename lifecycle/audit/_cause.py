@@ -136,19 +136,24 @@ def _first_own(own: list[tuple[RankAudit, Failure]]) -> tuple[RankAudit, Failure
     yields to a timeout, in that group's first step, of a rank in it (LA029: the rank that skipped the
     group's lazy first collective leaves every other waiting, inside the group and beyond it)."""
     first = min(own, key=_order)
-    if first[1].kind == "timeout" and first[1].new_group is None:
-        inside = [(s, f) for s, f in own if f.kind == "timeout" and f.new_group is not None]
+    if first[1].kind == "timeout" and not _inside(first[1]):
+        inside = [(s, f) for s, f in own if f.kind == "timeout" and _inside(f)]
         return min(inside, key=_order, default=first)
     return first
+
+
+def _inside(failure: Failure) -> bool:
+    """The rank failed in the first step after a group made while training, and is in that group."""
+    return failure.new_group is not None and not failure.outside
 
 
 def _skipper(failed: list[tuple[RankAudit, Failure]], first: Failure) -> tuple[RankAudit, Failure] | None:
     """When the first failure is a timeout outside a group made while training, a rank in that group stopped,
     as a victim, where ranks outside it wait (the same step): it went past the group's first collective, and
     the rest of the group waits in it (LA029). The lowest such rank; None when the records show none."""
-    if first.kind != "timeout" or first.new_group is not None or not first.trigger:
+    if first.kind != "timeout" or _inside(first) or not first.trigger:
         return None
-    inside = [(s, f) for s, f in failed if f.kind not in CAUSE_KINDS and f.new_group and f.trigger == first.trigger]
+    inside = [(s, f) for s, f in failed if f.kind not in CAUSE_KINDS and _inside(f) and f.trigger == first.trigger]
     return min(inside, key=lambda item: item[0].rank or 0, default=None)
 
 

@@ -30,6 +30,7 @@ def fail(
 ) -> None:
     """Keep this failure of the rank (`RankState.fail`: the first one counts) at the record being
     read: in the rank's state now and during its open trigger unless `state`/`trigger` say otherwise."""
+    fresh = _fresh_group(audit)
     audit.fail(
         Failure(
             kind=kind,
@@ -44,15 +45,16 @@ def fail(
             field=field,
             missing=missing,
             peer_lost=peer_lost,
-            new_group=_fresh_group(audit),
+            new_group=fresh[1] if fresh is not None else None,
+            outside=fresh is not None and fresh[2],
         )
     )
 
 
-def _fresh_group(audit: RankState) -> str | None:
+def _fresh_group(audit: RankState) -> tuple[int, str, bool] | None:
     """The group made after CALLBACKS_BOUND (LA029) if no step completed since it was made."""
     fresh = audit.fresh_group
-    return fresh[1] if fresh is not None and fresh[0] == audit.bound_steps else None
+    return fresh if fresh is not None and fresh[0] == audit.bound_steps else None
 
 
 RESTART_REQUESTS = ("RankShouldRestart",)

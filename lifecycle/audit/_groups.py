@@ -95,8 +95,7 @@ def group_created(audit: RankState, rec: GroupCreated, ts: float) -> None:
     if found is not None and configured is not None and found != configured:
         audit.flag(RuleId.GROUP_TIMEOUT, _differs(name, by, found, configured))
     if audit.state == "CALLBACKS_BOUND":
-        if rec.member is not False:  # a rank outside the group waits on the ranks in it: they are the suspects
-            audit.fresh_group = (audit.bound_steps, f"{name[:80]} (made by {by[:160]})")
+        audit.fresh_group = (audit.bound_steps, f"{name[:80]} (made by {by[:160]})", rec.member is False)
         audit.flag(
             RuleId.GROUP_AFTER_BINDING,
             f"group {name[:80]} was created after CALLBACKS_BOUND by {by[:160]}: every rank must create it in "

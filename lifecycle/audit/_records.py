@@ -70,6 +70,8 @@ class Failure:
     new_group: str | None = None
     """A group this rank made after CALLBACKS_BOUND with no step completed since (LA029): a wait that
     fails then is most likely its lazy first collective, which some rank skipped (the verdict reads it)."""
+    outside: bool = False
+    """This rank is not in `new_group` (its `group_created` says `member: false`): it waits on the ranks in it."""
 
 
 class TimeoutMap(NamedTuple):

@@ -70,8 +70,9 @@ class RankState:
         "world_size",
     )
 
-    fresh_group: tuple[int, str] | None
-    """The last group made while bound (LA029): (`bound_steps` then, its name and creator)."""
+    fresh_group: tuple[int, str, bool] | None
+    """The last group made while bound (LA029): (`bound_steps` then, its name and creator, whether this
+    rank is outside it)."""
 
     def __init__(self, source: str) -> None:
         self.source = source

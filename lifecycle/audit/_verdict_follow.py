@@ -3,8 +3,9 @@
 Follows the rank files of a log directory as the ranks write them, feeding each rank's audit the
 records completed since the last pass (one read per file a pass, from where the last one stopped).
 When any rank's log shows a failure it returns the verdict at once if the root cause is a rank's own
-failure (a transition that failed, a timeout). When the culprit is so far only named by its peers
-(`peer_failed`, written by a victim before the culprit's own record can be), it waits up to `grace_s`
+failure (a transition that failed, a timeout; but a timeout outside a group made while training waits up to
+`stall_s` for a rank in the group stopped where it timed out: `_cause`). When the culprit is so far only
+named by its peers (`peer_failed`, written by a victim before the culprit's own record can be), it waits up to `grace_s`
 for the culprit's own record, unless the victim names it lost (`peer_kind` `lost`: gone, or frozen past
 `stale_s`): such a rank wrote its last record before it was declared lost, so one more pass over every
 file, begun after the pass that found the victim's record, has all of them. It also returns when every rank
@@ -65,10 +66,20 @@ def _known(streams: list[RankAudit]) -> str | None:
     causes = root_causes(live)
     if not causes:
         return None
+    if any(_awaits_group(c.run_id, c.rank, c.kind, live) for c in causes):
+        return "group"
     if all(c.kind in CAUSE_KINDS or c.kind == EXHAUSTED for c in causes):  # the wrapper's last word is in
         return "own"
     lost = {(s.run_id, s.failure.peer) for s in live if s.failure is not None and s.failure.peer_lost}
     return "lost" if all(c.kind in CAUSE_KINDS or (c.run_id, c.rank) in lost for c in causes) else None
+
+
+def _awaits_group(run_id: str | None, rank: int | None, kind: str, live: list[RankAudit]) -> bool:
+    """The cause so far is a timeout of a rank outside a group made while training: the rank in the group that
+    went on past its first collective (the culprit, `_cause`) may not have logged its own stop yet."""
+    return kind == "timeout" and any(
+        s.run_id == run_id and s.rank == rank and s.failure is not None and s.failure.outside for s in live
+    )
 
 
 def _settled(ranks: Iterable[_Followed], now: float, stall_s: float) -> bool:
@@ -115,7 +126,8 @@ def follow_verdict(
         world = max((s.world_size or 0 for s in streams), default=0)
         finished = len(streams) >= world > 0 and all(s.shut for s in streams)
         idle = now - last_change > idle_timeout_s or _settled(ranks.values(), now, stall_s)
-        if (failed_at is not None and now - failed_at >= grace_s) or finished or idle or (stop and stop()):
+        wait_s = stall_s if known == "group" else grace_s  # the group's ranks: stopped by the timeout's publish
+        if (failed_at is not None and now - failed_at >= wait_s) or finished or idle or (stop and stop()):
             break
         time.sleep(poll_s)
     if failed_at is None and not finished:

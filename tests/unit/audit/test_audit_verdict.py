@@ -5,6 +5,7 @@ user-code: STOP) and the records that show it. Logs written by the real AuditLog
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -255,15 +256,37 @@ def test_the_rank_in_a_lazy_group_that_went_on_to_the_next_step_is_blamed_when_o
     """4 ranks, EVAL of ranks 1 and 2: rank 3, outside it, times out first in step 2; its failure stops the
     rest before their own deadlines. Rank 2, in EVAL, was stopped in step 2 too (as rank 0, outside it): it
     went past EVAL's first collective, where rank 1 still waits (in step 1)."""
-    timed_out = len(_trained()) + 1
-    stopped = {0: ("step 2", OUTSIDE), 1: ("step 1", LAZY), 2: ("step 2", LAZY)}
-    rank_log(tmp_path, 3, _trained(OUTSIDE, STEP_2_TIMED_OUT), start=100.0, world=4, at={timed_out: 120.0})
-    for rank, (step, made) in stopped.items():
-        stop = ("peer_failed", peer_failed(3)[1] | {"trigger": step})
-        rank_log(tmp_path, rank, _trained(made, stop), start=100.0, world=4, at={timed_out: 120.5})
+    _went_on(tmp_path, tmp_path)
     doc = judged(tmp_path)
     assert (doc["culprit"]["rank"], doc["class"], doc["action"], doc["phase"]) == (2, "user-code", "STOP", "step 2")
     assert doc["victims"] == [0, 1, 3] and "rank 2, in group EVAL (made by t:f:9), went on to 'step 2'" in doc["reason"]
+
+
+def _went_on(log_dir: Path, skipper_dir: Path) -> None:
+    """EVAL of ranks 1 and 2 made after step 1; rank 3, outside it, timed out in step 2; rank 2 (its log in
+    `skipper_dir`) was stopped in step 2, rank 1 in step 1 (in EVAL's first collective), rank 0 in step 2."""
+    timed_out = len(_trained()) + 1
+    stopped = {0: ("step 2", OUTSIDE), 1: ("step 1", LAZY), 2: ("step 2", LAZY)}
+    rank_log(log_dir, 3, _trained(OUTSIDE, STEP_2_TIMED_OUT), start=100.0, world=4, at={timed_out: 120.0})
+    for rank, (step, made) in stopped.items():
+        stop = ("peer_failed", peer_failed(3)[1] | {"trigger": step})
+        where = skipper_dir if rank == 2 else log_dir
+        rank_log(where, rank, _trained(made, stop), start=100.0, world=4, at={timed_out: 120.5})
+
+
+def test_following_waits_for_the_ranks_of_a_lazy_group_when_a_rank_outside_it_timed_out(tmp_path: Path) -> None:
+    """The follower's verdict on the case above, rank 2's log coming 0.3 s after the others: not the outside
+    rank that timed out first, whatever the grace for a failure of one's own."""
+    later = tmp_path / "later"
+    later.mkdir()
+    _went_on(tmp_path, later)
+    arrives = threading.Timer(0.3, lambda: (later / "rank-00002.jsonl").rename(tmp_path / "rank-00002.jsonl"))
+    arrives.start()
+    try:
+        doc = follow_verdict(tmp_path, poll_s=0.01, grace_s=0.01, stall_s=30.0)
+    finally:
+        arrives.join()
+    assert (doc["culprit"]["rank"], doc["class"], doc["phase"]) == (2, "user-code", "step 2")
 
 
 def lost(peer: int) -> tuple[str, dict[str, Any]]:
