@@ -259,7 +259,36 @@ def test_the_rank_in_a_lazy_group_that_went_on_to_the_next_step_is_blamed_when_o
     _went_on(tmp_path, tmp_path)
     doc = judged(tmp_path)
     assert (doc["culprit"]["rank"], doc["class"], doc["action"], doc["phase"]) == (2, "user-code", "STOP", "step 2")
+    assert doc["at_s"] == pytest.approx(20.0)  # when rank 3 timed out, after the first record
     assert doc["victims"] == [0, 1, 3] and "rank 2, in group EVAL (made by t:f:9), went on to 'step 2'" in doc["reason"]
+
+
+RAISED = failing("step 2", "CALLBACKS_BOUND", "ValueError", "bad batch")
+UNNAMED_TIMEOUT = ("state_timeout", {"state": "CALLBACKS_BOUND", "timeout_s": 20.0})  # a log before `trigger`
+
+
+def _stopped(step: str | None) -> tuple[str, dict[str, Any]]:
+    return ("peer_failed", peer_failed(3)[1] | ({"trigger": step} if step else {}))
+
+
+@pytest.mark.parametrize(
+    ("first", "others"),
+    [
+        # an error of a rank's own, outside the group, is its own fault, whatever the group's ranks did
+        (RAISED, [("state_timeout", STEP_2_TIMED_OUT[1]), _stopped("step 2"), _stopped("step 2")]),
+        # no step named on either side (logs written before `trigger`): nothing shows a rank went on
+        (UNNAMED_TIMEOUT, [_stopped(None), _stopped(None), _stopped(None)]),
+    ],
+)
+def test_a_rank_outside_a_lazy_group_stays_the_cause_without_a_timeout_in_the_step_the_group_went_on_to(
+    tmp_path: Path, first: tuple[str, dict[str, Any]], others: list[tuple[str, dict[str, Any]]]
+) -> None:
+    timed_out = len(_trained()) + 1
+    rank_log(tmp_path, 3, _trained(OUTSIDE, first), start=100.0, world=4, at={timed_out: 120.0})
+    for rank, stop in enumerate(others):
+        made = OUTSIDE if rank == 2 else LAZY
+        rank_log(tmp_path, rank, _trained(made, stop), start=100.0, world=4, at={timed_out: 121.0})
+    assert judged(tmp_path)["culprit"]["rank"] == 3
 
 
 def _went_on(log_dir: Path, skipper_dir: Path) -> None:
