@@ -3,11 +3,12 @@
 Follows the rank files of a log directory as the ranks write them, feeding each rank's audit the
 records completed since the last pass (one read per file a pass, from where the last one stopped).
 When any rank's log shows a failure it returns the verdict at once if the root cause is a rank's own
-failure (a transition that failed, a timeout; but a timeout outside a group made while training waits up to
-`stall_s` for a rank in the group stopped where it timed out: `_cause`). When the culprit is so far only
-named by its peers (`peer_failed`, written by a victim before the culprit's own record can be), it waits up to `grace_s`
-for the culprit's own record, unless the victim names it lost (`peer_kind` `lost`: gone, or frozen past
-`stale_s`): such a rank wrote its last record before it was declared lost, so one more pass over every
+failure (a transition that failed, a timeout; but a timeout outside a group made while training waits up
+to `group_wait_s` for the group's ranks to log their stop: one may have gone on past its first
+collective). When the culprit is so far only named by its peers (`peer_failed`, written by a victim
+before the culprit's own record can be), it waits up to `grace_s` for the culprit's own record, unless
+the victim names it lost (`peer_kind` `lost`: gone, or frozen past `stale_s`): such a rank wrote its last
+record before it was declared lost, so one more pass over every
 file, begun after the pass that found the victim's record, has all of them. It also returns when every rank
 of the world shut down (a clean verdict), when a rank shut down and the others have been silent for
 `stall_s`, when the launcher's own record (`launch_ended`) of the run is in (after one more read of every
@@ -75,11 +76,16 @@ def _known(streams: list[RankAudit]) -> str | None:
 
 
 def _awaits_group(run_id: str | None, rank: int | None, kind: str, live: list[RankAudit]) -> bool:
-    """The cause so far is a timeout of a rank outside a group made while training: the rank in the group that
-    went on past its first collective (the culprit, `_cause`) may not have logged its own stop yet."""
-    return kind == "timeout" and any(
-        s.run_id == run_id and s.rank == rank and s.failure is not None and s.failure.outside for s in live
-    )
+    """The cause so far is a timeout of a rank outside a group made while training, and a rank in the group
+    has not logged its stop yet: it may be the one that went past the group's first collective (`_cause`)."""
+    outside = any(s.run_id == run_id and s.rank == rank and s.failure and s.failure.outside for s in live)
+    return kind == "timeout" and outside and any(s.run_id == run_id and _unheard_inside(s) for s in live)
+
+
+def _unheard_inside(stream: RankAudit) -> bool:
+    """A rank in a group it made while training (no step since), with no failure and no shutdown logged."""
+    fresh, ended = stream.fresh_group, stream.failure is not None or stream.shut
+    return fresh is not None and not fresh[2] and fresh[0] == stream.bound_steps and not ended
 
 
 def _settled(ranks: Iterable[_Followed], now: float, stall_s: float) -> bool:
@@ -98,6 +104,7 @@ def follow_verdict(
     grace_s: float = 1.0,
     idle_timeout_s: float = 600.0,
     stall_s: float = 5.0,
+    group_wait_s: float = 30.0,
     stop: Callable[[], object] | None = None,
 ) -> dict[str, JSONValue]:
     """Follow `log_dir` until a failure is known (plus `grace_s`), every rank shut down, nothing was
@@ -126,7 +133,7 @@ def follow_verdict(
         world = max((s.world_size or 0 for s in streams), default=0)
         finished = len(streams) >= world > 0 and all(s.shut for s in streams)
         idle = now - last_change > idle_timeout_s or _settled(ranks.values(), now, stall_s)
-        wait_s = stall_s if known == "group" else grace_s  # the group's ranks: stopped by the timeout's publish
+        wait_s = group_wait_s if known == "group" else grace_s  # its ranks: stopped by the timeout's publish
         if (failed_at is not None and now - failed_at >= wait_s) or finished or idle or (stop and stop()):
             break
         time.sleep(poll_s)

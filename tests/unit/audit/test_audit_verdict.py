@@ -304,15 +304,22 @@ def _went_on(log_dir: Path, skipper_dir: Path) -> None:
 
 
 def test_following_waits_for_the_ranks_of_a_lazy_group_when_a_rank_outside_it_timed_out(tmp_path: Path) -> None:
-    """The follower's verdict on the case above, rank 2's log coming 0.3 s after the others: not the outside
-    rank that timed out first, whatever the grace for a failure of one's own."""
+    """The follower's verdict on the case above, rank 2's last record (its stop) coming 0.3 s after the others:
+    not the outside rank that timed out first, whatever the grace for a failure of one's own."""
     later = tmp_path / "later"
     later.mkdir()
     _went_on(tmp_path, later)
-    arrives = threading.Timer(0.3, lambda: (later / "rank-00002.jsonl").rename(tmp_path / "rank-00002.jsonl"))
+    *head, last = (later / "rank-00002.jsonl").read_bytes().splitlines(keepends=True)
+    (tmp_path / "rank-00002.jsonl").write_bytes(b"".join(head))
+
+    def append() -> None:
+        with (tmp_path / "rank-00002.jsonl").open("ab") as log:
+            log.write(last)
+
+    arrives = threading.Timer(0.3, append)
     arrives.start()
     try:
-        doc = follow_verdict(tmp_path, poll_s=0.01, grace_s=0.01, stall_s=30.0)
+        doc = follow_verdict(tmp_path, poll_s=0.01, grace_s=0.01, group_wait_s=60.0)
     finally:
         arrives.join()
     assert (doc["culprit"]["rank"], doc["class"], doc["phase"]) == (2, "user-code", "step 2")
