@@ -31,7 +31,10 @@ class RankAudit(RankState):
     __slots__ = ()
 
     def feed(self, rec: Mapping[str, JSONValue], line: bytes, lineno: int) -> None:
-        """Audit one parsed record; `line` is its raw bytes without the newline."""
+        """Audit one parsed record; `line` is its raw bytes without the newline. A value that is not
+        a JSON object raises AttributeError (it has no fields: the follower says "not a record")."""
+        if not isinstance(rec, dict):
+            raise AttributeError(f"{type(rec).__name__!r} object has no attribute 'get'")
         self.read(rec, envelope(rec), line, lineno)
 
     def read(self, rec: Mapping[str, JSONValue], env: Envelope, line: bytes, lineno: int) -> None:
