@@ -24,17 +24,16 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import compress, islice
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Annotated, Union, cast
+from typing import Annotated, TypeGuard, Union, cast
 
 import msgspec
 import orjson
 
 from lifecycle.audit._breaks import Column, HexDigests, chain_breaks, typed_clean
-from lifecycle.audit._fields import Record
 from lifecycle.audit._handlers import HANDLERS, WANTED
 from lifecycle.audit._rank import RankAudit
 from lifecycle.audit._reader import Lines
-from lifecycle.audit._reads import READ_TYPES, READS, Typed
+from lifecycle.audit._reads import READ_TYPES, READS, Typed, envelope
 from lifecycle.audit._records import EARLIEST_TS, LATEST_TS, unreadable
 from lifecycle.audit._typed import as_read
 from lifecycle.errors import LogUnreadable
@@ -65,14 +64,7 @@ callers catch both)."""
 
 class _Batch(Typed):
     """A record as the batch path decodes it (`RECORD_TYPES` derive from it): a handler's fields and
-    the envelope, which the reader reads by name (`get`: a `Record`)."""
-
-    if TYPE_CHECKING:
-
-        def get(self, key: str, /) -> JSONValue: ...
-
-    else:
-        get = object.__getattribute__  # C; a field not decoded raises AttributeError
+    the envelope, which the reader reads as columns (`_TYPED_HEAD`)."""
 
 
 def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], ...]:
@@ -87,7 +79,7 @@ def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], .
             bases=(_Batch,),
             tag_field="event",
             tag=event,
-            namespace={"event": event, "get": _Batch.get},  # `get` in its own namespace: found first
+            namespace={"event": event},
             module=__name__,
             gc=False,
             kw_only=True,
@@ -99,12 +91,11 @@ def _types(more: Mapping[str, tuple[str, ...]]) -> tuple[type[msgspec.Struct], .
 RECORD_TYPES = _types({})
 """One record type per event, as the batch path decodes it: the envelope, typed (checked in C),
 and the fields its handler reads (`READS`), each typed as the schema says (`schema.read_fields`:
-checked in C too; None when absent); `event` is its tag, `get` reads the envelope for the reader
-(`Record`). Fields in sorted order, as the writer sorts keys: msgspec
+checked in C too; None when absent); `event` is its tag. Fields in sorted order, as the writer sorts keys: msgspec
 finds each key at the next field."""
 decode_typed = msgspec.json.Decoder(Union[RECORD_TYPES]).decode  # noqa: UP007 - a union built at runtime
 """A line as the batch path decodes it: a record of `RECORD_TYPES` (msgspec raises on one that is not)."""
-Tap = Callable[[list[bytes], Sequence[JSONValue | Record]], None]
+Tap = Callable[[list[bytes], Sequence[JSONValue | Typed]], None]
 """Called with each batch's lines and their records (typed, or orjson dicts) before the audit reads
 them: what the export keeps of the records it would otherwise decode again. A plain audit has none.
 A tap declares in its `reads` attribute ({event: field names}) the fields it reads, beyond the
@@ -221,7 +212,7 @@ class Feeder:
         if cur is None or prev != cur.prev:  # another rank's record (stdin), or a new log
             if (seq != 0 or prev != GENESIS) and (type(prev) is not str or prev not in self.router.tails):
                 return i
-            cur = self.cur = self.router.switch(cur, cast(Record, rec))  # it has a head: a dict or a typed record
+            cur = self.cur = self.router.switch(cur, prev, seq, run_id, rank)
         if cur.records == 0:
             if (
                 seq != 0
@@ -249,10 +240,10 @@ class Feeder:
                 return
         if type(rec) is not dict:
             raise unreadable(self.name, lineno, f"a record must be a JSON object, not {type(rec).__name__}")
-        cur = self.cur
-        if cur is None or rec.get("prev_hash") != cur.prev:
-            cur = self.cur = self.router.switch(cur, rec)
-        cur.feed(rec, line, lineno)
+        env, cur = envelope(rec), self.cur
+        if cur is None or env.prev_hash != cur.prev:
+            cur = self.cur = self.router.switch(cur, env.prev_hash, env.seq, env.run_id, env.rank)
+        cur.read(rec, env, line, lineno)
 
     def _not_json(self, lineno: int, line: bytes, cut: int, error: orjson.JSONDecodeError) -> None:
         if lineno == cut and self.cur is not None:
@@ -308,28 +299,43 @@ def _handle(
     tss: Sequence[float],
     evs: Sequence[str],
 ) -> None:
-    got: Sequence[JSONValue | Typed] = recs
-    refused = None
-    if type(recs[i]) is dict:  # parsed by orjson: read as the types the batch path decodes, each record
-        got, refused = _as_read(cur.source, first, i, end, recs, evs)
-    read = cast("Sequence[Typed]", got)  # each record a handler reads: decoded typed, or converted (`_as_read`)
-    if refused is not None:  # handle those before the one refused, as if read one by one
-        at, error = refused
-        _handle_typed(cur, first, i, at, read, tss, evs)
-        cur.line = first + at
-        raise error
-    _handle_typed(cur, first, i, end, read, tss, evs)
+    if _decoded(recs, i):
+        _handle_typed(cur, first, i, end, recs, tss, evs)
+    elif _parsed(recs, i):  # parsed by orjson: read as the types the batch path decodes, each record
+        read, refused = _as_read(cur.source, first, i, end, recs, evs)
+        if refused is not None:  # handle those before the one refused, as if read one by one
+            at, error = refused
+            _handle_typed(cur, first, i, at, read, tss, evs)
+            cur.line = first + at
+            raise error
+        _handle_typed(cur, first, i, end, read, tss, evs)
+    else:
+        raise AssertionError("a record of a run is a typed record or a parsed object: it has a head")
+
+
+def _decoded(recs: Sequence[JSONValue | _Batch], i: int) -> TypeGuard[Sequence[_Batch]]:
+    """Whether the batch was decoded typed (`_typed`): its records are all typed, or none is."""
+    return isinstance(recs[i], _Batch)
+
+
+def _parsed(recs: Sequence[JSONValue | _Batch], i: int) -> TypeGuard[Sequence[JSONValue]]:
+    """Whether the batch was parsed by orjson (`_parse`): its records are all parsed, or none is."""
+    return type(recs[i]) is dict
+
+
+_UNREAD = Typed()
+"""In place of a record no handler reads (`_as_read`): its event has no struct (`READ_TYPES`)."""
 
 
 def _as_read(
-    source: str, first: int, i: int, end: int, recs: Sequence[JSONValue | _Batch], evs: Sequence[str]
-) -> tuple[list[JSONValue | Typed], tuple[int, LogUnreadable] | None]:
+    source: str, first: int, i: int, end: int, recs: Sequence[JSONValue], evs: Sequence[str]
+) -> tuple[list[Typed], tuple[int, LogUnreadable] | None]:
     """Parsed records [i, end) with the fields their handlers read as their types (`_typed.as_read`);
     the first that has a field of another type, and why, if one has."""
-    out: list[JSONValue | Typed] = list(recs)
+    out = [_UNREAD] * len(recs)
     for j in compress(range(i, end), map(READ_TYPES.__contains__, islice(evs, i, end))):
         try:
-            out[j] = as_read(source, first + j, evs[j], cast("dict[str, JSONValue]", recs[j]))
+            out[j] = as_read(source, first + j, evs[j], recs[j])
         except LogUnreadable as error:
             return out, (j, error)
     return out, None
@@ -416,15 +422,16 @@ class _Router:
         self.tails: dict[str, RankAudit] = {}
         self.by_key: dict[tuple[str, int], RankAudit] = {}
 
-    def switch(self, current: RankAudit | None, rec: Record) -> RankAudit:
+    def switch(
+        self, current: RankAudit | None, prev: JSONValue, seq: JSONValue, run_id: JSONValue, rank: JSONValue
+    ) -> RankAudit:
+        """The rank of a record with this envelope (its `prev_hash`, `seq`, `run_id`, `rank`)."""
         if current is not None and current.prev is not None and current.records:
             self.tails[current.prev] = current
-        prev = rec.get("prev_hash")
-        fresh = prev == GENESIS and rec.get("seq") == 0
+        fresh = prev == GENESIS and seq == 0
         stream = None if fresh or type(prev) is not str else self.tails.pop(prev, None)
         if stream is not None:
             return stream
-        run_id, rank = rec.get("run_id"), rec.get("rank")
         key = (run_id, rank) if type(run_id) is str and type(rank) is int else None  # else feed() refuses it
         stream = None if fresh or key is None else self.by_key.get(key)
         if stream is None:

@@ -1,23 +1,15 @@
-"""The shape of a per-event handler (`Handler`), and what the reader reads a record's envelope
-through (`Record`): shared by the modules that hold handlers (`_handlers`, `_failures`, `_ordering`,
-...) and the reader (`_feed`)."""
+"""The shape of a per-event handler (`Handler`): shared by the modules that hold handlers (`_handlers`,
+`_failures`, `_ordering`, ...) and the reader (`_feed`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from lifecycle.audit._reads import Typed
 
 if TYPE_CHECKING:
     from lifecycle.audit._state import RankState
-
-
-class Record(Protocol):
-    """A record whose envelope the reader reads by name: a dict parsed by orjson, or a typed record
-    of the batch path (`_feed.RECORD_TYPES`, whose `get` reads a field it decoded)."""
-
-    def get(self, key: str, /) -> object: ...
 
 
 Handler = Callable[["RankState", Typed, float], None]

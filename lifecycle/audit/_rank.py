@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from lifecycle.audit import _steps
 from lifecycle.audit._handlers import HANDLERS
 from lifecycle.audit._reader import file_rank
+from lifecycle.audit._reads import Envelope, envelope
 from lifecycle.audit._records import EARLIEST_TS, LATEST_TS, MAX_STEP_BACK_S, Failure, unreadable
 from lifecycle.audit._rules import RuleId
 from lifecycle.audit._state import RankState
@@ -30,14 +31,16 @@ class RankAudit(RankState):
     __slots__ = ()
 
     def feed(self, rec: Mapping[str, JSONValue], line: bytes, lineno: int) -> None:
-        """Audit one parsed record; `line` is its raw bytes without the newline."""
+        """Audit one parsed record; `line` is its raw bytes without the newline. A value that is not
+        a JSON object raises AttributeError (it has no fields: the follower says "not a record")."""
+        if not isinstance(rec, dict):
+            raise AttributeError(f"{type(rec).__name__!r} object has no attribute 'get'")
+        self.read(rec, envelope(rec), line, lineno)
+
+    def read(self, rec: Mapping[str, JSONValue], env: Envelope, line: bytes, lineno: int) -> None:
+        """`feed`, given the record's envelope (`_reads.envelope`) already read."""
         self.line = lineno
-        event = rec.get("event")
-        ts = rec.get("ts")
-        rank = rec.get("rank")
-        run_id = rec.get("run_id")
-        gen = rec.get("generation")
-        ws = rec.get("world_size")
+        event, ts, rank, run_id, gen, ws = env.event, env.ts, env.rank, env.run_id, env.generation, env.world_size
         if (
             type(event) is not str
             or (type(ts) is not float and type(ts) is not int)
@@ -48,9 +51,9 @@ class RankAudit(RankState):
             or rank < 0
             or ws < 1
         ):
-            raise self._bad_envelope(rec, lineno)
+            raise self._bad_envelope(env, lineno)
         self._identity(run_id, rank, ws)
-        self._chain(rec, line, lineno)
+        self._chain(rec, env, line, lineno)
         if self.run_id != run_id:
             self.flag(RuleId.MIXED_RUNS, f"run_id changes from {self.run_id!r} to {run_id!r} inside one log")
             self.run_id = run_id
@@ -58,7 +61,7 @@ class RankAudit(RankState):
             self.generation = gen
             self.model_gen = False
         self.envelope = (gen, rank, run_id, ws)
-        self._clock(ts, rec.get("seq"), event)
+        self._clock(ts, env.seq, event)
         self.records += 1
         if event not in _EVENTS:
             raise self._unknown(event, lineno)
@@ -117,10 +120,8 @@ class RankAudit(RankState):
             "(lifecycle/events.py): this is not a megatron-lifecycle log",
         )
 
-    def _chain(self, rec: Mapping[str, JSONValue], line: bytes, lineno: int) -> None:
-        seq = rec.get("seq")
-        digest = rec.get("hash")
-        prev = rec.get("prev_hash")
+    def _chain(self, rec: Mapping[str, JSONValue], env: Envelope, line: bytes, lineno: int) -> None:
+        seq, digest, prev = env.seq, env.hash, env.prev_hash
         if type(seq) is not int:
             raise unreadable(self.source, lineno, f"field 'seq' is {repr(seq)[:60]}, expected an int")
         if type(digest) is not str or type(prev) is not str:
@@ -161,24 +162,23 @@ class RankAudit(RankState):
             return f"log starts at seq {seq}, not 0: its head is missing (truncated)"
         return f"seq {seq} follows seq {self.next_seq - 1}: records were removed, inserted or reordered"
 
-    def _bad_envelope(self, rec: Mapping[str, JSONValue], lineno: int) -> Exception:
-        expected = {
-            "event": "a str",
-            "ts": "a number",
-            "rank": "an int",
-            "run_id": "a str",
-            "generation": "an int",
-            "world_size": "an int",
-        }
-        for key, want in expected.items():
-            value = rec.get(key)
+    def _bad_envelope(self, env: Envelope, lineno: int) -> Exception:
+        expected = (
+            ("event", env.event, "a str"),
+            ("ts", env.ts, "a number"),
+            ("rank", env.rank, "an int"),
+            ("run_id", env.run_id, "a str"),
+            ("generation", env.generation, "an int"),
+            ("world_size", env.world_size, "an int"),
+        )
+        for key, value, want in expected:
             ok = {"a str": type(value) is str, "an int": type(value) is int, "a number": type(value) in _NUMBER}[want]
             if not ok:
                 return unreadable(self.source, lineno, f"field {key!r} is {repr(value)[:60]}, expected {want}")
-        rank = rec.get("rank")
+        rank = env.rank
         if type(rank) is int and rank < 0:  # the types held: the value did not
             return unreadable(self.source, lineno, f"field 'rank' is {rank}, expected a rank of 0 or more")
-        world = rec.get("world_size")
+        world = env.world_size
         if type(world) is int and world < 1:
             return unreadable(self.source, lineno, f"field 'world_size' is {world}, expected a world size of 1 or more")
         return unreadable(self.source, lineno, "malformed record")

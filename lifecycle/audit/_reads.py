@@ -7,11 +7,37 @@ typed, never a field by name. A field a handler reads is declared here, once."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 import msgspec
 
-from lifecycle.log import events
+from lifecycle.log import JSONValue, events
+
+if TYPE_CHECKING:
+    Found: TypeAlias = JSONValue
+else:
+    Found = Any  # msgspec keeps each value as the record holds it: the reader checks its type
+
+
+class Envelope(msgspec.Struct, gc=False, kw_only=True):
+    """A parsed record's envelope as it stands, each field any JSON value (None where the record lacks
+    it): what the record-by-record reader checks (`RankAudit.feed`, `_feed._Router`) before it reads
+    the record's other fields (`READ_TYPES`)."""
+
+    event: Found = None
+    generation: Found = None
+    hash: Found = None
+    prev_hash: Found = None
+    rank: Found = None
+    run_id: Found = None
+    seq: Found = None
+    ts: Found = None
+    world_size: Found = None
+
+
+def envelope(rec: Mapping[str, JSONValue]) -> Envelope:
+    """The envelope of parsed record `rec`, its values unchanged (C: no field is checked here)."""
+    return msgspec.convert(rec, Envelope)
 
 
 class Typed(msgspec.Struct, gc=False, kw_only=True):

@@ -16,10 +16,10 @@ from lifecycle.log import JSONValue
 from lifecycle.log.schema import not_of_type
 
 
-def as_read(source: str, line: int, event: str, rec: Mapping[str, JSONValue]) -> Typed:
-    """The fields of parsed record `rec` (of a known `event`) that its handler reads, as their types;
-    LogUnreadable naming the event and the field when one has another type."""
+def as_read(source: str, line: int, event: str, rec: JSONValue) -> Typed:
+    """The fields of parsed record `rec` (an object of a known `event`) that its handler reads, as
+    their types; LogUnreadable naming the event and the field when one has another type."""
     try:
         return msgspec.convert(rec, READ_TYPES[event])
     except msgspec.ValidationError as error:
-        raise unreadable(source, line, not_of_type(event, rec, error)) from None
+        raise unreadable(source, line, not_of_type(event, rec if isinstance(rec, Mapping) else {}, error)) from None

@@ -108,19 +108,30 @@ def _last_of_ours(path: Path) -> tuple[int, str] | None:
     for line in data.splitlines():
         try:
             rec = orjson.loads(line)
-        except orjson.JSONDecodeError:
+            link = msgspec.convert(rec, _Link)
+        except (orjson.JSONDecodeError, msgspec.ValidationError):  # not JSON, not an object, a field of another type
             return None
-        ok = isinstance(rec, dict) and rec.get("event") == "launch_ended" and rec.get("seq") == seq
-        digest = rec.get("hash") if isinstance(rec, dict) else None
+        digest = link.hash
         if (
-            not ok
-            or rec.get("prev_hash") != prev
-            or type(digest) is not str
+            link.event != "launch_ended"
+            or link.seq != seq
+            or link.prev_hash != prev
+            or digest is None
             or not line_hash_matches(line, rec, digest)
         ):
             return None
         seq, prev = seq + 1, digest
     return seq, prev
+
+
+class _Link(msgspec.Struct, kw_only=True):
+    """A launcher file's record as `_last_of_ours` reads it: its event and its place in the chain
+    (None where it lacks one; a `seq` of any number type, compared by value)."""
+
+    event: str | None = None
+    seq: int | float | bool | None = None
+    hash: str | None = None
+    prev_hash: str | None = None
 
 
 def host() -> str:

@@ -16,14 +16,18 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING
 
 from lifecycle.cli._inputs import EXIT_INPUT, at_least
 from lifecycle.cli._lines import tell
 from lifecycle.cli._specs import provider_problem
 from lifecycle.core_entry.user_providers import NAMES
 from lifecycle.log import JSONValue
+
+if TYPE_CHECKING:
+    from lifecycle.resume.verify import StepDigest
 
 EXIT_HELP = """exit status: 0 every step is bitwise equal on every rank; 1 a step differs (or a rank failed);
 2 bad command-line or config input, or a config whose checkpoints cannot run here (refused with its reason)."""
@@ -114,14 +118,14 @@ def _verify(configs: dict[str, dict[str, JSONValue]], args: argparse.Namespace) 
     from lifecycle.errors import RankFailed
     from lifecycle.launchers.local import run_ranks
 
-    runs: dict[str, list[dict[str, JSONValue]]] = {}
+    runs: dict[str, list[PartRun]] = {}
     for part, steps in (("first", args.steps), ("second", args.steps), ("whole", 2 * args.steps)):
         try:
             runs[part] = run_ranks(
                 run_part, args.nproc, configs[part], args.provider, steps, part == "first", timeout_s=RANKS_S
             )
         except RankFailed as exc:
-            return _failed(part, cast("dict[int, str]", exc.context["errors"]))
+            return _failed(part, exc.errors)
         except KeyboardInterrupt:
             return 128 + 2
     return _report(runs, args)
@@ -135,22 +139,19 @@ def _failed(part: str, errors: dict[int, str]) -> int:
     return EXIT_INPUT if refused else 1
 
 
-def _report(runs: dict[str, list[dict[str, JSONValue]]], args: argparse.Namespace) -> int:
+def _report(runs: dict[str, list[PartRun]], args: argparse.Namespace) -> int:
     from lifecycle.resume.verify import first_difference
 
-    whole = [cast("list[dict[str, JSONValue]]", rank["steps"]) for rank in runs["whole"]]
-    resumed = [
-        cast("list[dict[str, JSONValue]]", first["steps"]) + cast("list[dict[str, JSONValue]]", second["steps"])
-        for first, second in zip(runs["first"], runs["second"], strict=True)
-    ]
+    whole = [rank.steps for rank in runs["whole"]]
+    resumed = [first.steps + second.steps for first, second in zip(runs["first"], runs["second"], strict=True)]
     k, n = args.steps, args.nproc
     ranks = f"{n} rank{'s' if n != 1 else ''}"
     print(f"verify-resume: {args.preset}, {ranks}: {2 * k} steps uninterrupted; {k} steps, a save, a load, {k} steps")
     for rank, second in enumerate(runs["second"]):
-        print(f"rank {rank}: {_window_line(second.get('window'))}")
+        print(f"rank {rank}: {_window_line(second.window)}")
     difference = first_difference(whole, resumed)
     if difference is None:
-        tensors = len(cast("dict[str, str]", whole[0][-1]["tensors"])) if whole and whole[0] else 0
+        tensors = len(whole[0][-1].tensors) if whole and whole[0] else 0
         print(f"bitwise equal: steps 1-{2 * k} on every rank (loss, gradient norm, {tensors} tensors a rank)")
         return 0
     print(f"NOT EQUAL: {difference}")
@@ -171,18 +172,26 @@ def _window_line(window: JSONValue) -> str:
     return f"the window from the load to step {window.get('step')}: no random stream moved; {counts}"
 
 
-def run_part(config_data: dict[str, JSONValue], provider_spec: str, steps: int, save: bool) -> dict[str, JSONValue]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartRun:
+    """What one rank of a run returns (`run_part`): a digest after each step, and after a load the
+    resume window's `streams_checked` record (None without one)."""
+
+    steps: list[StepDigest]
+    window: dict[str, JSONValue] | None
+
+
+def run_part(config_data: dict[str, JSONValue], provider_spec: str, steps: int, save: bool) -> PartRun:
     """On one rank: start up (loading `checkpoint.load` when the config names one), train `steps`
     steps with a digest after each, save to `checkpoint.save` when `save`; the digests and, after a
     load, the resume window's `streams_checked` fields."""
-    import dataclasses
     import warnings
 
     from lifecycle.config import RunConfig
     from lifecycle.core_entry.train import checkpoint_step, save_after_steps, train_steps
     from lifecycle.core_entry.user_providers import Provider
     from lifecycle.engine import Lifecycle
-    from lifecycle.resume.verify import StepDigest, digest
+    from lifecycle.resume.verify import digest
     from states import State
 
     warnings.simplefilter("ignore")
@@ -194,7 +203,7 @@ def run_part(config_data: dict[str, JSONValue], provider_spec: str, steps: int, 
         if save:
             save_after_steps(lc, start + steps)
         log = str(lc.log_path)
-    return {"steps": [dataclasses.asdict(d) for d in digests], "window": _window(log)}
+    return PartRun(steps=digests, window=_window(log))
 
 
 def _window(log: str) -> dict[str, JSONValue] | None:

@@ -8,7 +8,7 @@ LogUnreadable `file:line: <event>: field 'x' is ..., expected <type>` (exit 2); 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar, NamedTuple, cast
+from typing import ClassVar, NamedTuple
 
 import msgspec
 
@@ -98,7 +98,8 @@ class Marked(Read, kw_only=True):  # a record drawn as an instant: its event's s
 def _marked(event: str, shown: Shown) -> type[Marked]:
     fields = read_fields(event, {*shown.detail, *filter(None, (shown.state, shown.peer))})
     made = msgspec.defstruct(f"Marked_{event}", fields, bases=(Marked,), namespace={"event": event}, module=__name__)
-    return cast("type[Marked]", made)  # defstruct says Struct; its base is Marked
+    assert issubclass(made, Marked)  # defstruct says Struct; its base is Marked
+    return made
 
 
 READ_TYPES: Mapping[str, type[Read]] = {

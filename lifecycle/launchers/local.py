@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, ParamSpec, TypeVar, TypeVarTuple, Unpack, cast
+from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar, TypeVarTuple, Unpack, cast
 
 from lifecycle.errors import ConfigError, RankFailed
 from lifecycle.launchers import torchrun_env
@@ -343,19 +343,18 @@ def _collect(ranks: list[_Rank], timeout_s: float) -> tuple[dict[int, object], d
             if outcome is None:  # still running, nothing said yet
                 continue
             del pending[rank.rank]
-            ok, value = outcome
-            if ok:
-                results[rank.rank] = value
+            if outcome[0]:
+                results[rank.rank] = outcome[1]
             else:
-                errors[rank.rank], details[rank.rank] = cast(tuple[str, str], value)
+                errors[rank.rank], details[rank.rank] = outcome[1]
                 settle = settle if settle is not None else time.monotonic() + SETTLE_S
     return results, errors, details
 
 
-def _outcome(rank: _Rank) -> tuple[bool, object] | None:
+def _outcome(rank: _Rank) -> tuple[Literal[True], object] | tuple[Literal[False], tuple[str, str]] | None:
     """(ok, result or (line, details)) once `rank` replied and ended; a rank that ended without a
     reply failed, with the last lines it printed. None while it runs."""
-    reply: tuple[bool, object] | None = None
+    reply: tuple[Literal[True], object] | tuple[Literal[False], tuple[str, str]] | None = None  # as `_worker` sends it
     if rank.reply.poll():
         try:
             reply = rank.reply.recv()
@@ -363,7 +362,7 @@ def _outcome(rank: _Rank) -> tuple[bool, object] | None:
             reply = None
     if reply is not None:
         rank.process.join(KILL_AFTER_S)  # it only closes its pipe and returns
-        return (True, reply[1]) if reply[0] else (False, _one_line(cast(tuple[str, str], reply[1])))
+        return reply if reply[0] else (False, _one_line(reply[1]))
     if rank.process.exitcode is None and rank.process.is_alive():
         return None
     rank.process.join()

@@ -130,7 +130,7 @@ def _tag(cls: type[Record]) -> str:
     return str(cls.__struct_config__.tag)
 
 
-SCHEMA: Final[Mapping[str, type[msgspec.Struct]]] = MappingProxyType({_tag(cls): cls for cls in _ORDER})
+SCHEMA: Final[Mapping[str, type[Record]]] = MappingProxyType({_tag(cls): cls for cls in _ORDER})
 """Event name → the struct of its records. Its keys are `events.ALL`."""
 
 _FIELDS: Final = {event: frozenset(f.name for f in described(cls)) for event, cls in SCHEMA.items()}

@@ -13,9 +13,8 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from lifecycle.log import JSONValue
 from lifecycle.resume._counts import inner_optimizers
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ def _short(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
-def first_difference(whole: list[list[dict[str, JSONValue]]], resumed: list[list[dict[str, JSONValue]]]) -> str | None:
+def first_difference(whole: list[list[StepDigest]], resumed: list[list[StepDigest]]) -> str | None:
     """The first step (then rank, then value or tensor, in the model's order) where the uninterrupted and
     the resumed histories differ, in one line; None when every step is equal on every rank. A step
     either run lacks is a difference, and so are a rank count that differs and histories without any
@@ -100,22 +99,22 @@ def first_difference(whole: list[list[dict[str, JSONValue]]], resumed: list[list
     return None
 
 
-def _step_difference(a: dict[str, JSONValue] | None, resumed: list[dict[str, JSONValue]], index: int) -> str | None:
+def _step_difference(a: StepDigest | None, resumed: list[StepDigest], index: int) -> str | None:
     if a is None:
         return f"the uninterrupted run has no step {index + 1}"
     if index >= len(resumed):
-        return f"the resumed run has no step {a['step']}"
+        return f"the resumed run has no step {a.step}"
     b = resumed[index]
-    if a["step"] != b["step"]:
-        return f"step {a['step']} uninterrupted is step {b['step']} resumed"
-    for key, label in (("loss", "loss"), ("grad_norm", "gradient norm")):
-        if a[key] != b[key]:
-            return f"step {a['step']}: {label} {a[key]} uninterrupted, {b[key]} resumed"
-    ours, theirs = cast("dict[str, str]", a["tensors"]), cast("dict[str, str]", b["tensors"])
+    if a.step != b.step:
+        return f"step {a.step} uninterrupted is step {b.step} resumed"
+    for ours_value, theirs_value, label in ((a.loss, b.loss, "loss"), (a.grad_norm, b.grad_norm, "gradient norm")):
+        if ours_value != theirs_value:
+            return f"step {a.step}: {label} {ours_value} uninterrupted, {theirs_value} resumed"
+    ours, theirs = a.tensors, b.tensors
     for name in [*ours, *(n for n in theirs if n not in ours)]:
         if ours.get(name) != theirs.get(name):
             return (
-                f"step {a['step']}: {name} differs (hash {ours.get(name, 'absent')} uninterrupted, "
+                f"step {a.step}: {name} differs (hash {ours.get(name, 'absent')} uninterrupted, "
                 f"{theirs.get(name, 'absent')} resumed)"
             )
     return None

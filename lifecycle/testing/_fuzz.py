@@ -13,13 +13,15 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import msgspec
 import orjson
 
 from lifecycle.audit import LOG_ORDERING
 from lifecycle.audit._ordering import SHOWN_BY
+from lifecycle.audit._reads import READ_TYPES as AUDIT_READ_TYPES
+from lifecycle.audit._reads import Envelope, LifecycleShutdown, ResourceLeaked
 from lifecycle.config import RunConfig
 from lifecycle.engine import InProcessPhases, Lifecycle, TripwirePolicy
 from lifecycle.errors import LifecycleError
@@ -41,13 +43,18 @@ def read_log(path: Path) -> list[dict[str, JSONValue]]:
 
 def leaked(records: Iterable[Mapping[str, JSONValue]]) -> list[tuple[str, str]]:
     """(state, resource) of every resource a log says was alive after its release: `resource_leaked`
-    records (a rebuild, a restart) and the shutdown record's `leaked`."""
+    records (a rebuild, a restart) and the shutdown record's `leaked`, each read as the audit reads
+    it (`msgspec.ValidationError` for one whose field has another type)."""
     out = []
-    for rec in records:
-        if rec.get("event") == events.RESOURCE_LEAKED:
-            out.append((str(rec.get("state")), str(rec.get("resource"))))
-        elif rec.get("event") == events.LIFECYCLE_SHUTDOWN and isinstance(found := rec.get("leaked"), list):
-            out += [(str(e.get("state")), str(e.get("resource"))) for e in found if isinstance(e, dict)]
+    for given in records:
+        event = msgspec.convert(given, Envelope).event
+        if event != events.RESOURCE_LEAKED and event != events.LIFECYCLE_SHUTDOWN:
+            continue
+        match msgspec.convert(given, AUDIT_READ_TYPES[event]):
+            case ResourceLeaked(state=state, resource=resource):
+                out.append((str(state), str(resource)))
+            case LifecycleShutdown(leaked=found) if found is not None:
+                out += [(str(e.get("state")), str(e.get("resource"))) for e in found]
     return out
 
 
@@ -96,13 +103,14 @@ def _tag(rec: Record) -> str:
 
 def _typed(i: int, rec: Mapping[str, object], problems: list[str]) -> Record | None:
     """Record `rec` as its event's type; None, and a problem, when it is not one."""
-    event = rec.get("event")
+    given = dict(rec)
+    event = msgspec.convert(given, Envelope).event  # its tag, as the record holds it
     cls = SCHEMA.get(event) if type(event) is str else None
     if cls is None:
         problems.append(f"record {i}: event {str(event)[:60]!r} is not a startup-log event")
         return None
     try:
-        return cast(Record, msgspec.convert(dict(rec), cls))
+        return msgspec.convert(given, cls)
     except msgspec.ValidationError as error:
         problems.append(f"record {i}: {not_of_type(str(event), rec, error)}")
         return None

@@ -9,12 +9,12 @@ import copy
 
 import pytest
 
-from lifecycle.resume.verify import first_difference
+from lifecycle.resume.verify import StepDigest, first_difference
 from lifecycle.testing import verify_resume_failed
 
 
-def step(number: int, loss: str = "2.5", **tensors: str) -> dict[str, object]:
-    return {"step": number, "loss": loss, "grad_norm": "0.75", "tensors": {"param a": "01", "param b": "02", **tensors}}
+def step(number: int, loss: str = "2.5", **tensors: str) -> StepDigest:
+    return StepDigest(step=number, loss=loss, grad_norm="0.75", tensors={"param a": "01", "param b": "02", **tensors})
 
 
 WHOLE = [[step(1), step(2)], [step(1), step(2)]]
@@ -26,17 +26,17 @@ def test_equal_histories_have_no_difference() -> None:
 
 def test_the_first_step_is_named_before_a_later_one_and_the_first_rank_before_another() -> None:
     resumed = copy.deepcopy(WHOLE)
-    resumed[1][0]["loss"] = "2.6"  # rank 1, step 1
-    resumed[0][1]["grad_norm"] = "0.8"  # rank 0, step 2
+    resumed[1][0].loss = "2.6"  # rank 1, step 1
+    resumed[0][1].grad_norm = "0.8"  # rank 0, step 2
     assert first_difference(WHOLE, resumed) == "rank 1: step 1: loss 2.5 uninterrupted, 2.6 resumed"
 
 
 def test_a_tensor_is_named_in_the_models_order_with_both_hashes() -> None:
     resumed = copy.deepcopy(WHOLE)
-    resumed[0][1]["tensors"] = {"param a": "01", "param b": "0f", "optimizer b.exp_avg": "03"}
+    resumed[0][1].tensors = {"param a": "01", "param b": "0f", "optimizer b.exp_avg": "03"}
     found = first_difference(WHOLE, resumed)
     assert found == "rank 0: step 2: param b differs (hash 02 uninterrupted, 0f resumed)"
-    resumed[0][1]["tensors"]["param b"] = "02"
+    resumed[0][1].tensors["param b"] = "02"
     assert first_difference(WHOLE, resumed) == (
         "rank 0: step 2: optimizer b.exp_avg differs (hash absent uninterrupted, 03 resumed)"
     )
@@ -50,9 +50,9 @@ def test_a_step_the_resumed_run_lacks_or_numbers_otherwise_is_named() -> None:
 
 def test_a_tensor_the_resumed_run_does_not_have_at_all_is_a_difference() -> None:
     resumed = copy.deepcopy(WHOLE)
-    del resumed[1][0]["tensors"]["param b"]  # rank 1's first step: only param a
+    del resumed[1][0].tensors["param b"]  # rank 1's first step: only param a
     assert first_difference(WHOLE, resumed) == "rank 1: step 1: param b differs (hash 02 uninterrupted, absent resumed)"
-    resumed[1][0]["tensors"] = {}
+    resumed[1][0].tensors = {}
     assert first_difference(WHOLE, resumed) == "rank 1: step 1: param a differs (hash 01 uninterrupted, absent resumed)"
 
 

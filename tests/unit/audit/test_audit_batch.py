@@ -463,9 +463,9 @@ def test_a_typed_record_refuses_a_field_its_handler_did_not_declare() -> None:
         + b'","rank":0,"run_id":"r","seq":1,"trigger":"validate","ts":1.0,"world_size":1}'
     )
     rec = decode_typed(line)
-    assert rec.get("trigger") == "validate" and rec.get("event") == "transition_started"
+    assert rec.trigger == "validate" and rec.event == "transition_started"
     with pytest.raises(AttributeError):
-        rec.get("dest")
+        rec.dest  # noqa: B018 - the attribute read is the test
     assert len(RECORD_TYPES) == len({t.__struct_config__.tag for t in RECORD_TYPES})
 
 

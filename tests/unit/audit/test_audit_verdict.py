@@ -129,6 +129,19 @@ def test_following_a_finished_clean_run_gives_the_clean_verdict_without_waiting_
     assert doc == {"verdict": 1, "outcome": "clean", "findings": 0, "ranks": 1}
 
 
+@pytest.mark.parametrize("line", [b"[1]", b'"a record"'])
+def test_following_a_log_with_a_line_that_is_no_json_object_gives_unreadable_naming_the_line(
+    tmp_path: Path, line: bytes
+) -> None:
+    write_events(tmp_path, clean_events(), rank=0, world=1)
+    log = next(tmp_path.glob("rank-*.jsonl"))
+    first, *rest = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(first + line + b"\n" + b"".join(rest))
+    doc = follow_verdict(tmp_path, poll_s=0.01, idle_timeout_s=0.05)
+    assert (doc["outcome"], doc["where"]) == ("unreadable", [f"{log}:2"])
+    assert doc["reason"].startswith("not a record (")
+
+
 def test_following_gives_the_failure_once_known_and_judges_a_log_that_stops_as_a_rank_that_died(tmp_path: Path) -> None:
     two_ranks(tmp_path, [failing("validate", "CONFIGURED", "ConfigError", "bad")], "validate")
     assert follow_verdict(tmp_path, poll_s=0.01, grace_s=0.0)["class"] == "config"

@@ -108,9 +108,15 @@ def _edits() -> dict[str, Any]:
     def changed(line: bytes, **fields: Any) -> bytes:
         return orjson.dumps(orjson.loads(line) | fields) + b"\n"
 
+    def rehashed(line: bytes, **fields: Any) -> bytes:  # changed, and its own hash made right again
+        body = {k: v for k, v in orjson.loads(line).items() if k != "hash"} | fields
+        return orjson.dumps(body | {"hash": record_hash(body)}, option=orjson.OPT_SORT_KEYS) + b"\n"
+
     return {
         "cut": one[0] + one[1][:-1],
         "renumbered": one[0] + changed(one[1], seq=5),
+        "renumbered, its hash right": one[0] + rehashed(one[1], seq=5),
+        "re-chained, its hash right": one[0] + rehashed(one[1], prev_hash=GENESIS),
         "another event": changed(one[0], event="step_completed") + one[1],
         "re-chained": one[0] + changed(one[1], prev_hash=GENESIS),
         "hash of another type": one[0] + changed(one[1], hash=7),
