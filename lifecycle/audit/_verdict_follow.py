@@ -122,16 +122,14 @@ def follow_verdict(
         launched_seen = bool(launched.launches)
         if launched_seen:
             continue  # the launch is over: read every rank file once more, at once
-        if failed_at is None and any(s.failure is not None for s in streams):
-            failed_at = now
+        failed_at = now if failed_at is None and any(s.failure is not None for s in streams) else failed_at
         known = _known(streams) if failed_at is not None else None
         if known == "own" or (known == "lost" and reread):
             break  # the culprit's own record is in, or none will come: nothing more to wait for
         reread = known == "lost"  # the lost rank's file, read before the victim's, may lack its last records
         if reread:
             continue  # so read every file once more, at once
-        world = max((s.world_size or 0 for s in streams), default=0)
-        finished = len(streams) >= world > 0 and all(s.shut for s in streams)
+        finished = _finished(streams)
         idle = now - last_change > idle_timeout_s or _settled(ranks.values(), now, stall_s)
         wait_s = group_wait_s if known == "group" else grace_s  # its ranks: stopped by the timeout's publish
         if (failed_at is not None and now - failed_at >= wait_s) or finished or idle or (stop and stop()):
@@ -141,6 +139,12 @@ def follow_verdict(
         for stream in streams:  # judged as they stand: a log that stops short is a rank that died
             stream.finish()
     return _judged(log_dir, ranks, streams)
+
+
+def _finished(streams: list[RankAudit]) -> bool:
+    """Every rank of the world, as the records declare it, shut down."""
+    world = max((s.world_size or 0 for s in streams), default=0)
+    return len(streams) >= world > 0 and all(s.shut for s in streams)
 
 
 def _read_all(log_dir: str | Path, ranks: dict[Path, _Followed]) -> bool:
