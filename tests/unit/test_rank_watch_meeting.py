@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 
 from lifecycle.errors import DistributedError
 from lifecycle.rankwatch import RankWatch, WatchSettings, World, launch_key, local_size
-from lifecycle.testing import Meeting, board_root, sweep
+from lifecycle.testing import Board, Meeting, board_root, owner, sweep
 from tests.unit.test_rank_watch_nodes import Counting, Ctx, dead_pid
 from tests.unit.test_rank_watch_verdicts import MemoryStore
 
@@ -165,8 +166,10 @@ def test_each_launch_on_a_node_meets_in_a_private_directory_of_its_own_that_the_
     root = board_root(str(tmp_path))
     meeting = Meeting(root, key, 0, 1)
     assert stat.S_IMODE(meeting.path.stat().st_mode) == 0o700
-    (meeting.path / "rank-0").write_text(str(dead_pid()))  # its rank killed: the meeting is left behind
-    assert sweep(root) == 1 and not meeting.path.exists()
+    board = Board(root, meeting.nonce, 0)  # the board its leader names
+    (meeting.path / "rank-0").write_text(str(dead_pid()))  # its rank killed: both are left behind
+    (board.path / "beat-0").write_text(f"DISTRIBUTED\n{dead_pid()}::{owner().split(':', 2)[2]}\n")
+    assert sweep(root) == 2 and not meeting.path.exists() and not board.path.exists()
 
 
 def test_the_leader_checks_in_at_once_when_the_launchers_count_arrived_else_a_tenth_of_a_second_after_the_last(
@@ -184,9 +187,19 @@ def test_the_leader_checks_in_at_once_when_the_launchers_count_arrived_else_a_te
     Meeting(root, KEY, 2, 3)
     assert leader.due(1001.0) == {2: pid}  # all 3 in: no wait
 
-    alone = Meeting(root, "ffeeddccbbaa998877665544", 5)  # no launcher's count: the wait alone decides
-    Meeting(root, "ffeeddccbbaa998877665544", 4)
-    assert alone.due(2000.0) == {} and list(alone.due(2000.11)) == [5, 4]
+    for first in range(4):  # no launcher's count: 0.1 s without an arrival decides; the leader first, whoever
+        arrivals = [Meeting(root, f"{first:024x}", rank) for rank in (first, *(r for r in range(6) if r != first))]
+        assert arrivals[0].leads and arrivals[0].due(0.0) == {}
+        batch = arrivals[0].due(0.1)
+        assert next(iter(batch)) == first and sorted(batch) == list(range(6))
+
+
+def test_a_ranks_latest_arrival_is_the_one_its_leader_checks_in(tmp_path: Path) -> None:
+    root = board_root(str(tmp_path))
+    leader = Meeting(root, KEY, 0)
+    (leader.path / "rank-1").write_text(f"{dead_pid()}::elsewhere")  # an earlier process of rank 1
+    Meeting(root, KEY, 1)
+    assert leader.arrived() == {0: os.getpid(), 1: os.getpid()}
 
 
 def test_the_leaders_first_word_is_the_one_every_rank_hears(tmp_path: Path) -> None:
@@ -208,6 +221,23 @@ def test_a_rank_hears_its_leader_gone_at_once_or_silent_at_its_deadline_unless_t
 
     Meeting(root, KEY, 0)  # this process leads, and says nothing
     assert Meeting(root, KEY, 1).await_result(0.2) == {"failed": "silent"}
+
+
+def test_a_rank_waiting_for_its_leaders_word_looks_after_1_ms_then_doubling_to_every_50_ms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = board_root(str(tmp_path))
+    leader, follower = Meeting(root, KEY, 0), Meeting(root, KEY, 1)
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:  # no real wait: the word comes after the ninth look
+        pauses.append(seconds)
+        if len(pauses) == 9:
+            leader.post({"entries": [], "nodes": 1})
+
+    monkeypatch.setattr(time, "sleep", pause)
+    assert follower.await_result(60.0) == {"entries": [], "nodes": 1}
+    assert pauses == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05, 0.05])
 
 
 def test_a_leader_killed_before_it_checked_its_node_in_is_named_by_the_others(tmp_path: Path) -> None:
