@@ -106,7 +106,7 @@ from lifecycle.rankwatch._failure import rank_list
 from lifecycle.rankwatch._liveness import host_key, kind_of, owner, process_alive, store_closed
 from lifecycle.rankwatch._meeting import Meeting
 from lifecycle.rankwatch._ring import Ring
-from lifecycle.rankwatch._sweep import FILES_MAX, JUDGE_MAX, LIST_MAX, sweep
+from lifecycle.rankwatch._sweep import JUDGE_MAX, LIST_MAX, sweep
 from lifecycle.rankwatch._watched import ActiveWork
 from lifecycle.redaction._shapes import SHAPES, may_hold_credentials
 from lifecycle.resilience._call import cycle_and_store, injectable
@@ -211,7 +211,6 @@ __all__ = [
     "DISTRIBUTED_NEEDS_SERVICES",
     "ENVELOPE",
     "EXPORT_READERS",
-    "FILES_MAX",
     "FIRST_STEP_FINALIZED",
     "FIRST_STEP_NOT_FINALIZED",
     "GENERATED_BEGIN",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle.testing import FILES_MAX, JUDGE_MAX, LIST_MAX, Board, Meeting, board_root, owner, sweep
+from lifecycle.testing import JUDGE_MAX, LIST_MAX, Board, Meeting, board_root, owner, sweep
 from tests.unit.test_rank_watch_meeting import met
 from tests.unit.test_rank_watch_nodes import dead_pid, job
 from tests.unit.test_rank_watch_verdicts import MemoryStore
@@ -209,7 +209,7 @@ def test_a_directory_without_an_owner_record_stays_a_minute_after_its_last_chang
 def test_a_directory_of_more_files_than_a_board_holds_is_kept(tmp_path: Path) -> None:
     root = board_root(str(tmp_path))
     record = f"DISTRIBUTED\n{dead_pid()}::{MACHINE}\n"  # every owner gone
-    for nonce, files in (("00000000000000a0", FILES_MAX), ("00000000000000a1", FILES_MAX + 1)):
+    for nonce, files in (("00000000000000a0", 1024), ("00000000000000a1", 1025)):  # judged up to 1,024 files
         (root / nonce).mkdir(mode=0o700)
         for rank in range(files):
             (root / nonce / f"beat-{rank}").write_text(record)
