@@ -106,7 +106,7 @@ from lifecycle.rankwatch._failure import rank_list
 from lifecycle.rankwatch._liveness import host_key, kind_of, owner, process_alive, store_closed
 from lifecycle.rankwatch._meeting import Meeting
 from lifecycle.rankwatch._ring import Ring
-from lifecycle.rankwatch._sweep import JUDGE_MAX, LIST_MAX, QUIET_S, sweep
+from lifecycle.rankwatch._sweep import JUDGE_MAX, LIST_MAX, sweep
 from lifecycle.rankwatch._watched import ActiveWork
 from lifecycle.redaction._shapes import SHAPES, may_hold_credentials
 from lifecycle.resilience._call import cycle_and_store, injectable
@@ -226,7 +226,6 @@ __all__ = [
     "MODEL_NEEDS_DISTRIBUTED",
     "PORT_BASE",
     "PORT_SPAN",
-    "QUIET_S",
     "READS",
     "RECORD_TYPES",
     "REDACTED",

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lifecycle.errors import DistributedError
-from lifecycle.rankwatch import RankWatch, WatchSettings, World
-from tests.unit.test_rank_watch_nodes import Counting, Ctx
+from lifecycle.rankwatch import RankWatch, WatchSettings, World, launch_key, local_size
+from lifecycle.testing import Board, Meeting, board_root, owner, sweep
+from tests.unit.test_rank_watch_nodes import Counting, Ctx, dead_pid
 from tests.unit.test_rank_watch_verdicts import MemoryStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +134,110 @@ def test_the_store_hosts_loss_is_named_by_every_rank_that_met(tmp_path: Path) ->
     for rank in (1, 2):
         assert "rank 0, the rendezvous store's host, was lost" in str(errors[rank]), errors[rank]
         assert [f["peer_rank"] for e, f in ctxs[rank].emitted if e == "peer_failed"] == [0]
+
+
+KEY = "00112233445566778899aabb"
+
+
+def test_the_launchers_count_of_a_nodes_ranks_is_read_from_torchrun_open_mpi_or_mpich(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert local_size({"LOCAL_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}) == 8
+    assert local_size({"OMPI_COMM_WORLD_LOCAL_SIZE": "4", "MPI_LOCALNRANKS": "2"}) == 4
+    assert local_size({"MPI_LOCALNRANKS": "1"}) == 1
+    assert local_size({"LOCAL_WORLD_SIZE": "0", "MPI_LOCALNRANKS": "2"}) == 2  # no count, the next launcher's
+    assert local_size({"LOCAL_WORLD_SIZE": "", "OMPI_COMM_WORLD_LOCAL_SIZE": "-4"}) is None
+    assert local_size({"LOCAL_WORLD_SIZE": "eight"}) is None and local_size({}) is None
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    assert local_size() == 3  # the process's own environment by default
+
+
+def test_each_launch_on_a_node_meets_in_a_private_directory_of_its_own_that_the_sweep_knows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    key = launch_key("job", "a", 0)
+    restarted = launch_key("job", "a", 0, environ={"TORCHELASTIC_RESTART_COUNT": "1"})
+    others = {launch_key("job", "b", 0), launch_key("job", "a", 1), launch_key("other", "a", 0), restarted}
+    assert launch_key("job", "a", 0) == key and key not in others and len(others) == 4
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert launch_key("job", "a", 0) == restarted  # torchrun's restart count, from the environment
+
+    root = board_root(str(tmp_path))
+    meeting = Meeting(root, key, 0, 1)
+    assert stat.S_IMODE(meeting.path.stat().st_mode) == 0o700
+    board = Board(root, meeting.nonce, 0)  # the board its leader names
+    (meeting.path / "rank-0").write_text(str(dead_pid()))  # its rank killed: both are left behind
+    (board.path / "beat-0").write_text(f"DISTRIBUTED\n{dead_pid()}::{owner().split(':', 2)[2]}\n")
+    assert sweep(root) == 2 and not meeting.path.exists() and not board.path.exists()
+
+
+def test_the_leader_checks_in_at_once_when_the_launchers_count_arrived_else_a_tenth_of_a_second_after_the_last(
+    tmp_path: Path,
+) -> None:
+    root, pid = board_root(str(tmp_path)), os.getpid()
+    leader = Meeting(root, KEY, 0, 3)
+    assert leader.leads and leader.due(1000.0) == {}  # 1 of the 3 the launcher counts: more may come
+    assert not Meeting(root, KEY, 1, 3).leads
+    assert leader.due(1000.05) == {} and leader.due(1000.14) == {}  # the wait starts again at each arrival
+    batch = leader.due(1000.16)
+    assert list(batch) == [0, 1] and set(batch.values()) == {pid}  # the leader first
+    leader.pushed |= batch.keys()
+    assert leader.due(1001.0) == {}  # nothing new
+    Meeting(root, KEY, 2, 3)
+    assert leader.due(1001.0) == {2: pid}  # all 3 in: no wait
+
+    for first in range(4):  # no launcher's count: 0.1 s without an arrival decides; the leader first, whoever
+        arrivals = [Meeting(root, f"{first:024x}", rank) for rank in (first, *(r for r in range(6) if r != first))]
+        assert arrivals[0].leads and arrivals[0].due(0.0) == {}
+        batch = arrivals[0].due(0.1)
+        assert next(iter(batch)) == first and sorted(batch) == list(range(6))
+
+
+def test_a_ranks_latest_arrival_is_the_one_its_leader_checks_in(tmp_path: Path) -> None:
+    root = board_root(str(tmp_path))
+    leader = Meeting(root, KEY, 0)
+    (leader.path / "rank-1").write_text(f"{dead_pid()}::elsewhere")  # an earlier process of rank 1
+    Meeting(root, KEY, 1)
+    assert leader.arrived() == {0: os.getpid(), 1: os.getpid()}
+
+
+def test_the_leaders_first_word_is_the_one_every_rank_hears(tmp_path: Path) -> None:
+    root = board_root(str(tmp_path))
+    leader, follower = Meeting(root, KEY, 0), Meeting(root, KEY, 1)
+    leader.post({"failed": "timeout", "missing": [3]})
+    leader.post({"entries": [], "nodes": 1})
+    assert follower.await_result(5.0) == leader.result() == {"failed": "timeout", "missing": [3]}
+
+
+def test_a_rank_hears_its_leader_gone_at_once_or_silent_at_its_deadline_unless_the_word_came(tmp_path: Path) -> None:
+    root = board_root(str(tmp_path))
+    gone = root / "checkin-0000000000000000000000aa"
+    gone.mkdir(mode=0o700)
+    (gone / "lead").write_text(f"0:{dead_pid()}:00ff00ff00ff00ff")  # its leader's process ended
+    assert Meeting(root, "0000000000000000000000aa", 1).await_result(60.0) == {"failed": "leader_gone"}
+    (gone / "result").write_text('{"entries": ["0:1"], "nodes": 1}')  # its word came before it ended
+    assert Meeting(root, "0000000000000000000000aa", 2).await_result(60.0) == {"entries": ["0:1"], "nodes": 1}
+
+    Meeting(root, KEY, 0)  # this process leads, and says nothing
+    assert Meeting(root, KEY, 1).await_result(0.2) == {"failed": "silent"}
+
+
+def test_a_rank_waiting_for_its_leaders_word_looks_after_1_ms_then_doubling_to_every_50_ms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = board_root(str(tmp_path))
+    leader, follower = Meeting(root, KEY, 0), Meeting(root, KEY, 1)
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:  # no real wait: the word comes after the ninth look
+        pauses.append(seconds)
+        if len(pauses) == 9:
+            leader.post({"entries": [], "nodes": 1})
+
+    monkeypatch.setattr(time, "sleep", pause)
+    assert follower.await_result(60.0) == {"entries": [], "nodes": 1}
+    assert pauses == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05, 0.05])
 
 
 def test_a_leader_killed_before_it_checked_its_node_in_is_named_by_the_others(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lifecycle.testing import JUDGE_MAX, LIST_MAX, QUIET_S, Board, Meeting, board_root, owner, sweep
+import pytest
+
+from lifecycle.testing import JUDGE_MAX, LIST_MAX, Board, Meeting, board_root, owner, sweep
 from tests.unit.test_rank_watch_meeting import met
 from tests.unit.test_rank_watch_nodes import dead_pid, job
 from tests.unit.test_rank_watch_verdicts import MemoryStore
@@ -162,11 +164,25 @@ def test_a_meeting_whose_running_ranks_left_it_is_swept_once_the_others_are_gone
     assert sweep(root) == 2 and names(root) == set()
 
 
-def test_a_root_others_may_write_is_not_swept(tmp_path: Path) -> None:
+def test_a_root_others_may_write_read_or_only_enter_or_that_another_user_owns_is_not_swept(tmp_path: Path) -> None:
+    """The root is made this user's and 0700: one that grants anything to its group or to others, or
+    another user's, is not the one made."""
     root = killed(tmp_path)
-    root.chmod(0o755)
-
+    for mode in (0o755, 0o770, 0o701, 0o710):
+        root.chmod(mode)
+        assert sweep(root) == 0 and names(root) == LEFT, oct(mode)
+    root.chmod(0o700)
+    os.chown(root, 65534, 65534)
     assert sweep(root) == 0 and names(root) == LEFT
+
+
+def test_a_root_that_is_gone_a_file_or_a_link_is_swept_of_nothing_and_raises_nothing(tmp_path: Path) -> None:
+    root = killed(tmp_path)
+    (tmp_path / "file").write_text("")
+    (tmp_path / "link").symlink_to(root)
+
+    assert [sweep(tmp_path / name) for name in ("absent", "file", "link")] == [0, 0, 0]
+    assert names(root) == LEFT
 
 
 def test_a_board_from_before_owner_records_is_kept_and_a_meeting_naming_a_gone_pid_goes(tmp_path: Path) -> None:
@@ -178,16 +194,41 @@ def test_a_board_from_before_owner_records_is_kept_and_a_meeting_naming_a_gone_p
     assert sweep(root) == 1 and names(root) == {"0000000000000000"}
 
 
-def test_a_directory_without_an_owner_record_goes_only_after_quiet_s(tmp_path: Path) -> None:
+def test_a_directory_without_an_owner_record_stays_a_minute_after_its_last_change(tmp_path: Path) -> None:
     root = board_root(str(tmp_path))
-    made = root / "00000000000000ff"
-    made.mkdir(mode=0o700)  # as a board is, a moment before its first beat
-    (made / "first").write_text("{}")
+    now = time.time()
+    for nonce, quiet_s in (("00000000000000f0", 0.0), ("00000000000000f1", 59.5), ("00000000000000f2", 60.5)):
+        made = root / nonce
+        made.mkdir(mode=0o700)  # as a board is, a moment before its first beat
+        (made / "first").write_text("{}")
+        os.utime(made, (now - quiet_s, now - quiet_s))
 
-    assert sweep(root) == 0 and made.exists()
-    past = time.time() - QUIET_S - 1
-    os.utime(made, (past, past))
-    assert sweep(root) == 1 and not made.exists()
+    assert sweep(root) == 1 and names(root) == {"00000000000000f0", "00000000000000f1"}
+
+
+def test_a_directory_of_more_files_than_a_board_holds_is_kept(tmp_path: Path) -> None:
+    root = board_root(str(tmp_path))
+    record = f"DISTRIBUTED\n{dead_pid()}::{MACHINE}\n"  # every owner gone
+    for nonce, files in (("00000000000000a0", 1024), ("00000000000000a1", 1025)):  # judged up to 1,024 files
+        (root / nonce).mkdir(mode=0o700)
+        for rank in range(files):
+            (root / nonce / f"beat-{rank}").write_text(record)
+
+    assert sweep(root) == 1 and names(root) == {"00000000000000a1"}
+
+
+def test_links_named_as_the_lifecycles_take_none_of_a_sweeps_judged_directories(tmp_path: Path) -> None:
+    """A root strewn with links keeps no leftover from going: only its own directories are judged."""
+    root = killed(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (elsewhere / "beat-0").write_text(f"DISTRIBUTED\n{dead_pid()}::{MACHINE}\n")
+    links = {f"{n:016x}" for n in range(1, 64)}
+    for name in links:
+        (root / name).symlink_to(elsewhere)
+
+    assert sweep(root, judge_max=2) == 2  # both leftovers, never a link (one in 2,000 if links were judged)
+    assert names(root) == links and os.listdir(elsewhere) == ["beat-0"]
 
 
 def test_a_sweep_judges_a_bounded_number_of_directories_and_later_sweeps_finish_the_work(tmp_path: Path) -> None:
@@ -198,6 +239,38 @@ def test_a_sweep_judges_a_bounded_number_of_directories_and_later_sweeps_finish_
     while sweep(root):
         pass
     assert names(root) == set()
+
+
+def test_a_sweep_reads_at_most_list_max_names_of_a_root_of_many(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cost the doc gives: a root of many more names (none of them ours) is read only so far."""
+    root = board_root(str(tmp_path))
+    for n in range(LIST_MAX + 500):
+        (root / f"not-ours-{n}").touch()
+    read: list[str] = []
+    scandir = os.scandir
+
+    class Counted:  # the real scan of the real directory, its entries counted as they are read
+        def __init__(self, path: Path) -> None:
+            self.path, self.entries = path, scandir(path)
+
+        def __enter__(self) -> Counted:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            self.entries.close()
+
+        def __iter__(self) -> Counted:
+            return self
+
+        def __next__(self) -> os.DirEntry[str]:
+            entry = next(self.entries)
+            read.append(entry.name)
+            return entry
+
+    monkeypatch.setattr(os, "scandir", Counted)
+    assert sweep(root) == 0 and LIST_MAX <= len(read) <= LIST_MAX + 1
 
 
 def test_two_ranks_sweeping_one_root_at_once_remove_each_leftover_once_and_raise_nothing(tmp_path: Path) -> None:
