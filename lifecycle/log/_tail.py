@@ -5,12 +5,14 @@
         ...
 
 `lifecycle audit --format verdict --follow` and `lifecycle export --follow` both follow the
-per-rank files of a running job this way; a file that cannot be read (not there yet, removed)
-reads as no new lines.
+per-rank files of a running job this way; a file that cannot be read (not there yet, removed) or
+is not a regular file (a FIFO: reading it could block) reads as no new lines.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 
@@ -26,7 +28,9 @@ class Tail:
         """The lines completed since the last read (without their newlines); none when the file
         cannot be read."""
         try:
-            with open(self.path, "rb") as fh:
+            with open(os.open(self.path, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:  # a FIFO's open never blocks
+                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    return []  # a FIFO or a device: not a rank file being written, and never read
                 fh.seek(self.offset)
                 data = fh.read()
         except OSError:
