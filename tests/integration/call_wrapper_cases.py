@@ -96,7 +96,7 @@ def dropin_with_given_wrapper(log_dir: str) -> dict[str, Any]:
 
     def recorded(self: RankWatch, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
-        interruptible.append(self.interruptible)
+        interruptible.append(self.checkin.interruptible)
 
     RankWatch.__init__ = recorded  # type: ignore[method-assign]
     rank = int(os.environ["RANK"])
